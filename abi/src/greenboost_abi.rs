@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The one definition of the `/dev/greenboost` ioctl ABI.
+//!
+//! Included by the kernel module (`#[path]`) and by the `greenboost-abi` crate, so it
+//! must stay free of crate-level attributes and of anything but `core`.
+//! Every struct is `#[repr(C)]` with explicit padding and a size that is a multiple of
+//! 8, so the layout is the same for 32- and 64-bit callers. `abi/greenboost.h` is the
+//! C mirror; `abi/tests/header.rs` checks that the two agree.
+//!
+//! Conventions: all sizes are bytes; reserved fields and padding must be zero on input
+//! (EINVAL otherwise) so that they can gain a meaning later; unknown flag bits are EINVAL.
+
+/// Bumped on any incompatible change. `GB_IOC_INFO` reports it; the shim refuses a
+/// module with another major version and falls back to its userspace backend.
+pub const GB_ABI_VERSION: u32 = 1;
+
+/// ioctl type byte ('G' is shared by several drivers; the command numbers below are not).
+pub const GB_IOC_MAGIC: u32 = 0xB7;
+
+/// Granularity of T2 buffers: buffers are built from 2 MiB compound pages (order 9)
+/// and fall back to smaller orders only when memory is fragmented.
+pub const GB_CHUNK_SIZE: u64 = 2 << 20;
+
+// Linux asm-generic ioctl number encoding (x86_64, arm64, riscv use it).
+const IOC_NRBITS: u32 = 8;
+const IOC_TYPEBITS: u32 = 8;
+const IOC_SIZEBITS: u32 = 14;
+const IOC_NRSHIFT: u32 = 0;
+const IOC_TYPESHIFT: u32 = IOC_NRSHIFT + IOC_NRBITS;
+const IOC_SIZESHIFT: u32 = IOC_TYPESHIFT + IOC_TYPEBITS;
+const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
+const IOC_WRITE: u32 = 1;
+const IOC_READ: u32 = 2;
+
+const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
+    (dir << IOC_DIRSHIFT)
+        | (GB_IOC_MAGIC << IOC_TYPESHIFT)
+        | (nr << IOC_NRSHIFT)
+        | ((size as u32) << IOC_SIZESHIFT)
+}
+
+/// Direction bits of an ioctl command (`_IOC_DIR`).
+pub const fn ioc_dir(cmd: u32) -> u32 {
+    cmd >> IOC_DIRSHIFT
+}
+/// Argument size encoded in an ioctl command (`_IOC_SIZE`).
+pub const fn ioc_size(cmd: u32) -> usize {
+    ((cmd >> IOC_SIZESHIFT) & ((1 << IOC_SIZEBITS) - 1)) as usize
+}
+
+/// `GB_IOC_INFO`: what this module is and how it is configured.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbInfo {
+    /// `GB_ABI_VERSION` of the module.
+    pub abi_version: u32,
+    /// `GB_INFO_*` feature bits.
+    pub features: u32,
+    /// Allocation granularity: `GB_CHUNK_SIZE`.
+    pub chunk_size: u64,
+    /// Module parameter `pool_cap_mb` in bytes: most T2 memory in use at once.
+    pub pool_cap: u64,
+    /// Module parameter `reserve_mb` in bytes: free RAM below which ALLOC is refused.
+    pub reserve: u64,
+    /// Module parameter `uid_cap_mb` in bytes (0: no per-user cap).
+    pub uid_cap: u64,
+    /// Module parameter `cache_mb` in bytes: size of the pre-zeroed page cache.
+    pub cache_target: u64,
+    /// Largest single allocation the module accepts (bytes).
+    pub max_alloc: u64,
+}
+
+/// The module's buffers may be mmapped (always set in ABI 1).
+pub const GB_INFO_MMAP: u32 = 1 << 0;
+/// Pressure eventfds are supported (always set in ABI 1).
+pub const GB_INFO_EVENTFD: u32 = 1 << 1;
+
+/// `GB_IOC_ALLOC`: allocate a pinned system-RAM buffer, exported as a DMA-BUF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbAlloc {
+    /// In: requested size in bytes (> 0). Rounded up to the kernel page size.
+    pub size: u64,
+    /// In: `GB_ALLOC_*` flags.
+    pub flags: u32,
+    /// In: NUMA node to allocate on, or -1 for the caller's local node. With
+    /// `GB_ALLOC_NODE_STRICT` the node is mandatory, otherwise preferred.
+    pub numa_node: i32,
+    /// Out: the DMA-BUF file descriptor (O_CLOEXEC, O_RDWR).
+    pub fd: i32,
+    /// Must be zero.
+    pub pad0: u32,
+    /// Out: the buffer's id, unique for the module's lifetime (shows in sysfs).
+    pub buffer_id: u64,
+    /// Out: the size actually allocated (`size` rounded up).
+    pub alloc_size: u64,
+}
+
+/// Fail with ENOMEM instead of falling back to another NUMA node.
+pub const GB_ALLOC_NODE_STRICT: u32 = 1 << 0;
+/// All flag bits ABI 1 knows.
+pub const GB_ALLOC_FLAGS_ALL: u32 = GB_ALLOC_NODE_STRICT;
+
+/// `GB_IOC_POOL_STATS`: module-wide tier totals.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbPoolStats {
+    /// T2 bytes held by live buffers.
+    pub t2_used: u64,
+    /// Pre-zeroed bytes cached for future allocations.
+    pub t2_cached: u64,
+    /// T2 cap (`pool_cap_mb`).
+    pub t2_cap: u64,
+    /// Highest `t2_used` seen.
+    pub t2_peak: u64,
+    /// Sum of the T1 (VRAM) usage reported by processes.
+    pub t1_reported: u64,
+    /// T3 (NVMe) bytes in use; 0 until T3 exists.
+    pub t3_used: u64,
+    /// Live buffers.
+    pub buffers: u64,
+    /// ALLOC calls that succeeded since load.
+    pub allocs: u64,
+    /// ALLOC calls refused with ENOMEM since load (cap, reserve, uid cap, no memory).
+    pub alloc_failures: u64,
+    /// Free system RAM at the last watchdog tick, bytes.
+    pub free_ram: u64,
+    /// 1 while free RAM is below the reserve, else 0.
+    pub pressure: u32,
+    /// Must be zero.
+    pub pad0: u32,
+}
+
+/// `GB_IOC_PROC_STATS`: the calling process's (thread group's) usage.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbProcStats {
+    /// Thread group id the figures belong to.
+    pub pid: i32,
+    /// Real uid of the process.
+    pub uid: u32,
+    /// T2 bytes held by buffers this process allocated and that are still alive.
+    pub t2_used: u64,
+    /// Highest `t2_used`.
+    pub t2_peak: u64,
+    /// Live buffers this process allocated.
+    pub buffers: u64,
+    /// Last T1 figure this process reported.
+    pub t1_reported: u64,
+}
+
+/// `GB_IOC_REPORT_T1`: a process tells the module how much VRAM it uses, so sysfs and
+/// dmesg show all tiers. The figure belongs to the reporting process and disappears
+/// when its last /dev/greenboost fd is closed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbT1Report {
+    /// VRAM bytes in use by this process (all devices).
+    pub vram_used: u64,
+    /// VRAM bytes the process may use (budget), for display.
+    pub vram_budget: u64,
+}
+
+/// `GB_IOC_REGISTER_EVENTFD`: signal this eventfd on every pressure crossing
+/// (free RAM falls below the reserve, or recovers). The registration lives as long as
+/// the /dev/greenboost file it was made on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbEventfd {
+    /// An eventfd file descriptor.
+    pub fd: i32,
+    /// Must be zero.
+    pub flags: u32,
+}
+
+pub const GB_IOC_INFO: u32 = ioc(IOC_READ, 0x00, core::mem::size_of::<GbInfo>());
+pub const GB_IOC_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, 0x01, core::mem::size_of::<GbAlloc>());
+pub const GB_IOC_POOL_STATS: u32 = ioc(IOC_READ, 0x02, core::mem::size_of::<GbPoolStats>());
+pub const GB_IOC_PROC_STATS: u32 = ioc(IOC_READ, 0x03, core::mem::size_of::<GbProcStats>());
+pub const GB_IOC_REPORT_T1: u32 = ioc(IOC_WRITE, 0x04, core::mem::size_of::<GbT1Report>());
+pub const GB_IOC_REGISTER_EVENTFD: u32 = ioc(IOC_WRITE, 0x05, core::mem::size_of::<GbEventfd>());
+
+/// Every command of ABI 1, for tests and tools.
+pub const GB_IOC_ALL: [u32; 6] = [
+    GB_IOC_INFO,
+    GB_IOC_ALLOC,
+    GB_IOC_POOL_STATS,
+    GB_IOC_PROC_STATS,
+    GB_IOC_REPORT_T1,
+    GB_IOC_REGISTER_EVENTFD,
+];
+
+/// Path of the device node.
+pub const GB_DEVICE_PATH: &str = "/dev/greenboost";
+/// Sysfs file with per-tier totals and per-process lines (see README "Statistics").
+pub const GB_SYSFS_STATS: &str = "/sys/kernel/greenboost/stats";
+
+const _: () = assert!(core::mem::size_of::<GbInfo>() == 56);
+const _: () = assert!(core::mem::size_of::<GbAlloc>() == 40);
+const _: () = assert!(core::mem::size_of::<GbPoolStats>() == 88);
+const _: () = assert!(core::mem::size_of::<GbProcStats>() == 40);
+const _: () = assert!(core::mem::size_of::<GbT1Report>() == 16);
+const _: () = assert!(core::mem::size_of::<GbEventfd>() == 8);

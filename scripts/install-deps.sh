@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies (Debian 12). Idempotent; needs root.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+PKGS=(linux-source-6.12 rustc-web rust-web-src clang lld llvm libclang-dev
+      qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
+      make gcc gcc-12 libc6-dev kmod dwarves python3)
+missing=()
+for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || die "missing packages (${missing[*]}): run as root or apt-get install them"
+  log "installing: ${missing[*]}"
+  apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+need_cmd cargo "cargo (rustup)"
+ensure_bindgen
