@@ -12,7 +12,7 @@ CARGO ?= cargo
 
 .PHONY: all kmod shim cli test abi-test kmod-test shim-test gpu-test bench install uninstall clean
 
-all: shim cli
+all: shim
 
 kmod:
 	scripts/build-kmod.sh
@@ -24,16 +24,16 @@ cli:
 	$(CARGO) build --release -p greenboost-cli
 
 abi-test:
-	scripts/run-suite.sh abi $(CARGO) test -p greenboost-abi
+	@scripts/run-suite.sh abi-test $(CARGO) test -p greenboost-abi
 
 shim-test:
-	tests/fakecuda/run.sh
+	@scripts/run-suite.sh shim-test tests/fakecuda/run.sh
 
 kmod-test:
-	tests/qemu/run.sh
+	@scripts/run-suite.sh kmod-test tests/qemu/run.sh
 
-test: abi-test shim-test kmod-test
-	@scripts/summarize.sh
+test:
+	@scripts/test-all.sh
 
 gpu-test:
 	tests/gpu/run.sh
