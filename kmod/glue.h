@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Contract between the Rust side of greenboost.ko (kmod/greenboost.rs and its
+ * submodules, which own all logic) and kmod/glue.c (ops tables, module parameters and
+ * the static-inline/macro C APIs that Linux 6.12 has no Rust binding for).
+ *
+ * Every prototype here has a mirror in kmod/glue_ffi.rs; keep the two in sync.
+ */
+#ifndef GREENBOOST_GLUE_H
+#define GREENBOOST_GLUE_H
+
+#include <linux/types.h>
+#include <linux/dma-direction.h>
+
+struct device;
+struct dma_buf;
+struct eventfd_ctx;
+struct file;
+struct page;
+struct pid;
+struct sg_table;
+struct vm_area_struct;
+
+/* One physically contiguous piece of a buffer: a compound page of 2^order pages. */
+struct gb_chunk {
+	struct page *page;
+	unsigned int order;
+	unsigned int pad;
+};
+
+/* Module parameters, as one snapshot (see glue.c for their meaning). */
+struct gb_params {
+	u64 pool_cap_mb;
+	s64 reserve_mb;
+	u64 uid_cap_mb;
+	u64 cache_mb;
+	u64 watchdog_ms;
+};
+
+/* ---- C -> Rust: implemented in Rust (#[no_mangle] extern "C") ---- */
+int gb_rs_open(void **file_priv);
+void gb_rs_release(void *file_priv);
+long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
+void gb_rs_buffer_release(void *buf);
+int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
+int gb_rs_buffer_map(void *buf, struct device *dev, enum dma_data_direction dir,
+		     struct sg_table **out);
+void gb_rs_buffer_unmap(void *buf, struct device *dev, struct sg_table *sgt,
+			enum dma_data_direction dir);
+void *gb_rs_buffer_vmap(void *buf);
+void gb_rs_buffer_vunmap(void *buf, void *vaddr);
+int gb_rs_buffer_cpu_access(void *buf, enum dma_data_direction dir, bool begin);
+void gb_rs_watchdog(void);
+void gb_rs_refill(void);
+size_t gb_rs_stats_show(char *buf, size_t len);
+void gb_rs_report(void);
+
+/* ---- Rust -> C: implemented in glue.c ---- */
+int gb_misc_register(void);
+void gb_misc_deregister(void);
+int gb_sysfs_create(void);
+void gb_sysfs_remove(void);
+
+void gb_params_read(struct gb_params *out);
+void gb_params_set_defaults(u64 pool_cap_mb, s64 reserve_mb);
+
+void gb_watchdog_kick(unsigned long delay_ms);
+void gb_refill_kick(void);
+void gb_works_cancel(void);
+
+struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
+			    bool cheap);
+void gb_chunk_free(struct page *page, unsigned int order);
+void gb_chunk_zero(struct page *page, unsigned int order);
+bool gb_chunk_exclusive(struct page *page);
+int gb_page_nid(struct page *page);
+bool gb_node_online(int nid);
+int gb_numa_node_id(void);
+u64 gb_mem_available(void);
+u64 gb_total_ram(void);
+u64 gb_now_ms(void);
+
+int gb_fd_reserve(void);
+void gb_fd_discard(int fd);
+int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
+void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
+void gb_dmabuf_put(struct dma_buf *dmabuf);
+
+void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long *pages,
+		 unsigned long *pgoff, bool *shared);
+void gb_vma_prepare(struct vm_area_struct *vma);
+int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *head,
+		  unsigned long first, unsigned long npages);
+
+int gb_sgt_create(const struct gb_chunk *chunks, unsigned int nchunks,
+		  struct device *dev, enum dma_data_direction dir,
+		  struct sg_table **out);
+void gb_sgt_destroy(struct device *dev, struct sg_table *sgt,
+		    enum dma_data_direction dir);
+void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
+		     unsigned long npages);
+void gb_vunmap(void *vaddr);
+
+int gb_eventfd_get(int fd, struct eventfd_ctx **out);
+void gb_eventfd_signal(struct eventfd_ctx *ctx);
+void gb_eventfd_put(struct eventfd_ctx *ctx);
+
+struct pid *gb_current_tgid_get(void);
+void gb_pid_put(struct pid *pid);
+int gb_pid_nr(struct pid *pid);
+int gb_current_tgid_vnr(void);
+u32 gb_current_kuid(void);
+u32 gb_kuid_to_caller(u32 kuid);
+void gb_current_comm(char *buf, size_t len);
+
+#endif /* GREENBOOST_GLUE_H */

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Declarations of the C glue (`kmod/glue.c`), mirroring `kmod/glue.h`.
+//!
+//! The glue holds only ops tables, module parameters, work items and wrappers of
+//! static-inline C APIs; each function documents its contract in `glue.h`/`glue.c`.
+
+use kernel::bindings;
+use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+
+/// Opaque `struct dma_buf`: only ever handled by pointer.
+#[repr(C)]
+pub(crate) struct DmaBuf {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct eventfd_ctx`: only ever handled by pointer.
+#[repr(C)]
+pub(crate) struct EventfdCtx {
+    _opaque: [u8; 0],
+}
+
+/// `struct gb_chunk`: one physically contiguous piece of a buffer.
+///
+/// # Invariants
+///
+/// When owned by the pool or a buffer, `page` is the head of a block of `2^order`
+/// pages allocated by `gb_chunk_alloc` with that order, and we hold one reference.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Chunk {
+    pub(crate) page: *mut bindings::page,
+    pub(crate) order: c_uint,
+    pub(crate) pad: c_uint,
+}
+
+// SAFETY: a chunk is an owned block of pages; struct pages may be handed between
+// threads, and the owner (pool lock or buffer) serialises their use.
+unsafe impl Send for Chunk {}
+
+/// `struct gb_params`: a snapshot of the module parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Params {
+    pub(crate) pool_cap_mb: u64,
+    pub(crate) reserve_mb: i64,
+    pub(crate) uid_cap_mb: u64,
+    pub(crate) cache_mb: u64,
+    pub(crate) watchdog_ms: u64,
+}
+
+// `bindings` structs contain zero-sized lockdep fields; the kernel's own bindings
+// silence the same lint.
+#[allow(improper_ctypes)]
+extern "C" {
+    pub(crate) fn gb_misc_register() -> c_int;
+    pub(crate) fn gb_misc_deregister();
+    pub(crate) fn gb_sysfs_create() -> c_int;
+    pub(crate) fn gb_sysfs_remove();
+
+    pub(crate) fn gb_params_read(out: *mut Params);
+    pub(crate) fn gb_params_set_defaults(pool_cap_mb: u64, reserve_mb: i64);
+
+    pub(crate) fn gb_watchdog_kick(delay_ms: c_ulong);
+    pub(crate) fn gb_refill_kick();
+    pub(crate) fn gb_works_cancel();
+
+    pub(crate) fn gb_chunk_alloc(
+        nid: c_int,
+        order: c_uint,
+        zero: bool,
+        strict: bool,
+        cheap: bool,
+    ) -> *mut bindings::page;
+    pub(crate) fn gb_chunk_free(page: *mut bindings::page, order: c_uint);
+    pub(crate) fn gb_chunk_zero(page: *mut bindings::page, order: c_uint);
+    pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page) -> bool;
+    pub(crate) fn gb_page_nid(page: *mut bindings::page) -> c_int;
+    pub(crate) fn gb_node_online(nid: c_int) -> bool;
+    pub(crate) fn gb_numa_node_id() -> c_int;
+    pub(crate) fn gb_mem_available() -> u64;
+    pub(crate) fn gb_total_ram() -> u64;
+    pub(crate) fn gb_now_ms() -> u64;
+
+    pub(crate) fn gb_fd_reserve() -> c_int;
+    pub(crate) fn gb_fd_discard(fd: c_int);
+    pub(crate) fn gb_dmabuf_export(buf: *mut c_void, size: usize, out: *mut *mut DmaBuf) -> c_int;
+    pub(crate) fn gb_dmabuf_install(fd: c_int, dmabuf: *mut DmaBuf);
+    pub(crate) fn gb_dmabuf_put(dmabuf: *mut DmaBuf);
+
+    pub(crate) fn gb_vma_info(
+        vma: *mut bindings::vm_area_struct,
+        start: *mut c_ulong,
+        pages: *mut c_ulong,
+        pgoff: *mut c_ulong,
+        shared: *mut bool,
+    );
+    pub(crate) fn gb_vma_prepare(vma: *mut bindings::vm_area_struct);
+    pub(crate) fn gb_vma_insert(
+        vma: *mut bindings::vm_area_struct,
+        addr: c_ulong,
+        head: *mut bindings::page,
+        first: c_ulong,
+        npages: c_ulong,
+    ) -> c_int;
+
+    pub(crate) fn gb_sgt_create(
+        chunks: *const Chunk,
+        nchunks: c_uint,
+        dev: *mut bindings::device,
+        dir: bindings::dma_data_direction,
+        out: *mut *mut bindings::sg_table,
+    ) -> c_int;
+    pub(crate) fn gb_sgt_destroy(
+        dev: *mut bindings::device,
+        sgt: *mut bindings::sg_table,
+        dir: bindings::dma_data_direction,
+    );
+    pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong)
+        -> *mut c_void;
+    pub(crate) fn gb_vunmap(vaddr: *mut c_void);
+
+    pub(crate) fn gb_eventfd_get(fd: c_int, out: *mut *mut EventfdCtx) -> c_int;
+    pub(crate) fn gb_eventfd_signal(ctx: *mut EventfdCtx);
+    pub(crate) fn gb_eventfd_put(ctx: *mut EventfdCtx);
+
+    pub(crate) fn gb_current_tgid_get() -> *mut bindings::pid;
+    pub(crate) fn gb_pid_put(pid: *mut bindings::pid);
+    pub(crate) fn gb_pid_nr(pid: *mut bindings::pid) -> c_int;
+    pub(crate) fn gb_current_tgid_vnr() -> c_int;
+    pub(crate) fn gb_current_kuid() -> u32;
+    pub(crate) fn gb_kuid_to_caller(kuid: u32) -> u32;
+    pub(crate) fn gb_current_comm(buf: *mut c_char, len: usize);
+}

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The page pool: building a buffer's chunks and the pre-zeroed 2 MiB page cache.
+//!
+//! Fresh pages are allocated zeroed (`__GFP_ZERO`); cached 2 MiB pages were zeroed by
+//! the refill worker; pages coming back from a buffer go to the `dirty` list and are
+//! zeroed by the worker before they can reach the `clean` list again. So no data ever
+//! crosses from one buffer to another, and ALLOC does not zero in the caller's path
+//! while the cache has pages.
+//!
+//! Lock: only `State::cache`, never held together with another of our locks, never held
+//! while zeroing.
+
+use core::sync::atomic::Ordering;
+use kernel::page::PAGE_SIZE;
+use kernel::prelude::*;
+
+use crate::ffi::{self, Chunk};
+use crate::{abi, util, Limits, State};
+
+/// Order of a full-size chunk: 2 MiB with 4 KiB pages.
+pub(crate) const CHUNK_ORDER: u32 = 9;
+const _: () = assert!((PAGE_SIZE as u64) << CHUNK_ORDER == abi::GB_CHUNK_SIZE);
+
+/// `NUMA_NO_NODE`.
+pub(crate) const ANY_NODE: i32 = -1;
+
+/// Bytes covered by a chunk of `order`.
+pub(crate) const fn order_bytes(order: u32) -> u64 {
+    (PAGE_SIZE as u64) << order
+}
+
+/// Where a buffer's pages should come from.
+#[derive(Clone, Copy)]
+pub(crate) struct Placement {
+    /// NUMA node, or [`ANY_NODE`].
+    pub(crate) nid: i32,
+    /// Fail rather than use another node.
+    pub(crate) strict: bool,
+}
+
+/// The cache lists.
+///
+/// # Invariants
+///
+/// Every chunk has order [`CHUNK_ORDER`] and is exclusively ours (see [`Chunk`]);
+/// `clean` chunks are all zero. `Counters::t2_cached` is the size of both lists and
+/// `Counters::t2_clean` the size of `clean`.
+pub(crate) struct Cache {
+    clean: KVec<Chunk>,
+    dirty: KVec<Chunk>,
+}
+
+impl Cache {
+    /// Empty lists.
+    pub(crate) const fn new() -> Self {
+        Cache {
+            clean: KVec::new(),
+            dirty: KVec::new(),
+        }
+    }
+}
+
+fn free_chunk(chunk: Chunk) {
+    // SAFETY: by the `Chunk` invariant we own one reference to this block of
+    // `2^order` pages; it is given up here and the chunk is not used again.
+    unsafe { ffi::gb_chunk_free(chunk.page, chunk.order) };
+}
+
+/// Allocates one zeroed chunk of `order`, or of a lower order if memory is too
+/// fragmented (down to `min_order`).
+fn fresh_chunk(order: u32, min_order: u32, placement: Placement) -> Option<Chunk> {
+    let mut o = order;
+    loop {
+        // SAFETY: plain page allocation; the result is owned by the returned chunk.
+        let page = unsafe {
+            ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0)
+        };
+        if !page.is_null() {
+            return Some(Chunk { page, order: o, pad: 0 });
+        }
+        if o <= min_order {
+            return None;
+        }
+        o -= 1;
+    }
+}
+
+/// Takes a zeroed 2 MiB chunk from the cache, on the wanted node if there is one.
+fn take_clean(state: &State, placement: Placement) -> Option<Chunk> {
+    let mut cache = state.cache.lock();
+    let index = if placement.nid == ANY_NODE {
+        cache.clean.len().checked_sub(1)?
+    } else {
+        cache.clean.iter().rposition(|c| {
+            // SAFETY: the chunk's page is ours and valid (`Cache` invariant).
+            let nid = unsafe { ffi::gb_page_nid(c.page) };
+            nid == placement.nid
+        })?
+    };
+    let chunk = util::vec_swap_remove(&mut cache.clean, index)?;
+    let bytes = order_bytes(chunk.order);
+    state.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
+    state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
+    Some(chunk)
+}
+
+/// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
+/// 2 MiB pages first, then fresh ones, falling back to lower orders when fragmented.
+/// The caller has already reserved `size` against the caps.
+pub(crate) fn alloc_chunks(state: &State, size: u64, placement: Placement) -> Result<KVVec<Chunk>> {
+    let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
+    let mut chunks = KVVec::with_capacity(estimate, GFP_KERNEL)?;
+    let mut remaining = size;
+    // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
+    // rather than failing again at every chunk.
+    let mut max_order = CHUNK_ORDER;
+    while remaining > 0 {
+        let mut order = max_order;
+        while order > 0 && order_bytes(order) > remaining {
+            order -= 1;
+        }
+        let cached = if order == CHUNK_ORDER {
+            take_clean(state, placement)
+        } else {
+            None
+        };
+        let Some(chunk) = cached.or_else(|| fresh_chunk(order, 0, placement)) else {
+            recycle(state, &chunks, false);
+            return Err(ENOMEM);
+        };
+        max_order = max_order.min(chunk.order);
+        if chunks.push(chunk, GFP_KERNEL).is_err() {
+            free_chunk(chunk);
+            recycle(state, &chunks, false);
+            return Err(ENOMEM);
+        }
+        remaining = remaining.saturating_sub(order_bytes(chunk.order));
+    }
+    Ok(chunks)
+}
+
+/// Gives a buffer's chunks back: full-size ones that nobody else references go to the
+/// cache while it has room (to the dirty list if userspace may have written them),
+/// the rest to the kernel. A chunk still referenced elsewhere (a long-term pin that
+/// outlived the buffer) is never reused: the kernel frees it when the pin goes.
+pub(crate) fn recycle(state: &State, chunks: &[Chunk], exposed: bool) {
+    if chunks.is_empty() {
+        return;
+    }
+    let limits = state.limits();
+    let mut queued_dirty = false;
+    let mut cache = state.cache.lock();
+    for &chunk in chunks {
+        // SAFETY: the chunk is ours (`Chunk` invariant) and not mapped any more.
+        let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
+        if !exclusive {
+            state.counters.pinned_on_release.fetch_add(1, Ordering::Relaxed);
+            free_chunk(chunk);
+            continue;
+        }
+        let bytes = order_bytes(chunk.order);
+        let cached = state.counters.t2_cached.load(Ordering::Relaxed);
+        let keep = chunk.order == CHUNK_ORDER
+            && !state.pressure.load(Ordering::Relaxed)
+            && !state.stopping.load(Ordering::Relaxed)
+            && cached + bytes <= limits.cache_target;
+        let list = if exposed { &mut cache.dirty } else { &mut cache.clean };
+        if keep && list.push(chunk, GFP_KERNEL).is_ok() {
+            state.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
+            if exposed {
+                queued_dirty = true;
+            } else {
+                state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+            }
+        } else {
+            free_chunk(chunk);
+        }
+    }
+    drop(cache);
+    if queued_dirty {
+        kick_refill(state);
+    }
+}
+
+/// Queues the refill worker unless the module is unloading.
+pub(crate) fn kick_refill(state: &State) {
+    if !state.stopping.load(Ordering::Acquire) {
+        // SAFETY: queues the glue's work item, cancelled in `drop` after `stopping`.
+        unsafe { ffi::gb_refill_kick() };
+    }
+}
+
+/// Whether the cache should grow by one chunk now.
+fn may_grow(state: &State, limits: &Limits) -> bool {
+    let c = &state.counters;
+    let cached = c.t2_cached.load(Ordering::Relaxed);
+    let used = c.t2_used.load(Ordering::Relaxed);
+    // SAFETY: plain read of a kernel counter.
+    let available = unsafe { ffi::gb_mem_available() };
+    !state.stopping.load(Ordering::Relaxed)
+        && !state.pressure.load(Ordering::Relaxed)
+        && cached + abi::GB_CHUNK_SIZE <= limits.cache_target
+        && used.saturating_add(cached).saturating_add(abi::GB_CHUNK_SIZE) <= limits.cap
+        && available >= limits.reserve.saturating_add(2 * abi::GB_CHUNK_SIZE)
+}
+
+/// The refill worker: zeroes returned pages, grows the cache to its target, trims it
+/// when the target shrank or memory is under pressure.
+pub(crate) fn refill(state: &State) {
+    // Zero returned pages outside the lock, one at a time.
+    loop {
+        let Some(chunk) = util::vec_pop(&mut state.cache.lock().dirty) else {
+            break;
+        };
+        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the
+        // exclusivity check in `recycle`).
+        unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
+        let bytes = order_bytes(chunk.order);
+        let mut cache = state.cache.lock();
+        if !state.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, GFP_KERNEL).is_ok() {
+            state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
+            drop(cache);
+            free_chunk(chunk);
+        }
+    }
+    let limits = state.limits();
+    while may_grow(state, &limits) {
+        let placement = Placement { nid: ANY_NODE, strict: false };
+        let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement) else {
+            break;
+        };
+        let bytes = order_bytes(chunk.order);
+        let mut cache = state.cache.lock();
+        if cache.clean.push(chunk, GFP_KERNEL).is_err() {
+            drop(cache);
+            free_chunk(chunk);
+            break;
+        }
+        state.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
+        state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+    }
+    // Trim to the target (the parameter may have been lowered).
+    let target = if state.pressure.load(Ordering::Relaxed) { 0 } else { limits.cache_target };
+    while state.counters.t2_cached.load(Ordering::Relaxed) > target {
+        if !trim_one(state) {
+            break;
+        }
+    }
+}
+
+/// Frees one cached chunk (clean first). Returns false when the cache is empty.
+fn trim_one(state: &State) -> bool {
+    let mut cache = state.cache.lock();
+    let (chunk, clean) = match util::vec_pop(&mut cache.clean) {
+        Some(c) => (c, true),
+        None => match util::vec_pop(&mut cache.dirty) {
+            Some(c) => (c, false),
+            None => return false,
+        },
+    };
+    let bytes = order_bytes(chunk.order);
+    state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
+    if clean {
+        state.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
+    }
+    drop(cache);
+    free_chunk(chunk);
+    true
+}
+
+/// Gives every cached page back to the kernel (pressure, unload).
+pub(crate) fn drain(state: &State) {
+    while trim_one(state) {}
+}

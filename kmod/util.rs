@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Small helpers: vector removal (6.12's `KVec` has no `pop`/`swap_remove`), a bounded
+//! text writer for sysfs, a rate limiter and human-readable sizes.
+
+use core::fmt;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use kernel::alloc::{Allocator, Vec};
+
+use crate::ffi;
+
+/// Removes and returns the last element.
+pub(crate) fn vec_pop<T, A: Allocator>(v: &mut Vec<T, A>) -> Option<T> {
+    let last = v.len().checked_sub(1)?;
+    // SAFETY: `last < len`, so the element is initialised. The length is shortened
+    // first, so ownership of the element moves to the caller and is never dropped twice.
+    unsafe {
+        v.set_len(last);
+        Some(core::ptr::read(v.as_ptr().add(last)))
+    }
+}
+
+/// Removes the element at `index`, replacing it with the last one.
+pub(crate) fn vec_swap_remove<T, A: Allocator>(v: &mut Vec<T, A>, index: usize) -> Option<T> {
+    let last = v.len().checked_sub(1)?;
+    if index > last {
+        return None;
+    }
+    v.as_mut_slice().swap(index, last);
+    vec_pop(v)
+}
+
+/// A `fmt::Write` into a fixed byte buffer that stops (and remembers it) when full.
+pub(crate) struct SliceWriter<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+    /// A write did not fit.
+    pub(crate) full: bool,
+}
+
+impl<'a> SliceWriter<'a> {
+    /// A writer filling `buf` from its start.
+    pub(crate) fn new(buf: &'a mut [u8]) -> Self {
+        SliceWriter { buf, len: 0, full: false }
+    }
+
+    /// Bytes written.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes still free.
+    pub(crate) fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+}
+
+impl fmt::Write for SliceWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let bytes = s.as_bytes();
+        match self.buf.get_mut(self.len..self.len + bytes.len()) {
+            Some(dst) if !self.full => {
+                dst.copy_from_slice(bytes);
+                self.len += bytes.len();
+                Ok(())
+            }
+            _ => {
+                self.full = true;
+                Err(fmt::Error)
+            }
+        }
+    }
+}
+
+/// Allows `burst` events per `interval_ms` window.
+pub(crate) struct RateLimit {
+    interval_ms: u64,
+    burst: u32,
+    window_start: AtomicU64,
+    count: AtomicU32,
+}
+
+impl RateLimit {
+    /// A limiter of `burst` events per `interval_ms`.
+    pub(crate) const fn new(interval_ms: u64, burst: u32) -> Self {
+        RateLimit {
+            interval_ms,
+            burst,
+            window_start: AtomicU64::new(0),
+            count: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether one more event may happen now.
+    pub(crate) fn allow(&self) -> bool {
+        // SAFETY: plain read of jiffies.
+        let now = unsafe { ffi::gb_now_ms() };
+        let start = self.window_start.load(Ordering::Relaxed);
+        if now.wrapping_sub(start) >= self.interval_ms
+            && self
+                .window_start
+                .compare_exchange(start, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.count.store(0, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed) < self.burst
+    }
+}
+
+/// Formats a byte count in MiB, or "none" for 0 (a disabled limit).
+pub(crate) struct MibOrNone(pub(crate) u64);
+
+impl fmt::Display for MibOrNone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == 0 {
+            f.write_str("none")
+        } else {
+            write!(f, "{} MiB", self.0 >> 20)
+        }
+    }
+}
+
+/// Raises `peak` to at least `value`.
+pub(crate) fn raise_peak(peak: &AtomicU64, value: u64) {
+    peak.fetch_max(value, Ordering::Relaxed);
+}
