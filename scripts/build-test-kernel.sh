@@ -18,6 +18,11 @@ KDIR=$GB_CACHE/test-kernel-$key
 KVARS=(ARCH=x86_64 LLVM=1 RUSTC="$KRUSTC" HOSTRUSTC="$KRUSTC" RUSTDOC="$KRUSTDOC" BINDGEN="$BINDGEN")
 
 if [ -f "$KDIR/.done" ]; then echo "$KDIR"; exit 0; fi
+# One build at a time: a second caller waits for the first and reuses its result.
+mkdir -p "$GB_CACHE"
+exec 9>"$GB_CACHE/test-kernel.lock"
+flock 9
+if [ -f "$KDIR/.done" ]; then echo "$KDIR"; exit 0; fi
 
 if [ ! -f "$KSRC/.extracted" ]; then
   log "extracting $SRC_TAR"
