@@ -1,0 +1,111 @@
+//! gb-guest-tests: the in-guest half of the QEMU module suite (`make kmod-test`).
+//!
+//! tests/qemu/guest-suite.sh loads greenboost.ko with the parameters each subcommand
+//! expects and runs it. Every test prints `PASS name`, `FAIL name: reason` or
+//! `SKIP name: reason`; each subcommand ends with `N passed, M failed` and exits
+//! non-zero on a failure. Subcommands:
+//!
+//!   all                    every test that runs on one module load (see `MAIN`)
+//!   run NAME               one test of any list
+//!   list                   names of all tests
+//!   reserve-refusal        with the module loaded with a reserve above RAM
+//!   check-unload-log       after rmmod: the final stats line is in dmesg
+//!   hold-buffer SIZE       allocate, map, print `HOLDING id size`, sleep until killed
+//!
+//! Environment: GB_STRESS_SECONDS (default 10), GB_FUZZ_SEED.
+
+mod gb;
+mod harness;
+mod tests;
+mod uring;
+
+use harness::{run_tests, Test, TestResult};
+use std::time::Duration;
+use tests::*;
+
+const fn t(name: &'static str, secs: u64, run: fn() -> TestResult) -> Test {
+    Test { name, limit: Duration::from_secs(secs), run }
+}
+
+/// Tests for one module load with guest-suite.sh's main parameters (a cap above RAM, a
+/// small reserve, parameters writable at run time).
+const MAIN: &[Test] = &[
+    t("abi_version", 30, alloc::abi_version),
+    t("device_node_mode", 30, alloc::device_node_mode),
+    t("dmesg_load_banner", 30, stats::dmesg_banner),
+    t("alloc_size_zero_einval", 30, alloc::alloc_size_zero),
+    t("alloc_unaligned_rounded_up", 60, alloc::alloc_unaligned),
+    t("alloc_one_page", 30, alloc::alloc_one_page),
+    t("alloc_2mib", 30, alloc::alloc_2mib),
+    t("alloc_1gib", 600, alloc::alloc_1gib),
+    t("alloc_over_cap_enomem", 60, alloc::alloc_over_cap),
+    t("alloc_over_ram_enomem", 120, alloc::alloc_over_ram),
+    t("alloc_bad_fields_einval", 30, alloc::alloc_bad_fields),
+    t("bad_pointers_efault", 30, alloc::bad_pointers),
+    t("unknown_ioctls_enotty", 30, alloc::unknown_ioctls),
+    t("register_eventfd_errors", 30, alloc::register_eventfd_errors),
+    t("report_t1", 30, alloc::report_t1),
+    t("proc_stats", 30, alloc::proc_stats),
+    t("mmap_bounds", 30, mmap::mmap_bounds),
+    t("mmap_vma_flags", 30, mmap::mmap_vma_flags),
+    t("mmap_shared_views", 60, mmap::mmap_shared_views),
+    t("buffer_outlives_fds", 30, mmap::buffer_lifetime),
+    t("fresh_pages_zeroed_after_secret", 600, mmap::fresh_pages_zeroed),
+    t("scm_rights_fd_passing", 60, lifecycle::scm_rights),
+    t("fork_inherited_fd", 60, lifecycle::fork_inherit),
+    t("close_releases_to_baseline", 30, lifecycle::close_releases),
+    t("kill9_releases_to_baseline", 60, lifecycle::kill9_releases),
+    t("dmabuf_sync_ioctl", 30, fuzz::dmabuf_sync),
+    t("importer_sg_table", 60, importer::importer_sg_table),
+    t("longterm_pin_io_uring_odirect", 120, pin::longterm_pin_io_uring),
+    t("pinned_pages_not_recycled", 120, pin::pinned_pages_not_recycled),
+    t("numa_strict_placement", 120, numa::numa_placement),
+    t("sysfs_stats", 30, stats::sysfs_stats),
+    t("dmesg_on_demand_report", 30, stats::dmesg_report),
+    t("pool_cap_cumulative", 60, pressure::pool_cap_cumulative),
+    t("uid_cap", 60, pressure::uid_cap),
+    t("concurrent_4x8_stress", 900, stress::concurrent_stress),
+    t("random_ioctls_12000", 900, fuzz::random_ioctls),
+    t("pressure_eventfd", 180, pressure::pressure_eventfd),
+];
+
+const RESERVE: &[Test] = &[t("reserve_above_ram_refuses", 60, pressure::reserve_above_ram)];
+const UNLOAD: &[Test] = &[t("unload_final_stats_logged", 30, stats::unload_logged)];
+
+fn summary(tally: harness::Tally) -> i32 {
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    i32::from(tally.failed != 0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let all = || MAIN.iter().chain(RESERVE).chain(UNLOAD);
+    let code = match args.first().map(String::as_str) {
+        Some("all") => summary(run_tests(MAIN, None)),
+        Some("reserve-refusal") => summary(run_tests(RESERVE, None)),
+        Some("check-unload-log") => summary(run_tests(UNLOAD, None)),
+        Some("run") if args.len() == 2 => match all().find(|t| t.name == args[1]) {
+            Some(test) => summary(run_tests(std::slice::from_ref(test), None)),
+            None => {
+                eprintln!("no test named {}", args[1]);
+                2
+            }
+        },
+        Some("list") => {
+            all().for_each(|t| println!("{}", t.name));
+            0
+        }
+        Some("hold-buffer") if args.len() == 2 => match args[1].parse() {
+            Ok(size) => tests::lifecycle::hold_buffer(size),
+            Err(_) => {
+                eprintln!("hold-buffer: SIZE must be a byte count");
+                2
+            }
+        },
+        _ => {
+            eprintln!("usage: gb-guest-tests all | run NAME | list | reserve-refusal | check-unload-log | hold-buffer SIZE");
+            2
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,75 @@
+//! A second driver imports the DMA-BUF (tests/qemu/importer, /dev/gb_importer): attach,
+//! map the attachment, walk the sg table, read through the sg pages and through vmap.
+
+use crate::gb::*;
+use crate::harness::*;
+
+const IMPORTER_PATH: &str = "/dev/gb_importer";
+const MIB: u64 = 1 << 20;
+
+/// Mirror of `struct gb_importer_check` (tests/qemu/importer/gb_importer.h).
+#[repr(C)]
+#[derive(Default, Debug)]
+struct ImporterCheck {
+    fd: i32,
+    flags: u32,
+    dmabuf_size: u64,
+    cpu_total: u64,
+    cpu_nents: u64,
+    dma_total: u64,
+    dma_nents: u64,
+    min_seg: u64,
+    max_seg: u64,
+    all_page_multiple: u32,
+    vmap_ok: u32,
+    vmap_err: i32,
+    pad: u32,
+    sg_first: u64,
+    sg_last: u64,
+    vmap_first: u64,
+    vmap_last: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<ImporterCheck>() == 112);
+/// _IOWR(0xB8, 0x01, struct gb_importer_check)
+const GB_IMPORTER_IOC_CHECK: u32 = (3 << 30) | (112 << 16) | (0xB8 << 8) | 0x01;
+
+pub fn importer_sg_table() -> TestResult {
+    let imp = open_path(IMPORTER_PATH, libc::O_RDWR)
+        .map_err(|e| format!("open {IMPORTER_PATH}: {} (guest-suite.sh loads gb_importer.ko)", errname(e)))?;
+    let dev = Dev::open()?;
+    for size in [page_size(), 2 * MIB, 2 * MIB + page_size(), 17 * MIB + 3] {
+        let buf = dev.alloc(size)?;
+        let map = buf.map()?;
+        let last = map.words() - 1;
+        map.write_u64(0, 0xf125_7000 + size);
+        map.write_u64(last, 0x1a57_0000 + size);
+        let mut c = ImporterCheck { fd: buf.raw(), ..Default::default() };
+        raw_ioctl(std::os::fd::AsRawFd::as_raw_fd(&imp), GB_IMPORTER_IOC_CHECK, &mut c as *mut ImporterCheck as usize)
+            .map_err(|e| format!("importer attach/map of a {size}-byte buffer: {}", errname(e)))?;
+        note(&format!("size {size}: {} CPU segments ({}..{} bytes), {} DMA segments, vmap {}",
+            c.cpu_nents, c.min_seg, c.max_seg, c.dma_nents, if c.vmap_ok == 1 { "ok".to_string() } else { errname(-c.vmap_err) }));
+        ensure(c.dmabuf_size == buf.size, || format!("dma_buf size {} != alloc_size {}", c.dmabuf_size, buf.size))?;
+        ensure(c.cpu_total == buf.size, || format!("sg table covers {} bytes, buffer is {}", c.cpu_total, buf.size))?;
+        ensure(c.dma_total == buf.size, || format!("DMA-mapped segments cover {} bytes, buffer is {}", c.dma_total, buf.size))?;
+        ensure(c.cpu_nents >= 1 && c.cpu_nents <= buf.size / page_size(), || format!("{} sg entries for {} pages", c.cpu_nents, buf.size / page_size()))?;
+        ensure(c.all_page_multiple == 1, || "an sg segment is not page-aligned".into())?;
+        // 2 MiB compound pages: a buffer of at least 2 MiB needs far fewer entries than pages
+        // (falling back to small pages only under fragmentation, which a fresh guest lacks).
+        if buf.size >= 2 * MIB {
+            ensure(c.max_seg >= 2 * MIB, || format!("largest segment {} bytes: buffer not built from 2 MiB pages", c.max_seg))?;
+        }
+        ensure(c.sg_first == map.read_u64(0) && c.sg_last == map.read_u64(last), || {
+            format!("through the sg pages the importer reads {:#x}..{:#x}, userspace wrote {:#x}..{:#x}", c.sg_first, c.sg_last, map.read_u64(0), map.read_u64(last))
+        })?;
+        ensure(c.vmap_ok == 1, || format!("dma_buf_vmap: {}", errname(-c.vmap_err)))?;
+        ensure(c.vmap_first == map.read_u64(0) && c.vmap_last == map.read_u64(last), || {
+            format!("through vmap the importer reads {:#x}..{:#x}", c.vmap_first, c.vmap_last)
+        })?;
+    }
+    // Not a DMA-BUF: the importer's dma_buf_get refuses it, nothing is attached.
+    let (r, _w) = pipe();
+    let mut c = ImporterCheck { fd: std::os::fd::AsRawFd::as_raw_fd(&r), ..Default::default() };
+    expect_errno("importer with a pipe fd", raw_ioctl(std::os::fd::AsRawFd::as_raw_fd(&imp), GB_IMPORTER_IOC_CHECK, &mut c as *mut ImporterCheck as usize), libc::EINVAL)?;
+    Ok(Outcome::Pass)
+}

@@ -1,0 +1,11 @@
+//! The test groups; `main.rs` lists which run under which subcommand.
+pub mod alloc;
+pub mod fuzz;
+pub mod importer;
+pub mod lifecycle;
+pub mod mmap;
+pub mod numa;
+pub mod pin;
+pub mod pressure;
+pub mod stats;
+pub mod stress;

@@ -1,0 +1,46 @@
+//! NUMA placement: a STRICT allocation on node N has every page on node N.
+
+use crate::gb::*;
+use crate::harness::*;
+use greenboost_abi::*;
+
+const MIB: u64 = 1 << 20;
+
+/// Node of every page of the mapping (move_pages with nodes = NULL only queries).
+fn page_nodes(m: &Mapping) -> Result<Vec<i32>, String> {
+    let pg = page_size() as usize;
+    let pages: Vec<*mut libc::c_void> = (0..m.len() / pg).map(|i| unsafe { m.ptr().add(i * pg) } as *mut libc::c_void).collect();
+    let mut status = vec![i32::MIN; pages.len()];
+    // SAFETY: pages and status are arrays of pages.len() entries; nodes NULL = query only.
+    let r = unsafe {
+        libc::syscall(libc::SYS_move_pages, 0, pages.len(), pages.as_ptr(), std::ptr::null::<i32>(), status.as_mut_ptr(), 0)
+    };
+    if r < 0 {
+        return Err(format!("move_pages query: {}", errname(errno())));
+    }
+    Ok(status)
+}
+
+pub fn numa_placement() -> TestResult {
+    let nodes = online_nodes();
+    if nodes.len() < 2 {
+        return Ok(Outcome::Skip(format!("guest has {} NUMA node(s); placement needs 2 (the runner boots with 2)", nodes.len())));
+    }
+    let dev = Dev::open()?;
+    for &node in &nodes {
+        for (size, flags) in [(8 * MIB, GB_ALLOC_NODE_STRICT), (2 * MIB + page_size(), GB_ALLOC_NODE_STRICT), (4 * MIB, 0)] {
+            let buf = dev.try_alloc_on(size, flags, node)
+                .map_err(|e| format!("ALLOC({size}, node {node}, flags {flags}): {}", errname(e)))?;
+            let m = buf.map()?;
+            m.fill(node as u64, page_words());
+            let placed = page_nodes(&m)?;
+            let off: Vec<(usize, i32)> = placed.iter().copied().enumerate().filter(|&(_, n)| n != node).collect();
+            // Preferred (non-strict) placement may fall back, but not in an idle guest with free memory on the node.
+            ensure(off.is_empty(), || {
+                format!("ALLOC on node {node} (flags {flags}): {} of {} pages elsewhere, first page {} on {}", off.len(), placed.len(), off[0].0, off[0].1)
+            })?;
+        }
+    }
+    note(&format!("nodes {nodes:?}: every page where asked"));
+    Ok(Outcome::Pass)
+}
