@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# GreenBoost GPU suite (`make gpu-test`), run from the repository root on a machine with an
+# NVIDIA GPU. It needs no cargo: tests/gpu/prepare.sh builds libgreenboost_cuda.so and
+# gb-gpu-check elsewhere and copies them into build/gpu-carry/ (see tests/gpu/README.md).
+#
+# Prints PASS/FAIL lines, ends with `N passed, M failed`, and writes
+# bench/results/gpu-test-<date>-<commit>.md (also into $OUT when set) with the device, the
+# versions, every test's outcome and its figures.
+#
+# Settings (environment):
+#   GB_GPU_CARRY   folder with libgreenboost_cuda.so, gb-gpu-check, COMMIT (build/gpu-carry)
+#   GB_GPU_MODE    full (default) | control: control runs only the tests without the shim,
+#                  to validate the programs and the device before the shim exists
+#   PYTHON         python with torch and pynvml (python3)
+#   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+carry=${GB_GPU_CARRY:-build/gpu-carry}
+mode=${GB_GPU_MODE:-full}
+python=${PYTHON:-python3}
+test_timeout=${GB_GPU_TEST_TIMEOUT:-240}
+case $carry in /*) ;; *) carry=$root/$carry ;; esac
+shim=$carry/libgreenboost_cuda.so
+check=$carry/gb-gpu-check
+torch_check=$root/tests/gpu/torch_check.py
+
+budget_gib=8          # GREENBOOST_VRAM_BUDGET of the budget tests
+total_gib=24          # 3x the budget, held at once
+async_gib=12          # held at once through cudaMallocAsync
+t2_cap_gib=64         # GREENBOOST_T2_CAP of the capacity tests (combined mode adds it)
+small_t2_cap_gib=2    # GREENBOOST_T2_CAP of the T2-exhaustion test
+leave_gib=6           # VRAM the balloon leaves free
+pressure_gib=16       # held under the balloon: past free VRAM
+vram_slack_mib=2048   # context, cuBLAS workspace and kernels on top of the budget
+
+logs=$(mktemp -d /tmp/gb-gpu-test.XXXXXX)
+summary=$logs/summary.txt     # every PASS/FAIL line, in order
+figures=$logs/figures.txt     # every KV line, in order
+: >"$summary"; : >"$figures"
+started=$(date -u +%s)
+
+# Processes this script starts in the background (balloon, VRAM samplers); ended on exit.
+background=()
+cleanup() {
+  local pid
+  for pid in "${background[@]}"; do
+    kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  done
+  background=()
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+
+pass() { echo "PASS $1: $2" | tee -a "$summary"; }
+fail() { echo "FAIL $1: $2" | tee -a "$summary"; }
+note() { echo "KV $1=$2" | tee -a "$figures"; }
+
+# run_test NAME ENV... -- CMD...: runs one test process with the given environment,
+# collects its PASS/FAIL and KV lines, and fails NAME when it exits non-zero without
+# reporting a failure (a crash, a timeout).
+run_test() {
+  local name=$1; shift
+  local env=()
+  while [ "$1" != "--" ]; do env+=("$1"); shift; done
+  shift
+  local out=$logs/$name.out err=$logs/$name.err
+  echo "== $name: ${env[*]} $*" | tee -a "$logs/commands.txt"
+  timeout --kill-after=10 "$test_timeout" env "${env[@]}" "$@" >"$out" 2>"$err"
+  local rc=$?
+  # Test names are prefixed with the process's name where they do not already start with
+  # it (gb-gpu-check report prints the same names in every configuration).
+  grep -E '^(PASS|FAIL) ' "$out" | sed -E "/^(PASS|FAIL) $name[.:]/! s/^(PASS|FAIL) /\\1 $name\//" | tee -a "$summary"
+  grep -E '^KV ' "$out" >>"$figures"
+  if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
+    local why="exited with status $rc"
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && why="timed out after ${test_timeout}s"
+    fail "$name.exit" "$why without reporting a failure; stderr: $(tail -c 600 "$err" | tr '\n' ' ')"
+  fi
+  return 0
+}
+
+# VRAM really in use on the device (MiB), read by nvidia-smi outside the shim.
+vram_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1 | tr -d ' '; }
+
+# with_vram_peak NAME LIMIT_MIB -- run_test args...: samples device memory while the test
+# runs and fails NAME.vram_peak when the test's own use went past LIMIT_MIB (0: only record).
+with_vram_peak() {
+  local name=$1 limit=$2; shift 3
+  local base samples=$logs/$name.vram
+  base=$(vram_used_mib)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$samples" 2>/dev/null &
+  local sampler=$!
+  background+=("$sampler")
+  run_test "$name" "$@"
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+  local peak
+  peak=$(tr -d ' ' <"$samples" | grep -E '^[0-9]+$' | sort -n | tail -1)
+  if [ -z "$peak" ]; then
+    fail "$name.vram_peak" "nvidia-smi gave no memory readings while the test ran"
+    return
+  fi
+  local grown=$((peak - base))
+  note "$name.vram_base_mib" "$base"
+  note "$name.vram_peak_mib" "$peak"
+  if [ "$limit" -gt 0 ]; then
+    if [ "$grown" -le "$limit" ]; then
+      pass "$name.vram_peak" "device memory grew by ${grown} MiB (nvidia-smi), within budget + slack = ${limit} MiB"
+    else
+      fail "$name.vram_peak" "device memory grew by ${grown} MiB (nvidia-smi), more than budget + slack = ${limit} MiB"
+    fi
+  fi
+}
+
+figure() { grep -E "^KV $1=" "$figures" | tail -1 | cut -d= -f2-; }
+
+# --- what runs where -------------------------------------------------------------------
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi fails); run it on a GPU machine (tests/gpu/README.md)" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+if [ ! -x "$check" ]; then
+  echo "tests/gpu/run.sh: $check is missing; run tests/gpu/prepare.sh on the build machine and carry $carry" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+if [ "$mode" = full ] && [ ! -f "$shim" ]; then
+  fail shim.present "$shim is missing: run tests/gpu/prepare.sh (or GB_GPU_MODE=control for the tests without the shim)"
+fi
+
+# gb-gpu-check dlopens libcudart.so.13 by name: add the toolkit's or PyTorch's copy to the
+# search path when the system's loader does not know it.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so\.13'; then
+  cudart_dir=$("$python" - <<'EOF' 2>/dev/null
+import glob, os, site
+for base in site.getsitepackages() + ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]:
+    hits = glob.glob(os.path.join(base, "nvidia", "cu13", "lib", "libcudart.so.13*")) + glob.glob(os.path.join(base, "libcudart.so.13*"))
+    if hits:
+        print(os.path.dirname(hits[0])); break
+EOF
+)
+  [ -n "$cudart_dir" ] && export LD_LIBRARY_PATH=$cudart_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+commit=unknown
+if [ -f "$carry/COMMIT" ]; then
+  commit=$(head -1 "$carry/COMMIT")
+elif git -C "$root" rev-parse --short=12 HEAD >/dev/null 2>&1; then
+  commit=$(git -C "$root" rev-parse --short=12 HEAD)
+fi
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 | head -1)
+nvcc_version=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+torch_version=$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null)
+note device.gpu "$gpu_name"
+note device.driver "$driver"
+note device.nvcc "${nvcc_version:-none}"
+note device.torch "${torch_version:-none}"
+note device.kernel "$(uname -r)"
+
+# --- without the shim: the device, the programs and the driver's own behaviour ------------
+run_test report_plain -- "$check" report
+cp "$logs/report_plain.out" "$logs/report_plain.kv"
+physical_total=$(figure cudaMemGetInfo.total)
+physical_free=$(figure cudaMemGetInfo.free)
+run_test import_probe -- "$check" import
+run_test rust_plain -- "$check" alloc --label rust_plain --total-gib 4 --async-gib 2 --expect vram
+run_test torch_plain -- "$python" "$torch_check" tensors --label torch_plain --total-gib 4 --expect vram
+
+shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info)
+budget_limit_mib=$((budget_gib * 1024 + vram_slack_mib))
+
+if [ "$mode" = full ] && [ -f "$shim" ]; then
+  # --- a VRAM budget: 3x the budget held at once ------------------------------------------
+  with_vram_peak rust_budget "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
+    "$check" alloc --label rust_budget --total-gib "$total_gib" --async-gib "$async_gib" --budget-gib "$budget_gib" --expect t2
+  run_test rust_t2_cap "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G GREENBOOST_T2_CAP=${small_t2_cap_gib}G -- \
+    "$check" alloc --label rust_t2_cap --total-gib 16 --budget-gib "$budget_gib" --t2-cap-gib "$small_t2_cap_gib" --expect oom
+  with_vram_peak torch_default "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
+    "$python" "$torch_check" tensors --label torch_default --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2
+  # Expandable segments map cuMemCreate handles into one reserved range: the VMM path. The
+  # pointer's memory type does not tell the tier there, nvidia-smi's peak does.
+  with_vram_peak torch_expandable "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- \
+    "$python" "$torch_check" tensors --label torch_expandable --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+
+  # --- capacity reports in each mode --------------------------------------------------------
+  for config in "physical $budget_gib" "combined $budget_gib" "combined 0"; do
+    read -r report budget <<<"$config"
+    label=capacity_${report}_budget${budget}
+    cap_env=("${shim_env[@]}" GREENBOOST_REPORT=$report GREENBOOST_T2_CAP=${t2_cap_gib}G)
+    [ "$budget" -gt 0 ] && cap_env+=(GREENBOOST_VRAM_BUDGET=${budget}G)
+    run_test "${label}_rust" "${cap_env[@]}" -- "$check" report
+    run_test "$label" "${cap_env[@]}" -- "$python" "$torch_check" capacity --label "$label" --report-mode "$report" \
+      --budget-gib "$budget" --t2-cap-gib "$t2_cap_gib" --physical-total "$physical_total" --physical-free "$physical_free" \
+      --rust-report "$logs/${label}_rust.out"
+  done
+fi
+
+# --- real VRAM pressure: a second process holds all but a few GiB --------------------------
+balloon_log=$logs/balloon.out
+"$check" balloon --leave-gib "$leave_gib" >"$balloon_log" 2>&1 &
+balloon=$!
+background+=("$balloon")
+for _ in $(seq 1 120); do
+  grep -q '^BALLOON ' "$balloon_log" && break
+  kill -0 "$balloon" 2>/dev/null || break
+  sleep 0.5
+done
+if grep -q '^BALLOON ' "$balloon_log"; then
+  note balloon.line "$(grep '^BALLOON ' "$balloon_log" | tr ' ' ',')"
+  run_test pressure_plain -- "$check" alloc --label pressure_plain --total-gib "$pressure_gib" --expect oom
+  if [ "$mode" = full ] && [ -f "$shim" ]; then
+    # No budget variable: the driver's own out-of-memory must be retried in T2.
+    run_test pressure_rust "${shim_env[@]}" -- "$check" alloc --label pressure_rust --total-gib "$pressure_gib" --async-gib 8 --expect t2
+    run_test pressure_torch "${shim_env[@]}" -- "$python" "$torch_check" tensors --label pressure_torch --total-gib "$pressure_gib" --expect t2
+    # The shim's exit summary counts the T2 allocations made after the driver refused VRAM.
+    for name in pressure_rust pressure_torch; do
+      retried=$(grep -o '[0-9]* after a VRAM out-of-memory' "$logs/$name.err" | awk '{s += $1} END {print s + 0}')
+      if grep -q 'after a VRAM out-of-memory' "$logs/$name.err" && [ "$retried" -gt 0 ]; then
+        pass "$name.oom_retried_in_t2" "the shim's summary counts $retried T2 allocations made after a driver out-of-memory"
+      else
+        fail "$name.oom_retried_in_t2" "the shim's summary (GREENBOOST_LOG=info) shows no T2 allocation after a driver out-of-memory: $(grep 'summary:' "$logs/$name.err" | head -1)"
+      fi
+    done
+  fi
+else
+  fail balloon.start "the balloon did not report: $(tail -c 400 "$balloon_log" | tr '\n' ' ')"
+fi
+kill "$balloon" 2>/dev/null; wait "$balloon" 2>/dev/null
+background=("${background[@]/$balloon}")
+
+# --- what the shim logged about its backend and cudaImportExternalMemory --------------------
+shim_logs=$(ls "$logs"/*.err 2>/dev/null)
+import_lines=$(cat $shim_logs /dev/null | grep -i 'importexternalmemory\|external memory' | sort | uniq -c | sort -rn | head -5)
+backend_lines=$(cat $shim_logs /dev/null | grep -i 'backend' | sed -E 's/greenboost\[[0-9]+\]: //' | sort | uniq -c | sort -rn | head -5)
+summary_lines=$(grep -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##; s/greenboost\[[0-9]+\]: //" | head -20)
+
+# --- results ---------------------------------------------------------------------------
+passed=$(grep -c '^PASS ' "$summary")
+failed=$(grep -c '^FAIL ' "$summary")
+elapsed=$(( $(date -u +%s) - started ))
+date_utc=$(date -u +%Y-%m-%d)
+results_name=gpu-test-$date_utc-$commit.md
+results=$logs/$results_name
+kvtable() {  # KV lines whose key starts with $1, as a two-column table
+  grep -E "^KV $1" "$figures" | sed -E 's/^KV ([^=]*)=(.*)$/| \1 | \2 |/'
+}
+{
+  echo "# GreenBoost GPU suite — $date_utc, commit $commit"
+  echo
+  echo "| | |"
+  echo "| --- | --- |"
+  echo "| device | $gpu_name |"
+  echo "| driver | $driver |"
+  echo "| CUDA (driver API / runtime, from gb-gpu-check) | $(figure cuda.driver_version) / $(figure cuda.runtime_version) |"
+  echo "| nvcc | ${nvcc_version:-none} |"
+  echo "| PyTorch | ${torch_version:-none} |"
+  echo "| kernel | $(uname -r) |"
+  echo "| mode | $mode |"
+  echo "| physical VRAM (cudaMemGetInfo without the shim) | $physical_total bytes, $physical_free free |"
+  echo "| result | $passed passed, $failed failed, ${elapsed}s |"
+  echo
+  echo "## cudaImportExternalMemory"
+  echo
+  echo "Asked directly of the driver by \`gb-gpu-check import\` (fd from $(figure import.source)):"
+  echo "DMABUF_FD (9) -> $(figure import.dmabuf_fd_code), OPAQUE_FD (1) -> $(figure import.opaque_fd_code)"
+  echo "(0 would be success; 1 CUDA_ERROR_INVALID_VALUE, 801 CUDA_ERROR_NOT_SUPPORTED, 999 CUDA_ERROR_UNKNOWN)."
+  echo
+  echo "What the shim logged about it (count, line):"
+  echo
+  echo '```'
+  echo "${import_lines:-(no line mentions cudaImportExternalMemory: the shim did not try it, e.g. because /dev/greenboost is absent here and the userspace backend needs no import)}"
+  echo '```'
+  echo
+  echo "Backend lines:"
+  echo
+  echo '```'
+  echo "${backend_lines:-(none)}"
+  echo '```'
+  echo
+  echo "## Outcomes"
+  echo
+  echo '```'
+  cat "$summary"
+  echo '```'
+  echo
+  echo "## Figures"
+  echo
+  echo "| key | value |"
+  echo "| --- | --- |"
+  kvtable ''
+  echo
+  echo "## Shim summaries at exit"
+  echo
+  echo '```'
+  echo "${summary_lines:-(none)}"
+  echo '```'
+  echo
+  echo "## Commands"
+  echo
+  echo '```'
+  cat "$logs/commands.txt"
+  echo '```'
+} >"$results"
+
+mkdir -p bench/results
+cp "$results" "bench/results/$results_name"
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+  cp "$results" "$OUT/$results_name"
+  tar -czf "$OUT/gpu-test-logs.tar.gz" -C "$logs" .
+fi
+echo "results: bench/results/$results_name (logs: $logs)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,261 @@
+"""PyTorch half of GreenBoost's GPU suite (tests/gpu/run.sh runs it with the device's python3).
+
+Prints `PASS name: ...` / `FAIL name: ...` lines and `KV key=value` figures; exits 1 when
+anything failed.
+
+  tensors   hold --total-gib of tensors at once (more than the shim's VRAM budget), each
+            filled on the GPU from a seeded generator and compared with a regeneration
+            after all exist; float32 and bf16 matmuls whose operands and outputs lie in the
+            last tensors (T2 under the shim) checked against a float64 CPU reference by
+            relative Frobenius error.
+  capacity  every capacity report a program can read (torch.cuda.mem_get_info =
+            cudaMemGetInfo, get_device_properties().total_memory = cudaGetDeviceProperties,
+            NVML through pynvml, and gb-gpu-check's report for cuMemGetInfo,
+            cuDeviceTotalMem and NVML by dlsym) against what the shim's configuration implies.
+"""
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+import torch
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+passed = 0
+failed = 0
+
+
+def record(name, ok, detail):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+
+
+def kv(key, value):
+    print(f"KV {key}={value}", flush=True)
+
+
+def gib(n):
+    return f"{n / GIB:.2f} GiB"
+
+
+class Driver:
+    """cuPointerGetAttribute from libcuda, to see where the driver says a tensor lives."""
+
+    MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    HOST, DEVICE = 1, 2  # CU_MEMORYTYPE_*
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong]
+        self.lib.cuPointerGetAttribute.restype = ctypes.c_int
+
+    def placement(self, ptr):
+        value = ctypes.c_uint(0)
+        rc = self.lib.cuPointerGetAttribute(ctypes.byref(value), self.MEMORY_TYPE, ptr)
+        if rc != 0:
+            return f"error{rc}"
+        return {self.HOST: "t2", self.DEVICE: "vram"}.get(value.value, f"type{value.value}")
+
+
+def rel_error(out, ref):
+    """‖out − ref‖_F / ‖ref‖_F in float64 on the CPU; NaN never passes."""
+    out = out.detach().to("cpu", torch.float64)
+    err = (torch.linalg.norm(out - ref) / torch.linalg.norm(ref)).item()
+    return err if err == err else float("inf")
+
+
+def matmul_checks(label, operands):
+    """float32 (no TF32) and bf16 matmuls whose operands and output are views of the given
+    GPU tensors, so the data really lives where those tensors live."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    n = 2048
+    gen = torch.Generator().manual_seed(1234)
+    for dtype, limit in ((torch.float32, 1e-4), (torch.bfloat16, 1e-2)):
+        name = str(dtype).replace("torch.", "")
+        # Fresh random inputs for every check; the reference is float64 on the CPU from the
+        # same (rounded) inputs.
+        a_cpu = torch.randn(n, n, generator=gen).to(dtype)
+        b_cpu = torch.randn(n, n, generator=gen).to(dtype)
+        ref = a_cpu.to(torch.float64) @ b_cpu.to(torch.float64)
+        for where, tensors_abc in operands:
+            a, b, c = (t.view(dtype)[: n * n].view(n, n) for t in tensors_abc)
+            a.copy_(a_cpu)
+            b.copy_(b_cpu)
+            c.fill_(float("nan"))  # poisoned: an unwritten output cannot pass
+            torch.matmul(a, b, out=c)
+            torch.cuda.synchronize()
+            err = rel_error(c, ref)
+            record(f"{label}.matmul_{name}_{where}", err < limit, f"{n}x{n}x{n}, operands/output in {where}, relative Frobenius error {err:.2e} (limit {limit:.0e})")
+
+
+def tensors(args):
+    label = args.label
+    drv = Driver()
+    torch.cuda.init()
+    free0, total0 = torch.cuda.mem_get_info()
+    kv(f"{label}.start_free", free0)
+    kv(f"{label}.start_total", total0)
+    chunk = args.chunk_mib * MIB
+    count = args.total_gib * GIB // chunk
+    elems = chunk // 4
+    buffers, seeds, places = [], [], []
+    started = time.time()
+    error = None
+    try:
+        for i in range(count):
+            t = torch.empty(elems, dtype=torch.float32, device="cuda")
+            seed = 1000 + i
+            t.uniform_(generator=torch.Generator(device="cuda").manual_seed(seed))
+            buffers.append(t)
+            seeds.append(seed)
+            places.append(drv.placement(t.data_ptr()))
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError as e:  # reported below as a failure with its message
+        error = str(e).splitlines()[0]
+    held = len(buffers) * chunk
+    split = {p: places.count(p) * chunk for p in set(places)}
+    kv(f"{label}.held_bytes", held)
+    kv(f"{label}.alloc_fill_seconds", f"{time.time() - started:.2f}")
+    for p, b in sorted(split.items()):
+        kv(f"{label}.{p}_bytes", b)
+    peak_free, peak_total = torch.cuda.mem_get_info()
+    kv(f"{label}.peak_free", peak_free)
+    kv(f"{label}.peak_total", peak_total)
+    kv(f"{label}.torch_reserved", torch.cuda.memory_reserved())
+    desc = f"held {gib(held)} in {len(buffers)} tensors; driver says " + ", ".join(f"{gib(b)} {p}" for p, b in sorted(split.items()))
+    record(f"{label}.allocate", error is None and held == count * chunk, desc + (f"; stopped by: {error}" if error else ""))
+    if args.expect == "t2":
+        vram = split.get("vram", 0)
+        t2 = split.get("t2", 0)
+        if args.pointer_placement:
+            ok = t2 > 0 and (args.budget_gib == 0 or vram <= args.budget_gib * GIB)
+            record(f"{label}.placement", ok, desc + (f"; expected some in T2, VRAM part within {args.budget_gib} GiB" if args.budget_gib else "; expected some in T2"))
+    elif args.expect == "vram":
+        record(f"{label}.placement", split.get("t2", 0) == 0, desc + "; expected none in T2")
+
+    # Every tensor still holds its own data now that all exist.
+    started = time.time()
+    bad = []
+    for i, (t, seed) in enumerate(zip(buffers, seeds)):
+        ref = torch.empty_like(t).uniform_(generator=torch.Generator(device="cuda").manual_seed(seed))
+        if not torch.equal(t, ref):
+            bad.append(f"tensor {i} ({places[i]}): {int((t != ref).sum())} elements differ")
+        elif i in (0, len(buffers) - 1) and not torch.equal(t[-MIB // 4 :].cpu(), ref[-MIB // 4 :].cpu()):
+            bad.append(f"tensor {i} ({places[i]}): host readback of its last MiB differs")
+        del ref
+    kv(f"{label}.verify_seconds", f"{time.time() - started:.2f}")
+    record(f"{label}.verify", not bad and len(buffers) > 0, "; ".join(bad) if bad else f"{len(buffers)} tensors regenerated and compared on the GPU, ends read back")
+
+    if len(buffers) >= 4:
+        picks = [("last_tensors", (-1, -2, -3)), ("first_last_second", (0, -1, 1))]
+        operands = []
+        for where, idx in picks:
+            where = f"{where}({'/'.join(places[i] for i in idx)})"
+            operands.append((where, [buffers[i] for i in idx]))
+        matmul_checks(label, operands)
+
+    del buffers
+    torch.cuda.empty_cache()
+    end_free, _ = torch.cuda.mem_get_info()
+    kv(f"{label}.end_free", end_free)
+
+
+def expected_report(real_free, real_total, budget, mode, t2_cap):
+    """What the shim's config implies (shim/src/config.rs Config::report, T2 unused)."""
+    total = min(budget, real_total) if budget else real_total
+    used = real_total - real_free
+    free = min(max(total - used, 0), real_free)
+    if mode == "combined":
+        return free + t2_cap, total + t2_cap
+    return free, total
+
+
+def read_kv(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("KV ") and "=" in line:
+                k, v = line[3:].strip().split("=", 1)
+                out[k] = v
+    return out
+
+
+def capacity(args):
+    import pynvml
+
+    label = args.label
+    torch.cuda.init()
+    budget = args.budget_gib * GIB
+    t2_cap = args.t2_cap_gib * GIB
+    physical = args.physical_total
+    slack = args.slack_mib * MIB  # memory other code may take between two readings
+    readings = {}
+    free, total = torch.cuda.mem_get_info()
+    readings["torch.mem_get_info"] = (free, total)
+    readings["torch.total_memory"] = (None, torch.cuda.get_device_properties(0).total_memory)
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    m = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    readings["pynvml.memory"] = (m.free, m.total)
+    if args.rust_report:
+        r = read_kv(args.rust_report)
+        for api in ("cudaMemGetInfo", "cuMemGetInfo", "nvml", "nvml_v2"):
+            if f"{api}.total" in r:
+                readings[f"rust.{api}"] = (int(r[f"{api}.free"]), int(r[f"{api}.total"]))
+        for api in ("props", "cuDeviceTotalMem"):
+            if f"{api}.total" in r:
+                readings[f"rust.{api}"] = (None, int(r[f"{api}.total"]))
+    want_total = expected_report(0, physical, budget, args.report_mode, t2_cap)[1]
+    for name, (free, total) in readings.items():
+        kv(f"{label}.{name}.total", total)
+        if free is not None:
+            kv(f"{label}.{name}.free", free)
+        ok = total == want_total
+        detail = f"total {total} ({gib(total)}), expected {want_total} ({gib(want_total)})"
+        if free is not None:
+            # Free: within the reported total, and no lower than the total minus what this
+            # process and the driver hold (slack).
+            free_ok = 0 < free <= total and free >= want_total - (physical - args.physical_free) - slack
+            ok = ok and free_ok
+            detail += f"; free {gib(free)}" + ("" if free_ok else f" outside (0, total] or below total - {gib(physical - args.physical_free)} used - {gib(slack)} slack")
+        record(f"{label}.{name}", ok, detail)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["tensors", "capacity"])
+    p.add_argument("--label", default="torch")
+    p.add_argument("--total-gib", type=int, default=24)
+    p.add_argument("--chunk-mib", type=int, default=1024)
+    p.add_argument("--budget-gib", type=int, default=0)
+    p.add_argument("--t2-cap-gib", type=int, default=0)
+    p.add_argument("--expect", choices=["t2", "vram", "any"], default="any")
+    p.add_argument("--pointer-placement", type=int, default=1, help="check placement by pointer memory type (0 where VMM mappings hide it)")
+    p.add_argument("--report-mode", choices=["physical", "combined"], default="physical")
+    p.add_argument("--physical-total", type=int, default=0)
+    p.add_argument("--physical-free", type=int, default=0)
+    p.add_argument("--slack-mib", type=int, default=2048)
+    p.add_argument("--rust-report", default="")
+    args = p.parse_args()
+    try:
+        if args.mode == "tensors":
+            tensors(args)
+        else:
+            capacity(args)
+    except Exception as e:  # any crash is a failure with its reason, never a silent pass
+        record(f"{args.label}.run", False, f"{type(e).__name__}: {e}")
+    print(f"KV {args.label}.python_summary={passed} passed, {failed} failed", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
