@@ -1,0 +1,342 @@
+//! Where T2 memory comes from. Both backends hand out host mappings that `tiers`
+//! registers with CUDA (cuMemHostRegister DEVICEMAP|PORTABLE): the kernel module's
+//! DMA-BUF buffers (pinned 2 MiB pages, tier stats in sysfs/dmesg) and, when the module
+//! is absent, anonymous huge-page memory.
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+use greenboost_abi as abi;
+
+use crate::cuda::{call, DriverApi};
+use crate::ffi::*;
+
+/// A host mapping backing one T2 allocation.
+#[derive(Debug)]
+pub struct HostBuffer {
+    pub address: usize,
+    pub len: usize,
+    /// The module's buffer id (0 for userspace memory), for log lines.
+    pub id: u64,
+}
+
+impl HostBuffer {
+    pub fn ptr(&self) -> *mut c_void {
+        self.address as *mut c_void
+    }
+}
+
+/// Why a backend could not provide memory; all become the CUDA out-of-memory error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendError {
+    /// The module refused (cap, reserve, per-user cap: ENOMEM) or RAM ran out.
+    OutOfMemory(c_int),
+    /// Another errno from the module or mmap.
+    Failed(c_int),
+}
+
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// A mapping of at least `len` bytes (2 MiB-aligned, populated), preferring `numa_node`.
+    fn alloc(&self, len: usize, numa_node: Option<c_int>, driver: &DriverApi) -> Result<HostBuffer, BackendError>;
+    fn release(&self, buffer: HostBuffer);
+    /// T2 capacity when GREENBOOST_T2_CAP is not set.
+    fn default_cap(&self) -> u64;
+    /// Tells the module the process's VRAM use (no-op for userspace).
+    fn report_t1(&self, _vram_used: u64, _vram_budget: u64) {}
+}
+
+/// T2 allocations are whole 2 MiB chunks.
+pub fn round_to_chunk(len: usize) -> Option<usize> {
+    let chunk = abi::GB_CHUNK_SIZE as usize;
+    len.checked_add(chunk - 1).map(|end| end & !(chunk - 1))
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The kernel module.
+pub struct KmodBackend {
+    fd: c_int,
+    info: abi::GbInfo,
+    last_report_ns: AtomicU64,
+}
+
+/// Results of the one cuImportExternalMemory attempt per process (-1: not tried yet).
+pub static IMPORT_DMABUF_RESULT: AtomicI32 = AtomicI32::new(-1);
+pub static IMPORT_OPAQUE_RESULT: AtomicI32 = AtomicI32::new(-1);
+
+impl KmodBackend {
+    /// Opens /dev/greenboost and checks its ABI; `Err` says why not, for the log.
+    pub fn open() -> Result<KmodBackend, String> {
+        let path = c"/dev/greenboost";
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("{}: {}", abi::GB_DEVICE_PATH, std::io::Error::last_os_error()));
+        }
+        let mut info = abi::GbInfo::default();
+        // SAFETY: GB_IOC_INFO writes a GbInfo.
+        if unsafe { libc::ioctl(fd, abi::GB_IOC_INFO as _, &mut info as *mut abi::GbInfo) } != 0 {
+            let error = std::io::Error::last_os_error();
+            // SAFETY: our fd.
+            unsafe { libc::close(fd) };
+            return Err(format!("{}: INFO failed: {error}", abi::GB_DEVICE_PATH));
+        }
+        if info.abi_version != abi::GB_ABI_VERSION {
+            // SAFETY: our fd.
+            unsafe { libc::close(fd) };
+            return Err(format!(
+                "{} speaks ABI {}, the shim ABI {}",
+                abi::GB_DEVICE_PATH,
+                info.abi_version,
+                abi::GB_ABI_VERSION
+            ));
+        }
+        Ok(KmodBackend { fd, info, last_report_ns: AtomicU64::new(0) })
+    }
+
+    /// Tries to import the DMA-BUF as CUDA external memory, once per process. NVIDIA's
+    /// drivers refuse (DMABUF_FD: CUDA_ERROR_NOT_SUPPORTED, OPAQUE_FD: CUDA_ERROR_UNKNOWN);
+    /// the result is recorded and logged, and T2 always goes through host registration.
+    fn try_import_once(&self, fd: c_int, len: usize, driver: &DriverApi) {
+        for (handle_type, result) in [
+            (CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD, &IMPORT_DMABUF_RESULT),
+            (CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, &IMPORT_OPAQUE_RESULT),
+        ] {
+            if result.compare_exchange(-1, i32::MIN, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                continue;
+            }
+            // The driver takes ownership of the fd on success; give it a duplicate.
+            // SAFETY: fd is a valid DMA-BUF fd.
+            let duplicate = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if duplicate < 0 {
+                result.store(CUDA_ERROR_INVALID_VALUE, Ordering::Release);
+                continue;
+            }
+            let mut desc = CudaExternalMemoryHandleDesc {
+                type_: handle_type,
+                pad: 0,
+                handle: [duplicate as u32 as u64, 0],
+                size: len as u64,
+                flags: 0,
+                reserved: [0; 16],
+            };
+            let mut external: CuExternalMemory = ptr::null_mut();
+            let status = call!(driver, import_external_memory(&mut external, &mut desc));
+            result.store(status, Ordering::Release);
+            if status == CUDA_SUCCESS {
+                info!(
+                    "cuImportExternalMemory accepted a DMA-BUF as handle type {}; T2 still uses host registration",
+                    handle_type
+                );
+                call!(driver, destroy_external_memory(external));
+            } else {
+                info!("cuImportExternalMemory refused a DMA-BUF as handle type {} (CUDA error {})", handle_type, status);
+                // SAFETY: the driver did not take the fd.
+                unsafe { libc::close(duplicate) };
+            }
+        }
+    }
+}
+
+impl Drop for KmodBackend {
+    fn drop(&mut self) {
+        // SAFETY: our fd.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+impl Backend for KmodBackend {
+    fn name(&self) -> &'static str {
+        "kmod"
+    }
+
+    fn alloc(&self, len: usize, numa_node: Option<c_int>, driver: &DriverApi) -> Result<HostBuffer, BackendError> {
+        let mut request = abi::GbAlloc {
+            size: len as u64,
+            numa_node: numa_node.unwrap_or(-1),
+            ..abi::GbAlloc::default()
+        };
+        // SAFETY: GB_IOC_ALLOC reads and writes a GbAlloc.
+        if unsafe { libc::ioctl(self.fd, abi::GB_IOC_ALLOC as _, &mut request as *mut abi::GbAlloc) } != 0 {
+            let error = errno();
+            return Err(if error == libc::ENOMEM { BackendError::OutOfMemory(error) } else { BackendError::Failed(error) });
+        }
+        let mapped_len = usize::try_from(request.alloc_size).unwrap_or(len).max(len);
+        self.try_import_once(request.fd, mapped_len, driver);
+        // SAFETY: mapping the module's DMA-BUF fd, which supports shared mmap.
+        let address = unsafe {
+            libc::mmap(ptr::null_mut(), mapped_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, request.fd, 0)
+        };
+        let error = errno();
+        // The mapping keeps the buffer alive; the fd is no longer needed.
+        // SAFETY: the fd the module returned to us.
+        unsafe { libc::close(request.fd) };
+        if address == libc::MAP_FAILED {
+            return Err(if error == libc::ENOMEM { BackendError::OutOfMemory(error) } else { BackendError::Failed(error) });
+        }
+        Ok(HostBuffer { address: address as usize, len: mapped_len, id: request.buffer_id })
+    }
+
+    fn release(&self, buffer: HostBuffer) {
+        // SAFETY: a mapping this backend made; nothing uses it any more.
+        unsafe { libc::munmap(buffer.ptr(), buffer.len) };
+    }
+
+    fn default_cap(&self) -> u64 {
+        self.info.pool_cap
+    }
+
+    fn report_t1(&self, vram_used: u64, vram_budget: u64) {
+        const MIN_INTERVAL_NS: u64 = 100_000_000;
+        let now = monotonic_ns();
+        let last = self.last_report_ns.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < MIN_INTERVAL_NS {
+            return;
+        }
+        if self.last_report_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return;
+        }
+        let report = abi::GbT1Report { vram_used, vram_budget };
+        // SAFETY: GB_IOC_REPORT_T1 reads a GbT1Report.
+        unsafe { libc::ioctl(self.fd, abi::GB_IOC_REPORT_T1 as _, &report as *const abi::GbT1Report) };
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
+    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
+}
+
+/// Anonymous memory: 2 MiB-aligned, transparent huge pages requested, populated before
+/// registration so that a shortage shows as an error here, not as a fault later.
+pub struct UserspaceBackend;
+
+impl Backend for UserspaceBackend {
+    fn name(&self) -> &'static str {
+        "userspace"
+    }
+
+    fn alloc(&self, len: usize, _numa_node: Option<c_int>, _driver: &DriverApi) -> Result<HostBuffer, BackendError> {
+        let chunk = abi::GB_CHUNK_SIZE as usize;
+        let Some(padded) = len.checked_add(chunk) else { return Err(BackendError::OutOfMemory(libc::ENOMEM)) };
+        // SAFETY: a fresh anonymous mapping.
+        let raw = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                padded,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(BackendError::OutOfMemory(errno()));
+        }
+        let start = raw as usize;
+        let aligned = (start + chunk - 1) & !(chunk - 1);
+        let head = aligned - start;
+        let tail = padded - head - len;
+        // SAFETY: trimming the unaligned head and the tail of our own mapping.
+        unsafe {
+            if head != 0 {
+                libc::munmap(raw, head);
+            }
+            if tail != 0 {
+                libc::munmap((aligned + len) as *mut c_void, tail);
+            }
+            libc::madvise(aligned as *mut c_void, len, libc::MADV_HUGEPAGE);
+        }
+        if let Err(error) = populate(aligned, len) {
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(aligned as *mut c_void, len) };
+            return Err(BackendError::OutOfMemory(error));
+        }
+        Ok(HostBuffer { address: aligned, len, id: 0 })
+    }
+
+    fn release(&self, buffer: HostBuffer) {
+        // SAFETY: a mapping this backend made; nothing uses it any more.
+        unsafe { libc::munmap(buffer.ptr(), buffer.len) };
+    }
+
+    fn default_cap(&self) -> u64 {
+        // Three quarters of RAM: the rest stays for the program and the system.
+        // SAFETY: sysinfo fills the struct.
+        let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out pointer.
+        if unsafe { libc::sysinfo(&mut info) } != 0 {
+            return 0;
+        }
+        let total = (info.totalram as u64).saturating_mul(u64::from(info.mem_unit));
+        total / 4 * 3
+    }
+}
+
+/// Faults in every page now: MADV_POPULATE_WRITE (Linux 5.14) reports a shortage as an
+/// error; older kernels get the pages touched.
+fn populate(address: usize, len: usize) -> Result<(), c_int> {
+    const MADV_POPULATE_WRITE: c_int = 23;
+    // SAFETY: our mapping.
+    if unsafe { libc::madvise(address as *mut c_void, len, MADV_POPULATE_WRITE) } == 0 {
+        return Ok(());
+    }
+    let error = errno();
+    if error != libc::EINVAL {
+        return Err(error);
+    }
+    let page = 4096;
+    let mut offset = 0;
+    while offset < len {
+        // SAFETY: inside our writable mapping.
+        unsafe { ptr::write_volatile((address + offset) as *mut u8, 0) };
+        offset += page;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_round_up_and_never_wrap() {
+        assert_eq!(round_to_chunk(1), Some(2 << 20));
+        assert_eq!(round_to_chunk(2 << 20), Some(2 << 20));
+        assert_eq!(round_to_chunk((2 << 20) + 1), Some(4 << 20));
+        assert_eq!(round_to_chunk(usize::MAX), None);
+    }
+
+    #[test]
+    fn userspace_memory_is_aligned_populated_and_writable() {
+        let driver = crate::cuda::api();
+        let buffer = UserspaceBackend.alloc(6 << 20, None, driver).expect("6 MiB of anonymous memory");
+        assert_eq!(buffer.address % (2 << 20), 0);
+        assert_eq!(buffer.len, 6 << 20);
+        // SAFETY: the mapping is ours and writable.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buffer.ptr().cast::<u8>(), buffer.len) };
+        assert!(bytes.iter().all(|b| *b == 0));
+        bytes.fill(0xA5);
+        assert!(bytes.iter().all(|b| *b == 0xA5));
+        UserspaceBackend.release(buffer);
+    }
+
+    #[test]
+    fn userspace_refuses_impossible_sizes_cleanly() {
+        let driver = crate::cuda::api();
+        assert!(matches!(UserspaceBackend.alloc(usize::MAX - 4096, None, driver), Err(BackendError::OutOfMemory(_))));
+        assert!(matches!(UserspaceBackend.alloc(1 << 50, None, driver), Err(BackendError::OutOfMemory(_))));
+    }
+
+    #[test]
+    fn userspace_default_cap_is_most_of_ram() {
+        let cap = UserspaceBackend.default_cap();
+        assert!(cap > 64 << 20, "{cap}");
+    }
+}

@@ -1,0 +1,236 @@
+//! CUDA driver hooks (libcuda.so.1).
+
+use crate::cuda::{self};
+use crate::ffi::*;
+use crate::hooks::pfn;
+use crate::state::STATS;
+use crate::tiers::{self, Allocated, Lookup};
+
+/// The shared body of the driver allocation hooks. Without a current context the real
+/// function answers (CUDA_ERROR_INVALID_CONTEXT, as CUDA would).
+///
+/// # Safety
+/// `dptr` is valid for writing.
+unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> CuResult) -> CuResult {
+    let driver = cuda::api();
+    let Some(device) = driver.current_context().and_then(|_| driver.current_device()) else {
+        return vram();
+    };
+    let outcome = tiers::allocate(
+        size as u64,
+        device,
+        CUDA_ERROR_OUT_OF_MEMORY,
+        || match vram() {
+            // SAFETY: the real allocation wrote the pointer.
+            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            status => Err(status),
+        },
+        || true,
+    );
+    match outcome {
+        Allocated::Vram => CUDA_SUCCESS,
+        Allocated::Host(device_ptr) => {
+            // SAFETY: per the contract.
+            unsafe { *dptr = device_ptr };
+            CUDA_SUCCESS
+        }
+        Allocated::Failed(status) => status,
+        Allocated::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
+    }
+}
+
+pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CuDevicePtr, size: usize) -> CuResult {
+    if dptr.is_null() || size == 0 {
+        // SAFETY: the caller's arguments; the driver answers these.
+        return unsafe { real(dptr, size) };
+    }
+    // SAFETY: dptr checked.
+    unsafe { allocate(dptr, size, || real(dptr, size)) }
+}
+
+pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CuDevicePtr, size: usize, stream: CuStream) -> CuResult {
+    if dptr.is_null() || size == 0 {
+        // SAFETY: the caller's arguments.
+        return unsafe { real(dptr, size, stream) };
+    }
+    // SAFETY: dptr checked. T2 memory is usable at once, so stream order holds.
+    unsafe { allocate(dptr, size, || real(dptr, size, stream)) }
+}
+
+pub unsafe fn mem_alloc_async_ptsz(real: pfn::cuMemAllocAsync_ptsz, dptr: *mut CuDevicePtr, size: usize, stream: CuStream) -> CuResult {
+    // SAFETY: the caller's arguments.
+    unsafe { mem_alloc_async(real, dptr, size, stream) }
+}
+
+pub unsafe fn mem_alloc_from_pool_async(
+    real: pfn::cuMemAllocFromPoolAsync,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    pool: CuMemPool,
+    stream: CuStream,
+) -> CuResult {
+    if dptr.is_null() || size == 0 {
+        // SAFETY: the caller's arguments.
+        return unsafe { real(dptr, size, pool, stream) };
+    }
+    // SAFETY: dptr checked.
+    unsafe { allocate(dptr, size, || real(dptr, size, pool, stream)) }
+}
+
+pub unsafe fn mem_alloc_from_pool_async_ptsz(
+    real: pfn::cuMemAllocFromPoolAsync_ptsz,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    pool: CuMemPool,
+    stream: CuStream,
+) -> CuResult {
+    // SAFETY: the caller's arguments.
+    unsafe { mem_alloc_from_pool_async(real, dptr, size, pool, stream) }
+}
+
+fn free_with(dptr: CuDevicePtr, real: impl FnOnce() -> CuResult, release_t2: impl FnOnce(tiers::HostAllocation)) -> CuResult {
+    tiers::reclaim(false);
+    match tiers::take(dptr) {
+        Lookup::Host(allocation) => {
+            release_t2(allocation);
+            CUDA_SUCCESS
+        }
+        Lookup::DoubleFree => CUDA_ERROR_INVALID_VALUE,
+        Lookup::Vram { size, device } => {
+            let status = real();
+            if status != CUDA_SUCCESS {
+                tiers::restore_vram(dptr, size, device);
+            }
+            status
+        }
+        Lookup::Unknown => real(),
+    }
+}
+
+pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CuDevicePtr) -> CuResult {
+    // SAFETY: the caller's argument.
+    free_with(dptr, || unsafe { real(dptr) }, tiers::release_now)
+}
+
+pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CuDevicePtr, stream: CuStream) -> CuResult {
+    // SAFETY: the caller's arguments.
+    free_with(dptr, || unsafe { real(dptr, stream) }, |allocation| tiers::release_after(allocation, stream))
+}
+
+pub unsafe fn mem_free_async_ptsz(real: pfn::cuMemFreeAsync_ptsz, dptr: CuDevicePtr, stream: CuStream) -> CuResult {
+    let ordered_on = if stream.is_null() { CU_STREAM_PER_THREAD } else { stream };
+    // SAFETY: the caller's arguments.
+    free_with(dptr, || unsafe { real(dptr, stream) }, |allocation| tiers::release_after(allocation, ordered_on))
+}
+
+pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: *mut usize) -> CuResult {
+    // SAFETY: the caller's arguments.
+    let status = unsafe { real(free, total) };
+    if status == CUDA_SUCCESS && !free.is_null() && !total.is_null() {
+        // SAFETY: the driver filled both.
+        let (shown_free, shown_total) = tiers::reported(unsafe { *free } as u64, unsafe { *total } as u64);
+        // SAFETY: as above.
+        unsafe {
+            *free = shown_free as usize;
+            *total = shown_total as usize;
+        }
+    }
+    status
+}
+
+pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize, device: CuDevice) -> CuResult {
+    // SAFETY: the caller's arguments.
+    let status = unsafe { real(bytes, device) };
+    if status == CUDA_SUCCESS && !bytes.is_null() {
+        // SAFETY: the driver filled it.
+        let total = unsafe { *bytes } as u64;
+        let (_, shown_total) = tiers::reported(total, total);
+        // SAFETY: as above.
+        unsafe { *bytes = shown_total as usize };
+    }
+    status
+}
+
+/// cuMemCreate: a device allocation that does not fit the budget, or that the driver
+/// refuses for lack of VRAM, is made on the GPU's host NUMA node instead
+/// (CU_MEM_LOCATION_TYPE_HOST_NUMA); the caller's cuMemMap/cuMemSetAccess work on it
+/// unchanged. Without host-NUMA support the device allocation is tried as asked.
+pub unsafe fn mem_create(
+    real: pfn::cuMemCreate,
+    handle: *mut CuMemGenericAllocationHandle,
+    size: usize,
+    prop: *const CuMemAllocationProp,
+    flags: u64,
+) -> CuResult {
+    // SAFETY: read only when non-null (the caller's property struct).
+    let Some(requested) = (!handle.is_null() && !prop.is_null()).then(|| unsafe { *prop }) else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real(handle, size, prop, flags) };
+    };
+    if requested.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || size == 0 {
+        // SAFETY: the caller's arguments.
+        return unsafe { real(handle, size, prop, flags) };
+    }
+    let device = requested.location.id;
+    let bytes = size as u64;
+    let mut after_oom = false;
+    if tiers::placement(bytes, device) == crate::config::Placement::Vram {
+        // SAFETY: the caller's arguments.
+        let status = unsafe { real(handle, size, prop, flags) };
+        if status == CUDA_SUCCESS {
+            // SAFETY: the driver wrote the handle.
+            tiers::note_vmm(unsafe { *handle }, bytes, device, false);
+            return status;
+        }
+        if status != CUDA_ERROR_OUT_OF_MEMORY {
+            return status;
+        }
+        after_oom = true;
+    }
+    if !tiers::take_t2_capacity(bytes) {
+        return tiers::out_of_memory(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let node = cuda::api().host_numa_node(device).unwrap_or(0);
+    let on_host = CuMemAllocationProp {
+        location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: node },
+        ..requested
+    };
+    // SAFETY: the caller's arguments with the location replaced.
+    let status = unsafe { real(handle, size, &on_host, flags) };
+    if status == CUDA_SUCCESS {
+        // SAFETY: the driver wrote the handle.
+        tiers::note_vmm(unsafe { *handle }, bytes, device, true);
+        if after_oom {
+            STATS.t2_after_vram_oom.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        debug!("VMM {}: on host NUMA node {} for device {}", crate::log::Mib(bytes), node, device);
+        return status;
+    }
+    STATS.sub_t2(bytes);
+    STATS.t2_allocs.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    info!("cuMemCreate on host NUMA node {} failed (CUDA error {})", node, status);
+    if after_oom {
+        return tiers::out_of_memory(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    // Host NUMA allocations unsupported: the device allocation as asked is the fallback.
+    // SAFETY: the caller's arguments.
+    let status = unsafe { real(handle, size, prop, flags) };
+    if status == CUDA_SUCCESS {
+        // SAFETY: the driver wrote the handle.
+        tiers::note_vmm(unsafe { *handle }, bytes, device, false);
+    }
+    status
+}
+
+pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CuMemGenericAllocationHandle) -> CuResult {
+    let record = tiers::vmm_record(handle);
+    if record.is_some() {
+        tiers::forget_vmm(handle);
+    }
+    // SAFETY: the caller's argument.
+    let status = unsafe { real(handle) };
+    if let (Some(record), true) = (record, status != CUDA_SUCCESS) {
+        tiers::restore_vmm(handle, record);
+    }
+    status
+}

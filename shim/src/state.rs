@@ -1,0 +1,204 @@
+//! Process-wide state: load-time initialisation, the re-entry guard, counters and the
+//! summary at exit.
+//!
+//! Lock order (the shim's only locks): `tiers::REGISTRY` before `tiers::VMM`; neither is
+//! held across a CUDA call that can block for long (synchronisation, registration).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use crate::config::{self, Config};
+use crate::log::{self, Mib};
+
+const NOT_INITIALISED: u8 = 0;
+const ACTIVE: u8 = 1;
+const DISABLED: u8 = 2;
+
+static PHASE: AtomicU8 = AtomicU8::new(NOT_INITIALISED);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Runs from `.init_array` when the shim is loaded, before the program's `main`.
+extern "C" fn initialise() {
+    let config = CONFIG.get_or_init(|| {
+        config::from_lookup(config::getenv, |name, value, instead| {
+            warn!("{}={:?} is not valid; using {}", name, std::str::from_utf8(value).unwrap_or("(not UTF-8)"), instead);
+        })
+    });
+    log::set_level(config.log);
+    if config.disabled {
+        PHASE.store(DISABLED, Ordering::Release);
+        info!("disabled by GREENBOOST_DISABLE");
+        return;
+    }
+    // SAFETY: plain function pointers without captured state.
+    unsafe {
+        libc::atexit(summary_at_exit);
+        libc::pthread_atfork(Some(crate::tiers::before_fork), Some(crate::tiers::after_fork), Some(crate::tiers::after_fork));
+    }
+    PHASE.store(ACTIVE, Ordering::Release);
+    debug!("loaded: {:?}", config);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INITIALISE: extern "C" fn() = initialise;
+
+/// Hooks apply policy only after initialisation and when not disabled.
+pub fn active() -> bool {
+    PHASE.load(Ordering::Acquire) == ACTIVE
+}
+
+/// Disabled by GREENBOOST_DISABLE (routing then passes everything through).
+pub fn disabled() -> bool {
+    PHASE.load(Ordering::Acquire) == DISABLED
+}
+
+pub fn config() -> Config {
+    CONFIG.get().copied().unwrap_or_default()
+}
+
+thread_local! {
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the current thread as inside a hook; nested hooks pass straight through.
+pub struct ReentryGuard(());
+
+impl ReentryGuard {
+    pub fn enter() -> Option<ReentryGuard> {
+        let entered = IN_HOOK.try_with(|flag| !flag.replace(true)).unwrap_or(false);
+        entered.then_some(ReentryGuard(()))
+    }
+}
+
+impl Drop for ReentryGuard {
+    fn drop(&mut self) {
+        let _ = IN_HOOK.try_with(|flag| flag.set(false));
+    }
+}
+
+/// Counters for the exit summary and `greenboost_shim_stats`.
+pub struct Stats {
+    pub t1_used: AtomicU64,
+    pub t1_peak: AtomicU64,
+    pub t2_used: AtomicU64,
+    pub t2_peak: AtomicU64,
+    pub t1_allocs: AtomicU64,
+    pub t2_allocs: AtomicU64,
+    /// T2 allocations made after the driver answered out-of-memory for VRAM.
+    pub t2_after_vram_oom: AtomicU64,
+    /// Out-of-memory errors returned to the program.
+    pub oom_returned: AtomicU64,
+    /// VMM (cuMemCreate) allocations moved to host NUMA memory.
+    pub vmm_host: AtomicU64,
+    /// Stream-ordered frees of T2 memory waiting for their stream.
+    pub deferred_frees: AtomicU64,
+}
+
+pub static STATS: Stats = Stats {
+    t1_used: AtomicU64::new(0),
+    t1_peak: AtomicU64::new(0),
+    t2_used: AtomicU64::new(0),
+    t2_peak: AtomicU64::new(0),
+    t1_allocs: AtomicU64::new(0),
+    t2_allocs: AtomicU64::new(0),
+    t2_after_vram_oom: AtomicU64::new(0),
+    oom_returned: AtomicU64::new(0),
+    vmm_host: AtomicU64::new(0),
+    deferred_frees: AtomicU64::new(0),
+};
+
+impl Stats {
+    pub fn add_t1(&self, bytes: u64) {
+        let now = self.t1_used.fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes);
+        self.t1_peak.fetch_max(now, Ordering::Relaxed);
+        self.t1_allocs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn sub_t1(&self, bytes: u64) {
+        let _ = self.t1_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(bytes)));
+    }
+
+    pub fn sub_t2(&self, bytes: u64) {
+        let _ = self.t2_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(bytes)));
+    }
+}
+
+/// The counters as C sees them (`greenboost_shim_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShimStats {
+    pub t1_used: u64,
+    pub t1_peak: u64,
+    pub t2_used: u64,
+    pub t2_peak: u64,
+    pub t1_allocs: u64,
+    pub t2_allocs: u64,
+    pub t2_after_vram_oom: u64,
+    pub oom_returned: u64,
+    pub vmm_host: u64,
+    pub deferred_frees: u64,
+    /// 0: no T2 backend yet, 1: kmod, 2: userspace, 3: none available.
+    pub backend: u32,
+    /// Result of the one cuImportExternalMemory attempt on a DMA-BUF fd (DMABUF_FD
+    /// type), -1 if not tried.
+    pub import_dmabuf_result: i32,
+    /// The same for the OPAQUE_FD type.
+    pub import_opaque_result: i32,
+    pub reserved: u32,
+}
+
+pub fn snapshot() -> ShimStats {
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let (backend, import_dmabuf_result, import_opaque_result) = crate::tiers::backend_summary();
+    ShimStats {
+        t1_used: load(&STATS.t1_used),
+        t1_peak: load(&STATS.t1_peak),
+        t2_used: load(&STATS.t2_used),
+        t2_peak: load(&STATS.t2_peak),
+        t1_allocs: load(&STATS.t1_allocs),
+        t2_allocs: load(&STATS.t2_allocs),
+        t2_after_vram_oom: load(&STATS.t2_after_vram_oom),
+        oom_returned: load(&STATS.oom_returned),
+        vmm_host: load(&STATS.vmm_host),
+        deferred_frees: load(&STATS.deferred_frees),
+        backend,
+        import_dmabuf_result,
+        import_opaque_result,
+        reserved: 0,
+    }
+}
+
+/// Copies the shim's counters into `*out` (for tests and tools that `dlsym` it).
+/// Returns 0, or -1 for a null pointer.
+///
+/// # Safety
+/// `out` is null or valid for writing a `ShimStats`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn greenboost_shim_stats(out: *mut ShimStats) -> i32 {
+    if out.is_null() {
+        return -1;
+    }
+    // SAFETY: per the contract.
+    unsafe { out.write(snapshot()) };
+    0
+}
+
+extern "C" fn summary_at_exit() {
+    let stats = snapshot();
+    if stats.t1_allocs == 0 && stats.t2_allocs == 0 {
+        return;
+    }
+    info!(
+        "summary: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host); out-of-memory returned {}; backend {}",
+        Mib(stats.t1_peak),
+        Mib(stats.t2_peak),
+        stats.t1_allocs,
+        stats.t2_allocs,
+        stats.t2_after_vram_oom,
+        stats.vmm_host,
+        stats.oom_returned,
+        crate::tiers::backend_name(),
+    );
+}

@@ -1,0 +1,482 @@
+//! The allocation engine shared by the runtime and driver hooks: placement, the T2 path
+//! (backend memory registered with CUDA), the registry of live allocations, freeing with
+//! CUDA's synchronisation semantics, and stream-ordered frees.
+//!
+//! Lock order: `REGISTRY` before `VMM`; no lock is held across a CUDA call that waits
+//! (synchronisation, registration) or across a backend call.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::c_int;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use parking_lot::{const_mutex, Mutex};
+
+use crate::backend::{self, Backend, BackendError, HostBuffer, KmodBackend, UserspaceBackend};
+use crate::config::{BackendChoice, Placement, ReportMode};
+use crate::cuda::{self, call};
+use crate::ffi::*;
+use crate::log::Mib;
+use crate::state::{self, STATS};
+
+/// A live allocation the shim made or saw.
+enum Record {
+    Vram { size: u64, device: CuDevice },
+    Host(HostAllocation),
+}
+
+/// A T2 allocation: backend memory registered with CUDA.
+pub struct HostAllocation {
+    buffer: HostBuffer,
+    device_ptr: CuDevicePtr,
+    /// The context the memory was registered in (as an address: contexts are opaque).
+    context: usize,
+}
+
+struct PendingFree {
+    event: usize,
+    allocation: HostAllocation,
+}
+
+struct Registry {
+    live: BTreeMap<CuDevicePtr, Record>,
+    /// Device pointers of recently freed T2 allocations, to answer a double free.
+    freed_host: VecDeque<CuDevicePtr>,
+    /// Stream-ordered frees waiting for their event.
+    pending: Vec<PendingFree>,
+}
+
+const FREED_HOST_REMEMBERED: usize = 4096;
+
+static REGISTRY: Mutex<Registry> =
+    const_mutex(Registry { live: BTreeMap::new(), freed_host: VecDeque::new(), pending: Vec::new() });
+
+/// VMM allocations by handle: (size, device, on host).
+static VMM: Mutex<BTreeMap<CuMemGenericAllocationHandle, (u64, CuDevice, bool)>> = const_mutex(BTreeMap::new());
+
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+const TRACKED_DEVICES: usize = 64;
+static VRAM_IN_USE: [AtomicU64; TRACKED_DEVICES] = [const { AtomicU64::new(0) }; TRACKED_DEVICES];
+
+fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
+    usize::try_from(device).ok().and_then(|index| VRAM_IN_USE.get(index))
+}
+
+/// Where an allocation of `size` on `device` goes now.
+pub fn placement(size: u64, device: CuDevice) -> Placement {
+    let Some(physical) = cuda::physical_vram(device) else {
+        // Unknown device size: let the driver decide; its out-of-memory still spills.
+        return Placement::Vram;
+    };
+    let in_use = vram_counter(device).map_or(0, |counter| counter.load(Ordering::Relaxed));
+    state::config().place(size, in_use, physical)
+}
+
+/// Records a successful VRAM allocation.
+pub fn note_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
+    if let Some(counter) = vram_counter(device) {
+        counter.fetch_add(size, Ordering::Relaxed);
+    }
+    STATS.add_t1(size);
+    REGISTRY.lock().live.insert(device_ptr, Record::Vram { size, device });
+    report_vram(device);
+    debug!("T1 {:#x}: {} on device {}", device_ptr, Mib(size), device);
+}
+
+fn forget_vram(size: u64, device: CuDevice) {
+    if let Some(counter) = vram_counter(device) {
+        let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(size)));
+    }
+    STATS.sub_t1(size);
+    report_vram(device);
+}
+
+fn report_vram(device: CuDevice) {
+    if let Some(BackendSlot::Kmod(kmod)) = BACKEND.get() {
+        let budget = cuda::physical_vram(device).map_or(0, |physical| state::config().budget(physical));
+        kmod.report_t1(STATS.t1_used.load(Ordering::Relaxed), budget);
+    }
+}
+
+enum BackendSlot {
+    Kmod(KmodBackend),
+    Userspace(UserspaceBackend),
+    Unavailable,
+}
+
+static BACKEND: OnceLock<BackendSlot> = OnceLock::new();
+
+fn backend() -> Option<&'static dyn Backend> {
+    let slot = BACKEND.get_or_init(|| {
+        let choice = state::config().backend;
+        if choice != BackendChoice::Userspace {
+            match KmodBackend::open() {
+                Ok(kmod) => {
+                    info!("T2 backend: kmod (/dev/greenboost)");
+                    return BackendSlot::Kmod(kmod);
+                }
+                Err(reason) if choice == BackendChoice::Kmod => {
+                    warn!("GREENBOOST_BACKEND=kmod but {reason}; allocations beyond VRAM will fail");
+                    return BackendSlot::Unavailable;
+                }
+                Err(reason) => info!("{reason}; T2 backend: userspace"),
+            }
+        } else {
+            info!("T2 backend: userspace");
+        }
+        BackendSlot::Userspace(UserspaceBackend)
+    });
+    match slot {
+        BackendSlot::Kmod(kmod) => Some(kmod),
+        BackendSlot::Userspace(userspace) => Some(userspace),
+        BackendSlot::Unavailable => None,
+    }
+}
+
+pub fn backend_name() -> &'static str {
+    match BACKEND.get() {
+        None => "not used",
+        Some(BackendSlot::Kmod(_)) => "kmod",
+        Some(BackendSlot::Userspace(_)) => "userspace",
+        Some(BackendSlot::Unavailable) => "unavailable",
+    }
+}
+
+/// (backend code, DMABUF_FD import result, OPAQUE_FD import result) for the stats.
+pub fn backend_summary() -> (u32, i32, i32) {
+    let code = match BACKEND.get() {
+        None => 0,
+        Some(BackendSlot::Kmod(_)) => 1,
+        Some(BackendSlot::Userspace(_)) => 2,
+        Some(BackendSlot::Unavailable) => 3,
+    };
+    (
+        code,
+        backend::IMPORT_DMABUF_RESULT.load(Ordering::Relaxed),
+        backend::IMPORT_OPAQUE_RESULT.load(Ordering::Relaxed),
+    )
+}
+
+/// T2 capacity: GREENBOOST_T2_CAP, else the backend's own.
+pub fn t2_capacity() -> u64 {
+    state::config().t2_cap.unwrap_or_else(|| backend().map_or(0, |backend| backend.default_cap()))
+}
+
+/// Reserves `bytes` of T2 capacity; false when the cap would be passed.
+fn reserve_t2(bytes: u64, cap: u64) -> bool {
+    STATS
+        .t2_used
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|after| *after <= cap))
+        .is_ok()
+}
+
+/// Takes T2 capacity for `bytes`, waiting for pending stream-ordered frees if that is
+/// what it takes. Counts the allocation on success.
+pub fn take_t2_capacity(bytes: u64) -> bool {
+    let cap = t2_capacity();
+    if !reserve_t2(bytes, cap) {
+        reclaim(true);
+        if !reserve_t2(bytes, cap) {
+            info!("T2 cap of {} reached ({} in use)", Mib(cap), Mib(STATS.t2_used.load(Ordering::Relaxed)));
+            return false;
+        }
+    }
+    let now = STATS.t2_used.load(Ordering::Relaxed);
+    STATS.t2_peak.fetch_max(now, Ordering::Relaxed);
+    STATS.t2_allocs.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// Allocates `size` bytes of T2 for `device` in the current context and returns the
+/// device pointer, or None (the caller answers out-of-memory). Never panics, never
+/// leaves anything half-registered.
+pub fn alloc_host(size: u64, device: CuDevice) -> Option<CuDevicePtr> {
+    reclaim(false);
+    let driver = cuda::api();
+    let context = driver.current_context()?;
+    let backend = backend()?;
+    let len = backend::round_to_chunk(usize::try_from(size).ok()?.max(1))?;
+    if !take_t2_capacity(len as u64) {
+        return None;
+    }
+    let give_back_capacity = || {
+        STATS.sub_t2(len as u64);
+        STATS.t2_allocs.fetch_sub(1, Ordering::Relaxed);
+    };
+    let buffer = match backend.alloc(len, driver.host_numa_node(device), driver) {
+        Ok(buffer) => buffer,
+        Err(error) => {
+            match error {
+                BackendError::OutOfMemory(errno) => info!("{} backend: no memory for {} (errno {})", backend.name(), Mib(len as u64), errno),
+                BackendError::Failed(errno) => warn!("{} backend failed to allocate {} (errno {})", backend.name(), Mib(len as u64), errno),
+            }
+            give_back_capacity();
+            return None;
+        }
+    };
+    let status = call!(driver, mem_host_register(buffer.ptr(), buffer.len, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+    if status != CUDA_SUCCESS {
+        warn!("cuMemHostRegister of {} failed (CUDA error {}); answering out-of-memory", Mib(buffer.len as u64), status);
+        backend.release(buffer);
+        give_back_capacity();
+        return None;
+    }
+    let mut device_ptr: CuDevicePtr = 0;
+    let status = call!(driver, mem_host_get_device_pointer(&mut device_ptr, buffer.ptr(), 0));
+    if status != CUDA_SUCCESS || device_ptr == 0 {
+        warn!("cuMemHostGetDevicePointer failed (CUDA error {})", status);
+        call!(driver, mem_host_unregister(buffer.ptr()));
+        backend.release(buffer);
+        give_back_capacity();
+        return None;
+    }
+    debug!("T2 {:#x}: {} ({} backend, buffer {}) for device {}", device_ptr, Mib(size), backend.name(), buffer.id, device);
+    let mut registry = REGISTRY.lock();
+    registry.freed_host.retain(|freed| *freed != device_ptr);
+    registry.live.insert(device_ptr, Record::Host(HostAllocation { buffer, device_ptr, context: context as usize }));
+    Some(device_ptr)
+}
+
+/// What a pointer passed to a free function is.
+pub enum Lookup {
+    Host(HostAllocation),
+    Vram { size: u64, device: CuDevice },
+    /// A T2 allocation that was already freed: answer invalid-value, touch nothing.
+    DoubleFree,
+    /// Not the shim's: the real free function answers as CUDA does.
+    Unknown,
+}
+
+/// Removes `device_ptr` from the registry (VRAM accounting is updated here; a T2
+/// allocation is returned for `release_now`/`release_after`).
+pub fn take(device_ptr: CuDevicePtr) -> Lookup {
+    if device_ptr == 0 {
+        return Lookup::Unknown;
+    }
+    let mut registry = REGISTRY.lock();
+    match registry.live.remove(&device_ptr) {
+        Some(Record::Host(allocation)) => {
+            if registry.freed_host.len() >= FREED_HOST_REMEMBERED {
+                registry.freed_host.pop_front();
+            }
+            registry.freed_host.push_back(device_ptr);
+            Lookup::Host(allocation)
+        }
+        Some(Record::Vram { size, device }) => {
+            drop(registry);
+            forget_vram(size, device);
+            Lookup::Vram { size, device }
+        }
+        None if registry.freed_host.contains(&device_ptr) => Lookup::DoubleFree,
+        None => Lookup::Unknown,
+    }
+}
+
+/// Puts a VRAM record back after the real free refused it (the memory is still live).
+pub fn restore_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
+    note_vram(device_ptr, size, device);
+    STATS.t1_allocs.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Frees T2 memory as cudaFree/cuMemFree free device memory: after the device has
+/// finished all work (cudaFree synchronises).
+pub fn release_now(allocation: HostAllocation) {
+    let driver = cuda::api();
+    driver.with_context(allocation.context as CuContext, || {
+        call!(driver, ctx_synchronize());
+        call!(driver, mem_host_unregister(allocation.buffer.ptr()));
+    });
+    finish_release(allocation);
+}
+
+fn finish_release(allocation: HostAllocation) {
+    let len = allocation.buffer.len as u64;
+    debug!("T2 {:#x}: {} freed", allocation.device_ptr, Mib(len));
+    if let Some(backend) = backend() {
+        backend.release(allocation.buffer);
+    }
+    STATS.sub_t2(len);
+}
+
+/// Frees T2 memory when `stream` reaches this point: an event is recorded on the stream
+/// and the memory is released by a later shim call once the event has completed (no
+/// CUDA call from a host callback). Without an event, the stream is synchronised now.
+pub fn release_after(allocation: HostAllocation, stream: CuStream) {
+    let driver = cuda::api();
+    let event = driver.with_context(allocation.context as CuContext, || {
+        let mut event: CuEvent = ptr::null_mut();
+        if call!(driver, event_create(&mut event, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS {
+            return None;
+        }
+        if call!(driver, event_record(event, stream)) != CUDA_SUCCESS {
+            call!(driver, event_destroy(event));
+            return None;
+        }
+        Some(event)
+    });
+    match event {
+        Some(event) => {
+            STATS.deferred_frees.fetch_add(1, Ordering::Relaxed);
+            REGISTRY.lock().pending.push(PendingFree { event: event as usize, allocation });
+            PENDING.fetch_add(1, Ordering::Release);
+        }
+        None => {
+            driver.with_context(allocation.context as CuContext, || {
+                call!(driver, stream_synchronize(stream));
+                call!(driver, mem_host_unregister(allocation.buffer.ptr()));
+            });
+            finish_release(allocation);
+        }
+    }
+}
+
+/// Releases stream-ordered frees whose stream has passed them; with `wait`, waits for
+/// all of them (when T2 is short).
+pub fn reclaim(wait: bool) {
+    if PENDING.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let driver = cuda::api();
+    let ready: Vec<PendingFree> = {
+        let mut registry = REGISTRY.lock();
+        let (done, waiting): (Vec<_>, Vec<_>) = registry.pending.drain(..).partition(|pending| {
+            wait || call!(driver, event_query(pending.event as CuEvent)) != CUDA_ERROR_NOT_READY
+        });
+        registry.pending = waiting;
+        PENDING.store(registry.pending.len(), Ordering::Release);
+        done
+    };
+    for pending in ready {
+        driver.with_context(pending.allocation.context as CuContext, || {
+            if wait {
+                call!(driver, event_synchronize(pending.event as CuEvent));
+            }
+            call!(driver, event_destroy(pending.event as CuEvent));
+            call!(driver, mem_host_unregister(pending.allocation.buffer.ptr()));
+        });
+        finish_release(pending.allocation);
+    }
+}
+
+/// Records a VMM allocation for accounting.
+pub fn note_vmm(handle: CuMemGenericAllocationHandle, size: u64, device: CuDevice, on_host: bool) {
+    if on_host {
+        STATS.vmm_host.fetch_add(1, Ordering::Relaxed);
+    } else {
+        if let Some(counter) = vram_counter(device) {
+            counter.fetch_add(size, Ordering::Relaxed);
+        }
+        STATS.add_t1(size);
+    }
+    VMM.lock().insert(handle, (size, device, on_host));
+}
+
+/// Forgets a VMM allocation released by the program.
+pub fn forget_vmm(handle: CuMemGenericAllocationHandle) {
+    let Some((size, device, on_host)) = VMM.lock().remove(&handle) else { return };
+    if on_host {
+        STATS.sub_t2(size);
+    } else {
+        forget_vram(size, device);
+    }
+}
+
+/// Puts a VMM record back after the real cuMemRelease refused the handle.
+pub fn restore_vmm(handle: CuMemGenericAllocationHandle, record: (u64, CuDevice, bool)) {
+    let (size, device, on_host) = record;
+    if on_host {
+        let _ = reserve_t2(size, u64::MAX);
+    } else if let Some(counter) = vram_counter(device) {
+        counter.fetch_add(size, Ordering::Relaxed);
+        STATS.t1_used.fetch_add(size, Ordering::Relaxed);
+    }
+    VMM.lock().insert(handle, record);
+}
+
+pub fn vmm_record(handle: CuMemGenericAllocationHandle) -> Option<(u64, CuDevice, bool)> {
+    VMM.lock().get(&handle).copied()
+}
+
+/// pthread_atfork prepare: hold the locks so that the child does not inherit them
+/// mid-update.
+pub extern "C" fn before_fork() {
+    std::mem::forget(REGISTRY.lock());
+    std::mem::forget(VMM.lock());
+}
+
+/// pthread_atfork parent and child: release what `before_fork` took. The child keeps
+/// the records (kmod T2 mappings are MAP_SHARED and stay valid in it; CUDA itself does
+/// not work in a child of an initialised process, so the records are never used there).
+pub extern "C" fn after_fork() {
+    // SAFETY: `before_fork` locked both mutexes on this thread and forgot the guards.
+    unsafe {
+        VMM.force_unlock();
+        REGISTRY.force_unlock();
+    }
+}
+
+/// Answers with the out-of-memory counter bumped.
+pub fn out_of_memory<T>(answer: T) -> T {
+    STATS.oom_returned.fetch_add(1, Ordering::Relaxed);
+    answer
+}
+
+/// (free, total) as the program should see them, from the driver's real figures.
+pub fn reported(real_free: u64, real_total: u64) -> (u64, u64) {
+    let config = state::config();
+    let (t2_cap, t2_used) = match config.report {
+        ReportMode::Physical => (0, 0),
+        ReportMode::Combined => (t2_capacity(), STATS.t2_used.load(Ordering::Relaxed)),
+    };
+    config.report(real_free, real_total, t2_cap, t2_used)
+}
+
+/// How an allocation attempt ended.
+pub enum Allocated {
+    Vram,
+    Host(CuDevicePtr),
+    /// The real allocation failed with this status (not out-of-memory): pass it on.
+    Failed(c_int),
+    OutOfMemory,
+}
+
+/// The placement procedure shared by every allocation hook: VRAM when it fits the
+/// budget (the real allocation, `vram`), T2 otherwise or when the driver answers
+/// `oom_status`; `prepare_host` makes a context current for the T2 path.
+pub fn allocate(
+    size: u64,
+    device: CuDevice,
+    oom_status: c_int,
+    vram: impl FnOnce() -> Result<CuDevicePtr, c_int>,
+    prepare_host: impl FnOnce() -> bool,
+) -> Allocated {
+    reclaim(false);
+    let mut after_oom = false;
+    if placement(size, device) == Placement::Vram {
+        match vram() {
+            Ok(device_ptr) => {
+                note_vram(device_ptr, size, device);
+                return Allocated::Vram;
+            }
+            Err(status) if status == oom_status => {
+                debug!("VRAM out of memory for {} on device {}: trying T2", Mib(size), device);
+                after_oom = true;
+            }
+            Err(status) => return Allocated::Failed(status),
+        }
+    }
+    if !prepare_host() {
+        return out_of_memory(Allocated::OutOfMemory);
+    }
+    match alloc_host(size, device) {
+        Some(device_ptr) => {
+            if after_oom {
+                STATS.t2_after_vram_oom.fetch_add(1, Ordering::Relaxed);
+            }
+            Allocated::Host(device_ptr)
+        }
+        None => out_of_memory(Allocated::OutOfMemory),
+    }
+}
