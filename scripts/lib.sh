@@ -33,3 +33,7 @@ need_cmd() {
   # need_cmd CMD PACKAGE
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found: install the Debian package '$2' (apt-get install $2)"
 }
+
+# The stock distro kernel the QEMU suite boots with the self-contained module: the
+# Debian 12 upload whose source linux-source-6.12 ships (scripts/fetch-debian-kernel.sh).
+GB_STOCK_KREL=${GB_STOCK_KREL:-6.12.117+deb12-amd64}

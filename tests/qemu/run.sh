@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# The module suite (`make kmod-test`): boots two QEMU guests and runs the guest test
+# suite in each against greenboost.ko, then prints `N passed, M failed` over both.
+#
+#   stock  Debian's unmodified vmlinuz-6.12.117+deb12-amd64 (linux-image-...-unsigned,
+#          fetched into the cache, never installed) with the self-contained module
+#   rust   the minimal Rust-enabled 6.12 test kernel (scripts/build-test-kernel.sh)
+#          with the ordinary out-of-tree module
+#
+# For each guest: build greenboost.ko and the test-only importer module
+# (tests/qemu/importer) for that kernel, pack an initramfs with busybox, tests/qemu/init,
+# the static guest test binary (tests/qemu/guest) and tests/qemu/guest-suite.sh, boot it
+# under TCG (2 vCPUs, 2 NUMA nodes of 1 GiB, one socket per node: CPUs that share a
+# cache across nodes make the scheduler WARN at boot) and parse the serial log. A guest's result:
+# the passed/failed counts of its `GUEST-SUMMARY: N passed, M failed` line(s), plus one
+# failure per distinct kernel complaint in its log (Oops, BUG, WARNING, Call Trace,
+# lockdep, INFO:, version/symbol errors, un-rendered %pA), plus one failure when the
+# summary is missing or the guest timed out.
+#
+# Environment:
+#   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
+#   GB_QEMU_TIMEOUT  seconds per guest (default 1200)
+#   GB_GUEST_EXTRA   a directory copied to /greenboost/extra in the guests (e.g. shim
+#                    programs and fake CUDA libraries); guest-suite.sh runs it. The
+#                    guest then also gets the host's glibc runtime and the shared
+#                    libraries its ELF files need, so dynamically linked programs run.
+#   GB_GUEST_FILES   more host files to copy into the guests at the same path
+# Logs: build/qemu/<guest>.log (serial console), build/qemu/summary.txt.
+set -uo pipefail
+. "$(dirname "$0")/../../scripts/lib.sh"
+
+guests=${GB_QEMU_GUESTS:-stock rust}
+qemu_timeout=${GB_QEMU_TIMEOUT:-1200}
+work=$GB_ROOT/build/qemu
+mkdir -p "$work"
+need_cmd qemu-system-x86_64 qemu-system-x86; need_cmd cpio cpio; need_cmd xz xz-utils
+[ -x /bin/busybox ] && file -L /bin/busybox | grep -q 'statically linked' \
+  || die "/bin/busybox is not a static busybox: apt-get install busybox-static"
+
+timings=()
+elapsed() { echo $(( $(date +%s) - $1 )); }
+
+# --- the guest test program: one static binary, the same for both kernels ------------
+build_guest_program() {
+  local t0; t0=$(date +%s)
+  [ -f "$GB_ROOT/tests/qemu/guest/Cargo.toml" ] || die "tests/qemu/guest/Cargo.toml missing"
+  CARGO_TARGET_DIR=$work/guest-target RUSTFLAGS='-C target-feature=+crt-static' \
+    cargo build --release --manifest-path "$GB_ROOT/tests/qemu/guest/Cargo.toml" \
+    --target x86_64-unknown-linux-gnu >&2 || die "building the guest test program failed"
+  guest_bin=$work/guest-target/x86_64-unknown-linux-gnu/release/gb-guest-tests
+  [ -x "$guest_bin" ] || die "$guest_bin was not built"
+  file "$guest_bin" | grep -qE 'statically linked|static-pie linked' || die "$guest_bin is not static"
+  timings+=("guest test program: $(elapsed "$t0") s")
+}
+
+# copy_into ROOT FILE... : copies host files to the same path under ROOT
+copy_into() {
+  local root=$1 f; shift
+  for f in "$@"; do
+    mkdir -p "$root$(dirname "$f")"
+    cp -L "$f" "$root$f"
+  done
+}
+
+# The host's glibc runtime plus every library the ELF files under DIR need.
+pack_shared_libraries() {
+  local root=$1 dir=$2 libdir=/lib/x86_64-linux-gnu f
+  local libs=(/lib64/ld-linux-x86-64.so.2 "$libdir"/libc.so.6 "$libdir"/libm.so.6
+              "$libdir"/libgcc_s.so.1 "$libdir"/libdl.so.2 "$libdir"/libpthread.so.0
+              "$libdir"/librt.so.1)
+  while IFS= read -r f; do
+    file -L "$f" | grep -q 'dynamically linked' || continue
+    # ldd lists resolved dependencies as "name => /path (addr)"; libraries shipped in
+    # DIR itself (fake CUDA libraries) are found there at run time and stay "not found".
+    libs+=($(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}'))
+  done < <(find "$dir" -type f)
+  copy_into "$root" $(printf '%s\n' "${libs[@]}" | sort -u)
+}
+
+# make_initramfs GUEST KREL OUT.cpio.gz GREENBOOST_KO IMPORTER_KO [KERNEL_MODULE_ROOT]
+make_initramfs() {
+  local guest=$1 krel=$2 out=$3 gb_ko=$4 importer_ko=$5 image_root=${6:-} mode=$7
+  local root=$work/$guest-initramfs
+  rm -rf "$root"
+  mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,tmp,run,root,etc,greenboost,lib/modules/"$krel"}
+  cp /bin/busybox "$root/bin/busybox"
+  cp "$GB_ROOT/tests/qemu/init" "$root/init"
+  cp "$gb_ko" "$importer_ko" "$guest_bin" "$GB_ROOT/tests/qemu/guest-suite.sh" "$root/greenboost/"
+  printf 'export GB_GUEST=%s\nexport GB_BUILD_MODE=%s\n' "$guest" "$mode" > "$root/etc/greenboost-guest.env"
+  : > "$root/etc/greenboost-guest-modules"
+  if [ -n "$image_root" ]; then
+    # brd is a module in Debian's image and built in the test kernel; load it with the
+    # test kernel's geometry so both guests get the same /dev/ram0 (64 MiB).
+    local brd=$image_root/lib/modules/$krel/kernel/drivers/block/brd.ko.xz
+    [ -f "$brd" ] || die "$brd missing from the image package"
+    xz -dc "$brd" > "$root/lib/modules/$krel/brd.ko"
+    echo "/lib/modules/$krel/brd.ko rd_nr=1 rd_size=65536" >> "$root/etc/greenboost-guest-modules"
+  fi
+  if [ -n "${GB_GUEST_EXTRA:-}" ]; then
+    [ -d "$GB_GUEST_EXTRA" ] || die "GB_GUEST_EXTRA=$GB_GUEST_EXTRA is not a directory"
+    cp -a "$GB_GUEST_EXTRA" "$root/greenboost/extra"
+    pack_shared_libraries "$root" "$GB_GUEST_EXTRA"
+  fi
+  # shellcheck disable=SC2086
+  [ -z "${GB_GUEST_FILES:-}" ] || copy_into "$root" $GB_GUEST_FILES
+  (cd "$root" && find . -print0 | cpio --null -o -H newc -R 0:0 --quiet) | gzip -1 > "$out"
+}
+
+# Kernel complaints that fail a guest. Only kernel log lines ("[ seconds] ...") are
+# scanned, so test output that names these words cannot trip it.
+complaint_re='Oops|BUG:|kernel BUG|WARNING:|Call Trace|possible circular|INFO: |disagrees about version|Unknown symbol|Kernel panic|general protection fault|UBSAN:|\(%pA\?\)'
+
+# boot_guest GUEST KERNEL INITRD : boots, parses, appends to results
+boot_guest() {
+  local guest=$1 kernel=$2 initrd=$3 log=$work/$guest.log t0 rc
+  t0=$(date +%s)
+  log "booting the $guest guest (TCG; log: $log)"
+  timeout -k 10 "$qemu_timeout" qemu-system-x86_64 \
+    -accel tcg,thread=single -cpu max -smp 2,sockets=2,cores=1,threads=1 -m 2G \
+    -object memory-backend-ram,id=mem0,size=1G -object memory-backend-ram,id=mem1,size=1G \
+    -numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1 \
+    -kernel "$kernel" -initrd "$initrd" \
+    -append "console=ttyS0 panic=-1 oops=panic loglevel=6" \
+    -nodefaults -no-reboot -display none -serial stdio -monitor none \
+    </dev/null 2>&1 | tr -d '\r' > "$log"
+  rc=${PIPESTATUS[0]}
+  local secs; secs=$(elapsed "$t0")
+  timings+=("$guest guest boot + suite: $secs s")
+
+  local passed=0 failed=0 problems=()
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    problems+=("timed out after $qemu_timeout s")
+  fi
+  local summaries; summaries=$(sed -n 's/^GUEST-SUMMARY: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$log")
+  if [ -z "$summaries" ]; then
+    problems+=("no GUEST-SUMMARY line (suite did not finish)")
+  else
+    passed=$(echo "$summaries" | awk '{s += $1} END {print s}')
+    failed=$(echo "$summaries" | awk '{s += $2} END {print s}')
+  fi
+  grep -q "^GUEST-BOOT: .* numa_nodes=2 " "$log" || problems+=("guest does not see 2 NUMA nodes")
+  while IFS= read -r l; do problems+=("$l"); done < <(grep '^GUEST-SETUP-ERROR' "$log")
+  # The console and the final dmesg dump both carry each kernel line: count it once.
+  while IFS= read -r l; do problems+=("kernel: $l"); done < <(
+    grep -E '^\[ *[0-9]+\.[0-9]+\]' "$log" | grep -E "$complaint_re" | sort -u)
+
+  echo "--- $guest guest ($(basename "$kernel")): $passed passed, $failed failed in the suite" \
+       "(qemu exit $rc, $secs s)"
+  grep -E '^(FAIL|not ok)' "$log" | sed 's/^/    /' | head -50
+  local p
+  for p in "${problems[@]}"; do echo "    FAIL $guest: $p"; done
+  total_passed=$(( total_passed + passed ))
+  total_failed=$(( total_failed + failed + ${#problems[@]} ))
+}
+
+# build_modules GUEST ARGS... : greenboost.ko + importer for one kernel
+build_modules() {
+  local guest=$1; shift
+  local t0; t0=$(date +%s)
+  gb_ko=$("$GB_ROOT/scripts/build-kmod.sh" "$@" --out "$work/kmod-$guest") || return 1
+  timings+=("greenboost.ko for $guest: $(cat "$work/kmod-$guest/build-seconds") s")
+  importer_ko=$("$GB_ROOT/scripts/build-kmod.sh" "$@" --out "$work/kmod-$guest" \
+                  --extra-module "$GB_ROOT/tests/qemu/importer") || return 1
+  timings+=("$guest modules total (incl. private tree when not cached): $(elapsed "$t0") s")
+}
+
+total_passed=0 total_failed=0
+build_guest_program
+for guest in $guests; do
+  case $guest in
+    stock)
+      image_root=$("$GB_ROOT/scripts/fetch-debian-kernel.sh" "$GB_STOCK_KREL") || { total_failed=$((total_failed + 1)); continue; }
+      headers=$image_root/usr/src/linux-headers-$GB_STOCK_KREL
+      version=$(cat "$(dirname "$image_root")/version")
+      if ! build_modules stock --kernelrelease "$GB_STOCK_KREL" --headers "$headers" --headers-version "$version"; then
+        echo "    FAIL stock: module build failed"; total_failed=$((total_failed + 1)); continue
+      fi
+      make_initramfs stock "$GB_STOCK_KREL" "$work/stock.cpio.gz" "$gb_ko" "$importer_ko" "$image_root" self-contained
+      boot_guest stock "$image_root/boot/vmlinuz-$GB_STOCK_KREL" "$work/stock.cpio.gz"
+      ;;
+    rust)
+      t0=$(date +%s)
+      if ! kdir=$("$GB_ROOT/scripts/build-test-kernel.sh"); then
+        echo "    FAIL rust: test kernel build failed"; total_failed=$((total_failed + 1)); continue
+      fi
+      timings+=("test kernel: $(cat "$kdir/build-seconds" 2>/dev/null || echo '?') s to build ($(elapsed "$t0") s now)")
+      if ! build_modules rust --kdir "$kdir"; then
+        echo "    FAIL rust: module build failed"; total_failed=$((total_failed + 1)); continue
+      fi
+      make_initramfs rust "$(cat "$kdir/include/config/kernel.release")" "$work/rust.cpio.gz" \
+        "$gb_ko" "$importer_ko" "" ordinary
+      boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz"
+      ;;
+    *) die "unknown guest '$guest' (GB_QEMU_GUESTS: stock, rust)" ;;
+  esac
+done
+
+# Build times from the caches, for the record (also when this run reused them).
+tree=$(ls -td "$GB_CACHE"/stock-tree-"$GB_STOCK_KREL"-*/ 2>/dev/null | head -1)
+[ -f "$tree/build-seconds" ] && timings+=("stock private tree (cached): $(cat "$tree/build-seconds") s, of which modules_prepare $(cat "$tree/prepare-seconds") s")
+{
+  echo "timings:"; printf '  %s\n' "${timings[@]}"
+  echo "$total_passed passed, $total_failed failed"
+} | tee "$work/summary.txt"
+[ "$total_failed" = 0 ]
