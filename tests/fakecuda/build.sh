@@ -1,0 +1,37 @@
+#!/bin/bash
+# Builds the fake CUDA libraries and the test programs into OUTDIR/{lib,bin}.
+#   tests/fakecuda/build.sh OUTDIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$here/src
+out=$1
+CC=${CC:-gcc}
+CFLAGS="-O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -fPIC -pthread -I$src"
+mkdir -p "$out/lib" "$out/bin" "$out/.build/link12" "$out/.build/link13" "$out/.build/linkcuda"
+lib=$out/lib
+b=$out/.build
+
+# The simulated device, shared by the fake driver and NVML.
+$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c"
+# Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
+fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src/libcuda.c" $fake_ld
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$src/libnvml.c" $fake_ld
+for major in 12 13; do
+    sed "s/@MAJOR@/$major/" "$src/cudart.map.in" > "$b/cudart$major.map"
+    $CC $CFLAGS -shared -fvisibility=hidden -DCUDART_MAJOR=$major -Wl,-soname,libcudart.so.$major \
+        -Wl,--version-script="$b/cudart$major.map" -Wl,-Bsymbolic -Wl,--no-undefined \
+        -o "$lib/libcudart.so.$major" "$src/libcudart.c" -ldl
+    ln -sf "$lib/libcudart.so.$major" "$b/link$major/libcudart.so"
+done
+ln -sf "$lib/libcuda.so.1" "$b/linkcuda/libcuda.so"
+
+# Programs: LD_LIBRARY_PATH=OUTDIR/lib at run time, as with a CUDA install.
+prog="$CC $CFLAGS -Wl,--no-as-needed"
+$prog -o "$out/bin/gbtest-rt13" "$src/rt_main.c" "$src/rt_tests.c" -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbtest-rt12" "$src/rt_main.c" "$src/rt_tests.c" -L"$b/link12" -lcudart -L"$lib" -lfakegpu -ldl
+$CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" "$src/rt_tests.c" \
+    -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl -Wl,-rpath,\$ORIGIN
+$prog -o "$out/bin/gbtest-fw" "$src/fw_host.c" -ldl
+$prog -o "$out/bin/gbdriver" "$src/drv_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbdiscover" "$src/discover.c" -ldl

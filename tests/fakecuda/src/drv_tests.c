@@ -1,0 +1,275 @@
+/* gbdriver: programs that use the driver API directly, as llama.cpp (linked against
+ * libcuda.so.1, VMM pools) and CUDA 12/13 code fetching entry points with
+ * cuGetProcAddress do. argv[1] names the test. */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuStreamDestroy_v2(CUstream);
+CUresult cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, int);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+CUresult cuMemHostRegister_v2(void *, size_t, unsigned);
+CUresult cuMemHostUnregister(void *);
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *, void *, unsigned);
+CUresult cuImportExternalMemory(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *);
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static size_t vram;
+
+static void setup_context(void)
+{
+    CUdevice d;
+    CUcontext c;
+    OK(cuInit(0));
+    OK(cuDeviceGet(&d, 0));
+    OK(cuDevicePrimaryCtxRetain(&c, d));
+    OK(cuCtxSetCurrent(c));
+}
+
+static void device_check(CUdeviceptr p, size_t n, uint32_t seed, const char *what)
+{
+    OK(fakegpu_launch_fill(p, n, seed, NULL));
+    unsigned long long bad = ~0ULL;
+    OK(fakegpu_launch_verify(p, n, seed, NULL, &bad));
+    CHECK(bad == 0, "%s: %llu wrong words\n", what, bad);
+}
+
+/* ---- llama.cpp's VMM pool: reserve VA, cuMemCreate chunks, map, set access ---- */
+static int test_vmm(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    size_t gran;
+    OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    size_t pool_max = 8 * vram, chunk = 16 * gran, mapped = 0;
+    CUdeviceptr base;
+    OK(cuMemAddressReserve(&base, pool_max, 0, 0, 0));
+    CUmemGenericAllocationHandle h[256];
+    int nh = 0;
+    while (mapped < 3 * vram) {
+        CUresult rc = cuMemCreate(&h[nh], chunk, &prop, 0);
+        CHECK(rc == CUDA_SUCCESS, "cuMemCreate of chunk %d (%zu MiB, pool %zu MiB, VRAM %zu MiB) -> %d\n",
+              nh, chunk >> 20, mapped >> 20, vram >> 20, rc);
+        OK(cuMemMap(base + mapped, chunk, 0, h[nh], 0));
+        CUmemAccessDesc access = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        OK(cuMemSetAccess(base + mapped, chunk, &access, 1));
+        mapped += chunk;
+        nh++;
+    }
+    const char *first = fakegpu_ptr_kind(base), *last = fakegpu_ptr_kind(base + mapped - 1);
+    printf("pool of %d chunks, %zu MiB: first chunk %s, last %s, VRAM used %zu MiB\n", nh, mapped >> 20,
+           first, last, fakegpu_vram_used() >> 20);
+    CHECK(!strcmp(last, "vmm-host"), "a pool 3x VRAM ends in %s memory, expected host-NUMA fallback\n", last);
+    /* One kernel over the whole pool, across device and host chunks. */
+    device_check(base, mapped, 2024, "VMM pool");
+    for (int i = 0; i < nh; i++)
+        OK(cuMemUnmap(base + (size_t)i * chunk, chunk));
+    for (int i = 0; i < nh; i++)
+        OK(cuMemRelease(h[i]));
+    OK(cuMemAddressFree(base, pool_max));
+    CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after the pool was released\n", fakegpu_vram_used());
+    return 0;
+}
+
+/* ---- cuGetProcAddress in both forms returns the hooked functions ---- */
+static int test_gpa(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: gpa EXPECTED_TOTAL\n");
+    unsigned long long expect = arg_size(argv[2]);
+    for (int form = 0; form < 2; form++) {
+        for (int vi = 0; vi < 2; vi++) {
+            int version = vi ? 13000 : 12000;
+            for (int flags = 0; flags <= 2; flags += 2) {
+                void *fa = NULL, *ff = NULL, *fi = NULL, *ft = NULL;
+                CUdriverProcAddressQueryResult st = 99;
+                const char *f = form ? "cuGetProcAddress_v2" : "cuGetProcAddress";
+                if (form) {
+                    OK(cuGetProcAddress_v2("cuMemAlloc", &fa, version, flags, &st));
+                    CHECK(st == CU_GET_PROC_ADDRESS_SUCCESS, "status %d\n", st);
+                    OK(cuGetProcAddress_v2("cuMemFree", &ff, version, flags, &st));
+                    OK(cuGetProcAddress_v2("cuMemGetInfo", &fi, version, flags, &st));
+                    OK(cuGetProcAddress_v2("cuDeviceTotalMem", &ft, version, flags, &st));
+                } else {
+                    OK(cuGetProcAddress("cuMemAlloc", &fa, version, flags));
+                    OK(cuGetProcAddress("cuMemFree", &ff, version, flags));
+                    OK(cuGetProcAddress("cuMemGetInfo", &fi, version, flags));
+                    OK(cuGetProcAddress("cuDeviceTotalMem", &ft, version, flags));
+                }
+                CUdeviceptr d;
+                CUresult rc = ((CUresult(*)(CUdeviceptr *, size_t))fa)(&d, 2 * vram);
+                CHECK(rc == CUDA_SUCCESS, "%s(cuMemAlloc, %d, flags %d): 2x VRAM allocation -> %d "
+                      "(the unhooked driver function)\n", f, version, flags, rc);
+                device_check(d, 2 * vram, 11, "T2 allocation via cuGetProcAddress");
+                OK(((CUresult(*)(CUdeviceptr))ff)(d));
+                size_t fr, tot, tdev;
+                OK(((CUresult(*)(size_t *, size_t *))fi)(&fr, &tot));
+                OK(((CUresult(*)(size_t *, CUdevice))ft)(&tdev, 0));
+                CHECK(tot == expect && tdev == expect, "%s(%d, flags %d): cuMemGetInfo total %zu, "
+                      "cuDeviceTotalMem %zu, expected %llu\n", f, version, flags, tot, tdev, expect);
+            }
+        }
+    }
+    /* The per-thread-default-stream flag selects the _ptsz variant underneath. */
+    void *fn;
+    CUdriverProcAddressQueryResult st;
+    OK(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    CUdeviceptr small;
+    OK(((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(&small, 4096, NULL));
+    OK(cuGetProcAddress("cuMemFreeAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
+    OK(((CUresult(*)(CUdeviceptr, CUstream))fn)(small, NULL));
+    OK(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st));
+    OK(((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(&small, 4096, NULL));
+    OK(cuMemFreeAsync(small, NULL));
+    OK(cuCtxSynchronize());
+    /* Old versions get the old entry points; too-old versions and unknown names fail. */
+    OK(cuGetProcAddress("cuMemAlloc", &fn, 3000, 0));
+    CUresult rc = ((CUresult(*)(unsigned *, unsigned))fn)((unsigned *)&small, 4096);
+    CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuMemAlloc for version 3000 is not the v1 entry point (rc %d)\n", rc);
+    fn = (void *)1;
+    rc = cuGetProcAddress_v2("cuMemAllocAsync", &fn, 11000, 0, &st);
+    CHECK(rc == CUDA_ERROR_NOT_FOUND && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && fn == NULL,
+          "cuMemAllocAsync at 11000: rc %d status %d fn %p\n", rc, st, fn);
+    rc = cuGetProcAddress_v2("cuNoSuchFunction", &fn, 13000, 0, &st);
+    CHECK(rc == CUDA_ERROR_NOT_FOUND && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+          "unknown symbol: rc %d status %d\n", rc, st);
+    /* cuGetProcAddress fetched through itself keeps routing to the hooks. */
+    void *gpa;
+    OK(cuGetProcAddress_v2("cuGetProcAddress", &gpa, 13000, 0, &st));
+    OK(((CUresult(*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))gpa)(
+        "cuMemAlloc", &fn, 13000, 0, &st));
+    CUdeviceptr d;
+    rc = ((CUresult(*)(CUdeviceptr *, size_t))fn)(&d, 2 * vram);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc via cuGetProcAddress via cuGetProcAddress -> %d\n", rc);
+    OK(cuMemFree_v2(d));
+    /* And the exported symbols a linked program calls. */
+    OK(cuMemAlloc_v2(&d, 2 * vram));
+    device_check(d, 2 * vram, 12, "T2 allocation via cuMemAlloc_v2");
+    OK(cuMemFree_v2(d));
+    size_t t;
+    OK(cuDeviceTotalMem_v2(&t, 0));
+    CHECK(t == expect, "cuDeviceTotalMem_v2 %zu, expected %llu\n", t, expect);
+    return 0;
+}
+
+/* ---- driver stream-ordered allocation ---- */
+static int test_driver_async(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemoryPool pool;
+    OK(cuDeviceGetDefaultMemPool(&pool, 0));
+    for (int use_pool = 0; use_pool < 2; use_pool++) {
+        size_t n = 2 * vram;
+        CUdeviceptr a;
+        CUresult rc = use_pool ? cuMemAllocFromPoolAsync(&a, n, pool, s) : cuMemAllocAsync(&a, n, s);
+        CHECK(rc == CUDA_SUCCESS, "%s of 2x VRAM -> %d\n", use_pool ? "cuMemAllocFromPoolAsync" : "cuMemAllocAsync", rc);
+        const char *where = fakegpu_ptr_kind(a);
+        unsigned long long bad = ~0ULL;
+        fakegpu_stream_hold(s);
+        OK(fakegpu_launch_fill(a, n, 3, s));
+        OK(fakegpu_launch_verify(a, n, 3, s, &bad));
+        OK(cuMemFreeAsync(a, s));
+        CHECK(strcmp(fakegpu_ptr_kind(a), "none"), "%s memory released before the stream reached cuMemFreeAsync\n", where);
+        CUdeviceptr b;
+        OK(cuMemAlloc_v2(&b, n));
+        CHECK(b + n <= a || a + n <= b, "pending-free memory %#llx reused by cuMemAlloc %#llx\n", a, b);
+        fakegpu_stream_release(s);
+        OK(cuStreamSynchronize(s));
+        CHECK(bad == 0, "queued kernel saw %llu wrong words\n", bad);
+        OK(cuMemFree_v2(b));
+    }
+    OK(cuStreamDestroy_v2(s));
+    return 0;
+}
+
+/* ---- the fake's own pinning, as cuMemHostRegister does it (fake self-test) ---- */
+static int test_hostreg(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    size_t n = 8 * MiB;
+    unsigned char *buf = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(buf != MAP_FAILED, "mmap\n");
+    OK(cuMemHostRegister_v2(buf, n, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+    CUresult rc = cuMemHostRegister_v2(buf + n / 2, 4096, 0);
+    CHECK(rc == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "overlapping registration -> %d\n", rc);
+    CUdeviceptr d;
+    OK(cuMemHostGetDevicePointer_v2(&d, buf, 0));
+    CHECK(d == (CUdeviceptr)(uintptr_t)buf, "device pointer %#llx != host pointer %p\n", d, (void *)buf);
+    device_check(d, n, 5, "registered host memory");
+    CHECK(fakegpu_pattern_check(buf, n, 5) == 0, "host does not see what the device wrote\n");
+    OK(cuMemHostUnregister(buf));
+    rc = cuMemHostUnregister(buf);
+    CHECK(rc == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "second unregister -> %d\n", rc);
+    /* Unregistered memory is not reachable by the device any more. */
+    CHECK(!strcmp(fakegpu_ptr_kind(d), "none"), "unregistered memory still reachable\n");
+    rc = cuMemHostGetDevicePointer_v2(&d, buf, 0);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "device pointer of unregistered memory -> %d\n", rc);
+    /* Memory that cannot be pinned (no access) is refused. */
+    unsigned char *none = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    rc = cuMemHostRegister_v2(none, n, 0);
+    CHECK(rc != CUDA_SUCCESS, "PROT_NONE memory registered\n");
+    /* A DMA-BUF is refused as external memory, both ways the shim tries. */
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD, .size = n };
+    desc.handle.fd = 0;
+    CUexternalMemory ext;
+    CHECK(cuImportExternalMemory(&ext, &desc) == CUDA_ERROR_NOT_SUPPORTED, "DMABUF_FD import\n");
+    desc.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+    CHECK(cuImportExternalMemory(&ext, &desc) == CUDA_ERROR_UNKNOWN, "OPAQUE_FD import\n");
+    munmap(buf, n);
+    munmap(none, n);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
+        { "vmm", test_vmm }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
+        { "hostreg", test_hostreg },
+    };
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s TEST [ARGS]\n", argv[0]);
+        return 2;
+    }
+    vram = fakegpu_vram_total();
+    setup_context();
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
+        if (!strcmp(tests[i].name, argv[1])) {
+            int rc = tests[i].fn(argc, argv);
+            CHECK(fakegpu_faults() == 0, "the fake device saw %u faults (see FAKECUDA_LOG)\n", fakegpu_faults());
+            if (rc == 0)
+                printf("ok %s\n", argv[1]);
+            return rc;
+        }
+    fprintf(stderr, "unknown test %s\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,168 @@
+/* Types, constants and prototypes shared by the fake CUDA libraries and the test
+ * programs. Values are those of CUDA 12/13's cuda.h, cuda_runtime_api.h and nvml.h;
+ * only what the fakes implement is declared. */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int cudaError_t;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long cuuint64_t;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct fake_ctx *CUcontext;
+typedef struct fake_stream *CUstream;
+typedef struct fake_stream *cudaStream_t;
+typedef struct fake_event *CUevent;
+typedef struct fake_event *cudaEvent_t;
+typedef struct fake_pool *CUmemoryPool;
+typedef struct fake_pool *cudaMemPool_t;
+typedef struct fake_extmem *CUexternalMemory;
+typedef void (*CUhostFn)(void *userData);
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+    CUDA_ERROR_NOT_PERMITTED = 800,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+};
+
+/* cuGetProcAddress */
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+typedef enum {
+    CU_GET_PROC_ADDRESS_SUCCESS = 0,
+    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+} CUdriverProcAddressQueryResult;
+#define cudaEnableDefault 0
+#define cudaEnableLegacyStream 1
+#define cudaEnablePerThreadDefaultStream 2
+
+/* streams */
+#define CU_STREAM_DEFAULT 0
+#define CU_STREAM_NON_BLOCKING 1
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/* host registration */
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+
+/* external memory */
+#define CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD 1
+#define CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD 9
+typedef struct {
+    int type;
+    union {
+        int fd;
+        struct { void *handle; const void *name; } win32;
+        const void *nvSciBufObject;
+    } handle;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
+typedef CUDA_EXTERNAL_MEMORY_HANDLE_DESC cudaExternalMemoryHandleDesc;
+
+/* VMM */
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA 3
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT 4
+#define CU_MEM_ACCESS_FLAGS_PROT_NONE 0
+#define CU_MEM_ACCESS_FLAGS_PROT_READ 1
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
+#define CU_MEM_ALLOC_GRANULARITY_RECOMMENDED 1
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
+
+/* runtime memcpy kinds */
+enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+       cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+#define cudaHostRegisterDefault 0
+#define cudaHostRegisterPortable 1
+#define cudaHostRegisterMapped 2
+
+/* cudaDeviceProp: only the offset the shim patches matters; the struct is opaque
+ * here and the fakes write a buffer of the real size. */
+#define CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET 288
+#define CUDA_DEVICE_PROP_SIZE 1008
+
+/* NVML */
+typedef int nvmlReturn_t;
+typedef struct fake_nvml_device *nvmlDevice_t;
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | (ver << 24U))
+#define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
+
+/* ---- Test-only entry points of libfakegpu.so (not part of any CUDA API). ---- */
+/* Stream-ordered "kernels": the fake GPU writes/checks a pattern through the device
+ * pointer, as a kernel would. An address the device cannot reach is an illegal
+ * address: the stream's next synchronisation returns CUDA_ERROR_ILLEGAL_ADDRESS. */
+CUresult fakegpu_launch_fill(CUdeviceptr p, size_t n, uint32_t seed, CUstream s);
+/* Writes the number of mismatching 32-bit words to *mismatches (host memory). */
+CUresult fakegpu_launch_verify(CUdeviceptr p, size_t n, uint32_t seed, CUstream s,
+                               unsigned long long *mismatches);
+/* While held, a stream's queued work stays pending (auto-released after
+ * FAKECUDA_HOLD_TIMEOUT seconds, default 20, logged as HOLD_TIMEOUT). */
+void fakegpu_stream_hold(CUstream s);
+void fakegpu_stream_release(CUstream s);
+/* What the device sees at p: "vram", "hostreg", "vmm-device", "vmm-host", or "none". */
+const char *fakegpu_ptr_kind(CUdeviceptr p);
+/* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate). */
+size_t fakegpu_vram_used(void);
+size_t fakegpu_vram_total(void);
+/* Bytes currently registered with cuMemHostRegister. */
+size_t fakegpu_hostreg_bytes(void);
+/* Count of device faults (illegal addresses) and of forbidden calls seen so far. */
+unsigned fakegpu_faults(void);
+/* Host-side pattern helpers shared with the fake kernels. */
+void fakegpu_pattern_fill(void *p, size_t n, uint32_t seed);
+unsigned long long fakegpu_pattern_check(const void *p, size_t n, uint32_t seed);
+
+#endif

@@ -1,0 +1,1492 @@
+/* libfakegpu.so: the simulated device behind the fake libcuda.so.1 and
+ * libnvidia-ml.so.1.
+ *
+ * Device memory ("VRAM", FAKECUDA_VRAM bytes, default 256 MiB) is one memfd. The
+ * device address of VRAM is a PROT_NONE reservation, so a device pointer is a real,
+ * distinguishable address that faults if the host dereferences it, as on a GPU without
+ * HMM; the fake GPU reaches the memory through a private read-write view of the memfd.
+ * The fake GPU reaches host memory only through cuMemHostRegister'ed ranges (device
+ * pointer = host pointer, as under UVA) and host-NUMA cuMemCreate allocations mapped
+ * with device access. Anything else is an illegal address.
+ *
+ * Streams other than the legacy/per-thread default ones run their work on a worker
+ * thread, in order; a stream can be held by a test so that its work stays pending.
+ * Work on the default streams runs synchronously in the calling thread.
+ *
+ * One mutex protects all device state; one condition variable is broadcast on every
+ * change that a waiter may need (stream progress, events).
+ */
+#define _GNU_SOURCE
+#include "fakegpu_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/io_uring.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PAGE 4096UL
+#define VMM_GRANULARITY (2UL << 20)
+#define VMM_VA_SPACE (256UL << 30)
+#define IOURING_MAX_BUFFER (1UL << 30) /* the kernel refuses larger fixed buffers */
+
+/* ------------------------------------------------------------------ state */
+
+struct hostreg {
+    uintptr_t base, size;  /* as registered */
+    unsigned flags;
+    int ring_fd;           /* io_uring holding the long-term pin, or -1 (mlock) */
+    struct hostreg *next;
+};
+
+struct vmm_handle {
+    uint64_t magic;
+    size_t size;
+    int host;              /* 1: host-NUMA memory (memfd), 0: VRAM pages */
+    size_t vram_off;       /* device: offset in VRAM */
+    int memfd;             /* host: backing file */
+    unsigned char *view;   /* what the fake GPU reads/writes */
+    int mapcount, released;
+    struct vmm_handle *next;
+};
+#define VMM_MAGIC 0x564d4d48414e444cULL
+
+struct vmm_reservation { uintptr_t va; size_t size; struct vmm_reservation *next; };
+struct vmm_mapping {
+    uintptr_t va; size_t size;
+    struct vmm_handle *h;
+    int dev_access, host_access;
+    struct vmm_mapping *next;
+};
+
+enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK };
+struct op {
+    enum op_kind kind;
+    CUdeviceptr a, b;
+    size_t n;
+    uint32_t seed;
+    unsigned long long *result;
+    CUevent ev;
+    uint64_t ev_seq;
+    CUhostFn fn;
+    CUstreamCallback cb;
+    void *data;
+    struct op *next;
+};
+
+#define STREAM_MAGIC 0x53545245414d3031ULL
+struct fake_stream {
+    uint64_t magic;
+    unsigned flags;
+    struct op *head, *tail;
+    int running, held, destroyed;
+    struct timespec hold_deadline;
+    CUresult err; /* sticky error reported by the next synchronisation */
+    pthread_t worker;
+    struct fake_stream *next;
+};
+
+#define EVENT_MAGIC 0x4556454e54303031ULL
+struct fake_event { uint64_t magic; int pending; uint64_t seq; int destroyed; };
+struct fake_ctx { int primary; int refs; };
+struct fake_pool { int dummy; };
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pid_t pid;               /* the process that initialised the device */
+    int initialized;
+    size_t vram;
+    int vram_fd;
+    unsigned char *vram_view;   /* GPU's view */
+    uintptr_t vram_va;          /* device addresses */
+    size_t npages;
+    uint8_t *page_used;         /* per page: allocated */
+    uint32_t *alloc_pages;      /* at an allocation's first page: its length in pages */
+    uint8_t *free_pending;      /* at an allocation's first page: stream-ordered free queued */
+    size_t vram_used;
+    struct hostreg *regs;
+    size_t hostreg_bytes;
+    uintptr_t vmm_va; size_t vmm_next;
+    struct vmm_handle *handles;
+    struct vmm_reservation *reservations;
+    struct vmm_mapping *mappings;
+    struct fake_stream *streams;
+    unsigned faults;
+    int log_fd;
+    int hold_timeout_s;
+    struct fake_ctx primary;
+    struct fake_pool pool;
+} g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .log_fd = -1 };
+
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static __thread int in_host_callback;
+static __thread CUcontext current_ctx;
+
+/* ------------------------------------------------------------------ log */
+
+static void open_log(void)
+{
+    const char *path = getenv("FAKECUDA_LOG");
+    if (path && *path)
+        g.log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+void fg_log(const char *fmt, ...)
+{
+    if (g.log_fd < 0)
+        return;
+    char line[512];
+    int n = snprintf(line, sizeof line, "%d ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof line - 2)
+        n = sizeof line - 2;
+    line[n++] = '\n';
+    (void)!write(g.log_fd, line, n);
+}
+
+void fg_note_fault(const char *what)
+{
+    __atomic_add_fetch(&g.faults, 1, __ATOMIC_SEQ_CST);
+    fg_log("FAULT %s", what);
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static size_t parse_size(const char *s, size_t dflt)
+{
+    if (!s || !*s)
+        return dflt;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    }
+    return v;
+}
+
+static void setup(void)
+{
+    open_log();
+    g.vram = parse_size(getenv("FAKECUDA_VRAM"), 256UL << 20) & ~(VMM_GRANULARITY - 1);
+    if (g.vram < VMM_GRANULARITY)
+        g.vram = VMM_GRANULARITY;
+    const char *t = getenv("FAKECUDA_HOLD_TIMEOUT");
+    g.hold_timeout_s = t ? atoi(t) : 20;
+    g.npages = g.vram / PAGE;
+    g.vram_fd = memfd_create("fakecuda-vram", MFD_CLOEXEC);
+    if (g.vram_fd < 0 || ftruncate(g.vram_fd, g.vram) != 0)
+        abort();
+    g.vram_view = mmap(NULL, g.vram, PROT_READ | PROT_WRITE, MAP_SHARED, g.vram_fd, 0);
+    void *va = mmap(NULL, g.vram, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *vmm = mmap(NULL, VMM_VA_SPACE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (g.vram_view == MAP_FAILED || va == MAP_FAILED || vmm == MAP_FAILED)
+        abort();
+    g.vram_va = (uintptr_t)va;
+    g.vmm_va = (uintptr_t)vmm;
+    g.page_used = calloc(g.npages, 1);
+    g.alloc_pages = calloc(g.npages, sizeof *g.alloc_pages);
+    g.free_pending = calloc(g.npages, 1);
+    if (!g.page_used || !g.alloc_pages || !g.free_pending)
+        abort();
+    g.primary.primary = 1;
+}
+
+static void ensure_setup(void) { pthread_once(&setup_once, setup); }
+
+size_t fg_vram_size(void) { ensure_setup(); return g.vram; }
+
+CUresult fg_gate(const char *name, int needs_init, int needs_ctx)
+{
+    ensure_setup();
+    if (in_host_callback) {
+        char what[128];
+        snprintf(what, sizeof what, "CALL_FROM_CALLBACK %s", name);
+        fg_note_fault(what);
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
+    if (g.initialized && g.pid != getpid())
+        return CUDA_ERROR_NOT_INITIALIZED; /* CUDA does not survive fork */
+    if (needs_init && !g.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (needs_ctx && !current_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_init(unsigned flags)
+{
+    ensure_setup();
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized) {
+        g.initialized = 1;
+        g.pid = getpid();
+    }
+    pthread_mutex_unlock(&g.lock);
+    return g.pid == getpid() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+/* ------------------------------------------------------------------ contexts */
+
+CUresult fg_ctx_primary(CUcontext *ctx)
+{
+    pthread_mutex_lock(&g.lock);
+    g.primary.refs++;
+    pthread_mutex_unlock(&g.lock);
+    *ctx = &g.primary;
+    return CUDA_SUCCESS;
+}
+void fg_ctx_set_current(CUcontext ctx) { current_ctx = ctx; }
+CUcontext fg_ctx_current(void) { return current_ctx; }
+CUcontext fg_ctx_create(void)
+{
+    struct fake_ctx *c = calloc(1, sizeof *c);
+    return c;
+}
+int fg_ctx_valid(CUcontext ctx) { return ctx != NULL; }
+void fg_ctx_destroy(CUcontext ctx)
+{
+    if (current_ctx == ctx)
+        current_ctx = NULL;
+    if (ctx && !ctx->primary)
+        free(ctx);
+}
+
+/* ------------------------------------------------------------------ VRAM */
+
+/* First fit over pages; caller holds the lock. */
+static int vram_take(size_t bytes, size_t *first)
+{
+    size_t need = (bytes + PAGE - 1) / PAGE, run = 0;
+    for (size_t i = 0; i < g.npages; i++) {
+        run = g.page_used[i] ? 0 : run + 1;
+        if (run == need) {
+            size_t s = i + 1 - need;
+            memset(g.page_used + s, 1, need);
+            g.vram_used += need * PAGE;
+            *first = s;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void vram_give(size_t first, size_t npages)
+{
+    memset(g.page_used + first, 0, npages);
+    /* Freed VRAM is scrubbed so that stale data cannot make a test pass. */
+    memset(g.vram_view + first * PAGE, 0x5a, npages * PAGE);
+    g.vram_used -= npages * PAGE;
+}
+
+void fg_mem_info(size_t *free_bytes, size_t *total)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    if (free_bytes)
+        *free_bytes = g.vram - g.vram_used;
+    if (total)
+        *total = g.vram;
+    pthread_mutex_unlock(&g.lock);
+}
+
+static CUresult alloc_vram(CUdeviceptr *p, size_t n)
+{
+    if (!p || n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    size_t first;
+    if (!vram_take(n, &first)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g.alloc_pages[first] = (n + PAGE - 1) / PAGE;
+    g.free_pending[first] = 0;
+    pthread_mutex_unlock(&g.lock);
+    *p = g.vram_va + first * PAGE;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_mem_alloc(CUdeviceptr *p, size_t n) { return alloc_vram(p, n); }
+
+/* The first page of a live allocation that starts exactly at p, or -1. Lock held. */
+static long alloc_first_page(CUdeviceptr p)
+{
+    if (p < g.vram_va || p >= g.vram_va + g.vram || (p - g.vram_va) % PAGE)
+        return -1;
+    size_t i = (p - g.vram_va) / PAGE;
+    return g.alloc_pages[i] ? (long)i : -1;
+}
+
+static void release_alloc(size_t first)
+{
+    size_t np = g.alloc_pages[first];
+    g.alloc_pages[first] = 0;
+    g.free_pending[first] = 0;
+    vram_give(first, np);
+}
+
+static void wait_all_streams_idle(void);
+
+CUresult fg_mem_free(CUdeviceptr p)
+{
+    if (p == 0)
+        return CUDA_SUCCESS;
+    /* cuMemFree synchronises with the device before freeing. */
+    pthread_mutex_lock(&g.lock);
+    long first = alloc_first_page(p);
+    if (first < 0 || g.free_pending[first]) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    wait_all_streams_idle();
+    first = alloc_first_page(p);
+    if (first < 0) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    release_alloc(first);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static int stream_valid(CUstream s);
+static CUresult enqueue(CUstream s, struct op *op);
+
+static int is_default_stream(CUstream s)
+{
+    return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+CUresult fg_mem_alloc_async(CUdeviceptr *p, size_t n, CUstream s)
+{
+    if (!is_default_stream(s)) {
+        pthread_mutex_lock(&g.lock);
+        int ok = stream_valid(s);
+        pthread_mutex_unlock(&g.lock);
+        if (!ok)
+            return CUDA_ERROR_INVALID_HANDLE;
+    }
+    return alloc_vram(p, n);
+}
+
+CUresult fg_mem_free_async(CUdeviceptr p, CUstream s)
+{
+    if (p == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    long first = alloc_first_page(p);
+    if (first < 0 || g.free_pending[first] || (!is_default_stream(s) && !stream_valid(s))) {
+        pthread_mutex_unlock(&g.lock);
+        return first < 0 || g.free_pending[first] ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    }
+    g.free_pending[first] = 1;
+    pthread_mutex_unlock(&g.lock);
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_FREE;
+    op->a = p;
+    return enqueue(s, op);
+}
+
+CUmemoryPool fg_default_pool(void) { return &g.pool; }
+int fg_pool_valid(CUmemoryPool pool) { return pool == &g.pool; }
+
+/* ------------------------------------------------------------------ host registration */
+
+static struct hostreg *reg_containing(uintptr_t p)
+{
+    for (struct hostreg *r = g.regs; r; r = r->next)
+        if (p >= r->base && p < r->base + r->size)
+            return r;
+    return NULL;
+}
+
+/* A range the kernel maps with VM_IO or VM_PFNMAP cannot be pinned; mlock would
+ * silently skip it, so the mlock fallback checks the flags itself. */
+static int range_has_io_or_pfnmap(uintptr_t start, uintptr_t end)
+{
+    FILE *f = fopen("/proc/self/smaps", "re");
+    if (!f)
+        return 0;
+    char line[512];
+    uintptr_t lo = 0, hi = 0;
+    int bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            lo = a; hi = b;
+        } else if (!strncmp(line, "VmFlags:", 8) && lo < end && hi > start) {
+            if (strstr(line, " io") || strstr(line, " pf"))
+                bad = 1;
+        }
+    }
+    fclose(f);
+    return bad;
+}
+
+static int pin_iouring(uintptr_t start, uintptr_t end, int *ring_fd)
+{
+    struct io_uring_params params;
+    memset(&params, 0, sizeof params);
+    int fd = (int)syscall(__NR_io_uring_setup, 1, &params);
+    if (fd < 0)
+        return -errno;
+    size_t n = (end - start + IOURING_MAX_BUFFER - 1) / IOURING_MAX_BUFFER;
+    struct iovec *iov = calloc(n, sizeof *iov);
+    if (!iov) {
+        close(fd);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        iov[i].iov_base = (void *)(start + i * IOURING_MAX_BUFFER);
+        size_t left = end - start - i * IOURING_MAX_BUFFER;
+        iov[i].iov_len = left < IOURING_MAX_BUFFER ? left : IOURING_MAX_BUFFER;
+    }
+    int rc = (int)syscall(__NR_io_uring_register, fd, IORING_REGISTER_BUFFERS, iov, (unsigned)n);
+    int err = errno;
+    free(iov);
+    if (rc < 0) {
+        close(fd);
+        return -err;
+    }
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    *ring_fd = fd;
+    return 0;
+}
+
+static CUresult pin_error(int err)
+{
+    return err == ENOMEM || err == EAGAIN || err == EMFILE || err == ENFILE
+        ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult fg_host_register(void *ptr, size_t n, unsigned flags)
+{
+    uintptr_t p = (uintptr_t)ptr;
+    if (!ptr || n == 0 || (flags & ~0xfu))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CU_MEMHOSTREGISTER_IOMEMORY)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g.lock);
+    for (struct hostreg *r = g.regs; r; r = r->next)
+        if (p < r->base + r->size && r->base < p + n) {
+            pthread_mutex_unlock(&g.lock);
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    pthread_mutex_unlock(&g.lock);
+
+    uintptr_t start = p & ~(PAGE - 1), end = (p + n + PAGE - 1) & ~(PAGE - 1);
+    int ring = -1;
+    const char *how = getenv("FAKECUDA_PIN");
+    int rc = (how && !strcmp(how, "mlock")) ? -ENOSYS : pin_iouring(start, end, &ring);
+    const char *pinned_by = "io_uring";
+    if (rc == -ENOSYS || rc == -EPERM) {
+        /* No io_uring here (or disabled): pin with mlock, as far as it can. */
+        pinned_by = "mlock";
+        if (range_has_io_or_pfnmap(start, end))
+            rc = -EFAULT;
+        else
+            rc = mlock((void *)start, end - start) ? -errno : 0;
+    }
+    if (rc < 0) {
+        fg_log("PIN_FAILED by=%s ptr=%#lx size=%zu errno=%d", pinned_by, (unsigned long)p, n, -rc);
+        return pin_error(-rc);
+    }
+    struct hostreg *r = calloc(1, sizeof *r);
+    r->base = p;
+    r->size = n;
+    r->flags = flags;
+    r->ring_fd = ring;
+    pthread_mutex_lock(&g.lock);
+    /* Re-check: another thread may have registered an overlapping range meanwhile. */
+    for (struct hostreg *o = g.regs; o; o = o->next)
+        if (p < o->base + o->size && o->base < p + n) {
+            pthread_mutex_unlock(&g.lock);
+            if (ring >= 0)
+                close(ring);
+            free(r);
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    r->next = g.regs;
+    g.regs = r;
+    g.hostreg_bytes += n;
+    pthread_mutex_unlock(&g.lock);
+    fg_log("PINNED by=%s ptr=%#lx size=%zu", pinned_by, (unsigned long)p, n);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_host_unregister(void *ptr)
+{
+    pthread_mutex_lock(&g.lock);
+    struct hostreg **pp = &g.regs, *r;
+    while ((r = *pp) && r->base != (uintptr_t)ptr)
+        pp = &r->next;
+    if (!r) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    *pp = r->next;
+    g.hostreg_bytes -= r->size;
+    pthread_mutex_unlock(&g.lock);
+    if (r->ring_fd >= 0)
+        close(r->ring_fd);
+    else
+        munlock((void *)(r->base & ~(PAGE - 1)),
+                ((r->base + r->size + PAGE - 1) & ~(PAGE - 1)) - (r->base & ~(PAGE - 1)));
+    free(r);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
+{
+    if (!d || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct hostreg *r = reg_containing((uintptr_t)p);
+    pthread_mutex_unlock(&g.lock);
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    *d = (CUdeviceptr)(uintptr_t)p; /* unified addressing: same address */
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ VMM */
+
+size_t fg_vmm_granularity(void) { return VMM_GRANULARITY; }
+
+static struct vmm_handle *handle_lookup(CUmemGenericAllocationHandle h)
+{
+    for (struct vmm_handle *x = g.handles; x; x = x->next)
+        if ((CUmemGenericAllocationHandle)(uintptr_t)x == h && x->magic == VMM_MAGIC)
+            return x;
+    return NULL;
+}
+
+CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemAllocationProp *prop,
+                       unsigned long long flags)
+{
+    if (!out || !prop || n == 0 || n % VMM_GRANULARITY || flags ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct vmm_handle *h = calloc(1, sizeof *h);
+    h->magic = VMM_MAGIC;
+    h->size = n;
+    h->memfd = -1;
+    switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: {
+        if (prop->location.id != 0) {
+            free(h);
+            return CUDA_ERROR_INVALID_DEVICE;
+        }
+        size_t first;
+        pthread_mutex_lock(&g.lock);
+        int ok = vram_take(n, &first);
+        pthread_mutex_unlock(&g.lock);
+        if (!ok) {
+            free(h);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        h->vram_off = first * PAGE;
+        h->view = g.vram_view + h->vram_off;
+        break;
+    }
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0) {
+            free(h);
+            return CUDA_ERROR_INVALID_VALUE; /* the fake host has one NUMA node */
+        }
+        h->host = 1;
+        h->memfd = memfd_create("fakecuda-host-numa", MFD_CLOEXEC);
+        if (h->memfd < 0 || ftruncate(h->memfd, n) ||
+            (h->view = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, h->memfd, 0)) == MAP_FAILED) {
+            if (h->memfd >= 0)
+                close(h->memfd);
+            free(h);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        break;
+    default:
+        free(h);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g.lock);
+    h->next = g.handles;
+    g.handles = h;
+    pthread_mutex_unlock(&g.lock);
+    *out = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+
+/* Frees a handle's memory once it is released and unmapped. Lock held. */
+static void handle_maybe_free(struct vmm_handle *h)
+{
+    if (!h->released || h->mapcount)
+        return;
+    struct vmm_handle **pp = &g.handles;
+    while (*pp != h)
+        pp = &(*pp)->next;
+    *pp = h->next;
+    if (h->host) {
+        munmap(h->view, h->size);
+        close(h->memfd);
+    } else {
+        vram_give(h->vram_off / PAGE, h->size / PAGE);
+    }
+    h->magic = 0;
+    free(h);
+}
+
+CUresult fg_vmm_release(CUmemGenericAllocationHandle hv)
+{
+    pthread_mutex_lock(&g.lock);
+    struct vmm_handle *h = handle_lookup(hv);
+    if (!h || h->released) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h->released = 1;
+    handle_maybe_free(h);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_vmm_reserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags)
+{
+    (void)addr; /* a hint only */
+    if (!p || n == 0 || n % VMM_GRANULARITY || flags || (align & (align - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (align < VMM_GRANULARITY)
+        align = VMM_GRANULARITY;
+    pthread_mutex_lock(&g.lock);
+    size_t off = (g.vmm_next + align - 1) & ~(align - 1);
+    if (off + n > VMM_VA_SPACE) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g.vmm_next = off + n;
+    struct vmm_reservation *r = calloc(1, sizeof *r);
+    r->va = g.vmm_va + off;
+    r->size = n;
+    r->next = g.reservations;
+    g.reservations = r;
+    pthread_mutex_unlock(&g.lock);
+    *p = r->va;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_vmm_address_free(CUdeviceptr p, size_t n)
+{
+    pthread_mutex_lock(&g.lock);
+    struct vmm_reservation **pp = &g.reservations, *r;
+    while ((r = *pp) && !(r->va == p && r->size == n))
+        pp = &r->next;
+    if (!r) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next)
+        if (m->va < p + n && p < m->va + m->size) {
+            pthread_mutex_unlock(&g.lock);
+            return CUDA_ERROR_INVALID_VALUE; /* still mapped */
+        }
+    *pp = r->next;
+    free(r);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+static void va_to_none(uintptr_t va, size_t n)
+{
+    mmap((void *)va, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+CUresult fg_vmm_map(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle hv, unsigned long long flags)
+{
+    if (off || flags || n == 0 || p % VMM_GRANULARITY || n % VMM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    struct vmm_handle *h = handle_lookup(hv);
+    int inside = 0;
+    for (struct vmm_reservation *r = g.reservations; r; r = r->next)
+        if (p >= r->va && p + n <= r->va + r->size)
+            inside = 1;
+    int overlap = 0;
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next)
+        if (m->va < p + n && p < m->va + m->size)
+            overlap = 1;
+    if (!h || h->released || n > h->size || !inside || overlap) {
+        pthread_mutex_unlock(&g.lock);
+        return h && !h->released ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (h->host &&
+        mmap((void *)p, n, PROT_NONE, MAP_SHARED | MAP_FIXED, h->memfd, 0) == MAP_FAILED) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct vmm_mapping *m = calloc(1, sizeof *m);
+    m->va = p;
+    m->size = n;
+    m->h = h;
+    m->next = g.mappings;
+    g.mappings = m;
+    h->mapcount++;
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_vmm_unmap(CUdeviceptr p, size_t n)
+{
+    pthread_mutex_lock(&g.lock);
+    /* The range must be exactly covered by whole mappings. */
+    size_t covered = 0;
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next) {
+        if (m->va < p + n && p < m->va + m->size) {
+            if (m->va < p || m->va + m->size > p + n) {
+                pthread_mutex_unlock(&g.lock);
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            covered += m->size;
+        }
+    }
+    if (covered != n || n == 0) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct vmm_mapping **pp = &g.mappings, *m;
+    while ((m = *pp)) {
+        if (m->va >= p && m->va + m->size <= p + n) {
+            *pp = m->next;
+            if (m->h->host)
+                va_to_none(m->va, m->size);
+            m->h->mapcount--;
+            handle_maybe_free(m->h);
+            free(m);
+        } else {
+            pp = &m->next;
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_vmm_set_access(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t count)
+{
+    if (!d || count == 0 || n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        int t = d[i].location.type;
+        if (t == CU_MEM_LOCATION_TYPE_DEVICE && d[i].location.id != 0)
+            return CUDA_ERROR_INVALID_DEVICE;
+        if (t != CU_MEM_LOCATION_TYPE_DEVICE && t != CU_MEM_LOCATION_TYPE_HOST &&
+            t != CU_MEM_LOCATION_TYPE_HOST_NUMA && t != CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&g.lock);
+    size_t covered = 0;
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next)
+        if (m->va < p + n && p < m->va + m->size)
+            covered += m->size;
+    if (covered < n) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_VALUE; /* the whole range must be mapped */
+    }
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next) {
+        if (!(m->va < p + n && p < m->va + m->size))
+            continue;
+        for (size_t i = 0; i < count; i++) {
+            if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+                m->dev_access = d[i].flags;
+            } else if (m->h->host) {
+                m->host_access = d[i].flags;
+                mprotect((void *)m->va, m->size,
+                         d[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE :
+                         d[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ ? PROT_READ : PROT_NONE);
+            } else {
+                pthread_mutex_unlock(&g.lock);
+                return CUDA_ERROR_INVALID_VALUE; /* host access to device memory */
+            }
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ fake GPU access */
+
+/* What the device sees at address p: its view of the memory and how many bytes are
+ * contiguous there; NULL when p is not device-accessible. Lock held. */
+static unsigned char *device_view(uintptr_t p, size_t *contiguous, const char **kind)
+{
+    if (p >= g.vram_va && p < g.vram_va + g.vram) {
+        size_t i = (p - g.vram_va) / PAGE;
+        if (!g.page_used[i])
+            return NULL;
+        size_t end = i;
+        while (end < g.npages && g.page_used[end])
+            end++;
+        *contiguous = g.vram_va + end * PAGE - p;
+        *kind = "vram";
+        return g.vram_view + (p - g.vram_va);
+    }
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next)
+        if (p >= m->va && p < m->va + m->size) {
+            if (!m->dev_access)
+                return NULL; /* mapped but no cuMemSetAccess for the device */
+            *contiguous = m->va + m->size - p;
+            *kind = m->h->host ? "vmm-host" : "vmm-device";
+            return m->h->view + (p - m->va);
+        }
+    struct hostreg *r = reg_containing(p);
+    if (r) {
+        *contiguous = r->base + r->size - p;
+        *kind = "hostreg";
+        return (unsigned char *)p;
+    }
+    return NULL;
+}
+
+/* Checks that [p, p+n) is all device-accessible. Lock held. */
+static int device_range_ok(uintptr_t p, size_t n)
+{
+    while (n) {
+        size_t c;
+        const char *k;
+        if (!device_view(p, &c, &k))
+            return 0;
+        if (c > n)
+            c = n;
+        p += c;
+        n -= c;
+    }
+    return 1;
+}
+
+const char *fakegpu_ptr_kind(CUdeviceptr p)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    size_t c;
+    const char *k = "none";
+    if (!device_view(p, &c, &k))
+        k = "none";
+    pthread_mutex_unlock(&g.lock);
+    return k;
+}
+
+static inline uint64_t pattern_word(uint32_t seed, uint64_t idx)
+{
+    uint64_t x = idx * 0x9E3779B97F4A7C15ULL ^ ((uint64_t)seed << 32 | seed) * 0xD1B54A32D192ED03ULL;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    return x ^ (x >> 29);
+}
+
+/* Pattern of the bytes [off, off+n) of a buffer filled with `seed`. */
+static void pattern_fill_at(unsigned char *p, uint64_t off, size_t n, uint32_t seed)
+{
+    while (n) {
+        if ((off & 7) == 0 && n >= 8 && ((uintptr_t)p & 7) == 0) {
+            *(uint64_t *)p = pattern_word(seed, off >> 3);
+            p += 8; off += 8; n -= 8;
+        } else {
+            *p++ = (unsigned char)(pattern_word(seed, off >> 3) >> ((off & 7) * 8));
+            off++; n--;
+        }
+    }
+}
+
+static unsigned long long pattern_check_at(const unsigned char *p, uint64_t off, size_t n, uint32_t seed)
+{
+    unsigned long long bad = 0;
+    while (n) {
+        if ((off & 7) == 0 && n >= 8 && ((uintptr_t)p & 7) == 0) {
+            bad += *(const uint64_t *)p != pattern_word(seed, off >> 3);
+            p += 8; off += 8; n -= 8;
+        } else {
+            bad += *p++ != (unsigned char)(pattern_word(seed, off >> 3) >> ((off & 7) * 8));
+            off++; n--;
+        }
+    }
+    return bad;
+}
+
+void fakegpu_pattern_fill(void *p, size_t n, uint32_t seed) { pattern_fill_at(p, 0, n, seed); }
+unsigned long long fakegpu_pattern_check(const void *p, size_t n, uint32_t seed)
+{
+    return pattern_check_at(p, 0, n, seed);
+}
+
+/* Resolves [p, p+n) as a device range; NULL if any part is not device-accessible.
+ * For host (non-device) pointers of a memcpy, `host_ok` lets plain host memory through. */
+typedef void (*chunk_fn)(unsigned char *view, uint64_t off, size_t n, struct op *op);
+
+static int for_each_device_chunk(uintptr_t p, size_t n, chunk_fn fn, struct op *op)
+{
+    pthread_mutex_lock(&g.lock);
+    int ok = device_range_ok(p, n);
+    pthread_mutex_unlock(&g.lock);
+    if (!ok)
+        return 0;
+    uint64_t off = 0;
+    while (off < n) {
+        size_t c;
+        const char *k;
+        pthread_mutex_lock(&g.lock);
+        unsigned char *v = device_view(p + off, &c, &k);
+        pthread_mutex_unlock(&g.lock);
+        if (!v)
+            return 0;
+        if (c > n - off)
+            c = n - off;
+        fn(v, off, c, op);
+        off += c;
+    }
+    return 1;
+}
+
+static void chunk_fill(unsigned char *v, uint64_t off, size_t n, struct op *op) { pattern_fill_at(v, off, n, op->seed); }
+static void chunk_verify(unsigned char *v, uint64_t off, size_t n, struct op *op)
+{
+    op->n = op->n; /* unchanged */
+    *op->result += pattern_check_at(v, off, n, op->seed);
+}
+static void chunk_set(unsigned char *v, uint64_t off, size_t n, struct op *op) { (void)off; memset(v, (int)op->seed, n); }
+
+/* A pointer in the device's address ranges (VRAM, VMM) must be device-accessible;
+ * anything else is host memory, which a copy engine reaches directly. Lock held. */
+static int is_device_address(uintptr_t p)
+{
+    if (p >= g.vram_va && p < g.vram_va + g.vram)
+        return 1;
+    return p >= g.vmm_va && p < g.vmm_va + VMM_VA_SPACE;
+}
+
+static int copy_range(uintptr_t dst, uintptr_t src, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        size_t cd = n - off, cs = n - off, c;
+        const char *k;
+        unsigned char *vd, *vs;
+        pthread_mutex_lock(&g.lock);
+        if (is_device_address(dst + off)) {
+            vd = device_view(dst + off, &cd, &k);
+        } else {
+            vd = (unsigned char *)(dst + off);
+        }
+        if (is_device_address(src + off)) {
+            vs = device_view(src + off, &cs, &k);
+        } else {
+            vs = (unsigned char *)(src + off);
+        }
+        pthread_mutex_unlock(&g.lock);
+        if (!vd || !vs)
+            return 0;
+        c = n - off;
+        if (cd < c) c = cd;
+        if (cs < c) c = cs;
+        memmove(vd, vs, c);
+        off += c;
+    }
+    return 1;
+}
+
+static void fault(struct fake_stream *s, const char *what, uintptr_t p, size_t n)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "ILLEGAL_ADDRESS %s ptr=%#lx size=%zu", what, (unsigned long)p, n);
+    fg_note_fault(msg);
+    if (s) {
+        pthread_mutex_lock(&g.lock);
+        s->err = CUDA_ERROR_ILLEGAL_ADDRESS;
+        pthread_mutex_unlock(&g.lock);
+    }
+}
+
+/* Runs one operation. Returns the error a synchronous caller sees. */
+static CUresult run_op(struct fake_stream *s, struct op *op)
+{
+    switch (op->kind) {
+    case OP_FILL:
+        if (!for_each_device_chunk(op->a, op->n, chunk_fill, op)) {
+            fault(s, "fill", op->a, op->n);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        return CUDA_SUCCESS;
+    case OP_VERIFY:
+        *op->result = 0;
+        if (!for_each_device_chunk(op->a, op->n, chunk_verify, op)) {
+            *op->result = ~0ULL;
+            fault(s, "verify", op->a, op->n);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        return CUDA_SUCCESS;
+    case OP_SET:
+        if (!for_each_device_chunk(op->a, op->n, chunk_set, op)) {
+            fault(s, "memset", op->a, op->n);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        return CUDA_SUCCESS;
+    case OP_COPY:
+        if (!copy_range(op->a, op->b, op->n)) {
+            fault(s, "memcpy", op->a, op->n);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        return CUDA_SUCCESS;
+    case OP_FREE: {
+        pthread_mutex_lock(&g.lock);
+        long first = alloc_first_page(op->a);
+        if (first >= 0)
+            release_alloc(first);
+        pthread_mutex_unlock(&g.lock);
+        fg_log("STREAM_FREE ptr=%#llx", op->a);
+        return CUDA_SUCCESS;
+    }
+    case OP_EVENT:
+        pthread_mutex_lock(&g.lock);
+        if (op->ev->seq == op->ev_seq)
+            op->ev->pending = 0;
+        if (op->ev->destroyed && !op->ev->pending) {
+            op->ev->magic = 0;
+            free(op->ev);
+        }
+        pthread_cond_broadcast(&g.cv);
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_SUCCESS;
+    case OP_WAIT_EVENT:
+        pthread_mutex_lock(&g.lock);
+        while (op->ev->magic == EVENT_MAGIC && op->ev->pending && op->ev->seq == op->ev_seq)
+            pthread_cond_wait(&g.cv, &g.lock);
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_SUCCESS;
+    case OP_HOSTFN:
+        in_host_callback = 1;
+        op->fn(op->data);
+        in_host_callback = 0;
+        return CUDA_SUCCESS;
+    case OP_CALLBACK:
+        in_host_callback = 1;
+        op->cb(s, CUDA_SUCCESS, op->data);
+        in_host_callback = 0;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_UNKNOWN;
+}
+
+/* ------------------------------------------------------------------ streams */
+
+static int stream_valid(CUstream s)
+{
+    for (struct fake_stream *x = g.streams; x; x = x->next)
+        if (x == s && !x->destroyed)
+            return 1;
+    return 0;
+}
+
+static int stream_idle(struct fake_stream *s) { return !s->head && !s->running; }
+
+static void *stream_worker(void *arg)
+{
+    struct fake_stream *s = arg;
+    pthread_mutex_lock(&g.lock);
+    for (;;) {
+        if (s->held && s->head) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            if (now.tv_sec > s->hold_deadline.tv_sec ||
+                (now.tv_sec == s->hold_deadline.tv_sec && now.tv_nsec >= s->hold_deadline.tv_nsec)) {
+                s->held = 0;
+                pthread_mutex_unlock(&g.lock);
+                fg_note_fault("HOLD_TIMEOUT: a stream held by the test was never released "
+                              "(something waited on held work)");
+                pthread_mutex_lock(&g.lock);
+                continue;
+            }
+            pthread_cond_timedwait(&g.cv, &g.lock, &s->hold_deadline);
+            continue;
+        }
+        if (!s->head) {
+            if (s->destroyed)
+                break;
+            pthread_cond_wait(&g.cv, &g.lock);
+            continue;
+        }
+        struct op *op = s->head;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->running = 1;
+        pthread_mutex_unlock(&g.lock);
+        run_op(s, op);
+        free(op);
+        pthread_mutex_lock(&g.lock);
+        s->running = 0;
+        pthread_cond_broadcast(&g.cv);
+    }
+    struct fake_stream **pp = &g.streams;
+    while (*pp != s)
+        pp = &(*pp)->next;
+    *pp = s->next;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.lock);
+    s->magic = 0;
+    free(s);
+    return NULL;
+}
+
+CUresult fg_stream_create(CUstream *out, unsigned flags)
+{
+    if (!out || (flags & ~1u))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_stream *s = calloc(1, sizeof *s);
+    s->magic = STREAM_MAGIC;
+    s->flags = flags;
+    pthread_mutex_lock(&g.lock);
+    if (pthread_create(&s->worker, NULL, stream_worker, s)) {
+        pthread_mutex_unlock(&g.lock);
+        free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_detach(s->worker);
+    s->next = g.streams;
+    g.streams = s;
+    pthread_mutex_unlock(&g.lock);
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_stream_destroy(CUstream s)
+{
+    pthread_mutex_lock(&g.lock);
+    if (is_default_stream(s) || !stream_valid(s)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    /* Pending work still completes; the worker frees the stream afterwards. */
+    s->destroyed = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+/* Work on a default stream runs now, in the caller; other streams queue it. */
+static CUresult enqueue(CUstream s, struct op *op)
+{
+    if (is_default_stream(s)) {
+        CUresult rc = run_op(NULL, op);
+        free(op);
+        return rc;
+    }
+    pthread_mutex_lock(&g.lock);
+    if (!stream_valid(s)) {
+        pthread_mutex_unlock(&g.lock);
+        free(op);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+/* Lock held. */
+static void wait_all_streams_idle(void)
+{
+    for (;;) {
+        int busy = 0;
+        for (struct fake_stream *x = g.streams; x; x = x->next)
+            if (!stream_idle(x))
+                busy = 1;
+        if (!busy)
+            return;
+        pthread_cond_wait(&g.cv, &g.lock);
+    }
+}
+
+CUresult fg_stream_sync(CUstream s)
+{
+    if (is_default_stream(s))
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g.lock);
+    if (!stream_valid(s)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    while (!stream_idle(s))
+        pthread_cond_wait(&g.cv, &g.lock);
+    CUresult rc = s->err;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+CUresult fg_stream_query(CUstream s)
+{
+    if (is_default_stream(s))
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&g.lock);
+    CUresult rc = !stream_valid(s) ? CUDA_ERROR_INVALID_HANDLE
+                : s->err ? s->err : stream_idle(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+CUresult fg_ctx_sync(void)
+{
+    pthread_mutex_lock(&g.lock);
+    wait_all_streams_idle();
+    CUresult rc = CUDA_SUCCESS;
+    for (struct fake_stream *x = g.streams; x; x = x->next)
+        if (x->err)
+            rc = x->err;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+void fakegpu_stream_hold(CUstream s)
+{
+    pthread_mutex_lock(&g.lock);
+    if (!is_default_stream(s) && stream_valid(s)) {
+        s->held = 1;
+        clock_gettime(CLOCK_REALTIME, &s->hold_deadline);
+        s->hold_deadline.tv_sec += g.hold_timeout_s;
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
+void fakegpu_stream_release(CUstream s)
+{
+    pthread_mutex_lock(&g.lock);
+    if (!is_default_stream(s) && stream_valid(s))
+        s->held = 0;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* ------------------------------------------------------------------ events */
+
+CUresult fg_event_create(CUevent *out, unsigned flags)
+{
+    if (!out || (flags & ~0xfu))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_event *e = calloc(1, sizeof *e);
+    e->magic = EVENT_MAGIC;
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+static int event_valid(CUevent e) { return e && e->magic == EVENT_MAGIC && !e->destroyed; }
+
+CUresult fg_event_destroy(CUevent e)
+{
+    pthread_mutex_lock(&g.lock);
+    if (!event_valid(e)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    e->destroyed = 1;
+    if (!e->pending) {
+        e->magic = 0;
+        free(e);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_event_record(CUevent e, CUstream s)
+{
+    pthread_mutex_lock(&g.lock);
+    if (!event_valid(e)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    e->seq++;
+    e->pending = 1;
+    uint64_t seq = e->seq;
+    pthread_mutex_unlock(&g.lock);
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_EVENT;
+    op->ev = e;
+    op->ev_seq = seq;
+    return enqueue(s, op);
+}
+
+CUresult fg_event_query(CUevent e)
+{
+    pthread_mutex_lock(&g.lock);
+    CUresult rc = !event_valid(e) ? CUDA_ERROR_INVALID_HANDLE : e->pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    pthread_mutex_unlock(&g.lock);
+    return rc;
+}
+
+CUresult fg_event_sync(CUevent e)
+{
+    pthread_mutex_lock(&g.lock);
+    if (!event_valid(e)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    while (e->pending)
+        pthread_cond_wait(&g.cv, &g.lock);
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+    if (flags & ~1u)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    if (!event_valid(e)) {
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    uint64_t seq = e->seq;
+    pthread_mutex_unlock(&g.lock);
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_WAIT_EVENT;
+    op->ev = e;
+    op->ev_seq = seq;
+    if (is_default_stream(s)) {
+        /* The default stream waits in the caller. */
+        pthread_mutex_lock(&g.lock);
+        while (e->pending && e->seq == seq)
+            pthread_cond_wait(&g.cv, &g.lock);
+        pthread_mutex_unlock(&g.lock);
+        free(op);
+        return CUDA_SUCCESS;
+    }
+    return enqueue(s, op);
+}
+
+CUresult fg_launch_host_fn(CUstream s, CUhostFn fn, void *data)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_HOSTFN;
+    op->fn = fn;
+    op->data = data;
+    return enqueue(s, op);
+}
+
+CUresult fg_stream_add_callback(CUstream s, CUstreamCallback cb, void *data, unsigned flags)
+{
+    if (!cb || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_CALLBACK;
+    op->cb = cb;
+    op->data = data;
+    return enqueue(s, op);
+}
+
+/* ------------------------------------------------------------------ copies, kernels */
+
+CUresult fg_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (!dst || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    int bad = (is_device_address(dst) && !device_range_ok(dst, n)) ||
+              (is_device_address(src) && !device_range_ok(src, n));
+    pthread_mutex_unlock(&g.lock);
+    if (bad)
+        return CUDA_ERROR_INVALID_VALUE; /* the driver validates copy ranges up front */
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_COPY;
+    op->a = dst;
+    op->b = src;
+    op->n = n;
+    if (!async)
+        s = NULL;
+    return enqueue(s, op);
+}
+
+CUresult fg_memset8(CUdeviceptr dst, unsigned char v, size_t n, CUstream s, int async)
+{
+    if (n == 0)
+        return CUDA_SUCCESS;
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_SET;
+    op->a = dst;
+    op->n = n;
+    op->seed = v;
+    if (!async)
+        s = NULL;
+    return enqueue(s, op);
+}
+
+CUresult fakegpu_launch_fill(CUdeviceptr p, size_t n, uint32_t seed, CUstream s)
+{
+    CUresult rc = fg_gate("fakegpu_launch_fill", 1, 1);
+    if (rc)
+        return rc;
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_FILL;
+    op->a = p;
+    op->n = n;
+    op->seed = seed;
+    return enqueue(s, op);
+}
+
+CUresult fakegpu_launch_verify(CUdeviceptr p, size_t n, uint32_t seed, CUstream s,
+                               unsigned long long *mismatches)
+{
+    CUresult rc = fg_gate("fakegpu_launch_verify", 1, 1);
+    if (rc)
+        return rc;
+    if (!mismatches)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct op *op = calloc(1, sizeof *op);
+    op->kind = OP_VERIFY;
+    op->a = p;
+    op->n = n;
+    op->seed = seed;
+    op->result = mismatches;
+    return enqueue(s, op);
+}
+
+/* ------------------------------------------------------------------ test queries */
+
+size_t fakegpu_vram_used(void)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    size_t u = g.vram_used;
+    pthread_mutex_unlock(&g.lock);
+    return u;
+}
+size_t fakegpu_vram_total(void) { return fg_vram_size(); }
+size_t fakegpu_hostreg_bytes(void)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    size_t b = g.hostreg_bytes;
+    pthread_mutex_unlock(&g.lock);
+    return b;
+}
+unsigned fakegpu_faults(void) { return __atomic_load_n(&g.faults, __ATOMIC_SEQ_CST); }

@@ -1,0 +1,27 @@
+/* gbtest-fw: like python importing torch. The runtime tests live in a "framework"
+ * library linked against libcudart.so.13 and loaded with dlopen(RTLD_LOCAL), so neither
+ * it nor libcudart is in the global scope: dlsym(RTLD_NEXT/RTLD_DEFAULT, "cudaMalloc")
+ * from a preloaded library finds nothing. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv)
+{
+    void *fw = dlopen("libgbframework.so", RTLD_NOW | RTLD_LOCAL);
+    if (!fw) {
+        printf("FAIL: dlopen libgbframework.so: %s\n", dlerror());
+        return 1;
+    }
+    /* Checked without the shim (which exports cudaMalloc itself). */
+    if (!getenv("LD_PRELOAD") && dlsym(RTLD_DEFAULT, "cudaMalloc")) {
+        printf("FAIL: cudaMalloc visible in the global scope: the test would not model RTLD_LOCAL\n");
+        return 1;
+    }
+    int (*run)(int, char **) = (int (*)(int, char **))dlsym(fw, "gbtests_main");
+    if (!run) {
+        printf("FAIL: gbtests_main missing\n");
+        return 1;
+    }
+    return run(argc, argv);
+}

@@ -1,0 +1,579 @@
+/* Tests of programs that use the CUDA runtime, as PyTorch does: linked against
+ * libcudart (12 or 13), driver functions only through cudaGetDriverEntryPoint*.
+ * Built into gbtest-rt13, gbtest-rt12 and libgbframework.so (loaded RTLD_LOCAL by
+ * gbtest-fw). Entry: gbtests_main(argc, argv); argv[1] names the test.
+ *
+ * Sizes come from the environment the runner sets: FAKECUDA_VRAM (device size).
+ */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+cudaError_t cudaMalloc(void **p, size_t n);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
+cudaError_t cudaGetDeviceProperties(void *prop, int d);
+cudaError_t cudaGetDeviceProperties_v2(void *prop, int d);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags,
+                                    CUdriverProcAddressQueryResult *status);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned version,
+                                             unsigned long long flags, CUdriverProcAddressQueryResult *status);
+const char *cudaGetErrorString(cudaError_t e);
+
+static size_t vram;
+
+static void *entry(const char *name)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    OK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &st));
+    CHECK(fn && st == CU_GET_PROC_ADDRESS_SUCCESS, "no driver entry point %s\n", name);
+    return fn;
+}
+
+static const char *kind(void *p) { return fakegpu_ptr_kind((CUdeviceptr)(uintptr_t)p); }
+
+/* Fills with the fake GPU, checks with the fake GPU and with a copy to the host. */
+static void fill_and_verify(void *p, size_t n, uint32_t seed, int by_memcpy)
+{
+    if (by_memcpy) {
+        unsigned char *host = malloc(n);
+        fakegpu_pattern_fill(host, n, seed);
+        OK(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice));
+        free(host);
+    } else {
+        OK(fakegpu_launch_fill((CUdeviceptr)(uintptr_t)p, n, seed, NULL));
+    }
+}
+
+static void verify(void *p, size_t n, uint32_t seed)
+{
+    unsigned long long bad = 0;
+    OK(fakegpu_launch_verify((CUdeviceptr)(uintptr_t)p, n, seed, NULL, &bad));
+    CHECK(bad == 0, "device read of %p (%s, %zu bytes) found %llu wrong words\n", p, kind(p), n, bad);
+    unsigned char *host = malloc(n);
+    OK(cudaMemcpy(host, p, n, cudaMemcpyDeviceToHost));
+    bad = fakegpu_pattern_check(host, n, seed);
+    free(host);
+    CHECK(bad == 0, "copy back of %p (%s, %zu bytes) found %llu wrong bytes\n", p, kind(p), n, bad);
+}
+
+/* ---- capacity: every API reports the same total; free figures agree ---- */
+static int test_caps(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: caps EXPECTED_TOTAL [combined]\n");
+    unsigned long long expect = arg_size(argv[2]);
+    int combined = argc > 3 && !strcmp(argv[3], "combined");
+
+    size_t free_rt, total_rt;
+    OK(cudaMemGetInfo(&free_rt, &total_rt));
+    unsigned char prop[CUDA_DEVICE_PROP_SIZE + 64];
+    memset(prop, 0xab, sizeof prop);
+    OK(cudaGetDeviceProperties(prop, 0));
+    size_t total_prop;
+    memcpy(&total_prop, prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, sizeof total_prop);
+    for (size_t i = CUDA_DEVICE_PROP_SIZE; i < sizeof prop; i++)
+        CHECK(prop[i] == 0xab, "cudaGetDeviceProperties wrote past the struct (byte %zu)\n", i);
+    memset(prop, 0, sizeof prop);
+    OK(cudaGetDeviceProperties_v2(prop, 0));
+    size_t total_prop2;
+    memcpy(&total_prop2, prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, sizeof total_prop2);
+
+    CUresult (*getinfo)(size_t *, size_t *) = entry("cuMemGetInfo");
+    CUresult (*totalmem)(size_t *, CUdevice) = entry("cuDeviceTotalMem");
+    size_t free_drv, total_drv, total_dev;
+    OK(getinfo(&free_drv, &total_drv));
+    OK(totalmem(&total_dev, 0));
+
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    CHECK(nvml, "dlopen libnvidia-ml.so.1: %s\n", dlerror());
+    nvmlReturn_t (*init)(void) = dlsym(nvml, "nvmlInit_v2");
+    nvmlReturn_t (*handle)(unsigned, nvmlDevice_t *) = dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2");
+    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = dlsym(nvml, "nvmlDeviceGetMemoryInfo");
+    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
+    CHECK(init && handle && mem1 && mem2, "NVML symbols missing\n");
+    nvmlDevice_t dev;
+    OK(init());
+    OK(handle(0, &dev));
+    nvmlMemory_t m1;
+    nvmlMemory_v2_t m2 = { .version = nvmlMemory_v2 };
+    OK(mem1(dev, &m1));
+    OK(mem2(dev, &m2));
+    nvmlMemory_v2_t bad = { .version = 1 };
+    CHECK(mem2(dev, &bad) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+          "nvmlDeviceGetMemoryInfo_v2 accepted a wrong struct version\n");
+
+    printf("totals: cudaMemGetInfo=%zu props=%zu props_v2=%zu cuMemGetInfo=%zu cuDeviceTotalMem=%zu "
+           "nvml=%llu nvml_v2=%llu expected=%llu\n", total_rt, total_prop, total_prop2, total_drv,
+           total_dev, m1.total, m2.total, expect);
+    printf("free: cudaMemGetInfo=%zu cuMemGetInfo=%zu nvml=%llu nvml_v2=%llu\n", free_rt, free_drv,
+           m1.free, m2.free);
+    CHECK(total_rt == expect, "cudaMemGetInfo total %zu != %llu\n", total_rt, expect);
+    CHECK(total_prop == expect, "cudaGetDeviceProperties totalGlobalMem %zu != %llu\n", total_prop, expect);
+    CHECK(total_prop2 == expect, "cudaGetDeviceProperties_v2 totalGlobalMem %zu != %llu\n", total_prop2, expect);
+    CHECK(total_drv == expect, "cuMemGetInfo_v2 total %zu != %llu\n", total_drv, expect);
+    CHECK(total_dev == expect, "cuDeviceTotalMem_v2 %zu != %llu\n", total_dev, expect);
+    CHECK(m1.total == expect, "nvmlDeviceGetMemoryInfo total %llu != %llu\n", m1.total, expect);
+    CHECK(m2.total == expect, "nvmlDeviceGetMemoryInfo_v2 total %llu != %llu\n", m2.total, expect);
+    CHECK(free_rt <= total_rt && free_rt == free_drv, "free: runtime %zu, driver %zu\n", free_rt, free_drv);
+    CHECK(m1.free == free_rt && m1.used == m1.total - m1.free,
+          "NVML v1 free %llu used %llu disagree with cudaMemGetInfo free %zu\n", m1.free, m1.used, free_rt);
+    CHECK(m2.free == free_rt && m2.used + m2.reserved + m2.free == m2.total,
+          "NVML v2 free %llu used %llu reserved %llu inconsistent (cudaMemGetInfo free %zu)\n",
+          m2.free, m2.used, m2.reserved, free_rt);
+
+    /* An allocation that can only live in T2 changes the combined report by its size
+     * and leaves the physical one alone. */
+    size_t big = 2 * vram;
+    void *p;
+    OK(cudaMalloc(&p, big));
+    size_t free_after, total_after;
+    OK(cudaMemGetInfo(&free_after, &total_after));
+    OK(mem1(dev, &m1));
+    printf("after %zu-byte allocation (%s): free %zu -> %zu, nvml free %llu\n", big, kind(p), free_rt,
+           free_after, m1.free);
+    CHECK(total_after == expect, "total changed after allocation: %zu\n", total_after);
+    if (combined) {
+        CHECK(free_rt - free_after >= big && free_rt - free_after <= big + 4 * MiB,
+              "combined free fell by %zu for a %zu-byte T2 allocation\n", free_rt - free_after, big);
+    } else {
+        CHECK(free_after == free_rt, "physical free changed from %zu to %zu for a T2 allocation\n",
+              free_rt, free_after);
+    }
+    CHECK(m1.free == free_after, "NVML free %llu != cudaMemGetInfo free %zu after allocation\n",
+          m1.free, free_after);
+    OK(cudaFree(p));
+    OK(cudaMemGetInfo(&free_after, &total_after));
+    CHECK(free_after == free_rt, "free did not come back after cudaFree: %zu != %zu\n", free_after, free_rt);
+    return 0;
+}
+
+/* ---- 4x VRAM in allocations, data intact; VRAM used up to the budget too ---- */
+static int test_alloc4x(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    size_t chunk = vram / 4, n = 16;
+    void *p[16];
+    size_t free0, total0;
+    OK(cudaMemGetInfo(&free0, &total0));
+    size_t used0 = fakegpu_vram_used();
+    int in_vram = 0, in_t2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        cudaError_t rc = cudaMalloc(&p[i], chunk);
+        CHECK(rc == cudaSuccess, "cudaMalloc #%zu of %zu bytes (%zu MiB allocated so far, VRAM %zu MiB) "
+              "failed with error %d (%s)\n", i, chunk, i * chunk >> 20, vram >> 20, rc, cudaGetErrorString(rc));
+        const char *k = kind(p[i]);
+        CHECK(strcmp(k, "none"), "allocation %p is not reachable by the device\n", p[i]);
+        if (!strcmp(k, "vram"))
+            in_vram++;
+        else
+            in_t2++;
+        fill_and_verify(p[i], chunk, 1000 + (uint32_t)i, i & 1);
+    }
+    for (size_t i = 0; i < n; i++)
+        verify(p[i], chunk, 1000 + (uint32_t)i);
+    printf("%d allocations in VRAM, %d in T2, VRAM used %zu MiB of %zu\n", in_vram, in_t2,
+           fakegpu_vram_used() >> 20, vram >> 20);
+    CHECK(in_t2 >= 12, "only %d of 16 allocations outside VRAM; 4x VRAM cannot fit\n", in_t2);
+    const char *want_vram = getenv("GBTEST_EXPECT_VRAM_ALLOCS");
+    if (want_vram)
+        CHECK(in_vram >= atoi(want_vram), "only %d allocations in VRAM, expected at least %s\n", in_vram, want_vram);
+    for (size_t i = 0; i < n; i++)
+        OK(cudaFree(p[i]));
+    size_t free1, total1;
+    OK(cudaMemGetInfo(&free1, &total1));
+    CHECK(fakegpu_vram_used() == used0, "VRAM used %zu after freeing everything, was %zu\n",
+          fakegpu_vram_used(), used0);
+    CHECK(free1 == free0, "reported free %zu after freeing everything, was %zu\n", free1, free0);
+    return 0;
+}
+
+/* ---- placement by budget and minimum size ---- */
+static int test_placement(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    size_t budget = env_size("GREENBOOST_VRAM_BUDGET", vram);
+    size_t min_t2 = env_size("GREENBOOST_MIN_T2_SIZE", 2 * MiB);
+    /* Small allocations stay in VRAM even past the budget. */
+    void *small[64];
+    size_t nsmall = 0, used = 0;
+    void *big[64];
+    size_t nbig = 0;
+    /* Fill the budget with budget/4 chunks: the ones that fit land in VRAM. */
+    for (; nbig < 6; nbig++) {
+        OK(cudaMalloc(&big[nbig], budget / 4));
+        fill_and_verify(big[nbig], budget / 4, 7 + (uint32_t)nbig, 0);
+    }
+    int vram_count = 0;
+    for (size_t i = 0; i < nbig; i++)
+        vram_count += !strcmp(kind(big[i]), "vram");
+    printf("budget %zu MiB: %d of %zu quarter-budget allocations in VRAM, VRAM used %zu MiB\n",
+           budget >> 20, vram_count, nbig, fakegpu_vram_used() >> 20);
+    CHECK(fakegpu_vram_used() <= budget, "VRAM use %zu exceeds the budget %zu\n", fakegpu_vram_used(), budget);
+    CHECK(vram_count >= 1, "nothing went to VRAM under a %zu-byte budget\n", budget);
+    CHECK(vram_count <= 4, "%d quarter-budget allocations in VRAM\n", vram_count);
+    for (; nsmall < 16; nsmall++) {
+        size_t sz = min_t2 / 2 + 4096;
+        OK(cudaMalloc(&small[nsmall], sz));
+        used += sz;
+        CHECK(!strcmp(kind(small[nsmall]), "vram"), "%zu-byte allocation (below the T2 minimum %zu) went to %s\n",
+              sz, min_t2, kind(small[nsmall]));
+        fill_and_verify(small[nsmall], sz, 77 + (uint32_t)nsmall, 1);
+    }
+    for (size_t i = 0; i < nbig; i++)
+        verify(big[i], budget / 4, 7 + (uint32_t)i);
+    for (size_t i = 0; i < nsmall; i++)
+        OK(cudaFree(small[i]));
+    for (size_t i = 0; i < nbig; i++)
+        OK(cudaFree(big[i]));
+    CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after freeing everything\n", fakegpu_vram_used());
+    return 0;
+}
+
+/* ---- stream-ordered alloc/free: memory stays until the stream reaches the free ---- */
+static int test_async(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, CU_STREAM_NON_BLOCKING));
+    size_t sizes[] = { 1 * MiB, vram / 8, 2 * vram };
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        void *a;
+        OK(cudaMallocAsync(&a, n, s));
+        const char *where = kind(a);
+        unsigned long long bad = ~0ULL;
+        fakegpu_stream_hold(s);
+        OK(fakegpu_launch_fill((CUdeviceptr)(uintptr_t)a, n, 31 + (uint32_t)k, s));
+        OK(fakegpu_launch_verify((CUdeviceptr)(uintptr_t)a, n, 31 + (uint32_t)k, s, &bad));
+        OK(cudaFreeAsync(a, s));
+        /* The stream has not reached the free: the device must still reach the memory,
+         * and a synchronous allocation must not be handed the same memory. */
+        CHECK(strcmp(kind(a), "none"), "%zu-byte %s allocation released before its stream reached the free\n",
+              n, where);
+        void *b;
+        OK(cudaMalloc(&b, n));
+        CHECK((uintptr_t)b + n <= (uintptr_t)a || (uintptr_t)a + n <= (uintptr_t)b,
+              "memory of a pending stream-ordered free (%p, %s) reused by cudaMalloc (%p)\n", a, where, b);
+        OK(fakegpu_launch_fill((CUdeviceptr)(uintptr_t)b, n, 99, NULL));
+        fakegpu_stream_release(s);
+        cudaError_t rc = cudaStreamSynchronize(s);
+        CHECK(rc == cudaSuccess, "stream work on a freed-async %s allocation failed: %d\n", where, rc);
+        CHECK(bad == 0, "queued kernel saw %llu wrong words in a %s allocation freed async\n", bad, where);
+        verify(b, n, 99);
+        OK(cudaFree(b));
+        printf("%zu bytes: %s, stream-ordered free honoured\n", n, where);
+    }
+    /* 4x VRAM through the stream-ordered allocator, then everything freed in order. */
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        cudaError_t rc = cudaMallocAsync(&p[i], vram / 2, s);
+        CHECK(rc == cudaSuccess, "cudaMallocAsync #%d of %zu bytes failed: %d\n", i, vram / 2, rc);
+        OK(fakegpu_launch_fill((CUdeviceptr)(uintptr_t)p[i], vram / 2, 500 + i, s));
+    }
+    unsigned long long bad[8];
+    for (int i = 0; i < 8; i++) {
+        OK(fakegpu_launch_verify((CUdeviceptr)(uintptr_t)p[i], vram / 2, 500 + i, s, &bad[i]));
+        OK(cudaFreeAsync(p[i], s));
+    }
+    OK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 8; i++)
+        CHECK(bad[i] == 0, "async allocation %d: %llu wrong words\n", i, bad[i]);
+    /* The default and per-thread streams too. */
+    void *d;
+    OK(cudaMallocAsync(&d, 2 * vram, NULL));
+    fill_and_verify(d, 2 * vram, 5, 0);
+    verify(d, 2 * vram, 5);
+    OK(cudaFreeAsync(d, NULL));
+    OK(cudaMallocAsync(&d, 2 * vram, CU_STREAM_PER_THREAD));
+    OK(cudaFreeAsync(d, CU_STREAM_PER_THREAD));
+    OK(cudaDeviceSynchronize());
+    OK(cudaStreamDestroy(s));
+    /* Everything released once the device is idle (allow the shim a moment to reap). */
+    size_t free1 = 0, total1;
+    for (int i = 0; i < 50; i++) {
+        OK(cudaMemGetInfo(&free1, &total1));
+        if (fakegpu_vram_used() == 0)
+            break;
+        usleep(100000);
+    }
+    CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after all stream-ordered frees completed\n", fakegpu_vram_used());
+    return 0;
+}
+
+/* ---- 16 threads allocating, using and freeing at once ---- */
+static int thread_failures;
+static void *churn(void *arg)
+{
+    uintptr_t id = (uintptr_t)arg;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, CU_STREAM_NON_BLOCKING))
+        return (void *)1;
+    unsigned seed = (unsigned)id * 7919u + 1;
+    void *live[4] = { 0 };
+    size_t live_n[4] = { 0 };
+    uint32_t live_seed[4] = { 0 };
+    for (int it = 0; it < 60; it++) {
+        seed = seed * 1103515245u + 12345u;
+        int slot = (seed >> 8) & 3;
+        if (live[slot]) {
+            unsigned long long bad = ~0ULL;
+            if (fakegpu_launch_verify((CUdeviceptr)(uintptr_t)live[slot], live_n[slot], live_seed[slot], s, &bad) ||
+                cudaStreamSynchronize(s) || bad) {
+                printf("thread %lu: allocation %p (%s) corrupted: %llu wrong words\n", (unsigned long)id,
+                       live[slot], kind(live[slot]), bad);
+                __atomic_add_fetch(&thread_failures, 1, __ATOMIC_SEQ_CST);
+            }
+            cudaError_t rc = (seed & 0x10000) ? cudaFreeAsync(live[slot], s) : cudaFree(live[slot]);
+            if (rc) {
+                printf("thread %lu: free failed: %d\n", (unsigned long)id, rc);
+                __atomic_add_fetch(&thread_failures, 1, __ATOMIC_SEQ_CST);
+            }
+            live[slot] = NULL;
+            continue;
+        }
+        /* 4 KiB .. 32 MiB: both sides of the T2 minimum. */
+        size_t n = (size_t)4096 << ((seed >> 12) % 14);
+        void *p;
+        cudaError_t rc = (seed & 0x20000) ? cudaMallocAsync(&p, n, s) : cudaMalloc(&p, n);
+        if (rc == cudaErrorMemoryAllocation)
+            continue;
+        if (rc) {
+            printf("thread %lu: allocation of %zu failed: %d\n", (unsigned long)id, n, rc);
+            __atomic_add_fetch(&thread_failures, 1, __ATOMIC_SEQ_CST);
+            continue;
+        }
+        live[slot] = p;
+        live_n[slot] = n;
+        live_seed[slot] = seed;
+        fakegpu_launch_fill((CUdeviceptr)(uintptr_t)p, n, seed, s);
+    }
+    for (int i = 0; i < 4; i++)
+        if (live[i] && cudaFree(live[i]))
+            __atomic_add_fetch(&thread_failures, 1, __ATOMIC_SEQ_CST);
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    return NULL;
+}
+
+static int test_threads(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    pthread_t t[16];
+    for (uintptr_t i = 0; i < 16; i++)
+        CHECK(pthread_create(&t[i], NULL, churn, (void *)i) == 0, "pthread_create\n");
+    for (int i = 0; i < 16; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        CHECK(r == NULL, "thread %d could not start\n", i);
+    }
+    OK(cudaDeviceSynchronize());
+    CHECK(thread_failures == 0, "%d failures across threads\n", thread_failures);
+    for (int i = 0; i < 50 && fakegpu_vram_used(); i++)
+        usleep(100000);
+    CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after all threads freed everything\n", fakegpu_vram_used());
+    return 0;
+}
+
+/* ---- fork after allocations, while other threads allocate ---- */
+static volatile int stop_churn;
+static void *background(void *arg)
+{
+    (void)arg;
+    while (!stop_churn) {
+        void *p;
+        if (cudaMalloc(&p, (stop_churn & 1) ? 4096 : 3 * MiB) == cudaSuccess)
+            cudaFree(p);
+    }
+    return NULL;
+}
+
+static int test_fork(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    void *v, *t2;
+    OK(cudaMalloc(&v, 1 * MiB));
+    OK(cudaMalloc(&t2, 2 * vram));
+    fill_and_verify(t2, 2 * vram, 4242, 0);
+    pthread_t bg[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&bg[i], NULL, background, NULL);
+    for (int round = 0; round < 20; round++) {
+        pid_t pid = fork();
+        CHECK(pid >= 0, "fork\n");
+        if (pid == 0) {
+            /* CUDA does not survive fork: the child gets errors, not a hang or a crash. */
+            alarm(20);
+            void *p = NULL;
+            cudaError_t a = cudaMalloc(&p, 4096);
+            cudaError_t b = cudaMalloc(&p, 2 * vram);
+            cudaError_t c = cudaFree(v);
+            cudaError_t d = cudaFree(t2);
+            size_t f, tot;
+            cudaError_t e = cudaMemGetInfo(&f, &tot);
+            if (round == 0)
+                printf("child: cudaMalloc small %d, T2-size %d, cudaFree %d %d, cudaMemGetInfo %d\n", a, b, c, d, e);
+            _exit(a == 0 || b == 0 ? 3 : 0);
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid, "waitpid\n");
+        CHECK(WIFEXITED(status), "child of fork round %d died: signal %d\n", round,
+              WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        CHECK(WEXITSTATUS(status) == 0, "child of fork round %d got a successful cudaMalloc; CUDA "
+              "cannot work after fork (cudaErrorInitializationError)\n", round);
+    }
+    stop_churn = 1;
+    for (int i = 0; i < 4; i++)
+        pthread_join(bg[i], NULL);
+    verify(t2, 2 * vram, 4242);
+    OK(cudaFree(t2));
+    OK(cudaFree(v));
+    void *again;
+    OK(cudaMalloc(&again, 2 * vram));
+    fill_and_verify(again, 2 * vram, 1, 1);
+    verify(again, 2 * vram, 1);
+    OK(cudaFree(again));
+    return 0;
+}
+
+/* ---- error semantics as the CUDA runtime defines them ---- */
+static int test_errors(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    cudaError_t rc;
+    OK(cudaFree(NULL));
+    rc = cudaFree((void *)0x1000);
+    CHECK(rc == cudaErrorInvalidValue, "cudaFree(0x1000) = %d, CUDA says cudaErrorInvalidValue\n", rc);
+    char *host = malloc(1 << 20);
+    rc = cudaFree(host);
+    CHECK(rc == cudaErrorInvalidValue, "cudaFree(host pointer) = %d, CUDA says cudaErrorInvalidValue\n", rc);
+    free(host);
+    rc = cudaMalloc(NULL, 4096);
+    CHECK(rc == cudaErrorInvalidValue, "cudaMalloc(NULL, 4096) = %d\n", rc);
+    void *z = (void *)1;
+    OK(cudaMalloc(&z, 0));
+    CHECK(z == NULL, "cudaMalloc of 0 bytes gave %p, CUDA gives NULL\n", z);
+
+    void *v, *t2;
+    OK(cudaMalloc(&v, 4096));
+    OK(cudaMalloc(&t2, 2 * vram));
+    CHECK(strcmp(kind(t2), "vram"), "a 2x VRAM allocation in VRAM?\n");
+    rc = cudaFree((char *)t2 + 4096);
+    CHECK(rc == cudaErrorInvalidValue, "cudaFree(inside a T2 allocation) = %d\n", rc);
+    OK(cudaFree(v));
+    OK(cudaFree(t2));
+    rc = cudaFree(v);
+    CHECK(rc == cudaErrorInvalidValue, "double cudaFree of a VRAM allocation = %d\n", rc);
+    rc = cudaFree(t2);
+    CHECK(rc == cudaErrorInvalidValue, "double cudaFree of a T2 allocation = %d\n", rc);
+    rc = cudaFreeAsync((void *)0x2000, NULL);
+    CHECK(rc == cudaErrorInvalidValue, "cudaFreeAsync(unknown) = %d\n", rc);
+    OK(cudaMallocAsync(&t2, 2 * vram, NULL));
+    OK(cudaFreeAsync(t2, NULL));
+    OK(cudaDeviceSynchronize());
+    rc = cudaFree(t2);
+    CHECK(rc == cudaErrorInvalidValue, "cudaFree after cudaFreeAsync of a T2 allocation = %d\n", rc);
+    /* Still usable afterwards. */
+    OK(cudaMalloc(&t2, 2 * vram));
+    fill_and_verify(t2, 2 * vram, 3, 0);
+    verify(t2, 2 * vram, 3);
+    OK(cudaFree(t2));
+    return 0;
+}
+
+/* ---- T2 exhausted: the CUDA out-of-memory error, nothing lost ---- */
+static int test_t2cap(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    size_t chunk = vram / 2;
+    void *p[256];
+    int n = 0;
+    cudaError_t rc = cudaSuccess;
+    while (n < 256 && (rc = cudaMalloc(&p[n], chunk)) == cudaSuccess) {
+        fill_and_verify(p[n], chunk, 900 + n, 0);
+        n++;
+    }
+    printf("%d allocations of %zu MiB before error %d\n", n, chunk >> 20, rc);
+    CHECK(n < 256, "T2 cap never reached\n");
+    CHECK(rc == cudaErrorMemoryAllocation, "exhaustion returned %d, CUDA says cudaErrorMemoryAllocation (2)\n", rc);
+    CHECK(n >= 1, "nothing could be allocated\n");
+    rc = cudaMallocAsync(&p[n], chunk, NULL);
+    CHECK(rc == cudaErrorMemoryAllocation, "cudaMallocAsync at exhaustion returned %d\n", rc);
+    for (int i = 0; i < n; i++)
+        verify(p[i], chunk, 900 + i);
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(p[i]));
+    int m = 0;
+    while (m < n && cudaMalloc(&p[m], chunk) == cudaSuccess)
+        m++;
+    CHECK(m == n, "after freeing everything only %d of %d allocations fit again\n", m, n);
+    for (int i = 0; i < m; i++)
+        OK(cudaFree(p[i]));
+    return 0;
+}
+
+/* ---- driver entry points handed out by the runtime are the hooked ones ---- */
+static int test_entrypoints(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    CUresult (*alloc)(CUdeviceptr *, size_t) = entry("cuMemAlloc");
+    CUresult (*dfree)(CUdeviceptr) = entry("cuMemFree");
+    CUdeviceptr d;
+    CUresult rc = alloc(&d, 2 * vram);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc from cudaGetDriverEntryPointByVersion: %zu bytes -> %d\n", 2 * vram, rc);
+    OK(fakegpu_launch_fill(d, 2 * vram, 8, NULL));
+    unsigned long long bad;
+    OK(fakegpu_launch_verify(d, 2 * vram, 8, NULL, &bad));
+    CHECK(bad == 0, "data\n");
+    OK(dfree(d));
+    CUdriverProcAddressQueryResult st;
+    void *fn;
+    OK(cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &st));
+    alloc = fn;
+    rc = alloc(&d, 2 * vram);
+    CHECK(rc == CUDA_SUCCESS, "cuMemAlloc from cudaGetDriverEntryPoint: %zu bytes -> %d\n", 2 * vram, rc);
+    OK(dfree(d));
+    fn = (void *)1;
+    rc = cudaGetDriverEntryPointByVersion("cuMemAllocAsync", &fn, 11000, cudaEnableDefault, &st);
+    CHECK(rc == cudaSuccess && fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+          "cuMemAllocAsync for CUDA 11.0 must be VERSION_NOT_SUFFICIENT: rc %d fn %p status %d\n", rc, fn, st);
+    return 0;
+}
+
+int gbtests_main(int argc, char **argv)
+{
+    static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
+        { "caps", test_caps }, { "alloc4x", test_alloc4x }, { "placement", test_placement },
+        { "async", test_async }, { "threads", test_threads }, { "fork", test_fork },
+        { "errors", test_errors }, { "t2cap", test_t2cap }, { "entrypoints", test_entrypoints },
+    };
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    vram = fakegpu_vram_total();
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s TEST [ARGS]\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
+        if (!strcmp(tests[i].name, argv[1])) {
+            int rc = tests[i].fn(argc, argv);
+            CHECK(fakegpu_faults() == 0, "the fake device saw %u faults (see FAKECUDA_LOG)\n", fakegpu_faults());
+            if (rc == 0)
+                printf("ok %s\n", argv[1]);
+            return rc;
+        }
+    fprintf(stderr, "unknown test %s\n", argv[1]);
+    return 2;
+}
