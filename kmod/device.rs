@@ -205,11 +205,6 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
     if req.pad0 != 0 || req.flags & !abi::GB_ALLOC_FLAGS_ALL != 0 || req.size == 0 {
         return Err(EINVAL);
     }
-    if req.size > MAX_ALLOC {
-        return Err(E2BIG);
-    }
-    let page = PAGE_SIZE as u64;
-    let size = req.size.div_ceil(page) * page;
     let strict = req.flags & abi::GB_ALLOC_NODE_STRICT != 0;
     let nid = if req.numa_node == ANY_NODE {
         if strict {
@@ -226,6 +221,11 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
         }
         req.numa_node
     };
+    if req.size > MAX_ALLOC {
+        return Err(E2BIG);
+    }
+    let page = PAGE_SIZE as u64;
+    let size = req.size.div_ceil(page) * page;
     Ok((size, Placement { nid, strict }))
 }
 

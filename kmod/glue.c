@@ -237,7 +237,7 @@ void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long
 	*start = vma->vm_start;
 	*pages = vma_pages(vma);
 	*pgoff = vma->vm_pgoff;
-	*shared = vma->vm_flags & VM_SHARED;
+	*shared = vma->vm_flags & VM_MAYSHARE;
 }
 
 void gb_vma_prepare(struct vm_area_struct *vma)
