@@ -124,6 +124,8 @@ fi
 [ -n "$out" ] || out=$GB_ROOT/build/kmod/$krel
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# Which private tree a self-contained build used (the QEMU suite tests its gates).
+[ $mode = ordinary ] || echo "$tree" > "$out/stock-tree"
 
 # Copy the sources, touching only files whose content changed, so make rebuilds
 # exactly what changed and never sees stale objects from the source tree.

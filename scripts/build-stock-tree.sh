@@ -73,7 +73,8 @@ ensure_bindgen
 
 key=$( { echo "$krel ${src_version:-$(stat -c '%s %Y' "$src_tar")}"; toolchain_id; "$cc" --version | head -1
          sha256sum "$headers/.config" "$headers/Module.symvers" | cut -d' ' -f1
-         cat "$GB_ROOT"/scripts/kernel-patches/*.patch "$0" "$GB_ROOT/scripts/check-layout.py"; } \
+         cat "$GB_ROOT"/scripts/kernel-patches/*.patch "$0" "$GB_ROOT/scripts/check-layout.py" \
+             "$GB_ROOT/scripts/check-config-diff.sh"; } \
        | sha256sum | cut -c1-16)
 tree=$GB_CACHE/stock-tree-$krel-$key
 src=$tree/src
@@ -106,13 +107,10 @@ echo CONFIG_RUST=y >> "$out/.config"
 kmake olddefconfig >&2
 grep -q '^CONFIG_RUST=y' "$out/.config" \
   || die "CONFIG_RUST did not survive olddefconfig for $krel (needs pahole >= 1.24 with --lang_exclude when DEBUG_INFO_BTF=y; RANDSTRUCT must be off)"
-# Gate a: only Rust symbols may change. A symbol that only became visible and is off
-# ("+FOO n") changes nothing in the build; everything else must be Rust-only.
+# Gate a: only Rust symbols may change (scripts/check-config-diff.sh says which).
 "$src/scripts/diffconfig" "$headers/.config" "$out/.config" > "$tree/config.diff"
-if grep -vE '^[-+ ]?(RUST\w*|\w*_RUST(_\w*)?|BINDGEN\w*) |^\+\w+ n$' "$tree/config.diff" > "$tree/config.diff.bad"; then
-  cat "$tree/config.diff.bad" >&2
-  die "config gate: enabling Rust for $krel changes non-Rust options (above; $tree/config.diff); refusing to build a module that may not match the kernel"
-fi
+"$GB_ROOT/scripts/check-config-diff.sh" < "$tree/config.diff" >&2 \
+  || die "config gate: enabling Rust for $krel changes non-Rust options (above; $tree/config.diff); refusing to build a module that may not match the kernel"
 log "config gate passed: $(wc -l < "$tree/config.diff") Rust-only differences"
 
 step "make modules_prepare (builds rust/, ~80 s on 2 cores)"
@@ -154,5 +152,12 @@ echo "$(( $(date +%s) - t_start ))" > "$tree/build-seconds"
 # The unpacked source is needed by module builds (headers, Makefiles); the rest is not.
 rm -f "$tree/bindings_layout.rs"
 touch "$tree/.done"
+# Trees for earlier inputs (older scripts, patches, toolchains) are 1.8 GB each and
+# never valid again: drop those nobody is using.
+for old in "$GB_CACHE/stock-tree-$krel"-*/; do
+  old=${old%/}
+  [ "$old" = "$tree" ] && continue
+  ( flock -n 7 && rm -rf "$old" "$old.lock" ) 7>"$old.lock" || true
+done
 log "stock tree for $krel ready in $(cat "$tree/build-seconds") s (modules_prepare $(cat "$tree/prepare-seconds") s)"
 echo "$tree"

@@ -15,7 +15,9 @@
 # the passed/failed counts of its `GUEST-SUMMARY: N passed, M failed` line(s), plus one
 # failure per distinct kernel complaint in its log (Oops, BUG, WARNING, Call Trace,
 # lockdep, INFO:, version/symbol errors, un-rendered %pA), plus one failure when the
-# summary is missing or the guest timed out.
+# summary is missing or the guest timed out. Before each boot, tests/qemu/host-gates.sh
+# checks that the build's gates (config, BTF layout, CRCs, rustc, missing packages)
+# refuse planted defects; its counts join the total.
 #
 # Environment:
 #   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
@@ -108,7 +110,9 @@ make_initramfs() {
 
 # Kernel complaints that fail a guest. Only kernel log lines ("[ seconds] ...") are
 # scanned, so test output that names these words cannot trip it.
-complaint_re='Oops|BUG:|kernel BUG|WARNING:|Call Trace|possible circular|INFO: |disagrees about version|Unknown symbol|Kernel panic|general protection fault|UBSAN:|\(%pA\?\)'
+complaint_re='Oops|BUG:|kernel BUG|WARNING:|Call Trace|possible circular|INFO: |disagrees about version'
+complaint_re+='|Unknown symbol|Kernel panic|general protection fault|UBSAN:|KASAN|refcount_t:'
+complaint_re+='|list_(add|del) corruption|Bad page|Out of memory|oom-kill|\(%pA\?\)'
 
 # boot_guest GUEST KERNEL INITRD : boots, parses, appends to results
 boot_guest() {
@@ -164,6 +168,20 @@ build_modules() {
   timings+=("$guest modules total (incl. private tree when not cached): $(elapsed "$t0") s")
 }
 
+# run_host_gates ARGS... : tests/qemu/host-gates.sh, counted into the totals
+run_host_gates() {
+  local out counts
+  out=$("$GB_ROOT/tests/qemu/host-gates.sh" "$@" 2>&1)
+  echo "--- host-side build gates ($1): $(echo "$out" | tail -1)"
+  echo "$out" | grep '^FAIL' | sed 's/^/    /'
+  counts=$(echo "$out" | sed -n 's/^HOST-GATES: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
+  if [ -z "$counts" ]; then
+    echo "    FAIL host gates ($1) did not finish"; total_failed=$((total_failed + 1)); return
+  fi
+  total_passed=$((total_passed + ${counts% *}))
+  total_failed=$((total_failed + ${counts#* }))
+}
+
 total_passed=0 total_failed=0
 build_guest_program
 for guest in $guests; do
@@ -175,6 +193,8 @@ for guest in $guests; do
       if ! build_modules stock --kernelrelease "$GB_STOCK_KREL" --headers "$headers" --headers-version "$version"; then
         echo "    FAIL stock: module build failed"; total_failed=$((total_failed + 1)); continue
       fi
+      tree=$(cat "$work/kmod-stock/stock-tree")
+      run_host_gates stock "$gb_ko" "$headers/Module.symvers" "$headers/vmlinux" "$tree/config.diff"
       make_initramfs stock "$GB_STOCK_KREL" "$work/stock.cpio.gz" "$gb_ko" "$importer_ko" "$image_root" self-contained
       boot_guest stock "$image_root/boot/vmlinuz-$GB_STOCK_KREL" "$work/stock.cpio.gz"
       ;;
@@ -187,6 +207,7 @@ for guest in $guests; do
       if ! build_modules rust --kdir "$kdir"; then
         echo "    FAIL rust: module build failed"; total_failed=$((total_failed + 1)); continue
       fi
+      run_host_gates rust "$kdir"
       make_initramfs rust "$(cat "$kdir/include/config/kernel.release")" "$work/rust.cpio.gz" \
         "$gb_ko" "$importer_ko" "" ordinary
       boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz"
@@ -196,8 +217,7 @@ for guest in $guests; do
 done
 
 # Build times from the caches, for the record (also when this run reused them).
-tree=$(ls -td "$GB_CACHE"/stock-tree-"$GB_STOCK_KREL"-*/ 2>/dev/null | head -1)
-[ -f "$tree/build-seconds" ] && timings+=("stock private tree (cached): $(cat "$tree/build-seconds") s, of which modules_prepare $(cat "$tree/prepare-seconds") s")
+[ -f "${tree:-}/build-seconds" ] && timings+=("stock private tree (cached): $(cat "$tree/build-seconds") s, of which modules_prepare $(cat "$tree/prepare-seconds") s")
 {
   echo "timings:"; printf '  %s\n' "${timings[@]}"
   echo "$total_passed passed, $total_failed failed"

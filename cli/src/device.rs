@@ -1,0 +1,62 @@
+//! `/dev/greenboost` ioctls the CLI uses (read-only queries).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use greenboost_abi::{GbInfo, GbPoolStats, GbProcStats, GB_IOC_INFO, GB_IOC_POOL_STATS, GB_IOC_PROC_STATS};
+
+/// An open `/dev/greenboost`.
+pub struct Device {
+    file: File,
+}
+
+impl Device {
+    pub fn open(path: &Path) -> io::Result<Device> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Device { file })
+    }
+
+    /// Issues a read-direction ioctl whose argument is a plain `#[repr(C)]` struct.
+    fn read<T: Copy + Default>(&self, command: u32) -> io::Result<T> {
+        debug_assert_eq!(greenboost_abi::ioc_size(command), std::mem::size_of::<T>());
+        let mut value = T::default();
+        // SAFETY: `command` encodes a read of exactly `size_of::<T>()` bytes (checked
+        // above and by the ABI crate's layout asserts), and `value` is a valid, writable
+        // `T` that lives across the call.
+        let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), command as _, &mut value as *mut T) };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(value)
+        }
+    }
+
+    pub fn info(&self) -> io::Result<GbInfo> {
+        self.read(GB_IOC_INFO)
+    }
+
+    pub fn pool_stats(&self) -> io::Result<GbPoolStats> {
+        self.read(GB_IOC_POOL_STATS)
+    }
+
+    pub fn proc_stats(&self) -> io::Result<GbProcStats> {
+        self.read(GB_IOC_PROC_STATS)
+    }
+}
+
+/// Why the node could not be opened, as a sentence with the fix.
+pub fn explain_open_error(path: &Path, error: &io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::ENOENT) => format!(
+            "{} does not exist: the greenboost module is not loaded (run `sudo modprobe greenboost`; `greenboost doctor` says why it may not load). Until then the shim uses its userspace backend",
+            path.display()
+        ),
+        Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            "{} exists but you may not open it: add yourself to the greenboost group (`sudo usermod -aG greenboost $USER`) and log in again",
+            path.display()
+        ),
+        _ => format!("cannot open {}: {error}", path.display()),
+    }
+}

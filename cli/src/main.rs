@@ -1,0 +1,85 @@
+//! `greenboost`: see what GreenBoost is doing (`status`), run a program under it
+//! (`run`), find out why it is not working (`doctor`) and watch it work (`demo`).
+
+mod demo;
+mod device;
+mod doctor;
+mod json;
+mod nvml;
+mod paths;
+mod run;
+mod size;
+mod stats;
+mod status;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "greenboost",
+    version,
+    about = "GreenBoost: CUDA allocations that do not fit in VRAM, backed by pinned system RAM",
+    after_help = "Paths can be redirected for tests: GREENBOOST_SYSFS_ROOT (/sys), GREENBOOST_PROC_ROOT (/proc), GREENBOOST_DEVICE (/dev/greenboost), GREENBOOST_NVML_LIBRARY (libnvidia-ml.so.1, or `none`), GREENBOOST_SHIM (the shim)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Tiers (T1 VRAM, T2 pinned RAM, T3 NVMe) per GPU and per process, and memory pressure.
+    Status {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a program under the shim: greenboost run [POLICY] -- ollama serve
+    Run {
+        #[command(flatten)]
+        policy: run::Policy,
+        /// Do not print warnings before starting the program.
+        #[arg(short, long)]
+        quiet: bool,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+    /// Check everything GreenBoost needs on this machine and say how to fix what is missing.
+    Doctor {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allocate past VRAM under the shim, run a GPU kernel over all of it, verify it and show the tier split.
+    Demo(demo::DemoArgs),
+    /// The GPU side of `demo`, run as a child under LD_PRELOAD.
+    #[command(hide = true)]
+    DemoWorker(demo::WorkerArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Status { json } => {
+            let status = status::collect(&paths::SystemPaths::from_env());
+            if json {
+                println!("{:#}", status.to_json());
+            } else {
+                status.print();
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { policy, quiet, command } => run::run(&policy, &command, quiet).map(|()| ExitCode::SUCCESS),
+        Command::Doctor { json } => Ok(doctor::doctor(json)),
+        Command::Demo(args) => demo::demo(&args),
+        Command::DemoWorker(args) => demo::worker(&args),
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("greenboost: {message}");
+        ExitCode::FAILURE
+    })
+}

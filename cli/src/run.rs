@@ -1,0 +1,267 @@
+//! `greenboost run -- CMD...`: runs a program under the shim with a policy, after
+//! checking what would make it silently fall short (no module, no access, memlock).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::{Args, ValueEnum};
+
+use crate::device::{explain_open_error, Device};
+use crate::paths::SystemPaths;
+use crate::size::{format_bytes, parse_size};
+
+pub const SHIM_NAME: &str = "libgreenboost_cuda.so";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Report {
+    /// Report the GPU's physical VRAM (default).
+    Physical,
+    /// Report VRAM + T2, so that placement logic (ollama) puts every layer on the GPU.
+    Combined,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// The module when /dev/greenboost is usable, else userspace.
+    Auto,
+    /// Only the module; T2 allocations fail if it is unavailable.
+    Kmod,
+    /// Pinned anonymous memory in the process, without the module.
+    Userspace,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Warn,
+    Info,
+    Debug,
+}
+
+/// The spelling clap accepts for a choice is the one the shim reads.
+fn value_name(value: impl ValueEnum) -> String {
+    value.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
+}
+
+fn size_arg(text: &str) -> Result<u64, String> {
+    parse_size(text)
+}
+
+/// Policy flags shared by `run` and `demo`; each maps to one shim variable.
+#[derive(Clone, Debug, Default, Args)]
+pub struct Policy {
+    /// VRAM the program may use per GPU before allocations go to T2 (GREENBOOST_VRAM_BUDGET), e.g. 8G.
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub vram_budget: Option<u64>,
+    /// VRAM kept free for workspace and activations (GREENBOOST_VRAM_RESERVE).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub vram_reserve: Option<u64>,
+    /// Allocations smaller than this always stay in VRAM (GREENBOOST_MIN_T2_SIZE).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub min_t2_size: Option<u64>,
+    /// Most pinned system RAM (T2) the program may use (GREENBOOST_T2_CAP).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub t2_cap: Option<u64>,
+    /// Capacity the program is told about (GREENBOOST_REPORT).
+    #[arg(long, value_enum)]
+    pub report: Option<Report>,
+    /// Where T2 memory comes from (GREENBOOST_BACKEND).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Shim log level on stderr (GREENBOOST_LOG); info prints peak T1/T2 at exit.
+    #[arg(long, value_enum)]
+    pub log: Option<LogLevel>,
+    /// The shim library to preload (default: the installed one).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+}
+
+impl Policy {
+    /// The environment variables this policy sets, in a fixed order.
+    pub fn environment(&self) -> Vec<(&'static str, String)> {
+        let mut vars = Vec::new();
+        let mut size = |name, value: Option<u64>| {
+            if let Some(v) = value {
+                vars.push((name, v.to_string()));
+            }
+        };
+        size("GREENBOOST_VRAM_BUDGET", self.vram_budget);
+        size("GREENBOOST_VRAM_RESERVE", self.vram_reserve);
+        size("GREENBOOST_MIN_T2_SIZE", self.min_t2_size);
+        size("GREENBOOST_T2_CAP", self.t2_cap);
+        let mut choice = |name, value: Option<String>| {
+            if let Some(v) = value {
+                vars.push((name, v));
+            }
+        };
+        choice("GREENBOOST_REPORT", self.report.map(value_name));
+        choice("GREENBOOST_BACKEND", self.backend.map(value_name));
+        choice("GREENBOOST_LOG", self.log.map(value_name));
+        vars
+    }
+}
+
+/// Where an installed or freshly built shim lives, relative to this executable first
+/// (so a DESTDIR or /opt install finds its own copy), then the system prefixes.
+fn shim_candidates() -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
+        candidates.push(dir.join("../lib").join(SHIM_NAME)); // PREFIX/bin -> PREFIX/lib
+        candidates.push(dir.join(SHIM_NAME)); // target/release
+    }
+    for prefix in ["/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu"] {
+        candidates.push(Path::new(prefix).join(SHIM_NAME));
+    }
+    candidates
+}
+
+/// The shim to preload: `explicit`, `GREENBOOST_SHIM`, or the first candidate that exists.
+pub fn locate_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    let from_env = std::env::var_os("GREENBOOST_SHIM").map(PathBuf::from);
+    if let Some(path) = explicit.map(Path::to_path_buf).or(from_env) {
+        return if path.is_file() {
+            Ok(path.canonicalize().unwrap_or(path))
+        } else {
+            Err(format!("the shim {} does not exist: build it with `make shim` or install it with `sudo make install`", path.display()))
+        };
+    }
+    let candidates = shim_candidates();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| {
+            let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+            format!(
+                "{SHIM_NAME} is not installed (looked in {}): run `sudo make install` in the GreenBoost source tree, or pass --shim PATH",
+                looked.join(", ")
+            )
+        })
+}
+
+/// `LD_PRELOAD` with the shim first and anything already preloaded kept after it.
+pub fn preload_with(shim: &Path, existing: Option<OsString>) -> OsString {
+    let mut value = OsString::from(shim);
+    if let Some(existing) = existing {
+        // A second copy of the shim (an older install) would hook every call twice.
+        for entry in existing.to_string_lossy().split([' ', ':']).filter(|e| !e.is_empty()) {
+            if !entry.ends_with(SHIM_NAME) {
+                value.push(":");
+                value.push(entry);
+            }
+        }
+    }
+    value
+}
+
+/// Problems the program would run into, as warnings (or an error when the policy
+/// cannot work at all). Raises the soft memlock limit to the hard one on the way.
+pub fn preflight(policy: &Policy, paths: &SystemPaths) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    let module_usable = match Device::open(&paths.device) {
+        Ok(_) => true,
+        Err(e) => {
+            let why = explain_open_error(&paths.device, &e);
+            if policy.backend == Some(Backend::Kmod) {
+                return Err(format!("--backend kmod needs the module, but {why}"));
+            }
+            if policy.backend != Some(Backend::Userspace) {
+                warnings.push(why);
+            }
+            false
+        }
+    };
+    if !module_usable || policy.backend == Some(Backend::Userspace) {
+        if let Some(warning) = raise_memlock() {
+            warnings.push(warning);
+        }
+    }
+    Ok(warnings)
+}
+
+/// The userspace backend pins memory inside the process, which counts against
+/// RLIMIT_MEMLOCK: lift the soft limit to the hard one and warn when that is small.
+fn raise_memlock() -> Option<String> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
+        return None;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one
+        // is always permitted.
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
+            limit = raised;
+        }
+    }
+    const ENOUGH: u64 = 1 << 30;
+    (limit.rlim_cur != libc::RLIM_INFINITY && (limit.rlim_cur as u64) < ENOUGH).then(|| {
+        format!(
+            "the locked-memory limit (ulimit -l) is {}: the userspace backend pins T2 memory in the process and will stop at that. The installer lifts it for the greenboost group (/etc/security/limits.d/greenboost.conf): join the group and log in again, or raise it for this shell",
+            format_bytes(limit.rlim_cur as u64)
+        )
+    })
+}
+
+pub fn run(policy: &Policy, command: &[OsString], quiet: bool) -> Result<(), String> {
+    let paths = SystemPaths::from_env();
+    let shim = locate_shim(policy.shim.as_deref())?;
+    for warning in preflight(policy, &paths)? {
+        if !quiet {
+            eprintln!("greenboost: warning: {warning}");
+        }
+    }
+    let (program, args) = command.split_first().ok_or("nothing to run: write the command after `--`, e.g. `greenboost run -- ollama serve`")?;
+    let mut child = Command::new(program);
+    child.args(args);
+    child.env("LD_PRELOAD", preload_with(&shim, std::env::var_os("LD_PRELOAD")));
+    for (name, value) in policy.environment() {
+        child.env(name, value);
+    }
+    let error = child.exec();
+    Err(match error.kind() {
+        std::io::ErrorKind::NotFound => format!("cannot run '{}': no such program (check the name and PATH)", program.to_string_lossy()),
+        std::io::ErrorKind::PermissionDenied => format!("cannot run '{}': permission denied (is it executable?)", program.to_string_lossy()),
+        _ => format!("cannot run '{}': {error}", program.to_string_lossy()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_maps_to_shim_variables() {
+        let policy = Policy {
+            vram_budget: Some(8 << 30),
+            min_t2_size: Some(1 << 20),
+            report: Some(Report::Combined),
+            backend: Some(Backend::Userspace),
+            log: Some(LogLevel::Info),
+            ..Policy::default()
+        };
+        assert_eq!(
+            policy.environment(),
+            vec![
+                ("GREENBOOST_VRAM_BUDGET", (8u64 << 30).to_string()),
+                ("GREENBOOST_MIN_T2_SIZE", (1u64 << 20).to_string()),
+                ("GREENBOOST_REPORT", "combined".into()),
+                ("GREENBOOST_BACKEND", "userspace".into()),
+                ("GREENBOOST_LOG", "info".into()),
+            ]
+        );
+        assert!(Policy::default().environment().is_empty());
+    }
+
+    #[test]
+    fn preload_puts_the_shim_first_once() {
+        let shim = Path::new("/usr/local/lib/libgreenboost_cuda.so");
+        assert_eq!(preload_with(shim, None), OsString::from("/usr/local/lib/libgreenboost_cuda.so"));
+        assert_eq!(
+            preload_with(shim, Some("libfoo.so /old/libgreenboost_cuda.so:libbar.so".into())),
+            OsString::from("/usr/local/lib/libgreenboost_cuda.so:libfoo.so:libbar.so")
+        );
+    }
+}
