@@ -166,6 +166,7 @@ cp "$logs/report_plain.out" "$logs/report_plain.kv"
 physical_total=$(figure cudaMemGetInfo.total)
 physical_free=$(figure cudaMemGetInfo.free)
 run_test import_probe -- "$check" import
+run_test vmm_probe -- "$check" vmm
 run_test rust_plain -- "$check" alloc --label rust_plain --total-gib 4 --async-gib 2 --expect vram
 run_test torch_plain -- "$python" "$torch_check" tensors --label torch_plain --total-gib 4 --expect vram
 
@@ -194,7 +195,7 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
     [ "$budget" -gt 0 ] && cap_env+=(GREENBOOST_VRAM_BUDGET=${budget}G)
     run_test "${label}_rust" "${cap_env[@]}" -- "$check" report
     run_test "$label" "${cap_env[@]}" -- "$python" "$torch_check" capacity --label "$label" --report-mode "$report" \
-      --budget-gib "$budget" --t2-cap-gib "$t2_cap_gib" --physical-total "$physical_total" --physical-free "$physical_free" \
+      --budget-gib "$budget" --t2-cap-gib "$t2_cap_gib" --plain-report "$logs/report_plain.kv" \
       --rust-report "$logs/${label}_rust.out"
   done
 fi
@@ -279,6 +280,14 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
   echo
   echo '```'
   echo "${backend_lines:-(none)}"
+  echo '```'
+  echo
+  echo "## Host memory through VMM (cuMemCreate), asked directly of the driver"
+  echo
+  echo "Return codes by location and handle type (0: created), and the device attributes:"
+  echo
+  echo '```'
+  grep -E '^KV vmm\.' "$figures" | sed 's/^KV //'
   echo '```'
   echo
   echo "## Outcomes"

@@ -19,6 +19,7 @@ import ctypes
 import os
 import sys
 import time
+import traceback
 
 import torch
 
@@ -196,37 +197,39 @@ def capacity(args):
     torch.cuda.init()
     budget = args.budget_gib * GIB
     t2_cap = args.t2_cap_gib * GIB
-    physical = args.physical_total
     slack = args.slack_mib * MIB  # memory other code may take between two readings
-    readings = {}
+    # Each API's own figures without the shim (gb-gpu-check report): NVML counts memory the
+    # CUDA APIs leave out, so every API is held to its own physical total.
+    plain = read_kv(args.plain_report)
+    readings = {}  # name -> (free or None, total, key of the plain figures)
     free, total = torch.cuda.mem_get_info()
-    readings["torch.mem_get_info"] = (free, total)
-    readings["torch.total_memory"] = (None, torch.cuda.get_device_properties(0).total_memory)
+    readings["torch.mem_get_info"] = (free, total, "cudaMemGetInfo")
+    readings["torch.total_memory"] = (None, torch.cuda.get_device_properties(0).total_memory, "props")
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    m = pynvml.nvmlDeviceGetMemoryInfo(handle)
-    readings["pynvml.memory"] = (m.free, m.total)
-    if args.rust_report:
-        r = read_kv(args.rust_report)
-        for api in ("cudaMemGetInfo", "cuMemGetInfo", "nvml", "nvml_v2"):
-            if f"{api}.total" in r:
-                readings[f"rust.{api}"] = (int(r[f"{api}.free"]), int(r[f"{api}.total"]))
-        for api in ("props", "cuDeviceTotalMem"):
-            if f"{api}.total" in r:
-                readings[f"rust.{api}"] = (None, int(r[f"{api}.total"]))
-    want_total = expected_report(0, physical, budget, args.report_mode, t2_cap)[1]
-    for name, (free, total) in readings.items():
+    m = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+    readings["pynvml.memory"] = (m.free, m.total, "nvml")
+    r = read_kv(args.rust_report)
+    for api in ("cudaMemGetInfo", "cuMemGetInfo", "nvml", "nvml_v2"):
+        if f"{api}.total" in r:
+            readings[f"rust.{api}"] = (int(r[f"{api}.free"]), int(r[f"{api}.total"]), api)
+    for api in ("props", "cuDeviceTotalMem"):
+        if f"{api}.total" in r:
+            readings[f"rust.{api}"] = (None, int(r[f"{api}.total"]), api)
+    for name, (free, total, api) in readings.items():
+        physical = int(plain[f"{api}.total"])
+        physical_free = int(plain.get(f"{api}.free", physical))
+        want_total = expected_report(physical_free, physical, budget, args.report_mode, t2_cap)[1]
         kv(f"{label}.{name}.total", total)
+        ok = total == want_total
+        detail = f"total {total} ({gib(total)}), expected {want_total} ({gib(want_total)}) from the plain {api} total {gib(physical)}"
         if free is not None:
             kv(f"{label}.{name}.free", free)
-        ok = total == want_total
-        detail = f"total {total} ({gib(total)}), expected {want_total} ({gib(want_total)})"
-        if free is not None:
-            # Free: within the reported total, and no lower than the total minus what this
-            # process and the driver hold (slack).
-            free_ok = 0 < free <= total and free >= want_total - (physical - args.physical_free) - slack
+            # Free: within the reported total, and no lower than that total minus what the
+            # device used without the shim, minus the slack this process may hold.
+            floor = want_total - (physical - physical_free) - slack
+            free_ok = 0 < free <= total and free >= floor
             ok = ok and free_ok
-            detail += f"; free {gib(free)}" + ("" if free_ok else f" outside (0, total] or below total - {gib(physical - args.physical_free)} used - {gib(slack)} slack")
+            detail += f"; free {gib(free)}" + ("" if free_ok else f", outside (0, total] or below {gib(floor)}")
         record(f"{label}.{name}", ok, detail)
 
 
@@ -241,10 +244,9 @@ def main():
     p.add_argument("--expect", choices=["t2", "vram", "any"], default="any")
     p.add_argument("--pointer-placement", type=int, default=1, help="check placement by pointer memory type (0 where VMM mappings hide it)")
     p.add_argument("--report-mode", choices=["physical", "combined"], default="physical")
-    p.add_argument("--physical-total", type=int, default=0)
-    p.add_argument("--physical-free", type=int, default=0)
+    p.add_argument("--plain-report", default="", help="gb-gpu-check report output without the shim")
     p.add_argument("--slack-mib", type=int, default=2048)
-    p.add_argument("--rust-report", default="")
+    p.add_argument("--rust-report", default="", help="gb-gpu-check report output in the same configuration")
     args = p.parse_args()
     try:
         if args.mode == "tensors":
@@ -252,7 +254,9 @@ def main():
         else:
             capacity(args)
     except Exception as e:  # any crash is a failure with its reason, never a silent pass
-        record(f"{args.label}.run", False, f"{type(e).__name__}: {e}")
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        record(f"{args.label}.run", False, f"{type(e).__name__}: {first_line} (at line {where.lineno}: {where.line})")
     print(f"KV {args.label}.python_summary={passed} passed, {failed} failed", flush=True)
     sys.exit(1 if failed else 0)
 

@@ -9,6 +9,8 @@
 //! figures that run.sh collects; the exit status is 1 when anything failed):
 //!   report                      capacities as every API reports them, versions, device name
 //!   alloc [options]             allocate past the budget, write and verify with kernels
+//!   vmm                         which host locations cuMemCreate accepts; one is mapped and
+//!                               checked with the kernels
 //!   balloon --leave-gib L       hold plain cudaMalloc memory until killed, leaving L GiB free
 //!
 //! alloc options:
@@ -665,6 +667,121 @@ fn import_probe() -> Result<(), String> {
     Ok(())
 }
 
+/// CUmemAllocationProp with plain numbers, so that any location type can be asked for.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemAllocationProp {
+    allocation_type: u32,
+    requested_handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    win32_metadata: *mut c_void,
+    compression_type: u8,
+    gpu_direct_rdma_capable: u8,
+    usage: u16,
+    reserved: [u8; 4],
+}
+
+/// Which host locations the driver's virtual memory management accepts for a physical
+/// allocation (what the shim's VMM fallback and PyTorch's expandable segments need), and a
+/// kernel writing and checking one such allocation through a mapping.
+fn vmm_host_probe(tally: &mut Tally) -> Result<(), String> {
+    init_runtime()?;
+    let kernels = Kernels::load()?;
+    type Attribute = unsafe extern "C" fn(*mut i32, i32, i32) -> i32;
+    type Create = unsafe extern "C" fn(*mut u64, usize, *const MemAllocationProp, u64) -> i32;
+    type Granularity = unsafe extern "C" fn(*mut usize, *const MemAllocationProp, i32) -> i32;
+    // SAFETY: libcuda is loaded by cudarc; these are the driver's signatures with enums as
+    // plain integers.
+    let lib = unsafe { cu::culib() };
+    let (attribute, create, granularity) = unsafe {
+        (
+            lib.get::<Attribute>(b"cuDeviceGetAttribute\0").map_err(|e| e.to_string())?,
+            lib.get::<Create>(b"cuMemCreate\0").map_err(|e| e.to_string())?,
+            lib.get::<Granularity>(b"cuMemGetAllocationGranularity\0").map_err(|e| e.to_string())?,
+        )
+    };
+    for (name, id) in [("host_numa_id", 134), ("numa_id", 131), ("host_numa_vmm_supported", 141), ("host_vmm_supported", 145), ("vmm_supported", 102)] {
+        let mut value = -1;
+        // SAFETY: out-parameter.
+        let code = unsafe { attribute(&mut value, id, 0) };
+        kv(&format!("vmm.attr.{name}"), if code == 0 { value.to_string() } else { format!("error{code}") });
+    }
+    let mut node = -1;
+    // SAFETY: out-parameter.
+    unsafe { attribute(&mut node, 134, 0) };
+    let base = MemAllocationProp {
+        allocation_type: 1, // CU_MEM_ALLOCATION_TYPE_PINNED
+        requested_handle_types: 0,
+        location_type: 0,
+        location_id: 0,
+        win32_metadata: std::ptr::null_mut(),
+        compression_type: 0,
+        gpu_direct_rdma_capable: 0,
+        usage: 0,
+        reserved: [0; 4],
+    };
+    let mut working = None;
+    // (label, location type, id): HOST_NUMA on the device's node (0 when it has none),
+    // HOST_NUMA_CURRENT, HOST (CUDA 13), DEVICE for comparison.
+    for (label, location_type, id) in [("host_numa", 3u32, node.max(0)), ("host_numa_current", 4, 0), ("host", 2, 0), ("device", 1, 0)] {
+        for (handles_label, handles) in [("none", 0u32), ("posix_fd", 1u32)] {
+            let prop = MemAllocationProp { location_type, location_id: id, requested_handle_types: handles, ..base };
+            let mut grain = 0usize;
+            // SAFETY: out-parameter; 0 = CU_MEM_ALLOC_GRANULARITY_MINIMUM.
+            let code = unsafe { granularity(&mut grain, &prop, 0) };
+            let size = if code == 0 && grain > 0 { (64 * MIB).div_ceil(grain) * grain } else { 64 * MIB };
+            let mut handle = 0u64;
+            // SAFETY: a complete property struct; out-parameter.
+            let code = unsafe { create(&mut handle, size, &prop, 0) };
+            kv(&format!("vmm.create.{label}.{handles_label}"), format!("{code} (granularity {grain})"));
+            if code == 0 {
+                if working.is_none() && location_type != 1 {
+                    working = Some((label, handle, size));
+                } else {
+                    // SAFETY: created above, never mapped.
+                    unsafe { cu::cuMemRelease(handle) };
+                }
+            }
+        }
+    }
+    let Some((label, handle, size)) = working else {
+        tally.record("vmm.host_kernel", false, "the driver created no host-located VMM allocation (see the vmm.create codes)");
+        return Ok(());
+    };
+    // Map it, give the device access, and write and check it with the kernels.
+    let mut va: cu::CUdeviceptr = 0;
+    // SAFETY: reserve, map and set access on the range created above; undone below.
+    let result = unsafe {
+        cu_check("cuMemAddressReserve", cu::cuMemAddressReserve(&mut va, size, 0, 0, 0))
+            .and_then(|_| cu_check("cuMemMap", cu::cuMemMap(va, size, 0, handle, 0)))
+            .and_then(|_| {
+                let access = cu::CUmemAccessDesc {
+                    location: cu::CUmemLocation { type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: 0 },
+                    flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                };
+                cu_check("cuMemSetAccess", cu::cuMemSetAccess(va, size, &access, 1))
+            })
+            .and_then(|_| kernels.fill(va as *mut c_void, size, 0, 0x7777, std::ptr::null_mut()))
+            .and_then(|_| kernels.check(va as *mut c_void, size, 0, 0x7777, std::ptr::null_mut()))
+            .and_then(|(bad, _)| readback(va as *mut c_void, size, 0x7777).map(|_| bad))
+    };
+    let placement = placement(va as *mut c_void).map(|p| format!("{p:?}")).unwrap_or_else(|e| e);
+    kv("vmm.host_pointer_memory_type", &placement);
+    tally.record("vmm.host_kernel", matches!(result, Ok(0)), match &result {
+        Ok(0) => format!("{label} allocation of {} mapped, written and checked by kernels, read back (pointer memory type {placement})", size / MIB),
+        Ok(bad) => format!("{label}: {bad} elements differ"),
+        Err(e) => format!("{label}: {e}"),
+    });
+    // SAFETY: undoing the mapping made above (each step tolerates the earlier ones failing).
+    unsafe {
+        cu::cuMemUnmap(va, size);
+        cu::cuMemAddressFree(va, size);
+        cu::cuMemRelease(handle);
+    }
+    Ok(())
+}
+
 /// Holds device memory until killed so that only `leave` bytes stay free for other processes.
 fn balloon(leave: usize) -> Result<(), String> {
     init_runtime()?;
@@ -698,11 +815,12 @@ fn main() -> ExitCode {
         Some("report") => report(&mut tally),
         Some("alloc") => parse_alloc_options(&args[1..]).and_then(|o| alloc(&mut tally, &o)),
         Some("import") => import_probe(),
+        Some("vmm") => vmm_host_probe(&mut tally),
         Some("balloon") => match args.get(1..3) {
             Some([flag, gib]) if flag == "--leave-gib" => gib.parse::<usize>().map_err(|e| e.to_string()).and_then(|g| balloon(g * GIB)),
             _ => Err("usage: gb-gpu-check balloon --leave-gib L".into()),
         },
-        _ => Err("usage: gb-gpu-check report | alloc [options] | import | balloon --leave-gib L (see the source's header)".into()),
+        _ => Err("usage: gb-gpu-check report | alloc [options] | import | vmm | balloon --leave-gib L (see the source's header)".into()),
     };
     if let Err(e) = result {
         tally.record(&format!("{}.run", args.first().map(String::as_str).unwrap_or("gb-gpu-check")), false, e);
