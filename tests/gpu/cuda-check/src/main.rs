@@ -106,6 +106,28 @@ fn cu_check(what: &str, e: cu::CUresult) -> Result<(), String> {
     Err(format!("{what}: {name} ({})", e as i32))
 }
 
+/// Whether a successful call left an error pending in the runtime (then cleared): CUDA's own
+/// successful calls never do, and programs that check cudaGetLastError after their kernel
+/// launches (PyTorch does, after every launch) would fail on a stale one.
+fn stale_error_after_success() -> Option<rt::cudaError_t> {
+    // SAFETY: plain runtime queries.
+    let pending = unsafe { rt::cudaPeekAtLastError() };
+    if pending == rt::cudaError_t::cudaSuccess {
+        return None;
+    }
+    unsafe { rt::cudaGetLastError() };
+    Some(pending)
+}
+
+fn record_stale_errors(tally: &mut Tally, name: &str, call: &str, stale: &[(usize, rt::cudaError_t)]) {
+    tally.record(name, stale.is_empty(), if stale.is_empty() {
+        format!("no successful {call} left an error pending (cudaPeekAtLastError after each)")
+    } else {
+        let first = stale.iter().take(3).map(|(i, e)| format!("buffer {i}: {}", rt_name(*e))).collect::<Vec<_>>().join(", ");
+        format!("{} successful {call} calls left an error pending for the next cudaGetLastError ({first})", stale.len())
+    });
+}
+
 /// Where the driver says a pointer's memory lives.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Placement {
@@ -438,6 +460,7 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
     let started = Instant::now();
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut alloc_error = None;
+    let mut stale = Vec::new();
     while buffers.len() * o.chunk < o.total {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-parameter.
@@ -447,6 +470,9 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
             unsafe { rt::cudaGetLastError() };
             alloc_error = Some(e);
             break;
+        }
+        if let Some(pending) = stale_error_after_success() {
+            stale.push((buffers.len(), pending));
         }
         let seed = 0x5EED_0000 + buffers.len() as u32;
         let placement = placement(ptr)?;
@@ -491,6 +517,8 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
             tally.record(&format!("{l}.placement"), placement_ok, format!("{split}; expected {want}"));
         }
     }
+
+    record_stale_errors(tally, &format!("{l}.cudaMalloc_last_error"), "cudaMalloc", &stale);
 
     // Every buffer must still hold its own pattern now that all of them exist.
     let started = Instant::now();
@@ -544,6 +572,7 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
     rt_check("cudaStreamCreate", unsafe { rt::cudaStreamCreate(&mut stream) })?;
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut alloc_error = None;
+    let mut stale = Vec::new();
     while buffers.len() * o.chunk < o.async_total {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-parameter; stream is valid.
@@ -552,6 +581,9 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
             unsafe { rt::cudaGetLastError() };
             alloc_error = Some(e);
             break;
+        }
+        if let Some(pending) = stale_error_after_success() {
+            stale.push((buffers.len(), pending));
         }
         let seed = 0xA5A5_0000 + buffers.len() as u32;
         kernels.fill(ptr, o.chunk, 0, seed, stream)?;
@@ -568,6 +600,7 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
     let held = buffers.len() * o.chunk;
     let gib = |b: usize| format!("{:.2} GiB", b as f64 / GIB as f64);
     let split = format!("held {} in {} buffers: {} VRAM, {} T2, {} other (pool)", gib(held), buffers.len(), gib(vram), gib(host), gib(other));
+    record_stale_errors(tally, &format!("{l}.cudaMallocAsync_last_error"), "cudaMallocAsync", &stale);
     tally.record(&format!("{l}.cudaMallocAsync_total"), alloc_error.is_none(), format!("{split}{}", alloc_error.map(|e| format!("; stopped by {}", rt_name(e))).unwrap_or_default()));
     match o.expect.as_str() {
         "t2" => {
