@@ -383,7 +383,7 @@ void gb_sgt_destroy(struct device *dev, struct sg_table *sgt, enum dma_data_dire
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages)
 {
-	struct page **pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL);
+	struct page **pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL | __GFP_NOWARN);
 	unsigned long k = 0, j;
 	unsigned int i;
 	void *vaddr;

@@ -109,7 +109,10 @@ fn take_clean(state: &State, placement: Placement) -> Option<Chunk> {
 /// The caller has already reserved `size` against the caps.
 pub(crate) fn alloc_chunks(state: &State, size: u64, placement: Placement) -> Result<KVVec<Chunk>> {
     let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
-    let mut chunks = KVVec::with_capacity(estimate, GFP_KERNEL)?;
+    // A huge, fully fragmented request could ask for a list beyond what kvmalloc
+    // accepts: that is an ENOMEM for the caller, not a warning in the log.
+    let list_gfp = GFP_KERNEL | __GFP_NOWARN;
+    let mut chunks = KVVec::with_capacity(estimate, list_gfp)?;
     let mut remaining = size;
     // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
     // rather than failing again at every chunk.
@@ -129,7 +132,7 @@ pub(crate) fn alloc_chunks(state: &State, size: u64, placement: Placement) -> Re
             return Err(ENOMEM);
         };
         max_order = max_order.min(chunk.order);
-        if chunks.push(chunk, GFP_KERNEL).is_err() {
+        if chunks.push(chunk, list_gfp).is_err() {
             free_chunk(chunk);
             recycle(state, &chunks, false);
             return Err(ENOMEM);
