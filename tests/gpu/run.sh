@@ -235,9 +235,9 @@ background=("${background[@]/$balloon}")
 
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------
 shim_logs=$(ls "$logs"/*.err 2>/dev/null)
-import_lines=$(cat $shim_logs /dev/null | grep -i 'importexternalmemory\|external memory' | sort | uniq -c | sort -rn | head -5)
-backend_lines=$(cat $shim_logs /dev/null | grep -i 'backend' | sed -E 's/greenboost\[[0-9]+\]: //' | sort | uniq -c | sort -rn | head -5)
-summary_lines=$(grep -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##; s/greenboost\[[0-9]+\]: //" | head -20)
+import_lines=$(cat $shim_logs /dev/null | grep -a -i 'importexternalmemory\|external memory' | sort | uniq -c | sort -rn | head -5)
+backend_lines=$(cat $shim_logs /dev/null | grep -a -i 'T2 backend' | sed -E 's/greenboost\[[0-9]+\]: //' | sort | uniq -c | sort -rn | head -5)
+summary_lines=$(grep -a -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##; s/greenboost\[[0-9]+\]: //" | head -20)
 
 # --- results ---------------------------------------------------------------------------
 passed=$(grep -c '^PASS ' "$summary")
