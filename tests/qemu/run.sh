@@ -36,7 +36,9 @@ qemu_timeout=${GB_QEMU_TIMEOUT:-1200}
 work=$GB_ROOT/build/qemu
 mkdir -p "$work"
 need_cmd qemu-system-x86_64 qemu-system-x86; need_cmd cpio cpio; need_cmd xz xz-utils
-[ -x /bin/busybox ] && file -L /bin/busybox | grep -q 'statically linked' \
+# A program runs in the bare guest only without a program interpreter (ld.so).
+is_static() { ! readelf -lW "$1" 2>/dev/null | grep -q INTERP; }
+[ -x /bin/busybox ] && is_static /bin/busybox \
   || die "/bin/busybox is not a static busybox: apt-get install busybox-static"
 
 timings=()
@@ -51,7 +53,7 @@ build_guest_program() {
     --target x86_64-unknown-linux-gnu >&2 || die "building the guest test program failed"
   guest_bin=$work/guest-target/x86_64-unknown-linux-gnu/release/gb-guest-tests
   [ -x "$guest_bin" ] || die "$guest_bin was not built"
-  file "$guest_bin" | grep -qE 'statically linked|static-pie linked' || die "$guest_bin is not static"
+  is_static "$guest_bin" || die "$guest_bin is not statically linked"
   timings+=("guest test program: $(elapsed "$t0") s")
 }
 
@@ -71,7 +73,7 @@ pack_shared_libraries() {
               "$libdir"/libgcc_s.so.1 "$libdir"/libdl.so.2 "$libdir"/libpthread.so.0
               "$libdir"/librt.so.1)
   while IFS= read -r f; do
-    file -L "$f" | grep -q 'dynamically linked' || continue
+    readelf -dW "$f" 2>/dev/null | grep -q '(NEEDED)' || continue
     # ldd lists resolved dependencies as "name => /path (addr)"; libraries shipped in
     # DIR itself (fake CUDA libraries) are found there at run time and stay "not found".
     libs+=($(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}'))
