@@ -10,7 +10,7 @@ use crate::device::{explain_open_error, Device};
 use crate::json::Json;
 use crate::nvml;
 use crate::paths::SystemPaths;
-use crate::run::locate_shim;
+use crate::run::{locate_shim, memlock_advice, MEMLOCK_ENOUGH};
 use crate::size::format_bytes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -362,15 +362,10 @@ fn check_environment(findings: &mut Findings) {
     // SAFETY: `limit` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0 {
         let show = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { "unlimited".to_owned() } else { format_bytes(v as u64) };
-        if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur as u64 >= 1 << 30 {
+        if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur as u64 >= MEMLOCK_ENOUGH {
             findings.add("memlock", Level::Ok, format!("locked-memory limit {} (hard {})", show(limit.rlim_cur), show(limit.rlim_max)), None);
         } else {
-            findings.add(
-                "memlock",
-                Level::Warn,
-                format!("locked-memory limit is {} (hard {}): the userspace backend (used without the module) pins T2 memory in the process and stops there", show(limit.rlim_cur), show(limit.rlim_max)),
-                Some("join the greenboost group (the installer's /etc/security/limits.d/greenboost.conf lifts the limit for it) and log in again; for a systemd service set LimitMEMLOCK=infinity".into()),
-            );
+            findings.add("memlock", Level::Warn, memlock_advice(limit.rlim_cur as u64), None);
         }
     }
 

@@ -1,6 +1,7 @@
 //! `greenboost`: see what GreenBoost is doing (`status`), run a program under it
 //! (`run`), find out why it is not working (`doctor`) and watch it work (`demo`).
 
+mod cuda;
 mod demo;
 mod device;
 mod doctor;

@@ -109,6 +109,7 @@ fn shim_candidates() -> Vec<PathBuf> {
     if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
         candidates.push(dir.join("../lib").join(SHIM_NAME)); // PREFIX/bin -> PREFIX/lib
         candidates.push(dir.join(SHIM_NAME)); // target/release
+        candidates.push(dir.join("../release").join(SHIM_NAME)); // target/debug -> the release shim
     }
     for prefix in ["/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu"] {
         candidates.push(Path::new(prefix).join(SHIM_NAME));
@@ -159,29 +160,25 @@ pub fn preload_with(shim: &Path, existing: Option<OsString>) -> OsString {
 /// cannot work at all). Raises the soft memlock limit to the hard one on the way.
 pub fn preflight(policy: &Policy, paths: &SystemPaths) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
-    let module_usable = match Device::open(&paths.device) {
-        Ok(_) => true,
-        Err(e) => {
-            let why = explain_open_error(&paths.device, &e);
-            if policy.backend == Some(Backend::Kmod) {
-                return Err(format!("--backend kmod needs the module, but {why}"));
-            }
-            if policy.backend != Some(Backend::Userspace) {
-                warnings.push(why);
-            }
-            false
+    if let Err(e) = Device::open(&paths.device) {
+        let why = explain_open_error(&paths.device, &e);
+        if policy.backend == Some(Backend::Kmod) {
+            return Err(format!("--backend kmod needs the module, but {why}"));
         }
-    };
-    if !module_usable || policy.backend == Some(Backend::Userspace) {
-        if let Some(warning) = raise_memlock() {
-            warnings.push(warning);
+        if policy.backend != Some(Backend::Userspace) {
+            warnings.push(why);
         }
+    }
+    if let Some(warning) = raise_memlock() {
+        warnings.push(warning);
     }
     Ok(warnings)
 }
 
-/// The userspace backend pins memory inside the process, which counts against
-/// RLIMIT_MEMLOCK: lift the soft limit to the hard one and warn when that is small.
+/// GreenBoost's T2 memory is pinned by the module or by the driver's registration,
+/// which RLIMIT_MEMLOCK does not limit; but what serving stacks lock themselves (NCCL,
+/// GPUDirect RDMA, io_uring buffers, mlock) does. Lift the soft limit to the hard one
+/// and warn when even that is small.
 fn raise_memlock() -> Option<String> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a valid, writable rlimit.
@@ -196,13 +193,17 @@ fn raise_memlock() -> Option<String> {
             limit = raised;
         }
     }
-    const ENOUGH: u64 = 1 << 30;
-    (limit.rlim_cur != libc::RLIM_INFINITY && (limit.rlim_cur as u64) < ENOUGH).then(|| {
-        format!(
-            "the locked-memory limit (ulimit -l) is {}: the userspace backend pins T2 memory in the process and will stop at that. The installer lifts it for the greenboost group (/etc/security/limits.d/greenboost.conf): join the group and log in again, or raise it for this shell",
-            format_bytes(limit.rlim_cur as u64)
-        )
-    })
+    (limit.rlim_cur != libc::RLIM_INFINITY && (limit.rlim_cur as u64) < MEMLOCK_ENOUGH).then(|| memlock_advice(limit.rlim_cur as u64))
+}
+
+/// Below this, libraries that lock host memory next to GreenBoost fail.
+pub const MEMLOCK_ENOUGH: u64 = 64 << 20;
+
+pub fn memlock_advice(limit: u64) -> String {
+    format!(
+        "the locked-memory limit (ulimit -l) is {}. GreenBoost's T2 memory does not count against it, but what NCCL, GPUDirect RDMA or io_uring lock next to it does, and they fail at that limit. The installer lifts it for the greenboost group (/etc/security/limits.d/greenboost.conf): join the group and log in again; for a systemd service set LimitMEMLOCK=infinity",
+        format_bytes(limit)
+    )
 }
 
 pub fn run(policy: &Policy, command: &[OsString], quiet: bool) -> Result<(), String> {
