@@ -1,0 +1,201 @@
+//! `greenboost status --json` against a fake /sys and /proc (the module's documented
+//! stats format), with the device node and NVML absent, so every figure comes from the
+//! text file and the output is exactly predictable.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct FakeRoot(PathBuf);
+
+impl FakeRoot {
+    fn new(name: &str) -> FakeRoot {
+        let root = std::env::temp_dir().join(format!("greenboost-cli-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).unwrap();
+        FakeRoot(root)
+    }
+
+    fn write(&self, relative: &str, content: &str) {
+        let path = self.0.join(relative);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+    }
+
+    fn status(&self, extra_args: &[&str]) -> (String, String, bool) {
+        let output = Command::new(env!("CARGO_BIN_EXE_greenboost"))
+            .arg("status")
+            .args(extra_args)
+            .env("GREENBOOST_SYSFS_ROOT", self.0.join("sys"))
+            .env("GREENBOOST_PROC_ROOT", self.0.join("proc"))
+            .env("GREENBOOST_DEVICE", self.0.join("dev/greenboost"))
+            .env("GREENBOOST_NVML_LIBRARY", "none")
+            .output()
+            .unwrap();
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+            output.status.success(),
+        )
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for FakeRoot {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+const STATS: &str = "abi_version 1
+t1_reported_bytes 8589934592
+t2_used_bytes 6291456
+t2_cached_bytes 134217728
+t2_zeroed_bytes 134217728
+t2_cap_bytes 536870912
+t2_peak_bytes 71303168
+t3_used_bytes 0
+buffers 2
+allocs 40
+alloc_failures 3
+pinned_on_release 0
+free_ram_bytes 812646400
+reserve_bytes 67108864
+uid_cap_bytes 0
+cache_target_bytes 134217728
+pressure 1
+processes 2
+proc pid=123 uid=1000 t1=8589934592 t1_budget=0 t2=6291456 t2_peak=71303168 buffers=2 files=1 comm=ollama runner
+proc pid=45 uid=0 t1=0 t1_budget=0 t2=0 t2_peak=0 buffers=0 files=1 comm=
+";
+
+#[test]
+fn status_json_reads_the_fake_sysfs() {
+    let root = FakeRoot::new("loaded");
+    root.write("sys/kernel/greenboost/stats", STATS);
+    root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
+    root.write("sys/module/greenboost/parameters/pool_cap_mb", "512\n");
+    // pid 45 has an empty comm in sysfs: the module's name wins over /proc, which may
+    // belong to another pid namespace than the module's pids.
+    root.write("proc/45/comm", "from-proc\n");
+    let (stdout, stderr, ok) = root.status(&["--json"]);
+    assert!(ok, "status failed: {stderr}");
+    let device = root.path().join("dev/greenboost");
+    let expected = r#"{
+  "module": {
+    "loaded": true,
+    "device": "DEVICE",
+    "device_error": "DEVICE does not exist: the greenboost module is not loaded (run `sudo modprobe greenboost`; `greenboost doctor` says why it may not load). Until then the shim uses its userspace backend",
+    "abi_version": null,
+    "sysfs_error": null,
+    "parameters": {
+      "pool_cap_mb": "512",
+      "reserve_mb": "64"
+    }
+  },
+  "tiers": {
+    "t1": {
+      "reported": 8589934592
+    },
+    "t2": {
+      "used": 6291456,
+      "cached": 134217728,
+      "cap": 536870912,
+      "peak": 71303168,
+      "buffers": 2
+    },
+    "t3": {
+      "used": 0
+    }
+  },
+  "pressure": {
+    "active": true,
+    "free_ram": 812646400,
+    "reserve": 67108864,
+    "alloc_failures": 3
+  },
+  "driver_version": null,
+  "gpus": [],
+  "gpu_error": "NVML disabled by GREENBOOST_NVML_LIBRARY=none",
+  "processes": [
+    {
+      "pid": 45,
+      "uid": 0,
+      "comm": "",
+      "t1_reported": 0,
+      "t2_used": 0,
+      "t2_peak": 0,
+      "buffers": 0,
+      "gpu_memory": null
+    },
+    {
+      "pid": 123,
+      "uid": 1000,
+      "comm": "ollama runner",
+      "t1_reported": 8589934592,
+      "t2_used": 6291456,
+      "t2_peak": 71303168,
+      "buffers": 2,
+      "gpu_memory": null
+    }
+  ],
+  "sources": [
+    "sysfs"
+  ],
+  "sysfs": {
+    "abi_version": 1,
+    "t1_reported_bytes": 8589934592,
+    "t2_used_bytes": 6291456,
+    "t2_cached_bytes": 134217728,
+    "t2_zeroed_bytes": 134217728,
+    "t2_cap_bytes": 536870912,
+    "t2_peak_bytes": 71303168,
+    "t3_used_bytes": 0,
+    "buffers": 2,
+    "allocs": 40,
+    "alloc_failures": 3,
+    "pinned_on_release": 0,
+    "free_ram_bytes": 812646400,
+    "reserve_bytes": 67108864,
+    "uid_cap_bytes": 0,
+    "cache_target_bytes": 134217728,
+    "pressure": 1,
+    "processes": 2
+  }
+}
+"#
+    .replace("DEVICE", &device.display().to_string());
+    assert_eq!(stdout, expected);
+}
+
+#[test]
+fn status_without_the_module_says_so_and_succeeds() {
+    let root = FakeRoot::new("absent");
+    root.write("proc/.keep", "");
+    let (stdout, stderr, ok) = root.status(&["--json"]);
+    assert!(ok, "status failed: {stderr}");
+    assert!(stdout.contains("\"loaded\": false"), "{stdout}");
+    assert!(stdout.contains("\"sources\": []"), "{stdout}");
+    assert!(stdout.contains("\"active\": null"), "{stdout}");
+    assert!(stdout.contains("cannot read"), "{stdout}");
+
+    let (text, _, ok) = root.status(&[]);
+    assert!(ok);
+    assert!(text.contains("Module: not loaded"), "{text}");
+    assert!(text.contains("sudo modprobe greenboost"), "{text}");
+}
+
+#[test]
+fn status_text_shows_pressure_and_processes() {
+    let root = FakeRoot::new("text");
+    root.write("sys/kernel/greenboost/stats", STATS);
+    root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
+    let (text, stderr, ok) = root.status(&[]);
+    assert!(ok, "{stderr}");
+    assert!(text.contains("Pressure: ACTIVE: free RAM 775.00 MiB is below the reserve 64.00 MiB"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("T2") && l.contains("6.00 MiB") && l.contains("512.00 MiB") && l.contains("2 buffers")), "{text}");
+    assert!(text.lines().any(|l| l.contains("123") && l.contains("ollama runner") && l.contains("8.00 GiB")), "{text}");
+}
