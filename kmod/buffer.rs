@@ -107,9 +107,10 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
-        pool::recycle(state, &self.chunks, true);
         let c = &state.counters;
+        // Unaccount first, so that the cache may take the pages within the cap.
         c.t2_used.fetch_sub(self.size, Ordering::Relaxed);
+        pool::recycle(state, &self.chunks, true);
         c.buffers.fetch_sub(1, Ordering::Relaxed);
         if let Some(owner) = self.owner.take() {
             owner.t2_used.fetch_sub(self.size, Ordering::Relaxed);

@@ -162,11 +162,10 @@ pub(crate) fn recycle(state: &State, chunks: &[Chunk], exposed: bool) {
             continue;
         }
         let bytes = order_bytes(chunk.order);
-        let cached = state.counters.t2_cached.load(Ordering::Relaxed);
         let keep = chunk.order == CHUNK_ORDER
             && !state.pressure.load(Ordering::Relaxed)
             && !state.stopping.load(Ordering::Relaxed)
-            && cached + bytes <= limits.cache_target;
+            && state.counters.t2_cached.load(Ordering::Relaxed) + bytes <= cache_room(state, &limits);
         let list = if exposed { &mut cache.dirty } else { &mut cache.clean };
         if keep && list.push(chunk, GFP_KERNEL).is_ok() {
             state.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
@@ -193,17 +192,23 @@ pub(crate) fn kick_refill(state: &State) {
     }
 }
 
+/// How big the cache may be now: its target, within what the cap leaves beside the
+/// buffers, nothing under pressure.
+fn cache_room(state: &State, limits: &Limits) -> u64 {
+    if state.pressure.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let used = state.counters.t2_used.load(Ordering::Relaxed);
+    limits.cache_target.min(limits.cap.saturating_sub(used))
+}
+
 /// Whether the cache should grow by one chunk now.
 fn may_grow(state: &State, limits: &Limits) -> bool {
-    let c = &state.counters;
-    let cached = c.t2_cached.load(Ordering::Relaxed);
-    let used = c.t2_used.load(Ordering::Relaxed);
+    let cached = state.counters.t2_cached.load(Ordering::Relaxed);
     // SAFETY: plain read of a kernel counter.
     let available = unsafe { ffi::gb_mem_available() };
     !state.stopping.load(Ordering::Relaxed)
-        && !state.pressure.load(Ordering::Relaxed)
-        && cached + abi::GB_CHUNK_SIZE <= limits.cache_target
-        && used.saturating_add(cached).saturating_add(abi::GB_CHUNK_SIZE) <= limits.cap
+        && cached + abi::GB_CHUNK_SIZE <= cache_room(state, limits)
         && available >= limits.reserve.saturating_add(2 * abi::GB_CHUNK_SIZE)
 }
 
@@ -244,9 +249,8 @@ pub(crate) fn refill(state: &State) {
         state.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
         state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
     }
-    // Trim to the target (the parameter may have been lowered).
-    let target = if state.pressure.load(Ordering::Relaxed) { 0 } else { limits.cache_target };
-    while state.counters.t2_cached.load(Ordering::Relaxed) > target {
+    // Trim to the room left (the parameters may have been lowered).
+    while state.counters.t2_cached.load(Ordering::Relaxed) > cache_room(state, &limits) {
         if !trim_one(state) {
             break;
         }

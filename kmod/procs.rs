@@ -6,7 +6,7 @@
 //! passed on). Lock: only `State::procs`; `holders` changes only under it, so an entry
 //! leaves the registry exactly when its last holder goes.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -36,8 +36,9 @@ pub(crate) struct ProcEntry {
     pid: *mut bindings::pid,
     /// Thread-group id in the initial pid namespace, as sysfs and dmesg show it.
     pub(crate) pid_nr: i32,
-    /// Real uid (initial user namespace).
-    pub(crate) kuid: u32,
+    /// Real uid (initial user namespace) as of the process's latest open or ALLOC: a
+    /// process that changes its uid takes its buffers with it to the new user's cap.
+    pub(crate) kuid: AtomicU32,
     /// Command name of the thread-group leader, 16 bytes packed into two words (a torn
     /// read after a rename shows a mix of two names, nothing worse).
     comm: [AtomicU64; 2],
@@ -129,8 +130,7 @@ impl State {
                     pid,
                     // SAFETY: `pid` is a valid counted reference.
                     pid_nr: unsafe { ffi::gb_pid_nr(pid) },
-                    // SAFETY: reads the caller's credentials.
-                    kuid: unsafe { ffi::gb_current_kuid() },
+                    kuid: AtomicU32::new(0),
                     comm: [AtomicU64::new(0), AtomicU64::new(0)],
                     t2_used: AtomicU64::new(0),
                     t2_peak: AtomicU64::new(0),
@@ -150,6 +150,8 @@ impl State {
         if holder == Holder::File {
             entry.files.fetch_add(1, Ordering::Relaxed);
         }
+        // SAFETY: reads the caller's credentials.
+        entry.kuid.store(unsafe { ffi::gb_current_kuid() }, Ordering::Relaxed);
         drop(procs);
         entry.refresh_comm();
         Ok(entry)
@@ -187,9 +189,10 @@ impl State {
     pub(crate) fn proc_reserve(&self, entry: &ProcEntry, size: u64, uid_cap: u64) -> Result {
         let procs = self.procs.lock();
         if uid_cap != 0 {
+            let kuid = entry.kuid.load(Ordering::Relaxed);
             let user_total = procs
                 .iter()
-                .filter(|e| e.kuid == entry.kuid)
+                .filter(|e| e.kuid.load(Ordering::Relaxed) == kuid)
                 .fold(0u64, |sum, e| sum.saturating_add(e.t2_used.load(Ordering::Relaxed)));
             if user_total.saturating_add(size) > uid_cap {
                 return Err(ENOMEM);

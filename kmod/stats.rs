@@ -160,8 +160,7 @@ fn watchdog_tick(state: &State) {
         }
         eventfd_signal_all(state);
     }
-    let cached = state.counters.t2_cached.load(Ordering::Relaxed);
-    if !now && cached != limits.cache_target {
+    if !now && state.counters.t2_cached.load(Ordering::Relaxed) != limits.cache_target {
         pool::kick_refill(state);
     }
 }
@@ -223,7 +222,7 @@ pub(crate) fn log_report(state: &State, why: &str) {
             "  pid {} ({}) uid {}: T1 {}, T2 {} (peak {}) in {} buffers\n",
             e.pid_nr,
             Comm(e.comm()),
-            e.kuid,
+            e.kuid.load(Ordering::Relaxed),
             Size(e.t1_used.load(Ordering::Relaxed)),
             Size(e.t2_used.load(Ordering::Relaxed)),
             Size(e.t2_peak.load(Ordering::Relaxed)),
@@ -268,7 +267,7 @@ fn format_stats(state: &State, out: &mut SliceWriter<'_>) -> core::fmt::Result {
             w,
             "proc pid={} uid={} t1={} t1_budget={} t2={} t2_peak={} buffers={} files={} comm={}",
             e.pid_nr,
-            e.kuid,
+            e.kuid.load(Ordering::Relaxed),
             e.t1_used.load(Ordering::Relaxed),
             e.t1_budget.load(Ordering::Relaxed),
             e.t2_used.load(Ordering::Relaxed),
