@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Greedy decoding of a Llama-architecture model with random bf16 weights, one
+configuration per process (bench/run.sh starts one process per configuration, the
+GreenBoost one with the shim preloaded). Prints one JSON object on stdout.
+
+Configurations:
+  vram         every weight in VRAM (PyTorch's default allocator, no budget)
+  greenboost   the same program; run.sh preloads libgreenboost_cuda.so with
+               GREENBOOST_VRAM_BUDGET=--budget-bytes, so the weights that do not fit
+               are placed in T2 by the shim
+  cpu_offload  transformers/accelerate: device_map from max_memory={0: budget, cpu}
+               (accelerate copies the CPU-resident layers to the GPU at each forward)
+  uvm          a pluggable allocator (bench/uvm_alloc.cu) that puts what does not fit
+               the budget in cudaMallocManaged memory preferred on the host and mapped
+               for the GPU
+
+Weights are drawn parameter by parameter on the GPU from a generator seeded with the
+parameter's index, so every configuration computes with the same weights and the
+greedy tokens can be compared. No download: the model is built from a config.
+`--weight-bytes` prints the weight size without importing torch (run.sh derives the
+budget from it).
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import time
+
+# Llama 3 8B's shape (Meta-Llama-3-8B config.json); --layers keeps the per-layer shape
+# and changes the depth, to fit a smaller device budget.
+SHAPES = {
+    "8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0),
+    # For trying the harness on a CPU-only machine.
+    "tiny": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0),
+}
+
+BF16_BYTES = 2
+
+
+def shape_of(name, layers):
+    shape = dict(SHAPES[name])
+    if layers:
+        shape["num_hidden_layers"] = layers
+    return shape
+
+
+def kv_width(shape):
+    return shape["num_key_value_heads"] * shape["hidden_size"] // shape["num_attention_heads"]
+
+
+def weight_count(shape):
+    """Parameters of LlamaForCausalLM with untied embeddings (checked against the
+    built model at run time)."""
+    h, i, v, layers = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"], shape["num_hidden_layers"]
+    kv = kv_width(shape)
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i + 2 * h
+    return v * h + layers * per_layer + h + v * h
+
+
+def pointer_placement(driver, ptr):
+    """Where the driver says a device pointer lives: vram, host (pinned/registered,
+    read zero-copy: GreenBoost's T2) or managed."""
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED = 2, 8
+    value = ctypes.c_uint(0)
+    if driver.cuPointerGetAttribute(ctypes.byref(value), CU_POINTER_ATTRIBUTE_IS_MANAGED, ctypes.c_uint64(ptr)) == 0 \
+            and value.value:
+        return "managed"
+    value = ctypes.c_uint(0)
+    if driver.cuPointerGetAttribute(ctypes.byref(value), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ctypes.c_uint64(ptr)) != 0:
+        return "unknown"
+    return {1: "host", 2: "vram"}.get(value.value, "unknown")
+
+
+def shim_loaded():
+    with open("/proc/self/maps") as maps:
+        return any("libgreenboost_cuda" in line for line in maps)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", choices=["vram", "greenboost", "cpu_offload", "uvm"], default="vram")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="8b")
+    parser.add_argument("--layers", type=int, default=0, help="override the number of decoder layers")
+    parser.add_argument("--prompt", type=int, default=512)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--budget-bytes", type=int, default=0, help="VRAM budget for the weights (0: none)")
+    parser.add_argument("--uvm-lib", default="", help="uvm_alloc.so (uvm configuration)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--device", default="cuda", help="cpu only for trying the harness without a GPU")
+    parser.add_argument("--weight-bytes", action="store_true", help="print the weight bytes and exit")
+    args = parser.parse_args()
+    shape = shape_of(args.shape, args.layers)
+    if args.weight_bytes:
+        print(weight_count(shape) * BF16_BYTES)
+        return 0
+
+    started = time.perf_counter()
+    if args.config == "uvm":
+        # Must precede any CUDA allocation: the allocator is chosen once per process.
+        os.environ["UVM_BUDGET_BYTES"] = str(args.budget_bytes)
+        import torch
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(args.uvm_lib, "uvm_malloc", "uvm_free")
+        torch.cuda.memory.change_current_allocator(allocator)
+    import torch
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    on_gpu = args.device == "cuda"
+    device = torch.device(args.device)
+    config = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         hidden_act="silu", attention_bias=False, mlp_bias=False)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    torch.set_default_dtype(default_dtype)
+    model.eval()
+    names = [name for name, _ in model.named_parameters()]
+    counted = sum(p.numel() for p in model.parameters())
+    if counted != weight_count(shape):
+        raise SystemExit(f"decode.py: weight_count() says {weight_count(shape)}, the model has {counted}")
+
+    # Where each parameter goes: everything on the device, except for cpu_offload,
+    # where accelerate's device map decides.
+    device_map = None
+    if args.config == "cpu_offload":
+        from accelerate import infer_auto_device_map
+        device_map = infer_auto_device_map(
+            model, max_memory={0: args.budget_bytes, "cpu": 512 << 30},
+            no_split_module_classes=["LlamaDecoderLayer"], dtype=torch.bfloat16)
+        # The rotary embedding holds no weights, only a computed buffer: keep it on the GPU.
+        device_map["model.rotary_emb"] = 0
+
+    def target(name):
+        if device_map is None:
+            return device
+        best = max((key for key in device_map if key == "" or name == key or name.startswith(key + ".")), key=len)
+        where = device_map[best]
+        return torch.device("cpu") if where == "cpu" else device
+
+    generator = torch.Generator(device=device)
+    for index, name in enumerate(names):
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        old = getattr(module, attr)
+        tensor = torch.empty(old.shape, dtype=torch.bfloat16, device=device)
+        if tensor.dim() == 1:
+            tensor.fill_(1.0)  # RMSNorm scales
+        else:
+            generator.manual_seed(args.seed * 1_000_003 + index)
+            tensor.normal_(0.0, 0.02, generator=generator)
+        where = target(name)
+        if where != device:
+            tensor = tensor.to(where)
+        setattr(module, attr, torch.nn.Parameter(tensor, requires_grad=False))
+    # The rotary embedding's inverse frequencies are a computed buffer: build it for real.
+    with device:
+        model.model.rotary_emb = LlamaRotaryEmbedding(config=config)
+    leftover = [name for name, b in model.named_buffers() if b.is_meta]
+    if leftover:
+        raise SystemExit(f"decode.py: buffers left on meta: {leftover}")
+
+    if device_map is not None:
+        from accelerate import dispatch_model
+        model = dispatch_model(model, device_map=device_map, main_device=0)
+
+    # Bytes read per generated token, by where they live: every weight once, except the
+    # embedding table, of which one row is read; plus the KV cache at the mean context.
+    placement_bytes = {}
+    per_token = {}
+    driver = ctypes.CDLL("libcuda.so.1") if on_gpu else None
+    for name in names:
+        module_name, _, attr = name.rpartition(".")
+        param = getattr(model.get_submodule(module_name), attr)
+        size = param.numel() * BF16_BYTES
+        if target(name).type == "cpu" and on_gpu:
+            where = "cpu"
+        elif on_gpu:
+            where = pointer_placement(driver, param.data_ptr())
+        else:
+            where = "cpu"
+        placement_bytes[where] = placement_bytes.get(where, 0) + size
+        read = shape["hidden_size"] * BF16_BYTES if name.endswith("embed_tokens.weight") else size
+        per_token[where] = per_token.get(where, 0) + read
+    mean_context = args.prompt + args.new_tokens / 2
+    kv_bytes = int(2 * shape["num_hidden_layers"] * mean_context * kv_width(shape) * BF16_BYTES)
+    vram_key = "vram" if on_gpu else "cpu"
+    per_token[vram_key] = per_token.get(vram_key, 0) + kv_bytes
+
+    prompt = torch.randint(0, shape["vocab_size"], (1, args.prompt),
+                           generator=torch.Generator().manual_seed(args.seed)).to(device)
+
+    def sync():
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    def forward(ids, cache=None):
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].argmax(-1, keepdim=True), out.past_key_values
+
+    class Clock:
+        """CUDA events on the GPU, perf_counter on the CPU."""
+
+        def __init__(self):
+            self.marks = []
+
+        def mark(self):
+            if on_gpu:
+                event = torch.cuda.Event(enable_timing=True)
+                event.record()
+                self.marks.append(event)
+            else:
+                self.marks.append(time.perf_counter())
+
+        def seconds(self):
+            sync()
+            if on_gpu:
+                return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
+            return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+    with torch.inference_mode():
+        # Warm-up: a short prompt and two decode steps (kernels, cuBLAS handles, hooks).
+        token, cache = forward(prompt[:, :16])
+        for _ in range(2):
+            token, cache = forward(token, cache)
+        del cache
+        sync()
+        setup_s = time.perf_counter() - started
+
+        clock = Clock()
+        clock.mark()
+        token, cache = forward(prompt)
+        clock.mark()
+        tokens = [token]
+        for _ in range(args.new_tokens - 1):
+            token, cache = forward(token, cache)
+            tokens.append(token)
+            clock.mark()
+        times = clock.seconds()
+        tokens = [int(t) for t in torch.cat(tokens, dim=1)[0].tolist()]
+
+    prefill_s = times[0]
+    steps = sorted(times[1:])
+    median_step = steps[len(steps) // 2] if len(steps) % 2 else (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+    result = {
+        "cmd": "decode",
+        "config": args.config,
+        "shape": args.shape,
+        "layers": shape["num_hidden_layers"],
+        "weight_bytes": weight_count(shape) * BF16_BYTES,
+        "budget_bytes": args.budget_bytes,
+        "prompt_tokens": args.prompt,
+        "new_tokens": args.new_tokens,
+        "prefill_s": prefill_s,
+        "prefill_tok_s": args.prompt / prefill_s,
+        "decode_step_ms_median": median_step * 1e3,
+        "decode_tok_s": 1.0 / median_step,
+        "decode_tok_s_mean": len(steps) / sum(steps),
+        "weights_by_placement": placement_bytes,
+        "bytes_per_token_by_placement": per_token,
+        "shim_loaded": shim_loaded(),
+        "setup_s": setup_s,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokens": tokens,
+    }
+    if args.config == "uvm":
+        lib = ctypes.CDLL(args.uvm_lib)
+        vram_peak, managed_peak = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.uvm_stats(ctypes.byref(vram_peak), ctypes.byref(managed_peak))
+        result["uvm_vram_peak_bytes"] = vram_peak.value
+        result["uvm_managed_peak_bytes"] = managed_peak.value
+    if device_map is not None:
+        result["device_map_cpu_modules"] = sum(1 for v in device_map.values() if v == "cpu")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run here (not on the device) before a device call of `make bench`: builds the shim
+# and stages what bench/run.sh needs from this machine in build/bench-carry/, which git
+# ignores and the device call names in its carry list:
+#   build/bench-carry/libgreenboost_cuda.so   the shim (the device has no cargo)
+#   build/bench-carry/commit                  the commit measured (the device gets no .git)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+carry=build/bench-carry
+mkdir -p "$carry"
+cargo build --release -p greenboost-shim
+cp target/release/libgreenboost_cuda.so "$carry/"
+commit=$(git rev-parse --short=12 HEAD)
+git diff --quiet HEAD -- shim abi bench Cargo.toml Cargo.lock || commit="$commit-dirty"
+echo "$commit" >"$carry/commit"
+echo "staged $carry: $(ls "$carry" | tr '\n' ' ')(commit $commit)"

@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""Turns the raw measurements of bench/run.sh (one LABEL.out/.err/.rc per process)
+into bench/results/latest.json, bench/results/<date>-<commit>.json and
+bench/results/<date>-<commit>.md. Each figure carries the GreenBoost value, the
+baseline measured in the same run, their ratio, and the goal of issue 4; a figure that
+could not be measured says why. Nothing here judges a timing as pass or fail."""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+
+GOALS = {
+    "t2_read_ratio": (">=", 0.97),
+    "t2_alloc_ratio": ("<=", 0.10),
+    "t2_alloc_ratio_warm": ("<=", 0.10),
+    "hook_overhead_ratio": ("<=", 1.02),
+    "hook_overhead_ratio_meminfo": ("<=", 1.02),
+    "decode_vs_bound": (">=", 0.90),
+    "decode_vs_cpu_offload": (">=", 3.0),
+    "decode_vs_uvm": (">=", 1.5),
+    "prefill_vs_vram": (">=", 0.30),
+}
+
+
+def load(raw):
+    runs = {}
+    for name in sorted(os.listdir(raw)):
+        if not name.endswith(".rc"):
+            continue
+        label = name[:-3]
+        rc = int(open(os.path.join(raw, name)).read().strip() or 0)
+        out = open(os.path.join(raw, label + ".out")).read() if os.path.exists(os.path.join(raw, label + ".out")) else ""
+        err = open(os.path.join(raw, label + ".err"), errors="replace").read()
+        parsed = None
+        for line in reversed(out.splitlines()):
+            if line.startswith("{"):
+                try:
+                    parsed = json.loads(line)
+                except json.JSONDecodeError:
+                    pass
+                break
+        problem = None
+        if parsed is None or "error" in parsed:
+            reason = (parsed or {}).get("error") or (err.strip().splitlines() or [f"exit status {rc}"])[-1]
+            problem = f"{label}: {'timed out' if rc == 124 else 'exit ' + str(rc)}: {reason}"
+        runs[label] = {"rc": rc, "result": parsed if problem is None else None, "problem": problem,
+                       "stderr_tail": err[-2000:] if problem else ""}
+    return runs
+
+
+def result(runs, label):
+    entry = runs.get(label)
+    return entry["result"] if entry else None
+
+
+def why_missing(runs, labels):
+    problems = [runs[l]["problem"] for l in labels if l in runs and runs[l]["problem"]]
+    absent = [l for l in labels if l not in runs]
+    if problems:
+        return "; ".join(problems)
+    if absent:
+        return "not run: " + ", ".join(absent)
+    return "no data"
+
+
+def figure(name, value, baseline, ratio, unit, detail=None, missing=None):
+    op, goal = GOALS[name]
+    entry = {"ratio": ratio, "value": value, "baseline": baseline, "unit": unit, "goal": f"{op} {goal}"}
+    if ratio is None:
+        entry["missing"] = missing or "no data"
+        entry["met"] = None
+    else:
+        entry["met"] = ratio >= goal if op == ">=" else ratio <= goal
+    if detail:
+        entry["detail"] = detail
+    return entry
+
+
+def labels_with(runs, prefix):
+    return sorted(l for l in runs if l.startswith(prefix))
+
+
+def t2_read(runs, sizes):
+    per_size = {}
+    for size in sizes:
+        t2, base = result(runs, f"t2read-{size}"), result(runs, f"hostbuf-{size}")
+        row = {}
+        if base:
+            row.update(pinned_memcpy_h2d_GBps=base["memcpy_h2d_GBps"],
+                       naive_zero_copy_read_GBps=base["zero_copy_read_GBps"], hbm_read_GBps=base["hbm_read_GBps"],
+                       baseline_checksum_ok=base["checksum_ok"])
+        if t2:
+            row.update(t2_read_GBps=t2["read_GBps"], placement=t2["placement"], checksum_ok=t2["checksum_ok"],
+                       shim_alloc_s=t2["alloc_s"])
+            if t2["placement"] != "host":
+                row["note"] = f"the buffer landed in {t2['placement']}, not T2: the budget was not applied"
+        if t2 and base:
+            row["ratio"] = t2["read_GBps"] / base["memcpy_h2d_GBps"]
+        else:
+            row["missing"] = why_missing(runs, [f"t2read-{size}", f"hostbuf-{size}"])
+        per_size[str(size)] = row
+    measured = {s: r for s, r in per_size.items() if "ratio" in r and r.get("placement") == "host"}
+    if not measured:
+        reasons = [r.get("missing") or r.get("note", "") for r in per_size.values()]
+        return figure("t2_read_ratio", None, None, None, "GB/s", {"sizes_gib": per_size}, "; ".join(reasons))
+    worst = min(measured, key=lambda s: measured[s]["ratio"])
+    row = measured[worst]
+    return figure("t2_read_ratio", row["t2_read_GBps"], row["pinned_memcpy_h2d_GBps"], row["ratio"], "GB/s",
+                  {"worst_at_gib": float(worst), "sizes_gib": per_size})
+
+
+def median_of(runs, prefix, key):
+    values = [r[key] for r in (result(runs, l) for l in labels_with(runs, prefix)) if r]
+    return (statistics.median(values), values) if values else (None, [])
+
+
+def t2_alloc(runs):
+    t2_labels, host_labels = labels_with(runs, "alloc-t2-"), labels_with(runs, "alloc-hostalloc-")
+    missing = why_missing(runs, t2_labels + host_labels) if t2_labels or host_labels else "not run"
+    placements = sorted({r["placement"] for r in (result(runs, l) for l in t2_labels) if r})
+    usable = all(r["usable"] for r in (result(runs, l) for l in t2_labels + host_labels) if r)
+    figures = {}
+    for name, key in (("t2_alloc_ratio", "cold_ms"), ("t2_alloc_ratio_warm", "warm_ms")):
+        t2, t2_all = median_of(runs, "alloc-t2-", key)
+        host, host_all = median_of(runs, "alloc-hostalloc-", key)
+        detail = {"t2_ms_each": t2_all, "cudaHostAlloc_ms_each": host_all, "t2_placement": placements,
+                  "all_usable": usable}
+        if placements and placements != ["host"]:
+            detail["note"] = f"the 1 GiB allocation landed in {placements}, not T2"
+        ratio = t2 / host if t2 is not None and host else None
+        figures[name] = figure(name, t2, host, ratio, "ms", detail, missing)
+    return figures
+
+
+def hook(runs):
+    figures = {}
+    for name, key in (("hook_overhead_ratio", "malloc_free_us"), ("hook_overhead_ratio_meminfo", "meminfo_us")):
+        shim, shim_all = median_of(runs, "hook-shim-", key)
+        plain, plain_all = median_of(runs, "hook-plain-", key)
+        ratio = shim / plain if shim is not None and plain else None
+        detail = {"with_shim_us_each_process": shim_all, "without_us_each_process": plain_all}
+        missing = why_missing(runs, labels_with(runs, "hook-")) if labels_with(runs, "hook-") else "not run"
+        figures[name] = figure(name, shim, plain, ratio, "us", detail, missing)
+    return figures
+
+
+def bandwidths(runs):
+    """HBM read bandwidth (the largest buffer measured) and the naive zero-copy read
+    bandwidth of pinned memory at each size, all from this run."""
+    hostbufs = [r for r in (result(runs, l) for l in labels_with(runs, "hostbuf-")) if r]
+    if not hostbufs:
+        return None, {}
+    largest = max(hostbufs, key=lambda r: r["gib"])
+    return largest["hbm_read_GBps"], {r["gib"]: r["zero_copy_read_GBps"] for r in hostbufs}
+
+
+def decode(runs):
+    order = ["vram", "greenboost", "cpu_offload", "uvm"]
+    names = sorted((l[len("decode-"):] for l in labels_with(runs, "decode-")),
+                   key=lambda c: (order.index(c) if c in order else len(order), c))
+    configs = {c: result(runs, "decode-" + c) for c in names}
+    table = {}
+    for config, r in configs.items():
+        if r is None:
+            table[config] = {"missing": runs["decode-" + config]["problem"]}
+            continue
+        table[config] = {k: r[k] for k in ("prefill_tok_s", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
+                                           "new_tokens", "weights_by_placement", "bytes_per_token_by_placement",
+                                           "setup_s", "shim_loaded") if k in r}
+        for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
+            if k in r:
+                table[config][k] = r[k]
+    reference = configs.get("vram")
+    for config, r in configs.items():
+        if r is None or config == "vram":
+            continue
+        if reference is None:
+            table[config]["tokens_match_vram"] = None
+            continue
+        n = min(len(r["tokens"]), len(reference["tokens"]))
+        diverge = next((i for i in range(n) if r["tokens"][i] != reference["tokens"][i]), None)
+        table[config]["tokens_compared"] = n
+        table[config]["tokens_match_vram"] = diverge is None
+        if diverge is not None:
+            table[config]["first_divergence_at"] = diverge
+    model = None
+    any_result = next((r for r in configs.values() if r), None)
+    if any_result:
+        model = {k: any_result[k] for k in ("shape", "layers", "weight_bytes", "budget_bytes", "prompt_tokens", "torch",
+                                            "transformers")}
+        model["budget_bytes"] = max((r["budget_bytes"] for r in configs.values() if r), default=0)
+
+    gb = configs.get("greenboost")
+    hbm, zero_copy = bandwidths(runs)
+    figures = {}
+    bound = None
+    bound_detail = {}
+    if gb and hbm and zero_copy:
+        per_token = gb["bytes_per_token_by_placement"]
+        in_vram, in_t2 = per_token.get("vram", 0), per_token.get("host", 0)
+        # The naive zero-copy rate measured at the buffer size nearest the T2 bytes read.
+        near = min(zero_copy, key=lambda gib: abs(math.log(gib * 2**30) - math.log(max(in_t2, 1))))
+        zc = zero_copy[near]
+        bound = 1.0 / (in_vram / (hbm * 1e9) + in_t2 / (zc * 1e9))
+        bound_detail = {"bytes_per_token_vram": in_vram, "bytes_per_token_t2": in_t2, "hbm_GBps": hbm,
+                        "zero_copy_GBps": zc, "zero_copy_measured_at_gib": near,
+                        "bound_tok_s": bound}
+        if in_t2 == 0:
+            bound_detail["note"] = "no weight landed in T2: the shim did not apply the budget"
+        if not gb.get("shim_loaded"):
+            bound_detail["note"] = "the shim was not loaded in the greenboost process"
+
+    def config_missing(name):
+        label = "decode-" + name
+        return runs[label]["problem"] if label in runs else "not run"
+
+    gb_tok = gb["decode_tok_s"] if gb else None
+    if gb and bound:
+        figures["decode_vs_bound"] = figure("decode_vs_bound", gb_tok, bound, gb_tok / bound, "tokens/s", bound_detail)
+    else:
+        figures["decode_vs_bound"] = figure("decode_vs_bound", gb_tok, bound, None, "tokens/s", bound_detail,
+                                            config_missing("greenboost") if not gb else "bandwidths not measured (bw)")
+    for name, other in (("decode_vs_cpu_offload", "cpu_offload"), ("decode_vs_uvm", "uvm")):
+        base = configs.get(other)
+        base_tok = base["decode_tok_s"] if base else None
+        ratio = gb_tok / base_tok if gb and base else None
+        missing = "; ".join(m for m in (None if gb else config_missing("greenboost"),
+                                        None if base else config_missing(other)) if m)
+        figures[name] = figure(name, gb_tok, base_tok, ratio, "tokens/s", None, missing)
+    vram_prefill = reference["prefill_tok_s"] if reference else None
+    gb_prefill = gb["prefill_tok_s"] if gb else None
+    ratio = gb_prefill / vram_prefill if gb and reference else None
+    missing = "; ".join(m for m in (None if gb else config_missing("greenboost"),
+                                    None if reference else config_missing("vram")) if m)
+    figures["prefill_vs_vram"] = figure("prefill_vs_vram", gb_prefill, vram_prefill, ratio, "tokens/s", None, missing)
+    return figures, {"model": model, "configs": table}
+
+
+def environment(raw):
+    env = {}
+    path = os.path.join(raw, "environment.txt")
+    if os.path.exists(path):
+        for line in open(path):
+            key, _, value = line.partition(":")
+            if value:
+                env[key.strip()] = value.strip()
+    return env
+
+
+def fmt(value, digits=3):
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def markdown(report):
+    env = report["environment"]
+    lines = [f"# GreenBoost benchmark, {report['date']}, commit {report['commit']}", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()]
+    lines += ["", "Each ratio divides the GreenBoost figure by the baseline measured in the same run "
+              "(bench/README.md defines them). Goals are issue 4's; nothing asserts them.", "",
+              "| figure | GreenBoost | baseline | unit | ratio | goal | met |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, f in report["figures"].items():
+        met = {True: "yes", False: "no", None: "—"}[f["met"]]
+        lines.append(f"| {name} | {fmt(f['value'])} | {fmt(f['baseline'])} | {f['unit']} | {fmt(f['ratio'])} | "
+                     f"{f['goal']} | {met} |")
+    missing = [(n, f["missing"]) for n, f in report["figures"].items() if f.get("missing")]
+    if missing:
+        lines += ["", "Missing figures:", ""] + [f"- {n}: {why}" for n, why in missing]
+
+    sizes = report["figures"].get("t2_read_ratio", {}).get("detail", {}).get("sizes_gib", {})
+    if sizes:
+        lines += ["", "## T2 reads by size (GB/s)", "",
+                  "| GiB | T2 read (shim) | pinned memcpy H2D | naive zero-copy read | HBM read | ratio | placement |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for size, row in sizes.items():
+            lines.append(f"| {size} | {fmt(row.get('t2_read_GBps'))} | {fmt(row.get('pinned_memcpy_h2d_GBps'))} | "
+                         f"{fmt(row.get('naive_zero_copy_read_GBps'))} | {fmt(row.get('hbm_read_GBps'))} | "
+                         f"{fmt(row.get('ratio'))} | {row.get('placement', '—')} |")
+    dec = report.get("decode") or {}
+    if dec.get("configs"):
+        model = dec.get("model") or {}
+        lines += ["", "## Decode", ""]
+        if model:
+            lines += [f"Llama-architecture, {model.get('shape')} shape, {model.get('layers')} layers, "
+                  f"{fmt((model.get('weight_bytes') or 0) / 1e9)} GB of bf16 weights (random), VRAM budget "
+                  f"{fmt((model.get('budget_bytes') or 0) / 1e9)} GB, batch 1, {model.get('prompt_tokens')}-token prompt, "
+                      f"greedy; torch {model.get('torch')}, transformers {model.get('transformers')}.", ""]
+        lines += ["| configuration | prefill tok/s | decode tok/s (median step) | tokens | weights GB by placement "
+                  "| tokens match vram |", "| --- | --- | --- | --- | --- | --- |"]
+        for config, row in dec["configs"].items():
+            if "missing" in row:
+                lines.append(f"| {config} | — | — | — | {row['missing'][:200]} | — |")
+                continue
+            where = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(row["weights_by_placement"].items()))
+            match = row.get("tokens_match_vram")
+            match_text = "reference" if config == "vram" else {True: f"yes ({row.get('tokens_compared')})",
+                                                               False: f"no (from token {row.get('first_divergence_at')})",
+                                                               None: "—"}[match]
+            lines.append(f"| {config} | {fmt(row['prefill_tok_s'])} | {fmt(row['decode_tok_s'])} | {row['new_tokens']} "
+                         f"| {where} | {match_text} |")
+        bound = report["figures"].get("decode_vs_bound", {}).get("detail", {})
+        if bound.get("bound_tok_s"):
+            lines += ["", f"Bandwidth bound: {bound['bytes_per_token_vram'] / 1e9:.2f} GB/token from VRAM at "
+                          f"{bound['hbm_GBps']:.0f} GB/s + {bound['bytes_per_token_t2'] / 1e9:.2f} GB/token from T2 at "
+                          f"{bound['zero_copy_GBps']:.1f} GB/s (zero-copy, {bound['zero_copy_measured_at_gib']:g} GiB buffer)"
+                          f" = {bound['bound_tok_s']:.2f} tokens/s."]
+    problems = [p for p in report["problems"]]
+    if problems:
+        lines += ["", "## Problems in this run", ""] + [f"- {p}" for p in problems]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--raw", required=True)
+    parser.add_argument("--results", required=True)
+    parser.add_argument("--sections", default="")
+    args = parser.parse_args()
+    runs = load(args.raw)
+    env = environment(args.raw)
+    sizes = sorted({l.split("-", 1)[1] for l in runs if l.startswith(("t2read-", "hostbuf-"))}, key=float)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    commit = env.get("commit", "unknown")
+    figures = {}
+    figures["t2_read_ratio"] = t2_read(runs, sizes)
+    figures.update(t2_alloc(runs))
+    figures.update(hook(runs))
+    decode_figures, decode_table = decode(runs)
+    figures.update(decode_figures)
+    report = {
+        "schema": 1,
+        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": commit,
+        "environment": env,
+        "sections": [s for s in args.sections.split(",") if s],
+        "figures": figures,
+        "decode": decode_table,
+        "problems": [r["problem"] for r in runs.values() if r["problem"]],
+        "measurements": {label: r["result"] for label, r in runs.items() if r["result"]},
+    }
+    os.makedirs(args.results, exist_ok=True)
+    stem = f"{now.strftime('%Y-%m-%d')}-{commit}"
+    text = json.dumps(report, indent=1, sort_keys=False)
+    for name in ("latest.json", stem + ".json"):
+        with open(os.path.join(args.results, name), "w") as out:
+            out.write(text + "\n")
+    md = markdown(report)
+    with open(os.path.join(args.results, stem + ".md"), "w") as out:
+        out.write(md)
+    sys.stdout.write(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
