@@ -243,6 +243,14 @@ def main():
             clock.mark()
         times = clock.seconds()
         tokens = [int(t) for t in torch.cat(tokens, dim=1)[0].tolist()]
+        # Where the KV cache ended up (the bound assumes VRAM): the shim's placement rule
+        # can send large activation and cache blocks to T2 once the budget is spent.
+        kv_placement = {}
+        for layer in getattr(cache, "layers", []):
+            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(tensor, torch.Tensor) and tensor.numel():
+                    where = pointer_placement(driver, tensor.data_ptr()) if on_gpu else "cpu"
+                    kv_placement[where] = kv_placement.get(where, 0) + tensor.numel() * tensor.element_size()
 
     prefill_s = times[0]
     steps = sorted(times[1:])
@@ -263,6 +271,7 @@ def main():
         "decode_tok_s_mean": len(steps) / sum(steps),
         "weights_by_placement": placement_bytes,
         "bytes_per_token_by_placement": per_token,
+        "kv_cache_by_placement": kv_placement,
         "shim_loaded": shim_loaded(),
         "setup_s": setup_s,
         "torch": torch.__version__,

@@ -169,7 +169,7 @@ def decode(runs):
             table[config] = {"missing": runs["decode-" + config]["problem"]}
             continue
         table[config] = {k: r[k] for k in ("prefill_tok_s", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
-                                           "new_tokens", "weights_by_placement", "bytes_per_token_by_placement",
+                                           "new_tokens", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
                                            "setup_s", "shim_loaded") if k in r}
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
             if k in r:
@@ -299,6 +299,9 @@ def markdown(report):
                 lines.append(f"| {config} | — | — | — | {row['missing'][:200]} | — |")
                 continue
             where = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(row["weights_by_placement"].items()))
+            kv = row.get("kv_cache_by_placement") or {}
+            if set(kv) - {"vram"}:
+                where += "; KV cache " + ", ".join(f"{k} {v / 1e9:.3f}" for k, v in sorted(kv.items()))
             match = row.get("tokens_match_vram")
             match_text = "reference" if config == "vram" else {True: f"yes ({row.get('tokens_compared')})",
                                                                False: f"no (from token {row.get('first_divergence_at')})",

@@ -20,6 +20,9 @@
 #                       build/gpu-carry/, target/release/ that holds libgreenboost_cuda.so
 #   BENCH_WORK          scratch folder (default /tmp/gbbench)
 #   BENCH_RESULTS       where the results go (default bench/results)
+#   BENCH_DEADLINE_S    seconds after which no measurement starts and a running one is
+#                       stopped, so that the report is always written inside one device
+#                       call (default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +38,7 @@ layers=${BENCH_LAYERS:-0}
 new_tokens=${BENCH_NEW_TOKENS:-128}
 slow_tokens=${BENCH_SLOW_TOKENS:-32}
 decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost cpu_offload uvm}
+deadline=${BENCH_DEADLINE_S:-540}
 work=${BENCH_WORK:-/tmp/gbbench}
 results=${BENCH_RESULTS:-bench/results}
 gbbench=$work/gbbench
@@ -86,6 +90,14 @@ run() {
         log "$label: skipped (gbbench did not build)"
         return
     fi
+    local left=$(( deadline - SECONDS ))
+    if (( left < 10 )); then
+        echo "not started: BENCH_DEADLINE_S=$deadline reached" >"$raw/$label.err"
+        echo 125 >"$raw/$label.rc"
+        log "$label: skipped (deadline)"
+        return
+    fi
+    (( limit > left )) && limit=$left
     local started=$SECONDS
     env "${env_args[@]}" timeout "$limit" "$@" >"$raw/$label.out" 2>"$raw/$label.err"
     echo $? >"$raw/$label.rc"
