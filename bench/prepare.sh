@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 carry=build/bench-carry
 mkdir -p "$carry"
 cargo build --release -p greenboost-shim
-cp target/release/libgreenboost_cuda.so "$carry/"
+# Debug info stays in target/; the carried copy is stripped to keep the transfer small.
+objcopy --strip-debug target/release/libgreenboost_cuda.so "$carry/libgreenboost_cuda.so"
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- shim abi bench Cargo.toml Cargo.lock || commit="$commit-dirty"
 echo "$commit" >"$carry/commit"

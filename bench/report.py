@@ -48,7 +48,9 @@ def load(raw):
             reason = (parsed or {}).get("error") or (err.strip().splitlines() or [f"exit status {rc}"])[-1]
             problem = f"{label}: {'timed out' if rc == 124 else 'exit ' + str(rc)}: {reason}"
         runs[label] = {"rc": rc, "result": parsed if problem is None else None, "problem": problem,
-                       "stderr_tail": err[-2000:] if problem else ""}
+                       "stderr_tail": err[-2000:] if problem else "",
+                       # The shim's per-process summary (GREENBOOST_LOG=info): peak T1/T2.
+                       "shim_summary": [l.strip() for l in err.splitlines() if "summary:" in l]}
     return runs
 
 
@@ -174,6 +176,8 @@ def decode(runs):
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
             if k in r:
                 table[config][k] = r[k]
+        if runs["decode-" + config]["shim_summary"]:
+            table[config]["shim_summary"] = runs["decode-" + config]["shim_summary"]
     reference = configs.get("vram")
     for config, r in configs.items():
         if r is None or config == "vram":
@@ -308,6 +312,9 @@ def markdown(report):
                                                                None: "—"}[match]
             lines.append(f"| {config} | {fmt(row['prefill_tok_s'])} | {fmt(row['decode_tok_s'])} | {row['new_tokens']} "
                          f"| {where} | {match_text} |")
+        for config, row in dec["configs"].items():
+            for line in row.get("shim_summary", []):
+                lines.append(f"\nShim ({config}): `{line}`")
         bound = report["figures"].get("decode_vs_bound", {}).get("detail", {})
         if bound.get("bound_tok_s"):
             lines += ["", f"Bandwidth bound: {bound['bytes_per_token_vram'] / 1e9:.2f} GB/token from VRAM at "

@@ -172,7 +172,11 @@ fi
     echo "cpus: $(nproc)"
     grep -m1 MemTotal /proc/meminfo
     commit=${BENCH_COMMIT:-}
-    [[ -z $commit && -f build/bench-carry/commit ]] && commit=$(cat build/bench-carry/commit)
+    # The commit the shim was built from, staged beside it by bench/prepare.sh (or by
+    # tests/gpu/prepare.sh): the device gets no .git.
+    for file in "$(dirname "${shim:-/nonexistent/x}")"/commit "$(dirname "${shim:-/nonexistent/x}")"/COMMIT build/bench-carry/commit; do
+        [[ -z $commit && -f $file ]] && commit=$(cat "$file")
+    done
     [[ -z $commit ]] && commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     echo "commit: $commit"
     [[ -n $shim ]] && echo "shim: $shim ($(sha256sum "$shim" | cut -c1-16))"
