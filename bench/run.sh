@@ -99,7 +99,7 @@ run() {
     fi
     (( limit > left )) && limit=$left
     local started=$SECONDS
-    env "${env_args[@]}" timeout "$limit" "$@" >"$raw/$label.out" 2>"$raw/$label.err"
+    timeout "$limit" env "${env_args[@]}" "$@" >"$raw/$label.out" 2>"$raw/$label.err"
     echo $? >"$raw/$label.rc"
     log "$label: rc=$(cat "$raw/$label.rc") in $((SECONDS - started)) s: $(tail -c 300 "$raw/$label.out")"
 }
