@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Staged-install test (`make install-test`, part of `make test`): scripts/install.sh into
+# a temporary DESTDIR, checking every file, mode and content it installs, that it changes
+# nothing outside DESTDIR (system commands are replaced by recorders that must stay
+# silent), that the ollama drop-in appears only beside an ollama unit, and that
+# scripts/uninstall.sh leaves DESTDIR as it found it. Ends with `N passed, M failed`.
+#
+# The module is built and installed into the stage when the running kernel's headers
+# are present (GREENBOOST_TEST_KMOD=auto, the default); CI machines often run a kernel
+# nobody can build for, so it is skipped otherwise, and said so. GREENBOOST_TEST_KMOD=1
+# insists, 0 skips.
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+work=$(mktemp -d /tmp/greenboost-install-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+
+check() {
+  local what=$1; shift
+  if "$@" >"$work/check.out" 2>&1; then
+    passed=$((passed + 1)); echo "ok   $what"
+  else
+    failed=$((failed + 1)); echo "FAIL $what"; sed 's/^/     /' "$work/check.out" | head -20
+  fi
+}
+
+# --- recorders for every command that would change the system -------------------------
+fakebin=$work/fakebin
+mkdir -p "$fakebin"
+for cmd in modprobe rmmod insmod depmod udevadm systemctl groupadd groupdel usermod gpasswd \
+           dkms apt-get apt mokutil ldconfig runuser; do
+  printf '#!/bin/sh\necho "%s $*" >> "%s/system-calls"\nexit 0\n' "$cmd" "$work" > "$fakebin/$cmd"
+  chmod +x "$fakebin/$cmd"
+done
+export PATH="$fakebin:$PATH"
+no_system_calls() { [ ! -s "$work/system-calls" ] || { cat "$work/system-calls"; false; }; }
+
+# What an install could touch outside DESTDIR, before and after.
+system_snapshot() {
+  { for f in /etc/group /etc/gshadow /etc/ld.so.preload; do
+      [ -e "$f" ] && sha256sum "$f" || echo "absent $f"; done
+    ls -la /etc/udev/rules.d /etc/modprobe.d /etc/modules-load.d /etc/security/limits.d \
+      /etc/systemd/system /usr/local/bin /usr/local/lib /usr/src 2>&1
+    ls -la "/lib/modules/$(uname -r)" 2>&1
+    ls -la /var/cache/greenboost 2>&1; } | grep -v ' \.\.\?$'
+}
+system_snapshot > "$work/system-before"
+
+# --- build once; every install below uses these binaries ------------------------------
+# (GREENBOOST_NO_BUILD=1: use what target/release already holds.)
+if [ "${GREENBOOST_NO_BUILD:-0}" != 1 ]; then
+  echo "building the shim and the CLI (release)"
+  cargo build --release -p greenboost-shim -p greenboost-cli >"$work/build.log" 2>&1 \
+    || { tail -30 "$work/build.log"; echo "0 passed, 1 failed"; exit 1; }
+fi
+export GREENBOOST_NO_BUILD=1 GREENBOOST_NO_APT=1
+
+krel=$(uname -r)
+case ${GREENBOOST_TEST_KMOD:-auto} in
+  1) build_kmod=1 ;;
+  0) build_kmod=0; echo "note: module build skipped (GREENBOOST_TEST_KMOD=0)" ;;
+  *) if [ -f "/lib/modules/$krel/build/.config" ]; then build_kmod=1
+     else build_kmod=0
+       echo "note: no headers for the running kernel $krel (/lib/modules/$krel/build): the staged module build is skipped; the test still checks that a kernel without headers gives a clear message and a working install"
+     fi ;;
+esac
+
+# stage_install DIR [ENV...]: runs install.sh into DIR, output in DIR.log
+stage_install() {
+  local dir=$1; shift
+  env DESTDIR="$dir" "$@" scripts/install.sh >"$dir.log" 2>&1
+}
+stage_uninstall() {
+  local dir=$1; shift
+  env DESTDIR="$dir" "$@" scripts/uninstall.sh >>"$dir.log" 2>&1
+}
+files_in() { (cd "$1" && find . -type f -o -type l | sed 's#^\./#/#' | sort); }
+mode_of() { stat -c %a "$1"; }
+content_lines() { grep -v '^[[:space:]]*#' "$1" | grep -v '^[[:space:]]*$'; }
+
+# --- case 1: plain staged install, no ollama ------------------------------------------
+stage=$work/stage
+mkdir -p "$stage"
+skip=()
+[ $build_kmod = 1 ] || skip=(GREENBOOST_SKIP_KMOD=1)
+check "staged install succeeds" stage_install "$stage" "${skip[@]}"
+cat "$stage.log" | sed 's/^/     | /'
+
+expected_outside_src="/etc/modprobe.d/greenboost.conf
+/etc/modules-load.d/greenboost.conf
+/etc/security/limits.d/greenboost.conf
+/etc/udev/rules.d/70-greenboost.rules
+/usr/local/bin/greenboost
+/usr/local/include/greenboost.h
+/usr/local/lib/libgreenboost_cuda.so
+/usr/local/share/greenboost/install-manifest"
+[ $build_kmod = 1 ] && expected_outside_src="/lib/modules/$krel/extra/greenboost.ko
+$expected_outside_src"
+check "installed file list outside /usr/src is exactly the expected one" \
+  diff <(echo "$expected_outside_src" | sort) <(files_in "$stage" | grep -v "^/usr/src/")
+check "nothing outside the expected top-level directories" \
+  diff <(files_in "$stage" | cut -d/ -f2 | sort -u) <(printf '%s\n' etc usr $( [ $build_kmod = 1 ] && echo lib) | sort)
+
+check "CLI and shim are 0755, header and configuration 0644" bash -c "
+  [ \$(stat -c %a '$stage/usr/local/bin/greenboost') = 755 ] &&
+  [ \$(stat -c %a '$stage/usr/local/lib/libgreenboost_cuda.so') = 755 ] &&
+  [ \$(stat -c %a '$stage/usr/local/include/greenboost.h') = 644 ] &&
+  for f in \$(find '$stage/etc' -type f); do [ \$(stat -c %a \"\$f\") = 644 ] || { echo \"\$f\"; exit 1; }; done"
+check "directories the install created are 0755" bash -c \
+  "[ -z \"\$(find '$stage' -mindepth 1 -type d ! -perm 0755)\" ] || find '$stage' -mindepth 1 -type d ! -perm 0755"
+check "installed binaries are the built ones" bash -c \
+  "cmp target/release/greenboost '$stage/usr/local/bin/greenboost' && cmp target/release/libgreenboost_cuda.so '$stage/usr/local/lib/libgreenboost_cuda.so'"
+
+udev=$stage/etc/udev/rules.d/70-greenboost.rules
+check "udev rule: one rule, node group greenboost, mode 0660" \
+  test "$(content_lines "$udev")" = 'KERNEL=="greenboost", SUBSYSTEM=="misc", GROUP="greenboost", MODE="0660"'
+check "udev rule is commented (what it does, how to join the group)" \
+  bash -c "[ \$(grep -c '^#' '$udev') -ge 5 ] && grep -q 'usermod -aG greenboost' '$udev'"
+modprobe_conf=$stage/etc/modprobe.d/greenboost.conf
+check "modprobe.d options are all commented out (module defaults apply)" \
+  bash -c "[ -z \"\$(grep -v '^[[:space:]]*#' '$modprobe_conf' | grep -v '^[[:space:]]*\$')\" ] && grep -q '^# options greenboost ' '$modprobe_conf'"
+params=$(sed -n 's/^module_param(\([a-z_]*\),.*/\1/p' kmod/glue.c | sort)
+check "modprobe.d documents exactly the module's parameters (kmod/glue.c)" \
+  diff <(echo "$params") <(grep '^# options greenboost' "$modprobe_conf" | tr ' ' '\n' | sed -n 's/=.*//p' | sort)
+check "modules-load.d loads greenboost" test "$(content_lines "$stage/etc/modules-load.d/greenboost.conf")" = greenboost
+check "limits.d lifts memlock for the greenboost group only" \
+  diff <(content_lines "$stage/etc/security/limits.d/greenboost.conf" | tr -s ' \t' ' ') \
+       <(printf '@greenboost soft memlock unlimited\n@greenboost hard memlock unlimited\n')
+
+src=$stage/usr/src/greenboost-$version
+check "DKMS: dkms.conf names the module, version and the project's build" bash -c "
+  grep -qx 'PACKAGE_NAME=\"greenboost\"' '$src/dkms.conf' &&
+  grep -qx 'PACKAGE_VERSION=\"$version\"' '$src/dkms.conf' &&
+  grep -qx 'BUILT_MODULE_NAME\[0\]=\"greenboost\"' '$src/dkms.conf' &&
+  grep -qx 'MAKE\[0\]=\"bash packaging/dkms/dkms-build.sh \${kernelver}\"' '$src/dkms.conf' &&
+  grep -qx 'AUTOINSTALL=\"yes\"' '$src/dkms.conf' && ! grep -q @VERSION@ '$src/dkms.conf'"
+check "DKMS source tree has what build-kmod.sh needs, executables kept executable" bash -c "
+  for f in Kbuild kmod/greenboost.rs kmod/glue.c abi/src/greenboost_abi.rs scripts/lib.sh \
+           scripts/build-stock-tree.sh scripts/check-module-imports.py scripts/kbuild/rust_rt.kbuild; do
+    [ -f '$src/'\$f ] || { echo \"missing \$f\"; exit 1; }; done
+  [ -x '$src/scripts/build-kmod.sh' ] && [ -x '$src/packaging/dkms/dkms-build.sh' ] &&
+  bash -n '$src/packaging/dkms/dkms-build.sh'"
+check "DKMS source files are identical to the repository's" bash -c "
+  cd '$src' && find . -type f ! -name dkms.conf | while read -r f; do cmp -s \"\$f\" '$root/'\"\$f\" || { echo \"differs: \$f\"; exit 1; }; done"
+check "DKMS source has every kmod/ file of the repository" \
+  diff <(cd kmod && find . -type f ! -name '*.o' ! -name '*.cmd' | sort) <(cd "$src/kmod" && find . -type f | sort)
+
+check "no ld.so.preload anywhere, and nothing installed mentions writing it" bash -c \
+  "[ -z \"\$(find '$stage' -name 'ld.so.preload*')\" ] && ! grep -rqs 'ld.so.preload' '$stage/etc'"
+check "no ollama drop-in without an ollama unit" test ! -e "$stage/etc/systemd"
+check "manifest lists every installed file" \
+  diff <(files_in "$stage" | grep -v /install-manifest) <(sed -n 's/^file //p' "$stage/usr/local/share/greenboost/install-manifest" | sort)
+check "no system command was run (no modprobe/udevadm/systemctl/groupadd/dkms/apt-get)" no_system_calls
+
+if [ $build_kmod = 1 ]; then
+  check "the staged module is built for $krel" bash -c \
+    "modinfo -F vermagic '$stage/lib/modules/$krel/extra/greenboost.ko' | grep -q '^$krel '"
+else
+  check "skipping the module says so" grep -q 'module not built (GREENBOOST_SKIP_KMOD=1)' "$stage.log"
+fi
+
+# The installed CLI works from the stage and finds the shim installed beside it.
+cli=$stage/usr/local/bin/greenboost
+check "installed CLI runs: --version" bash -c "'$cli' --version | grep -qx 'greenboost $version'"
+check "installed CLI 'run' preloads the shim installed beside it" bash -c "
+  out=\$(GREENBOOST_DEVICE=/nonexistent '$cli' run -q --vram-budget 1G -- sh -c 'echo \"\$LD_PRELOAD \$GREENBOOST_VRAM_BUDGET\"')
+  [ \"\$out\" = '$stage/usr/local/lib/libgreenboost_cuda.so 1073741824' ] || { echo \"\$out\"; false; }"
+check "installed CLI 'status --json' answers without the module" bash -c "
+  GREENBOOST_SYSFS_ROOT='$work/nosys' GREENBOOST_NVML_LIBRARY=none '$cli' status --json | grep -q '\"loaded\": false'"
+check "installed CLI 'demo' without a GPU explains itself and succeeds" bash -c "
+  out=\$(GREENBOOST_CUDA_LIBRARY=libcuda-absent.so.1 '$cli' demo) && grep -q 'Nothing was run' <<<\"\$out\""
+
+# Installing twice changes nothing and duplicates nothing.
+files_in "$stage" > "$work/files-first"
+check "re-install succeeds" stage_install "$stage" "${skip[@]}"
+check "re-install leaves the same files" diff "$work/files-first" <(files_in "$stage")
+check "re-install does not duplicate manifest entries" \
+  test -z "$(sort "$stage/usr/local/share/greenboost/install-manifest" | uniq -d)"
+
+check "uninstall succeeds" stage_uninstall "$stage"
+check "uninstall leaves the stage empty (no file, no directory)" \
+  test -z "$(find "$stage" -mindepth 1)"
+check "a second uninstall fails, saying nothing is installed" bash -c \
+  "out=\$(DESTDIR='$stage' scripts/uninstall.sh 2>&1); [ \$? -ne 0 ] && grep -q 'no install manifest' <<<\"\$out\""
+check "still no system command after uninstall" no_system_calls
+
+# --- case 2: an ollama unit exists (in the stage), other PREFIX -----------------------
+stage2=$work/stage-ollama
+mkdir -p "$stage2/lib/systemd/system"
+printf '[Unit]\nDescription=Ollama\n[Service]\nExecStart=/usr/bin/ollama serve\n' > "$stage2/lib/systemd/system/ollama.service"
+check "staged install with an ollama unit succeeds" stage_install "$stage2" GREENBOOST_SKIP_KMOD=1 PREFIX=/opt/greenboost
+dropin=$stage2/etc/systemd/system/ollama.service.d/greenboost.conf
+check "ollama drop-in is installed, 0644" bash -c "[ -f '$dropin' ] && [ \$(stat -c %a '$dropin') = 644 ]"
+check "drop-in: [Service] with LD_PRELOAD of the shim under PREFIX, group and memlock" \
+  diff <(content_lines "$dropin") <(printf '%s\n' '[Service]' \
+    'Environment="LD_PRELOAD=/opt/greenboost/lib/libgreenboost_cuda.so"' \
+    'Environment="GREENBOOST_REPORT=combined"' 'Environment="GREENBOOST_LOG=info"' \
+    'SupplementaryGroups=greenboost' 'LimitMEMLOCK=infinity')
+check "the shim the drop-in preloads is installed there" test -f "$stage2/opt/greenboost/lib/libgreenboost_cuda.so"
+check "LD_PRELOAD is set nowhere else in /etc" bash -c \
+  "[ \"\$(grep -rl LD_PRELOAD '$stage2/etc')\" = '$dropin' ]"
+check "the ollama unit itself is untouched" \
+  diff "$stage2/lib/systemd/system/ollama.service" <(printf '[Unit]\nDescription=Ollama\n[Service]\nExecStart=/usr/bin/ollama serve\n')
+check "uninstall with the same PREFIX succeeds" stage_uninstall "$stage2" PREFIX=/opt/greenboost
+check "uninstall removes the drop-in and its directory, keeps the ollama unit" \
+  diff <(cd "$stage2" && find . | sort) <(printf '%s\n' . ./lib ./lib/systemd ./lib/systemd/system ./lib/systemd/system/ollama.service)
+
+# --- case 3: a kernel without headers: clear message, the rest installs ---------------
+stage3=$work/stage-noheaders
+mkdir -p "$stage3"
+nokernel=0.0.0-greenboost-test-nokernel
+check "install for a kernel without headers still succeeds" stage_install "$stage3" KERNELRELEASE=$nokernel
+check "it names the missing headers package" grep -q "linux-headers-$nokernel" "$stage3.log"
+check "it says the userspace backend works meanwhile" grep -q "userspace backend" "$stage3.log"
+check "it installs no module, everything else" bash -c \
+  "[ ! -e '$stage3/lib' ] && [ -f '$stage3/usr/local/lib/libgreenboost_cuda.so' ] && [ -f '$stage3/etc/udev/rules.d/70-greenboost.rules' ]"
+check "uninstall after it leaves the stage empty" bash -c \
+  "DESTDIR='$stage3' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage3' -mindepth 1)\" ]"
+
+# --- the scripts themselves ------------------------------------------------------------
+check "install.sh refuses a system install without root" bash -c \
+  "out=\$(setpriv --reuid=65534 --regid=65534 --clear-groups scripts/install.sh 2>&1); [ \$? -ne 0 ] && grep -q 'sudo make install' <<<\"\$out\""
+check "install/uninstall scripts parse" bash -c "bash -n scripts/install.sh && bash -n scripts/uninstall.sh"
+check "no system command was run in any staged case" no_system_calls
+system_snapshot > "$work/system-after"
+check "nothing outside the stages changed" diff "$work/system-before" "$work/system-after"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
