@@ -10,6 +10,7 @@ import datetime
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -45,7 +46,10 @@ def load(raw):
                 break
         problem = None
         if parsed is None or "error" in parsed:
-            reason = (parsed or {}).get("error") or (err.strip().splitlines() or [f"exit status {rc}"])[-1]
+            # A Python traceback's exception line says more than its last line.
+            exception = [l for l in err.splitlines() if re.match(r"[A-Za-z_.]+(Error|Exception|Exit)\b", l)]
+            reason = ((parsed or {}).get("error") or (exception or [None])[-1]
+                      or (err.strip().splitlines() or [f"exit status {rc}"])[-1])
             problem = f"{label}: {'timed out' if rc == 124 else 'exit ' + str(rc)}: {reason}"
         runs[label] = {"rc": rc, "result": parsed if problem is None else None, "problem": problem,
                        "stderr_tail": err[-2000:] if problem else "",

@@ -171,15 +171,18 @@ fi
     echo "kernel: $(uname -r)"
     echo "cpus: $(nproc)"
     grep -m1 MemTotal /proc/meminfo
+    # The device gets no .git: bench/prepare.sh stages the commit in build/bench-carry/.
     commit=${BENCH_COMMIT:-}
-    # The commit the shim was built from, staged beside it by bench/prepare.sh (or by
-    # tests/gpu/prepare.sh): the device gets no .git.
-    for file in "$(dirname "${shim:-/nonexistent/x}")"/commit "$(dirname "${shim:-/nonexistent/x}")"/COMMIT build/bench-carry/commit; do
-        [[ -z $commit && -f $file ]] && commit=$(cat "$file")
-    done
-    [[ -z $commit ]] && commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-    echo "commit: $commit"
-    [[ -n $shim ]] && echo "shim: $shim ($(sha256sum "$shim" | cut -c1-16))"
+    [[ -z $commit && -f build/bench-carry/commit ]] && commit=$(cat build/bench-carry/commit)
+    [[ -z $commit ]] && commit=$(git rev-parse --short=12 HEAD 2>/dev/null)
+    echo "commit: ${commit:-unknown}"
+    if [[ -n $shim ]]; then
+        echo "shim: $shim ($(sha256sum "$shim" | cut -c1-16))"
+        shim_dir=$(dirname "$shim")
+        for file in "$shim_dir/commit" "$shim_dir/COMMIT"; do
+            [[ -f $file ]] && { echo "shim commit: $(cat "$file")"; break; }
+        done
+    fi
 } >"$raw/environment.txt"
 
 python3 bench/report.py --raw "$raw" --results "$results" --sections "$only"
