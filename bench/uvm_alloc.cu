@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -80,6 +81,10 @@ void *alloc_managed(size_t size, int device) {
         cudaFree(ptr);
         return nullptr;
     }
+    // Populate on the host, where it is preferred: with AccessedBy the driver maps the
+    // pages for the GPU as they appear, so the GPU's first touch (PyTorch writing the
+    // weights) does not go through a page-fault storm. Setup only, never timed.
+    memset(ptr, 0, size);
     return ptr;
 }
 
