@@ -33,8 +33,9 @@ pub struct Config {
     pub disabled: bool,
     /// VRAM the process may use per device; `None`: physical.
     pub vram_budget: Option<u64>,
-    /// VRAM kept free under the budget for workspace and activations.
-    pub vram_reserve: u64,
+    /// VRAM kept free under the budget for workspace and activations; `None`: one
+    /// eighth of the budget, at most `DEFAULT_VRAM_RESERVE`.
+    pub vram_reserve: Option<u64>,
     /// Allocations smaller than this always go to VRAM.
     pub min_t2_size: u64,
     /// Most T2 bytes in use at once; `None`: the backend's default.
@@ -52,7 +53,7 @@ impl Default for Config {
         Config {
             disabled: false,
             vram_budget: None,
-            vram_reserve: DEFAULT_VRAM_RESERVE,
+            vram_reserve: None,
             min_t2_size: DEFAULT_MIN_T2_SIZE,
             t2_cap: None,
             report: ReportMode::Physical,
@@ -162,7 +163,7 @@ pub fn from_lookup(
         config.vram_budget = Some(budget);
     }
     if let Some(reserve) = size("GREENBOOST_VRAM_RESERVE", &mut complain) {
-        config.vram_reserve = reserve;
+        config.vram_reserve = Some(reserve);
     }
     if let Some(min) = size("GREENBOOST_MIN_T2_SIZE", &mut complain) {
         config.min_t2_size = min;
@@ -217,13 +218,18 @@ impl Config {
         self.vram_budget.map_or(physical, |budget| budget.min(physical))
     }
 
+    /// VRAM kept free under the budget of a device with `physical` bytes.
+    pub fn reserve(&self, physical: u64) -> u64 {
+        self.vram_reserve.unwrap_or_else(|| (self.budget(physical) / 8).min(DEFAULT_VRAM_RESERVE))
+    }
+
     /// The placement rule: small allocations and those that fit the budget minus the
     /// reserve go to VRAM, the rest to T2.
     pub fn place(&self, size: u64, vram_in_use: u64, physical: u64) -> Placement {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let limit = self.budget(physical).saturating_sub(self.vram_reserve);
+        let limit = self.budget(physical).saturating_sub(self.reserve(physical));
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
@@ -299,7 +305,7 @@ mod tests {
             Config {
                 disabled: true,
                 vram_budget: Some(8 * G),
-                vram_reserve: G,
+                vram_reserve: Some(G),
                 min_t2_size: 4 * M,
                 t2_cap: Some(64 * G),
                 report: ReportMode::Combined,
@@ -331,7 +337,7 @@ mod tests {
 
     #[test]
     fn placement_follows_budget_reserve_and_minimum() {
-        let config = Config { vram_budget: Some(8 * G), vram_reserve: G, min_t2_size: 2 * M, ..Config::default() };
+        let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), min_t2_size: 2 * M, ..Config::default() };
         let physical = 80 * G;
         assert_eq!(config.place(7 * G, 0, physical), Placement::Vram);
         assert_eq!(config.place(7 * G + 1, 0, physical), Placement::Host);
@@ -348,8 +354,20 @@ mod tests {
 
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
-        let config = Config { vram_budget: Some(G), vram_reserve: 2 * G, ..Config::default() };
+        let config = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
         assert_eq!(config.place(2 * M, 0, 8 * G), Placement::Host);
+    }
+
+    #[test]
+    fn default_reserve_is_an_eighth_of_the_budget_up_to_512_mib() {
+        let config = Config::default();
+        assert_eq!(config.reserve(256 * M), 32 * M);
+        assert_eq!(config.reserve(80 * G), 512 * M);
+        let budgeted = Config { vram_budget: Some(G), ..Config::default() };
+        assert_eq!(budgeted.reserve(80 * G), 128 * M);
+        // 256 MiB device: three of six 64 MiB allocations fit under 224 MiB.
+        assert_eq!(config.place(64 * M, 128 * M, 256 * M), Placement::Vram);
+        assert_eq!(config.place(64 * M, 192 * M, 256 * M), Placement::Host);
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod driver;
 mod ffi;
 mod hooks;
 mod libs;
+mod lock;
 mod nvml;
 mod routing;
 mod runtime;

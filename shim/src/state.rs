@@ -14,6 +14,7 @@ use crate::log::{self, Mib};
 const NOT_INITIALISED: u8 = 0;
 const ACTIVE: u8 = 1;
 const DISABLED: u8 = 2;
+const FORKED_AFTER_CUDA: u8 = 3;
 
 static PHASE: AtomicU8 = AtomicU8::new(NOT_INITIALISED);
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -34,7 +35,7 @@ extern "C" fn initialise() {
     // SAFETY: plain function pointers without captured state.
     unsafe {
         libc::atexit(summary_at_exit);
-        libc::pthread_atfork(Some(crate::tiers::before_fork), Some(crate::tiers::after_fork), Some(crate::tiers::after_fork));
+        libc::pthread_atfork(Some(crate::tiers::before_fork), Some(crate::tiers::after_fork_in_parent), Some(crate::tiers::after_fork_in_child));
     }
     PHASE.store(ACTIVE, Ordering::Release);
     debug!("loaded: {:?}", config);
@@ -47,6 +48,11 @@ static INITIALISE: extern "C" fn() = initialise;
 /// Hooks apply policy only after initialisation and when not disabled.
 pub fn active() -> bool {
     PHASE.load(Ordering::Acquire) == ACTIVE
+}
+
+/// In the child of a fork after CUDA use: hooks pass everything to the real functions.
+pub fn step_aside_after_fork() {
+    PHASE.store(FORKED_AFTER_CUDA, Ordering::Release);
 }
 
 /// Disabled by GREENBOOST_DISABLE (routing then passes everything through).

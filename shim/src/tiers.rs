@@ -11,7 +11,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use parking_lot::{const_mutex, Mutex};
+use crate::lock::{const_mutex, Mutex};
 
 use crate::backend::{self, Backend, BackendError, HostBuffer, KmodBackend, UserspaceBackend};
 use crate::config::{BackendChoice, Placement, ReportMode};
@@ -406,14 +406,29 @@ pub extern "C" fn before_fork() {
     std::mem::forget(VMM.lock());
 }
 
-/// pthread_atfork parent and child: release what `before_fork` took. The child keeps
-/// the records (kmod T2 mappings are MAP_SHARED and stay valid in it; CUDA itself does
-/// not work in a child of an initialised process, so the records are never used there).
-pub extern "C" fn after_fork() {
+/// pthread_atfork parent: release what `before_fork` took.
+pub extern "C" fn after_fork_in_parent() {
     // SAFETY: `before_fork` locked both mutexes on this thread and forgot the guards.
     unsafe {
         VMM.force_unlock();
         REGISTRY.force_unlock();
+    }
+}
+
+/// pthread_atfork child: the locks are reset (see `lock`).
+/// A child of a process that already used CUDA cannot use CUDA (the driver answers
+/// errors), so the shim steps aside and lets the real functions answer; its records
+/// stay (kmod T2 mappings are MAP_SHARED and remain valid in the child). A child forked
+/// before any CUDA use keeps the shim active.
+pub extern "C" fn after_fork_in_child() {
+    // SAFETY: this thread holds both locks (taken in `before_fork`) and is the only
+    // thread of the child.
+    unsafe {
+        VMM.raw().reset_in_child();
+        REGISTRY.raw().reset_in_child();
+    }
+    if STATS.t1_allocs.load(Ordering::Relaxed) != 0 || STATS.t2_allocs.load(Ordering::Relaxed) != 0 {
+        state::step_aside_after_fork();
     }
 }
 

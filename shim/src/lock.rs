@@ -1,0 +1,109 @@
+//! The registry lock: a futex mutex (lock_api front end) that a forked child can reset.
+//!
+//! parking_lot's mutex cannot be made fork-safe from outside: unlocking it in the child
+//! of a fork may hand it to a thread that was parked on it in the parent and does not
+//! exist in the child. This one keeps its whole state in one atomic word (0 unlocked,
+//! 1 locked, 2 locked with waiters), so the child's atfork handler can reset it.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub struct ForkSafeRawMutex {
+    state: AtomicU32,
+}
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+impl ForkSafeRawMutex {
+    fn futex(&self, op: libc::c_int, value: u32) {
+        // SAFETY: a futex operation on our own aligned atomic word; no timeout.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.state.as_ptr(),
+                op | libc::FUTEX_PRIVATE_FLAG,
+                value,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+
+    /// In the child of a fork, whose only thread held this lock in `prepare`: unlocked,
+    /// with no waiters (they stayed in the parent).
+    pub fn reset_in_child(&self) {
+        self.state.store(UNLOCKED, Ordering::Release);
+    }
+}
+
+// SAFETY: `lock` returns only after moving the state from UNLOCKED to LOCKED or
+// CONTENDED with acquire ordering; `unlock` releases it; so one holder at a time.
+unsafe impl lock_api::RawMutex for ForkSafeRawMutex {
+    const INIT: ForkSafeRawMutex = ForkSafeRawMutex { state: AtomicU32::new(UNLOCKED) };
+    type GuardMarker = lock_api::GuardNoSend;
+
+    fn lock(&self) {
+        if self.try_lock() {
+            return;
+        }
+        // Spin briefly: the critical sections are a few map operations.
+        for _ in 0..64 {
+            std::hint::spin_loop();
+            if self.state.load(Ordering::Relaxed) == UNLOCKED && self.try_lock() {
+                return;
+            }
+        }
+        while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
+            self.futex(libc::FUTEX_WAIT, CONTENDED);
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        self.state.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    unsafe fn unlock(&self) {
+        if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            self.futex(libc::FUTEX_WAKE, 1);
+        }
+    }
+}
+
+pub type Mutex<T> = lock_api::Mutex<ForkSafeRawMutex, T>;
+
+pub const fn const_mutex<T>(value: T) -> Mutex<T> {
+    lock_api::Mutex::const_new(<ForkSafeRawMutex as lock_api::RawMutex>::INIT, value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixteen_threads_count_exactly() {
+        static COUNTER: Mutex<u64> = const_mutex(0);
+        let threads: Vec<_> = (0..16)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for _ in 0..20_000 {
+                        *COUNTER.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("thread");
+        }
+        assert_eq!(*COUNTER.lock(), 16 * 20_000);
+    }
+
+    #[test]
+    fn reset_frees_a_lock_held_at_fork() {
+        static HELD: Mutex<u32> = const_mutex(7);
+        std::mem::forget(HELD.lock());
+        assert!(HELD.try_lock().is_none());
+        // SAFETY: what the atfork child handler does with a lock its thread holds.
+        unsafe { HELD.raw() }.reset_in_child();
+        assert_eq!(*HELD.lock(), 7);
+    }
+}
