@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 /* gbtest-fw: like python importing torch. The runtime tests live in a "framework"
  * library linked against libcudart.so.13 and loaded with dlopen(RTLD_LOCAL), so neither
  * it nor libcudart is in the global scope: dlsym(RTLD_NEXT/RTLD_DEFAULT, "cudaMalloc")
@@ -8,7 +9,11 @@
 
 int main(int argc, char **argv)
 {
-    void *fw = dlopen("libgbframework.so", RTLD_NOW | RTLD_LOCAL);
+    /* GBTEST_DEEPBIND=1: as some frameworks load their CUDA libraries, with
+     * RTLD_DEEPBIND, which puts the library's own dependencies before the
+     * preloaded shim when its symbols are bound. */
+    int deep = getenv("GBTEST_DEEPBIND") && atoi(getenv("GBTEST_DEEPBIND"));
+    void *fw = dlopen("libgbframework.so", RTLD_NOW | RTLD_LOCAL | (deep ? RTLD_DEEPBIND : 0));
     if (!fw) {
         printf("FAIL: dlopen libgbframework.so: %s\n", dlerror());
         return 1;

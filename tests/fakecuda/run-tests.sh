@@ -1,0 +1,298 @@
+#!/bin/sh
+# Runs the shim suite from a built directory (tests/fakecuda/run.sh --build-only DIR
+# puts this script at DIR/run-tests.sh beside lib/ and bin/). Needs only a POSIX sh
+# (busybox is enough), grep and timeout.
+#
+#   run-tests.sh [--kmod] [TEST...]
+#
+#   --kmod   T2 from the real module: GREENBOOST_BACKEND=kmod, /dev/greenboost required.
+#            Default: the userspace backend (and a check that auto picks it when the
+#            module is absent).
+#   TEST     run only these tests (names as printed).
+#
+# Environment: FAKECUDA_VRAM (fake device size, default 128M; the tests size their
+# allocations from it), GBTEST_T2_CAP (T2 cap given to the shim, default 8x VRAM),
+# GBTEST_WORK (directory for logs, default a temp dir; kept on failure).
+#
+# Prints "PASS name" / "FAIL name: why" per test and finally "N passed, M failed";
+# exits non-zero when anything failed.
+set -u
+dir=$(cd "$(dirname "$0")" && pwd)
+LIB=$dir/lib
+BIN=$dir/bin
+SHIM=$LIB/libgreenboost_cuda.so
+
+backend=userspace
+only=""
+for arg in "$@"; do
+    case $arg in
+    --kmod) backend=kmod ;;
+    -*) echo "unknown option $arg" >&2; exit 2 ;;
+    *) only="$only $arg" ;;
+    esac
+done
+
+to_bytes() {
+    case $1 in
+    *[kK]) echo $(( ${1%?} * 1024 )) ;;
+    *[mM]) echo $(( ${1%?} * 1048576 )) ;;
+    *[gG]) echo $(( ${1%?} * 1073741824 )) ;;
+    *) echo $(( $1 )) ;;
+    esac
+}
+VRAM=$(to_bytes "${FAKECUDA_VRAM:-128M}")
+T2CAP=$(to_bytes "${GBTEST_T2_CAP:-$(( VRAM * 8 ))}")
+export FAKECUDA_VRAM=$VRAM FAKECUDA_HOLD_TIMEOUT=10
+work=${GBTEST_WORK:-$(mktemp -d /tmp/gbtest.XXXXXX)}
+mkdir -p "$work"
+
+passed=0
+failed=0
+why=""
+
+# run NAME [VAR=value...] PROGRAM ARGS: runs with the fakes (and whatever LD_PRELOAD
+# the assignments set), output in $work/NAME.out, fake's call log in $work/NAME.log.
+# Fails (with $why) on a non-zero exit, a missing "ok" line, or a device fault.
+run() {
+    name=$1
+    shift
+    out=$work/$name.out
+    log=$work/$name.log
+    rm -f "$log"
+    timeout 180 env LD_LIBRARY_PATH="$LIB" FAKECUDA_LOG="$log" "$@" >"$out" 2>&1 </dev/null
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        why=$(grep -m1 '^FAIL:' "$out" | cut -c7-)
+        [ -n "$why" ] || why="exit status $rc ($( [ $rc -eq 124 ] && echo 'timed out: hang?' || tail -n 2 "$out" | tr '\n' ' '))"
+        return 1
+    fi
+    if ! grep -q '^ok ' "$out"; then
+        why="no ok line: $(tail -n 2 "$out" | tr '\n' ' ')"
+        return 1
+    fi
+    if [ -f "$log" ] && grep -q ' FAULT ' "$log"; then
+        why="device fault: $(grep -m1 ' FAULT ' "$log" | cut -d' ' -f3-)"
+        return 1
+    fi
+    return 0
+}
+
+# A run that must fail, for the reason given (proves the test can fail).
+run_fails() {
+    name=$1
+    want=$2
+    shift 2
+    if run "$name" "$@"; then
+        why="passed without the shim: this test cannot tell a working shim from none"
+        return 1
+    fi
+    if ! grep -q -- "$want" "$out"; then
+        why="failed, but not with '$want': $why"
+        return 1
+    fi
+    return 0
+}
+
+log_has() {
+    if ! grep -q -- "$1" "$log"; then
+        why="$2 (no '$1' in the fake's call log $log)"
+        return 1
+    fi
+}
+
+out_has() {
+    if ! grep -qi -- "$1" "$out"; then
+        why="$2 (no '$1' in the output $out)"
+        return 1
+    fi
+}
+
+# Shim settings shared by the tests: no VRAM reserve (the fake device is small), a T2
+# cap, and the backend under test.
+SHIMENV="LD_PRELOAD=$SHIM GREENBOOST_BACKEND=$backend GREENBOOST_VRAM_RESERVE=0 GREENBOOST_T2_CAP=$T2CAP"
+shim() { run "$@"; }
+
+# ---------------------------------------------------------------- control (no shim)
+
+t_control_fake_selftest() {
+    run control-fake-selftest "$BIN/gbdriver" hostreg || return 1
+    log_has "PINNED by=" "the fake did not pin registered memory" || return 1
+    log_has "PIN_FAILED" "the fake registered PROT_NONE memory" || return 1
+}
+t_control_runtime_uses_getprocaddress() {
+    run control-runtime-getprocaddress "$BIN/gbtest-rt13" no-t2 || return 1
+    log_has "cuGetProcAddress_v2 sym=cuMemAlloc ver=13000" "fake cudart 13 did not fetch cuMemAlloc through cuGetProcAddress_v2"
+}
+t_control_alloc4x_fails() {
+    run_fails control-alloc4x-fails "error 2" "$BIN/gbtest-rt13" alloc4x
+}
+t_control_gpa_unhooked() {
+    run_fails control-gpa-unhooked "VRAM allocation -> 2" "$BIN/gbdriver" gpa "$VRAM"
+}
+t_control_vmm_fails() {
+    run_fails control-vmm-fails "cuMemCreate of chunk" "$BIN/gbdriver" vmm
+}
+t_control_async_fails() {
+    run_fails control-async-fails "returned 2" "$BIN/gbtest-rt13" async
+}
+t_control_discover_physical() {
+    run control-discover "$BIN/gbdiscover" "$VRAM"
+}
+t_control_framework_rtld_local() {
+    run control-framework-rtld-local "$BIN/gbtest-fw" no-t2
+}
+
+# ---------------------------------------------------------------- under the shim
+
+t_alloc4x() { # $1: program
+    shim "alloc4x-$1" $SHIMENV GBTEST_EXPECT_VRAM_ALLOCS=2 "$BIN/gbtest-$1" alloc4x
+}
+t_alloc4x_rt13() { t_alloc4x rt13; }
+t_alloc4x_rt12() { t_alloc4x rt12; }
+t_alloc4x_fw() { t_alloc4x fw; }
+
+t_caps_physical() { shim "caps-physical-$1" $SHIMENV GREENBOOST_REPORT=physical "$BIN/gbtest-$1" caps "$VRAM"; }
+t_caps_combined() {
+    shim "caps-combined-$1" $SHIMENV GREENBOOST_REPORT=combined "$BIN/gbtest-$1" caps $(( VRAM + T2CAP )) combined
+}
+t_caps_physical_rt13() { t_caps_physical rt13; }
+t_caps_physical_rt12() { t_caps_physical rt12; }
+t_caps_physical_fw() { t_caps_physical fw; }
+t_caps_combined_rt13() { t_caps_combined rt13; }
+t_caps_combined_rt12() { t_caps_combined rt12; }
+t_caps_combined_fw() { t_caps_combined fw; }
+t_caps_budget() {
+    # A budget makes the device look smaller in physical mode.
+    shim caps-budget-rt13 $SHIMENV GREENBOOST_REPORT=physical GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) \
+        "$BIN/gbtest-rt13" caps $(( VRAM / 2 ))
+}
+
+t_discover_physical() { shim discover-physical $SHIMENV GREENBOOST_REPORT=physical "$BIN/gbdiscover" "$VRAM"; }
+t_discover_combined() {
+    shim discover-combined $SHIMENV GREENBOOST_REPORT=combined "$BIN/gbdiscover" $(( VRAM + T2CAP ))
+}
+
+t_placement() {
+    shim placement $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) GREENBOOST_MIN_T2_SIZE=4M \
+        "$BIN/gbtest-rt13" placement
+}
+
+t_reserve() {
+    shim reserve $SHIMENV GREENBOOST_VRAM_RESERVE=$(( VRAM / 2 )) GREENBOOST_MIN_T2_SIZE=4M \
+        "$BIN/gbtest-rt13" placement
+}
+t_alloc4x_deepbind() {
+    shim alloc4x-fw-deepbind $SHIMENV GBTEST_DEEPBIND=1 GBTEST_EXPECT_VRAM_ALLOCS=2 "$BIN/gbtest-fw" alloc4x
+}
+t_alloc4x_mlock() {
+    # Where io_uring is unavailable the fake pins with mlock; the shim must not care.
+    shim alloc4x-mlock $SHIMENV FAKECUDA_PIN=mlock "$BIN/gbtest-rt13" alloc4x || return 1
+    log_has "PINNED by=mlock" "the fake did not take its mlock path"
+}
+
+t_async_rt13() { shim async-rt13 $SHIMENV "$BIN/gbtest-rt13" async; }
+t_async_fw() { shim async-fw $SHIMENV "$BIN/gbtest-fw" async; }
+t_driver_async() { shim driver-async $SHIMENV "$BIN/gbdriver" driver-async; }
+
+t_gpa_physical() {
+    shim gpa-physical $SHIMENV GREENBOOST_REPORT=physical "$BIN/gbdriver" gpa "$VRAM" || return 1
+    log_has "cuMemAllocAsync_ptsz" "CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM did not reach the driver's _ptsz variant" || return 1
+    log_has "cuMemFreeAsync_ptsz" "per-thread cuMemFreeAsync did not reach the driver's _ptsz variant" || return 1
+    log_has "cuMemAlloc(v1)" "cuGetProcAddress for version 3000 did not give the v1 entry point" || return 1
+}
+t_gpa_combined() {
+    shim gpa-combined $SHIMENV GREENBOOST_REPORT=combined "$BIN/gbdriver" gpa $(( VRAM + T2CAP ))
+}
+t_entrypoints_rt13() { shim entrypoints-rt13 $SHIMENV "$BIN/gbtest-rt13" entrypoints; }
+t_entrypoints_rt12() { shim entrypoints-rt12 $SHIMENV "$BIN/gbtest-rt12" entrypoints; }
+t_entrypoints_fw() { shim entrypoints-fw $SHIMENV "$BIN/gbtest-fw" entrypoints; }
+
+t_vmm() { shim vmm $SHIMENV "$BIN/gbdriver" vmm; }
+
+t_threads_rt13() { shim threads-rt13 $SHIMENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-rt13" threads; }
+t_threads_fw() { shim threads-fw $SHIMENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-fw" threads; }
+t_fork() { shim fork $SHIMENV "$BIN/gbtest-rt13" fork; }
+
+t_errors_rt13() { shim errors-rt13 $SHIMENV "$BIN/gbtest-rt13" errors; }
+t_errors_rt12() { shim errors-rt12 $SHIMENV "$BIN/gbtest-rt12" errors; }
+t_t2cap() {
+    run t2cap $SHIMENV GREENBOOST_T2_CAP=$VRAM GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) "$BIN/gbtest-rt13" t2cap
+}
+
+t_backend_auto_userspace() {
+    if [ -e /dev/greenboost ]; then
+        why="skipped check needs /dev/greenboost absent"
+        return 0
+    fi
+    shim backend-auto-userspace LD_PRELOAD="$SHIM" GREENBOOST_BACKEND=auto GREENBOOST_VRAM_RESERVE=0 \
+        GREENBOOST_T2_CAP=$T2CAP GREENBOOST_LOG=info "$BIN/gbtest-rt13" alloc4x || return 1
+    out_has "userspace" "with no /dev/greenboost the shim's log does not say it uses the userspace backend"
+}
+t_backend_kmod_absent() {
+    if [ -e /dev/greenboost ]; then
+        return 0
+    fi
+    shim backend-kmod-absent LD_PRELOAD="$SHIM" GREENBOOST_BACKEND=kmod GREENBOOST_VRAM_RESERVE=0 \
+        GREENBOOST_LOG=info "$BIN/gbtest-rt13" no-t2 || return 1
+    out_has "greenboost" "GREENBOOST_BACKEND=kmod without the module: no message says why T2 is missing"
+}
+
+# Module-backed (--kmod): the DMA-BUF import is tried once per process, refused, and
+# the buffer is pinned long-term by cuMemHostRegister.
+t_kmod_import_and_pin() {
+    shim kmod-alloc4x $SHIMENV GBTEST_EXPECT_VRAM_ALLOCS=2 "$BIN/gbtest-rt13" alloc4x || return 1
+    log_has "cuImportExternalMemory type=9 .* -> 801" "the shim never tried importing the DMA-BUF (DMABUF_FD)" || return 1
+    log_has "cuImportExternalMemory type=1 .* -> 999" "the shim never tried importing the DMA-BUF as OPAQUE_FD" || return 1
+    n9=$(grep -c "cuImportExternalMemory type=9" "$log")
+    if [ "$n9" -ne 1 ]; then
+        why="DMABUF_FD import tried $n9 times; once per process is enough"
+        return 1
+    fi
+    log_has "PINNED by=" "no module buffer was registered with cuMemHostRegister" || return 1
+    if grep -q "PIN_FAILED" "$log"; then
+        why="cuMemHostRegister could not pin a module buffer long-term: $(grep -m1 PIN_FAILED "$log")"
+        return 1
+    fi
+}
+
+control_tests="control_fake_selftest control_runtime_uses_getprocaddress control_alloc4x_fails
+control_gpa_unhooked control_vmm_fails control_async_fails control_discover_physical control_framework_rtld_local"
+shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
+caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined placement
+reserve alloc4x_deepbind alloc4x_mlock
+async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm
+threads_rt13 threads_fw fork errors_rt13 errors_rt12 t2cap"
+if [ "$backend" = kmod ]; then
+    if [ ! -e /dev/greenboost ]; then
+        echo "FAIL kmod: --kmod needs /dev/greenboost (load greenboost.ko)"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    tests="$control_tests kmod_import_and_pin $shim_tests"
+else
+    tests="$control_tests $shim_tests backend_auto_userspace backend_kmod_absent"
+fi
+if [ ! -f "$SHIM" ]; then
+    echo "FAIL shim: $SHIM missing"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+for t in $tests; do
+    printed=$(echo "$t" | tr '_' '-')
+    if [ -n "$only" ]; then
+        case " $only " in *" $printed "*) ;; *) continue ;; esac
+    fi
+    why=""
+    if "t_$t"; then
+        echo "PASS $printed"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $printed: $why"
+        failed=$((failed + 1))
+    fi
+done
+[ $failed -eq 0 ] && [ -z "${GBTEST_WORK:-}" ] && rm -rf "$work"
+[ $failed -ne 0 ] && echo "logs and outputs: $work"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,43 @@
+#!/bin/bash
+# make shim-test: builds the shim, the fake CUDA libraries and the test programs, and
+# runs the suite (run-tests.sh) with no GPU.
+#
+#   tests/fakecuda/run.sh [--kmod] [TEST...]     build into target/fakecuda and run
+#   tests/fakecuda/run.sh --build-only OUTDIR    build a self-contained directory
+#       (lib/ with the fakes and libgreenboost_cuda.so, bin/, run-tests.sh) to copy
+#       into a guest and run there with `OUTDIR/run-tests.sh --kmod`.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cargo=${CARGO:-cargo}
+
+build() {
+    local out=$1
+    (cd "$root" && "$cargo" build --release -p greenboost-shim)
+    "$here/build.sh" "$out"
+    cp "$root/target/release/libgreenboost_cuda.so" "$out/lib/libgreenboost_cuda.so"
+    cp "$here/run-tests.sh" "$out/run-tests.sh"
+    chmod +x "$out/run-tests.sh"
+    rm -rf "$out/.build"
+}
+
+if [ "${1:-}" = "--build-only" ]; then
+    [ $# -eq 2 ] || { echo "usage: $0 --build-only OUTDIR" >&2; exit 2; }
+    mkdir -p "$2"
+    build "$(cd "$2" && pwd)"
+    exit 0
+fi
+
+# A directory of its own per run: concurrent runs (make test in two checkouts' worth
+# of terminals) must not delete each other's binaries.
+mkdir -p "$root/target/fakecuda"
+out=$(mktemp -d "$root/target/fakecuda/run.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+if ! build "$out" >"$out.build.log" 2>&1; then
+    tail -n 30 "$out.build.log"
+    echo "FAIL build: see $out.build.log"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+rm -f "$out.build.log"
+"$out/run-tests.sh" "$@"
