@@ -37,6 +37,7 @@ pub fn errname(e: i32) -> String {
         libc::ERANGE => "ERANGE",
         libc::EOVERFLOW => "EOVERFLOW",
         libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::E2BIG => "E2BIG",
         _ => return format!("errno {e}"),
     };
     name.to_string()

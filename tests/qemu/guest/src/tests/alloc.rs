@@ -143,13 +143,13 @@ pub fn alloc_over_cap() -> TestResult {
     let info = dev.info()?;
     let base = dev.pool()?;
     expect_errno("ALLOC(pool_cap + 1 page)", dev.try_alloc(info.pool_cap + page_size()), libc::ENOMEM)?;
-    // Sizes whose page rounding overflows: refused as too big (ENOMEM) or as invalid.
-    for size in [u64::MAX, u64::MAX - page_size() + 2] {
-        match dev.try_alloc(size) {
-            Err(libc::ENOMEM) | Err(libc::EINVAL) => {}
-            Err(e) => return Err(format!("ALLOC({size:#x}): {}, expected ENOMEM or EINVAL", errname(e))),
-            Ok(b) => return Err(format!("ALLOC({size:#x}) succeeded with alloc_size {}", b.size)),
-        }
+    // Up to INFO.max_alloc a size is refused for want of room (ENOMEM); above it,
+    // including sizes whose page rounding would overflow, as too big (E2BIG).
+    if info.max_alloc > info.pool_cap + page_size() {
+        expect_errno("ALLOC(max_alloc)", dev.try_alloc(info.max_alloc), libc::ENOMEM)?;
+    }
+    for size in [info.max_alloc + 1, u64::MAX, u64::MAX - page_size() + 2] {
+        expect_errno(&format!("ALLOC({size:#x}) above max_alloc {:#x}", info.max_alloc), dev.try_alloc(size), libc::E2BIG)?;
     }
     let after = dev.pool()?;
     ensure(after.alloc_failures > base.alloc_failures, || {

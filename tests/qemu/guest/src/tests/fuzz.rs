@@ -68,9 +68,11 @@ fn randomize(rng: &mut Rng, scratch: &Mapping, cmd: u32, eventfd: i32) {
 fn allowed(cmd: u32) -> &'static [i32] {
     match cmd {
         GB_IOC_INFO | GB_IOC_POOL_STATS | GB_IOC_PROC_STATS => &[],
-        GB_IOC_ALLOC => &[libc::EINVAL, libc::ENOMEM],
+        // E2BIG: above INFO.max_alloc (1 TiB), the module's structural limit.
+        GB_IOC_ALLOC => &[libc::EINVAL, libc::ENOMEM, libc::E2BIG],
         GB_IOC_REPORT_T1 => &[libc::EINVAL],
-        GB_IOC_REGISTER_EVENTFD => &[libc::EINVAL, libc::EBADF, libc::ENOSPC, libc::EBUSY],
+        // EEXIST: this eventfd is already registered on this file; ENOSPC: 64 per file.
+        GB_IOC_REGISTER_EVENTFD => &[libc::EINVAL, libc::EBADF, libc::ENOSPC, libc::EEXIST],
         _ => &[],
     }
 }

@@ -31,6 +31,15 @@ pub fn mmap_bounds() -> TestResult {
         }
     }
     expect_errno("mmap at an unaligned offset", Mapping::of_fd(fd, 100, pg as usize, rw), libc::EINVAL)?;
+    // A private (copy-on-write) mapping of pinned shared memory makes no sense: refused.
+    // SAFETY: a fresh mapping request; on success it is unmapped at once.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), pg as usize, rw, libc::MAP_PRIVATE, fd, 0) };
+    if p != libc::MAP_FAILED {
+        // SAFETY: unmapping what the call above mapped.
+        unsafe { libc::munmap(p, pg as usize) };
+        return Err("MAP_PRIVATE mapping of a buffer succeeded".into());
+    }
+    ensure(errno() == libc::EINVAL, || format!("MAP_PRIVATE: {}, expected EINVAL", errname(errno())))?;
     // In-bounds partial mappings see the right pages.
     let full = buf.map()?;
     full.fill(7, 1);
