@@ -106,10 +106,17 @@ run() {
 
 # --- build -------------------------------------------------------------------------
 log "building gbbench and uvm_alloc.so with $(command -v nvcc)"
-nvcc -O3 -std=c++17 -arch=sm_90 -cudart shared -o "$gbbench" bench/gbbench.cu 2>"$raw/build-gbbench.err" &
+# The toolkit's libcudart.so.13 is found through an rpath, whether or not the loader's
+# paths name it.
+cuda_home=$(cd "$(dirname "$(command -v nvcc)")/.." 2>/dev/null && pwd)
+rpath=()
+for dir in "$cuda_home/lib64" "$cuda_home/targets/x86_64-linux/lib" "$cuda_home/lib"; do
+    [[ -d $dir ]] && rpath+=(-Xlinker -rpath -Xlinker "$dir")
+done
+nvcc -O3 -std=c++17 -arch=sm_90 -cudart shared "${rpath[@]}" -o "$gbbench" bench/gbbench.cu 2>"$raw/build-gbbench.err" &
 gbbench_build=$!
 if want decode && [[ $decode_configs == *uvm* ]]; then
-    nvcc -O2 -std=c++17 -arch=sm_90 -cudart shared -shared -Xcompiler -fPIC \
+    nvcc -O2 -std=c++17 -arch=sm_90 -cudart shared "${rpath[@]}" -shared -Xcompiler -fPIC \
         -o "$work/uvm_alloc.so" bench/uvm_alloc.cu 2>"$raw/build-uvm.err" &
     uvm_build=$!
 fi
