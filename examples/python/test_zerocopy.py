@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Tests of greenboost_zerocopy.py. Ends with `N passed, M failed`.
+
+1. ABI: every struct size, field offset, ioctl number and constant the Python module
+   uses is compared with abi/greenboost.h, compiled by the C compiler (the header is in
+   turn checked against the Rust ABI crate by abi/tests/header.rs).
+2. The numpy/torch/KV-cache views, on memfd-backed buffers (no module needed): shared
+   memory really is shared, shapes and offsets are right, close() refuses while views
+   are alive.
+3. With /dev/greenboost: a real round trip (alloc, write, read back through a second
+   mapping, per-process accounting, errors). Skipped with the reason when absent.
+4. With PyTorch and a CUDA GPU: a GPU kernel writes through the zero-copy CUDA view
+   and the CPU sees it. Skipped with the reason otherwise.
+"""
+
+import errno
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import greenboost_zerocopy as gz  # noqa: E402
+
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, condition, detail=""):
+    if condition:
+        results["passed"] += 1
+        print(f"ok   {name}")
+    else:
+        results["failed"] += 1
+        print(f"FAIL {name} {detail}")
+
+
+def skip(name, reason):
+    print(f"skip {name}: {reason}")
+
+
+def run_section(name, function):
+    """A section that raises counts as one failure, and the others still run."""
+    try:
+        function()
+    except Exception as error:  # noqa: BLE001 - reported as a failure
+        check(f"{name} ran without an exception", False, repr(error))
+
+
+# --- 1. ABI against the C header --------------------------------------------------------
+def c_layout():
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise RuntimeError("no C compiler (cc/gcc) to compile abi/greenboost.h")
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "greenboost.h"', "int main(void) {"]
+    for name, fields in gz.STRUCTS.items():
+        lines.append(f'printf("size {name} %zu\\n", sizeof(struct {name}));')
+        for field, _ in fields:
+            lines.append(f'printf("offset {name}.{field} %zu\\n", offsetof(struct {name}, {field}));')
+    for name in gz.IOCTLS:
+        lines.append(f'printf("ioctl {name} %lu\\n", (unsigned long){name});')
+    lines.append('printf("const GB_ABI_VERSION %lu\\n", (unsigned long)GB_ABI_VERSION);')
+    lines.append('printf("const GB_CHUNK_SIZE %lu\\n", (unsigned long)GB_CHUNK_SIZE);')
+    lines.append('printf("const GB_ALLOC_NODE_STRICT %lu\\n", (unsigned long)GB_ALLOC_NODE_STRICT);')
+    lines.append('printf("path GB_DEVICE_PATH %s\\n", GB_DEVICE_PATH);')
+    lines.append("return 0; }")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "layout.c")
+        binary = os.path.join(tmp, "layout")
+        with open(source, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        subprocess.run([compiler, "-Wall", "-Werror", "-I", os.path.join(ROOT, "abi"), source, "-o", binary],
+                       check=True, capture_output=True, text=True)
+        output = subprocess.run([binary], check=True, capture_output=True, text=True).stdout
+    table = {}
+    for line in output.splitlines():
+        kind, key, value = line.split(" ", 2)
+        table[(kind, key)] = value
+    return table
+
+
+def test_abi():
+    try:
+        table = c_layout()
+    except subprocess.CalledProcessError as error:
+        check("abi/greenboost.h compiles with every field this module names", False, error.stderr)
+        return
+    check("abi/greenboost.h compiles with every field this module names", True)
+    for name, fields in gz.STRUCTS.items():
+        check(f"sizeof(struct {name}) matches", int(table[("size", name)]) == gz.LAYOUTS[name].size,
+              f"C {table[('size', name)]} Python {gz.LAYOUTS[name].size}")
+        offsets = gz.field_offsets(name)
+        wrong = [f for f, _ in fields if int(table[("offset", f"{name}.{f}")]) != offsets[f]]
+        check(f"field offsets of struct {name} match", not wrong, f"differ: {wrong}")
+    for name, number in gz.IOCTLS.items():
+        check(f"{name} matches", int(table[("ioctl", name)]) == number,
+              f"C {int(table[('ioctl', name)]):#x} Python {number:#x}")
+    check("ABI version matches", int(table[("const", "GB_ABI_VERSION")]) == gz.ABI_VERSION)
+    check("chunk size matches", int(table[("const", "GB_CHUNK_SIZE")]) == gz.CHUNK_SIZE)
+    check("NODE_STRICT flag matches", int(table[("const", "GB_ALLOC_NODE_STRICT")]) == gz.ALLOC_NODE_STRICT)
+    check("device path matches", table[("path", "GB_DEVICE_PATH")] == gz.DEVICE_PATH)
+
+
+# --- 2. views on memfd-backed buffers ---------------------------------------------------
+def memfd_buffer(size, name="gb-test"):
+    fd = os.memfd_create(name)
+    os.ftruncate(fd, size)
+    return gz.Buffer(fd, 0, size)
+
+
+class MemfdDevice:
+    """Stands in for Device.alloc in the KV-cache test: same Buffer type, memfd pages."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def alloc(self, size):
+        self.sizes.append(size)
+        return memfd_buffer(size)
+
+
+def test_views():
+    size = 4 << 20
+    buffer = memfd_buffer(size)
+    view = buffer.memoryview()
+    view[0:4] = b"\x01\x02\x03\x04"
+    view[size - 4:size] = b"tail"
+    other = mmap.mmap(buffer.fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+    check("a second mapping of the fd sees writes through the first", other[0:4] == b"\x01\x02\x03\x04" and other[size - 4:] == b"tail")
+    other.close()
+    try:
+        buffer.close()
+        check("close() refuses while a view is alive", False, "closed with a live memoryview")
+    except BufferError:
+        check("close() refuses while a view is alive", True)
+    view.release()
+    address = buffer.address()
+    check("address() is page-aligned and non-zero", address != 0 and address % mmap.PAGESIZE == 0, hex(address))
+    buffer.close()
+    try:
+        os.fstat(buffer.fd)
+        check("close() closes the fd", False)
+    except OSError as error:
+        check("close() closes the fd", error.errno == errno.EBADF)
+
+    try:
+        import numpy as np
+    except ImportError:
+        skip("numpy views", "numpy is not installed (pip install numpy)")
+        np = None
+    if np is not None:
+        with memfd_buffer(size) as buffer:
+            array = buffer.numpy("float32", (1024, 1024))
+            check("numpy view has the shape and dtype asked for", array.shape == (1024, 1024) and array.dtype == np.float32)
+            array[3, 5] = 2.5
+            raw = buffer.numpy("float32")
+            check("numpy views share memory", raw[3 * 1024 + 5] == 2.5 and raw.size == size // 4)
+            offset_view = buffer.numpy("uint8", offset=4096)
+            offset_view[0] = 77
+            check("numpy offset view starts at the offset", buffer.numpy("uint8")[4096] == 77 and offset_view.size == size - 4096)
+            del array, raw, offset_view
+
+    try:
+        import torch
+    except ImportError:
+        skip("torch views", "PyTorch is not installed")
+        torch = None
+    if torch is not None:
+        with memfd_buffer(size) as buffer:
+            tensor = buffer.torch(torch.float16, (2, 512, 8, 128))
+            check("torch view has the shape and dtype asked for", tuple(tensor.shape) == (2, 512, 8, 128) and tensor.dtype == torch.float16)
+            tensor[1, 0, 0, 0] = 1.5
+            flat = buffer.torch(torch.float16)
+            check("torch views share memory", float(flat[512 * 8 * 128]) == 1.5)
+            del tensor, flat
+
+    if np is None and torch is None:
+        skip("KV cache views", "neither numpy nor PyTorch is installed")
+        return
+    device = MemfdDevice()
+    cache = gz.KVCache(device, layers=3, max_tokens=64, kv_heads=4, head_dim=32)
+    check("KV cache: one buffer per layer of 2*tokens*heads*dim*2 bytes", device.sizes == [2 * 64 * 4 * 32 * 2] * 3, str(device.sizes))
+    k0, v0 = cache.layer(0)
+    k1, v1 = cache.layer(1)
+    check("KV cache: K and V have [tokens, heads, dim]", tuple(k0.shape) == (64, 4, 32) and tuple(v0.shape) == (64, 4, 32))
+    k0[0, 0, 0] = 1.0
+    v0[0, 0, 0] = 2.0
+    check("KV cache: K, V and other layers are separate memory", float(k0[0, 0, 0]) == 1.0 and float(v0[0, 0, 0]) == 2.0 and float(k1[0, 0, 0]) == 0.0)
+    del k0, v0, k1, v1
+    cache.close()
+    check("KV cache: close() releases every layer", cache.buffers == [])
+
+
+# --- 3. the real module ------------------------------------------------------------------
+def test_device():
+    path = os.environ.get("GREENBOOST_DEVICE", gz.DEVICE_PATH)
+    if not os.path.exists(path):
+        skip("real round trip", f"{path} does not exist (module not loaded): nothing to test against")
+        return
+    try:
+        device = gz.Device(path)
+    except gz.GreenBoostError as error:
+        skip("real round trip", str(error))
+        return
+    with device:
+        info = device.info()
+        check("INFO: ABI version and chunk size", info.abi_version == gz.ABI_VERSION and info.chunk_size == gz.CHUNK_SIZE, str(info))
+        before = device.proc_stats().t2_used
+        size = 8 << 20
+        buffer = device.alloc(size)
+        check("ALLOC returns a buffer of the size asked for", buffer.size == size and buffer.id > 0, f"{buffer.size} id {buffer.id}")
+        check("PROC_STATS counts the buffer", device.proc_stats().t2_used >= before + size)
+        view = buffer.memoryview()
+        check("fresh pages are zero", view[:4096] == bytes(4096) and view[size - 4096:] == bytes(4096))
+        pattern = bytes(range(256)) * 16
+        view[0:4096] = pattern
+        view[size - 4096:size] = pattern
+        view.release()
+        second = mmap.mmap(os.dup(buffer.fd), size, mmap.MAP_SHARED, mmap.PROT_READ)
+        check("a second mapping (dup'd DMA-BUF fd) reads what the first wrote", second[0:4096] == pattern and second[size - 4096:] == pattern)
+        second.close()
+        buffer.close()
+        check("closing the buffer gives the memory back", device.proc_stats().t2_used == before)
+        with device.alloc(5000) as odd:
+            check("an unaligned size is rounded up to the page size", odd.size == 8192, str(odd.size))
+        try:
+            device.alloc(0)
+            check("size 0 is refused with EINVAL", False)
+        except gz.GreenBoostError as error:
+            check("size 0 is refused with EINVAL", error.errno == errno.EINVAL and "invalid argument" in str(error), str(error))
+
+
+# --- 4. zero-copy CUDA view ----------------------------------------------------------------
+def test_cuda():
+    try:
+        import torch
+    except ImportError:
+        skip("CUDA zero-copy view", "PyTorch is not installed")
+        return
+    if not torch.cuda.is_available():
+        skip("CUDA zero-copy view", "no CUDA GPU visible to PyTorch")
+        return
+    path = os.environ.get("GREENBOOST_DEVICE", gz.DEVICE_PATH)
+    size = 64 << 20
+    if os.path.exists(path):
+        device = gz.Device(path)
+        buffer = device.alloc(size)
+        source = "a /dev/greenboost buffer"
+    else:
+        device = None
+        buffer = memfd_buffer(size)
+        source = "a memfd buffer (no module here)"
+    try:
+        host = buffer.torch(torch.float32)
+        host.copy_(torch.arange(host.numel(), dtype=torch.float32))
+        buffer.register_with_cuda()
+        gpu = buffer.cuda_tensor(torch.float32)
+        check(f"CUDA view of {source} is on the GPU with the same shape", gpu.is_cuda and gpu.shape == host.shape)
+        check("the GPU reads what the CPU wrote", bool(torch.equal(gpu[-1000:].cpu(), host[-1000:].clone())))
+        gpu.mul_(2.0)
+        torch.cuda.synchronize()
+        check("the CPU reads what the GPU wrote, without a copy", float(host[12345]) == 2.0 * 12345 and float(host[-1]) == 2.0 * (host.numel() - 1))
+        del gpu, host
+    finally:
+        buffer.close()
+        if device is not None:
+            device.close()
+
+
+for section in (test_abi, test_views, test_device, test_cuda):
+    run_section(section.__name__, section)
+print(f"{results['passed']} passed, {results['failed']} failed")
+sys.exit(1 if results["failed"] else 0)
