@@ -15,6 +15,7 @@ mod backend;
 mod config;
 mod cuda;
 mod driver;
+mod elf;
 mod ffi;
 mod hooks;
 mod libs;

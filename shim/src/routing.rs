@@ -71,8 +71,9 @@ extern "C" fn decide_dlopen(filename: *const c_char, flags: c_int) -> DlopenDeci
     DlopenDecision { real, flags: route_dlopen_flags(filename, flags) as c_uint as usize }
 }
 
-/// Names of libraries that must not be loaded RTLD_DEEPBIND: deep binding makes a
-/// library resolve CUDA functions inside its own dependencies first, past the shim.
+/// Names of libraries that must not be loaded RTLD_DEEPBIND, nor libraries that link
+/// them directly (DT_NEEDED): deep binding makes a library resolve CUDA functions inside
+/// its own dependencies first, past the shim.
 const CUDA_LIBRARY_MARKERS: [&[u8]; 7] =
     [b"libcuda", b"libnvidia-ml", b"libcublas", b"libcudnn", b"libnccl", b"ggml-cuda", b"libggml-cuda"];
 
@@ -81,8 +82,9 @@ fn route_dlopen_flags(filename: *const c_char, flags: c_int) -> c_int {
         return flags;
     }
     // SAFETY: dlopen's contract: a NUL-terminated name.
-    let name = unsafe { CStr::from_ptr(filename) }.to_bytes();
-    if !is_cuda_library(name) {
+    let path = unsafe { CStr::from_ptr(filename) };
+    let name = path.to_bytes();
+    if !is_cuda_library(name) && !crate::elf::needs(path, is_cuda_library) {
         return flags;
     }
     info!("dlopen {}: RTLD_DEEPBIND dropped so that the shim still sees CUDA calls", std::str::from_utf8(name).unwrap_or("?"));
