@@ -26,6 +26,8 @@
 #                            modprobe/udevadm/systemctl/depmod/dkms; only files under DIR
 #   PREFIX=/usr/local        where the CLI, shim and header go
 #   KERNELRELEASE=REL        build the module for REL instead of the running kernel
+#   KERNEL_HEADERS=DIR       that kernel's headers directory, when it is not installed
+#                            under /lib/modules/REL/build (packagers, chroots)
 #   GREENBOOST_SKIP_KMOD=1   do not build or install the module (the shim's userspace
 #                            backend works without it)
 #   GREENBOOST_NO_BUILD=1    install the CLI and shim already built in target/release
@@ -198,10 +200,11 @@ install_text 0644 "$src_dir/dkms.conf" < <(sed "s/@VERSION@/$version/" "$root/pa
 # --- 4. the module for the running kernel ---------------------------------------------
 module_note=
 kernel_series=$(echo "${krel%%[-+]*}" | cut -d. -f1-2)
-kmod_packages=("linux-headers-$krel" rustc-web rust-web-src clang lld llvm libclang-dev flex bison bc
+kmod_packages=(rustc-web rust-web-src clang lld llvm libclang-dev flex bison bc
                libelf-dev libssl-dev cpio xz-utils make gcc libc6-dev kmod dwarves python3)
-config=/lib/modules/$krel/build/.config
+config=${KERNEL_HEADERS:-/lib/modules/$krel/build}/.config
 [ -f "$config" ] || config=/boot/config-$krel
+[ -n "${KERNEL_HEADERS:-}" ] || kmod_packages+=("linux-headers-$krel")
 grep -qs '^CONFIG_RUST=y' "$config" || kmod_packages+=("linux-source-$kernel_series")
 install_module() {
   if [ "${GREENBOOST_SKIP_KMOD:-0}" = 1 ]; then
@@ -234,7 +237,9 @@ install_module() {
   # A staged install builds like `make kmod`, with the builder's own cache.
   local cache=$system_cache ko
   staged && cache=${GREENBOOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/greenboost}
-  if ! ko=$(GREENBOOST_CACHE=$cache "$root/scripts/build-kmod.sh" --kernelrelease "$krel" | grep '/greenboost\.ko$' | tail -1) || [ -z "$ko" ]; then
+  local headers=()
+  [ -n "${KERNEL_HEADERS:-}" ] && headers=(--headers "$KERNEL_HEADERS")
+  if ! ko=$(GREENBOOST_CACHE=$cache "$root/scripts/build-kmod.sh" --kernelrelease "$krel" "${headers[@]}" | grep '/greenboost\.ko$' | tail -1) || [ -z "$ko" ]; then
     module_note="the module could not be built for $krel (see above)"
     return 1
   fi

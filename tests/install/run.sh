@@ -135,7 +135,7 @@ check "DKMS: dkms.conf names the module, version and the project's build" bash -
   grep -qx 'PACKAGE_NAME=\"greenboost\"' '$src/dkms.conf' &&
   grep -qx 'PACKAGE_VERSION=\"$version\"' '$src/dkms.conf' &&
   grep -qx 'BUILT_MODULE_NAME\[0\]=\"greenboost\"' '$src/dkms.conf' &&
-  grep -qx 'MAKE\[0\]=\"bash packaging/dkms/dkms-build.sh \${kernelver}\"' '$src/dkms.conf' &&
+  grep -qx 'MAKE\[0\]=\"bash packaging/dkms/dkms-build.sh \${kernelver} \${kernel_source_dir}\"' '$src/dkms.conf' &&
   grep -qx 'AUTOINSTALL=\"yes\"' '$src/dkms.conf' && ! grep -q @VERSION@ '$src/dkms.conf'"
 check "DKMS source tree has what build-kmod.sh needs, executables kept executable" bash -c "
   for f in Kbuild kmod/greenboost.rs kmod/glue.c abi/src/greenboost_abi.rs scripts/lib.sh \
@@ -219,6 +219,27 @@ check "it installs no module, everything else" bash -c \
   "[ ! -e '$stage3/lib' ] && [ -f '$stage3/usr/local/lib/libgreenboost_cuda.so' ] && [ -f '$stage3/etc/udev/rules.d/70-greenboost.rules' ]"
 check "uninstall after it leaves the stage empty" bash -c \
   "DESTDIR='$stage3' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage3' -mindepth 1)\" ]"
+
+# --- case 4: the module for Debian's stock kernel, from the QEMU suite's headers ---------
+# `make kmod-test` unpacks linux-headers of the stock kernel into the build cache; when
+# they are there, the staged install builds the self-contained module against them.
+. scripts/lib.sh
+stock_headers=$GB_CACHE/debian-kernel/$GB_STOCK_KREL/root/usr/src/linux-headers-$GB_STOCK_KREL
+if [ -f "$stock_headers/.config" ] && [ "${GREENBOOST_TEST_KMOD:-auto}" != 0 ]; then
+  stage4=$work/stage-stock
+  mkdir -p "$stage4"
+  check "staged install builds the module for $GB_STOCK_KREL (KERNEL_HEADERS)" \
+    stage_install "$stage4" KERNELRELEASE="$GB_STOCK_KREL" KERNEL_HEADERS="$stock_headers"
+  ko=$stage4/lib/modules/$GB_STOCK_KREL/extra/greenboost.ko
+  check "the module is installed 0644 in /lib/modules/$GB_STOCK_KREL/extra" bash -c "[ \$(stat -c %a '$ko') = 644 ]"
+  check "its vermagic is $GB_STOCK_KREL and it has the parameters modprobe.d documents" bash -c "
+    modinfo -F vermagic '$ko' | grep -q '^$GB_STOCK_KREL ' &&
+    diff <(modinfo -F parm '$ko' | cut -d: -f1 | sort) <(echo '$params')"
+  check "uninstall removes the module and leaves the stage empty" bash -c \
+    "DESTDIR='$stage4' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage4' -mindepth 1)\" ]"
+else
+  echo "note: the stock kernel's headers are not in the build cache ($stock_headers; \`make kmod-test\` puts them there): the staged build for $GB_STOCK_KREL is skipped"
+fi
 
 # --- the scripts themselves ------------------------------------------------------------
 check "install.sh refuses a system install without root" bash -c \
