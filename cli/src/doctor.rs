@@ -71,12 +71,24 @@ fn package_version(package: &str) -> Option<String> {
         .and_then(|s| s.strip_prefix("install ok installed ").map(str::to_owned))
 }
 
-/// How to install a Debian package, or the generic wording elsewhere.
-fn install_hint(debian_package: &str, what: &str) -> String {
-    if is_debian_like() {
-        format!("sudo apt-get install {debian_package}")
+/// How to install Debian packages (space-separated), or the generic wording elsewhere.
+/// A package the package sources do not know (a custom or cloud kernel's headers) gets
+/// the way around it instead of a command that would fail.
+fn install_hint(debian_packages: &str, what: &str) -> String {
+    if !is_debian_like() {
+        return format!("install your distribution's package for {what}");
+    }
+    let unknown: Vec<&str> = debian_packages
+        .split_whitespace()
+        .filter(|p| Command::new("apt-cache").args(["show", p]).output().is_ok_and(|o| !o.status.success()))
+        .collect();
+    if unknown.is_empty() {
+        format!("sudo apt-get install {debian_packages}")
     } else {
-        format!("install your distribution's package for {what}")
+        format!(
+            "your package sources have no {} (a custom or cloud kernel?): build against that kernel's build tree with `make kmod KDIR=/path/to/build`, or boot a distribution kernel",
+            unknown.join(", ")
+        )
     }
 }
 
@@ -253,7 +265,7 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
                 "module",
                 Level::Fail,
                 format!("greenboost.ko is not installed for {release}; the shim uses its userspace backend meanwhile"),
-                Some("sudo make install (in the GreenBoost source tree)".into()),
+                Some("fix the build problems above, then `sudo make install` (in the GreenBoost source tree) builds and installs it".into()),
             ),
         }
     }

@@ -63,6 +63,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `greenboost status | head` must end quietly, as other command-line tools do.
+    // SAFETY: restoring the default SIGPIPE disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Status { json } => {
