@@ -222,7 +222,8 @@ pub fn bad_pointers() -> TestResult {
     let guard = Mapping::anonymous(2 * page_size() as usize).map_err(|e| format!("mmap: {}", errname(e)))?;
     // SAFETY: changing the protection of the second page of our own mapping.
     unsafe { libc::mprotect(guard.ptr().add(page_size() as usize) as *mut libc::c_void, page_size() as usize, libc::PROT_NONE) };
-    let straddle = guard.ptr() as usize + page_size() as usize - 8;
+    // 4 accessible bytes: less than any ABI struct (the smallest is 8).
+    let straddle = guard.ptr() as usize + page_size() as usize - 4;
     let unmapped = {
         let m = Mapping::anonymous(page_size() as usize).map_err(|e| format!("mmap: {}", errname(e)))?;
         m.ptr() as usize

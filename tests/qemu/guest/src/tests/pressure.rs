@@ -179,47 +179,72 @@ pub fn pool_cap_cumulative() -> TestResult {
     Ok(Outcome::Pass)
 }
 
-/// Per-user cap: processes of one uid share it, other users are not affected.
+/// Per-user cap: processes of one uid share it, other users are not affected. The users
+/// reach the node as a udev rule arranges it: through its group (0660, group GROUP).
 pub fn uid_cap() -> TestResult {
+    const GROUP: u32 = 4242;
     let dev = Dev::open()?;
     let base = dev.pool()?;
     let _cap = ParamGuard::set("uid_cap_mb", "32")?;
-    // Each child opens the device as root, then becomes `uid` and allocates `mb`.
-    let as_user = |uid: u32, mb: u64, hold: bool| {
+    let node = std::ffi::CString::new(greenboost_abi::GB_DEVICE_PATH).unwrap();
+    // SAFETY: chown of the device node by path; restored below.
+    ensure(unsafe { libc::chown(node.as_ptr(), 0, GROUP) } == 0, || format!("chgrp {}: {}", greenboost_abi::GB_DEVICE_PATH, errname(errno())))?;
+    let restore = Restore(node.clone());
+    // Each child becomes `uid` (in group GROUP), opens the device, allocates `mb`, holds it.
+    let as_user = |uid: u32, mb: u64| {
         let (child, mut r) = spawn_with_pipe(move |mut w| {
-            let Ok(dev) = Dev::open() else { return 10 };
+            let groups = [GROUP];
             // SAFETY: dropping privileges in the forked child.
-            if unsafe { libc::setgid(uid) != 0 || libc::setuid(uid) != 0 } {
+            if unsafe { libc::setgroups(1, groups.as_ptr()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 } {
                 return 11;
             }
-            let res = dev.try_alloc(mb * MIB);
-            let code: u8 = match &res {
-                Ok(_) => 0,
-                Err(e) => *e as u8,
+            let code: u8 = match Dev::open() {
+                Err(_) => 200,
+                Ok(dev) => match dev.try_alloc(mb * MIB) {
+                    Ok(b) => {
+                        std::mem::forget(b);
+                        0
+                    }
+                    Err(e) => e as u8,
+                },
             };
             let _ = std::io::Write::write_all(&mut w, &[code]);
             drop(w);
-            if hold {
-                loop {
-                    // SAFETY: pause has no preconditions.
-                    unsafe { libc::pause() };
-                }
+            loop {
+                // SAFETY: pause has no preconditions.
+                unsafe { libc::pause() };
             }
-            0
         });
         let mut code = [255u8];
         let _ = std::io::Read::read_exact(&mut r, &mut code);
         (child, code[0] as i32)
     };
-    let (_h1, c1) = as_user(1000, 24, true);
-    ensure(c1 == 0, || format!("uid 1000, 24 MiB under a 32 MiB user cap: {}", errname(c1)))?;
-    let (_h2, c2) = as_user(1000, 16, true);
-    ensure(c2 == libc::ENOMEM, || format!("uid 1000, another process, 16 MiB more (40 > 32): {}, expected ENOMEM", errname(c2)))?;
-    let (_h3, c3) = as_user(1000, 8, true);
-    ensure(c3 == 0, || format!("uid 1000, 8 MiB more (exactly 32): {}", errname(c3)))?;
-    let (_h4, c4) = as_user(1001, 24, true);
-    ensure(c4 == 0, || format!("uid 1001 is limited by uid 1000's usage: {}", errname(c4)))?;
-    drop((_h1, _h2, _h3, _h4));
+    let describe = |c: i32| match c {
+        200 => "could not open the 0660 node through its group".to_string(),
+        255 => "child died".to_string(),
+        c => errname(c),
+    };
+    let (h1, c1) = as_user(1000, 24);
+    ensure(c1 == 0, || format!("uid 1000, 24 MiB under a 32 MiB user cap: {}", describe(c1)))?;
+    let (h2, c2) = as_user(1000, 16);
+    ensure(c2 == libc::ENOMEM, || format!("uid 1000, another process, 16 MiB more (40 > 32): {}, expected ENOMEM", describe(c2)))?;
+    let (h3, c3) = as_user(1000, 8);
+    ensure(c3 == 0, || format!("uid 1000, 8 MiB more (exactly 32): {}", describe(c3)))?;
+    let (h4, c4) = as_user(1001, 24);
+    ensure(c4 == 0, || format!("uid 1001 is limited by uid 1000's usage: {}", describe(c4)))?;
+    // root (uid 0) is a user like the others.
+    let mine = dev.alloc(24 * MIB).map_err(|e| format!("uid 0 limited by the others' usage: {e}"))?;
+    drop((h1, h2, h3, h4, mine, restore));
     dev.settle_to(&base, Duration::from_secs(5))?;
     Ok(Outcome::Pass)
+}
+
+/// Gives the device node back to root:root.
+struct Restore(std::ffi::CString);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // SAFETY: chown by path.
+        unsafe { libc::chown(self.0.as_ptr(), 0, 0) };
+    }
 }
