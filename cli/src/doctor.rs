@@ -43,8 +43,19 @@ struct Finding {
 struct Findings(Vec<Finding>);
 
 impl Findings {
-    fn add(&mut self, area: &'static str, level: Level, what: impl Into<String>, fix: Option<String>) {
-        self.0.push(Finding { area, level, what: what.into(), fix });
+    fn add(
+        &mut self,
+        area: &'static str,
+        level: Level,
+        what: impl Into<String>,
+        fix: Option<String>,
+    ) {
+        self.0.push(Finding {
+            area,
+            level,
+            what: what.into(),
+            fix,
+        });
     }
 }
 
@@ -53,13 +64,19 @@ fn read(path: impl AsRef<Path>) -> Option<String> {
 }
 
 fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file()))
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {
     let output = Command::new(program).args(args).output().ok()?;
-    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 fn is_debian_like() -> bool {
@@ -80,7 +97,12 @@ fn install_hint(debian_packages: &str, what: &str) -> String {
     }
     let unknown: Vec<&str> = debian_packages
         .split_whitespace()
-        .filter(|p| Command::new("apt-cache").args(["show", p]).output().is_ok_and(|o| !o.status.success()))
+        .filter(|p| {
+            Command::new("apt-cache")
+                .args(["show", p])
+                .output()
+                .is_ok_and(|o| !o.status.success())
+        })
         .collect();
     if unknown.is_empty() {
         format!("sudo apt-get install {debian_packages}")
@@ -97,7 +119,10 @@ struct KernelConfig(String);
 
 impl KernelConfig {
     fn load(release: &str, paths: &SystemPaths) -> Option<(KernelConfig, String)> {
-        for candidate in [format!("/boot/config-{release}"), format!("/lib/modules/{release}/build/.config")] {
+        for candidate in [
+            format!("/boot/config-{release}"),
+            format!("/lib/modules/{release}/build/.config"),
+        ] {
             if let Ok(text) = fs::read_to_string(&candidate) {
                 return Some((KernelConfig(text), candidate));
             }
@@ -109,7 +134,10 @@ impl KernelConfig {
 
     fn get(&self, name: &str) -> Option<&str> {
         let prefix = format!("CONFIG_{name}=");
-        self.0.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.trim_matches('"'))
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.trim_matches('"'))
     }
 
     fn enabled(&self, name: &str) -> bool {
@@ -138,7 +166,10 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         },
         None,
     );
-    for (option, why) in [("DMA_SHARED_BUFFER", "DMA-BUF export"), ("EVENTFD", "pressure events")] {
+    for (option, why) in [
+        ("DMA_SHARED_BUFFER", "DMA-BUF export"),
+        ("EVENTFD", "pressure events"),
+    ] {
         if !config.enabled(option) {
             findings.add(
                 "kernel",
@@ -159,7 +190,15 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
 
     let headers = PathBuf::from(format!("/lib/modules/{release}/build"));
     if headers.join(".config").is_file() {
-        findings.add("build", Level::Ok, format!("headers for {release} are installed ({})", headers.display()), None);
+        findings.add(
+            "build",
+            Level::Ok,
+            format!(
+                "headers for {release} are installed ({})",
+                headers.display()
+            ),
+            None,
+        );
     } else {
         findings.add(
             "build",
@@ -205,7 +244,12 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
             let sysroot = command_output(&rustc, &["--print", "sysroot"]).unwrap_or_default();
             let core = Path::new(&sysroot).join("lib/rustlib/src/rust/library/core/src/lib.rs");
             if core.is_file() {
-                findings.add("build", Level::Ok, format!("{rustc}: {version}, with the core library source"), None);
+                findings.add(
+                    "build",
+                    Level::Ok,
+                    format!("{rustc}: {version}, with the core library source"),
+                    None,
+                );
             } else {
                 findings.add(
                     "build",
@@ -219,12 +263,20 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
             "build",
             Level::Fail,
             format!("no Rust compiler at {rustc}: the module is Rust"),
-            Some(install_hint("rustc-web rust-web-src", "rustc with its source")),
+            Some(install_hint(
+                "rustc-web rust-web-src",
+                "rustc with its source",
+            )),
         ),
     }
-    let cache = std::env::var_os("GREENBOOST_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/greenboost")
-    });
+    let cache = std::env::var_os("GREENBOOST_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join(".cache/greenboost")
+        });
     let cached_bindgen = cache.join("bindgen-0.73.2/bin/bindgen");
     if cached_bindgen.is_file() || on_path("bindgen").is_some() {
         findings.add("build", Level::Ok, "bindgen is available", None);
@@ -238,15 +290,27 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
     }
     for (tool, package) in [("clang", "clang"), ("make", "make"), ("gcc", "gcc")] {
         if on_path(tool).is_none() {
-            findings.add("build", Level::Fail, format!("'{tool}' is not installed"), Some(install_hint(package, tool)));
+            findings.add(
+                "build",
+                Level::Fail,
+                format!("'{tool}' is not installed"),
+                Some(install_hint(package, tool)),
+            );
         }
     }
 }
 
 fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
     if paths.module_dir().is_dir() {
-        let version = read(paths.module_dir().join("version")).map(|v| format!(" {v}")).unwrap_or_default();
-        findings.add("module", Level::Ok, format!("greenboost{version} is loaded"), None);
+        let version = read(paths.module_dir().join("version"))
+            .map(|v| format!(" {v}"))
+            .unwrap_or_default();
+        findings.add(
+            "module",
+            Level::Ok,
+            format!("greenboost{version} is loaded"),
+            None,
+        );
     } else {
         let installed = ["updates/dkms", "updates", "extra"].iter().find_map(|dir| {
             ["greenboost.ko", "greenboost.ko.xz", "greenboost.ko.zst"]
@@ -270,9 +334,11 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         }
     }
 
-    let secure_boot = fs::read(paths.sys_path("firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"))
-        .ok()
-        .and_then(|bytes| bytes.last().copied());
+    let secure_boot = fs::read(
+        paths.sys_path("firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"),
+    )
+    .ok()
+    .and_then(|bytes| bytes.last().copied());
     if secure_boot == Some(1) {
         findings.add(
             "module",
@@ -286,11 +352,22 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         Ok(meta) => {
             let mode = meta.permissions().mode() & 0o7777;
             let group = group_name(meta.gid()).unwrap_or_else(|| meta.gid().to_string());
-            let what = format!("{} is mode {mode:04o}, group {group}", paths.device.display());
+            let what = format!(
+                "{} is mode {mode:04o}, group {group}",
+                paths.device.display()
+            );
             if mode & 0o007 != 0 {
                 findings.add("device", Level::Warn, format!("{what}: every user may allocate pinned memory"), Some("install the udev rule (sudo make install) so the node is 0660, group greenboost".into()));
             } else if group != "greenboost" {
-                findings.add("device", Level::Warn, format!("{what}: only root can use it"), Some("install the udev rule (sudo make install), then `sudo udevadm trigger`".into()));
+                findings.add(
+                    "device",
+                    Level::Warn,
+                    format!("{what}: only root can use it"),
+                    Some(
+                        "install the udev rule (sudo make install), then `sudo udevadm trigger`"
+                            .into(),
+                    ),
+                );
             } else {
                 findings.add("device", Level::Ok, what, None);
             }
@@ -316,7 +393,10 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         Err(_) => findings.add(
             "device",
             Level::Info,
-            format!("{} does not exist (module not loaded)", paths.device.display()),
+            format!(
+                "{} does not exist (module not loaded)",
+                paths.device.display()
+            ),
             None,
         ),
     }
@@ -337,21 +417,37 @@ fn check_group(findings: &mut Findings) {
     if unsafe { libc::getuid() } == 0 {
         return;
     }
-    let Some(entry) = fs::read_to_string("/etc/group")
-        .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("greenboost:")).map(str::to_owned))
-    else {
-        findings.add("group", Level::Fail, "the greenboost group does not exist", Some("sudo make install (it creates the group)".into()));
+    let Some(entry) = fs::read_to_string("/etc/group").ok().and_then(|t| {
+        t.lines()
+            .find(|l| l.starts_with("greenboost:"))
+            .map(str::to_owned)
+    }) else {
+        findings.add(
+            "group",
+            Level::Fail,
+            "the greenboost group does not exist",
+            Some("sudo make install (it creates the group)".into()),
+        );
         return;
     };
-    let gid: u32 = entry.split(':').nth(2).and_then(|g| g.parse().ok()).unwrap_or(u32::MAX);
+    let gid: u32 = entry
+        .split(':')
+        .nth(2)
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(u32::MAX);
     let mut groups = vec![0 as libc::gid_t; 256];
     // SAFETY: `groups` has room for the 256 entries we announce.
     let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
     // SAFETY: getegid has no preconditions.
-    let in_session = unsafe { libc::getegid() } == gid || groups.iter().take(n.max(0) as usize).any(|&g| g == gid);
+    let in_session = unsafe { libc::getegid() } == gid
+        || groups.iter().take(n.max(0) as usize).any(|&g| g == gid);
     let user = std::env::var("USER").unwrap_or_default();
-    let listed = entry.rsplit(':').next().unwrap_or("").split(',').any(|m| !user.is_empty() && m == user);
+    let listed = entry
+        .rsplit(':')
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .any(|m| !user.is_empty() && m == user);
     match (in_session, listed) {
         (true, _) => findings.add("group", Level::Ok, "you are in the greenboost group", None),
         (false, true) => findings.add(
@@ -370,14 +466,32 @@ fn check_group(findings: &mut Findings) {
 }
 
 fn check_environment(findings: &mut Findings) {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `limit` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0 {
-        let show = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { "unlimited".to_owned() } else { format_bytes(v as u64) };
-        if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur as u64 >= MEMLOCK_ENOUGH {
-            findings.add("memlock", Level::Ok, format!("locked-memory limit {} (hard {})", show(limit.rlim_cur), show(limit.rlim_max)), None);
+        let show = |v: libc::rlim_t| {
+            if v == libc::RLIM_INFINITY {
+                "unlimited".to_owned()
+            } else {
+                format_bytes(v)
+            }
+        };
+        if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= MEMLOCK_ENOUGH {
+            findings.add(
+                "memlock",
+                Level::Ok,
+                format!(
+                    "locked-memory limit {} (hard {})",
+                    show(limit.rlim_cur),
+                    show(limit.rlim_max)
+                ),
+                None,
+            );
         } else {
-            findings.add("memlock", Level::Warn, memlock_advice(limit.rlim_cur as u64), None);
+            findings.add("memlock", Level::Warn, memlock_advice(limit.rlim_cur), None);
         }
     }
 
@@ -399,16 +513,26 @@ fn check_environment(findings: &mut Findings) {
 
 fn pcie_generation(speed: &str) -> Option<u32> {
     let gts: f64 = speed.split_whitespace().next()?.parse().ok()?;
-    [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7)]
-        .iter()
-        .find(|(rate, _)| (gts - rate).abs() < 0.01)
-        .map(|(_, generation)| *generation)
+    [
+        (2.5, 1),
+        (5.0, 2),
+        (8.0, 3),
+        (16.0, 4),
+        (32.0, 5),
+        (64.0, 6),
+        (128.0, 7),
+    ]
+    .iter()
+    .find(|(rate, _)| (gts - rate).abs() < 0.01)
+    .map(|(_, generation)| *generation)
 }
 
 fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
     let driver = read(paths.proc_path("driver/nvidia/version"))
         .and_then(|t| t.lines().next().map(str::to_owned))
-        .or_else(|| read(paths.sys_path("module/nvidia/version")).map(|v| format!("NVIDIA driver {v}")));
+        .or_else(|| {
+            read(paths.sys_path("module/nvidia/version")).map(|v| format!("NVIDIA driver {v}"))
+        });
     match &driver {
         Some(version) => findings.add("gpu", Level::Ok, version.clone(), None),
         None => findings.add(
@@ -425,7 +549,12 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
             format!(
                 "NVML sees {} GPU(s): {}",
                 report.gpus.len(),
-                report.gpus.iter().map(|g| format!("{} ({})", g.name, format_bytes(g.memory_total))).collect::<Vec<_>>().join(", ")
+                report
+                    .gpus
+                    .iter()
+                    .map(|g| format!("{} ({})", g.name, format_bytes(g.memory_total)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             None,
         ),
@@ -445,7 +574,9 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
         }
         None if driver.is_some() => {
             let mode = command_output("nvidia-smi", &["-q"]).and_then(|q| {
-                q.lines().find(|l| l.contains("Addressing Mode")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+                q.lines()
+                    .find(|l| l.contains("Addressing Mode"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
             });
             findings.add(
                 "gpu",
@@ -460,7 +591,9 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
         None => {}
     }
 
-    let Ok(devices) = fs::read_dir(paths.sys_path("bus/pci/devices")) else { return };
+    let Ok(devices) = fs::read_dir(paths.sys_path("bus/pci/devices")) else {
+        return;
+    };
     let mut entries: Vec<PathBuf> = devices.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     for device in entries {
@@ -469,15 +602,27 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
         if !is_nvidia_gpu {
             continue;
         }
-        let name = device.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = device
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let field = |f: &str| read(device.join(f));
-        let (Some(speed), Some(width), Some(max_speed), Some(max_width)) =
-            (field("current_link_speed"), field("current_link_width"), field("max_link_speed"), field("max_link_width"))
-        else {
-            findings.add("pcie", Level::Info, format!("{name}: link speed/width not readable"), None);
+        let (Some(speed), Some(width), Some(max_speed), Some(max_width)) = (
+            field("current_link_speed"),
+            field("current_link_width"),
+            field("max_link_speed"),
+            field("max_link_width"),
+        ) else {
+            findings.add(
+                "pcie",
+                Level::Info,
+                format!("{name}: link speed/width not readable"),
+                None,
+            );
             continue;
         };
-        let generation = |s: &str| pcie_generation(s).map_or_else(|| s.to_owned(), |g| format!("Gen{g}"));
+        let generation =
+            |s: &str| pcie_generation(s).map_or_else(|| s.to_owned(), |g| format!("Gen{g}"));
         let what = format!(
             "{name}: PCIe {} x{width} now, {} x{max_width} max; T2 reads go over this link",
             generation(&speed),
@@ -488,10 +633,18 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
                 "pcie",
                 Level::Warn,
                 format!("{what}: the link runs narrower than it can, which caps T2 bandwidth"),
-                Some("seat the card in a full-width slot (check the BIOS lane split and riser)".into()),
+                Some(
+                    "seat the card in a full-width slot (check the BIOS lane split and riser)"
+                        .into(),
+                ),
             );
         } else if pcie_generation(&speed) < pcie_generation(&max_speed) {
-            findings.add("pcie", Level::Info, format!("{what} (an idle GPU lowers its link speed; check again under load)"), None);
+            findings.add(
+                "pcie",
+                Level::Info,
+                format!("{what} (an idle GPU lowers its link speed; check again under load)"),
+                None,
+            );
         } else {
             findings.add("pcie", Level::Ok, what, None);
         }
@@ -511,14 +664,31 @@ pub fn doctor(json: bool) -> ExitCode {
     check_environment(&mut findings);
     check_nvidia(&mut findings, &paths);
 
-    let worst = findings.0.iter().map(|f| f.level).max().unwrap_or(Level::Ok);
+    let worst = findings
+        .0
+        .iter()
+        .map(|f| f.level)
+        .max()
+        .unwrap_or(Level::Ok);
     if json {
         let items: Vec<Json> = findings
             .0
             .iter()
-            .map(|f| Json::object().with("area", f.area).with("level", f.level.label()).with("finding", f.what.as_str()).with("fix", f.fix.clone()))
+            .map(|f| {
+                Json::object()
+                    .with("area", f.area)
+                    .with("level", f.level.label())
+                    .with("finding", f.what.as_str())
+                    .with("fix", f.fix.clone())
+            })
             .collect();
-        println!("{:#}", Json::object().with("kernel", release.as_str()).with("ok", worst != Level::Fail).with("findings", items));
+        println!(
+            "{:#}",
+            Json::object()
+                .with("kernel", release.as_str())
+                .with("ok", worst != Level::Fail)
+                .with("findings", items)
+        );
     } else {
         println!("GreenBoost doctor, kernel {release}\n");
         for f in &findings.0 {

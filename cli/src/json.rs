@@ -31,34 +31,54 @@ impl Json {
 }
 
 impl From<bool> for Json {
-    fn from(v: bool) -> Self { Json::Bool(v) }
+    fn from(v: bool) -> Self {
+        Json::Bool(v)
+    }
 }
 impl From<u64> for Json {
-    fn from(v: u64) -> Self { Json::UInt(v) }
+    fn from(v: u64) -> Self {
+        Json::UInt(v)
+    }
 }
 impl From<u32> for Json {
-    fn from(v: u32) -> Self { Json::UInt(v.into()) }
+    fn from(v: u32) -> Self {
+        Json::UInt(v.into())
+    }
 }
 impl From<i64> for Json {
-    fn from(v: i64) -> Self { Json::Int(v) }
+    fn from(v: i64) -> Self {
+        Json::Int(v)
+    }
 }
 impl From<i32> for Json {
-    fn from(v: i32) -> Self { Json::Int(v.into()) }
+    fn from(v: i32) -> Self {
+        Json::Int(v.into())
+    }
 }
 impl From<f64> for Json {
-    fn from(v: f64) -> Self { Json::Float(v) }
+    fn from(v: f64) -> Self {
+        Json::Float(v)
+    }
 }
 impl From<&str> for Json {
-    fn from(v: &str) -> Self { Json::Str(v.to_owned()) }
+    fn from(v: &str) -> Self {
+        Json::Str(v.to_owned())
+    }
 }
 impl From<String> for Json {
-    fn from(v: String) -> Self { Json::Str(v) }
+    fn from(v: String) -> Self {
+        Json::Str(v)
+    }
 }
 impl<T: Into<Json>> From<Option<T>> for Json {
-    fn from(v: Option<T>) -> Self { v.map_or(Json::Null, Into::into) }
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Json::Null, Into::into)
+    }
 }
 impl<T: Into<Json>> From<Vec<T>> for Json {
-    fn from(v: Vec<T>) -> Self { Json::Array(v.into_iter().map(Into::into).collect()) }
+    fn from(v: Vec<T>) -> Self {
+        Json::Array(v.into_iter().map(Into::into).collect())
+    }
 }
 
 fn write_string(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
@@ -149,6 +169,9 @@ mod tests {
             value.to_string(),
             r#"{"name":"a \"quoted\"\\path\n\u0001","n":42,"neg":-1,"none":null,"list":[1,2],"empty":[]}"#
         );
-        assert_eq!(format!("{:#}", Json::object().with("a", vec![1u64])), "{\n  \"a\": [\n    1\n  ]\n}");
+        assert_eq!(
+            format!("{:#}", Json::object().with("a", vec![1u64])),
+            "{\n  \"a\": [\n    1\n  ]\n}"
+        );
     }
 }

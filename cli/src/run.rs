@@ -41,7 +41,10 @@ pub enum LogLevel {
 
 /// The spelling clap accepts for a choice is the one the shim reads.
 fn value_name(value: impl ValueEnum) -> String {
-    value.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
+    value
+        .to_possible_value()
+        .map(|p| p.get_name().to_owned())
+        .unwrap_or_default()
 }
 
 fn size_arg(text: &str) -> Result<u64, String> {
@@ -106,7 +109,10 @@ impl Policy {
 /// (so a DESTDIR or /opt install finds its own copy), then the system prefixes.
 fn shim_candidates() -> Vec<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
         candidates.push(dir.join("../lib").join(SHIM_NAME)); // PREFIX/bin -> PREFIX/lib
         candidates.push(dir.join(SHIM_NAME)); // target/release
         candidates.push(dir.join("../release").join(SHIM_NAME)); // target/debug -> the release shim
@@ -146,7 +152,11 @@ pub fn preload_with(shim: &Path, existing: Option<OsString>) -> OsString {
     let mut value = OsString::from(shim);
     if let Some(existing) = existing {
         // A second copy of the shim (an older install) would hook every call twice.
-        for entry in existing.to_string_lossy().split([' ', ':']).filter(|e| !e.is_empty()) {
+        for entry in existing
+            .to_string_lossy()
+            .split([' ', ':'])
+            .filter(|e| !e.is_empty())
+        {
             if !entry.ends_with(SHIM_NAME) {
                 value.push(":");
                 value.push(entry);
@@ -180,20 +190,27 @@ pub fn preflight(policy: &Policy, paths: &SystemPaths) -> Result<Vec<String>, St
 /// GPUDirect RDMA, io_uring buffers, mlock) does. Lift the soft limit to the hard one
 /// and warn when even that is small.
 fn raise_memlock() -> Option<String> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `limit` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
         return None;
     }
     if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
         // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one
         // is always permitted.
         if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
             limit = raised;
         }
     }
-    (limit.rlim_cur != libc::RLIM_INFINITY && (limit.rlim_cur as u64) < MEMLOCK_ENOUGH).then(|| memlock_advice(limit.rlim_cur as u64))
+    (limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < MEMLOCK_ENOUGH)
+        .then(|| memlock_advice(limit.rlim_cur))
 }
 
 /// Below this, libraries that lock host memory next to GreenBoost fail.
@@ -214,17 +231,28 @@ pub fn run(policy: &Policy, command: &[OsString], quiet: bool) -> Result<(), Str
             eprintln!("greenboost: warning: {warning}");
         }
     }
-    let (program, args) = command.split_first().ok_or("nothing to run: write the command after `--`, e.g. `greenboost run -- ollama serve`")?;
+    let (program, args) = command.split_first().ok_or(
+        "nothing to run: write the command after `--`, e.g. `greenboost run -- ollama serve`",
+    )?;
     let mut child = Command::new(program);
     child.args(args);
-    child.env("LD_PRELOAD", preload_with(&shim, std::env::var_os("LD_PRELOAD")));
+    child.env(
+        "LD_PRELOAD",
+        preload_with(&shim, std::env::var_os("LD_PRELOAD")),
+    );
     for (name, value) in policy.environment() {
         child.env(name, value);
     }
     let error = child.exec();
     Err(match error.kind() {
-        std::io::ErrorKind::NotFound => format!("cannot run '{}': no such program (check the name and PATH)", program.to_string_lossy()),
-        std::io::ErrorKind::PermissionDenied => format!("cannot run '{}': permission denied (is it executable?)", program.to_string_lossy()),
+        std::io::ErrorKind::NotFound => format!(
+            "cannot run '{}': no such program (check the name and PATH)",
+            program.to_string_lossy()
+        ),
+        std::io::ErrorKind::PermissionDenied => format!(
+            "cannot run '{}': permission denied (is it executable?)",
+            program.to_string_lossy()
+        ),
         _ => format!("cannot run '{}': {error}", program.to_string_lossy()),
     })
 }
@@ -259,9 +287,15 @@ mod tests {
     #[test]
     fn preload_puts_the_shim_first_once() {
         let shim = Path::new("/usr/local/lib/libgreenboost_cuda.so");
-        assert_eq!(preload_with(shim, None), OsString::from("/usr/local/lib/libgreenboost_cuda.so"));
         assert_eq!(
-            preload_with(shim, Some("libfoo.so /old/libgreenboost_cuda.so:libbar.so".into())),
+            preload_with(shim, None),
+            OsString::from("/usr/local/lib/libgreenboost_cuda.so")
+        );
+        assert_eq!(
+            preload_with(
+                shim,
+                Some("libfoo.so /old/libgreenboost_cuda.so:libbar.so".into())
+            ),
             OsString::from("/usr/local/lib/libgreenboost_cuda.so:libfoo.so:libbar.so")
         );
     }

@@ -45,10 +45,15 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             if fraction.contains('.') || (whole.is_empty() && fraction.is_empty()) {
                 return Err(invalid());
             }
-            let whole: u64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| invalid())? };
+            let whole: u64 = if whole.is_empty() {
+                0
+            } else {
+                whole.parse().map_err(|_| invalid())?
+            };
             // Exact decimal arithmetic: fraction digits / 10^n, scaled by the unit.
             let digits = fraction.len().min(18) as u32;
-            let fraction_value: u128 = fraction[..digits as usize].parse().map_err(|_| invalid())?;
+            let fraction_value: u128 =
+                fraction[..digits as usize].parse().map_err(|_| invalid())?;
             let scaled_fraction = (fraction_value << shift) / 10u128.pow(digits);
             let total = (u128::from(whole) << shift) + scaled_fraction;
             u64::try_from(total).map_err(|_| too_large())
@@ -66,7 +71,11 @@ pub fn format_bytes(bytes: u64) -> String {
     if index == 0 {
         format!("{bytes} B")
     } else {
-        format!("{:.2} {}", bytes as f64 / (1u64 << (10 * index)) as f64, NAMES[index])
+        format!(
+            "{:.2} {}",
+            bytes as f64 / (1u64 << (10 * index)) as f64,
+            NAMES[index]
+        )
     }
 }
 

@@ -10,7 +10,8 @@ struct FakeRoot(PathBuf);
 
 impl FakeRoot {
     fn new(name: &str) -> FakeRoot {
-        let root = std::env::temp_dir().join(format!("greenboost-cli-{name}-{}", std::process::id()));
+        let root =
+            std::env::temp_dir().join(format!("greenboost-cli-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         fs::create_dir_all(&root).unwrap();
         FakeRoot(root)
@@ -195,7 +196,20 @@ fn status_text_shows_pressure_and_processes() {
     root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
     let (text, stderr, ok) = root.status(&[]);
     assert!(ok, "{stderr}");
-    assert!(text.contains("Pressure: ACTIVE: free RAM 775.00 MiB is below the reserve 64.00 MiB"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("T2") && l.contains("6.00 MiB") && l.contains("512.00 MiB") && l.contains("2 buffers")), "{text}");
-    assert!(text.lines().any(|l| l.contains("123") && l.contains("ollama runner") && l.contains("8.00 GiB")), "{text}");
+    assert!(
+        text.contains("Pressure: ACTIVE: free RAM 775.00 MiB is below the reserve 64.00 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("T2")
+            && l.contains("6.00 MiB")
+            && l.contains("512.00 MiB")
+            && l.contains("2 buffers")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("123") && l.contains("ollama runner") && l.contains("8.00 GiB")),
+        "{text}"
+    );
 }
