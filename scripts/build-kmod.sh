@@ -61,7 +61,7 @@ else
     for d in "/lib/modules/$krel/build" "/usr/src/linux-headers-$krel"; do
       [ -f "$d/.config" ] && { headers=$(cd "$d" && pwd -P); break; }
     done
-    [ -n "$headers" ] || die "no headers for kernel $krel: install them (Debian/Ubuntu: apt-get install linux-headers-$krel), or point KDIR= at its build directory"
+    [ -n "$headers" ] || die "no headers for kernel $krel: install them (Debian/Ubuntu: apt-get install linux-headers-$krel; Fedora: dnf install kernel-devel-$krel), or point KDIR= at its build directory"
     [ -n "$headers_version" ] || headers_version=$(dpkg-query -W -f='${Version}' "linux-headers-$krel" 2>/dev/null || true)
   fi
   [ -f "$headers/.config" ] || die "$headers has no .config: not a kernel headers directory"
