@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use greenboost_abi as abi;
 
@@ -43,8 +43,11 @@ pub trait Backend: Send + Sync {
     fn release(&self, buffer: HostBuffer);
     /// T2 capacity when GREENBOOST_T2_CAP is not set.
     fn default_cap(&self) -> u64;
-    /// Tells the module the process's VRAM use (no-op for userspace).
-    fn report_t1(&self, _vram_used: u64, _vram_budget: u64) {}
+    /// Tells the module the process's VRAM use, at most every 100 ms unless `now`
+    /// (a skipped report is sent by a later `flush_t1_report`). No-op for userspace.
+    fn report_t1(&self, _vram_used: u64, _vram_budget: u64, _now: bool) {}
+    /// Sends a report that throttling held back, when it is due.
+    fn flush_t1_report(&self) {}
 }
 
 /// T2 allocations are whole 2 MiB chunks.
@@ -62,6 +65,9 @@ pub struct KmodBackend {
     fd: c_int,
     info: abi::GbInfo,
     last_report_ns: AtomicU64,
+    latest_t1: AtomicU64,
+    latest_budget: AtomicU64,
+    report_pending: AtomicBool,
 }
 
 /// Results of the one cuImportExternalMemory attempt per process (-1: not tried yet).
@@ -95,7 +101,19 @@ impl KmodBackend {
                 abi::GB_ABI_VERSION
             ));
         }
-        Ok(KmodBackend { fd, info, last_report_ns: AtomicU64::new(0) })
+        Ok(KmodBackend {
+            fd,
+            info,
+            last_report_ns: AtomicU64::new(0),
+            latest_t1: AtomicU64::new(0),
+            latest_budget: AtomicU64::new(0),
+            report_pending: AtomicBool::new(false),
+        })
+    }
+
+    /// Sends the process's VRAM use now (at exit), with the last budget reported.
+    pub fn final_report(&self, vram_used: u64) {
+        self.report_t1(vram_used, self.latest_budget.load(Ordering::Relaxed), true);
     }
 
     /// Tries to import the DMA-BUF as CUDA external memory, once per process. NVIDIA's
@@ -190,19 +208,33 @@ impl Backend for KmodBackend {
         self.info.pool_cap
     }
 
-    fn report_t1(&self, vram_used: u64, vram_budget: u64) {
+    fn report_t1(&self, vram_used: u64, vram_budget: u64, now: bool) {
         const MIN_INTERVAL_NS: u64 = 100_000_000;
-        let now = monotonic_ns();
+        self.latest_t1.store(vram_used, Ordering::Relaxed);
+        self.latest_budget.store(vram_budget, Ordering::Relaxed);
+        let time = monotonic_ns();
         let last = self.last_report_ns.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < MIN_INTERVAL_NS {
+        if !now && last != 0 && time.saturating_sub(last) < MIN_INTERVAL_NS {
+            self.report_pending.store(true, Ordering::Relaxed);
             return;
         }
-        if self.last_report_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        if self.last_report_ns.compare_exchange(last, time, Ordering::AcqRel, Ordering::Relaxed).is_err() && !now {
+            self.report_pending.store(true, Ordering::Relaxed);
             return;
         }
-        let report = abi::GbT1Report { vram_used, vram_budget };
+        self.report_pending.store(false, Ordering::Relaxed);
+        let report = abi::GbT1Report {
+            vram_used: self.latest_t1.load(Ordering::Relaxed),
+            vram_budget: self.latest_budget.load(Ordering::Relaxed),
+        };
         // SAFETY: GB_IOC_REPORT_T1 reads a GbT1Report.
         unsafe { libc::ioctl(self.fd, abi::GB_IOC_REPORT_T1 as _, &report as *const abi::GbT1Report) };
+    }
+
+    fn flush_t1_report(&self) {
+        if self.report_pending.load(Ordering::Relaxed) {
+            self.report_t1(self.latest_t1.load(Ordering::Relaxed), self.latest_budget.load(Ordering::Relaxed), false);
+        }
     }
 }
 

@@ -192,6 +192,7 @@ pub unsafe extern "C" fn greenboost_shim_stats(out: *mut ShimStats) -> i32 {
 }
 
 extern "C" fn summary_at_exit() {
+    crate::tiers::final_report();
     let stats = snapshot();
     if stats.t1_allocs == 0 && stats.t2_allocs == 0 {
         return;

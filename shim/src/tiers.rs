@@ -93,10 +93,19 @@ fn forget_vram(size: u64, device: CuDevice) {
     report_vram(device);
 }
 
+/// Tells the module (kmod backend) the process's VRAM use; opens the backend at the
+/// first allocation so that the module's stats show T1 even before anything spills.
 fn report_vram(device: CuDevice) {
-    if let Some(BackendSlot::Kmod(kmod)) = BACKEND.get() {
+    if let Some(backend) = backend() {
         let budget = cuda::physical_vram(device).map_or(0, |physical| state::config().budget(physical));
-        kmod.report_t1(STATS.t1_used.load(Ordering::Relaxed), budget);
+        backend.report_t1(STATS.t1_used.load(Ordering::Relaxed), budget, false);
+    }
+}
+
+/// The last T1 report, sent at exit whatever the throttling.
+pub fn final_report() {
+    if let Some(BackendSlot::Kmod(kmod)) = BACKEND.get() {
+        kmod.final_report(STATS.t1_used.load(Ordering::Relaxed));
     }
 }
 
@@ -335,6 +344,9 @@ pub fn release_after(allocation: HostAllocation, stream: CuStream) {
 /// Releases stream-ordered frees whose stream has passed them; with `wait`, waits for
 /// all of them (when T2 is short).
 pub fn reclaim(wait: bool) {
+    if let Some(BackendSlot::Kmod(kmod)) = BACKEND.get() {
+        kmod.flush_t1_report();
+    }
     if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
