@@ -128,7 +128,7 @@ pub fn fork_inherit() -> TestResult {
 }
 
 fn map_verify_in_child(fd: RawFd, size: usize) -> Result<(), String> {
-    let m = Mapping::of_fd(fd, 0, size, libc::PROT_READ | libc::PROT_WRITE).map_err(|e| errname(e))?;
+    let m = Mapping::of_fd(fd, 0, size, libc::PROT_READ | libc::PROT_WRITE).map_err(errname)?;
     m.verify(0xf0f0, 1)?;
     m.fill(0xbeef, 7);
     Ok(())
@@ -202,7 +202,7 @@ pub fn kill9_releases() -> TestResult {
             let (b, m) = held.remove(0);
             drop(m);
             std::mem::forget(b);
-            let total = (2 * MIB + 8 * MIB + page_size()) as u64;
+            let total = 2 * MIB + 8 * MIB + page_size();
             std::mem::forget(held);
             Ok(total)
         };

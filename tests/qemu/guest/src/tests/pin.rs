@@ -5,12 +5,20 @@
 use crate::gb::*;
 use crate::harness::*;
 use crate::uring::*;
+use greenboost_abi::{GB_CHUNK_SIZE, GB_SYSFS_STATS};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const LEN: usize = 4 << 20;
 const RAMDISK: &str = "/dev/ram0";
+
+fn sysfs_counter(key: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string(GB_SYSFS_STATS).map_err(|e| format!("{GB_SYSFS_STATS}: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .ok_or_else(|| format!("no '{key}' in {GB_SYSFS_STATS}"))
+}
 
 fn ramdisk() -> Result<OwnedFd, String> {
     open_path(RAMDISK, libc::O_RDWR | libc::O_DIRECT)
@@ -78,6 +86,7 @@ pub fn pinned_pages_not_recycled() -> TestResult {
     let dev = Dev::open()?;
     let base = dev.pool()?;
     let ring = Uring::new(8)?;
+    let pinned_before = sysfs_counter("pinned_on_release")?;
     let old_buf = dev.alloc(LEN as u64)?;
     let old = old_buf.map()?;
     let old_ptr = old.ptr();
@@ -104,6 +113,12 @@ pub fn pinned_pages_not_recycled() -> TestResult {
     for (b, m, seed) in &fresh {
         m.verify(*seed, 1).map_err(|e| format!("buffer {} allocated after the free changed under a stale long-term pin (pages recycled while pinned): {e}", b.id))?;
     }
+    // The module saw the pin when the buffer died (its sysfs counter of chunks dropped
+    // to the kernel instead of being reused), so the check above was not luck.
+    let pinned_after = sysfs_counter("pinned_on_release")?;
+    ensure(pinned_after >= pinned_before + LEN as u64 / GB_CHUNK_SIZE, || {
+        format!("pinned_on_release went {pinned_before} -> {pinned_after}; a {LEN}-byte buffer freed under a pin should add {}", LEN as u64 / GB_CHUNK_SIZE)
+    })?;
     drop(fresh);
     ring.unregister_buffers().map_err(|e| format!("unregister: {}", errname(e)))?;
     drop(ring);

@@ -11,7 +11,14 @@ use std::time::Duration;
 const MIB: u64 = 1 << 20;
 const REPORT: &str = "/sys/kernel/greenboost/report";
 
-fn read_sysfs() -> Result<(HashMap<String, u64>, Vec<String>, String), String> {
+/// The sysfs stats: numeric `key value` lines, `proc ...` lines, and the whole text.
+struct Sysfs {
+    kv: HashMap<String, u64>,
+    procs: Vec<String>,
+    text: String,
+}
+
+fn read_sysfs() -> Result<Sysfs, String> {
     let text = std::fs::read_to_string(GB_SYSFS_STATS).map_err(|e| format!("{GB_SYSFS_STATS}: {e}"))?;
     let mut kv = HashMap::new();
     let mut procs = Vec::new();
@@ -24,7 +31,7 @@ fn read_sysfs() -> Result<(HashMap<String, u64>, Vec<String>, String), String> {
             }
         }
     }
-    Ok((kv, procs, text))
+    Ok(Sysfs { kv, procs, text })
 }
 
 /// A raw kernel pointer printed anywhere (`0xffff...`, or 16 hex digits starting ffff).
@@ -48,7 +55,7 @@ pub fn sysfs_stats() -> TestResult {
     dev.report_t1(t1, budget).map_err(|e| format!("REPORT_T1: {}", errname(e)))?;
     let pool = dev.pool()?;
     let me = dev.proc_stats()?;
-    let (kv, procs, text) = read_sysfs()?;
+    let Sysfs { kv, procs, text } = read_sysfs()?;
     let get = |k: &str| kv.get(k).copied().ok_or_else(|| format!("sysfs stats has no '{k}' line:\n{text}"));
     for (key, want) in [
         ("abi_version", GB_ABI_VERSION as u64),
@@ -89,7 +96,7 @@ pub fn sysfs_stats() -> TestResult {
     ensure(processes == procs.len() as u64, || format!("processes {processes} but {} proc lines", procs.len()))?;
     // The figures follow a release.
     drop(a);
-    let (kv, _, _) = read_sysfs()?;
+    let kv = read_sysfs()?.kv;
     ensure(kv.get("t2_used_bytes") == Some(&(pool.t2_used - 4 * MIB)), || format!("t2_used_bytes after freeing 4 MiB: {:?}", kv.get("t2_used_bytes")))?;
     drop(b);
     Ok(Outcome::Pass)
