@@ -27,6 +27,10 @@ check() {
   fi
 }
 
+# The real dkms (if installed) for the private-tree DKMS build below, before the recorder
+# takes its name.
+real_dkms=$(command -v dkms || true)
+
 # --- recorders for every command that would change the system -------------------------
 fakebin=$work/fakebin
 mkdir -p "$fakebin"
@@ -235,6 +239,22 @@ if [ -f "$stock_headers/.config" ] && [ "${GREENBOOST_TEST_KMOD:-auto}" != 0 ]; 
   check "its vermagic is $GB_STOCK_KREL and it has the parameters modprobe.d documents" bash -c "
     modinfo -F vermagic '$ko' | grep -q '^$GB_STOCK_KREL ' &&
     diff <(modinfo -F parm '$ko' | cut -d: -f1 | sort) <(echo '$params')"
+  # DKMS, in private trees (nothing under /var/lib/dkms or /lib/modules): the installed
+  # dkms.conf must build the same module for a kernel, as it will after a kernel update.
+  if [ -n "$real_dkms" ]; then
+    dkms_tree=$work/dkms-tree
+    mkdir -p "$dkms_tree"
+    dkms_args=(--dkmstree "$dkms_tree" --sourcetree "$stage4/usr/src" --installtree "$work/dkms-install")
+    check "DKMS (private tree) adds the installed source tree" \
+      "$real_dkms" add greenboost/"$version" "${dkms_args[@]}"
+    check "DKMS builds greenboost.ko for $GB_STOCK_KREL with dkms.conf's MAKE" \
+      env GREENBOOST_CACHE="$GB_CACHE" "$real_dkms" build greenboost/"$version" -k "$GB_STOCK_KREL" \
+        --kernelsourcedir "$stock_headers" "${dkms_args[@]}"
+    check "the DKMS-built module has vermagic $GB_STOCK_KREL" bash -c \
+      "modinfo -F vermagic \$(find '$dkms_tree/greenboost' -name 'greenboost.ko*' | head -1) | grep -q '^$GB_STOCK_KREL '"
+  else
+    echo "note: dkms is not installed: the DKMS build of the installed dkms.conf is skipped (apt-get install dkms)"
+  fi
   check "uninstall removes the module and leaves the stage empty" bash -c \
     "DESTDIR='$stage4' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage4' -mindepth 1)\" ]"
 else
