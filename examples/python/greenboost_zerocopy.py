@@ -208,10 +208,13 @@ class Device:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as error:
             raise _explain(error, f"cannot open {path}") from None
-        info = self.info()
-        if info.abi_version != ABI_VERSION:
+        try:
+            info = self.info()
+            if info.abi_version != ABI_VERSION:
+                raise GreenBoostError(0, f"the module speaks ABI {info.abi_version}, this example ABI {ABI_VERSION}")
+        except BaseException:
             os.close(self.fd)
-            raise GreenBoostError(0, f"the module speaks ABI {info.abi_version}, this example ABI {ABI_VERSION}")
+            raise
 
     def _read(self, name, command):
         layout = LAYOUTS[name]

@@ -196,6 +196,22 @@ def test_views():
 
 
 # --- 3. the real module ------------------------------------------------------------------
+def test_device_errors():
+    try:
+        gz.Device("/nonexistent/greenboost")
+        check("a missing node is a GreenBoostError that says to load the module", False)
+    except gz.GreenBoostError as error:
+        check("a missing node is a GreenBoostError that says to load the module",
+              error.errno == errno.ENOENT and "modprobe greenboost" in str(error), str(error))
+    # /dev/null answers every ioctl with ENOTTY: the INFO call is made, and refused.
+    try:
+        gz.Device("/dev/null")
+        check("a node that is not GreenBoost's is refused at INFO", False)
+    except gz.GreenBoostError as error:
+        check("a node that is not GreenBoost's is refused at INFO",
+              error.errno == errno.ENOTTY and "GB_IOC_INFO" in str(error), str(error))
+
+
 def test_device():
     path = os.environ.get("GREENBOOST_DEVICE", gz.DEVICE_PATH)
     if not os.path.exists(path):
@@ -271,7 +287,7 @@ def test_cuda():
             device.close()
 
 
-for section in (test_abi, test_views, test_device, test_cuda):
+for section in (test_abi, test_views, test_device_errors, test_device, test_cuda):
     run_section(section.__name__, section)
 print(f"{results['passed']} passed, {results['failed']} failed")
 sys.exit(1 if results["failed"] else 0)

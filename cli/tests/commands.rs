@@ -1,0 +1,164 @@
+//! `run`, `demo` and `doctor` as a user meets them on a machine without the module or a
+//! GPU (this test machine): what they set, what they refuse, and their messages.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn greenboost(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_greenboost"));
+    command
+        .args(args)
+        .env("GREENBOOST_DEVICE", "/nonexistent/greenboost")
+        .env("GREENBOOST_NVML_LIBRARY", "none")
+        .env_remove("LD_PRELOAD");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A stand-in shim file: `run` only needs it to exist. The dynamic loader of the child
+/// ignores it (with a message on stderr), so the test programs run unhooked.
+fn fake_shim() -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "greenboost-cli-test-{}/libgreenboost_cuda.so",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"").unwrap();
+    path
+}
+
+#[test]
+fn run_sets_the_preload_and_policy_then_execs() {
+    let shim = fake_shim();
+    let output = greenboost(
+        &[
+            "run",
+            "--shim",
+            shim.to_str().unwrap(),
+            "--vram-budget",
+            "1.5G",
+            "--report",
+            "combined",
+            "--backend",
+            "userspace",
+            "--",
+            "sh",
+            "-c",
+            "LD=$LD_PRELOAD; unset LD_PRELOAD; echo \"$LD|$GREENBOOST_VRAM_BUDGET|$GREENBOOST_REPORT|$GREENBOOST_BACKEND\"; exit 7",
+        ],
+        &[("LD_PRELOAD", "")],
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(7),
+        "the program's exit status is the command's: {output:?}"
+    );
+    assert_eq!(
+        text(&output.stdout).trim(),
+        format!("{}|1610612736|combined|userspace", shim.display())
+    );
+    // --backend userspace does not need the module: no warning about it.
+    assert!(
+        !text(&output.stderr).contains("/nonexistent/greenboost"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn run_warns_without_the_module_and_refuses_kmod_only() {
+    let shim = fake_shim();
+    let shim = shim.to_str().unwrap();
+    let output = greenboost(&["run", "--shim", shim, "--", "true"], &[]);
+    assert!(output.status.success());
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("warning: /nonexistent/greenboost does not exist"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("sudo modprobe greenboost"), "{stderr}");
+
+    let output = greenboost(
+        &["run", "--shim", shim, "--backend", "kmod", "--", "true"],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("--backend kmod needs the module"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn run_explains_bad_input() {
+    let shim = fake_shim();
+    let shim = shim.to_str().unwrap();
+    let output = greenboost(
+        &["run", "--shim", shim, "-q", "--", "/nonexistent/program"],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("cannot run '/nonexistent/program': no such program"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let output = greenboost(&["run", "--vram-budget", "8X", "--", "true"], &[]);
+    assert_eq!(output.status.code(), Some(2), "clap usage error");
+    assert!(
+        text(&output.stderr).contains("'8X' is not a size"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let output = greenboost(
+        &[
+            "run",
+            "--shim",
+            "/nonexistent/libgreenboost_cuda.so",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("build it with `make shim`"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn demo_without_a_driver_explains_and_succeeds() {
+    let output = greenboost(
+        &["demo"],
+        &[("GREENBOOST_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("No NVIDIA GPU driver here"), "{stdout}");
+    assert!(stdout.contains("Nothing was run"), "{stdout}");
+    assert!(stdout.contains("greenboost doctor"), "{stdout}");
+}
+
+#[test]
+fn doctor_json_lists_findings_with_fixes() {
+    let output = greenboost(&["doctor", "--json"], &[]);
+    let stdout = text(&output.stdout);
+    assert!(stdout.starts_with("{\n  \"kernel\": "), "{stdout}");
+    assert!(stdout.contains("\"findings\": ["), "{stdout}");
+    assert!(stdout.contains("\"area\": \"device\""), "{stdout}");
+    // The exit status says whether anything failed, and the JSON agrees.
+    let failed = stdout.contains("\"level\": \"FAIL\"");
+    assert_eq!(output.status.success(), !failed, "{stdout}");
+    assert!(stdout.contains(&format!("\"ok\": {}", !failed)), "{stdout}");
+}
