@@ -133,12 +133,14 @@ apt_install() {
 }
 
 # --- 1. the CLI and the shim ----------------------------------------------------------
+# The checkout owner's cargo first (under sudo, root's PATH rarely has rustup's), then
+# PATH, then root's.
+owner=$(stat -c %U "$root")
+owner_home=$(getent passwd "$owner" | cut -d: -f6)
 find_cargo() {
+  [ "$owner" != root ] && [ -x "$owner_home/.cargo/bin/cargo" ] && { echo "$owner_home/.cargo/bin/cargo"; return 0; }
   command -v cargo && return 0
-  local home
-  for home in "${SUDO_USER:+$(getent passwd "$SUDO_USER" | cut -d: -f6)}" "$HOME"; do
-    [ -n "$home" ] && [ -x "$home/.cargo/bin/cargo" ] && { echo "$home/.cargo/bin/cargo"; return 0; }
-  done
+  [ -x "$HOME/.cargo/bin/cargo" ] && { echo "$HOME/.cargo/bin/cargo"; return 0; }
   return 1
 }
 if [ "${GREENBOOST_NO_BUILD:-0}" != 1 ]; then
@@ -146,9 +148,7 @@ if [ "${GREENBOOST_NO_BUILD:-0}" != 1 ]; then
   build=("$cargo" build --release -p greenboost-shim -p greenboost-cli)
   say "building the shim and the CLI"
   # Under sudo, build as the user who owns the checkout so target/ stays theirs.
-  owner=$(stat -c %U "$root")
   if [ "$(id -u)" = 0 ] && [ "$owner" != root ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
-    owner_home=$(getent passwd "$owner" | cut -d: -f6)
     (cd "$root" && runuser -u "$owner" -- env HOME="$owner_home" PATH="$(dirname "$cargo"):$PATH" "${build[@]}") >&2
   else
     (cd "$root" && "${build[@]}") >&2
@@ -227,7 +227,9 @@ install_module() {
     # DKMS builds from /usr/src/greenboost-$version for this kernel and every later one.
     dkms remove "greenboost/$version" --all >/dev/null 2>&1 || true
     dkms add "greenboost/$version" >&2 && record dkms "greenboost/$version"
-    if GREENBOOST_CACHE=$system_cache dkms install "greenboost/$version" -k "$krel" >&2; then
+    local source_dir=()
+    [ -n "${KERNEL_HEADERS:-}" ] && source_dir=(--kernelsourcedir "$KERNEL_HEADERS")
+    if GREENBOOST_CACHE=$system_cache dkms install "greenboost/$version" -k "$krel" "${source_dir[@]}" >&2; then
       module_note="module built and installed by DKMS for $krel (rebuilt for new kernels)"
       return 0
     fi
