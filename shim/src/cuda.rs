@@ -51,6 +51,7 @@ driver_api! {
     event_synchronize = "cuEventSynchronize": fn(CuEvent);
     event_destroy = "cuEventDestroy_v2": fn(CuEvent);
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
+    mem_get_address_range = "cuMemGetAddressRange_v2": fn(*mut CuDevicePtr, *mut usize, CuDevicePtr);
     device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CuDevice);
     import_external_memory = "cuImportExternalMemory": fn(*mut CuExternalMemory, *const CudaExternalMemoryHandleDesc);
     destroy_external_memory = "cuDestroyExternalMemory": fn(CuExternalMemory);
@@ -85,6 +86,12 @@ impl DriverApi {
     pub fn current_device(&self) -> Option<CuDevice> {
         let mut device: CuDevice = 0;
         (call!(self, ctx_get_device(&mut device)) == CUDA_SUCCESS).then_some(device)
+    }
+
+    /// Whether `device_ptr` is the start of memory CUDA knows as allocated.
+    pub fn is_allocation(&self, device_ptr: CuDevicePtr) -> bool {
+        let (mut base, mut size): (CuDevicePtr, usize) = (0, 0);
+        call!(self, mem_get_address_range(&mut base, &mut size, device_ptr)) == CUDA_SUCCESS && base == device_ptr
     }
 
     /// The host NUMA node nearest to `device`, if the driver knows one.

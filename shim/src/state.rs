@@ -209,3 +209,20 @@ extern "C" fn summary_at_exit() {
         crate::tiers::backend_name(),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_export_copies_the_counters_and_refuses_null() {
+        // SAFETY: null is allowed; `out` is a valid ShimStats.
+        assert_eq!(unsafe { greenboost_shim_stats(std::ptr::null_mut()) }, -1);
+        STATS.add_t1(4096);
+        let mut out = ShimStats::default();
+        // SAFETY: as above.
+        assert_eq!(unsafe { greenboost_shim_stats(&mut out) }, 0);
+        assert!(out.t1_allocs >= 1 && out.t1_peak >= 4096, "{out:?}");
+        assert_eq!(out.import_dmabuf_result, -1, "no import attempted in unit tests");
+    }
+}

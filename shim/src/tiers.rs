@@ -278,7 +278,17 @@ pub fn take(device_ptr: CuDevicePtr) -> Lookup {
             forget_vram(size, device);
             Lookup::Vram { size, device }
         }
-        None if registry.freed_host.contains(&device_ptr) => Lookup::DoubleFree,
+        None if registry.freed_host.contains(&device_ptr) => {
+            drop(registry);
+            // The address may since have been given to memory the shim did not see
+            // allocated (an unhooked allocation function): then it is not a double free.
+            if cuda::api().is_allocation(device_ptr) {
+                REGISTRY.lock().freed_host.retain(|freed| *freed != device_ptr);
+                Lookup::Unknown
+            } else {
+                Lookup::DoubleFree
+            }
+        }
         None => Lookup::Unknown,
     }
 }
