@@ -42,14 +42,17 @@ done
 export PATH="$fakebin:$PATH"
 no_system_calls() { [ ! -s "$work/system-calls" ] || { cat "$work/system-calls"; false; }; }
 
-# What an install could touch outside DESTDIR, before and after.
+# What an install could touch outside DESTDIR, before and after: the files it would
+# edit, by content, and the directories it would add to, by their entries.
 system_snapshot() {
-  { for f in /etc/group /etc/gshadow /etc/ld.so.preload; do
-      [ -e "$f" ] && sha256sum "$f" || echo "absent $f"; done
-    ls -la /etc/udev/rules.d /etc/modprobe.d /etc/modules-load.d /etc/security/limits.d \
-      /etc/systemd/system /usr/local/bin /usr/local/lib /usr/src 2>&1
-    ls -la "/lib/modules/$(uname -r)" 2>&1
-    ls -la /var/cache/greenboost 2>&1; } | grep -v ' \.\.\?$'
+  for f in /etc/group /etc/gshadow /etc/ld.so.preload /etc/systemd/system/ollama.service.d/greenboost.conf; do
+    [ -e "$f" ] && sha256sum "$f" || echo "absent $f"
+  done
+  for d in /etc/udev/rules.d /etc/modprobe.d /etc/modules-load.d /etc/security/limits.d \
+           /etc/systemd/system /usr/local/bin /usr/local/lib /usr/local/include /usr/local/share \
+           /usr/src "/lib/modules/$(uname -r)" "/lib/modules/$(uname -r)/extra" /var/cache/greenboost /var/lib/dkms; do
+    echo "== $d"; ls -A "$d" 2>&1
+  done
 }
 system_snapshot > "$work/system-before"
 
