@@ -205,7 +205,8 @@ impl Backend for KmodBackend {
     }
 
     fn default_cap(&self) -> u64 {
-        self.info.pool_cap
+        // The module resolves its cap at load; 0 would mean it reported none.
+        if self.info.pool_cap != 0 { self.info.pool_cap } else { UserspaceBackend.default_cap() }
     }
 
     fn report_t1(&self, vram_used: u64, vram_budget: u64, now: bool) {

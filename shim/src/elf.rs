@@ -117,7 +117,8 @@ fn file_needed(path: &CStr, is_interesting: &impl Fn(&[u8]) -> bool) -> Option<b
     let mut strtab_address = None;
     let mut entry = [0u8; 16];
     let mut offset = dynamic_offset;
-    while offset + 16 <= dynamic_offset + dynamic_size {
+    let dynamic_end = dynamic_offset.saturating_add(dynamic_size);
+    while offset.saturating_add(16) <= dynamic_end {
         file.read_exact_at(&mut entry, offset)?;
         let (tag, value) = (u64_at(&entry, 0)?, u64_at(&entry, 8)?);
         match tag {
@@ -131,16 +132,16 @@ fn file_needed(path: &CStr, is_interesting: &impl Fn(&[u8]) -> bool) -> Option<b
             DT_STRTAB => strtab_address = Some(value),
             _ => {}
         }
-        offset += 16;
+        offset = offset.saturating_add(16);
     }
     let strtab_address = strtab_address?;
     let strtab_offset = (0..phnum)
         .filter_map(segment)
-        .find(|(kind, _, address, size)| *kind == PT_LOAD && (*address..address + size).contains(&strtab_address))
-        .map(|(_, offset, address, _)| strtab_address - address + offset)?;
+        .find(|(kind, _, address, size)| *kind == PT_LOAD && (*address..address.saturating_add(*size)).contains(&strtab_address))
+        .and_then(|(_, offset, address, _)| (strtab_address - address).checked_add(offset))?;
     let mut name = [0u8; 256];
     for index in needed.get(..needed_count)? {
-        let got = file.read_at(&mut name, strtab_offset + index)?;
+        let got = file.read_at(&mut name, strtab_offset.checked_add(*index)?)?;
         let text = name.get(..got)?;
         let end = text.iter().position(|b| *b == 0).unwrap_or(text.len());
         if is_interesting(text.get(..end)?) {
