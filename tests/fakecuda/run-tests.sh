@@ -211,7 +211,11 @@ t_vmm() { shim vmm $SHIMENV "$BIN/gbdriver" vmm; }
 
 t_threads_rt13() { shim threads-rt13 $SHIMENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-rt13" threads; }
 t_threads_fw() { shim threads-fw $SHIMENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-fw" threads; }
-t_fork() { shim fork $SHIMENV "$BIN/gbtest-rt13" fork; }
+t_fork() {
+    # A small budget so that the background threads' 4 MiB allocations go to T2 and keep
+    # the shim's T2 bookkeeping busy while the main thread forks.
+    shim fork $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 16 )) "$BIN/gbtest-rt13" fork
+}
 
 t_errors_rt13() { shim errors-rt13 $SHIMENV "$BIN/gbtest-rt13" errors; }
 t_errors_rt12() { shim errors-rt12 $SHIMENV "$BIN/gbtest-rt12" errors; }

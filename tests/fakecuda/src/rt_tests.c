@@ -71,6 +71,22 @@ static void verify(void *p, size_t n, uint32_t seed)
     CHECK(bad == 0, "copy back of %p (%s, %zu bytes) found %llu wrong bytes\n", p, kind(p), n, bad);
 }
 
+/* Pinned host memory is what T2 costs the user: after everything is freed none may
+ * stay registered (GBTEST_ALLOW_T2_CACHE=1 accepts a shim that keeps a cache). */
+static void check_host_released(const char *what)
+{
+    size_t left = 0;
+    for (int i = 0; i < 50; i++) {
+        left = fakegpu_hostreg_bytes();
+        if (left == 0)
+            break;
+        usleep(100000);
+    }
+    printf("%s: %zu bytes still registered after all frees\n", what, left);
+    if (!getenv("GBTEST_ALLOW_T2_CACHE"))
+        CHECK(left == 0, "%zu bytes of host memory stay pinned after every allocation was freed\n", left);
+}
+
 /* ---- capacity: every API reports the same total; free figures agree ---- */
 static int test_caps(int argc, char **argv)
 {
@@ -198,6 +214,7 @@ static int test_alloc4x(int argc, char **argv)
     CHECK(fakegpu_vram_used() == used0, "VRAM used %zu after freeing everything, was %zu\n",
           fakegpu_vram_used(), used0);
     CHECK(free1 == free0, "reported free %zu after freeing everything, was %zu\n", free1, free0);
+    check_host_released("alloc4x");
     return 0;
 }
 
@@ -314,6 +331,7 @@ static int test_async(int argc, char **argv)
         usleep(100000);
     }
     CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after all stream-ordered frees completed\n", fakegpu_vram_used());
+    check_host_released("async");
     return 0;
 }
 
@@ -388,6 +406,7 @@ static int test_threads(int argc, char **argv)
     for (int i = 0; i < 50 && fakegpu_vram_used(); i++)
         usleep(100000);
     CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after all threads freed everything\n", fakegpu_vram_used());
+    check_host_released("threads");
     return 0;
 }
 
@@ -398,7 +417,8 @@ static void *background(void *arg)
     (void)arg;
     for (unsigned i = 0; !stop_churn; i++) {
         void *p;
-        if (cudaMalloc(&p, (i & 1) ? 4096 : vram) == cudaSuccess)
+        size_t n = i % 3 == 0 ? 4096 : i % 3 == 1 ? 4 * MiB : vram;
+        if (cudaMalloc(&p, n) == cudaSuccess)
             cudaFree(p);
     }
     return NULL;
@@ -414,12 +434,12 @@ static int test_fork(int argc, char **argv)
     pthread_t bg[4];
     for (int i = 0; i < 4; i++)
         pthread_create(&bg[i], NULL, background, NULL);
-    for (int round = 0; round < 20; round++) {
+    for (int round = 0; round < 60; round++) {
         pid_t pid = fork();
         CHECK(pid >= 0, "fork\n");
         if (pid == 0) {
             /* CUDA does not survive fork: the child gets errors, not a hang or a crash. */
-            alarm(20);
+            alarm(10);
             void *p = NULL;
             cudaError_t a = cudaMalloc(&p, 4096);
             cudaError_t b = cudaMalloc(&p, 2 * vram);
