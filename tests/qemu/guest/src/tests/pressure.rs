@@ -190,15 +190,18 @@ pub fn uid_cap() -> TestResult {
     // SAFETY: chown of the device node by path; restored below.
     ensure(unsafe { libc::chown(node.as_ptr(), 0, GROUP) } == 0, || format!("chgrp {}: {}", greenboost_abi::GB_DEVICE_PATH, errname(errno())))?;
     let restore = Restore(node.clone());
-    // Each child becomes `uid` (in group GROUP), opens the device, allocates `mb`, holds it.
-    let as_user = |uid: u32, mb: u64| {
+    // Each child becomes `uid` (in group GROUP), opens the device, allocates `mb`, holds
+    // it. With `open_as_root` it opens the device before dropping privileges, as a
+    // daemon may: the allocation still counts under the uid it has when allocating.
+    let as_user = |uid: u32, mb: u64, open_as_root: bool| {
         let (child, mut r) = spawn_with_pipe(move |mut w| {
+            let early = if open_as_root { Dev::open().ok() } else { None };
             let groups = [GROUP];
             // SAFETY: dropping privileges in the forked child.
             if unsafe { libc::setgroups(1, groups.as_ptr()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 } {
                 return 11;
             }
-            let code: u8 = match Dev::open() {
+            let code: u8 = match early.map_or_else(Dev::open, Ok) {
                 Err(_) => 200,
                 Ok(dev) => match dev.try_alloc(mb * MIB) {
                     Ok(b) => {
@@ -224,17 +227,19 @@ pub fn uid_cap() -> TestResult {
         255 => "child died".to_string(),
         c => errname(c),
     };
-    let (h1, c1) = as_user(1000, 24);
+    let (h1, c1) = as_user(1000, 24, false);
     ensure(c1 == 0, || format!("uid 1000, 24 MiB under a 32 MiB user cap: {}", describe(c1)))?;
-    let (h2, c2) = as_user(1000, 16);
+    let (h2, c2) = as_user(1000, 16, false);
     ensure(c2 == libc::ENOMEM, || format!("uid 1000, another process, 16 MiB more (40 > 32): {}, expected ENOMEM", describe(c2)))?;
-    let (h3, c3) = as_user(1000, 8);
-    ensure(c3 == 0, || format!("uid 1000, 8 MiB more (exactly 32): {}", describe(c3)))?;
-    let (h4, c4) = as_user(1001, 24);
-    ensure(c4 == 0, || format!("uid 1001 is limited by uid 1000's usage: {}", describe(c4)))?;
+    let (h3, c3) = as_user(1000, 8, true);
+    ensure(c3 == 0, || format!("uid 1000 (opened as root), 8 MiB more (exactly 32): {}", describe(c3)))?;
+    let (h4, c4) = as_user(1000, 2, true);
+    ensure(c4 == libc::ENOMEM, || format!("uid 1000 at its cap, opened the device as root, then allocated 2 MiB: {}, expected ENOMEM (counts under its current uid)", describe(c4)))?;
+    let (h5, c5) = as_user(1001, 24, false);
+    ensure(c5 == 0, || format!("uid 1001 is limited by uid 1000's usage: {}", describe(c5)))?;
     // root (uid 0) is a user like the others.
     let mine = dev.alloc(24 * MIB).map_err(|e| format!("uid 0 limited by the others' usage: {e}"))?;
-    drop((h1, h2, h3, h4, mine, restore));
+    drop((h1, h2, h3, h4, h5, mine, restore));
     dev.settle_to(&base, Duration::from_secs(5))?;
     Ok(Outcome::Pass)
 }
