@@ -236,12 +236,13 @@ install_module() {
     module_note="DKMS could not build the module for $krel (see above; /var/lib/dkms/greenboost/$version/build/make.log)"
     return 1
   fi
-  # A staged install builds like `make kmod`, with the builder's own cache.
-  local cache=$system_cache ko
-  staged && cache=${GREENBOOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/greenboost}
+  # A staged install builds like `make kmod`, with the builder's own cache and the
+  # checkout's build/; a system install (as root) keeps its build out of the checkout.
+  local cache=$system_cache out=(--out "$system_cache/build/$krel") ko
+  if staged; then cache=${GREENBOOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/greenboost}; out=(); fi
   local headers=()
   [ -n "${KERNEL_HEADERS:-}" ] && headers=(--headers "$KERNEL_HEADERS")
-  if ! ko=$(GREENBOOST_CACHE=$cache "$root/scripts/build-kmod.sh" --kernelrelease "$krel" "${headers[@]}" | grep '/greenboost\.ko$' | tail -1) || [ -z "$ko" ]; then
+  if ! ko=$(GREENBOOST_CACHE=$cache "$root/scripts/build-kmod.sh" --kernelrelease "$krel" "${headers[@]}" "${out[@]}" | grep '/greenboost\.ko$' | tail -1) || [ -z "$ko" ]; then
     module_note="the module could not be built for $krel (see above)"
     return 1
   fi
