@@ -57,7 +57,7 @@ if staged; then mkdir -p "$DESTDIR"; DESTDIR=$(cd "$DESTDIR" && pwd); fi
 
 # --- the manifest: what this install created, in order ------------------------------
 # Lines: "file PATH", "dir PATH" (created by us, removed when empty), "group NAME",
-# "member GROUP USER", "dkms NAME/VERSION", "tree PATH" (removed recursively), "loaded".
+# "member GROUP USER", "dkms NAME/VERSION", "tree PATH" (removed recursively).
 # Paths are as installed, without DESTDIR. A re-install keeps the earlier entries, so
 # directories and the group created the first time are still removed at the end.
 entries=()
@@ -270,15 +270,18 @@ fi
 # --- 6. activate (not when staging) ---------------------------------------------------
 if ! staged; then
   command -v udevadm >/dev/null && udevadm control --reload-rules || true
-  if [ $module_ok = 1 ] && [ "${GREENBOOST_SKIP_KMOD:-0}" != 1 ] && [ "$krel" = "$(uname -r)" ]; then
+  # depmod for the kernel we installed into (when it is installed here: it has its
+  # modules.dep), modprobe only when that kernel is the running one.
+  if [ $module_ok = 1 ] && [ "${GREENBOOST_SKIP_KMOD:-0}" != 1 ] && [ -f "/lib/modules/$krel/modules.dep" ]; then
     depmod -a "$krel"
+  fi
+  if [ $module_ok = 1 ] && [ "${GREENBOOST_SKIP_KMOD:-0}" != 1 ] && [ "$krel" = "$(uname -r)" ]; then
     if lsmod | grep -q '^greenboost '; then
       modprobe -r greenboost 2>/dev/null \
         || warn "the previously loaded greenboost module is in use; the new one loads after a reboot (or after \`sudo modprobe -r greenboost\` once nothing uses it)"
     fi
     if ! lsmod | grep -q '^greenboost '; then
       if out=$(modprobe greenboost 2>&1); then
-        record loaded
         command -v udevadm >/dev/null && udevadm trigger --action=add --subsystem-match=misc --sysname-match=greenboost || true
       elif grep -qi 'key was rejected\|required key\|signature' <<<"$out"; then
         warn "the kernel refused the unsigned module (Secure Boot): $out. Enroll DKMS's key with \`sudo mokutil --import /var/lib/dkms/mok.pub\` and reboot, or sign greenboost.ko yourself (README, \"Secure Boot\")"

@@ -43,12 +43,12 @@ if ! staged; then
 fi
 
 # 2. Files.
-ollama_dropin=0 module_files=0
+ollama_dropin=0 module_kernels=()
 while IFS= read -r path; do
   [ -n "$path" ] || continue
   case $path in
     */ollama.service.d/*) ollama_dropin=1 ;;
-    /lib/modules/*) module_files=1 ;;
+    /lib/modules/*) krel=${path#/lib/modules/}; module_kernels+=("${krel%%/*}") ;;
   esac
   rm -f "$DESTDIR$path"
 done < <(field file)
@@ -71,7 +71,9 @@ if ! staged; then
   while IFS= read -r group; do
     [ -n "$group" ] && getent group "$group" >/dev/null && groupdel "$group" || true
   done < <(field group)
-  [ $module_files = 1 ] && depmod -a 2>/dev/null || true
+  for krel in $(printf '%s\n' "${module_kernels[@]}" | sort -u); do
+    [ -f "/lib/modules/$krel/modules.dep" ] && depmod -a "$krel" || true
+  done
   command -v udevadm >/dev/null && udevadm control --reload-rules || true
   if [ $ollama_dropin = 1 ] && command -v systemctl >/dev/null; then
     systemctl daemon-reload || true
