@@ -34,4 +34,4 @@ $CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" "$
     -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl -Wl,-rpath,\$ORIGIN
 $prog -o "$out/bin/gbtest-fw" "$src/fw_host.c" -ldl
 $prog -o "$out/bin/gbdriver" "$src/drv_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
-$prog -o "$out/bin/gbdiscover" "$src/discover.c" -ldl
+$prog -o "$out/bin/gbdiscover" "$src/discover.c" -L"$lib" -lfakegpu -ldl

@@ -172,6 +172,12 @@ t_discover_combined() {
     shim discover-combined $SHIMENV GREENBOOST_REPORT=combined "$BIN/gbdiscover" $(( VRAM + T2CAP ))
 }
 
+t_runtime_dlsym_13() { shim runtime-dlsym-13 $SHIMENV "$BIN/gbdiscover" runtime libcudart.so.13; }
+t_runtime_dlsym_12() { shim runtime-dlsym-12 $SHIMENV "$BIN/gbdiscover" runtime libcudart.so.12; }
+t_control_runtime_dlsym_fails() {
+    run_fails control-runtime-dlsym-fails "bytes -> 2" "$BIN/gbdiscover" runtime libcudart.so.13
+}
+
 t_placement() {
     shim placement $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) GREENBOOST_MIN_T2_SIZE=4M \
         "$BIN/gbtest-rt13" placement
@@ -230,7 +236,9 @@ t_backend_auto_userspace() {
     fi
     shim backend-auto-userspace LD_PRELOAD="$SHIM" GREENBOOST_BACKEND=auto GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_T2_CAP=$T2CAP GREENBOOST_LOG=info "$BIN/gbtest-rt13" alloc4x || return 1
-    out_has "userspace" "with no /dev/greenboost the shim's log does not say it uses the userspace backend"
+    out_has "userspace" "with no /dev/greenboost the shim's log does not say it uses the userspace backend" || return 1
+    out_has "peak T1" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit" || return 1
+    out_has "peak T2" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit"
 }
 t_backend_kmod_absent() {
     if [ -e /dev/greenboost ]; then
@@ -260,9 +268,9 @@ t_kmod_import_and_pin() {
 }
 
 control_tests="control_fake_selftest control_runtime_uses_getprocaddress control_alloc4x_fails
-control_gpa_unhooked control_vmm_fails control_async_fails control_discover_physical control_framework_rtld_local"
+control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
-caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined placement
+caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm
 threads_rt13 threads_fw fork errors_rt13 errors_rt12 t2cap"

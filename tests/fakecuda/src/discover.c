@@ -6,9 +6,33 @@
 
 #include <dlfcn.h>
 
+/* ctypes-style use of the runtime: dlopen(libcudart) RTLD_LOCAL and dlsym the
+ * allocator; a 2x VRAM allocation only works if dlsym handed out the hook. */
+static int runtime_by_dlsym(const char *soname)
+{
+    void *rt = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    CHECK(rt, "dlopen %s: %s\n", soname, dlerror());
+    cudaError_t (*malloc_)(void **, size_t) = dlsym(rt, "cudaMalloc");
+    cudaError_t (*free_)(void *) = dlsym(rt, "cudaFree");
+    CHECK(malloc_ && free_, "runtime symbols missing\n");
+    size_t n = 2 * fakegpu_vram_total();
+    void *p;
+    cudaError_t rc = malloc_(&p, n);
+    CHECK(rc == cudaSuccess, "cudaMalloc from dlsym(%s): %zu bytes -> %d\n", soname, n, rc);
+    OK(fakegpu_launch_fill((CUdeviceptr)(uintptr_t)p, n, 17, NULL));
+    unsigned long long bad = ~0ULL;
+    OK(fakegpu_launch_verify((CUdeviceptr)(uintptr_t)p, n, 17, NULL, &bad));
+    CHECK(bad == 0, "%llu wrong words\n", bad);
+    OK(free_(p));
+    printf("ok runtime-dlsym\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && !strcmp(argv[1], "runtime"))
+        return runtime_by_dlsym(argv[2]);
     CHECK(argc >= 2, "usage: discover EXPECTED_TOTAL\n");
     unsigned long long expect = arg_size(argv[1]);
     void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);

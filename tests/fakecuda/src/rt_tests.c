@@ -201,6 +201,11 @@ static int test_alloc4x(int argc, char **argv)
     }
     for (size_t i = 0; i < n; i++)
         verify(p[i], chunk, 1000 + (uint32_t)i);
+    /* Device-to-device copies between the tiers. */
+    OK(cudaMemcpy(p[n - 1], p[0], chunk, cudaMemcpyDeviceToDevice));
+    verify(p[n - 1], chunk, 1000);
+    OK(cudaMemcpy(p[1], p[n - 2], chunk, cudaMemcpyDefault));
+    verify(p[1], chunk, 1000 + (uint32_t)(n - 2));
     printf("%d allocations in VRAM, %d in T2, VRAM used %zu MiB of %zu\n", in_vram, in_t2,
            fakegpu_vram_used() >> 20, vram >> 20);
     CHECK(in_t2 >= 12, "only %d of 16 allocations outside VRAM; 4x VRAM cannot fit\n", in_t2);
@@ -569,6 +574,16 @@ static int test_entrypoints(int argc, char **argv)
     rc = alloc(&d, 2 * vram);
     CHECK(rc == CUDA_SUCCESS, "cuMemAlloc from cudaGetDriverEntryPoint: %zu bytes -> %d\n", 2 * vram, rc);
     OK(dfree(d));
+    /* Runtime and driver calls mix: memory from one is freed by the other. */
+    void *rp;
+    OK(cudaMalloc(&rp, 2 * vram));
+    rc = dfree((CUdeviceptr)(uintptr_t)rp);
+    CHECK(rc == CUDA_SUCCESS, "cuMemFree of a T2 cudaMalloc allocation -> %d\n", rc);
+    OK(alloc(&d, 2 * vram));
+    cudaError_t rrc = cudaFree((void *)(uintptr_t)d);
+    CHECK(rrc == cudaSuccess, "cudaFree of a T2 cuMemAlloc allocation -> %d\n", rrc);
+    rc = dfree(d);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "cuMemFree after cudaFree of the same T2 allocation -> %d\n", rc);
     fn = (void *)1;
     rc = cudaGetDriverEntryPointByVersion("cuMemAllocAsync", &fn, 11000, cudaEnableDefault, &st);
     CHECK(rc == cudaSuccess && fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
