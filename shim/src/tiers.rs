@@ -127,7 +127,7 @@ fn backend() -> Option<&'static dyn Backend> {
                     return BackendSlot::Kmod(kmod);
                 }
                 Err(reason) if choice == BackendChoice::Kmod => {
-                    warn!("GREENBOOST_BACKEND=kmod but {reason}; allocations beyond VRAM will fail");
+                    warn!("GREENBOOST_BACKEND=kmod but {reason}; no T2: allocations stay in VRAM while it lasts");
                     return BackendSlot::Unavailable;
                 }
                 Err(reason) => info!("{reason}; T2 backend: userspace"),
@@ -198,17 +198,25 @@ pub fn take_t2_capacity(bytes: u64) -> bool {
     true
 }
 
+/// Why T2 could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFailure {
+    /// T2 is full: the cap, or the module / the kernel refused for lack of memory.
+    Exhausted,
+    /// Something else failed (no context, no backend, registration refused).
+    Internal,
+}
+
 /// Allocates `size` bytes of T2 for `device` in the current context and returns the
-/// device pointer, or None (the caller answers out-of-memory). Never panics, never
-/// leaves anything half-registered.
-pub fn alloc_host(size: u64, device: CuDevice) -> Option<CuDevicePtr> {
+/// device pointer. Never panics, never leaves anything half-registered.
+pub fn alloc_host(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> {
     reclaim(false);
     let driver = cuda::api();
-    let context = driver.current_context()?;
-    let backend = backend()?;
-    let len = backend::round_to_chunk(usize::try_from(size).ok()?.max(1))?;
+    let context = driver.current_context().ok_or(HostFailure::Internal)?;
+    let backend = backend().ok_or(HostFailure::Internal)?;
+    let len = usize::try_from(size).ok().and_then(|size| backend::round_to_chunk(size.max(1))).ok_or(HostFailure::Exhausted)?;
     if !take_t2_capacity(len as u64) {
-        return None;
+        return Err(HostFailure::Exhausted);
     }
     let give_back_capacity = || {
         STATS.sub_t2(len as u64);
@@ -217,20 +225,25 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Option<CuDevicePtr> {
     let buffer = match backend.alloc(len, driver.host_numa_node(device), driver) {
         Ok(buffer) => buffer,
         Err(error) => {
-            match error {
-                BackendError::OutOfMemory(errno) => info!("{} backend: no memory for {} (errno {})", backend.name(), Mib(len as u64), errno),
-                BackendError::Failed(errno) => warn!("{} backend failed to allocate {} (errno {})", backend.name(), Mib(len as u64), errno),
-            }
             give_back_capacity();
-            return None;
+            return Err(match error {
+                BackendError::OutOfMemory(errno) => {
+                    info!("{} backend: no memory for {} (errno {})", backend.name(), Mib(len as u64), errno);
+                    HostFailure::Exhausted
+                }
+                BackendError::Failed(errno) => {
+                    warn!("{} backend failed to allocate {} (errno {})", backend.name(), Mib(len as u64), errno);
+                    HostFailure::Internal
+                }
+            });
         }
     };
     let status = call!(driver, mem_host_register(buffer.ptr(), buffer.len, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
     if status != CUDA_SUCCESS {
-        warn!("cuMemHostRegister of {} failed (CUDA error {}); answering out-of-memory", Mib(buffer.len as u64), status);
+        warn!("cuMemHostRegister of {} failed (CUDA error {})", Mib(buffer.len as u64), status);
         backend.release(buffer);
         give_back_capacity();
-        return None;
+        return Err(HostFailure::Internal);
     }
     let mut device_ptr: CuDevicePtr = 0;
     let status = call!(driver, mem_host_get_device_pointer(&mut device_ptr, buffer.ptr(), 0));
@@ -239,13 +252,13 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Option<CuDevicePtr> {
         call!(driver, mem_host_unregister(buffer.ptr()));
         backend.release(buffer);
         give_back_capacity();
-        return None;
+        return Err(HostFailure::Internal);
     }
     debug!("T2 {:#x}: {} ({} backend, buffer {}) for device {}", device_ptr, Mib(size), backend.name(), buffer.id, device);
     let mut registry = REGISTRY.lock();
     registry.freed_host.retain(|freed| *freed != device_ptr);
     registry.live.insert(device_ptr, Record::Host(HostAllocation { buffer, device_ptr, context: context as usize }));
-    Some(device_ptr)
+    Ok(device_ptr)
 }
 
 /// What a pointer passed to a free function is.
@@ -481,7 +494,9 @@ pub enum Allocated {
 
 /// The placement procedure shared by every allocation hook: VRAM when it fits the
 /// budget (the real allocation, `vram`), T2 otherwise or when the driver answers
-/// `oom_status`; `prepare_host` makes a context current for the T2 path.
+/// `oom_status`; `prepare_host` makes a context current for the T2 path. When T2 is
+/// exhausted the answer is out-of-memory; when T2 fails for another reason, an
+/// allocation the budget sent to T2 is tried in VRAM after all (the real function).
 pub fn allocate(
     size: u64,
     device: CuDevice,
@@ -490,30 +505,40 @@ pub fn allocate(
     prepare_host: impl FnOnce() -> bool,
 ) -> Allocated {
     reclaim(false);
+    let mut vram = Some(vram);
     let mut after_oom = false;
     if placement(size, device) == Placement::Vram {
-        match vram() {
-            Ok(device_ptr) => {
-                note_vram(device_ptr, size, device);
-                return Allocated::Vram;
+        if let Some(vram) = vram.take() {
+            match vram() {
+                Ok(device_ptr) => {
+                    note_vram(device_ptr, size, device);
+                    return Allocated::Vram;
+                }
+                Err(status) if status == oom_status => {
+                    debug!("VRAM out of memory for {} on device {}: trying T2", Mib(size), device);
+                    after_oom = true;
+                }
+                Err(status) => return Allocated::Failed(status),
             }
-            Err(status) if status == oom_status => {
-                debug!("VRAM out of memory for {} on device {}: trying T2", Mib(size), device);
-                after_oom = true;
-            }
-            Err(status) => return Allocated::Failed(status),
         }
     }
-    if !prepare_host() {
-        return out_of_memory(Allocated::OutOfMemory);
-    }
-    match alloc_host(size, device) {
-        Some(device_ptr) => {
+    let failure = if prepare_host() { alloc_host(size, device) } else { Err(HostFailure::Internal) };
+    match failure {
+        Ok(device_ptr) => {
             if after_oom {
                 STATS.t2_after_vram_oom.fetch_add(1, Ordering::Relaxed);
             }
             Allocated::Host(device_ptr)
         }
-        None => out_of_memory(Allocated::OutOfMemory),
+        Err(HostFailure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {
+            Some(Ok(device_ptr)) => {
+                info!("T2 unavailable: {} placed in VRAM beyond the budget", Mib(size));
+                note_vram(device_ptr, size, device);
+                Allocated::Vram
+            }
+            Some(Err(status)) if status != oom_status => Allocated::Failed(status),
+            _ => out_of_memory(Allocated::OutOfMemory),
+        },
+        Err(_) => out_of_memory(Allocated::OutOfMemory),
     }
 }
