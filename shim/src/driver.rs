@@ -151,6 +151,19 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
     status
 }
 
+/// The properties of `requested` moved to host NUMA node `node`. Host memory is neither
+/// GPUDirect-RDMA capable nor compressible: the driver refuses a host-NUMA request that
+/// asks for either (CUDA_ERROR_INVALID_VALUE, seen on the H200 with PyTorch's expandable
+/// segments, which set gpuDirectRDMACapable).
+fn on_host_numa(requested: CuMemAllocationProp, node: std::ffi::c_int) -> CuMemAllocationProp {
+    CuMemAllocationProp {
+        location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: node },
+        compression_type: 0,
+        gpu_direct_rdma_capable: 0,
+        ..requested
+    }
+}
+
 /// cuMemCreate: a device allocation that does not fit the budget, or that the driver
 /// refuses for lack of VRAM, is made on the GPU's host NUMA node instead
 /// (CU_MEM_LOCATION_TYPE_HOST_NUMA); the caller's cuMemMap/cuMemSetAccess work on it
@@ -191,10 +204,7 @@ pub unsafe fn mem_create(
         return tiers::out_of_memory(CUDA_ERROR_OUT_OF_MEMORY);
     }
     let node = cuda::api().host_numa_node(device).unwrap_or(0);
-    let on_host = CuMemAllocationProp {
-        location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: node },
-        ..requested
-    };
+    let on_host = on_host_numa(requested, node);
     // SAFETY: the caller's arguments with the location replaced.
     let status = unsafe { real(handle, size, &on_host, flags) };
     if status == CUDA_SUCCESS {
@@ -208,7 +218,16 @@ pub unsafe fn mem_create(
     }
     STATS.sub_t2(bytes);
     STATS.t2_allocs.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    info!("cuMemCreate on host NUMA node {} failed (CUDA error {})", node, status);
+    info!(
+        "cuMemCreate of {} on host NUMA node {} failed (CUDA error {}; handle types {:#x}, flags {:#x}/{:#x}/{:#x})",
+        crate::log::Mib(bytes),
+        node,
+        status,
+        requested.requested_handle_types,
+        requested.compression_type,
+        requested.gpu_direct_rdma_capable,
+        requested.usage
+    );
     if after_oom {
         return tiers::out_of_memory(CUDA_ERROR_OUT_OF_MEMORY);
     }
@@ -233,4 +252,27 @@ pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CuMemGenericAllocatio
         tiers::restore_vmm(handle, record);
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_numa_properties_drop_device_only_flags_and_keep_the_rest() {
+        let requested = CuMemAllocationProp {
+            type_: 1,
+            requested_handle_types: 1,
+            location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: 3 },
+            win32_handle_meta_data: std::ptr::null_mut(),
+            compression_type: 1,
+            gpu_direct_rdma_capable: 1,
+            usage: 1,
+            reserved: [0; 4],
+        };
+        let moved = on_host_numa(requested, 2);
+        assert_eq!((moved.location.type_, moved.location.id), (CU_MEM_LOCATION_TYPE_HOST_NUMA, 2));
+        assert_eq!((moved.compression_type, moved.gpu_direct_rdma_capable), (0, 0));
+        assert_eq!((moved.type_, moved.requested_handle_types, moved.usage), (1, 1, 1));
+    }
 }
