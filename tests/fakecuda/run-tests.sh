@@ -119,6 +119,18 @@ t_control_fake_selftest() {
     log_has "PINNED by=" "the fake did not pin registered memory" || return 1
     log_has "PIN_FAILED" "the fake registered PROT_NONE memory" || return 1
 }
+t_control_fake_detectors() {
+    # The fake's detectors fire: CUDA call in a host callback, illegal address, a wait on
+    # held work (these faults are the point here, so run()'s verdict is not used).
+    run control-fake-detectors FAKECUDA_HOLD_TIMEOUT=1 "$BIN/gbdriver" detectors
+    if ! grep -q '^ok detectors' "$out"; then
+        why="detectors: $(grep -m1 '^FAIL:' "$out" | cut -c7-)"
+        return 1
+    fi
+    log_has "CALL_FROM_CALLBACK" "no fault logged for a CUDA call from a host callback" || return 1
+    log_has "ILLEGAL_ADDRESS" "no fault logged for an illegal address" || return 1
+    log_has "HOLD_TIMEOUT" "no fault logged for waiting on held work"
+}
 t_control_runtime_uses_getprocaddress() {
     run control-runtime-getprocaddress "$BIN/gbtest-rt13" no-t2 || return 1
     log_has "cuGetProcAddress_v2 sym=cuMemAlloc ver=13000" "fake cudart 13 did not fetch cuMemAlloc through cuGetProcAddress_v2"
@@ -267,7 +279,7 @@ t_kmod_import_and_pin() {
     fi
 }
 
-control_tests="control_fake_selftest control_runtime_uses_getprocaddress control_alloc4x_fails
+control_tests="control_fake_selftest control_fake_detectors control_runtime_uses_getprocaddress control_alloc4x_fails
 control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement

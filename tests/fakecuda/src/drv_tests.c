@@ -249,11 +249,46 @@ static int test_hostreg(int argc, char **argv)
     return 0;
 }
 
+/* ---- the fake's detectors fire (fake self-test; run with FAKECUDA_HOLD_TIMEOUT=1) ---- */
+CUresult cuLaunchHostFunc(CUstream, CUhostFn, void *);
+static void callback_calls_cuda(void *result)
+{
+    CUdeviceptr p;
+    *(CUresult *)result = cuMemAlloc_v2(&p, 4096);
+}
+
+static int test_detectors(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    CUstream s;
+    OK(cuStreamCreate(&s, 0));
+    CUresult in_callback = CUDA_SUCCESS;
+    OK(cuLaunchHostFunc(s, callback_calls_cuda, &in_callback));
+    OK(cuStreamSynchronize(s));
+    CHECK(in_callback == CUDA_ERROR_NOT_PERMITTED, "CUDA call inside a host callback -> %d\n", in_callback);
+    CHECK(fakegpu_faults() == 1, "callback call not counted as a fault\n");
+    static char host[4096];
+    OK(fakegpu_launch_fill((CUdeviceptr)(uintptr_t)host, sizeof host, 1, s));
+    CUresult rc = cuStreamSynchronize(s);
+    CHECK(rc == CUDA_ERROR_ILLEGAL_ADDRESS, "kernel on unregistered host memory: sync -> %d\n", rc);
+    CHECK(fakegpu_faults() == 2, "illegal address not counted as a fault\n");
+    CUstream held;
+    CUdeviceptr d;
+    OK(cuStreamCreate(&held, 0));
+    OK(cuMemAlloc_v2(&d, 4096));
+    fakegpu_stream_hold(held);
+    OK(fakegpu_launch_fill(d, 4096, 1, held));
+    OK(cuStreamSynchronize(held)); /* waits on held work: released by the timeout */
+    CHECK(fakegpu_faults() == 3, "waiting on a held stream not counted as a fault\n");
+    printf("ok detectors\n");
+    exit(0);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
         { "vmm", test_vmm }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
-        { "hostreg", test_hostreg },
+        { "hostreg", test_hostreg }, { "detectors", test_detectors },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
