@@ -226,6 +226,11 @@ t_entrypoints_rt12() { shim entrypoints-rt12 $SHIMENV "$BIN/gbtest-rt12" entrypo
 t_entrypoints_fw() { shim entrypoints-fw $SHIMENV "$BIN/gbtest-fw" entrypoints; }
 
 t_vmm() { shim vmm $SHIMENV "$BIN/gbdriver" vmm; }
+t_vmm_rdma() { shim vmm-rdma $SHIMENV "$BIN/gbdriver" vmm rdma; }
+t_expandable_rt13() { shim expandable-rt13 $SHIMENV "$BIN/gbtest-rt13" expandable; }
+t_control_expandable_fails() {
+    run_fails control-expandable-fails "cuMemCreate (entry point)" "$BIN/gbtest-rt13" expandable
+}
 
 t_threads_rt13() { shim threads-rt13 $SHIMENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-rt13" threads; }
 t_threads_fw() { shim threads-fw $SHIMENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-fw" threads; }
@@ -280,11 +285,11 @@ t_kmod_import_and_pin() {
 }
 
 control_tests="control_fake_selftest control_fake_detectors control_runtime_uses_getprocaddress control_alloc4x_fails
-control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_discover_physical control_framework_rtld_local"
+control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_expandable_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve alloc4x_deepbind alloc4x_mlock
-async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm
+async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma expandable_rt13
 threads_rt13 threads_fw fork errors_rt13 errors_rt12 t2cap"
 if [ "$backend" = kmod ]; then
     if [ ! -e /dev/greenboost ]; then

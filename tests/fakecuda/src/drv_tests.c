@@ -64,9 +64,11 @@ static void device_check(CUdeviceptr p, size_t n, uint32_t seed, const char *wha
 /* ---- llama.cpp's VMM pool: reserve VA, cuMemCreate chunks, map, set access ---- */
 static int test_vmm(int argc, char **argv)
 {
-    (void)argc; (void)argv;
     CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                  .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    /* "vmm rdma": device properties as PyTorch's expandable segments set them. */
+    if (argc > 2 && !strcmp(argv[2], "rdma"))
+        prop.allocFlags.gpuDirectRDMACapable = 1;
     size_t gran;
     OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     size_t pool_max = 8 * vram, chunk = 16 * gran, mapped = 0;

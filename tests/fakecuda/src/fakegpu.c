@@ -609,7 +609,10 @@ CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemA
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
-        if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0) {
+        /* Host memory is neither GPUDirect-RDMA capable nor compressible: the driver
+         * refuses host requests that ask for either (seen on the H200). */
+        if (prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.compressionType ||
+            (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0)) {
             free(h);
             return CUDA_ERROR_INVALID_VALUE; /* the fake host has one NUMA node */
         }

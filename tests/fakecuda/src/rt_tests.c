@@ -606,13 +606,57 @@ static int test_no_t2(int argc, char **argv)
     return 0;
 }
 
+/* ---- PyTorch's expandable segments: VMM through cudaGetDriverEntryPoint, device
+ * properties with gpuDirectRDMACapable, 20 MiB pages, grown past VRAM ---- */
+static int test_expandable(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = entry("cuMemAddressReserve");
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = entry("cuMemCreate");
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = entry("cuMemMap");
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = entry("cuMemSetAccess");
+    CUresult (*unmap)(CUdeviceptr, size_t) = entry("cuMemUnmap");
+    CUresult (*release)(CUmemGenericAllocationHandle) = entry("cuMemRelease");
+    CUresult (*address_free)(CUdeviceptr, size_t) = entry("cuMemAddressFree");
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+    prop.allocFlags.gpuDirectRDMACapable = 1;
+    size_t page = 20 * MiB, max = 4 * vram, used = 0;
+    CUdeviceptr base;
+    OK(reserve(&base, max, 0, 0, 0));
+    CUmemGenericAllocationHandle h[512];
+    int n = 0;
+    while (used + page <= 3 * vram) {
+        CUresult rc = create(&h[n], page, &prop, 0);
+        CHECK(rc == CUDA_SUCCESS, "cuMemCreate (entry point) of segment page %d, %zu MiB mapped, VRAM %zu MiB -> %d\n",
+              n, used >> 20, vram >> 20, rc);
+        OK(map(base + used, page, 0, h[n], 0));
+        CUmemAccessDesc desc = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        OK(access(base + used, page, &desc, 1));
+        used += page;
+        n++;
+    }
+    printf("expandable segment: %d pages, %zu MiB, last page %s\n", n, used >> 20, kind((void *)(uintptr_t)(base + used - 1)));
+    CHECK(!strcmp(kind((void *)(uintptr_t)(base + used - 1)), "vmm-host"), "segment past VRAM is not host memory\n");
+    OK(fakegpu_launch_fill(base, used, 66, NULL));
+    unsigned long long bad = ~0ULL;
+    OK(fakegpu_launch_verify(base, used, 66, NULL, &bad));
+    CHECK(bad == 0, "expandable segment: %llu wrong words\n", bad);
+    OK(unmap(base, used));
+    for (int i = 0; i < n; i++)
+        OK(release(h[i]));
+    OK(address_free(base, max));
+    CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after the segment was released\n", fakegpu_vram_used());
+    return 0;
+}
+
 int gbtests_main(int argc, char **argv)
 {
     static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
         { "caps", test_caps }, { "alloc4x", test_alloc4x }, { "placement", test_placement },
         { "async", test_async }, { "threads", test_threads }, { "fork", test_fork },
         { "errors", test_errors }, { "t2cap", test_t2cap }, { "entrypoints", test_entrypoints },
-        { "no-t2", test_no_t2 },
+        { "no-t2", test_no_t2 }, { "expandable", test_expandable },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
