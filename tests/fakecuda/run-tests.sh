@@ -11,7 +11,8 @@
 #   TEST     run only these tests (names as printed).
 #
 # Environment: FAKECUDA_VRAM (fake device size, default 128M; the tests size their
-# allocations from it), GBTEST_T2_CAP (T2 cap given to the shim, default 8x VRAM),
+# allocations from it), GBTEST_T2_CAP (T2 cap given to the shim, default 8x VRAM; the
+# async tests hold 4x VRAM of T2 at once, so not less than that),
 # GBTEST_WORK (directory for logs, default a temp dir; kept on failure).
 #
 # Prints "PASS name" / "FAIL name: why" per test and finally "N passed, M failed";
