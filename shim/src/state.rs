@@ -2,7 +2,7 @@
 //! summary at exit.
 //!
 //! Lock order (the shim's only locks): `tiers::REGISTRY` before `tiers::VMM`; neither is
-//! held across a CUDA call that can block for long (synchronisation, registration).
+//! held across a CUDA call or a backend call.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};

@@ -2,8 +2,8 @@
 //! (backend memory registered with CUDA), the registry of live allocations, freeing with
 //! CUDA's synchronisation semantics, and stream-ordered frees.
 //!
-//! Lock order: `REGISTRY` before `VMM`; no lock is held across a CUDA call that waits
-//! (synchronisation, registration) or across a backend call.
+//! Lock order: `REGISTRY` before `VMM`; no lock is held across any CUDA call or backend
+//! call (the atfork prepare handler takes both locks).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_int;
@@ -374,15 +374,17 @@ pub fn reclaim(wait: bool) {
         return;
     }
     let driver = cuda::api();
-    let ready: Vec<PendingFree> = {
+    // Events are queried outside the lock: no CUDA call runs under it (a fork's prepare
+    // handler takes it after the driver's own handlers have taken the driver's locks).
+    let pending = std::mem::take(&mut REGISTRY.lock().pending);
+    let (ready, waiting): (Vec<_>, Vec<_>) = pending.into_iter().partition(|pending| {
+        wait || call!(driver, event_query(pending.event as CuEvent)) != CUDA_ERROR_NOT_READY
+    });
+    {
         let mut registry = REGISTRY.lock();
-        let (done, waiting): (Vec<_>, Vec<_>) = registry.pending.drain(..).partition(|pending| {
-            wait || call!(driver, event_query(pending.event as CuEvent)) != CUDA_ERROR_NOT_READY
-        });
-        registry.pending = waiting;
+        registry.pending.extend(waiting);
         PENDING.store(registry.pending.len(), Ordering::Release);
-        done
-    };
+    }
     for pending in ready {
         driver.with_context(pending.allocation.context as CuContext, || {
             if wait {
