@@ -220,6 +220,7 @@ install_module() {
       fi
     fi
   fi
+  say "building the module for $krel; the first build takes several minutes (it installs bindgen and prepares a private kernel tree, both cached for later builds)"
   # The module build installs bindgen with cargo the first time.
   [ -n "${cargo:-}" ] && export PATH="$PATH:$(dirname "$cargo")"
   if ! staged && [ ! -d "$system_cache" ]; then record tree "$system_cache"; fi
