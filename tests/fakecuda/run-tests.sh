@@ -47,6 +47,15 @@ export FAKECUDA_VRAM=$VRAM FAKECUDA_HOLD_TIMEOUT=10
 work=${GBTEST_WORK:-$(mktemp -d /tmp/gbtest.XXXXXX)}
 mkdir -p "$work"
 
+# The fake pins registered memory as the driver does, but io_uring and mlock pins count
+# against RLIMIT_MEMLOCK for unprivileged users (the driver's do not).
+if [ "$(id -u)" != 0 ]; then
+    lim=$(ulimit -l)
+    if [ "$lim" != unlimited ] && [ "$lim" -lt $(( (VRAM * 8) / 1024 )) ]; then
+        echo "note: memlock limit ${lim} KiB is below what the fake pins; run as root or raise ulimit -l"
+    fi
+fi
+
 passed=0
 failed=0
 why=""
