@@ -10,7 +10,8 @@
 #   /usr/src/greenboost-$VERSION/ + dkms.conf      DKMS rebuilds the module for new kernels
 #   /etc/udev/rules.d/70-greenboost.rules          /dev/greenboost: group greenboost, 0660
 #   /etc/modprobe.d/greenboost.conf                module parameters (all commented)
-#   /etc/modules-load.d/greenboost.conf            load the module at boot
+#   /etc/modules-load.d/greenboost.conf            load the module at boot (only when
+#                                                  the module was installed)
 #   /etc/security/limits.d/greenboost.conf         no memlock limit for the group
 #   /etc/systemd/system/ollama.service.d/greenboost.conf
 #                       only when an ollama.service unit exists: LD_PRELOAD for it alone
@@ -177,7 +178,6 @@ if ! staged && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ] \
 fi
 install_file 0644 "$root/packaging/udev/70-greenboost.rules" /etc/udev/rules.d/70-greenboost.rules
 install_file 0644 "$root/packaging/modprobe.d/greenboost.conf" /etc/modprobe.d/greenboost.conf
-install_file 0644 "$root/packaging/modules-load.d/greenboost.conf" /etc/modules-load.d/greenboost.conf
 install_file 0644 "$root/packaging/limits.d/greenboost.conf" /etc/security/limits.d/greenboost.conf
 
 # --- 3. DKMS source tree (the same build as `make kmod`) ------------------------------
@@ -252,6 +252,11 @@ install_module() {
 }
 module_ok=1
 install_module || module_ok=0
+# Load at boot only a module that is installed: a modules-load.d entry for a missing
+# module makes systemd-modules-load.service fail at every boot.
+if [ $module_ok = 1 ] && [ "${GREENBOOST_SKIP_KMOD:-0}" != 1 ]; then
+  install_file 0644 "$root/packaging/modules-load.d/greenboost.conf" /etc/modules-load.d/greenboost.conf
+fi
 
 # --- 5. ollama, only if it is installed as a systemd service --------------------------
 ollama_unit=

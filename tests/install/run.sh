@@ -97,7 +97,6 @@ check "staged install succeeds" stage_install "$stage" "${skip[@]}"
 cat "$stage.log" | sed 's/^/     | /'
 
 expected_outside_src="/etc/modprobe.d/greenboost.conf
-/etc/modules-load.d/greenboost.conf
 /etc/security/limits.d/greenboost.conf
 /etc/udev/rules.d/70-greenboost.rules
 /usr/local/bin/greenboost
@@ -105,6 +104,7 @@ expected_outside_src="/etc/modprobe.d/greenboost.conf
 /usr/local/lib/libgreenboost_cuda.so
 /usr/local/share/greenboost/install-manifest"
 [ $build_kmod = 1 ] && expected_outside_src="/lib/modules/$krel/extra/greenboost.ko
+/etc/modules-load.d/greenboost.conf
 $expected_outside_src"
 check "installed file list outside /usr/src is exactly the expected one" \
   diff <(echo "$expected_outside_src" | sort) <(files_in "$stage" | grep -v "^/usr/src/")
@@ -132,7 +132,11 @@ check "modprobe.d options are all commented out (module defaults apply)" \
 params=$(sed -n 's/^module_param(\([a-z_]*\),.*/\1/p' kmod/glue.c | sort)
 check "modprobe.d documents exactly the module's parameters (kmod/glue.c)" \
   diff <(echo "$params") <(grep '^# options greenboost' "$modprobe_conf" | tr ' ' '\n' | sed -n 's/=.*//p' | sort)
-check "modules-load.d loads greenboost" test "$(content_lines "$stage/etc/modules-load.d/greenboost.conf")" = greenboost
+if [ $build_kmod = 1 ]; then
+  check "modules-load.d loads greenboost" test "$(content_lines "$stage/etc/modules-load.d/greenboost.conf")" = greenboost
+else
+  check "no modules-load.d entry without a module (it would fail at every boot)" test ! -e "$stage/etc/modules-load.d"
+fi
 check "limits.d lifts memlock for the greenboost group only" \
   diff <(content_lines "$stage/etc/security/limits.d/greenboost.conf" | tr -s ' \t' ' ') \
        <(printf '@greenboost soft memlock unlimited\n@greenboost hard memlock unlimited\n')
@@ -222,8 +226,8 @@ nokernel=0.0.0-greenboost-test-nokernel
 check "install for a kernel without headers still succeeds" stage_install "$stage3" KERNELRELEASE=$nokernel
 check "it names the missing headers package" grep -q "linux-headers-$nokernel" "$stage3.log"
 check "it says the userspace backend works meanwhile" grep -q "userspace backend" "$stage3.log"
-check "it installs no module, everything else" bash -c \
-  "[ ! -e '$stage3/lib' ] && [ -f '$stage3/usr/local/lib/libgreenboost_cuda.so' ] && [ -f '$stage3/etc/udev/rules.d/70-greenboost.rules' ]"
+check "it installs no module and no boot-time load, everything else" bash -c \
+  "[ ! -e '$stage3/lib' ] && [ ! -e '$stage3/etc/modules-load.d' ] && [ -f '$stage3/usr/local/lib/libgreenboost_cuda.so' ] && [ -f '$stage3/etc/udev/rules.d/70-greenboost.rules' ]"
 check "uninstall after it leaves the stage empty" bash -c \
   "DESTDIR='$stage3' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage3' -mindepth 1)\" ]"
 
@@ -239,6 +243,8 @@ if [ -f "$stock_headers/.config" ] && [ "${GREENBOOST_TEST_KMOD:-auto}" != 0 ]; 
     stage_install "$stage4" KERNELRELEASE="$GB_STOCK_KREL" KERNEL_HEADERS="$stock_headers"
   ko=$stage4/lib/modules/$GB_STOCK_KREL/extra/greenboost.ko
   check "the module is installed 0644 in /lib/modules/$GB_STOCK_KREL/extra" bash -c "[ \$(stat -c %a '$ko') = 644 ]"
+  check "with the module, modules-load.d loads it at boot" \
+    test "$(content_lines "$stage4/etc/modules-load.d/greenboost.conf")" = greenboost
   check "its vermagic is $GB_STOCK_KREL and it has the parameters modprobe.d documents" bash -c "
     modinfo -F vermagic '$ko' | grep -q '^$GB_STOCK_KREL ' &&
     diff <(modinfo -F parm '$ko' | cut -d: -f1 | sort) <(echo '$params')"
