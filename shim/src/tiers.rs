@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_int;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::lock::{const_mutex, Mutex};
@@ -353,6 +353,7 @@ pub fn release_after(allocation: HostAllocation, stream: CuStream) {
             STATS.deferred_frees.fetch_add(1, Ordering::Relaxed);
             REGISTRY.lock().pending.push(PendingFree { event: event as usize, allocation });
             PENDING.fetch_add(1, Ordering::Release);
+            start_reclaimer();
         }
         None => {
             driver.with_context(allocation.context as CuContext, || {
@@ -361,6 +362,29 @@ pub fn release_after(allocation: HostAllocation, stream: CuStream) {
             });
             finish_release(allocation);
         }
+    }
+}
+
+static RECLAIMER_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts (once per process) the thread that releases stream-ordered frees when their
+/// stream passes them, so that pinned memory goes back even if the program makes no
+/// further CUDA call. It polls with cuEventQuery through `reclaim` (never a CUDA call
+/// from a host callback); without it, later shim calls still reclaim.
+fn start_reclaimer() {
+    if RECLAIMER_STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("greenboost-reclaim".into()).spawn(|| loop {
+        if PENDING.load(Ordering::Acquire) == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        } else {
+            reclaim(false);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    if let Err(error) = spawned {
+        info!("no reclaim thread ({error}); stream-ordered frees are released by later CUDA calls");
     }
 }
 
@@ -377,8 +401,12 @@ pub fn reclaim(wait: bool) {
     // Events are queried outside the lock: no CUDA call runs under it (a fork's prepare
     // handler takes it after the driver's own handlers have taken the driver's locks).
     let pending = std::mem::take(&mut REGISTRY.lock().pending);
+    // Queried in the allocation's context (the reclaim thread has none of its own); an
+    // error other than "not ready" means the stream's work is dead, so the memory can go.
     let (ready, waiting): (Vec<_>, Vec<_>) = pending.into_iter().partition(|pending| {
-        wait || call!(driver, event_query(pending.event as CuEvent)) != CUDA_ERROR_NOT_READY
+        wait || driver.with_context(pending.allocation.context as CuContext, || {
+            call!(driver, event_query(pending.event as CuEvent)) != CUDA_ERROR_NOT_READY
+        })
     });
     {
         let mut registry = REGISTRY.lock();
@@ -464,6 +492,8 @@ pub extern "C" fn after_fork_in_child() {
         VMM.raw().reset_in_child();
         REGISTRY.raw().reset_in_child();
     }
+    // The reclaim thread stayed in the parent.
+    RECLAIMER_STARTED.store(false, Ordering::Release);
     if STATS.t1_allocs.load(Ordering::Relaxed) != 0 || STATS.t2_allocs.load(Ordering::Relaxed) != 0 {
         state::step_aside_after_fork();
     }
