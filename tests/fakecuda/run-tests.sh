@@ -13,7 +13,9 @@
 # Environment: FAKECUDA_VRAM (fake device size, default 128M; the tests size their
 # allocations from it), GBTEST_T2_CAP (T2 cap given to the shim, default 8x VRAM; the
 # async tests hold 4x VRAM of T2 at once, so not less than that),
-# GBTEST_WORK (directory for logs, default a temp dir; kept on failure).
+# GBTEST_WORK (directory for logs, default a temp dir; kept on failure),
+# GBTEST_TIMEOUT (seconds per test, default 180), FAKECUDA_HOLD_TIMEOUT (seconds a
+# test may hold a stream, default 10; longer under emulation).
 #
 # Prints "PASS name" / "FAIL name: why" per test and finally "N passed, M failed";
 # exits non-zero when anything failed.
@@ -43,7 +45,8 @@ to_bytes() {
 }
 VRAM=$(to_bytes "${FAKECUDA_VRAM:-128M}")
 T2CAP=$(to_bytes "${GBTEST_T2_CAP:-$(( VRAM * 8 ))}")
-export FAKECUDA_VRAM=$VRAM FAKECUDA_HOLD_TIMEOUT=10
+export FAKECUDA_VRAM=$VRAM FAKECUDA_HOLD_TIMEOUT=${FAKECUDA_HOLD_TIMEOUT:-10}
+test_timeout=${GBTEST_TIMEOUT:-180}
 work=${GBTEST_WORK:-$(mktemp -d /tmp/gbtest.XXXXXX)}
 mkdir -p "$work"
 
@@ -69,7 +72,7 @@ run() {
     out=$work/$name.out
     log=$work/$name.log
     rm -f "$log"
-    timeout 180 env LD_LIBRARY_PATH="$LIB" FAKECUDA_LOG="$log" "$@" >"$out" 2>&1 </dev/null
+    timeout "$test_timeout" env LD_LIBRARY_PATH="$LIB" FAKECUDA_LOG="$log" "$@" >"$out" 2>&1 </dev/null
     rc=$?
     if [ $rc -ne 0 ]; then
         why=$(grep -m1 '^FAIL:' "$out" | cut -c7-)

@@ -523,12 +523,12 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio
 }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
-    GATE(1, 1);
+    GATE(1, s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD); /* a created stream carries its context */
     return fg_stream_destroy(s);
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
-    GATE(1, 1);
+    GATE(1, s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD); /* a created stream carries its context */
     CUresult rc = fg_stream_sync(s);
     fg_log("cuStreamSynchronize stream=%p -> %d", (void *)s, rc);
     return rc;
@@ -540,7 +540,7 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
 }
 EXPORT CUresult cuStreamQuery(CUstream s)
 {
-    GATE(1, 1);
+    GATE(1, s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD); /* a created stream carries its context */
     return fg_stream_query(s);
 }
 EXPORT CUresult cuStreamQuery_ptsz(CUstream s)
@@ -585,7 +585,7 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags)
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e)
 {
-    GATE(1, 1);
+    GATE(1, 0); /* the event carries its context */
     return fg_event_destroy(e);
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
@@ -600,12 +600,12 @@ EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s)
 }
 EXPORT CUresult cuEventQuery(CUevent e)
 {
-    GATE(1, 1);
+    GATE(1, 0); /* the event carries its context */
     return fg_event_query(e);
 }
 EXPORT CUresult cuEventSynchronize(CUevent e)
 {
-    GATE(1, 1);
+    GATE(1, 0); /* the event carries its context */
     return fg_event_sync(e);
 }
 
