@@ -2,6 +2,7 @@
 #   make kmod          greenboost.ko for the running kernel (or KERNELRELEASE=...)
 #   make shim          libgreenboost_cuda.so (target/release)
 #   make cli           the `greenboost` command
+#   make install       sudo: shim, CLI, module, udev/modprobe/limits/DKMS files (DESTDIR ok)
 #   make test          every suite that needs no GPU (what CI runs)
 #   make kmod-test     module suite in QEMU guests (stock Debian kernel + Rust test kernel)
 #   make shim-test     shim suite against fake CUDA libraries
@@ -10,9 +11,11 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all kmod shim cli test abi-test kmod-test shim-test gpu-test bench install uninstall clean
+.PHONY: all kmod shim cli test abi-test cli-test shim-test python-example-test kmod-test install-test \
+	gpu-test bench install uninstall clean
+PREFIX ?= /usr/local
 
-all: shim
+all: shim cli
 
 kmod:
 	scripts/build-kmod.sh
@@ -25,6 +28,19 @@ cli:
 
 abi-test:
 	@scripts/run-suite.sh abi-test $(CARGO) test -p greenboost-abi
+
+# CLI unit tests and `status --json` against a fake sysfs root.
+cli-test:
+	@scripts/run-suite.sh cli-test $(CARGO) test -p greenboost-cli
+
+# Python zero-copy example: ABI against abi/greenboost.h, numpy/torch views; the real
+# round trip and the CUDA view run where /dev/greenboost / a GPU exist, else are skipped.
+python-example-test:
+	@scripts/run-suite.sh python-example-test python3 examples/python/test_zerocopy.py
+
+# Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
+install-test:
+	@scripts/run-suite.sh install-test tests/install/run.sh
 
 shim-test:
 	@scripts/run-suite.sh shim-test tests/fakecuda/run.sh
@@ -40,6 +56,14 @@ gpu-test:
 
 bench:
 	bench/run.sh
+
+# `sudo make install`: the shim, the CLI, the module for the running kernel and the
+# system files (scripts/install.sh). DESTDIR=DIR stages into DIR without touching the system.
+install:
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/install.sh
+
+uninstall:
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" scripts/uninstall.sh
 
 clean:
 	$(CARGO) clean

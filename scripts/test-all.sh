@@ -4,7 +4,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-suites=(abi-test shim-test kmod-test)
+# install-test after kmod-test: it reuses the stock-kernel headers kmod-test unpacks.
+suites=(abi-test cli-test shim-test python-example-test kmod-test install-test)
 total_passed=0; total_failed=0; lines=()
 for suite in "${suites[@]}"; do
   out=$(make --no-print-directory "$suite" 2>&1 | tee /dev/stderr | grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed$' | tail -1)
