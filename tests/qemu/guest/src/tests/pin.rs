@@ -91,12 +91,22 @@ pub fn pinned_pages_not_recycled() -> TestResult {
     let old = old_buf.map()?;
     let old_ptr = old.ptr();
     ring.register_buffers(&[iov(&old)]).map_err(|e| format!("IORING_REGISTER_BUFFERS: {}", errname(e)))?;
-    // Free the buffer while the pin lives (munmap + close: the DMA-BUF is released).
+    // Free the buffer while the pin lives (munmap + close: the DMA-BUF is released),
+    // with room in the cache (raised just before) so that the pool would keep its pages.
+    let cache_mb = dev.info()?.cache_target / MIB + 2 * LEN as u64 / MIB;
+    let _room = crate::tests::pressure::ParamGuard::set("cache_mb", &cache_mb.to_string())?;
     drop(old);
     drop(old_buf);
-    // New buffers now, likely reusing freed memory; each holds a known pattern.
+    // Let the module finish recycling (its refill worker zeroes returned pages into the
+    // cache), then take more than the whole cache: freed pages that went back to the
+    // cache would now be in one of these buffers. Each holds a known pattern.
+    let t0 = std::time::Instant::now();
+    while sysfs_counter("t2_zeroed_bytes")? != sysfs_counter("t2_cached_bytes")? && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let count = dev.info()?.cache_target / LEN as u64 + 4;
     let mut fresh = Vec::new();
-    for i in 0..8u64 {
+    for i in 0..count {
         let b = dev.alloc(LEN as u64)?;
         let m = b.map()?;
         m.fill(0xd0 + i, 1);
