@@ -6,7 +6,7 @@
 # Phases (each test prints `PASS name` or `FAIL name: reason`; SKIP lines are not
 # counted):
 #   1. load greenboost.ko with the main parameters and the importer; /dev/ram0 present
-#   2. `gb-guest-tests all`
+#   2. `gb-guest-tests all`, then /greenboost/extra/run.sh when the runner shipped one
 #   3. rmmod is refused while a buffer (held by another process) or a device file is
 #      alive, and works once they are gone; the final stats line reaches dmesg
 #   4. reload with a reserve above the guest's RAM: every ALLOC refused, pressure on
@@ -26,22 +26,26 @@ check() { # check NAME REASON-IF-FALSE COMMAND...
   if "$@"; then pass "$name"; else fail "$name" "$reason"; fi
 }
 
-# Runs gb-guest-tests, streaming its output, and counts its PASS/FAIL lines.
-run_tests() {
-  out=/tmp/gb-tests.out
-  { "$BIN" "$@" 2>&1; echo "$?" > /tmp/gb-tests.rc; } | tee "$out"
-  rc=$(cat /tmp/gb-tests.rc)
+# run_counted LABEL CMD... : runs CMD, streaming its output, and counts its PASS/FAIL
+# lines; a non-zero exit without a FAIL line, or no result at all, is one failure.
+run_counted() {
+  label=$1; shift
+  out=/tmp/gb-run.out
+  { "$@" 2>&1; echo "$?" > /tmp/gb-run.rc; } | tee "$out"
+  rc=$(cat /tmp/gb-run.rc)
   p=$(grep -c '^PASS ' "$out")
   f=$(grep -c '^FAIL ' "$out")
   passed=$((passed + p))
   failed=$((failed + f))
   if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
-    fail "gb-guest-tests $*" "exited with status $rc without a FAIL line"
+    fail "$label" "exited with status $rc without a FAIL line"
   fi
   if [ "$p" = 0 ] && [ "$f" = 0 ]; then
-    fail "gb-guest-tests $*" "printed no results"
+    fail "$label" "printed no results"
   fi
 }
+
+run_tests() { run_counted "gb-guest-tests $*" "$BIN" "$@"; }
 
 loaded() { grep -q "^$1 " /proc/modules; }
 
@@ -98,6 +102,11 @@ if load insmod_main pool_cap_mb=4096 reserve_mb=128 cache_mb=64 watchdog_ms=200;
 
   # --- 2. the in-process tests ----------------------------------------------------
   run_tests all
+  # Programs other suites ship into the guest (GB_GUEST_EXTRA, tests/qemu/README.md),
+  # e.g. the shim against fake CUDA libraries and the real module.
+  if [ -f $GB/extra/run.sh ]; then
+    run_counted "extra/run.sh" sh $GB/extra/run.sh
+  fi
 
   # --- 3. unload rules ------------------------------------------------------------
   "$BIN" hold-buffer 4194304 > /tmp/hold.out 2>&1 &
