@@ -4,7 +4,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 PKGS=(linux-source-6.12 rustc-web rust-web-src clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
-      make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy dkms)
+      make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy dkms patch)
 missing=()
 for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
