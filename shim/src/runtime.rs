@@ -1,6 +1,6 @@
 //! CUDA runtime hooks (libcudart.so.12 / .13).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::cuda;
@@ -10,27 +10,54 @@ use crate::libs;
 use crate::tiers::{self, Allocated, Lookup};
 
 type GetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CudaError;
+type GetLastErrorFn = unsafe extern "C" fn() -> CudaError;
+
+/// A runtime function the shim calls but does not hook, resolved once from the
+/// program's runtime (`cache` holds it).
+fn runtime_function(cache: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void> {
+    let known = cache.load(Ordering::Acquire);
+    if !known.is_null() {
+        return Some(known);
+    }
+    let handle = libs::runtime();
+    if handle.is_null() {
+        return None;
+    }
+    let found = libs::symbol(handle, name.as_ptr());
+    if found.is_null() {
+        return None;
+    }
+    cache.store(found, Ordering::Release);
+    Some(found)
+}
 
 /// The runtime's current device (cudaGetDevice of the program's runtime).
 fn current_device() -> Option<CuDevice> {
     static GET_DEVICE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let mut found = GET_DEVICE.load(Ordering::Acquire);
-    if found.is_null() {
-        let handle = libs::runtime();
-        if handle.is_null() {
-            return None;
-        }
-        found = libs::symbol(handle, c"cudaGetDevice".as_ptr());
-        if found.is_null() {
-            return None;
-        }
-        GET_DEVICE.store(found, Ordering::Release);
-    }
+    let found = runtime_function(&GET_DEVICE, c"cudaGetDevice")?;
     // SAFETY: the runtime's cudaGetDevice.
     let get_device: GetDeviceFn = unsafe { std::mem::transmute::<*mut c_void, GetDeviceFn>(found) };
     let mut device: c_int = 0;
     // SAFETY: valid out pointer.
     (unsafe { get_device(&mut device) } == CUDA_RT_SUCCESS).then_some(device)
+}
+
+/// Clears the error a failed real allocation left as this thread's "last error" once
+/// the shim has answered the call with success (T2 after a driver out-of-memory).
+/// Out-of-memory is not sticky, so cudaGetLastError clears it; left pending, it would
+/// fail the program's next cudaGetLastError check (PyTorch raises "CUDA error: out of
+/// memory" after its next kernel).
+fn clear_last_error(failed_with: CudaError) {
+    static GET_LAST_ERROR: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let Some(found) = runtime_function(&GET_LAST_ERROR, c"cudaGetLastError") else {
+        info!("no cudaGetLastError in the runtime: error {} stays pending after a T2 retry", failed_with);
+        return;
+    };
+    // SAFETY: the runtime's cudaGetLastError (no arguments).
+    let get_last_error: GetLastErrorFn = unsafe { std::mem::transmute::<*mut c_void, GetLastErrorFn>(found) };
+    // SAFETY: see above.
+    let pending = unsafe { get_last_error() };
+    debug!("runtime error {} cleared after the T2 retry of an allocation that failed with {}", pending, failed_with);
 }
 
 /// Makes the runtime's context current on this thread, as any runtime allocation would
@@ -60,6 +87,7 @@ unsafe fn allocate(
     vram: impl FnOnce() -> CudaError,
 ) -> CudaError {
     let Some(device) = current_device() else { return vram() };
+    let real_failure = std::cell::Cell::new(CUDA_RT_SUCCESS);
     let outcome = tiers::allocate(
         size as u64,
         device,
@@ -67,13 +95,19 @@ unsafe fn allocate(
         || match vram() {
             // SAFETY: the real allocation wrote the pointer.
             CUDA_RT_SUCCESS => Ok(unsafe { *dev_ptr } as CuDevicePtr),
-            status => Err(status),
+            status => {
+                real_failure.set(status);
+                Err(status)
+            }
         },
         prepare_host,
     );
     match outcome {
         Allocated::Vram => CUDA_RT_SUCCESS,
         Allocated::Host(device_ptr) => {
+            if real_failure.get() != CUDA_RT_SUCCESS {
+                clear_last_error(real_failure.get());
+            }
             // SAFETY: per the contract.
             unsafe { *dev_ptr = device_ptr as *mut c_void };
             CUDA_RT_SUCCESS
@@ -164,19 +198,28 @@ pub unsafe fn mem_get_info(real: pfn::cudaMemGetInfo, free: *mut usize, total: *
     status
 }
 
-/// cudaGetDeviceProperties and its _v2: `totalGlobalMem` shows the reported capacity.
+/// cudaGetDeviceProperties and its _v2: `totalGlobalMem` shows the reported capacity,
+/// computed from the driver's real total. The runtime fills the field from a figure it
+/// cached at initialisation through cuDeviceTotalMem, which may already have been our
+/// hook's answer (the runtime reaches the driver through cuGetProcAddress): adding to
+/// the field would count T2 twice (seen on the H200 with GREENBOOST_REPORT=combined).
 pub unsafe fn get_device_properties(real: pfn::cudaGetDeviceProperties, prop: *mut c_void, device: c_int) -> CudaError {
     // SAFETY: the caller's arguments.
     let status = unsafe { real(prop, device) };
-    if status == CUDA_RT_SUCCESS && !prop.is_null() {
-        // SAFETY: a filled cudaDeviceProp; the field is a size_t at this offset in
-        // CUDA 12 and 13 (see ffi), possibly unaligned only if the caller's struct is.
-        unsafe {
-            let field = prop.cast::<u8>().add(CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET).cast::<usize>();
-            let total = field.read_unaligned() as u64;
-            let (_, shown_total) = tiers::reported(total, total);
-            field.write_unaligned(shown_total as usize);
-        }
+    if status != CUDA_RT_SUCCESS || prop.is_null() {
+        return status;
+    }
+    // Runtime device ordinals are the driver's (both honour CUDA_VISIBLE_DEVICES).
+    let Some(physical) = cuda::physical_vram(device) else {
+        // No real total to start from: the runtime's own figure stands.
+        return status;
+    };
+    let (_, shown_total) = tiers::reported(physical, physical);
+    // SAFETY: a filled cudaDeviceProp; the field is a size_t at this offset in CUDA 12
+    // and 13 (see ffi), possibly unaligned only if the caller's struct is.
+    unsafe {
+        let field = prop.cast::<u8>().add(CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET).cast::<usize>();
+        field.write_unaligned(shown_total as usize);
     }
     status
 }

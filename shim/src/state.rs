@@ -74,7 +74,9 @@ pub struct ReentryGuard(());
 impl ReentryGuard {
     pub fn enter() -> Option<ReentryGuard> {
         let entered = IN_HOOK.try_with(|flag| !flag.replace(true)).unwrap_or(false);
-        entered.then_some(ReentryGuard(()))
+        // Built only when entered: a guard built and dropped for a nested call would
+        // clear the outer hook's flag (`then_some` builds its argument eagerly).
+        entered.then(|| ReentryGuard(()))
     }
 }
 
@@ -213,6 +215,16 @@ extern "C" fn summary_at_exit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nested_hooks_pass_through_until_the_outermost_guard_is_dropped() {
+        let outer = ReentryGuard::enter().expect("outermost hook");
+        assert!(ReentryGuard::enter().is_none());
+        assert!(ReentryGuard::enter().is_none(), "a nested call cleared the outer hook's flag");
+        drop(outer);
+        let again = ReentryGuard::enter();
+        assert!(again.is_some());
+    }
 
     #[test]
     fn stats_export_copies_the_counters_and_refuses_null() {
