@@ -253,6 +253,17 @@ t_fork() {
     shim fork $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 16 )) "$BIN/gbtest-rt13" fork
 }
 
+t_lasterror_rt13() {
+    # Every allocation tries VRAM first, so the driver's out-of-memory is what sends the
+    # later ones to T2.
+    shim lasterror-rt13 $SHIMENV GREENBOOST_MIN_T2_SIZE=$(( VRAM * 2 )) "$BIN/gbtest-rt13" lasterror
+}
+t_lasterror_fw() {
+    shim lasterror-fw $SHIMENV GREENBOOST_MIN_T2_SIZE=$(( VRAM * 2 )) "$BIN/gbtest-fw" lasterror
+}
+t_control_lasterror_fails() {
+    run_fails control-lasterror-fails "bytes -> 2" "$BIN/gbtest-rt13" lasterror
+}
 t_errors_rt13() { shim errors-rt13 $SHIMENV "$BIN/gbtest-rt13" errors; }
 t_errors_rt12() { shim errors-rt12 $SHIMENV "$BIN/gbtest-rt12" errors; }
 t_t2cap() {
@@ -298,12 +309,12 @@ t_kmod_import_and_pin() {
 }
 
 control_tests="control_fake_selftest control_fake_detectors control_runtime_uses_getprocaddress control_alloc4x_fails
-control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_expandable_fails control_discover_physical control_framework_rtld_local"
+control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_expandable_fails control_lasterror_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma expandable_rt13
-threads_rt13 threads_fw fork errors_rt13 errors_rt12 t2cap"
+threads_rt13 threads_fw fork errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap"
 if [ "$backend" = kmod ]; then
     if [ ! -e /dev/greenboost ]; then
         echo "FAIL kmod: --kmod needs /dev/greenboost (load greenboost.ko)"

@@ -66,6 +66,10 @@ static struct {
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static cudaError_t init_error;
 static CUcontext primary;
+/* The device's total memory, read once at initialisation through the entry point
+ * cuGetProcAddress gave, as the real runtime does: cudaGetDeviceProperties reports this
+ * cached figure (so an interposer's cuDeviceTotalMem answer is already in it). */
+static size_t total_mem;
 static __thread int ctx_current;
 static __thread cudaError_t last_error;
 
@@ -119,6 +123,8 @@ static void runtime_init(void)
     CUdevice d;
     if (!rc)
         rc = drv.cuDeviceGet(&d, 0);
+    if (!rc)
+        rc = drv.cuDeviceTotalMem(&total_mem, d);
     if (!rc)
         rc = drv.cuDevicePrimaryCtxRetain(&primary, d);
     if (rc)
@@ -277,12 +283,9 @@ static cudaError_t device_properties(void *prop, int d)
         return set_error(101);
     memset(prop, 0, CUDA_DEVICE_PROP_SIZE);
     CUresult rc = drv.cuDeviceGetName(prop, 256, 0);
-    size_t total = 0;
-    if (!rc)
-        rc = drv.cuDeviceTotalMem(&total, 0);
     if (rc)
         return from_driver(rc);
-    memcpy((char *)prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, &total, sizeof total);
+    memcpy((char *)prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, &total_mem, sizeof total_mem);
     return cudaSuccess;
 }
 

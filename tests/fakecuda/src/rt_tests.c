@@ -32,6 +32,9 @@ cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long lo
 cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned version,
                                              unsigned long long flags, CUdriverProcAddressQueryResult *status);
 const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 
 static size_t vram;
 
@@ -94,6 +97,11 @@ static int test_caps(int argc, char **argv)
     unsigned long long expect = arg_size(argv[2]);
     int combined = argc > 3 && !strcmp(argv[3], "combined");
 
+    /* PyTorch's first runtime call (torch.cuda.device_count) is not hooked: the runtime
+     * initialises outside any hook and caches the total that cuDeviceTotalMem (hooked,
+     * through cuGetProcAddress) gave it. */
+    int count = 0;
+    OK(cudaGetDeviceCount(&count));
     size_t free_rt, total_rt;
     OK(cudaMemGetInfo(&free_rt, &total_rt));
     unsigned char prop[CUDA_DEVICE_PROP_SIZE + 64];
@@ -653,13 +661,58 @@ static int test_expandable(int argc, char **argv)
     return 0;
 }
 
+/* ---- a driver out-of-memory retried in T2 leaves no runtime error pending: PyTorch
+ * checks cudaGetLastError() after its kernels and would raise "out of memory" ---- */
+static int test_lasterror(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    /* The runtime's last error as CUDA keeps it: set by a failed call, returned and
+     * cleared by cudaGetLastError, returned by cudaPeekAtLastError. */
+    char byte = 0;
+    cudaError_t rc = cudaMemcpy(&byte, &byte, 1, 99);
+    CHECK(rc == 21, "cudaMemcpy with an invalid direction -> %d\n", rc);
+    CHECK(cudaPeekAtLastError() == 21 && cudaPeekAtLastError() == 21, "cudaPeekAtLastError did not keep error 21\n");
+    CHECK(cudaGetLastError() == 21 && cudaGetLastError() == cudaSuccess, "cudaGetLastError did not return and clear 21\n");
+
+    /* Allocations below GREENBOOST_MIN_T2_SIZE go to VRAM first; once the device is full
+     * the driver refuses them and the shim retries in T2. */
+    size_t chunk = vram / 3;
+    void *p[16];
+    int n = 0, in_t2 = 0;
+    for (int async = 0; async < 2; async++) {
+        for (int tries = 0; tries < 6; tries++, n++) {
+            rc = async ? cudaMallocAsync(&p[n], chunk, NULL) : cudaMalloc(&p[n], chunk);
+            CHECK(rc == cudaSuccess, "%s #%d of %zu bytes -> %d\n", async ? "cudaMallocAsync" : "cudaMalloc", n, chunk, rc);
+            const char *where = kind(p[n]);
+            cudaError_t peeked = cudaPeekAtLastError(), pending = cudaGetLastError();
+            CHECK(peeked == cudaSuccess && pending == cudaSuccess,
+                  "after a successful %s (placed in %s) the runtime still holds error %d (peek %d): "
+                  "PyTorch's next cudaGetLastError() check fails with it\n",
+                  async ? "cudaMallocAsync" : "cudaMalloc", where, pending, peeked);
+            fill_and_verify(p[n], chunk, 500 + (uint32_t)n, 0);
+            if (strcmp(where, "vram")) {
+                in_t2++;
+                n++;
+                break;
+            }
+        }
+        CHECK(in_t2 == async + 1, "no %s went to T2 after the device filled up\n", async ? "cudaMallocAsync" : "cudaMalloc");
+    }
+    for (int i = 0; i < n; i++)
+        verify(p[i], chunk, 500 + (uint32_t)i);
+    OK(cudaDeviceSynchronize());
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(p[i]));
+    return 0;
+}
+
 int gbtests_main(int argc, char **argv)
 {
     static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
         { "caps", test_caps }, { "alloc4x", test_alloc4x }, { "placement", test_placement },
         { "async", test_async }, { "threads", test_threads }, { "fork", test_fork },
         { "errors", test_errors }, { "t2cap", test_t2cap }, { "entrypoints", test_entrypoints },
-        { "no-t2", test_no_t2 }, { "expandable", test_expandable },
+        { "no-t2", test_no_t2 }, { "expandable", test_expandable }, { "lasterror", test_lasterror },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
