@@ -67,6 +67,7 @@ const MAIN: &[Test] = &[
     t("concurrent_4x8_stress", 900, stress::concurrent_stress),
     t("random_ioctls_12000", 900, fuzz::random_ioctls),
     t("pressure_eventfd", 180, pressure::pressure_eventfd),
+    t("eventfd_crossings_race", 120, pressure::eventfd_crossings_race),
 ];
 
 const RESERVE: &[Test] = &[t("reserve_above_ram_refuses", 60, pressure::reserve_above_ram)];

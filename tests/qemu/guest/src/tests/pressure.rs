@@ -253,3 +253,61 @@ impl Drop for Restore {
         unsafe { libc::chown(self.0.as_ptr(), 0, 0) };
     }
 }
+
+/// Pressure crossings (the watchdog signalling every registered eventfd) racing with
+/// threads that register eventfds and close their device files and eventfds: the
+/// registration list and the eventfd references must hold (lockdep, list debugging and
+/// the runner's kernel-log check watch this), and each crossing reaches live eventfds.
+pub fn eventfd_crossings_race() -> TestResult {
+    let dev = Dev::open()?;
+    let _period = ParamGuard::set("watchdog_ms", "100")?;
+    let normal = read_param("reserve_mb")?;
+    let _restore = ParamGuard::set("reserve_mb", &normal)?;
+    let total_mb = meminfo("MemTotal").ok_or("no MemTotal")? / MIB;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || -> Result<u64, String> {
+                let mut registrations = 0;
+                while Instant::now() < deadline {
+                    let d = Dev::open()?;
+                    let fds: Vec<_> = (0..4).map(|_| eventfd()).collect::<Result<_, _>>()?;
+                    for f in &fds {
+                        d.register_eventfd(f.as_raw_fd(), 0).map_err(|e| format!("REGISTER_EVENTFD: {}", errname(e)))?;
+                        registrations += 1;
+                    }
+                    // Close the eventfds first, the device file after: the module's own
+                    // references must keep the contexts alive until then.
+                    drop(fds);
+                    std::thread::sleep(Duration::from_millis(5));
+                    drop(d);
+                }
+                Ok(registrations)
+            })
+        })
+        .collect();
+    // A long-lived registration that must see the crossings.
+    let watcher = eventfd()?;
+    dev.register_eventfd(watcher.as_raw_fd(), 0).map_err(|e| format!("REGISTER_EVENTFD: {}", errname(e)))?;
+    let mut crossings = 0u64;
+    let mut on = false;
+    while Instant::now() < deadline {
+        on = !on;
+        write_param("reserve_mb", &if on { (total_mb * 4).to_string() } else { normal.clone() })?;
+        wait_pressure(&dev, u32::from(on), Duration::from_secs(3))?;
+        crossings += 1;
+    }
+    write_param("reserve_mb", &normal)?;
+    wait_pressure(&dev, 0, Duration::from_secs(3))?;
+    let mut registrations = 0;
+    for w in workers {
+        registrations += w.join().map_err(|_| "worker panicked".to_string())??;
+    }
+    let signalled = wait_eventfd(watcher.as_raw_fd(), Duration::from_millis(500))?.unwrap_or(0);
+    note(&format!("{crossings} crossings, {registrations} racing registrations, watcher counted {signalled}"));
+    ensure(crossings >= 4, || format!("only {crossings} pressure crossings in 5 s"))?;
+    ensure(signalled >= crossings + u64::from(on), || format!("watcher eventfd counted {signalled} signals for {} crossings", crossings + u64::from(on)))?;
+    let b = dev.alloc(2 * MIB).map_err(|e| format!("after the race: {e}"))?;
+    drop(b);
+    Ok(Outcome::Pass)
+}
