@@ -5,7 +5,7 @@
 //! held across a CUDA call or a backend call.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use crate::config::{self, Config};
@@ -32,10 +32,14 @@ extern "C" fn initialise() {
         info!("disabled by GREENBOOST_DISABLE");
         return;
     }
-    // SAFETY: plain function pointers without captured state.
-    unsafe {
-        libc::atexit(summary_at_exit);
-        libc::pthread_atfork(Some(crate::tiers::before_fork), Some(crate::tiers::after_fork_in_parent), Some(crate::tiers::after_fork_in_child));
+    // Registered once per loaded copy of the shim, whatever runs the constructor again.
+    static HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !HANDLERS_REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: plain function pointers without captured state.
+        unsafe {
+            libc::atexit(summary_at_exit);
+            libc::pthread_atfork(Some(crate::tiers::before_fork), Some(crate::tiers::after_fork_in_parent), Some(crate::tiers::after_fork_in_child));
+        }
     }
     PHASE.store(ACTIVE, Ordering::Release);
     debug!("loaded: {:?}", config);
@@ -193,14 +197,45 @@ pub unsafe extern "C" fn greenboost_shim_stats(out: *mut ShimStats) -> i32 {
     0
 }
 
+/// Whether this process printed its summary (a forked child starts with false).
+static SUMMARY_PRINTED: AtomicBool = AtomicBool::new(false);
+
+/// In the child of a fork: the counters start again, so that the child's summary (a
+/// forked worker that exits through `exit` runs the inherited atexit handler) shows
+/// only what the child did, and nothing when it did nothing. What is in use stays.
+pub fn counters_start_afresh_in_child() {
+    for counter in [
+        &STATS.t1_allocs,
+        &STATS.t2_allocs,
+        &STATS.t2_after_vram_oom,
+        &STATS.oom_returned,
+        &STATS.vmm_host,
+        &STATS.deferred_frees,
+    ] {
+        counter.store(0, Ordering::Relaxed);
+    }
+    STATS.t1_peak.store(STATS.t1_used.load(Ordering::Relaxed), Ordering::Relaxed);
+    STATS.t2_peak.store(STATS.t2_used.load(Ordering::Relaxed), Ordering::Relaxed);
+    SUMMARY_PRINTED.store(false, Ordering::Relaxed);
+}
+
 extern "C" fn summary_at_exit() {
-    crate::tiers::final_report();
+    // A child that stepped aside after fork has no VRAM of its own to report.
+    if active() {
+        crate::tiers::final_report();
+    }
     let stats = snapshot();
     if stats.t1_allocs == 0 && stats.t2_allocs == 0 {
         return;
     }
+    if SUMMARY_PRINTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
     info!(
-        "summary: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host); out-of-memory returned {}; backend {}",
+        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host); out-of-memory returned {}; backend {}",
+        pid,
         Mib(stats.t1_peak),
         Mib(stats.t2_peak),
         stats.t1_allocs,

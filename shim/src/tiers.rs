@@ -497,6 +497,7 @@ pub extern "C" fn after_fork_in_child() {
     if STATS.t1_allocs.load(Ordering::Relaxed) != 0 || STATS.t2_allocs.load(Ordering::Relaxed) != 0 {
         state::step_aside_after_fork();
     }
+    state::counters_start_afresh_in_child();
 }
 
 /// Answers with the out-of-memory counter bumped.
