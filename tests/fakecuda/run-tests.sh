@@ -281,6 +281,17 @@ t_backend_auto_userspace() {
     out_has "peak T1" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit" || return 1
     out_has "peak T2" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit"
 }
+t_summary_once() {
+    # One summary line, the parent's, however many processes ran the shim's atexit handler.
+    shim summary-once $SHIMENV GREENBOOST_LOG=info "$BIN/gbtest-rt13" forkexit || return 1
+    parent=$(sed -n 's/^parent pid //p' "$out")
+    n=$(grep -c 'summary:' "$out")
+    if [ "$n" -ne 1 ]; then
+        why="$n exit summaries, want 1 (the parent is $parent): $(grep 'summary:' "$out" | tr '\n' ' ')"
+        return 1
+    fi
+    out_has "greenboost\[$parent\]: summary: pid $parent:" "the one summary is not the parent's (pid $parent)"
+}
 t_backend_kmod_absent() {
     if [ -e /dev/greenboost ]; then
         return 0
@@ -314,7 +325,7 @@ shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physica
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma expandable_rt13
-threads_rt13 threads_fw fork errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap"
+threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap"
 if [ "$backend" = kmod ]; then
     if [ ! -e /dev/greenboost ]; then
         echo "FAIL kmod: --kmod needs /dev/greenboost (load greenboost.ko)"

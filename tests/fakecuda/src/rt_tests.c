@@ -488,6 +488,28 @@ static int test_fork(int argc, char **argv)
     return 0;
 }
 
+/* ---- one exit summary per process: a forked child that leaves through exit() (as a
+ * Python worker's sys.exit does) runs the inherited atexit handlers ---- */
+static int test_forkexit(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    void *v, *t2;
+    OK(cudaMalloc(&v, 1 * MiB));
+    OK(cudaMalloc(&t2, 2 * vram));
+    printf("parent pid %d\n", (int)getpid());
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork\n");
+    if (pid == 0)
+        exit(0);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the child that only exited failed (status %#x)\n", status);
+    OK(cudaFree(t2));
+    OK(cudaFree(v));
+    return 0;
+}
+
 /* ---- error semantics as the CUDA runtime defines them ---- */
 static int test_errors(int argc, char **argv)
 {
@@ -713,6 +735,7 @@ int gbtests_main(int argc, char **argv)
         { "async", test_async }, { "threads", test_threads }, { "fork", test_fork },
         { "errors", test_errors }, { "t2cap", test_t2cap }, { "entrypoints", test_entrypoints },
         { "no-t2", test_no_t2 }, { "expandable", test_expandable }, { "lasterror", test_lasterror },
+        { "forkexit", test_forkexit },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
