@@ -22,8 +22,10 @@
 # Environment:
 #   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
 #   GB_QEMU_TIMEOUT  seconds per guest (default 1200)
-#   GB_GUEST_EXTRA   a directory copied to /greenboost/extra in the guests (e.g. shim
-#                    programs and fake CUDA libraries); guest-suite.sh runs it. The
+#   GB_GUEST_EXTRA   a directory copied to /greenboost/extra in the guests; guest-suite.sh
+#                    runs its run.sh. Default: the shim suite against fake CUDA libraries
+#                    (tests/fakecuda/run.sh --build-only), so the shim is proven against
+#                    the real /dev/greenboost; "none" leaves it out. The
 #                    guest then also gets the host's glibc runtime and the shared
 #                    libraries its ELF files need, so dynamically linked programs run.
 #   GB_GUEST_FILES   more host files to copy into the guests at the same path
@@ -187,6 +189,19 @@ if ! build_guest_program; then
   echo "    FAIL: the guest test program (tests/qemu/guest) did not build; no guest can run"
   total_failed=1 guests=
 fi
+case ${GB_GUEST_EXTRA:-} in
+  none) GB_GUEST_EXTRA= ;;
+  "")
+    t0=$(date +%s)
+    rm -rf "$work/fakecuda-guest"
+    if "$GB_ROOT/tests/fakecuda/run.sh" --build-only "$work/fakecuda-guest" >&2; then
+      GB_GUEST_EXTRA=$work/fakecuda-guest
+      timings+=("shim suite for the guests: $(elapsed "$t0") s")
+    else
+      echo "    FAIL: the shim suite (tests/fakecuda) did not build for the guests"
+      total_failed=$((total_failed + 1))
+    fi ;;
+esac
 for guest in $guests; do
   case $guest in
     stock)
