@@ -436,6 +436,9 @@ pub fn note_vmm(handle: CuMemGenericAllocationHandle, size: u64, device: CuDevic
         STATS.add_t1(size);
     }
     VMM.lock().insert(handle, (size, device, on_host));
+    if !on_host {
+        report_vram(device);
+    }
 }
 
 /// Forgets a VMM allocation released by the program.
