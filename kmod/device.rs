@@ -229,18 +229,19 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
     Ok((size, Placement { nid, strict }))
 }
 
-/// Reserves `size` against the pool cap, the per-user cap and the RAM reserve.
-fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result {
+/// Reserves `size` against the pool cap, the per-user cap and the RAM reserve. Returns
+/// how many bytes of dirty cache pages the allocation must take (and zero) to stay
+/// within the cap (see [`pool::dirty_claim`]).
+fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result<u64> {
     let limits = state.limits();
     let c = &state.counters;
+    let mut dirty_bytes = 0;
     c.t2_used
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
             let cached = c.t2_cached.load(Ordering::Relaxed);
             let clean = c.t2_clean.load(Ordering::Relaxed);
-            // Cached pages this allocation will not take still count against the cap.
-            let other_cache = cached.saturating_sub(clean.min(size));
+            dirty_bytes = pool::dirty_claim(used, size, cached, clean, limits.cap)?;
             used.checked_add(size)
-                .filter(|&total| total.saturating_add(other_cache) <= limits.cap)
         })
         .map_err(|_| ENOMEM)?;
     let unreserve = || {
@@ -251,7 +252,8 @@ fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result {
         return Err(e);
     }
     // Pages the cache cannot supply come out of available RAM.
-    let fresh = size.saturating_sub(c.t2_clean.load(Ordering::Relaxed));
+    let from_cache = c.t2_clean.load(Ordering::Relaxed).saturating_add(dirty_bytes);
+    let fresh = size.saturating_sub(from_cache);
     // SAFETY: plain read of a kernel counter.
     let available = unsafe { ffi::gb_mem_available() };
     if available < limits.reserve.saturating_add(fresh) {
@@ -262,7 +264,7 @@ fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result {
         return Err(ENOMEM);
     }
     util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
-    Ok(())
+    Ok(dirty_bytes)
 }
 
 fn alloc(state: &State, arg: usize) -> Result {
@@ -273,7 +275,7 @@ fn alloc(state: &State, arg: usize) -> Result {
     // that opened the file, e.g. after fork).
     let owner = state.proc_acquire(Holder::Buffer)?;
     let chunks = match reserve(state, &owner, size)
-        .and_then(|()| pool::alloc_chunks(state, size, placement).inspect_err(|_| {
+        .and_then(|dirty_bytes| pool::alloc_chunks(state, size, placement, dirty_bytes).inspect_err(|_| {
             state.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
             owner.t2_used.fetch_sub(size, Ordering::Relaxed);
         })) {

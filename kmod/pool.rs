@@ -7,6 +7,12 @@
 //! crosses from one buffer to another, and ALLOC does not zero in the caller's path
 //! while the cache has pages.
 //!
+//! The one exception: dirty pages count against the pool cap like any cached page, so
+//! right after a free at a full cap the only room is in pages the worker has not zeroed
+//! yet. An ALLOC that fits the cap only by taking them ([`dirty_claim`]) takes them off
+//! the `dirty` list and zeroes them itself, rather than failing until the worker is
+//! done.
+//!
 //! Lock: only `State::cache`, never held together with another of our locks, never held
 //! while zeroing.
 
@@ -43,8 +49,8 @@ pub(crate) struct Placement {
 /// # Invariants
 ///
 /// Every chunk has order [`CHUNK_ORDER`] and is exclusively ours (see [`Chunk`]);
-/// `clean` chunks are all zero. `Counters::t2_cached` is the size of both lists and
-/// `Counters::t2_clean` the size of `clean`.
+/// `clean` chunks are all zero. `Counters::t2_cached` is the size of both lists plus
+/// the chunk the refill worker is zeroing, `Counters::t2_clean` the size of `clean`.
 pub(crate) struct Cache {
     clean: KVec<Chunk>,
     dirty: KVec<Chunk>,
@@ -85,29 +91,65 @@ fn fresh_chunk(order: u32, min_order: u32, placement: Placement) -> Option<Chunk
     }
 }
 
-/// Takes a zeroed 2 MiB chunk from the cache, on the wanted node if there is one.
-fn take_clean(state: &State, placement: Placement) -> Option<Chunk> {
+/// How many bytes of dirty cache pages (freed, not yet zeroed) an ALLOC of `size` must
+/// take for `used` plus `size` plus the rest of the cache to stay within `cap`; `None`
+/// when even taking every cached page it can does not make room.
+///
+/// Cached pages count against the cap; the ones an allocation takes move from the cache
+/// into its buffer. It takes clean pages first and dirty ones only as far as the cap
+/// needs them, since those it has to zero itself.
+pub(crate) fn dirty_claim(used: u64, size: u64, cached: u64, clean: u64, cap: u64) -> Option<u64> {
+    let clean = clean.min(cached);
+    let from_clean = clean.min(size);
+    let dirty_usable = (cached - clean).min(size - from_clean);
+    let total = used.checked_add(size)?.checked_add(cached - from_clean)?;
+    let excess = total.saturating_sub(cap);
+    (excess <= dirty_usable).then_some(excess)
+}
+
+/// Takes a 2 MiB chunk from the cache's `clean` list (or `dirty` list), on the wanted
+/// node if there is one. A dirty chunk is returned as it is: the caller must zero it.
+fn take_cached(state: &State, placement: Placement, dirty: bool) -> Option<Chunk> {
     let mut cache = state.cache.lock();
+    let list = if dirty { &mut cache.dirty } else { &mut cache.clean };
     let index = if placement.nid == ANY_NODE {
-        cache.clean.len().checked_sub(1)?
+        list.len().checked_sub(1)?
     } else {
-        cache.clean.iter().rposition(|c| {
+        list.iter().rposition(|c| {
             // SAFETY: the chunk's page is ours and valid (`Cache` invariant).
             let nid = unsafe { ffi::gb_page_nid(c.page) };
             nid == placement.nid
         })?
     };
-    let chunk = util::vec_swap_remove(&mut cache.clean, index)?;
+    let chunk = util::vec_swap_remove(list, index)?;
     let bytes = order_bytes(chunk.order);
-    state.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
+    if !dirty {
+        state.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
+    }
     state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
     Some(chunk)
 }
 
+/// Takes a dirty 2 MiB chunk from the cache and zeroes it in the caller's path (outside
+/// the cache lock), for an ALLOC that fits the cap only with the dirty pages.
+fn take_dirty_and_zero(state: &State, placement: Placement) -> Option<Chunk> {
+    let chunk = take_cached(state, placement, true)?;
+    // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the exclusivity
+    // check in `recycle`), and it left the cache above, so nobody else touches it.
+    unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
+    Some(chunk)
+}
+
 /// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
-/// 2 MiB pages first, then fresh ones, falling back to lower orders when fragmented.
+/// 2 MiB pages first, then up to `dirty_bytes` of dirty cached pages (zeroed here, see
+/// [`dirty_claim`]), then fresh ones, falling back to lower orders when fragmented.
 /// The caller has already reserved `size` against the caps.
-pub(crate) fn alloc_chunks(state: &State, size: u64, placement: Placement) -> Result<KVVec<Chunk>> {
+pub(crate) fn alloc_chunks(
+    state: &State,
+    size: u64,
+    placement: Placement,
+    mut dirty_bytes: u64,
+) -> Result<KVVec<Chunk>> {
     let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
     // A huge, fully fragmented request could ask for a list beyond what kvmalloc
     // accepts: that is an ENOMEM for the caller, not a warning in the log.
@@ -122,8 +164,16 @@ pub(crate) fn alloc_chunks(state: &State, size: u64, placement: Placement) -> Re
         while order > 0 && order_bytes(order) > remaining {
             order -= 1;
         }
-        let cached = if order == CHUNK_ORDER {
-            take_clean(state, placement)
+        let cached = if order != CHUNK_ORDER {
+            None
+        } else if let Some(chunk) = take_cached(state, placement, false) {
+            Some(chunk)
+        } else if dirty_bytes > 0 {
+            let chunk = take_dirty_and_zero(state, placement);
+            if let Some(c) = &chunk {
+                dirty_bytes = dirty_bytes.saturating_sub(order_bytes(c.order));
+            }
+            chunk
         } else {
             None
         };
