@@ -7,8 +7,10 @@ cd "$root"
 # install-test after kmod-test: it reuses the stock-kernel headers kmod-test unpacks.
 suites=(abi-test cli-test shim-test python-example-test kmod-test install-test)
 total_passed=0; total_failed=0; lines=()
+suite_log=$(mktemp); trap 'rm -f "$suite_log"' EXIT
 for suite in "${suites[@]}"; do
-  out=$(make --no-print-directory "$suite" 2>&1 | tee /dev/stderr | grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed$' | tail -1)
+  make --no-print-directory "$suite" 2>&1 | tee "$suite_log"
+  out=$(grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed$' "$suite_log" | tail -1)
   if [ -z "$out" ]; then out="$suite: 0 passed, 1 failed"; fi
   lines+=("$out")
   p=$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$out"); f=$(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$out")
