@@ -367,7 +367,7 @@ CUresult fg_mem_free(CUdeviceptr p)
 }
 
 static int stream_valid(CUstream s);
-static CUresult enqueue(CUstream s, struct op *op);
+static CUresult enqueue(CUstream s, struct op op);
 
 static int is_default_stream(CUstream s)
 {
@@ -398,10 +398,7 @@ CUresult fg_mem_free_async(CUdeviceptr p, CUstream s)
     }
     g.free_pending[first] = 1;
     pthread_mutex_unlock(&g.lock);
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_FREE;
-    op->a = p;
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_FREE, .a = p });
 }
 
 CUmemoryPool fg_default_pool(void) { return &g.pool; }
@@ -1191,13 +1188,15 @@ CUresult fg_stream_destroy(CUstream s)
 }
 
 /* Work on a default stream runs now, in the caller; other streams queue it. */
-static CUresult enqueue(CUstream s, struct op *op)
+/* Runs `work` now on a default stream, else queues a copy of it on `s`. */
+static CUresult enqueue(CUstream s, struct op work)
 {
-    if (is_default_stream(s)) {
-        CUresult rc = run_op(NULL, op);
-        free(op);
-        return rc;
-    }
+    if (is_default_stream(s))
+        return run_op(NULL, &work);
+    struct op *op = malloc(sizeof *op);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *op = work;
     pthread_mutex_lock(&g.lock);
     if (!stream_valid(s)) {
         pthread_mutex_unlock(&g.lock);
@@ -1328,11 +1327,7 @@ CUresult fg_event_record(CUevent e, CUstream s)
     e->pending = 1;
     uint64_t seq = e->seq;
     pthread_mutex_unlock(&g.lock);
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_EVENT;
-    op->ev = e;
-    op->ev_seq = seq;
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_EVENT, .ev = e, .ev_seq = seq });
 }
 
 CUresult fg_event_query(CUevent e)
@@ -1367,42 +1362,29 @@ CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags)
     }
     uint64_t seq = e->seq;
     pthread_mutex_unlock(&g.lock);
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_WAIT_EVENT;
-    op->ev = e;
-    op->ev_seq = seq;
     if (is_default_stream(s)) {
         /* The default stream waits in the caller. */
         pthread_mutex_lock(&g.lock);
         while (e->pending && e->seq == seq)
             pthread_cond_wait(&g.cv, &g.lock);
         pthread_mutex_unlock(&g.lock);
-        free(op);
         return CUDA_SUCCESS;
     }
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_WAIT_EVENT, .ev = e, .ev_seq = seq });
 }
 
 CUresult fg_launch_host_fn(CUstream s, CUhostFn fn, void *data)
 {
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_HOSTFN;
-    op->fn = fn;
-    op->data = data;
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_HOSTFN, .fn = fn, .data = data });
 }
 
 CUresult fg_stream_add_callback(CUstream s, CUstreamCallback cb, void *data, unsigned flags)
 {
     if (!cb || flags)
         return CUDA_ERROR_INVALID_VALUE;
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_CALLBACK;
-    op->cb = cb;
-    op->data = data;
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_CALLBACK, .cb = cb, .data = data });
 }
 
 /* ------------------------------------------------------------------ copies, kernels */
@@ -1419,28 +1401,14 @@ CUresult fg_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int a
     pthread_mutex_unlock(&g.lock);
     if (bad)
         return CUDA_ERROR_INVALID_VALUE; /* the driver validates copy ranges up front */
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_COPY;
-    op->a = dst;
-    op->b = src;
-    op->n = n;
-    if (!async)
-        s = NULL;
-    return enqueue(s, op);
+    return enqueue(async ? s : NULL, (struct op){ .kind = OP_COPY, .a = dst, .b = src, .n = n });
 }
 
 CUresult fg_memset8(CUdeviceptr dst, unsigned char v, size_t n, CUstream s, int async)
 {
     if (n == 0)
         return CUDA_SUCCESS;
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_SET;
-    op->a = dst;
-    op->n = n;
-    op->seed = v;
-    if (!async)
-        s = NULL;
-    return enqueue(s, op);
+    return enqueue(async ? s : NULL, (struct op){ .kind = OP_SET, .a = dst, .n = n, .seed = v });
 }
 
 CUresult fakegpu_launch_fill(CUdeviceptr p, size_t n, uint32_t seed, CUstream s)
@@ -1448,12 +1416,7 @@ CUresult fakegpu_launch_fill(CUdeviceptr p, size_t n, uint32_t seed, CUstream s)
     CUresult rc = fg_gate("fakegpu_launch_fill", 1, 1);
     if (rc)
         return rc;
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_FILL;
-    op->a = p;
-    op->n = n;
-    op->seed = seed;
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_FILL, .a = p, .n = n, .seed = seed });
 }
 
 CUresult fakegpu_launch_verify(CUdeviceptr p, size_t n, uint32_t seed, CUstream s,
@@ -1464,13 +1427,7 @@ CUresult fakegpu_launch_verify(CUdeviceptr p, size_t n, uint32_t seed, CUstream 
         return rc;
     if (!mismatches)
         return CUDA_ERROR_INVALID_VALUE;
-    struct op *op = calloc(1, sizeof *op);
-    op->kind = OP_VERIFY;
-    op->a = p;
-    op->n = n;
-    op->seed = seed;
-    op->result = mismatches;
-    return enqueue(s, op);
+    return enqueue(s, (struct op){ .kind = OP_VERIFY, .a = p, .n = n, .seed = seed, .result = mismatches });
 }
 
 /* ------------------------------------------------------------------ test queries */
