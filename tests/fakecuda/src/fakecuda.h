@@ -5,6 +5,7 @@
 #define FAKECUDA_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef int CUresult;
 typedef int cudaError_t;
@@ -164,5 +165,26 @@ unsigned fakegpu_faults(void);
 /* Host-side pattern helpers shared with the fake kernels. */
 void fakegpu_pattern_fill(void *p, size_t n, uint32_t seed);
 unsigned long long fakegpu_pattern_check(const void *p, size_t n, uint32_t seed);
+
+/* ---- Sizes as FAKECUDA_VRAM and the test programs' arguments write them: a number,
+ * then an optional k, m or g. ---- */
+static inline unsigned long long arg_size(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    }
+    return v;
+}
+
+/* The size in environment variable `name`; `dflt` when it is unset or empty. */
+static inline unsigned long long env_size(const char *name, unsigned long long dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? arg_size(v) : dflt;
+}
 
 #endif

@@ -165,24 +165,10 @@ void fg_note_fault(const char *what)
 
 /* ------------------------------------------------------------------ setup */
 
-static size_t parse_size(const char *s, size_t dflt)
-{
-    if (!s || !*s)
-        return dflt;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 0);
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    }
-    return v;
-}
-
 static void setup(void)
 {
     open_log();
-    g.vram = parse_size(getenv("FAKECUDA_VRAM"), 256UL << 20) & ~(VMM_GRANULARITY - 1);
+    g.vram = env_size("FAKECUDA_VRAM", 256UL << 20) & ~(VMM_GRANULARITY - 1);
     if (g.vram < VMM_GRANULARITY)
         g.vram = VMM_GRANULARITY;
     const char *t = getenv("FAKECUDA_HOLD_TIMEOUT");
