@@ -43,8 +43,10 @@ CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverPro
 
 static size_t vram;
 
-static void setup_context(void)
+/* Before every test: the device's size, and its primary context made current. */
+static void prepare_device(void)
 {
+    vram = fakegpu_vram_total();
     CUdevice d;
     CUcontext c;
     OK(cuInit(0));
@@ -288,25 +290,10 @@ static int test_detectors(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
+    static const struct named_test tests[] = {
         { "vmm", test_vmm }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
         { "hostreg", test_hostreg }, { "detectors", test_detectors },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s TEST [ARGS]\n", argv[0]);
-        return 2;
-    }
-    vram = fakegpu_vram_total();
-    setup_context();
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        if (!strcmp(tests[i].name, argv[1])) {
-            int rc = tests[i].fn(argc, argv);
-            CHECK(fakegpu_faults() == 0, "the fake device saw %u faults (see FAKECUDA_LOG)\n", fakegpu_faults());
-            if (rc == 0)
-                printf("ok %s\n", argv[1]);
-            return rc;
-        }
-    fprintf(stderr, "unknown test %s\n", argv[1]);
-    return 2;
+    return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, prepare_device);
 }

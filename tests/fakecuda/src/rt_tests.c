@@ -730,7 +730,7 @@ static int test_lasterror(int argc, char **argv)
 
 int gbtests_main(int argc, char **argv)
 {
-    static const struct { const char *name; int (*fn)(int, char **); } tests[] = {
+    static const struct named_test tests[] = {
         { "caps", test_caps }, { "alloc4x", test_alloc4x }, { "placement", test_placement },
         { "async", test_async }, { "threads", test_threads }, { "fork", test_fork },
         { "errors", test_errors }, { "t2cap", test_t2cap }, { "entrypoints", test_entrypoints },
@@ -739,18 +739,5 @@ int gbtests_main(int argc, char **argv)
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s TEST [ARGS]\n", argv[0]);
-        return 2;
-    }
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        if (!strcmp(tests[i].name, argv[1])) {
-            int rc = tests[i].fn(argc, argv);
-            CHECK(fakegpu_faults() == 0, "the fake device saw %u faults (see FAKECUDA_LOG)\n", fakegpu_faults());
-            if (rc == 0)
-                printf("ok %s\n", argv[1]);
-            return rc;
-        }
-    fprintf(stderr, "unknown test %s\n", argv[1]);
-    return 2;
+    return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, NULL);
 }

@@ -25,4 +25,32 @@
         int ok_rc_ = (int)(call);                                          \
         CHECK(ok_rc_ == 0, "%s returned %d\n", #call, ok_rc_);             \
     } while (0)
+
+struct named_test {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+};
+
+/* A test program's main: runs `prepare` (if any), then the test argv[1] names, and
+ * prints "ok NAME" when it passed. A test that left a fault on the fake device fails. */
+static inline int run_named_test(const struct named_test *tests, size_t count, int argc, char **argv,
+                                 void (*prepare)(void))
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s TEST [ARGS]\n", argv[0]);
+        return 2;
+    }
+    if (prepare)
+        prepare();
+    for (size_t i = 0; i < count; i++)
+        if (!strcmp(tests[i].name, argv[1])) {
+            int rc = tests[i].fn(argc, argv);
+            CHECK(fakegpu_faults() == 0, "the fake device saw %u faults (see FAKECUDA_LOG)\n", fakegpu_faults());
+            if (rc == 0)
+                printf("ok %s\n", argv[1]);
+            return rc;
+        }
+    fprintf(stderr, "unknown test %s\n", argv[1]);
+    return 2;
+}
 #endif
