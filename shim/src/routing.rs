@@ -218,20 +218,29 @@ fn driver_hook_for(name: &[u8], version: c_int, flags: u64, found: *mut c_void) 
     Some(route.default)
 }
 
-/// After a successful real lookup that stored `*pfn`: record it and hand out our hook.
+/// After a real lookup that answered `result`: if that is `success`, the lookup stored
+/// `*pfn`; record it and hand out our hook. Returns `result`, the caller's answer.
 ///
 /// # Safety
-/// `symbol` is a C string and `pfn` is valid for reads and writes.
-unsafe fn route_driver_lookup(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
-    if symbol.is_null() || pfn.is_null() {
-        return;
+/// When `result` is `success`, `symbol` is a C string and `pfn` is valid for reads and
+/// writes (the real function accepted them).
+unsafe fn route_driver_lookup<R: PartialEq>(
+    result: R,
+    success: R,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> R {
+    if result != success || symbol.is_null() || pfn.is_null() {
+        return result;
     }
     // SAFETY: per the function contract.
     let (name, found) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
     if found.is_null() || hooks::is_ours(found) {
-        return;
+        return result;
     }
-    let Some(hook) = driver_hook_for(name, version, flags, found) else { return };
+    let Some(hook) = driver_hook_for(name, version, flags, found) else { return result };
     hooks::record(hook, found);
     debug!(
         "driver entry point {} (version {}, flags {}): hooked as {:?}",
@@ -242,6 +251,7 @@ unsafe fn route_driver_lookup(symbol: *const c_char, pfn: *mut *mut c_void, vers
     );
     // SAFETY: per the function contract.
     unsafe { *pfn = hooks::hook_address(hook) };
+    result
 }
 
 pub unsafe fn get_proc_address(
@@ -251,13 +261,8 @@ pub unsafe fn get_proc_address(
     cuda_version: c_int,
     flags: u64,
 ) -> CuResult {
-    // SAFETY: the caller's arguments.
-    let result = unsafe { real(symbol, pfn, cuda_version, flags) };
-    if result == CUDA_SUCCESS {
-        // SAFETY: the driver accepted these arguments, so they are valid.
-        unsafe { route_driver_lookup(symbol, pfn, cuda_version, flags) };
-    }
-    result
+    // SAFETY: the caller's arguments, passed on; routed only if the driver accepted them.
+    unsafe { route_driver_lookup(real(symbol, pfn, cuda_version, flags), CUDA_SUCCESS, symbol, pfn, cuda_version, flags) }
 }
 
 pub unsafe fn get_proc_address_v2(
@@ -268,13 +273,8 @@ pub unsafe fn get_proc_address_v2(
     flags: u64,
     status: *mut CuDriverProcAddressQueryResult,
 ) -> CuResult {
-    // SAFETY: the caller's arguments.
-    let result = unsafe { real(symbol, pfn, cuda_version, flags, status) };
-    if result == CUDA_SUCCESS {
-        // SAFETY: as above.
-        unsafe { route_driver_lookup(symbol, pfn, cuda_version, flags) };
-    }
-    result
+    // SAFETY: as above.
+    unsafe { route_driver_lookup(real(symbol, pfn, cuda_version, flags, status), CUDA_SUCCESS, symbol, pfn, cuda_version, flags) }
 }
 
 /// The runtime resolves with its own CUDA version, which the shim does not know: the
@@ -286,13 +286,8 @@ pub unsafe fn get_driver_entry_point(
     flags: u64,
     status: *mut CudaDriverEntryPointQueryResult,
 ) -> CudaError {
-    // SAFETY: the caller's arguments.
-    let result = unsafe { real(symbol, func, flags, status) };
-    if result == CUDA_RT_SUCCESS {
-        // SAFETY: as above.
-        unsafe { route_driver_lookup(symbol, func, c_int::MAX, flags) };
-    }
-    result
+    // SAFETY: as above.
+    unsafe { route_driver_lookup(real(symbol, func, flags, status), CUDA_RT_SUCCESS, symbol, func, c_int::MAX, flags) }
 }
 
 pub unsafe fn get_driver_entry_point_by_version(
@@ -303,14 +298,9 @@ pub unsafe fn get_driver_entry_point_by_version(
     flags: u64,
     status: *mut CudaDriverEntryPointQueryResult,
 ) -> CudaError {
-    // SAFETY: the caller's arguments.
-    let result = unsafe { real(symbol, func, cuda_version, flags, status) };
-    if result == CUDA_RT_SUCCESS {
-        let version = c_int::try_from(cuda_version).unwrap_or(c_int::MAX);
-        // SAFETY: as above.
-        unsafe { route_driver_lookup(symbol, func, version, flags) };
-    }
-    result
+    let version = c_int::try_from(cuda_version).unwrap_or(c_int::MAX);
+    // SAFETY: as above.
+    unsafe { route_driver_lookup(real(symbol, func, cuda_version, flags, status), CUDA_RT_SUCCESS, symbol, func, version, flags) }
 }
 
 #[cfg(test)]
