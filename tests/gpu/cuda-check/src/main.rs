@@ -448,6 +448,54 @@ fn verify_all(kernels: &Kernels, buffers: &[Buffer], chunk: usize, stream: rt::c
     failures
 }
 
+/// What [`allocate_and_fill`] came to.
+struct Held {
+    buffers: Vec<Buffer>,
+    /// What stopped the allocations short of `total` (the runtime error is cleared).
+    alloc_error: Option<rt::cudaError_t>,
+    /// (buffer index, error) for each successful allocation that left an error pending.
+    stale: Vec<(usize, rt::cudaError_t)>,
+}
+
+/// `chunk`-byte buffers from `allocate` until `total` bytes are held or it fails, each filled
+/// on `stream` as it arrives (seed `seed_base` + its index). Placements are found once the
+/// caller has synchronised ([`place_all`]).
+fn allocate_and_fill(
+    kernels: &Kernels,
+    chunk: usize,
+    total: usize,
+    seed_base: u32,
+    stream: rt::cudaStream_t,
+    mut allocate: impl FnMut(&mut *mut c_void) -> rt::cudaError_t,
+) -> Result<Held, String> {
+    let mut held = Held { buffers: Vec::new(), alloc_error: None, stale: Vec::new() };
+    while held.buffers.len() * chunk < total {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        let e = allocate(&mut ptr);
+        if e != rt::cudaError_t::cudaSuccess {
+            // SAFETY: clears the (non-sticky) error the failed call recorded.
+            unsafe { rt::cudaGetLastError() };
+            held.alloc_error = Some(e);
+            break;
+        }
+        if let Some(pending) = stale_error_after_success() {
+            held.stale.push((held.buffers.len(), pending));
+        }
+        let seed = seed_base + held.buffers.len() as u32;
+        kernels.fill(ptr, chunk, 0, seed, stream)?;
+        held.buffers.push(Buffer { ptr, seed, placement: Placement::Other(0) });
+    }
+    Ok(held)
+}
+
+/// Asks the driver where each buffer lives.
+fn place_all(buffers: &mut [Buffer]) -> Result<(), String> {
+    for b in buffers {
+        b.placement = placement(b.ptr)?;
+    }
+    Ok(())
+}
+
 fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
     init_runtime()?;
     let kernels = Kernels::load()?;
@@ -458,29 +506,13 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
 
     // Phase 1: cudaMalloc until `total` is held at once, each buffer filled as it arrives.
     let started = Instant::now();
-    let mut buffers: Vec<Buffer> = Vec::new();
-    let mut alloc_error = None;
-    let mut stale = Vec::new();
-    while buffers.len() * o.chunk < o.total {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
+    let Held { mut buffers, alloc_error, stale } = allocate_and_fill(&kernels, o.chunk, o.total, 0x5EED_0000, std::ptr::null_mut(), |ptr| {
         // SAFETY: out-parameter.
-        let e = unsafe { rt::cudaMalloc(&mut ptr, o.chunk) };
-        if e != rt::cudaError_t::cudaSuccess {
-            // SAFETY: clears the (non-sticky) error the failed call recorded.
-            unsafe { rt::cudaGetLastError() };
-            alloc_error = Some(e);
-            break;
-        }
-        if let Some(pending) = stale_error_after_success() {
-            stale.push((buffers.len(), pending));
-        }
-        let seed = 0x5EED_0000 + buffers.len() as u32;
-        let placement = placement(ptr)?;
-        kernels.fill(ptr, o.chunk, 0, seed, std::ptr::null_mut())?;
-        buffers.push(Buffer { ptr, seed, placement });
-    }
+        unsafe { rt::cudaMalloc(ptr, o.chunk) }
+    })?;
     // SAFETY: plain synchronisation.
     rt_check("cudaDeviceSynchronize after fills", unsafe { rt::cudaDeviceSynchronize() })?;
+    place_all(&mut buffers)?;
     let held = buffers.len() * o.chunk;
     let (vram, host, other) = placement_split(&buffers, o.chunk);
     let (peak_free, peak_total) = mem_get_info()?;
@@ -570,30 +602,13 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
     let mut stream: rt::cudaStream_t = std::ptr::null_mut();
     // SAFETY: out-parameter.
     rt_check("cudaStreamCreate", unsafe { rt::cudaStreamCreate(&mut stream) })?;
-    let mut buffers: Vec<Buffer> = Vec::new();
-    let mut alloc_error = None;
-    let mut stale = Vec::new();
-    while buffers.len() * o.chunk < o.async_total {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
+    let Held { mut buffers, alloc_error, stale } = allocate_and_fill(kernels, o.chunk, o.async_total, 0xA5A5_0000, stream, |ptr| {
         // SAFETY: out-parameter; stream is valid.
-        let e = unsafe { rt::cudaMallocAsync(&mut ptr, o.chunk, stream) };
-        if e != rt::cudaError_t::cudaSuccess {
-            unsafe { rt::cudaGetLastError() };
-            alloc_error = Some(e);
-            break;
-        }
-        if let Some(pending) = stale_error_after_success() {
-            stale.push((buffers.len(), pending));
-        }
-        let seed = 0xA5A5_0000 + buffers.len() as u32;
-        kernels.fill(ptr, o.chunk, 0, seed, stream)?;
-        buffers.push(Buffer { ptr, seed, placement: Placement::Other(0) });
-    }
+        unsafe { rt::cudaMallocAsync(ptr, o.chunk, stream) }
+    })?;
     // SAFETY: stream is valid.
     rt_check("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(stream) })?;
-    for b in buffers.iter_mut() {
-        b.placement = placement(b.ptr)?;
-    }
+    place_all(&mut buffers)?;
     let (vram, host, other) = placement_split(&buffers, o.chunk);
     kv(&format!("{l}.vram_bytes"), vram);
     kv(&format!("{l}.t2_bytes"), host);
