@@ -166,6 +166,21 @@ unsigned fakegpu_faults(void);
 void fakegpu_pattern_fill(void *p, size_t n, uint32_t seed);
 unsigned long long fakegpu_pattern_check(const void *p, size_t n, uint32_t seed);
 
+/* ---- One row of a fake library's error table, and its lookup by code (NULL when the
+ * code is not in the table). ---- */
+struct error_entry {
+    int code;
+    const char *name, *text;
+};
+
+static inline const struct error_entry *find_error(const struct error_entry *table, size_t count, int code)
+{
+    for (size_t i = 0; i < count; i++)
+        if (table[i].code == code)
+            return &table[i];
+    return NULL;
+}
+
 /* ---- Sizes as FAKECUDA_VRAM and the test programs' arguments write them: a number,
  * then an optional k, m or g. ---- */
 static inline unsigned long long arg_size(const char *s)

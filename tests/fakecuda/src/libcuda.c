@@ -611,7 +611,7 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
 
 /* ------------------------------------------------------------------ errors */
 
-static const struct { int code; const char *name, *text; } errors[] = {
+static const struct error_entry errors[] = {
     { 0, "CUDA_SUCCESS", "no error" },
     { 1, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
     { 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
@@ -633,26 +633,18 @@ EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
 {
     if (!s)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
-        if (errors[i].code == e) {
-            *s = errors[i].text;
-            return CUDA_SUCCESS;
-        }
-    *s = NULL;
-    return CUDA_ERROR_INVALID_VALUE;
+    const struct error_entry *found = find_error(errors, sizeof errors / sizeof *errors, e);
+    *s = found ? found->text : NULL;
+    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuGetErrorName(CUresult e, const char **s)
 {
     if (!s)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
-        if (errors[i].code == e) {
-            *s = errors[i].name;
-            return CUDA_SUCCESS;
-        }
-    *s = NULL;
-    return CUDA_ERROR_INVALID_VALUE;
+    const struct error_entry *found = find_error(errors, sizeof errors / sizeof *errors, e);
+    *s = found ? found->name : NULL;
+    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------------------------ cuGetProcAddress */

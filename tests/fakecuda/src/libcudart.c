@@ -454,7 +454,7 @@ EXPORT cudaError_t cudaGetLastError(void)
 }
 EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
-static const struct { int code; const char *name, *text; } errors[] = {
+static const struct error_entry errors[] = {
     { 0, "cudaSuccess", "no error" },
     { 1, "cudaErrorInvalidValue", "invalid argument" },
     { 2, "cudaErrorMemoryAllocation", "out of memory" },
@@ -476,16 +476,12 @@ static const struct { int code; const char *name, *text; } errors[] = {
 
 EXPORT const char *cudaGetErrorString(cudaError_t e)
 {
-    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
-        if (errors[i].code == e)
-            return errors[i].text;
-    return "unrecognized error code";
+    const struct error_entry *found = find_error(errors, sizeof errors / sizeof *errors, e);
+    return found ? found->text : "unrecognized error code";
 }
 
 EXPORT const char *cudaGetErrorName(cudaError_t e)
 {
-    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
-        if (errors[i].code == e)
-            return errors[i].name;
-    return "cudaErrorUnknown";
+    const struct error_entry *found = find_error(errors, sizeof errors / sizeof *errors, e);
+    return found ? found->name : "cudaErrorUnknown";
 }
