@@ -355,11 +355,6 @@ CUresult fg_mem_free(CUdeviceptr p)
 static int stream_valid(CUstream s);
 static CUresult enqueue(CUstream s, struct op op);
 
-static int is_default_stream(CUstream s)
-{
-    return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
-}
-
 CUresult fg_mem_alloc_async(CUdeviceptr *p, size_t n, CUstream s)
 {
     if (!is_default_stream(s)) {

@@ -45,6 +45,11 @@ CUresult fg_vmm_unmap(CUdeviceptr p, size_t n);
 CUresult fg_vmm_set_access(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t count);
 size_t fg_vmm_granularity(void);
 
+/* NULL, the legacy and the per-thread stream: not created, so they carry no context. */
+static inline int is_default_stream(CUstream s)
+{
+    return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
 CUresult fg_stream_create(CUstream *s, unsigned flags);
 CUresult fg_stream_destroy(CUstream s);
 CUresult fg_stream_sync(CUstream s);

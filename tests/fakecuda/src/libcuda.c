@@ -339,19 +339,22 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
 }
 EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) { return cuDeviceGetDefaultMemPool(pool, d); }
 
+static CUresult host_register(const char *fn, void *p, size_t n, unsigned flags)
+{
+    CUresult rc = fg_host_register(p, n, flags);
+    fg_log("%s ptr=%p size=%zu flags=%#x -> %d", fn, p, n, flags, rc);
+    return rc;
+}
+
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
     GATE(1, 1);
-    CUresult rc = fg_host_register(p, n, flags);
-    fg_log("cuMemHostRegister_v2 ptr=%p size=%zu flags=%#x -> %d", p, n, flags, rc);
-    return rc;
+    return host_register(__func__, p, n, flags);
 }
 EXPORT CUresult cuMemHostRegister(void *p, size_t n, unsigned flags)
 {
     GATE(1, 1);
-    CUresult rc = fg_host_register(p, n, flags);
-    fg_log("cuMemHostRegister ptr=%p size=%zu flags=%#x -> %d", p, n, flags, rc);
-    return rc;
+    return host_register(__func__, p, n, flags);
 }
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
@@ -523,12 +526,12 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio
 }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
-    GATE(1, s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD); /* a created stream carries its context */
+    GATE(1, is_default_stream(s)); /* a created stream carries its context */
     return fg_stream_destroy(s);
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
-    GATE(1, s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD); /* a created stream carries its context */
+    GATE(1, is_default_stream(s)); /* a created stream carries its context */
     CUresult rc = fg_stream_sync(s);
     fg_log("cuStreamSynchronize stream=%p -> %d", (void *)s, rc);
     return rc;
@@ -540,7 +543,7 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
 }
 EXPORT CUresult cuStreamQuery(CUstream s)
 {
-    GATE(1, s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD); /* a created stream carries its context */
+    GATE(1, is_default_stream(s)); /* a created stream carries its context */
     return fg_stream_query(s);
 }
 EXPORT CUresult cuStreamQuery_ptsz(CUstream s)
