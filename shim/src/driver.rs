@@ -4,7 +4,7 @@ use crate::cuda::{self};
 use crate::ffi::*;
 use crate::hooks::pfn;
 use crate::state::STATS;
-use crate::tiers::{self, Allocated, Lookup};
+use crate::tiers::{self, Allocated};
 
 /// The shared body of the driver allocation hooks. Without a current context the real
 /// function answers (CUDA_ERROR_INVALID_CONTEXT, as CUDA would).
@@ -88,52 +88,31 @@ pub unsafe fn mem_alloc_from_pool_async_ptsz(
     unsafe { mem_alloc_from_pool_async(real, dptr, size, pool, stream) }
 }
 
-fn free_with(dptr: CuDevicePtr, real: impl FnOnce() -> CuResult, release_t2: impl FnOnce(tiers::HostAllocation)) -> CuResult {
-    tiers::reclaim(false);
-    match tiers::take(dptr) {
-        Lookup::Host(allocation) => {
-            release_t2(allocation);
-            CUDA_SUCCESS
-        }
-        Lookup::DoubleFree => CUDA_ERROR_INVALID_VALUE,
-        Lookup::Vram { size, device } => {
-            let status = real();
-            if status != CUDA_SUCCESS {
-                tiers::restore_vram(dptr, size, device);
-            }
-            status
-        }
-        Lookup::Unknown => real(),
-    }
-}
-
 pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CuDevicePtr) -> CuResult {
     // SAFETY: the caller's argument.
-    free_with(dptr, || unsafe { real(dptr) }, tiers::release_now)
+    tiers::free_with(dptr, CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, || unsafe { real(dptr) }, tiers::release_now)
 }
 
 pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CuDevicePtr, stream: CuStream) -> CuResult {
     // SAFETY: the caller's arguments.
-    free_with(dptr, || unsafe { real(dptr, stream) }, |allocation| tiers::release_after(allocation, stream))
+    tiers::free_with(dptr, CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, || unsafe { real(dptr, stream) }, |allocation| {
+        tiers::release_after(allocation, stream)
+    })
 }
 
 pub unsafe fn mem_free_async_ptsz(real: pfn::cuMemFreeAsync_ptsz, dptr: CuDevicePtr, stream: CuStream) -> CuResult {
-    let ordered_on = if stream.is_null() { CU_STREAM_PER_THREAD } else { stream };
     // SAFETY: the caller's arguments.
-    free_with(dptr, || unsafe { real(dptr, stream) }, |allocation| tiers::release_after(allocation, ordered_on))
+    tiers::free_with(dptr, CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, || unsafe { real(dptr, stream) }, |allocation| {
+        tiers::release_after(allocation, per_thread_default(stream))
+    })
 }
 
 pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: *mut usize) -> CuResult {
     // SAFETY: the caller's arguments.
     let status = unsafe { real(free, total) };
-    if status == CUDA_SUCCESS && !free.is_null() && !total.is_null() {
-        // SAFETY: the driver filled both.
-        let (shown_free, shown_total) = tiers::reported(unsafe { *free } as u64, unsafe { *total } as u64);
-        // SAFETY: as above.
-        unsafe {
-            *free = shown_free as usize;
-            *total = shown_total as usize;
-        }
+    if status == CUDA_SUCCESS {
+        // SAFETY: the caller's arguments, which the driver accepted.
+        unsafe { tiers::report_mem_info(free, total) };
     }
     status
 }

@@ -37,6 +37,15 @@ pub type NvmlDevice = *mut c_void;
 /// point means by stream 0.
 pub const CU_STREAM_PER_THREAD: CuStream = 0x2 as CuStream;
 
+/// The stream a `_ptsz` entry point orders its work on.
+pub fn per_thread_default(stream: CuStream) -> CuStream {
+    if stream.is_null() {
+        CU_STREAM_PER_THREAD
+    } else {
+        stream
+    }
+}
+
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: cuGetProcAddress flag asking for the
 /// `_ptsz`/`_ptds` variants.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;

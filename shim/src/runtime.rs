@@ -7,7 +7,7 @@ use crate::cuda;
 use crate::ffi::*;
 use crate::hooks::{self, pfn, Hook};
 use crate::libs;
-use crate::tiers::{self, Allocated, Lookup};
+use crate::tiers::{self, Allocated};
 
 type GetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CudaError;
 type GetLastErrorFn = unsafe extern "C" fn() -> CudaError;
@@ -140,60 +140,31 @@ pub unsafe fn malloc_async_ptsz(real: pfn::cudaMallocAsync_ptsz, dev_ptr: *mut *
     unsafe { malloc_async(real, dev_ptr, size, stream) }
 }
 
-/// The shared body of the free hooks: T2 memory is released by `release_t2`, a double
-/// free of T2 memory is answered invalid-value, anything else goes to the real free.
-fn free_with(
-    dev_ptr: *mut c_void,
-    real: impl FnOnce() -> CudaError,
-    release_t2: impl FnOnce(tiers::HostAllocation),
-) -> CudaError {
-    match tiers::take(dev_ptr as CuDevicePtr) {
-        Lookup::Host(allocation) => {
-            release_t2(allocation);
-            CUDA_RT_SUCCESS
-        }
-        Lookup::DoubleFree => CUDA_RT_ERROR_INVALID_VALUE,
-        Lookup::Vram { size, device } => {
-            let status = real();
-            if status != CUDA_RT_SUCCESS {
-                tiers::restore_vram(dev_ptr as CuDevicePtr, size, device);
-            }
-            status
-        }
-        Lookup::Unknown => real(),
-    }
-}
-
 pub unsafe fn free(real: pfn::cudaFree, dev_ptr: *mut c_void) -> CudaError {
-    tiers::reclaim(false);
     // SAFETY: the caller's argument.
-    free_with(dev_ptr, || unsafe { real(dev_ptr) }, tiers::release_now)
+    tiers::free_with(dev_ptr as CuDevicePtr, CUDA_RT_SUCCESS, CUDA_RT_ERROR_INVALID_VALUE, || unsafe { real(dev_ptr) }, tiers::release_now)
 }
 
 pub unsafe fn free_async(real: pfn::cudaFreeAsync, dev_ptr: *mut c_void, stream: CuStream) -> CudaError {
-    tiers::reclaim(false);
     // SAFETY: the caller's arguments.
-    free_with(dev_ptr, || unsafe { real(dev_ptr, stream) }, |allocation| tiers::release_after(allocation, stream))
+    tiers::free_with(dev_ptr as CuDevicePtr, CUDA_RT_SUCCESS, CUDA_RT_ERROR_INVALID_VALUE, || unsafe { real(dev_ptr, stream) }, |allocation| {
+        tiers::release_after(allocation, stream)
+    })
 }
 
 pub unsafe fn free_async_ptsz(real: pfn::cudaFreeAsync_ptsz, dev_ptr: *mut c_void, stream: CuStream) -> CudaError {
-    tiers::reclaim(false);
-    let ordered_on = if stream.is_null() { CU_STREAM_PER_THREAD } else { stream };
     // SAFETY: the caller's arguments.
-    free_with(dev_ptr, || unsafe { real(dev_ptr, stream) }, |allocation| tiers::release_after(allocation, ordered_on))
+    tiers::free_with(dev_ptr as CuDevicePtr, CUDA_RT_SUCCESS, CUDA_RT_ERROR_INVALID_VALUE, || unsafe { real(dev_ptr, stream) }, |allocation| {
+        tiers::release_after(allocation, per_thread_default(stream))
+    })
 }
 
 pub unsafe fn mem_get_info(real: pfn::cudaMemGetInfo, free: *mut usize, total: *mut usize) -> CudaError {
     // SAFETY: the caller's arguments.
     let status = unsafe { real(free, total) };
-    if status == CUDA_RT_SUCCESS && !free.is_null() && !total.is_null() {
-        // SAFETY: the real call filled both.
-        let (shown_free, shown_total) = tiers::reported(unsafe { *free } as u64, unsafe { *total } as u64);
-        // SAFETY: as above.
-        unsafe {
-            *free = shown_free as usize;
-            *total = shown_total as usize;
-        }
+    if status == CUDA_RT_SUCCESS {
+        // SAFETY: the caller's arguments, which the runtime accepted.
+        unsafe { tiers::report_mem_info(free, total) };
     }
     status
 }

@@ -262,7 +262,7 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailur
 }
 
 /// What a pointer passed to a free function is.
-pub enum Lookup {
+enum Lookup {
     Host(HostAllocation),
     Vram { size: u64, device: CuDevice },
     /// A T2 allocation that was already freed: answer invalid-value, touch nothing.
@@ -273,7 +273,7 @@ pub enum Lookup {
 
 /// Removes `device_ptr` from the registry (VRAM accounting is updated here; a T2
 /// allocation is returned for `release_now`/`release_after`).
-pub fn take(device_ptr: CuDevicePtr) -> Lookup {
+fn take(device_ptr: CuDevicePtr) -> Lookup {
     if device_ptr == 0 {
         return Lookup::Unknown;
     }
@@ -307,9 +307,38 @@ pub fn take(device_ptr: CuDevicePtr) -> Lookup {
 }
 
 /// Puts a VRAM record back after the real free refused it (the memory is still live).
-pub fn restore_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
+fn restore_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
     note_vram(device_ptr, size, device);
     STATS.t1_allocs.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The shared body of the free hooks, driver and runtime alike (`success` and
+/// `invalid_value` are the hook's API's codes): T2 memory is released by `release_t2`, a
+/// double free of T2 memory is answered invalid-value, anything else goes to the real
+/// free, and a VRAM allocation the real free refused stays recorded.
+pub fn free_with<R: PartialEq>(
+    device_ptr: CuDevicePtr,
+    success: R,
+    invalid_value: R,
+    real: impl FnOnce() -> R,
+    release_t2: impl FnOnce(HostAllocation),
+) -> R {
+    reclaim(false);
+    match take(device_ptr) {
+        Lookup::Host(allocation) => {
+            release_t2(allocation);
+            success
+        }
+        Lookup::DoubleFree => invalid_value,
+        Lookup::Vram { size, device } => {
+            let status = real();
+            if status != success {
+                restore_vram(device_ptr, size, device);
+            }
+            status
+        }
+        Lookup::Unknown => real(),
+    }
 }
 
 /// Frees T2 memory as cudaFree/cuMemFree free device memory: after the device has
@@ -517,6 +546,23 @@ pub fn reported(real_free: u64, real_total: u64) -> (u64, u64) {
         ReportMode::Combined => (t2_capacity(), STATS.t2_used.load(Ordering::Relaxed)),
     };
     config.report(real_free, real_total, t2_cap, t2_used)
+}
+
+/// After a successful real cuMemGetInfo/cudaMemGetInfo: the free and total figures it
+/// stored become the ones the program should see.
+///
+/// # Safety
+/// `free` and `total` are each null or valid for reads and writes.
+pub unsafe fn report_mem_info(free: *mut usize, total: *mut usize) {
+    if free.is_null() || total.is_null() {
+        return;
+    }
+    // SAFETY: per the function contract; the real call filled both.
+    unsafe {
+        let (shown_free, shown_total) = reported(*free as u64, *total as u64);
+        *free = shown_free as usize;
+        *total = shown_total as usize;
+    }
 }
 
 /// How an allocation attempt ended.
