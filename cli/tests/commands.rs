@@ -21,6 +21,13 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The command exited with `code` and its stderr says `message`.
+fn assert_refused(output: &Output, code: i32, message: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+}
+
 /// A stand-in shim file: `run` only needs it to exist. The dynamic loader of the child
 /// ignores it (with a message on stderr), so the test programs run unhooked.
 fn fake_shim() -> PathBuf {
@@ -88,12 +95,7 @@ fn run_warns_without_the_module_and_refuses_kmod_only() {
         &["run", "--shim", shim, "--backend", "kmod", "--", "true"],
         &[],
     );
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        text(&output.stderr).contains("--backend kmod needs the module"),
-        "{}",
-        text(&output.stderr)
-    );
+    assert_refused(&output, 1, "--backend kmod needs the module");
 }
 
 #[test]
@@ -104,20 +106,14 @@ fn run_explains_bad_input() {
         &["run", "--shim", shim, "-q", "--", "/nonexistent/program"],
         &[],
     );
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        text(&output.stderr).contains("cannot run '/nonexistent/program': no such program"),
-        "{}",
-        text(&output.stderr)
+    assert_refused(
+        &output,
+        1,
+        "cannot run '/nonexistent/program': no such program",
     );
 
     let output = greenboost(&["run", "--vram-budget", "8X", "--", "true"], &[]);
-    assert_eq!(output.status.code(), Some(2), "clap usage error");
-    assert!(
-        text(&output.stderr).contains("'8X' is not a size"),
-        "{}",
-        text(&output.stderr)
-    );
+    assert_refused(&output, 2, "'8X' is not a size"); // clap's usage error
 
     let output = greenboost(
         &[
@@ -129,12 +125,7 @@ fn run_explains_bad_input() {
         ],
         &[],
     );
-    assert_eq!(output.status.code(), Some(1));
-    assert!(
-        text(&output.stderr).contains("build it with `make shim`"),
-        "{}",
-        text(&output.stderr)
-    );
+    assert_refused(&output, 1, "build it with `make shim`");
 }
 
 #[test]
