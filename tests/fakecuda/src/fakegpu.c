@@ -990,7 +990,9 @@ static int copy_range(uintptr_t dst, uintptr_t src, size_t n)
     return 1;
 }
 
-static void fault(struct fake_stream *s, const char *what, uintptr_t p, size_t n)
+/* Records an illegal access (sticky on a created stream, as the driver's are) and
+ * returns the error a synchronous caller sees. */
+static CUresult fault(struct fake_stream *s, const char *what, uintptr_t p, size_t n)
 {
     char msg[160];
     snprintf(msg, sizeof msg, "ILLEGAL_ADDRESS %s ptr=%#lx size=%zu", what, (unsigned long)p, n);
@@ -1000,6 +1002,7 @@ static void fault(struct fake_stream *s, const char *what, uintptr_t p, size_t n
         s->err = CUDA_ERROR_ILLEGAL_ADDRESS;
         pthread_mutex_unlock(&g.lock);
     }
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
 }
 
 /* Runs one operation. Returns the error a synchronous caller sees. */
@@ -1007,30 +1010,23 @@ static CUresult run_op(struct fake_stream *s, struct op *op)
 {
     switch (op->kind) {
     case OP_FILL:
-        if (!for_each_device_chunk(op->a, op->n, chunk_fill, op)) {
-            fault(s, "fill", op->a, op->n);
-            return CUDA_ERROR_ILLEGAL_ADDRESS;
-        }
+        if (!for_each_device_chunk(op->a, op->n, chunk_fill, op))
+            return fault(s, "fill", op->a, op->n);
         return CUDA_SUCCESS;
     case OP_VERIFY:
         *op->result = 0;
         if (!for_each_device_chunk(op->a, op->n, chunk_verify, op)) {
             *op->result = ~0ULL;
-            fault(s, "verify", op->a, op->n);
-            return CUDA_ERROR_ILLEGAL_ADDRESS;
+            return fault(s, "verify", op->a, op->n);
         }
         return CUDA_SUCCESS;
     case OP_SET:
-        if (!for_each_device_chunk(op->a, op->n, chunk_set, op)) {
-            fault(s, "memset", op->a, op->n);
-            return CUDA_ERROR_ILLEGAL_ADDRESS;
-        }
+        if (!for_each_device_chunk(op->a, op->n, chunk_set, op))
+            return fault(s, "memset", op->a, op->n);
         return CUDA_SUCCESS;
     case OP_COPY:
-        if (!copy_range(op->a, op->b, op->n)) {
-            fault(s, "memcpy", op->a, op->n);
-            return CUDA_ERROR_ILLEGAL_ADDRESS;
-        }
+        if (!copy_range(op->a, op->b, op->n))
+            return fault(s, "memcpy", op->a, op->n);
         return CUDA_SUCCESS;
     case OP_FREE: {
         pthread_mutex_lock(&g.lock);
