@@ -97,8 +97,11 @@ pub(crate) struct State {
     pub(crate) next_buffer_id: AtomicU64,
     /// Next device-file id, to find a file's eventfd registrations.
     pub(crate) next_file_id: AtomicU64,
-    /// Rate limit of pressure and failure messages.
-    pub(crate) log_limit: util::RateLimit,
+    /// Rate limit of ALLOC refusal messages.
+    pub(crate) refusal_log_limit: util::RateLimit,
+    /// Rate limit of pressure-crossing messages: their own, so that a burst of refusals
+    /// never hides the crossing that explains it.
+    pub(crate) pressure_log_limit: util::RateLimit,
     /// Rate limit of on-demand reports.
     pub(crate) report_limit: util::RateLimit,
     /// Pre-zeroed cache.
@@ -200,7 +203,8 @@ impl kernel::Module for GreenBoost {
                 pressure: AtomicBool::new(false),
                 next_buffer_id: AtomicU64::new(1),
                 next_file_id: AtomicU64::new(1),
-                log_limit: util::RateLimit::new(5000, 5),
+                refusal_log_limit: util::RateLimit::new(5000, 5),
+                pressure_log_limit: util::RateLimit::new(5000, 5),
                 report_limit: util::RateLimit::new(5000, 10),
                 cache <- new_mutex!(pool::Cache::new(), "greenboost::cache"),
                 procs <- new_mutex!(KVec::new(), "greenboost::procs"),

@@ -141,7 +141,7 @@ fn watchdog_tick(state: &State) {
         if now {
             pool::drain(state);
         }
-        if state.log_limit.allow() {
+        if state.pressure_log_limit.allow() {
             if now {
                 pr_warn!(
                     "memory pressure: available {} below reserve {}; ALLOC refused, cache \
@@ -181,7 +181,7 @@ pub(crate) unsafe extern "C" fn gb_rs_refill() {
 
 /// Logs an ALLOC refusal (rate-limited).
 pub(crate) fn log_alloc_failure(state: &State, size: u64) {
-    if state.log_limit.allow() {
+    if state.refusal_log_limit.allow() {
         let s = pool_snapshot(state);
         pr_info!(
             "ALLOC of {} refused (ENOMEM): T2 used {} of cap {}, available {}, pressure {}\n",
