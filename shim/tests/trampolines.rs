@@ -44,14 +44,21 @@ fn workdir(name: &str) -> PathBuf {
     dir
 }
 
-fn run(program: &Path, preload: &str) -> (bool, String) {
+/// Runs `program` in its own directory under LD_PRELOAD=`preload`: it must succeed and
+/// print "ok" (the shim's debug log, on stderr, shows in a failure).
+fn assert_runs_ok(program: &Path, preload: &str) {
     let output = Command::new(program)
+        .current_dir(program.parent().expect("program directory"))
         .env("LD_PRELOAD", preload)
         .env("GREENBOOST_LOG", "debug")
         .output()
         .expect("run test program");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("ok"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]
@@ -91,8 +98,7 @@ int main(void) {
     cc(&["-shared", "-fPIC", "-o", "libinterposer.so", "interposer.c", "-ldl"], &dir);
     cc(&["-o", "main", "main.c", "-ldl"], &dir);
     let preload = format!("{}:{}", shim().display(), dir.join("libinterposer.so").display());
-    let (ok, text) = run(&dir.join("main"), &preload);
-    assert!(ok && text.contains("ok"), "{text}");
+    assert_runs_ok(&dir.join("main"), &preload);
 }
 
 #[test]
@@ -133,12 +139,5 @@ int main(void) {
     cc(&["-shared", "-fPIC", "-o", "private/libprivatedep.so", "private/dep.c"], &dir);
     cc(&["-shared", "-fPIC", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/private", "-o", "libloader.so", "loader.c", "-ldl"], &dir);
     cc(&["-o", "main", "main.c", "-ldl"], &dir);
-    let program = dir.join("main");
-    let output = Command::new(&program)
-        .current_dir(&dir)
-        .env("LD_PRELOAD", shim())
-        .output()
-        .expect("run test program");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success() && text.contains("ok"), "{text}");
+    assert_runs_ok(&dir.join("main"), &shim().display().to_string());
 }
