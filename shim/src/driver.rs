@@ -6,12 +6,16 @@ use crate::hooks::pfn;
 use crate::state::STATS;
 use crate::tiers::{self, Allocated};
 
-/// The shared body of the driver allocation hooks. Without a current context the real
-/// function answers (CUDA_ERROR_INVALID_CONTEXT, as CUDA would).
+/// The shared body of the driver allocation hooks. The real function answers a null
+/// `dptr` or a size of 0, and any call without a current context
+/// (CUDA_ERROR_INVALID_CONTEXT, as CUDA would).
 ///
 /// # Safety
-/// `dptr` is valid for writing.
+/// `dptr` is null or valid for writing.
 unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> CuResult) -> CuResult {
+    if dptr.is_null() || size == 0 {
+        return vram();
+    }
     let driver = cuda::api();
     let Some(device) = driver.current_context().and_then(|_| driver.current_device()) else {
         return vram();
@@ -40,20 +44,13 @@ unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> C
 }
 
 pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CuDevicePtr, size: usize) -> CuResult {
-    if dptr.is_null() || size == 0 {
-        // SAFETY: the caller's arguments; the driver answers these.
-        return unsafe { real(dptr, size) };
-    }
-    // SAFETY: dptr checked.
+    // SAFETY: the caller's arguments, passed on.
     unsafe { allocate(dptr, size, || real(dptr, size)) }
 }
 
 pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CuDevicePtr, size: usize, stream: CuStream) -> CuResult {
-    if dptr.is_null() || size == 0 {
-        // SAFETY: the caller's arguments.
-        return unsafe { real(dptr, size, stream) };
-    }
-    // SAFETY: dptr checked. T2 memory is usable at once, so stream order holds.
+    // SAFETY: the caller's arguments, passed on. T2 memory is usable at once, so stream
+    // order holds.
     unsafe { allocate(dptr, size, || real(dptr, size, stream)) }
 }
 
@@ -69,11 +66,7 @@ pub unsafe fn mem_alloc_from_pool_async(
     pool: CuMemPool,
     stream: CuStream,
 ) -> CuResult {
-    if dptr.is_null() || size == 0 {
-        // SAFETY: the caller's arguments.
-        return unsafe { real(dptr, size, pool, stream) };
-    }
-    // SAFETY: dptr checked.
+    // SAFETY: the caller's arguments, passed on.
     unsafe { allocate(dptr, size, || real(dptr, size, pool, stream)) }
 }
 

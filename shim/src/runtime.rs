@@ -77,15 +77,19 @@ fn prepare_host() -> bool {
     driver.current_context().is_some()
 }
 
-/// The shared body of cudaMalloc and cudaMallocAsync.
+/// The shared body of cudaMalloc and cudaMallocAsync. The real function answers a null
+/// `dev_ptr` or a size of 0 (CUDA answers these itself).
 ///
 /// # Safety
-/// `dev_ptr` is valid for writing.
+/// `dev_ptr` is null or valid for writing.
 unsafe fn allocate(
     dev_ptr: *mut *mut c_void,
     size: usize,
     vram: impl FnOnce() -> CudaError,
 ) -> CudaError {
+    if dev_ptr.is_null() || size == 0 {
+        return vram();
+    }
     let Some(device) = current_device() else { return vram() };
     let real_failure = std::cell::Cell::new(CUDA_RT_SUCCESS);
     let outcome = tiers::allocate(
@@ -118,19 +122,11 @@ unsafe fn allocate(
 }
 
 pub unsafe fn malloc(real: pfn::cudaMalloc, dev_ptr: *mut *mut c_void, size: usize) -> CudaError {
-    if dev_ptr.is_null() || size == 0 {
-        // SAFETY: the caller's arguments; CUDA answers these itself.
-        return unsafe { real(dev_ptr, size) };
-    }
-    // SAFETY: dev_ptr checked; the closure passes the caller's arguments on.
+    // SAFETY: the caller's arguments, passed on.
     unsafe { allocate(dev_ptr, size, || real(dev_ptr, size)) }
 }
 
 pub unsafe fn malloc_async(real: pfn::cudaMallocAsync, dev_ptr: *mut *mut c_void, size: usize, stream: CuStream) -> CudaError {
-    if dev_ptr.is_null() || size == 0 {
-        // SAFETY: the caller's arguments.
-        return unsafe { real(dev_ptr, size, stream) };
-    }
     // SAFETY: as in `malloc`. T2 memory is usable at once, so stream order holds.
     unsafe { allocate(dev_ptr, size, || real(dev_ptr, size, stream)) }
 }
