@@ -673,6 +673,12 @@ CUresult fg_vmm_reserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr
     return CUDA_SUCCESS;
 }
 
+/* Whether mapping `m` shares any byte with [p, p + n). */
+static int mapping_overlaps(const struct vmm_mapping *m, CUdeviceptr p, size_t n)
+{
+    return m->va < p + n && p < m->va + m->size;
+}
+
 CUresult fg_vmm_address_free(CUdeviceptr p, size_t n)
 {
     pthread_mutex_lock(&g.lock);
@@ -684,7 +690,7 @@ CUresult fg_vmm_address_free(CUdeviceptr p, size_t n)
         return CUDA_ERROR_INVALID_VALUE;
     }
     for (struct vmm_mapping *m = g.mappings; m; m = m->next)
-        if (m->va < p + n && p < m->va + m->size) {
+        if (mapping_overlaps(m, p, n)) {
             pthread_mutex_unlock(&g.lock);
             return CUDA_ERROR_INVALID_VALUE; /* still mapped */
         }
@@ -711,7 +717,7 @@ CUresult fg_vmm_map(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationH
             inside = 1;
     int overlap = 0;
     for (struct vmm_mapping *m = g.mappings; m; m = m->next)
-        if (m->va < p + n && p < m->va + m->size)
+        if (mapping_overlaps(m, p, n))
             overlap = 1;
     if (!h || h->released || n > h->size || !inside || overlap) {
         pthread_mutex_unlock(&g.lock);
@@ -739,7 +745,7 @@ CUresult fg_vmm_unmap(CUdeviceptr p, size_t n)
     /* The range must be exactly covered by whole mappings. */
     size_t covered = 0;
     for (struct vmm_mapping *m = g.mappings; m; m = m->next) {
-        if (m->va < p + n && p < m->va + m->size) {
+        if (mapping_overlaps(m, p, n)) {
             if (m->va < p || m->va + m->size > p + n) {
                 pthread_mutex_unlock(&g.lock);
                 return CUDA_ERROR_INVALID_VALUE;
@@ -783,14 +789,14 @@ CUresult fg_vmm_set_access(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, si
     pthread_mutex_lock(&g.lock);
     size_t covered = 0;
     for (struct vmm_mapping *m = g.mappings; m; m = m->next)
-        if (m->va < p + n && p < m->va + m->size)
+        if (mapping_overlaps(m, p, n))
             covered += m->size;
     if (covered < n) {
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_VALUE; /* the whole range must be mapped */
     }
     for (struct vmm_mapping *m = g.mappings; m; m = m->next) {
-        if (!(m->va < p + n && p < m->va + m->size))
+        if (!mapping_overlaps(m, p, n))
             continue;
         for (size_t i = 0; i < count; i++) {
             if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
