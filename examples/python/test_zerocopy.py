@@ -39,6 +39,16 @@ def check(name, condition, detail=""):
         print(f"FAIL {name} {detail}")
 
 
+def check_raises(name, call, exception, accept):
+    """``call()`` must raise ``exception``, and ``accept(error)`` hold for what it raised."""
+    try:
+        call()
+    except exception as error:
+        check(name, accept(error), str(error))
+    else:
+        check(name, False, "no exception")
+
+
 def skip(name, reason):
     print(f"skip {name}: {reason}")
 
@@ -141,11 +151,7 @@ def test_views():
     address = buffer.address()
     check("address() is page-aligned and non-zero", address != 0 and address % mmap.PAGESIZE == 0, hex(address))
     buffer.close()
-    try:
-        os.fstat(buffer.fd)
-        check("close() closes the fd", False)
-    except OSError as error:
-        check("close() closes the fd", error.errno == errno.EBADF)
+    check_raises("close() closes the fd", lambda: os.fstat(buffer.fd), OSError, lambda error: error.errno == errno.EBADF)
 
     try:
         import numpy as np
@@ -197,19 +203,12 @@ def test_views():
 
 # --- 3. the real module ------------------------------------------------------------------
 def test_device_errors():
-    try:
-        gz.Device("/nonexistent/greenboost")
-        check("a missing node is a GreenBoostError that says to load the module", False)
-    except gz.GreenBoostError as error:
-        check("a missing node is a GreenBoostError that says to load the module",
-              error.errno == errno.ENOENT and "modprobe greenboost" in str(error), str(error))
+    check_raises("a missing node is a GreenBoostError that says to load the module",
+                 lambda: gz.Device("/nonexistent/greenboost"), gz.GreenBoostError,
+                 lambda error: error.errno == errno.ENOENT and "modprobe greenboost" in str(error))
     # /dev/null answers every ioctl with ENOTTY: the INFO call is made, and refused.
-    try:
-        gz.Device("/dev/null")
-        check("a node that is not GreenBoost's is refused at INFO", False)
-    except gz.GreenBoostError as error:
-        check("a node that is not GreenBoost's is refused at INFO",
-              error.errno == errno.ENOTTY and "GB_IOC_INFO" in str(error), str(error))
+    check_raises("a node that is not GreenBoost's is refused at INFO", lambda: gz.Device("/dev/null"),
+                 gz.GreenBoostError, lambda error: error.errno == errno.ENOTTY and "GB_IOC_INFO" in str(error))
 
 
 def test_device():
@@ -243,11 +242,8 @@ def test_device():
         check("closing the buffer gives the memory back", device.proc_stats().t2_used == before)
         with device.alloc(5000) as odd:
             check("an unaligned size is rounded up to the page size", odd.size == 8192, str(odd.size))
-        try:
-            device.alloc(0)
-            check("size 0 is refused with EINVAL", False)
-        except gz.GreenBoostError as error:
-            check("size 0 is refused with EINVAL", error.errno == errno.EINVAL and "invalid argument" in str(error), str(error))
+        check_raises("size 0 is refused with EINVAL", lambda: device.alloc(0), gz.GreenBoostError,
+                     lambda error: error.errno == errno.EINVAL and "invalid argument" in str(error))
 
 
 # --- 4. zero-copy CUDA view ----------------------------------------------------------------
