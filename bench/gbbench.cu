@@ -50,6 +50,7 @@ static double now_s() {
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     size_t n = v.size();
+    if (n == 0) return 0.0;
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

@@ -175,7 +175,7 @@ def decode(runs):
             table[config] = {"missing": runs["decode-" + config]["problem"]}
             continue
         table[config] = {k: r[k] for k in ("prefill_tok_s", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
-                                           "new_tokens", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
+                                           "new_tokens", "same_tokens_when_repeated", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
                                            "setup_s", "shim_loaded") if k in r}
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
             if k in r:
@@ -311,7 +311,10 @@ def markdown(report):
             if set(kv) - {"vram"}:
                 where += "; KV cache " + ", ".join(f"{k} {v / 1e9:.3f}" for k, v in sorted(kv.items()))
             match = row.get("tokens_match_vram")
-            match_text = "reference" if config == "vram" else {True: f"yes ({row.get('tokens_compared')})",
+            repeated = row.get("same_tokens_when_repeated")
+            reference_text = "reference" + {True: " (repeats itself)", False: " (NOT repeatable in-process)",
+                                            None: ""}[repeated]
+            match_text = reference_text if config == "vram" else {True: f"yes ({row.get('tokens_compared')})",
                                                                False: f"no (from token {row.get('first_divergence_at')})",
                                                                None: "—"}[match]
             lines.append(f"| {config} | {fmt(row['prefill_tok_s'])} | {fmt(row['decode_tok_s'])} | {row['new_tokens']} "
