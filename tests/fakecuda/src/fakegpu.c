@@ -179,11 +179,14 @@ static void setup(void)
         abort();
     g.vram_view = mmap(NULL, g.vram, PROT_READ | PROT_WRITE, MAP_SHARED, g.vram_fd, 0);
     void *va = mmap(NULL, g.vram, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    void *vmm = mmap(NULL, VMM_VA_SPACE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* One granule of slack: the kernel aligns large anonymous mappings to 2 MiB only
+     * where it has transparent huge pages, and VMM addresses must be granule-aligned. */
+    void *vmm = mmap(NULL, VMM_VA_SPACE + VMM_GRANULARITY, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (g.vram_view == MAP_FAILED || va == MAP_FAILED || vmm == MAP_FAILED)
         abort();
     g.vram_va = (uintptr_t)va;
-    g.vmm_va = (uintptr_t)vmm;
+    g.vmm_va = ((uintptr_t)vmm + VMM_GRANULARITY - 1) & ~(uintptr_t)(VMM_GRANULARITY - 1);
     g.page_used = calloc(g.npages, 1);
     g.alloc_pages = calloc(g.npages, sizeof *g.alloc_pages);
     g.free_pending = calloc(g.npages, 1);
