@@ -40,13 +40,27 @@ pub struct Config {
     pub min_t2_size: u64,
     /// Most T2 bytes in use at once; `None`: the backend's default.
     pub t2_cap: Option<u64>,
+    /// Allocations at least this large that the budget sends to T2 are split: VRAM that
+    /// is still free under the budget holds their head, T2 the rest. `None`: never split.
+    pub split_min: Option<u64>,
     pub report: ReportMode,
     pub backend: BackendChoice,
     pub log: Level,
+    /// Copy T2 operands of wide cuBLAS matrix products into VRAM first (see `staging`).
+    pub staging: bool,
+    /// A product is wide when the dimension that re-reads the T2 operand is at least this.
+    pub stage_min_width: u64,
+    /// Largest scratch buffer staging may hold in VRAM; larger operands stay zero-copy.
+    pub stage_max: u64,
 }
 
 pub const DEFAULT_VRAM_RESERVE: u64 = 512 << 20;
 pub const DEFAULT_MIN_T2_SIZE: u64 = 2 << 20;
+/// A GEMM tile is 64-256 columns wide: narrower products read each operand tile about
+/// once, so zero-copy costs no more than a copy; wider ones re-read it per tile.
+pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 32;
+pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
+pub const DEFAULT_SPLIT_MIN: u64 = 256 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -56,9 +70,13 @@ impl Default for Config {
             vram_reserve: None,
             min_t2_size: DEFAULT_MIN_T2_SIZE,
             t2_cap: None,
+            split_min: Some(DEFAULT_SPLIT_MIN),
             report: ReportMode::Physical,
             backend: BackendChoice::Auto,
             log: Level::Warn,
+            staging: true,
+            stage_min_width: DEFAULT_STAGE_MIN_WIDTH,
+            stage_max: DEFAULT_STAGE_MAX,
         }
     }
 }
@@ -171,6 +189,26 @@ pub fn from_lookup(
     if let Some(cap) = size("GREENBOOST_T2_CAP", &mut complain) {
         config.t2_cap = Some(cap);
     }
+    if let Some(value) = lookup("GREENBOOST_SPLIT_MIN") {
+        match trim(value) {
+            b"" => {}
+            b"off" | b"0" => config.split_min = None,
+            _ => config.split_min = size("GREENBOOST_SPLIT_MIN", &mut complain).or(config.split_min),
+        }
+    }
+    if let Some(value) = lookup("GREENBOOST_STAGING") {
+        match trim(value) {
+            b"" | b"on" | b"1" => {}
+            b"off" | b"0" => config.staging = false,
+            other => complain("GREENBOOST_STAGING", other, "on (use on or off)"),
+        }
+    }
+    if let Some(width) = size("GREENBOOST_STAGE_MIN_WIDTH", &mut complain) {
+        config.stage_min_width = width.max(1);
+    }
+    if let Some(max) = size("GREENBOOST_STAGE_MAX", &mut complain) {
+        config.stage_max = max;
+    }
     if let Some(value) = lookup("GREENBOOST_REPORT") {
         match trim(value) {
             b"" | b"physical" => {}
@@ -223,13 +261,22 @@ impl Config {
         self.vram_reserve.unwrap_or_else(|| (self.budget(physical) / 8).min(DEFAULT_VRAM_RESERVE))
     }
 
+    /// VRAM in use up to which allocations still go to VRAM: the budget minus the reserve.
+    pub fn vram_limit(&self, physical: u64) -> u64 {
+        self.budget(physical).saturating_sub(self.reserve(physical))
+    }
+
     /// The placement rule: small allocations and those that fit the budget minus the
-    /// reserve go to VRAM, the rest to T2.
-    pub fn place(&self, size: u64, vram_in_use: u64, physical: u64) -> Placement {
+    /// reserve go to VRAM, the rest to T2. Once the program `running` (it has started
+    /// computing: its first matrix product), the reserve is open too: what is allocated
+    /// then is activations, workspace and KV cache, read many times per token, while
+    /// the weights loaded before took their share and spilled.
+    pub fn place(&self, size: u64, vram_in_use: u64, physical: u64, running: bool) -> Placement {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let limit = self.budget(physical).saturating_sub(self.reserve(physical));
+        let budget = self.budget(physical);
+        let limit = if running { budget } else { budget.saturating_sub(self.reserve(physical)) };
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
@@ -292,10 +339,14 @@ mod tests {
                 ("GREENBOOST_VRAM_RESERVE", "1G"),
                 ("GREENBOOST_MIN_T2_SIZE", "4M"),
                 ("GREENBOOST_T2_CAP", "64G"),
+                ("GREENBOOST_SPLIT_MIN", "1G"),
                 ("GREENBOOST_REPORT", "combined"),
                 ("GREENBOOST_BACKEND", "userspace"),
                 ("GREENBOOST_LOG", "debug"),
                 ("GREENBOOST_DISABLE", "1"),
+                ("GREENBOOST_STAGING", "off"),
+                ("GREENBOOST_STAGE_MIN_WIDTH", "128"),
+                ("GREENBOOST_STAGE_MAX", "1G"),
             ]),
             |_, _, _| complaints += 1,
         );
@@ -308,9 +359,13 @@ mod tests {
                 vram_reserve: Some(G),
                 min_t2_size: 4 * M,
                 t2_cap: Some(64 * G),
+                split_min: Some(G),
                 report: ReportMode::Combined,
                 backend: BackendChoice::Userspace,
                 log: Level::Debug,
+                staging: false,
+                stage_min_width: 128,
+                stage_max: G,
             }
         );
     }
@@ -321,6 +376,7 @@ mod tests {
         let config = from_lookup(
             env(&[
                 ("GREENBOOST_VRAM_BUDGET", "lots"),
+                ("GREENBOOST_SPLIT_MIN", "half"),
                 ("GREENBOOST_REPORT", "everything"),
                 ("GREENBOOST_BACKEND", "gpu"),
                 ("GREENBOOST_LOG", "loud"),
@@ -331,31 +387,62 @@ mod tests {
         complaints.sort();
         assert_eq!(
             complaints,
-            ["GREENBOOST_BACKEND", "GREENBOOST_LOG", "GREENBOOST_REPORT", "GREENBOOST_VRAM_BUDGET"]
+            ["GREENBOOST_BACKEND", "GREENBOOST_LOG", "GREENBOOST_REPORT", "GREENBOOST_SPLIT_MIN", "GREENBOOST_VRAM_BUDGET"]
         );
+    }
+
+    #[test]
+    fn split_minimum_defaults_to_256_mib_and_turns_off() {
+        let default = Config::default();
+        assert!(!default.may_split(256 * M - 1));
+        assert!(default.may_split(256 * M));
+        for off in ["off", "0", " off "] {
+            let config = from_lookup(move |name| (name == "GREENBOOST_SPLIT_MIN").then_some(off.as_bytes()), |_, _, _| {
+                panic!("{off:?} refused")
+            });
+            assert_eq!(config.split_min, None, "{off:?}");
+            assert!(!config.may_split(u64::MAX));
+        }
+    }
+
+    #[test]
+    fn vram_limit_is_the_budget_minus_the_reserve() {
+        let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
+        assert_eq!(config.vram_limit(80 * G), 7 * G);
+        let reserve_over_budget = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
+        assert_eq!(reserve_over_budget.vram_limit(80 * G), 0);
     }
 
     #[test]
     fn placement_follows_budget_reserve_and_minimum() {
         let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), min_t2_size: 2 * M, ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(7 * G, 0, physical), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, physical), Placement::Host);
-        assert_eq!(config.place(G, 6 * G, physical), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, physical), Placement::Host);
+        assert_eq!(config.place(7 * G, 0, physical, false), Placement::Vram);
+        assert_eq!(config.place(7 * G + 1, 0, physical, false), Placement::Host);
+        assert_eq!(config.place(G, 6 * G, physical, false), Placement::Vram);
+        assert_eq!(config.place(G, 6 * G + 1, physical, false), Placement::Host);
         // Below the minimum: VRAM even when the budget is spent.
-        assert_eq!(config.place(M, 100 * G, physical), Placement::Vram);
+        assert_eq!(config.place(M, 100 * G, physical, false), Placement::Vram);
         // The physical size caps a larger budget.
         let small_card = 4 * G;
-        assert_eq!(config.place(3 * G + 1, 0, small_card), Placement::Host);
+        assert_eq!(config.place(3 * G + 1, 0, small_card, false), Placement::Host);
         // Overflowing sums never wrap into VRAM.
-        assert_eq!(config.place(u64::MAX, 1, physical), Placement::Host);
+        assert_eq!(config.place(u64::MAX, 1, physical, false), Placement::Host);
+    }
+
+    #[test]
+    fn running_programs_may_use_the_reserve() {
+        let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
+        let physical = 80 * G;
+        assert_eq!(config.place(G, 7 * G, physical, false), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, physical, true), Placement::Vram);
+        assert_eq!(config.place(G, 7 * G + 1, physical, true), Placement::Host);
     }
 
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
         let config = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(config.place(2 * M, 0, 8 * G), Placement::Host);
+        assert_eq!(config.place(2 * M, 0, 8 * G, false), Placement::Host);
     }
 
     #[test]
@@ -366,8 +453,8 @@ mod tests {
         let budgeted = Config { vram_budget: Some(G), ..Config::default() };
         assert_eq!(budgeted.reserve(80 * G), 128 * M);
         // 256 MiB device: three of six 64 MiB allocations fit under 224 MiB.
-        assert_eq!(config.place(64 * M, 128 * M, 256 * M), Placement::Vram);
-        assert_eq!(config.place(64 * M, 192 * M, 256 * M), Placement::Host);
+        assert_eq!(config.place(64 * M, 128 * M, 256 * M, false), Placement::Vram);
+        assert_eq!(config.place(64 * M, 192 * M, 256 * M, false), Placement::Host);
     }
 
     #[test]

@@ -64,6 +64,17 @@ fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
     usize::try_from(device).ok().and_then(|index| VRAM_IN_USE.get(index))
 }
 
+/// Set by the first matrix product the program runs (see `Config::place`).
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// The program has started computing: the VRAM reserve opens to its allocations.
+pub fn note_running() {
+    if !RUNNING.load(Ordering::Relaxed) {
+        RUNNING.store(true, Ordering::Relaxed);
+        debug!("first matrix product: the VRAM reserve is open to allocations from now on");
+    }
+}
+
 /// Where an allocation of `size` on `device` goes now.
 pub fn placement(size: u64, device: CuDevice) -> Placement {
     let Some(physical) = cuda::physical_vram(device) else {
@@ -71,7 +82,36 @@ pub fn placement(size: u64, device: CuDevice) -> Placement {
         return Placement::Vram;
     };
     let in_use = vram_counter(device).map_or(0, |counter| counter.load(Ordering::Relaxed));
-    state::config().place(size, in_use, physical)
+    state::config().place(size, in_use, physical, RUNNING.load(Ordering::Relaxed))
+}
+
+/// Counts VRAM the shim itself holds (staging scratch) against the device's budget.
+pub fn count_own_vram(size: u64, device: CuDevice) {
+    if let Some(counter) = vram_counter(device) {
+        counter.fetch_add(size, Ordering::Relaxed);
+    }
+    STATS.add_t1(size);
+}
+
+/// Gives back what `count_own_vram` counted.
+pub fn uncount_own_vram(size: u64, device: CuDevice) {
+    forget_vram(size, device);
+}
+
+/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in T2 memory.
+pub fn touches_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
+    if STATS.t2_used.load(Ordering::Relaxed) == 0 || len == 0 {
+        return false;
+    }
+    let end = device_ptr.saturating_add(len);
+    let registry = REGISTRY.lock();
+    // The allocation starting at or before the range, then any that start inside it.
+    let before = registry.live.range(..=device_ptr).next_back();
+    let inside = registry.live.range(device_ptr.saturating_add(1)..end);
+    before.into_iter().chain(inside).any(|(base, record)| match record {
+        Record::Host(allocation) => *base < end && device_ptr < base.saturating_add(allocation.buffer.len as u64),
+        Record::Vram { .. } => false,
+    })
 }
 
 /// Records a successful VRAM allocation.
