@@ -261,9 +261,15 @@ impl Config {
         self.vram_reserve.unwrap_or_else(|| (self.budget(physical) / 8).min(DEFAULT_VRAM_RESERVE))
     }
 
-    /// VRAM in use up to which allocations still go to VRAM: the budget minus the reserve.
-    pub fn vram_limit(&self, physical: u64) -> u64 {
-        self.budget(physical).saturating_sub(self.reserve(physical))
+    /// VRAM in use up to which allocations still go to VRAM: the budget minus the
+    /// reserve, or the whole budget once the program is `running` (see `place`).
+    pub fn vram_limit(&self, physical: u64, running: bool) -> u64 {
+        let budget = self.budget(physical);
+        if running {
+            budget
+        } else {
+            budget.saturating_sub(self.reserve(physical))
+        }
     }
 
     /// The placement rule: small allocations and those that fit the budget minus the
@@ -275,12 +281,17 @@ impl Config {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let budget = self.budget(physical);
-        let limit = if running { budget } else { budget.saturating_sub(self.reserve(physical)) };
+        let limit = self.vram_limit(physical, running);
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
         }
+    }
+
+    /// Whether an allocation of `size` that the budget sends to T2 may be split between
+    /// VRAM and T2 (GREENBOOST_SPLIT_MIN).
+    pub fn may_split(&self, size: u64) -> bool {
+        self.split_min.is_some_and(|min| size >= min)
     }
 
     /// The (free, total) a memory query reports, from the driver's real figures and the
@@ -406,11 +417,12 @@ mod tests {
     }
 
     #[test]
-    fn vram_limit_is_the_budget_minus_the_reserve() {
+    fn vram_limit_is_the_budget_minus_the_reserve_until_running() {
         let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
-        assert_eq!(config.vram_limit(80 * G), 7 * G);
+        assert_eq!(config.vram_limit(80 * G, false), 7 * G);
+        assert_eq!(config.vram_limit(80 * G, true), 8 * G);
         let reserve_over_budget = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(reserve_over_budget.vram_limit(80 * G), 0);
+        assert_eq!(reserve_over_budget.vram_limit(80 * G, false), 0);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Driver functions the shim calls for its own work (registration, events, contexts),
-//! resolved once from the program's libcuda. None of them is hooked.
+//! Driver functions the shim calls for its own work (registration, events, contexts,
+//! the VMM calls of split allocations), resolved once from the program's libcuda. They
+//! are the driver's own functions, never the shim's hooks (cuMemCreate and cuMemRelease
+//! are hooked too, but the shim's own VMM memory must not be counted twice).
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::OnceLock;
@@ -51,8 +53,21 @@ driver_api! {
     event_synchronize = "cuEventSynchronize": fn(CuEvent);
     event_destroy = "cuEventDestroy_v2": fn(CuEvent);
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
+    stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint);
+    stream_is_capturing = "cuStreamIsCapturing": fn(CuStream, *mut c_int);
+    memcpy_async = "cuMemcpyAsync": fn(CuDevicePtr, CuDevicePtr, usize, CuStream);
+    mem_alloc = "cuMemAlloc_v2": fn(*mut CuDevicePtr, usize);
+    mem_free = "cuMemFree_v2": fn(CuDevicePtr);
     mem_get_address_range = "cuMemGetAddressRange_v2": fn(*mut CuDevicePtr, *mut usize, CuDevicePtr);
     device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CuDevice);
+    mem_get_allocation_granularity = "cuMemGetAllocationGranularity": fn(*mut usize, *const CuMemAllocationProp, c_int);
+    mem_address_reserve = "cuMemAddressReserve": fn(*mut CuDevicePtr, usize, usize, CuDevicePtr, u64);
+    mem_address_free = "cuMemAddressFree": fn(CuDevicePtr, usize);
+    mem_create = "cuMemCreate": fn(*mut CuMemGenericAllocationHandle, usize, *const CuMemAllocationProp, u64);
+    mem_release = "cuMemRelease": fn(CuMemGenericAllocationHandle);
+    mem_map = "cuMemMap": fn(CuDevicePtr, usize, usize, CuMemGenericAllocationHandle, u64);
+    mem_unmap = "cuMemUnmap": fn(CuDevicePtr, usize);
+    mem_set_access = "cuMemSetAccess": fn(CuDevicePtr, usize, *const CuMemAccessDesc, usize);
     import_external_memory = "cuImportExternalMemory": fn(*mut CuExternalMemory, *const CudaExternalMemoryHandleDesc);
     destroy_external_memory = "cuDestroyExternalMemory": fn(CuExternalMemory);
 }

@@ -127,7 +127,7 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
 /// GPUDirect-RDMA capable nor compressible: the driver refuses a host-NUMA request that
 /// asks for either (CUDA_ERROR_INVALID_VALUE, seen on the H200 with PyTorch's expandable
 /// segments, which set gpuDirectRDMACapable).
-fn on_host_numa(requested: CuMemAllocationProp, node: std::ffi::c_int) -> CuMemAllocationProp {
+pub fn on_host_numa(requested: CuMemAllocationProp, node: std::ffi::c_int) -> CuMemAllocationProp {
     CuMemAllocationProp {
         location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: node },
         compression_type: 0,
@@ -188,8 +188,7 @@ pub unsafe fn mem_create(
         debug!("VMM {}: on host NUMA node {} for device {}", crate::log::Mib(bytes), node, device);
         return status;
     }
-    STATS.sub_t2(bytes);
-    STATS.t2_allocs.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    tiers::give_back_t2_capacity(bytes);
     info!(
         "cuMemCreate of {} on host NUMA node {} failed (CUDA error {}; handle types {:#x}, flags {:#x}/{:#x}/{:#x})",
         crate::log::Mib(bytes),

@@ -67,6 +67,13 @@ pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
 
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`: the one `CUmemAllocationType` cuMemCreate makes.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+/// `CU_MEM_ALLOC_GRANULARITY_MINIMUM` (`CUmemAllocationGranularity_flags`).
+pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE` (`CUmemAccess_flags`).
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
+
 /// `CUmemLocation`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,6 +96,15 @@ pub struct CuMemAllocationProp {
     pub reserved: [u8; 4],
 }
 const _: () = assert!(std::mem::size_of::<CuMemAllocationProp>() == 32);
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CuMemAccessDesc {
+    pub location: CuMemLocation,
+    pub flags: c_int,
+}
+const _: () = assert!(std::mem::size_of::<CuMemAccessDesc>() == 12);
 
 /// `CUexternalMemoryHandleType` values the shim tries on a DMA-BUF fd.
 pub const CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD: c_int = 1;

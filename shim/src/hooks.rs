@@ -19,6 +19,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::ffi::*;
+use crate::staging::{self, CublasStatus};
 use crate::{driver, libs, nvml, routing, runtime, state};
 
 /// The library a hooked function lives in.
@@ -27,6 +28,8 @@ pub enum Api {
     Runtime,
     Driver,
     Nvml,
+    Cublas,
+    CublasLt,
     Libc,
 }
 
@@ -58,6 +61,8 @@ impl Missing for c_int {
     fn missing(api: Api) -> Self {
         match api {
             Api::Nvml => NVML_ERROR_UNINITIALIZED,
+            // CUBLAS_STATUS_NOT_INITIALIZED.
+            Api::Cublas | Api::CublasLt => 1,
             // cudaErrorInitializationError and CUDA_ERROR_NOT_INITIALIZED are both 3.
             Api::Runtime | Api::Driver | Api::Libc => CUDA_ERROR_NOT_INITIALIZED,
         }
@@ -171,6 +176,11 @@ hook_table! {
     // NVML (libnvidia-ml.so.1).
     Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn => nvml::device_get_memory_info;
     Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn => nvml::device_get_memory_info_v2;
+    // cuBLAS / cuBLASLt (libcublas.so.12/.13, libcublasLt): GEMM operand staging.
+    Cublas guarded fn cublasGemmEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, b: *const c_void, b_type: c_int, ldb: c_int, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, compute_type: c_int, algo: c_int) -> CublasStatus => staging::gemm_ex;
+    Cublas guarded fn cublasSgemm_v2(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int, beta: *const f32, c: *mut f32, ldc: c_int) -> CublasStatus => staging::sgemm;
+    Cublas guarded fn cublasGemmStridedBatchedEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, stride_a: i64, b: *const c_void, b_type: c_int, ldb: c_int, stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, stride_c: i64, batch: c_int, compute_type: c_int, algo: c_int) -> CublasStatus => staging::gemm_strided_batched_ex;
+    CublasLt guarded fn cublasLtMatmul(handle: *mut c_void, desc: *mut c_void, alpha: *const c_void, a: *const c_void, a_desc: *mut c_void, b: *const c_void, b_desc: *mut c_void, beta: *const c_void, c: *const c_void, c_desc: *mut c_void, d: *mut c_void, d_desc: *mut c_void, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: CuStream) -> CublasStatus => staging::lt_matmul;
     // libc: naked trampolines that keep the caller's return address (see `routing`).
     Libc trampoline fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void => routing::dlsym;
     Libc trampoline fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void => routing::dlopen;
@@ -222,6 +232,8 @@ pub fn real(hook: Hook) -> *mut c_void {
         Api::Runtime => libs::runtime(),
         Api::Driver => libs::driver(),
         Api::Nvml => libs::nvml(),
+        Api::Cublas => libs::cublas(),
+        Api::CublasLt => libs::cublas_lt(),
         Api::Libc => {
             let Ok(name) = std::ffi::CStr::from_bytes_with_nul(entry.name.as_bytes()) else {
                 return ptr::null_mut();

@@ -7,6 +7,7 @@
 //! - `routing`: dlsym / dlopen / cuGetProcAddress / cudaGetDriverEntryPoint;
 //! - `runtime`, `driver`, `nvml`: the hooks themselves;
 //! - `tiers`: placement, T2 allocation and freeing, registry; `backend`: T2 memory;
+//!   `split`: allocations split between a VRAM head and a T2 tail;
 //! - `config`: environment variables (see README.md); `state`: init, stats, exit summary.
 
 #[macro_use]
@@ -23,5 +24,8 @@ mod lock;
 mod nvml;
 mod routing;
 mod runtime;
+mod staging;
+mod split;
 mod state;
+mod t2cache;
 mod tiers;

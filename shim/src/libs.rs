@@ -72,8 +72,6 @@ fn open(name: &CStr, flags: c_int) -> *mut c_void {
 
 static DRIVER: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 static NVML: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
-static RUNTIME: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
-
 /// The program's libcuda: the loaded one, else loaded now (the driver is one per system
 /// and loading it has no side effect on the program).
 pub fn driver() -> *mut c_void {
@@ -103,22 +101,40 @@ fn loaded_or_load(slot: &AtomicPtr<c_void>, soname: &CStr) -> *mut c_void {
 /// The CUDA runtime the program loaded. Never loads one: a runtime hook only runs when
 /// the program linked or loaded a runtime, and the shim must use that very one.
 pub fn runtime() -> *mut c_void {
-    let known = RUNTIME.load(Ordering::Acquire);
+    static RUNTIME: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+    already_loaded(&RUNTIME, &[c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"], b"libcudart")
+}
+
+/// The cuBLAS the program loaded (never loads one, as for the runtime).
+pub fn cublas() -> *mut c_void {
+    static CUBLAS: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+    // "libcublas.so" and not "libcublas": that prefix would also match libcublasLt.
+    already_loaded(&CUBLAS, &[c"libcublas.so.13", c"libcublas.so.12", c"libcublas.so"], b"libcublas.so")
+}
+
+/// The cuBLASLt the program loaded.
+pub fn cublas_lt() -> *mut c_void {
+    static CUBLAS_LT: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+    already_loaded(&CUBLAS_LT, &[c"libcublasLt.so.13", c"libcublasLt.so.12", c"libcublasLt.so"], b"libcublasLt.so")
+}
+
+/// A loaded library, by one of its sonames or else by the file name of a loaded object
+/// (a library loaded RTLD_LOCAL under another name is still found).
+fn already_loaded(slot: &AtomicPtr<c_void>, sonames: &[&CStr], file_prefix: &[u8]) -> *mut c_void {
+    let known = slot.load(Ordering::Acquire);
     if !known.is_null() {
         return known;
     }
-    let mut handle = ptr::null_mut();
-    for soname in [c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"] {
-        handle = open(soname, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
-        if !handle.is_null() {
-            break;
-        }
-    }
+    let mut handle = sonames
+        .iter()
+        .map(|soname| open(soname, libc::RTLD_NOLOAD | libc::RTLD_LAZY))
+        .find(|handle| !handle.is_null())
+        .unwrap_or(ptr::null_mut());
     if handle.is_null() {
-        handle = loaded_object_named(b"libcudart");
+        handle = loaded_object_named(file_prefix);
     }
     if !handle.is_null() {
-        RUNTIME.store(handle, Ordering::Release);
+        slot.store(handle, Ordering::Release);
     }
     handle
 }

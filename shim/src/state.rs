@@ -106,6 +106,12 @@ pub struct Stats {
     pub vmm_host: AtomicU64,
     /// Stream-ordered frees of T2 memory waiting for their stream.
     pub deferred_frees: AtomicU64,
+    /// Allocations split between a VRAM head and a T2 tail (each also counts once in
+    /// `t1_allocs` and once in `t2_allocs`).
+    pub split_allocs: AtomicU64,
+    /// Matrix products whose T2 operands were copied into VRAM first, and the bytes.
+    pub gemm_staged: AtomicU64,
+    pub gemm_staged_bytes: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -119,6 +125,9 @@ pub static STATS: Stats = Stats {
     oom_returned: AtomicU64::new(0),
     vmm_host: AtomicU64::new(0),
     deferred_frees: AtomicU64::new(0),
+    split_allocs: AtomicU64::new(0),
+    gemm_staged: AtomicU64::new(0),
+    gemm_staged_bytes: AtomicU64::new(0),
 };
 
 impl Stats {
@@ -159,6 +168,11 @@ pub struct ShimStats {
     /// The same for the OPAQUE_FD type.
     pub import_opaque_result: i32,
     pub reserved: u32,
+    /// Appended after the fields above, so that a caller built against the shorter
+    /// struct still reads them where they were.
+    pub split_allocs: u64,
+    pub gemm_staged: u64,
+    pub gemm_staged_bytes: u64,
 }
 
 pub fn snapshot() -> ShimStats {
@@ -179,6 +193,9 @@ pub fn snapshot() -> ShimStats {
         import_dmabuf_result,
         import_opaque_result,
         reserved: 0,
+        split_allocs: load(&STATS.split_allocs),
+        gemm_staged: load(&STATS.gemm_staged),
+        gemm_staged_bytes: load(&STATS.gemm_staged_bytes),
     }
 }
 
@@ -211,6 +228,9 @@ pub fn counters_start_afresh_in_child() {
         &STATS.oom_returned,
         &STATS.vmm_host,
         &STATS.deferred_frees,
+        &STATS.split_allocs,
+        &STATS.gemm_staged,
+        &STATS.gemm_staged_bytes,
     ] {
         counter.store(0, Ordering::Relaxed);
     }
@@ -234,7 +254,7 @@ extern "C" fn summary_at_exit() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     info!(
-        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host); out-of-memory returned {}; backend {}",
+        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host), split {}; GEMMs staged {} ({}); out-of-memory returned {}; backend {}",
         pid,
         Mib(stats.t1_peak),
         Mib(stats.t2_peak),
@@ -242,6 +262,9 @@ extern "C" fn summary_at_exit() {
         stats.t2_allocs,
         stats.t2_after_vram_oom,
         stats.vmm_host,
+        stats.split_allocs,
+        stats.gemm_staged,
+        Mib(stats.gemm_staged_bytes),
         stats.oom_returned,
         crate::tiers::backend_name(),
     );

@@ -1,9 +1,10 @@
 //! The allocation engine shared by the runtime and driver hooks: placement, the T2 path
-//! (backend memory registered with CUDA), the registry of live allocations, freeing with
-//! CUDA's synchronisation semantics, and stream-ordered frees.
+//! (backend memory registered with CUDA), split allocations (`split`: a VRAM head and a
+//! host tail in one range), the registry of live allocations, freeing with CUDA's
+//! synchronisation semantics, and stream-ordered frees.
 //!
-//! Lock order: `REGISTRY` before `VMM`; no lock is held across any CUDA call or backend
-//! call (the atfork prepare handler takes both locks).
+//! Lock order: `REGISTRY` before `VMM` before the T2 cache's (`t2cache`); no lock is held
+//! across any CUDA call or backend call (the atfork prepare handler takes all three).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_int;
@@ -18,12 +19,50 @@ use crate::config::{BackendChoice, Placement, ReportMode};
 use crate::cuda::{self, call};
 use crate::ffi::*;
 use crate::log::Mib;
+use crate::split::{self, SplitAllocation};
 use crate::state::{self, STATS};
+use crate::t2cache;
 
 /// A live allocation the shim made or saw.
 enum Record {
     Vram { size: u64, device: CuDevice },
     Host(HostAllocation),
+    Split(SplitAllocation),
+}
+
+/// Memory the shim made itself (rather than counted on its way to the driver), handed
+/// to `release_now`/`release_after` when the program frees it.
+pub enum Backed {
+    /// T2: backend memory registered with CUDA.
+    Host(HostAllocation),
+    /// A VRAM head and a T2 tail under one address range.
+    Split(SplitAllocation),
+}
+
+impl Backed {
+    fn context(&self) -> CuContext {
+        match self {
+            Backed::Host(allocation) => allocation.context as CuContext,
+            Backed::Split(split) => split.context(),
+        }
+    }
+
+    /// The CUDA side of freeing, with the allocation's context current and the device
+    /// past every use of the memory: a split range is unmapped and released; T2 memory
+    /// needs nothing here (`finish_release` keeps it registered or unregisters it).
+    fn detach(&self, driver: &cuda::DriverApi) {
+        if let Backed::Split(split) = self {
+            split.unmap(driver);
+        }
+    }
+
+    /// The rest of freeing, after `detach`: memory and accounting.
+    fn finish(self) {
+        match self {
+            Backed::Host(allocation) => finish_release(allocation),
+            Backed::Split(split) => split.finish(),
+        }
+    }
 }
 
 /// A T2 allocation: backend memory registered with CUDA.
@@ -36,18 +75,30 @@ pub struct HostAllocation {
 
 struct PendingFree {
     event: usize,
-    allocation: HostAllocation,
+    allocation: Backed,
 }
 
 struct Registry {
     live: BTreeMap<CuDevicePtr, Record>,
-    /// Device pointers of recently freed T2 allocations, to answer a double free.
+    /// Device pointers of recently freed `Backed` memory, to answer a double free.
     freed_host: VecDeque<CuDevicePtr>,
     /// Stream-ordered frees waiting for their event.
     pending: Vec<PendingFree>,
 }
 
 const FREED_HOST_REMEMBERED: usize = 4096;
+
+impl Registry {
+    /// `allocation`, just taken out of `live`, is being freed: its address is remembered
+    /// to answer a double free.
+    fn freed(&mut self, allocation: Backed, device_ptr: CuDevicePtr) -> Lookup {
+        if self.freed_host.len() >= FREED_HOST_REMEMBERED {
+            self.freed_host.pop_front();
+        }
+        self.freed_host.push_back(device_ptr);
+        Lookup::Backed(allocation)
+    }
+}
 
 static REGISTRY: Mutex<Registry> =
     const_mutex(Registry { live: BTreeMap::new(), freed_host: VecDeque::new(), pending: Vec::new() });
@@ -110,6 +161,10 @@ pub fn touches_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
     let inside = registry.live.range(device_ptr.saturating_add(1)..end);
     before.into_iter().chain(inside).any(|(base, record)| match record {
         Record::Host(allocation) => *base < end && device_ptr < base.saturating_add(allocation.buffer.len as u64),
+        Record::Split(split) => {
+            let (tail, tail_end) = split.tail_range();
+            tail < end && device_ptr < tail_end
+        }
         Record::Vram { .. } => false,
     })
 }
@@ -125,10 +180,39 @@ pub fn note_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
     debug!("T1 {:#x}: {} on device {}", device_ptr, Mib(size), device);
 }
 
-fn forget_vram(size: u64, device: CuDevice) {
+/// Reserves VRAM for the head of a split allocation: as much as is left under the
+/// placement limit, in whole `granularity` units, at most `most` bytes. It is counted in
+/// the device's VRAM counter at once, so that a concurrent allocation sees it taken.
+/// `None` when not one unit is left.
+pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Option<u64> {
+    let limit = state::config().vram_limit(cuda::physical_vram(device)?, RUNNING.load(Ordering::Relaxed));
+    let counter = vram_counter(device)?;
+    let room = |in_use: u64| (limit.saturating_sub(in_use).min(most) / granularity) * granularity;
+    let before = counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
+            let head = room(in_use);
+            (head > 0).then(|| in_use + head)
+        })
+        .ok()?;
+    Some(room(before))
+}
+
+/// Gives back VRAM that `reserve_vram_head` reserved for a split that was not made.
+pub fn unreserve_vram(device: CuDevice, size: u64) {
     if let Some(counter) = vram_counter(device) {
         let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(size)));
     }
+}
+
+/// Counts the head reserved by `reserve_vram_head` as T1 in use, once the split is made.
+pub fn count_vram_head(size: u64, device: CuDevice) {
+    STATS.add_t1(size);
+    report_vram(device);
+}
+
+/// VRAM counted in use (a VRAM allocation, a split head, staging scratch) is free again.
+pub fn forget_vram(size: u64, device: CuDevice) {
+    unreserve_vram(device, size);
     STATS.sub_t1(size);
     report_vram(device);
 }
@@ -225,9 +309,12 @@ fn reserve_t2(bytes: u64, cap: u64) -> bool {
 /// what it takes. Counts the allocation on success.
 pub fn take_t2_capacity(bytes: u64) -> bool {
     let cap = t2_capacity();
-    if !reserve_t2(bytes, cap) {
+    // Cached buffers are pinned RAM too: they count against the cap, until an
+    // allocation needs their room (the cache goes before anything is refused).
+    if !reserve_t2(bytes, cap.saturating_sub(t2cache::cached_bytes())) {
         reclaim(true);
-        if !reserve_t2(bytes, cap) {
+        t2cache::drain().into_iter().for_each(unregister_and_release);
+        if !reserve_t2(bytes, cap.saturating_sub(t2cache::cached_bytes())) {
             info!("T2 cap of {} reached ({} in use)", Mib(cap), Mib(STATS.t2_used.load(Ordering::Relaxed)));
             return false;
         }
@@ -236,6 +323,12 @@ pub fn take_t2_capacity(bytes: u64) -> bool {
     STATS.t2_peak.fetch_max(now, Ordering::Relaxed);
     STATS.t2_allocs.fetch_add(1, Ordering::Relaxed);
     true
+}
+
+/// Undoes `take_t2_capacity` for an allocation that was not made after all.
+pub fn give_back_t2_capacity(bytes: u64) {
+    STATS.sub_t2(bytes);
+    STATS.t2_allocs.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Why T2 could not be had.
@@ -255,13 +348,13 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailur
     let context = driver.current_context().ok_or(HostFailure::Internal)?;
     let backend = backend().ok_or(HostFailure::Internal)?;
     let len = usize::try_from(size).ok().and_then(|size| backend::round_to_chunk(size.max(1))).ok_or(HostFailure::Exhausted)?;
+    if let Some(device_ptr) = reuse_cached(len, context) {
+        return Ok(device_ptr);
+    }
     if !take_t2_capacity(len as u64) {
         return Err(HostFailure::Exhausted);
     }
-    let give_back_capacity = || {
-        STATS.sub_t2(len as u64);
-        STATS.t2_allocs.fetch_sub(1, Ordering::Relaxed);
-    };
+    let give_back_capacity = || give_back_t2_capacity(len as u64);
     let buffer = match backend.alloc(len, driver.host_numa_node(device), driver) {
         Ok(buffer) => buffer,
         Err(error) => {
@@ -278,6 +371,7 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailur
             });
         }
     };
+    let registering = std::time::Instant::now();
     let status = call!(driver, mem_host_register(buffer.ptr(), buffer.len, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
     if status != CUDA_SUCCESS {
         warn!("cuMemHostRegister of {} failed (CUDA error {})", Mib(buffer.len as u64), status);
@@ -294,38 +388,77 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailur
         give_back_capacity();
         return Err(HostFailure::Internal);
     }
-    debug!("T2 {:#x}: {} ({} backend, buffer {}) for device {}", device_ptr, Mib(size), backend.name(), buffer.id, device);
+    debug!(
+        "T2 {:#x}: {} ({} backend, buffer {}) for device {}; register {:.1} ms",
+        device_ptr,
+        Mib(size),
+        backend.name(),
+        buffer.id,
+        device,
+        backend::millis(registering.elapsed())
+    );
+    Ok(note_host(HostAllocation { buffer, device_ptr, context: context as usize }))
+}
+
+/// Records a live T2 allocation and returns its device pointer.
+fn note_host(allocation: HostAllocation) -> CuDevicePtr {
+    let device_ptr = allocation.device_ptr;
     let mut registry = REGISTRY.lock();
     registry.freed_host.retain(|freed| *freed != device_ptr);
-    registry.live.insert(device_ptr, Record::Host(HostAllocation { buffer, device_ptr, context: context as usize }));
-    Ok(device_ptr)
+    registry.live.insert(device_ptr, Record::Host(allocation));
+    device_ptr
+}
+
+/// A T2 allocation of `len` bytes from the T2 cache (t2cache.rs), when it holds one of
+/// that length registered in `context` and the driver still knows the registration (a
+/// context reset would have dropped it): no map, populate or register.
+fn reuse_cached(len: usize, context: CuContext) -> Option<CuDevicePtr> {
+    let allocation = t2cache::take(len as u64, context as usize)?;
+    let driver = cuda::api();
+    let mut device_ptr: CuDevicePtr = 0;
+    let status = call!(driver, mem_host_get_device_pointer(&mut device_ptr, allocation.buffer.ptr(), 0));
+    if status != CUDA_SUCCESS || device_ptr != allocation.device_ptr {
+        info!("a cached T2 buffer is no longer registered (CUDA error {}): released", status);
+        unregister_and_release(allocation);
+        return None;
+    }
+    if !take_t2_capacity(len as u64) {
+        unregister_and_release(allocation);
+        return None;
+    }
+    debug!("T2 {:#x}: {} reused from the T2 cache", device_ptr, Mib(len as u64));
+    Some(note_host(allocation))
+}
+
+/// Records a split allocation and returns its device pointer.
+fn note_split(split: SplitAllocation) -> CuDevicePtr {
+    let device_ptr = split.base();
+    let mut registry = REGISTRY.lock();
+    registry.freed_host.retain(|freed| *freed != device_ptr);
+    registry.live.insert(device_ptr, Record::Split(split));
+    device_ptr
 }
 
 /// What a pointer passed to a free function is.
 enum Lookup {
-    Host(HostAllocation),
+    Backed(Backed),
     Vram { size: u64, device: CuDevice },
-    /// A T2 allocation that was already freed: answer invalid-value, touch nothing.
+    /// Memory the shim made that was already freed: answer invalid-value, touch nothing.
     DoubleFree,
     /// Not the shim's: the real free function answers as CUDA does.
     Unknown,
 }
 
-/// Removes `device_ptr` from the registry (VRAM accounting is updated here; a T2
-/// allocation is returned for `release_now`/`release_after`).
+/// Removes `device_ptr` from the registry (VRAM accounting is updated here; memory the
+/// shim made is returned for `release_now`/`release_after`).
 fn take(device_ptr: CuDevicePtr) -> Lookup {
     if device_ptr == 0 {
         return Lookup::Unknown;
     }
     let mut registry = REGISTRY.lock();
     match registry.live.remove(&device_ptr) {
-        Some(Record::Host(allocation)) => {
-            if registry.freed_host.len() >= FREED_HOST_REMEMBERED {
-                registry.freed_host.pop_front();
-            }
-            registry.freed_host.push_back(device_ptr);
-            Lookup::Host(allocation)
-        }
+        Some(Record::Host(allocation)) => registry.freed(Backed::Host(allocation), device_ptr),
+        Some(Record::Split(split)) => registry.freed(Backed::Split(split), device_ptr),
         Some(Record::Vram { size, device }) => {
             drop(registry);
             forget_vram(size, device);
@@ -353,20 +486,20 @@ fn restore_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
 }
 
 /// The shared body of the free hooks, driver and runtime alike (`success` and
-/// `invalid_value` are the hook's API's codes): T2 memory is released by `release_t2`, a
-/// double free of T2 memory is answered invalid-value, anything else goes to the real
-/// free, and a VRAM allocation the real free refused stays recorded.
+/// `invalid_value` are the hook's API's codes): memory the shim made (T2, split) is
+/// released by `release`, a double free of it is answered invalid-value, anything else
+/// goes to the real free, and a VRAM allocation the real free refused stays recorded.
 pub fn free_with<R: PartialEq>(
     device_ptr: CuDevicePtr,
     success: R,
     invalid_value: R,
     real: impl FnOnce() -> R,
-    release_t2: impl FnOnce(HostAllocation),
+    release: impl FnOnce(Backed),
 ) -> R {
     reclaim(false);
     match take(device_ptr) {
-        Lookup::Host(allocation) => {
-            release_t2(allocation);
+        Lookup::Backed(allocation) => {
+            release(allocation);
             success
         }
         Lookup::DoubleFree => invalid_value,
@@ -381,32 +514,44 @@ pub fn free_with<R: PartialEq>(
     }
 }
 
-/// Frees T2 memory as cudaFree/cuMemFree free device memory: after the device has
-/// finished all work (cudaFree synchronises).
-pub fn release_now(allocation: HostAllocation) {
+/// Frees memory the shim made as cudaFree/cuMemFree free device memory: after the
+/// device has finished all work (cudaFree synchronises).
+pub fn release_now(allocation: Backed) {
     let driver = cuda::api();
-    driver.with_context(allocation.context as CuContext, || {
+    driver.with_context(allocation.context(), || {
         call!(driver, ctx_synchronize());
-        call!(driver, mem_host_unregister(allocation.buffer.ptr()));
+        allocation.detach(driver);
     });
-    finish_release(allocation);
+    allocation.finish();
 }
 
+/// The device is done with `allocation`: it goes to the T2 cache, still registered, or
+/// (cache off or full of newer buffers) is unregistered and given back to the backend.
 fn finish_release(allocation: HostAllocation) {
     let len = allocation.buffer.len as u64;
     debug!("T2 {:#x}: {} freed", allocation.device_ptr, Mib(len));
+    STATS.sub_t2(len);
+    let context = allocation.context;
+    t2cache::keep(len, context, allocation).into_iter().for_each(unregister_and_release);
+}
+
+fn unregister_and_release(allocation: HostAllocation) {
+    let driver = cuda::api();
+    driver.with_context(allocation.context as CuContext, || {
+        call!(driver, mem_host_unregister(allocation.buffer.ptr()));
+    });
     if let Some(backend) = backend() {
         backend.release(allocation.buffer);
     }
-    STATS.sub_t2(len);
 }
 
-/// Frees T2 memory when `stream` reaches this point: an event is recorded on the stream
-/// and the memory is released by a later shim call once the event has completed (no
-/// CUDA call from a host callback). Without an event, the stream is synchronised now.
-pub fn release_after(allocation: HostAllocation, stream: CuStream) {
+/// Frees memory the shim made when `stream` reaches this point: an event is recorded on
+/// the stream and the memory is released by a later shim call once the event has
+/// completed (no CUDA call from a host callback). Without an event, the stream is
+/// synchronised now.
+pub fn release_after(allocation: Backed, stream: CuStream) {
     let driver = cuda::api();
-    let event = driver.with_context(allocation.context as CuContext, || {
+    let event = driver.with_context(allocation.context(), || {
         let mut event: CuEvent = ptr::null_mut();
         if call!(driver, event_create(&mut event, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS {
             return None;
@@ -425,11 +570,11 @@ pub fn release_after(allocation: HostAllocation, stream: CuStream) {
             start_reclaimer();
         }
         None => {
-            driver.with_context(allocation.context as CuContext, || {
+            driver.with_context(allocation.context(), || {
                 call!(driver, stream_synchronize(stream));
-                call!(driver, mem_host_unregister(allocation.buffer.ptr()));
+                allocation.detach(driver);
             });
-            finish_release(allocation);
+            allocation.finish();
         }
     }
 }
@@ -473,7 +618,7 @@ pub fn reclaim(wait: bool) {
     // Queried in the allocation's context (the reclaim thread has none of its own); an
     // error other than "not ready" means the stream's work is dead, so the memory can go.
     let (ready, waiting): (Vec<_>, Vec<_>) = pending.into_iter().partition(|pending| {
-        wait || driver.with_context(pending.allocation.context as CuContext, || {
+        wait || driver.with_context(pending.allocation.context(), || {
             call!(driver, event_query(pending.event as CuEvent)) != CUDA_ERROR_NOT_READY
         })
     });
@@ -483,14 +628,14 @@ pub fn reclaim(wait: bool) {
         PENDING.store(registry.pending.len(), Ordering::Release);
     }
     for pending in ready {
-        driver.with_context(pending.allocation.context as CuContext, || {
+        driver.with_context(pending.allocation.context(), || {
             if wait {
                 call!(driver, event_synchronize(pending.event as CuEvent));
             }
             call!(driver, event_destroy(pending.event as CuEvent));
-            call!(driver, mem_host_unregister(pending.allocation.buffer.ptr()));
+            pending.allocation.detach(driver);
         });
-        finish_release(pending.allocation);
+        pending.allocation.finish();
     }
 }
 
@@ -541,10 +686,12 @@ pub fn vmm_record(handle: CuMemGenericAllocationHandle) -> Option<(u64, CuDevice
 pub extern "C" fn before_fork() {
     std::mem::forget(REGISTRY.lock());
     std::mem::forget(VMM.lock());
+    t2cache::before_fork();
 }
 
 /// pthread_atfork parent: release what `before_fork` took.
 pub extern "C" fn after_fork_in_parent() {
+    t2cache::after_fork_in_parent();
     // SAFETY: `before_fork` locked both mutexes on this thread and forgot the guards.
     unsafe {
         VMM.force_unlock();
@@ -564,6 +711,7 @@ pub extern "C" fn after_fork_in_child() {
         VMM.raw().reset_in_child();
         REGISTRY.raw().reset_in_child();
     }
+    t2cache::after_fork_in_child();
     // The reclaim thread stayed in the parent.
     RECLAIMER_STARTED.store(false, Ordering::Release);
     if STATS.t1_allocs.load(Ordering::Relaxed) != 0 || STATS.t2_allocs.load(Ordering::Relaxed) != 0 {
@@ -608,6 +756,7 @@ pub unsafe fn report_mem_info(free: *mut usize, total: *mut usize) {
 /// How an allocation attempt ended.
 pub enum Allocated {
     Vram,
+    /// Memory the shim made (T2, or split between VRAM and T2) at this address.
     Host(CuDevicePtr),
     /// The real allocation failed with this status (not out-of-memory): pass it on.
     Failed(c_int),
@@ -616,7 +765,9 @@ pub enum Allocated {
 
 /// The placement procedure shared by every allocation hook: VRAM when it fits the
 /// budget (the real allocation, `vram`), T2 otherwise or when the driver answers
-/// `oom_status`; `prepare_host` makes a context current for the T2 path. When T2 is
+/// `oom_status`; a large allocation the budget sends to T2 is split when VRAM is left
+/// under the budget (`split`); `prepare_host` makes a context current for the T2 and
+/// split paths. When T2 is
 /// exhausted the answer is out-of-memory; when T2 fails for another reason, an
 /// allocation the budget sent to T2 is tried in VRAM after all (the real function).
 pub fn allocate(
@@ -644,7 +795,14 @@ pub fn allocate(
             }
         }
     }
-    let failure = if prepare_host() { alloc_host(size, device) } else { Err(HostFailure::Internal) };
+    let host_ready = prepare_host();
+    // After a driver out-of-memory the VRAM the budget promised is not there: no head.
+    if host_ready && !after_oom {
+        if let Some(split) = split::create(size, device) {
+            return Allocated::Host(note_split(split));
+        }
+    }
+    let failure = if host_ready { alloc_host(size, device) } else { Err(HostFailure::Internal) };
     match failure {
         Ok(device_ptr) => {
             if after_oom {

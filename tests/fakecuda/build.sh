@@ -26,6 +26,14 @@ for major in 12 13; do
 done
 ln -sf "$lib/libcuda.so.1" "$b/linkcuda/libcuda.so"
 
+# cuBLAS and cuBLASLt; libcublas links libcublasLt, as the real one does.
+$CC $CFLAGS -shared -fvisibility=hidden -DFAKE_CUBLASLT -Wl,-soname,libcublasLt.so.13 -o "$lib/libcublasLt.so.13" \
+    "$src/libcublas.c" $fake_ld
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcublas.so.13 -o "$lib/libcublas.so.13" "$src/libcublas.c" \
+    $fake_ld -l:libcublasLt.so.13
+ln -sf "$lib/libcublas.so.13" "$b/link13/libcublas.so"
+ln -sf "$lib/libcublasLt.so.13" "$b/link13/libcublasLt.so"
+
 # Programs: LD_LIBRARY_PATH=OUTDIR/lib at run time, as with a CUDA install.
 prog="$CC $CFLAGS -Wl,--no-as-needed"
 $prog -o "$out/bin/gbtest-rt13" "$src/rt_main.c" "$src/rt_tests.c" -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl
@@ -35,3 +43,6 @@ $CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" "$
 $prog -o "$out/bin/gbtest-fw" "$src/fw_host.c" -ldl
 $prog -o "$out/bin/gbdriver" "$src/drv_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
 $prog -o "$out/bin/gbdiscover" "$src/discover.c" -L"$lib" -lfakegpu -ldl
+gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
+$prog -o "$out/bin/gbgemm" "$src/rt_main.c" "$src/gemm_tests.c" $gemm_libs
+$CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$src/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN

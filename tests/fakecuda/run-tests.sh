@@ -13,7 +13,9 @@
 # Environment: FAKECUDA_VRAM (fake device size, default 128M; the tests size their
 # allocations from it), GBTEST_T2_CAP (T2 cap given to the shim, default 8x VRAM; the
 # async tests hold 4x VRAM of T2 at once, so not less than that),
-# GBTEST_WORK (directory for logs, default a temp dir; kept on failure),
+# GBTEST_SPLIT_SIZE (fake device size and allocation of the split-* tests, default 1G;
+# they need about 2.5 times that in RAM), GBTEST_WORK (directory for logs, default a temp
+# dir; kept on failure),
 # GBTEST_TIMEOUT (seconds per test, default 180), FAKECUDA_HOLD_TIMEOUT (seconds a
 # test may hold a stream, default 10; longer under emulation).
 #
@@ -121,8 +123,12 @@ out_has() {
 }
 
 # Shim settings shared by the tests: no VRAM reserve (the fake device is small), a T2
-# cap, and the backend under test.
-SHIMENV="LD_PRELOAD=$SHIM GREENBOOST_BACKEND=$backend GREENBOOST_VRAM_RESERVE=0 GREENBOOST_T2_CAP=$T2CAP"
+# cap, the backend under test, and no T2 cache, so that every free is seen to unpin its
+# memory (the *-t2cache tests run with the cache).
+SHIMENV="LD_PRELOAD=$SHIM GREENBOOST_BACKEND=$backend GREENBOOST_VRAM_RESERVE=0 GREENBOOST_T2_CAP=$T2CAP GREENBOOST_T2_CACHE=0"
+# The same with a T2 cache of one VRAM's size; the tests then accept that up to that much
+# stays registered after every free.
+CACHEENV="$SHIMENV GREENBOOST_T2_CACHE=$VRAM GBTEST_ALLOW_T2_CACHE=1"
 shim() { run "$@"; }
 
 # ---------------------------------------------------------------- control (no shim)
@@ -270,13 +276,124 @@ t_t2cap() {
     run t2cap $SHIMENV GREENBOOST_T2_CAP=$VRAM GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) "$BIN/gbtest-rt13" t2cap
 }
 
+t_t2cache() {
+    shim t2cache $CACHEENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) GREENBOOST_T2_CAP=$(( VRAM * 2 )) GREENBOOST_LOG=debug \
+        "$BIN/gbtest-rt13" t2cache "$VRAM" $(( VRAM * 2 )) || return 1
+    out_has "reused from the T2 cache" "the shim's debug log does not show a cached buffer reused"
+}
+t_control_t2cache_off_fails() {
+    run_fails control-t2cache-off-fails "was not kept registered" $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) \
+        GREENBOOST_T2_CAP=$(( VRAM * 2 )) "$BIN/gbtest-rt13" t2cache "$VRAM" $(( VRAM * 2 ))
+}
+# With the cache on: stream-ordered frees, threads and fork as above, and a T2 cap that
+# only holds when the cache gives its room back.
+t_async_t2cache() { shim async-t2cache $CACHEENV "$BIN/gbtest-rt13" async; }
+t_threads_t2cache() { shim threads-t2cache $CACHEENV GREENBOOST_MIN_T2_SIZE=1M "$BIN/gbtest-rt13" threads; }
+t_fork_t2cache() { shim fork-t2cache $CACHEENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 16 )) "$BIN/gbtest-rt13" fork; }
+t_t2cap_t2cache() {
+    run t2cap-t2cache $CACHEENV GREENBOOST_T2_CAP=$VRAM GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) "$BIN/gbtest-rt13" t2cap
+}
+
+# Split placement: a fake device of SPLIT bytes (GBTEST_SPLIT_SIZE, default 1G), a budget
+# of half of it, one cudaMalloc of SPLIT: a VRAM head of SPLIT/2 and a host tail.
+SPLIT=$(to_bytes "${GBTEST_SPLIT_SIZE:-1G}")
+SPLITENV="$SHIMENV FAKECUDA_VRAM=$SPLIT GREENBOOST_VRAM_BUDGET=$(( SPLIT / 2 ))"
+t_split() { # $1: program
+    shim "split-$1" $SPLITENV GREENBOOST_REPORT=combined GREENBOOST_LOG=info \
+        "$BIN/gbtest-$1" split "$SPLIT" split $(( SPLIT / 2 )) || return 1
+    for call in "cuMemAddressReserve size=$SPLIT -> 0" "cuMemCreate size=$(( SPLIT / 2 )) loc=1" \
+        "cuMemCreate size=$(( SPLIT / 2 )) loc=3" "cuMemUnmap" "cuMemRelease -> 0" "cuMemAddressFree -> 0"; do
+        log_has "$call" "the split did not go through the driver's VMM calls" || return 1
+    done
+    out_has "split 2;" "GREENBOOST_LOG=info: the exit summary does not count the 2 split allocations"
+}
+t_split_rt13() { t_split rt13; }
+t_split_fw() { t_split fw; }
+t_control_split_fails() {
+    run_fails control-split-fails "not split" FAKECUDA_VRAM=$SPLIT "$BIN/gbtest-rt13" split "$SPLIT" split
+}
+t_split_async() { shim split-async $SPLITENV "$BIN/gbtest-rt13" split-async "$SPLIT"; }
+t_split_off() {
+    # GREENBOOST_SPLIT_MIN=off: the allocation goes wholly to T2, as before splitting existed.
+    shim split-off $SPLITENV GREENBOOST_SPLIT_MIN=off "$BIN/gbtest-rt13" split "$SPLIT" t2 || return 1
+    if grep -q "cuMemAddressReserve" "$log"; then
+        why="GREENBOOST_SPLIT_MIN=off, yet the shim reserved a VMM range"
+        return 1
+    fi
+}
+t_split_min() {
+    shim split-min $SPLITENV GREENBOOST_SPLIT_MIN=$(( SPLIT + 1 )) "$BIN/gbtest-rt13" split "$SPLIT" t2
+}
+t_split_t2cap() {
+    # The tail does not fit the T2 cap, and the whole allocation less so: out-of-memory.
+    shim split-t2cap $SPLITENV GREENBOOST_T2_CAP=$(( SPLIT / 4 )) "$BIN/gbtest-rt13" split "$SPLIT" oom
+}
+t_split_undo() { # $1: the VMM step the fake fails
+    shim "split-undo-$1" $SPLITENV FAKECUDA_FAIL_VMM=$1 GREENBOOST_LOG=info "$BIN/gbtest-rt13" split "$SPLIT" t2 || return 1
+    log_has "INJECTED $1 failure" "the fake did not fail $1" || return 1
+    out_has "split of .* failed at" "GREENBOOST_LOG=info: no line says why the allocation was not split"
+}
+t_split_undo_create_host() { t_split_undo create-host; }
+t_split_undo_set_access() { t_split_undo set-access; }
+
+# GEMM operand staging: a budget whose reserve is all of it, so the 4 MiB weights the
+# programs load first go to T2 and their small activations to VRAM. The fake's log says
+# what the device read each operand from ("GEMM a=vram": the staged copy).
+GEMMENV="$SHIMENV GREENBOOST_VRAM_BUDGET=32M GREENBOOST_VRAM_RESERVE=32M GREENBOOST_LOG=info"
+gemm_reads() { # $1: what operand A was read from; $2: how many products must have read it so
+    n=$(grep -c "GEMM a=$1 " "$log")
+    if [ "$n" -ne "$2" ]; then
+        why="$n products read the weight from $1, want $2: $(grep 'GEMM a=' "$log" | cut -d' ' -f2-4 | tr '\n' ';')"
+        return 1
+    fi
+}
+t_gemm_products() { # $1: program
+    case $1 in
+    fw) shim gemm-products-fw $GEMMENV GBTEST_FRAMEWORK=libgbgemm.so "$BIN/gbtest-fw" products || return 1 ;;
+    *) shim gemm-products $GEMMENV "$BIN/gbgemm" products || return 1 ;;
+    esac
+    # Four wide products staged (cublasSgemm_v2, cublasGemmEx, the strided batch,
+    # cublasLtMatmul), the narrow one zero-copy.
+    gemm_reads vram 4 || return 1
+    gemm_reads hostreg 1 || return 1
+    out_has "GEMMs staged 4 " "GREENBOOST_LOG=info: the exit summary does not count 4 staged products"
+}
+t_gemm_products_rt13() { t_gemm_products rt13; }
+t_gemm_products_fw() { t_gemm_products fw; }
+t_gemm_staging_off() {
+    # The same program with staging off: every product reads the weight zero-copy, so the
+    # checks above can tell staging from none.
+    shim gemm-staging-off $GEMMENV GREENBOOST_STAGING=off "$BIN/gbgemm" products || return 1
+    gemm_reads vram 0 || return 1
+    gemm_reads hostreg 5
+}
+t_gemm_stage_max() {
+    # Operands above GREENBOOST_STAGE_MAX stay zero-copy; the results are the same.
+    shim gemm-stage-max $GEMMENV GREENBOOST_STAGE_MAX=1M "$BIN/gbgemm" products || return 1
+    gemm_reads vram 0
+}
+t_gemm_bf16_offset() {
+    shim gemm-bf16-offset $GEMMENV "$BIN/gbgemm" bf16-offset || return 1
+    gemm_reads vram 1
+}
+t_gemm_two_streams() {
+    shim gemm-two-streams $GEMMENV "$BIN/gbgemm" two-streams || return 1
+    gemm_reads vram 3
+}
+t_gemm_capture() {
+    shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
+    gemm_reads vram 0 || return 1
+    gemm_reads hostreg 1
+}
+
 t_backend_auto_userspace() {
     if [ -e /dev/greenboost ]; then
         why="skipped check needs /dev/greenboost absent"
         return 0
     fi
+    # The shim's defaults, the T2 cache included (so memory up to its size stays registered).
     shim backend-auto-userspace LD_PRELOAD="$SHIM" GREENBOOST_BACKEND=auto GREENBOOST_VRAM_RESERVE=0 \
-        GREENBOOST_T2_CAP=$T2CAP GREENBOOST_LOG=info "$BIN/gbtest-rt13" alloc4x || return 1
+        GREENBOOST_T2_CAP=$T2CAP GREENBOOST_LOG=info GBTEST_ALLOW_T2_CACHE=1 "$BIN/gbtest-rt13" alloc4x || return 1
     out_has "userspace" "with no /dev/greenboost the shim's log does not say it uses the userspace backend" || return 1
     out_has "peak T1" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit" || return 1
     out_has "peak T2" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit"
@@ -325,7 +442,10 @@ shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physica
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma expandable_rt13
-threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap"
+threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
+split_rt13 split_fw control_split_fails split_async split_off split_min split_t2cap split_undo_create_host split_undo_set_access
+t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
+gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture"
 if [ "$backend" = kmod ]; then
     if [ ! -e /dev/greenboost ]; then
         echo "FAIL kmod: --kmod needs /dev/greenboost (load greenboost.ko)"

@@ -153,11 +153,30 @@ CUresult fakegpu_launch_verify(CUdeviceptr p, size_t n, uint32_t seed, CUstream 
  * FAKECUDA_HOLD_TIMEOUT seconds, default 20, logged as HOLD_TIMEOUT). */
 void fakegpu_stream_hold(CUstream s);
 void fakegpu_stream_release(CUstream s);
+/* A matrix product as cuBLAS defines it (column-major, C = alpha op(A) op(B) + beta C,
+ * batched with element strides), run by the fake GPU on the stream and logged as
+ * "GEMM a=<kind> b=<kind> ..." with what the device read each operand from. Types:
+ * CUDA_R_32F (0) and CUDA_R_16BF (14). The fake cuBLAS libraries call it. */
+#define FAKEGPU_R_32F 0
+#define FAKEGPU_R_16BF 14
+struct fakegpu_gemm {
+    int transa, transb, m, n, k, type, batch;
+    float alpha, beta;
+    CUdeviceptr a, b, c;
+    long lda, ldb, ldc, stride_a, stride_b, stride_c;
+};
+CUresult fakegpu_launch_gemm(const struct fakegpu_gemm *gemm, CUstream s);
+/* Marks a created stream as being captured into a graph (cuStreamIsCapturing). */
+void fakegpu_stream_set_capturing(CUstream s, int capturing);
 /* What the device sees at p: "vram", "hostreg", "vmm-device", "vmm-host", or "none". */
 const char *fakegpu_ptr_kind(CUdeviceptr p);
 /* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate). */
 size_t fakegpu_vram_used(void);
 size_t fakegpu_vram_total(void);
+/* Live VMM objects: handles not yet freed (released and unmapped), reserved address
+ * ranges, mappings. A program that gave everything back has the counts it started with. */
+struct fakegpu_vmm_counts { size_t handles, reservations, mappings; };
+void fakegpu_vmm_live(struct fakegpu_vmm_counts *out);
 /* Bytes currently registered with cuMemHostRegister. */
 size_t fakegpu_hostreg_bytes(void);
 /* Count of device faults (illegal addresses) and of forbidden calls seen so far. */

@@ -68,7 +68,7 @@ struct vmm_mapping {
     struct vmm_mapping *next;
 };
 
-enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK };
+enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK, OP_GEMM };
 struct op {
     enum op_kind kind;
     CUdeviceptr a, b;
@@ -89,6 +89,7 @@ struct fake_stream {
     unsigned flags;
     struct op *head, *tail;
     int running, held, destroyed;
+    int capturing; /* set by the test: the stream "is being captured" into a graph */
     struct timespec hold_deadline;
     CUresult err; /* sticky error reported by the next synchronisation */
     pthread_t worker;
@@ -96,7 +97,18 @@ struct fake_stream {
 };
 
 #define EVENT_MAGIC 0x4556454e54303031ULL
-struct fake_event { uint64_t magic; int pending; uint64_t seq; int destroyed; };
+/* `pending`: the latest record has not completed (query/synchronise). `outstanding`:
+ * the sequence numbers of every record still queued, since a wait is for the record
+ * current when it was issued, even after the event is recorded again elsewhere. */
+#define EVENT_OUTSTANDING_MAX 64
+struct fake_event {
+    uint64_t magic;
+    int pending;
+    uint64_t seq;
+    int destroyed;
+    uint64_t outstanding[EVENT_OUTSTANDING_MAX];
+    int noutstanding;
+};
 struct fake_ctx { int primary; int refs; };
 struct fake_pool { int dummy; };
 
@@ -551,6 +563,35 @@ CUresult fg_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags)
 
 size_t fg_vmm_granularity(void) { return VMM_GRANULARITY; }
 
+/* FAKECUDA_FAIL_VMM: a comma-separated list of VMM steps made to fail (reserve,
+ * create-device, create-host, map, set-access), so that tests can reach an
+ * interposer's undo paths. Each injected failure is logged as INJECTED. */
+static int vmm_step_fails(const char *step)
+{
+    const char *list = getenv("FAKECUDA_FAIL_VMM");
+    size_t n = strlen(step);
+    for (const char *p = list; p && (p = strstr(p, step)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) {
+            fg_log("INJECTED %s failure", step);
+            return 1;
+        }
+    return 0;
+}
+
+void fakegpu_vmm_live(struct fakegpu_vmm_counts *out)
+{
+    ensure_setup();
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&g.lock);
+    for (struct vmm_handle *h = g.handles; h; h = h->next)
+        out->handles++;
+    for (struct vmm_reservation *r = g.reservations; r; r = r->next)
+        out->reservations++;
+    for (struct vmm_mapping *m = g.mappings; m; m = m->next)
+        out->mappings++;
+    pthread_mutex_unlock(&g.lock);
+}
+
 static struct vmm_handle *handle_lookup(CUmemGenericAllocationHandle h)
 {
     for (struct vmm_handle *x = g.handles; x; x = x->next)
@@ -575,6 +616,10 @@ CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemA
             free(h);
             return CUDA_ERROR_INVALID_DEVICE;
         }
+        if (vmm_step_fails("create-device")) {
+            free(h);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
         size_t first;
         pthread_mutex_lock(&g.lock);
         int ok = vram_take(n, &first);
@@ -596,6 +641,10 @@ CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemA
             (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0)) {
             free(h);
             return CUDA_ERROR_INVALID_VALUE; /* the fake host has one NUMA node */
+        }
+        if (vmm_step_fails("create-host")) {
+            free(h);
+            return CUDA_ERROR_NOT_SUPPORTED; /* as a driver without host-NUMA memory */
         }
         h->host = 1;
         h->memfd = memfd_create("fakecuda-host-numa", MFD_CLOEXEC);
@@ -659,6 +708,8 @@ CUresult fg_vmm_reserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr
         return CUDA_ERROR_INVALID_VALUE;
     if (align < VMM_GRANULARITY)
         align = VMM_GRANULARITY;
+    if (vmm_step_fails("reserve"))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g.lock);
     size_t off = (g.vmm_next + align - 1) & ~(align - 1);
     if (off + n > VMM_VA_SPACE) {
@@ -712,6 +763,8 @@ CUresult fg_vmm_map(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationH
 {
     if (off || flags || n == 0 || p % VMM_GRANULARITY || n % VMM_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
+    if (vmm_step_fails("map"))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&g.lock);
     struct vmm_handle *h = handle_lookup(hv);
     int inside = 0;
@@ -789,6 +842,8 @@ CUresult fg_vmm_set_access(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, si
             t != CU_MEM_LOCATION_TYPE_HOST_NUMA && t != CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
             return CUDA_ERROR_INVALID_VALUE;
     }
+    if (vmm_step_fails("set-access"))
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g.lock);
     size_t covered = 0;
     for (struct vmm_mapping *m = g.mappings; m; m = m->next)
@@ -1014,6 +1069,109 @@ static CUresult fault(struct fake_stream *s, const char *what, uintptr_t p, size
     return CUDA_ERROR_ILLEGAL_ADDRESS;
 }
 
+/* ------------------------------------------------------------------ matrix products */
+
+static float element_get(const unsigned char *base, int type, size_t index)
+{
+    if (type == FAKEGPU_R_16BF) {
+        uint16_t half;
+        memcpy(&half, base + index * 2, 2);
+        uint32_t bits = (uint32_t)half << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    float f;
+    memcpy(&f, base + index * 4, 4);
+    return f;
+}
+
+static void element_set(unsigned char *base, int type, size_t index, float f)
+{
+    if (type == FAKEGPU_R_16BF) {
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        uint16_t half = (uint16_t)(bits >> 16); /* truncation: deterministic is enough */
+        memcpy(base + index * 2, &half, 2);
+        return;
+    }
+    memcpy(base + index * 4, &f, 4);
+}
+
+static size_t element_size(int type) { return type == FAKEGPU_R_16BF ? 2 : 4; }
+
+/* Bytes a column-major rows x cols matrix (ld) spans, over the batch. */
+static size_t gemm_span(long rows, long cols, long ld, long stride, int batch, int type)
+{
+    return ((size_t)stride * (size_t)(batch - 1) + (size_t)ld * (size_t)(cols - 1) + (size_t)rows) * element_size(type);
+}
+
+/* What the device sees at p, for the log ("none" when nothing). Lock not held. */
+static const char *kind_at(uintptr_t p)
+{
+    size_t c;
+    const char *k = "none";
+    pthread_mutex_lock(&g.lock);
+    if (!device_view(p, &c, &k))
+        k = "none";
+    pthread_mutex_unlock(&g.lock);
+    return k;
+}
+
+/* C = alpha op(A) op(B) + beta C, column-major, read and written through the device's
+ * view as a kernel would: operands are gathered into host buffers first. */
+static CUresult run_gemm(struct fake_stream *s, const struct fakegpu_gemm *m)
+{
+    long a_rows = m->transa ? m->k : m->m, a_cols = m->transa ? m->m : m->k;
+    long b_rows = m->transb ? m->n : m->k, b_cols = m->transb ? m->k : m->n;
+    size_t a_span = gemm_span(a_rows, a_cols, m->lda, m->stride_a, m->batch, m->type);
+    size_t b_span = gemm_span(b_rows, b_cols, m->ldb, m->stride_b, m->batch, m->type);
+    size_t c_span = gemm_span(m->m, m->n, m->ldc, m->stride_c, m->batch, m->type);
+    fg_log("GEMM a=%s b=%s m=%d n=%d k=%d batch=%d", kind_at(m->a), kind_at(m->b), m->m, m->n, m->k, m->batch);
+    unsigned char *a = malloc(a_span), *b = malloc(b_span), *c = malloc(c_span);
+    CUresult rc = CUDA_SUCCESS;
+    if (!a || !b || !c) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (!copy_range((uintptr_t)a, m->a, a_span)) {
+        rc = fault(s, "gemm A", m->a, a_span);
+    } else if (!copy_range((uintptr_t)b, m->b, b_span)) {
+        rc = fault(s, "gemm B", m->b, b_span);
+    } else if (!copy_range((uintptr_t)c, m->c, c_span)) {
+        rc = fault(s, "gemm C", m->c, c_span);
+    } else {
+        for (int batch = 0; batch < m->batch; batch++) {
+            size_t ao = (size_t)batch * m->stride_a, bo = (size_t)batch * m->stride_b, co = (size_t)batch * m->stride_c;
+            for (long j = 0; j < m->n; j++)
+                for (long i = 0; i < m->m; i++) {
+                    float sum = 0;
+                    for (long l = 0; l < m->k; l++) {
+                        size_t ai = m->transa ? (size_t)(l + i * m->lda) : (size_t)(i + l * m->lda);
+                        size_t bi = m->transb ? (size_t)(j + l * m->ldb) : (size_t)(l + j * m->ldb);
+                        sum += element_get(a, m->type, ao + ai) * element_get(b, m->type, bo + bi);
+                    }
+                    size_t ci = co + (size_t)(i + j * m->ldc);
+                    float old = m->beta != 0 ? element_get(c, m->type, ci) : 0;
+                    element_set(c, m->type, ci, m->alpha * sum + m->beta * old);
+                }
+        }
+        if (!copy_range(m->c, (uintptr_t)c, c_span))
+            rc = fault(s, "gemm C", m->c, c_span);
+    }
+    free(a);
+    free(b);
+    free(c);
+    return rc;
+}
+
+/* Whether the record `seq` of `e` is still queued. Lock held. */
+static int event_outstanding(const struct fake_event *e, uint64_t seq)
+{
+    for (int i = 0; i < e->noutstanding; i++)
+        if (e->outstanding[i] == seq)
+            return 1;
+    return 0;
+}
+
 /* Runs one operation. Returns the error a synchronous caller sees. */
 static CUresult run_op(struct fake_stream *s, struct op *op)
 {
@@ -1037,6 +1195,12 @@ static CUresult run_op(struct fake_stream *s, struct op *op)
         if (!copy_range(op->a, op->b, op->n))
             return fault(s, "memcpy", op->a, op->n);
         return CUDA_SUCCESS;
+    case OP_GEMM: {
+        struct fakegpu_gemm *gemm = op->data;
+        CUresult rc = run_gemm(s, gemm);
+        free(gemm);
+        return rc;
+    }
     case OP_FREE: {
         pthread_mutex_lock(&g.lock);
         long first = alloc_first_page(op->a);
@@ -1050,7 +1214,12 @@ static CUresult run_op(struct fake_stream *s, struct op *op)
         pthread_mutex_lock(&g.lock);
         if (op->ev->seq == op->ev_seq)
             op->ev->pending = 0;
-        if (op->ev->destroyed && !op->ev->pending) {
+        for (int i = 0; i < op->ev->noutstanding; i++)
+            if (op->ev->outstanding[i] == op->ev_seq) {
+                op->ev->outstanding[i] = op->ev->outstanding[--op->ev->noutstanding];
+                break;
+            }
+        if (op->ev->destroyed && !op->ev->pending && op->ev->noutstanding == 0) {
             op->ev->magic = 0;
             free(op->ev);
         }
@@ -1059,7 +1228,7 @@ static CUresult run_op(struct fake_stream *s, struct op *op)
         return CUDA_SUCCESS;
     case OP_WAIT_EVENT:
         pthread_mutex_lock(&g.lock);
-        while (op->ev->magic == EVENT_MAGIC && op->ev->pending && op->ev->seq == op->ev_seq)
+        while (op->ev->magic == EVENT_MAGIC && event_outstanding(op->ev, op->ev_seq))
             pthread_cond_wait(&g.cv, &g.lock);
         pthread_mutex_unlock(&g.lock);
         return CUDA_SUCCESS;
@@ -1294,7 +1463,7 @@ CUresult fg_event_destroy(CUevent e)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     e->destroyed = 1;
-    if (!e->pending) {
+    if (!e->pending && e->noutstanding == 0) {
         e->magic = 0;
         free(e);
     }
@@ -1309,9 +1478,15 @@ CUresult fg_event_record(CUevent e, CUstream s)
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_HANDLE;
     }
+    if (e->noutstanding == EVENT_OUTSTANDING_MAX) {
+        pthread_mutex_unlock(&g.lock);
+        fg_note_fault("EVENT_OUTSTANDING: more queued records of one event than the fake tracks");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     e->seq++;
     e->pending = 1;
     uint64_t seq = e->seq;
+    e->outstanding[e->noutstanding++] = seq;
     pthread_mutex_unlock(&g.lock);
     return enqueue(s, (struct op){ .kind = OP_EVENT, .ev = e, .ev_seq = seq });
 }
@@ -1346,12 +1521,13 @@ CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags)
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    uint64_t seq = e->seq;
+    /* The wait is for the record current now (none: nothing to wait for). */
+    uint64_t seq = e->pending ? e->seq : 0;
     pthread_mutex_unlock(&g.lock);
     if (is_default_stream(s)) {
         /* The default stream waits in the caller. */
         pthread_mutex_lock(&g.lock);
-        while (e->pending && e->seq == seq)
+        while (seq && event_outstanding(e, seq))
             pthread_cond_wait(&g.cv, &g.lock);
         pthread_mutex_unlock(&g.lock);
         return CUDA_SUCCESS;
@@ -1395,6 +1571,39 @@ CUresult fg_memset8(CUdeviceptr dst, unsigned char v, size_t n, CUstream s, int 
     if (n == 0)
         return CUDA_SUCCESS;
     return enqueue(async ? s : NULL, (struct op){ .kind = OP_SET, .a = dst, .n = n, .seed = v });
+}
+
+CUresult fakegpu_launch_gemm(const struct fakegpu_gemm *gemm, CUstream s)
+{
+    CUresult rc = fg_gate("fakegpu_launch_gemm", 1, 1);
+    if (rc)
+        return rc;
+    if (!gemm || gemm->m <= 0 || gemm->n <= 0 || gemm->k <= 0 || gemm->batch <= 0 ||
+        (gemm->type != FAKEGPU_R_32F && gemm->type != FAKEGPU_R_16BF))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fakegpu_gemm *copy = malloc(sizeof *copy);
+    if (!copy)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *copy = *gemm;
+    return enqueue(s, (struct op){ .kind = OP_GEMM, .data = copy });
+}
+
+void fakegpu_stream_set_capturing(CUstream s, int capturing)
+{
+    pthread_mutex_lock(&g.lock);
+    if (stream_valid(s))
+        s->capturing = capturing;
+    pthread_mutex_unlock(&g.lock);
+}
+
+CUresult fg_stream_is_capturing(CUstream s, int *status)
+{
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    *status = !is_default_stream(s) && stream_valid(s) ? s->capturing : 0;
+    pthread_mutex_unlock(&g.lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult fakegpu_launch_fill(CUdeviceptr p, size_t n, uint32_t seed, CUstream s)

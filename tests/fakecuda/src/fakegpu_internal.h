@@ -54,6 +54,7 @@ CUresult fg_stream_create(CUstream *s, unsigned flags);
 CUresult fg_stream_destroy(CUstream s);
 CUresult fg_stream_sync(CUstream s);
 CUresult fg_stream_query(CUstream s);
+CUresult fg_stream_is_capturing(CUstream s, int *status);
 CUresult fg_ctx_sync(void);
 CUresult fg_event_create(CUevent *e, unsigned flags);
 CUresult fg_event_destroy(CUevent e);

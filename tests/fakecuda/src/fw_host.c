@@ -13,9 +13,11 @@ int main(int argc, char **argv)
      * RTLD_DEEPBIND, which puts the library's own dependencies before the
      * preloaded shim when its symbols are bound. */
     int deep = getenv("GBTEST_DEEPBIND") && atoi(getenv("GBTEST_DEEPBIND"));
-    void *fw = dlopen("libgbframework.so", RTLD_NOW | RTLD_LOCAL | (deep ? RTLD_DEEPBIND : 0));
+    /* GBTEST_FRAMEWORK: another test library (libgbgemm.so: cuBLAS loaded locally too). */
+    const char *name = getenv("GBTEST_FRAMEWORK") ? getenv("GBTEST_FRAMEWORK") : "libgbframework.so";
+    void *fw = dlopen(name, RTLD_NOW | RTLD_LOCAL | (deep ? RTLD_DEEPBIND : 0));
     if (!fw) {
-        printf("FAIL: dlopen libgbframework.so: %s\n", dlerror());
+        printf("FAIL: dlopen %s: %s\n", name, dlerror());
         return 1;
     }
     /* Checked without the shim (which exports cudaMalloc itself). */

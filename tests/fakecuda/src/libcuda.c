@@ -551,6 +551,11 @@ EXPORT CUresult cuStreamQuery_ptsz(CUstream s)
     GATE(1, 1);
     return fg_stream_query(s ? s : CU_STREAM_PER_THREAD);
 }
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status)
+{
+    GATE(1, 0);
+    return fg_stream_is_capturing(s, status);
+}
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 {
     GATE(1, 1);
