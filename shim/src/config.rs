@@ -273,8 +273,8 @@ impl Config {
     }
 
     /// The placement rule: small allocations and those that fit the budget minus the
-    /// reserve go to VRAM, the rest to T2. Once the program `running` (it has started
-    /// computing: its first matrix product), the reserve is open too: what is allocated
+    /// reserve go to VRAM, the rest to T2. Once the program is `running` (it has started
+    /// computing: its first cuBLAS handle or product), the reserve is open too: what is allocated
     /// then is activations, workspace and KV cache, read many times per token, while
     /// the weights loaded before took their share and spilled.
     pub fn place(&self, size: u64, vram_in_use: u64, physical: u64, running: bool) -> Placement {

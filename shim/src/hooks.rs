@@ -177,6 +177,8 @@ hook_table! {
     Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn => nvml::device_get_memory_info;
     Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn => nvml::device_get_memory_info_v2;
     // cuBLAS / cuBLASLt (libcublas.so.12/.13, libcublasLt): GEMM operand staging.
+    Cublas guarded fn cublasCreate_v2(handle: *mut *mut c_void) -> CublasStatus => staging::create;
+    CublasLt guarded fn cublasLtCreate(handle: *mut *mut c_void) -> CublasStatus => staging::lt_create;
     Cublas guarded fn cublasGemmEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, b: *const c_void, b_type: c_int, ldb: c_int, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, compute_type: c_int, algo: c_int) -> CublasStatus => staging::gemm_ex;
     Cublas guarded fn cublasSgemm_v2(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int, beta: *const f32, c: *mut f32, ldc: c_int) -> CublasStatus => staging::sgemm;
     Cublas guarded fn cublasGemmStridedBatchedEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, stride_a: i64, b: *const c_void, b_type: c_int, ldb: c_int, stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, stride_c: i64, batch: c_int, compute_type: c_int, algo: c_int) -> CublasStatus => staging::gemm_strided_batched_ex;

@@ -313,6 +313,27 @@ fn read_from<T>(placed: Option<CuDevicePtr>, original: *const T) -> *const T {
     placed.map_or(original, |address| address as *const T)
 }
 
+/// cublasCreate_v2: a program creates its cuBLAS handle when it starts computing (and
+/// allocates the handle's workspace right after), so the VRAM reserve opens here.
+///
+/// # Safety
+/// The caller's argument, passed on to the real function.
+pub unsafe fn create(real: crate::hooks::pfn::cublasCreate_v2, handle: *mut *mut c_void) -> CublasStatus {
+    tiers::note_running();
+    // SAFETY: the program's argument.
+    unsafe { real(handle) }
+}
+
+/// cublasLtCreate: as `create`.
+///
+/// # Safety
+/// The caller's argument, passed on to the real function.
+pub unsafe fn lt_create(real: crate::hooks::pfn::cublasLtCreate, handle: *mut *mut c_void) -> CublasStatus {
+    tiers::note_running();
+    // SAFETY: the program's argument.
+    unsafe { real(handle) }
+}
+
 /// cublasGemmEx.
 ///
 /// # Safety

@@ -115,14 +115,14 @@ fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
     usize::try_from(device).ok().and_then(|index| VRAM_IN_USE.get(index))
 }
 
-/// Set by the first matrix product the program runs (see `Config::place`).
+/// Set by the program's first cuBLAS handle or matrix product (see `Config::place`).
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// The program has started computing: the VRAM reserve opens to its allocations.
 pub fn note_running() {
     if !RUNNING.load(Ordering::Relaxed) {
         RUNNING.store(true, Ordering::Relaxed);
-        debug!("first matrix product: the VRAM reserve is open to allocations from now on");
+        debug!("the program computes (cuBLAS): the VRAM reserve is open to allocations from now on");
     }
 }
 

@@ -33,6 +33,7 @@ t2_cap_gib=64         # GREENBOOST_T2_CAP of the capacity tests (combined mode a
 small_t2_cap_gib=2    # GREENBOOST_T2_CAP of the T2-exhaustion test
 leave_gib=6           # VRAM the balloon leaves free
 pressure_gib=16       # held under the balloon: past free VRAM
+split_gib=12          # one tensor this large under the budget: split between VRAM and T2
 vram_slack_mib=2048   # context, cuBLAS workspace and kernels on top of the budget
 
 logs=$(mktemp -d /tmp/gb-gpu-test.XXXXXX)
@@ -186,6 +187,35 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
   with_vram_peak torch_expandable "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- \
     "$python" "$torch_check" tensors --label torch_expandable --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+
+  # --- one allocation larger than the budget: split into a VRAM head and a T2 tail ----------
+  with_vram_peak torch_split "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
+    "$python" "$torch_check" tensors --label torch_split --total-gib "$split_gib" --chunk-mib $((split_gib * 1024)) \
+    --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+  if grep -q 'split 1;' "$logs/torch_split.err"; then
+    pass torch_split.split "the shim's summary counts the ${split_gib} GiB tensor as split"
+  else
+    fail torch_split.split "the shim's summary does not count one split allocation: $(grep 'summary:' "$logs/torch_split.err" | head -1)"
+  fi
+
+  # --- GEMM operand staging: bit-identical to zero-copy and to all-VRAM --------------------
+  gemm_env=("${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G GREENBOOST_VRAM_RESERVE=2G)
+  run_test gemm_plain -- "$python" "$torch_check" gemm --label gemm_plain --expect vram --out "$logs/gemm_plain.pt"
+  run_test gemm_zero_copy "${gemm_env[@]}" GREENBOOST_STAGING=off -- \
+    "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
+  run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
+  run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
+    --reference "$logs/gemm_plain.pt" "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt"
+  for name in gemm_zero_copy gemm_staged; do
+    staged=$(grep -o 'GEMMs staged [0-9]*' "$logs/$name.err" | awk '{print $3}' | head -1)
+    note "$name.gemms_staged" "${staged:-none}"
+  done
+  staged=$(figure gemm_staged.gemms_staged)
+  if [ "${staged:-0}" != none ] && [ "${staged:-0}" -gt 0 ] && [ "$(figure gemm_zero_copy.gemms_staged)" = 0 ]; then
+    pass gemm.staging_used "the staged run copied the T2 weights of $staged products into VRAM; GREENBOOST_STAGING=off copied none"
+  else
+    fail gemm.staging_used "staged products: $staged with staging on, $(figure gemm_zero_copy.gemms_staged) with it off (want >0 and 0)"
+  fi
 
   # --- capacity reports in each mode --------------------------------------------------------
   for config in "physical $budget_gib" "combined $budget_gib" "combined 0"; do

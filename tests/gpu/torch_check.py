@@ -12,6 +12,12 @@ anything failed.
             cudaMemGetInfo, get_device_properties().total_memory = cudaGetDeviceProperties,
             NVML through pynvml, and gb-gpu-check's report for cuMemGetInfo,
             cuDeviceTotalMem and NVML by dlsym) against what the shim's configuration implies.
+  gemm      linear layers whose weights were allocated before the first matrix product
+            (T2 under a budget whose reserve is all of it) and activations allocated after
+            it (VRAM): wide (512 tokens) and narrow (1 token) bf16 products through
+            cublasGemmEx, with a bias through cublasLt, and float32 through cublasSgemm;
+            the outputs are saved (--out) for gemm-compare.
+  gemm-compare  the saved outputs of several runs must be bit-identical to the first's.
 """
 
 import argparse
@@ -170,6 +176,63 @@ def tensors(args):
     kv(f"{label}.end_free", end_free)
 
 
+GEMM_TOKENS = 512
+GEMM_WIDTH = 4096
+
+
+def gemm(args):
+    """Products of T2 weights; outputs saved for a bit-for-bit comparison across runs."""
+    label = args.label
+    drv = Driver()
+    torch.cuda.init()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator().manual_seed(4321)
+    # Weights first: allocated before any product (under the shim with a budget whose
+    # reserve is all of it, each goes to T2).
+    weights = [(torch.randn(GEMM_WIDTH, GEMM_WIDTH, generator=gen) * 0.02).to(torch.bfloat16).cuda() for _ in range(4)]
+    bias = (torch.randn(GEMM_WIDTH, generator=gen)).to(torch.bfloat16).cuda()
+    weight32 = (torch.randn(2048, 2048, generator=gen) * 0.02).cuda()
+    # The first product (and cuBLAS handle): the program now computes, so what it
+    # allocates next may use the reserve.
+    torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
+    x = torch.randn(GEMM_TOKENS, GEMM_WIDTH, generator=gen).to(torch.bfloat16).cuda()
+    x32 = torch.randn(GEMM_TOKENS, 2048, generator=gen).cuda()
+    places = {"weights": [drv.placement(w.data_ptr()) for w in weights] + [drv.placement(weight32.data_ptr())],
+              "activations": [drv.placement(x.data_ptr()), drv.placement(x32.data_ptr())]}
+    desc = f"weights in {places['weights']}, activations in {places['activations']}"
+    if args.expect == "t2":
+        ok = all(p == "t2" for p in places["weights"]) and all(p == "vram" for p in places["activations"])
+        record(f"{label}.placement", ok, desc + "; expected weights in T2, activations in VRAM")
+    elif args.expect == "vram":
+        record(f"{label}.placement", all(p == "vram" for v in places.values() for p in v), desc + "; expected all in VRAM")
+    outputs = {}
+    torch.cuda.synchronize()
+    started = time.time()
+    for i, w in enumerate(weights):
+        outputs[f"wide{i}"] = torch.nn.functional.linear(x, w)
+    torch.cuda.synchronize()
+    kv(f"{label}.wide_seconds", f"{time.time() - started:.4f}")
+    for i, w in enumerate(weights):
+        outputs[f"narrow{i}"] = torch.nn.functional.linear(x[:1], w)
+    outputs["bias"] = torch.nn.functional.linear(x, weights[0], bias)
+    outputs["float32"] = torch.nn.functional.linear(x32, weight32)
+    torch.cuda.synchronize()
+    finite = all(bool(torch.isfinite(o).all()) for o in outputs.values())
+    record(f"{label}.products", finite, f"{len(outputs)} products of {GEMM_TOKENS}x{GEMM_WIDTH} activations, all finite" if finite else "non-finite output")
+    torch.save({k: v.cpu() for k, v in outputs.items()}, args.out)
+
+
+def gemm_compare(args):
+    reference = torch.load(args.reference)
+    for path in args.others:
+        other = torch.load(path)
+        differing = [k for k in reference if k not in other or not torch.equal(reference[k], other[k])]
+        name = os.path.basename(path).rsplit(".", 1)[0]
+        record(f"{args.label}.{name}", not differing,
+               f"{len(reference)} outputs bit-identical to {os.path.basename(args.reference)}" if not differing
+               else f"outputs differ from {os.path.basename(args.reference)}: {', '.join(differing)}")
+
+
 def expected_report(real_free, real_total, budget, mode, t2_cap):
     """What the shim's config implies (shim/src/config.rs Config::report, T2 unused)."""
     total = min(budget, real_total) if budget else real_total
@@ -235,7 +298,7 @@ def capacity(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["tensors", "capacity"])
+    p.add_argument("mode", choices=["tensors", "capacity", "gemm", "gemm-compare"])
     p.add_argument("--label", default="torch")
     p.add_argument("--total-gib", type=int, default=24)
     p.add_argument("--chunk-mib", type=int, default=1024)
@@ -247,10 +310,17 @@ def main():
     p.add_argument("--plain-report", default="", help="gb-gpu-check report output without the shim")
     p.add_argument("--slack-mib", type=int, default=2048)
     p.add_argument("--rust-report", default="", help="gb-gpu-check report output in the same configuration")
+    p.add_argument("--out", default="", help="gemm: file for the outputs")
+    p.add_argument("--reference", default="", help="gemm-compare: the outputs the others must equal")
+    p.add_argument("others", nargs="*", help="gemm-compare: outputs of the other runs")
     args = p.parse_args()
     try:
         if args.mode == "tensors":
             tensors(args)
+        elif args.mode == "gemm":
+            gemm(args)
+        elif args.mode == "gemm-compare":
+            gemm_compare(args)
         else:
             capacity(args)
     except Exception as e:  # any crash is a failure with its reason, never a silent pass

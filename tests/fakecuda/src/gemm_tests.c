@@ -4,8 +4,8 @@
  * loaded RTLD_LOCAL by gbtest-fw, as python loads torch). Entry: gbtests_main.
  *
  * The runner sets a VRAM budget whose reserve is the whole budget, so that every
- * allocation of 2 MiB or more made before the first product goes to T2 (the weights)
- * and smaller ones to VRAM (the activations). Each product's result is compared with
+ * allocation of 2 MiB or more made before the program creates its cuBLAS handle goes to
+ * T2 (the weights) and smaller ones to VRAM (the activations). Each product's result is compared with
  * the same arithmetic done on the host, bit for bit; where the device read each operand
  * from is in the fake's log ("GEMM a=<kind> b=<kind>"), which the runner checks. */
 #define _GNU_SOURCE
@@ -155,13 +155,14 @@ static void check_product(const void *c_dev, int type, int m, int n, int k, uint
 }
 
 /* Wide products of a T2 weight through every hooked entry point, then a narrow one;
- * afterwards a 4 MiB allocation goes to VRAM (the reserve opened at the first product). */
+ * afterwards a 4 MiB allocation goes to VRAM (the reserve opened with the handle). */
 static int t_products(int argc, char **argv)
 {
     const float one = 1, zero = 0;
+    /* Weights before the handle: the program "loads" before it computes. */
+    float *w = upload((size_t)K * M, 0, 1, "hostreg");
     cublasHandle_t h;
     OK(cublasCreate_v2(&h));
-    float *w = upload((size_t)K * M, 0, 1, "hostreg");
     const int wide = 64, narrow = 8;
     float *x = upload((size_t)K * wide, 0, 2, "vram");
     float *y = NULL;
@@ -218,11 +219,11 @@ static int t_products(int argc, char **argv)
 static int t_bf16_offset(int argc, char **argv)
 {
     const float one = 1, zero = 0;
-    cublasHandle_t h;
-    OK(cublasCreate_v2(&h));
     const int wide = 48;
     /* 2 extra elements before the weight: a 4-byte offset. */
     unsigned char *buffer = upload((size_t)K * M + 2, 14, 0, "hostreg");
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h));
     uint16_t *host = malloc((size_t)K * M * 2);
     for (size_t i = 0; i < (size_t)K * M; i++)
         host[i] = float_to_bf16(value_at(5, i));
@@ -250,14 +251,14 @@ static int t_two_streams(int argc, char **argv)
     cudaStream_t s1, s2;
     OK(cudaStreamCreateWithFlags(&s1, 1));
     OK(cudaStreamCreateWithFlags(&s2, 1));
+    const int wide = 64;
+    float *w1 = upload((size_t)K * M, 0, 11, "hostreg");
+    float *w2 = upload((size_t)K * M, 0, 12, "hostreg");
     cublasHandle_t h1, h2;
     OK(cublasCreate_v2(&h1));
     OK(cublasCreate_v2(&h2));
     OK(cublasSetStream_v2(h1, s1));
     OK(cublasSetStream_v2(h2, s2));
-    const int wide = 64;
-    float *w1 = upload((size_t)K * M, 0, 11, "hostreg");
-    float *w2 = upload((size_t)K * M, 0, 12, "hostreg");
     float *x = upload((size_t)K * wide, 0, 13, "vram");
     float *y1 = NULL, *y2 = NULL;
     OK(cudaMalloc((void **)&y1, (size_t)M * wide * 4));
@@ -291,11 +292,11 @@ static int t_capture(int argc, char **argv)
     const float one = 1, zero = 0;
     cudaStream_t s;
     OK(cudaStreamCreateWithFlags(&s, 1));
+    const int wide = 64;
+    float *w = upload((size_t)K * M, 0, 21, "hostreg");
     cublasHandle_t h;
     OK(cublasCreate_v2(&h));
     OK(cublasSetStream_v2(h, s));
-    const int wide = 64;
-    float *w = upload((size_t)K * M, 0, 21, "hostreg");
     float *x = upload((size_t)K * wide, 0, 22, "vram");
     float *y = NULL;
     OK(cudaMalloc((void **)&y, (size_t)M * wide * 4));
