@@ -313,6 +313,7 @@ t_control_split_fails() {
     run_fails control-split-fails "not split" FAKECUDA_VRAM=$SPLIT "$BIN/gbtest-rt13" split "$SPLIT" split
 }
 t_split_async() { shim split-async $SPLITENV "$BIN/gbtest-rt13" split-async "$SPLIT"; }
+t_driver_split() { shim driver-split $SPLITENV "$BIN/gbdriver" driver-split "$SPLIT"; }
 t_split_off() {
     # GREENBOOST_SPLIT_MIN=off: the allocation goes wholly to T2, as before splitting existed.
     shim split-off $SPLITENV GREENBOOST_SPLIT_MIN=off "$BIN/gbtest-rt13" split "$SPLIT" t2 || return 1
@@ -443,7 +444,7 @@ caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_phys
 reserve alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma expandable_rt13
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
-split_rt13 split_fw control_split_fails split_async split_off split_min split_t2cap split_undo_create_host split_undo_set_access
+split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
 gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture"
 if [ "$backend" = kmod ]; then

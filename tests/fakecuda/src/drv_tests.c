@@ -215,6 +215,50 @@ static int test_driver_async(int argc, char **argv)
     return 0;
 }
 
+/* ---- split placement through the driver API: cuMemAlloc_v2 / cuMemFree_v2 and
+ * cuMemAllocAsync / cuMemFreeAsync of SIZE (argv[2]) under a budget of half the device
+ * (the runtime's side is rt_tests.c's split test) ---- */
+static int test_driver_split(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: driver-split SIZE\n");
+    size_t n = arg_size(argv[2]);
+    size_t vram0 = fakegpu_vram_used();
+    struct fakegpu_vmm_counts before, after;
+    fakegpu_vmm_live(&before);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int stream_ordered = 0; stream_ordered < 2; stream_ordered++) {
+        CUdeviceptr p;
+        OK(stream_ordered ? cuMemAllocAsync(&p, n, s) : cuMemAlloc_v2(&p, n));
+        CHECK(!strcmp(fakegpu_ptr_kind(p), "vmm-device") && !strcmp(fakegpu_ptr_kind(p + n - 1), "vmm-host"),
+              "not split: %s ... %s\n", fakegpu_ptr_kind(p), fakegpu_ptr_kind(p + n - 1));
+        device_check(p, n, 61 + stream_ordered, "split memory");
+        CUresult rc = cuMemFree_v2(p + 2 * MiB);
+        CHECK(rc == CUDA_ERROR_INVALID_VALUE, "cuMemFree_v2 of an interior pointer -> %d\n", rc);
+        OK(stream_ordered ? cuMemFreeAsync(p, s) : cuMemFree_v2(p));
+        OK(cuStreamSynchronize(s));
+        rc = cuMemFree_v2(p);
+        CHECK(rc == CUDA_ERROR_INVALID_VALUE, "second free of split memory -> %d\n", rc);
+        for (int i = 0; i < 100; i++) {
+            size_t free_bytes, total;
+            OK(cuMemGetInfo_v2(&free_bytes, &total)); /* a shim call: it reclaims */
+            fakegpu_vmm_live(&after);
+            if (after.handles == before.handles && after.mappings == before.mappings &&
+                after.reservations == before.reservations && fakegpu_vram_used() == vram0)
+                break;
+            usleep(50000);
+        }
+        CHECK(after.handles == before.handles && after.mappings == before.mappings &&
+              after.reservations == before.reservations,
+              "VMM objects left after freeing split memory: %zu handles, %zu mappings, %zu ranges (before %zu, %zu, %zu)\n",
+              after.handles, after.mappings, after.reservations, before.handles, before.mappings, before.reservations);
+        CHECK(fakegpu_vram_used() == vram0, "VRAM used %zu after freeing split memory, was %zu\n", fakegpu_vram_used(),
+              vram0);
+    }
+    OK(cuStreamDestroy_v2(s));
+    return 0;
+}
+
 /* ---- the fake's own pinning, as cuMemHostRegister does it (fake self-test) ---- */
 static int test_hostreg(int argc, char **argv)
 {
@@ -293,6 +337,7 @@ int main(int argc, char **argv)
     static const struct named_test tests[] = {
         { "vmm", test_vmm }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
         { "hostreg", test_hostreg }, { "detectors", test_detectors },
+        { "driver-split", test_driver_split },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, prepare_device);
