@@ -185,9 +185,10 @@ pub fn note_vram(device_ptr: CuDevicePtr, size: u64, device: CuDevice) {
 /// the device's VRAM counter at once, so that a concurrent allocation sees it taken.
 /// `None` when not one unit is left.
 pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Option<u64> {
-    let limit = state::config().vram_limit(cuda::physical_vram(device)?, RUNNING.load(Ordering::Relaxed));
+    let (config, physical) = (state::config(), cuda::physical_vram(device)?);
+    let running = RUNNING.load(Ordering::Relaxed);
     let counter = vram_counter(device)?;
-    let room = |in_use: u64| (limit.saturating_sub(in_use).min(most) / granularity) * granularity;
+    let room = |in_use: u64| config.split_head(in_use, physical, running, granularity, most);
     let before = counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
             let head = room(in_use);
