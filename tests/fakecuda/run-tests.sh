@@ -340,7 +340,8 @@ t_split_undo_set_access() { t_split_undo set-access; }
 # GEMM operand staging: a budget whose reserve is all of it, so the 4 MiB weights the
 # programs load first go to T2 and their small activations to VRAM. The fake's log says
 # what the device read each operand from ("GEMM a=vram": the staged copy).
-GEMMENV="$SHIMENV GREENBOOST_VRAM_BUDGET=32M GREENBOOST_VRAM_RESERVE=32M GREENBOOST_LOG=info"
+# A width of 32 (not the default 1) so that the narrow product shows the width test.
+GEMMENV="$SHIMENV GREENBOOST_VRAM_BUDGET=32M GREENBOOST_VRAM_RESERVE=32M GREENBOOST_STAGE_MIN_WIDTH=32 GREENBOOST_LOG=info"
 gemm_reads() { # $1: what operand A was read from; $2: how many products must have read it so
     n=$(grep -c "GEMM a=$1 " "$log")
     if [ "$n" -ne "$2" ]; then
@@ -367,6 +368,11 @@ t_gemm_staging_off() {
     shim gemm-staging-off $GEMMENV GREENBOOST_STAGING=off "$BIN/gbgemm" products || return 1
     gemm_reads vram 0 || return 1
     gemm_reads hostreg 5
+}
+t_gemm_default_width() {
+    # The default width stages the narrow product too.
+    shim gemm-default-width $GEMMENV GREENBOOST_STAGE_MIN_WIDTH= "$BIN/gbgemm" products || return 1
+    gemm_reads vram 5
 }
 t_gemm_stage_max() {
     # Operands above GREENBOOST_STAGE_MAX stay zero-copy; the results are the same.
@@ -446,7 +452,7 @@ async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entr
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
-gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture"
+gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture"
 if [ "$backend" = kmod ]; then
     if [ ! -e /dev/greenboost ]; then
         echo "FAIL kmod: --kmod needs /dev/greenboost (load greenboost.ko)"

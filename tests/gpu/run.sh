@@ -205,7 +205,7 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
     "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
   run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
   run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
-    --reference "$logs/gemm_plain.pt" "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt"
+    --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt"
   for name in gemm_zero_copy gemm_staged; do
     staged=$(grep -o 'GEMMs staged [0-9]*' "$logs/$name.err" | awk '{print $3}' | head -1)
     note "$name.gemms_staged" "${staged:-none}"

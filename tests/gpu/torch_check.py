@@ -312,7 +312,7 @@ def main():
     p.add_argument("--rust-report", default="", help="gb-gpu-check report output in the same configuration")
     p.add_argument("--out", default="", help="gemm: file for the outputs")
     p.add_argument("--reference", default="", help="gemm-compare: the outputs the others must equal")
-    p.add_argument("others", nargs="*", help="gemm-compare: outputs of the other runs")
+    p.add_argument("--others", nargs="*", default=[], help="gemm-compare: outputs of the other runs")
     args = p.parse_args()
     try:
         if args.mode == "tensors":
