@@ -10,9 +10,12 @@ Configurations:
                are placed in T2 by the shim
   cpu_offload  transformers/accelerate: device_map from max_memory={0: budget, cpu}
                (accelerate copies the CPU-resident layers to the GPU at each forward)
-  uvm          a pluggable allocator (bench/uvm_alloc.cu) that puts what does not fit
-               the budget in cudaMallocManaged memory preferred on the host and mapped
-               for the GPU
+  uvm          a pluggable allocator (bench/uvm_alloc.cu, UVM_MODE=managed): every
+               allocation is cudaMallocManaged memory preferred on the host and mapped
+               for the GPU (issue 4's Unified Memory contender)
+  uvm_split    the same allocator with GreenBoost's placement rule (UVM_MODE=split):
+               VRAM (a cudaMallocAsync pool) while the budget lasts, managed memory
+               preferred on the host beyond it
 
 Weights are drawn parameter by parameter on the GPU from a generator seeded with the
 parameter's index, so every configuration computes with the same weights and the
@@ -82,13 +85,13 @@ def shim_loaded():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", choices=["vram", "greenboost", "cpu_offload", "uvm"], default="vram")
+    parser.add_argument("--config", choices=["vram", "greenboost", "cpu_offload", "uvm", "uvm_split"], default="vram")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     parser.add_argument("--layers", type=int, default=0, help="override the number of decoder layers")
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--budget-bytes", type=int, default=0, help="VRAM budget for the weights (0: none)")
-    parser.add_argument("--uvm-lib", default="", help="uvm_alloc.so (uvm configuration)")
+    parser.add_argument("--uvm-lib", default="", help="uvm_alloc.so (uvm and uvm_split configurations)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--max-seconds", type=float, default=0,
                         help="stop decoding after this many seconds (0: never); fewer tokens, same median step")
@@ -103,8 +106,10 @@ def main():
         return 0
 
     started = time.perf_counter()
-    if args.config == "uvm":
+    uses_uvm_allocator = args.config in ("uvm", "uvm_split")
+    if uses_uvm_allocator:
         # Must precede any CUDA allocation: the allocator is chosen once per process.
+        os.environ["UVM_MODE"] = "split" if args.config == "uvm_split" else "managed"
         os.environ["UVM_BUDGET_BYTES"] = str(args.budget_bytes)
         import torch
         allocator = torch.cuda.memory.CUDAPluggableAllocator(args.uvm_lib, "uvm_malloc", "uvm_free")
@@ -295,7 +300,7 @@ def main():
         "transformers": transformers.__version__,
         "tokens": tokens,
     }
-    if args.config == "uvm":
+    if uses_uvm_allocator:
         lib = ctypes.CDLL(args.uvm_lib)
         vram_peak, managed_peak = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.uvm_stats(ctypes.byref(vram_peak), ctypes.byref(managed_peak))

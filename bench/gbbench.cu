@@ -5,17 +5,21 @@
 //
 //   gbbench read     --gib N    cudaMalloc N GiB (through the shim when it is preloaded,
 //                               so a small GREENBOOST_VRAM_BUDGET puts it in T2), fill it
-//                               with a kernel, verify a checksum, then time a streaming
-//                               read kernel over it (GB/s, median of repetitions).
-//   gbbench hostbuf  --gib N    cudaHostAlloc N GiB (mapped): the two baselines for T2
-//                               reads at that size: pinned cudaMemcpy H2D, and the same
-//                               read kernel reading the pinned buffer zero-copy.
+//                               with a kernel, verify a checksum, then time every
+//                               streaming read kernel variant over it (GB/s, median of
+//                               repetitions per variant, and the best variant).
+//   gbbench hostbuf  --gib N    cudaHostAlloc N GiB (mapped): the baselines for T2 reads
+//                               at that size: pinned cudaMemcpy H2D, and the same read
+//                               kernel variants reading the pinned buffer zero-copy and
+//                               a VRAM copy of it (HBM).
 //   gbbench alloc    --kind t2|hostalloc
 //                               one cold 1 GiB allocation after context creation
 //                               (cudaMalloc through the shim, or cudaHostAlloc), checked
 //                               usable with a kernel, freed, then one warm allocation.
-//   gbbench hook     --iters N  median cudaMalloc+cudaFree(1 MiB) and cudaMemGetInfo
-//                               call times (run with and without the shim).
+//   gbbench hook     --iters N [--meminfo-iters M]
+//                               median cudaMalloc+cudaFree(1 MiB) time over N calls and
+//                               cudaMemGetInfo time over M calls (default 5 N; run with
+//                               and without the shim).
 //
 // Linked against the shared libcudart (-cudart shared), as PyTorch is, so that an
 // LD_PRELOADed library interposes cudaMalloc exactly as it would for real programs.
@@ -78,26 +82,87 @@ __global__ void fill_kernel(uint4 *buf, size_t n_vec) {
     }
 }
 
-// Streaming read: 16-byte loads, four independent loads in flight per thread per
-// iteration (PCIe reads need many outstanding requests), one atomic per thread.
-__global__ void read_kernel(const uint4 *__restrict__ buf, size_t n_vec, unsigned long long *sum) {
+// Streaming reads, all summing every 32-bit word into one atomic per thread, 16-byte
+// loads. Reads of host memory over PCIe (zero-copy) need many requests in flight and
+// gain from large, contiguous requests; the variants differ there, and every buffer
+// kind (T2, pinned host memory, VRAM) is read by all of them in the same process, so
+// that each comparison is between the same kernels.
+
+// A 16-byte load that bypasses L1 and is evicted first (__ldcs: streamed once).
+struct LoadStreaming {
+    static __device__ __forceinline__ uint4 load(const uint4 *p) { return __ldcs(p); }
+};
+
+// A 16-byte read-only load with the L2 told to fetch the enclosing 256-byte sector
+// group (PTX .L2::256B, sm_80+): for host memory, fewer and larger PCIe reads.
+struct LoadL2Prefetch256 {
+    static __device__ __forceinline__ uint4 load(const uint4 *p) {
+        uint4 v;
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+        return v;
+    }
+};
+
+__device__ __forceinline__ unsigned long long word_sum(uint4 v) {
+    return (unsigned long long)v.x + v.y + v.z + v.w;
+}
+
+// Persistent grid-stride loop: the whole grid sweeps the buffer front to back, each
+// thread with INFLIGHT independent loads (INFLIGHT grid-widths apart) per iteration.
+template <int INFLIGHT, class Load>
+__global__ void read_grid_stride(const uint4 *__restrict__ buf, size_t n_vec, unsigned long long *sum) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long acc = 0;
-    for (; i + 3 * stride < n_vec; i += 4 * stride) {
-        uint4 a = __ldcs(buf + i);
-        uint4 b = __ldcs(buf + i + stride);
-        uint4 c = __ldcs(buf + i + 2 * stride);
-        uint4 d = __ldcs(buf + i + 3 * stride);
-        acc += (unsigned long long)a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
-        acc += (unsigned long long)c.x + c.y + c.z + c.w + d.x + d.y + d.z + d.w;
+    for (; i + (INFLIGHT - 1) * stride < n_vec; i += INFLIGHT * stride) {
+        uint4 v[INFLIGHT];
+#pragma unroll
+        for (int k = 0; k < INFLIGHT; k++) v[k] = Load::load(buf + i + k * stride);
+#pragma unroll
+        for (int k = 0; k < INFLIGHT; k++) acc += word_sum(v[k]);
     }
-    for (; i < n_vec; i += stride) {
-        uint4 a = __ldcs(buf + i);
-        acc += (unsigned long long)a.x + a.y + a.z + a.w;
-    }
+    for (; i < n_vec; i += stride) acc += word_sum(Load::load(buf + i));
     atomicAdd(sum, acc);
 }
+
+// Each block streams its own contiguous share of the buffer, INFLIGHT block-widths per
+// iteration (a block's requests cover one contiguous 16 * INFLIGHT * blockDim bytes).
+template <int INFLIGHT, class Load>
+__global__ void read_block_chunks(const uint4 *__restrict__ buf, size_t n_vec, unsigned long long *sum) {
+    size_t per_block = (n_vec + gridDim.x - 1) / gridDim.x;
+    size_t begin = (size_t)blockIdx.x * per_block;
+    size_t end = begin + per_block < n_vec ? begin + per_block : n_vec;
+    size_t step = blockDim.x;
+    size_t i = begin + threadIdx.x;
+    unsigned long long acc = 0;
+    for (; i + (INFLIGHT - 1) * step < end; i += INFLIGHT * step) {
+        uint4 v[INFLIGHT];
+#pragma unroll
+        for (int k = 0; k < INFLIGHT; k++) v[k] = Load::load(buf + i + k * step);
+#pragma unroll
+        for (int k = 0; k < INFLIGHT; k++) acc += word_sum(v[k]);
+    }
+    for (; i < end; i += step) acc += word_sum(Load::load(buf + i));
+    atomicAdd(sum, acc);
+}
+
+typedef void (*ReadKernel)(const uint4 *, size_t, unsigned long long *);
+
+struct ReadVariant {
+    const char *name;
+    ReadKernel kernel;
+};
+
+// The first is the kernel of earlier runs (and the one that checks buffers usable).
+static const ReadVariant kReadVariants[] = {
+    {"stride4", read_grid_stride<4, LoadStreaming>},
+    {"stride8", read_grid_stride<8, LoadStreaming>},
+    {"stride8_l2_256", read_grid_stride<8, LoadL2Prefetch256>},
+    {"chunks8", read_block_chunks<8, LoadStreaming>},
+};
+static const int kReadVariantCount = sizeof kReadVariants / sizeof *kReadVariants;
 
 static unsigned long long expected_sum(size_t n_words) {
     // Sum over i < n_words of (uint32_t)i, modulo 2^64.
@@ -111,25 +176,31 @@ struct Launch {
     int blocks, threads;
 };
 
-static Launch read_launch() {
-    int dev, sms;
+static const int kThreadsPerBlock = 256;
+
+// A grid that fills every SM with as many resident blocks of `kernel` as its
+// occupancy allows (a persistent grid: the loops stride over the rest).
+static Launch launch_for(const void *kernel) {
+    int dev, sms, per_sm = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return {sms * 8, 256};
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreadsPerBlock, 0));
+    return {sms * (per_sm > 0 ? per_sm : 1), kThreadsPerBlock};
 }
 
 static void fill(void *buf, size_t bytes) {
-    Launch l = read_launch();
+    Launch l = launch_for((const void *)fill_kernel);
     fill_kernel<<<l.blocks, l.threads>>>((uint4 *)buf, bytes / 16);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
 }
 
-// Reads the buffer once, unchecked and untimed (warm-up and verification), then
-// `reps` timed passes; returns the median GB/s. Sets *ok when the checksum matched on
-// every pass.
-static double time_reads(const void *buf, size_t bytes, int reps, bool *ok, std::vector<double> *all) {
-    Launch l = read_launch();
+// Reads the buffer with `variant` once untimed (warm-up), then `reps` timed passes;
+// returns the median GB/s. Sets *ok when the checksum matched on every pass, warm-up
+// included.
+static double time_reads(const ReadVariant &variant, const void *buf, size_t bytes, int reps, bool *ok,
+                         std::vector<double> *all) {
+    Launch l = launch_for((const void *)variant.kernel);
     unsigned long long *sum;
     CK(cudaMalloc(&sum, sizeof *sum));
     cudaEvent_t start, stop;
@@ -140,7 +211,7 @@ static double time_reads(const void *buf, size_t bytes, int reps, bool *ok, std:
     for (int r = -1; r < reps; r++) {
         CK(cudaMemset(sum, 0, sizeof *sum));
         CK(cudaEventRecord(start));
-        read_kernel<<<l.blocks, l.threads>>>((const uint4 *)buf, bytes / 16, sum);
+        variant.kernel<<<l.blocks, l.threads>>>((const uint4 *)buf, bytes / 16, sum);
         CK(cudaGetLastError());
         CK(cudaEventRecord(stop));
         CK(cudaEventSynchronize(stop));
@@ -173,6 +244,36 @@ static std::string json_list(const std::vector<double> &v) {
     return s + "]";
 }
 
+// Every read variant over one buffer: the best median, its name, and per variant
+// {"GBps": median, "all": [...]} as JSON.
+struct VariantReads {
+    double best_GBps = 0;
+    const char *best = "";
+    bool ok = true;
+    std::string json;
+};
+
+static VariantReads read_variants(const void *buf, size_t bytes, int reps) {
+    VariantReads r;
+    r.json = "{";
+    for (int v = 0; v < kReadVariantCount; v++) {
+        bool ok;
+        std::vector<double> all;
+        double gbps = time_reads(kReadVariants[v], buf, bytes, reps, &ok, &all);
+        r.ok = r.ok && ok;
+        if (gbps > r.best_GBps) {
+            r.best_GBps = gbps;
+            r.best = kReadVariants[v].name;
+        }
+        char head[96];
+        snprintf(head, sizeof head, "%s\"%s\":{\"GBps\":%.3f,\"checksum_ok\":%s,\"all\":", v ? "," : "",
+                 kReadVariants[v].name, gbps, ok ? "true" : "false");
+        r.json += head + json_list(all) + "}";
+    }
+    r.json += "}";
+    return r;
+}
+
 static int cmd_read(double gib) {
     size_t bytes = (size_t)(gib * (1ull << 30));
     CK(cudaFree(0));
@@ -182,14 +283,12 @@ static int cmd_read(double gib) {
     double alloc_s = now_s() - t0;
     const char *where = placement_of(buf);
     fill(buf, bytes);
-    bool ok;
-    std::vector<double> all;
-    double gbps = time_reads(buf, bytes, reps_for(bytes), &ok, &all);
+    VariantReads reads = read_variants(buf, bytes, reps_for(bytes));
     CK(cudaFree(buf));
     printf("{\"cmd\":\"read\",\"gib\":%g,\"placement\":\"%s\",\"alloc_s\":%.4f,\"read_GBps\":%.3f,"
-           "\"read_GBps_all\":%s,\"checksum_ok\":%s}\n",
-           gib, where, alloc_s, gbps, json_list(all).c_str(), ok ? "true" : "false");
-    return ok ? 0 : 1;
+           "\"read_variant\":\"%s\",\"read_variants\":%s,\"checksum_ok\":%s}\n",
+           gib, where, alloc_s, reads.best_GBps, reads.best, reads.json.c_str(), reads.ok ? "true" : "false");
+    return reads.ok ? 0 : 1;
 }
 
 static int cmd_hostbuf(double gib) {
@@ -219,25 +318,24 @@ static int cmd_hostbuf(double gib) {
         if (r >= 0) copies.push_back(bytes / (ms * 1e-3) / 1e9);
     }
     // The copy landed in VRAM intact: the same checksum, read from HBM.
-    bool copy_ok, zc_ok;
-    std::vector<double> hbm_all, zc_all;
-    double hbm = time_reads(dev, bytes, reps_for(bytes), &copy_ok, &hbm_all);
-    double zc = time_reads(dev_view, bytes, reps, &zc_ok, &zc_all);
+    VariantReads hbm = read_variants(dev, bytes, reps);
+    VariantReads zc = read_variants(dev_view, bytes, reps);
     CK(cudaFree(dev));
     CK(cudaFreeHost(host));
     printf("{\"cmd\":\"hostbuf\",\"gib\":%g,\"hostalloc_s\":%.4f,\"memcpy_h2d_GBps\":%.3f,"
-           "\"memcpy_h2d_GBps_all\":%s,\"zero_copy_read_GBps\":%.3f,\"zero_copy_read_GBps_all\":%s,"
-           "\"hbm_read_GBps\":%.3f,\"checksum_ok\":%s}\n",
-           gib, alloc_s, median(copies), json_list(copies).c_str(), zc, json_list(zc_all).c_str(), hbm,
-           copy_ok && zc_ok ? "true" : "false");
-    return copy_ok && zc_ok ? 0 : 1;
+           "\"memcpy_h2d_GBps_all\":%s,\"zero_copy_read_GBps\":%.3f,\"zero_copy_read_variant\":\"%s\","
+           "\"zero_copy_read_variants\":%s,\"hbm_read_GBps\":%.3f,\"hbm_read_variant\":\"%s\","
+           "\"hbm_read_variants\":%s,\"checksum_ok\":%s}\n",
+           gib, alloc_s, median(copies), json_list(copies).c_str(), zc.best_GBps, zc.best, zc.json.c_str(),
+           hbm.best_GBps, hbm.best, hbm.json.c_str(), hbm.ok && zc.ok ? "true" : "false");
+    return hbm.ok && zc.ok ? 0 : 1;
 }
 
 static bool usable(void *buf, size_t bytes) {
     fill(buf, bytes);
     bool ok;
     std::vector<double> all;
-    time_reads(buf, bytes, 0, &ok, &all);
+    time_reads(kReadVariants[0], buf, bytes, 0, &ok, &all);
     return ok;
 }
 
@@ -279,12 +377,12 @@ static int cmd_alloc(const char *kind) {
     return ok ? 0 : 1;
 }
 
-static int cmd_hook(int iters) {
+static int cmd_hook(int iters, int meminfo_iters) {
     CK(cudaFree(0));
     const size_t bytes = 1ull << 20;
     std::vector<double> malloc_free, meminfo;
     malloc_free.reserve(iters);
-    meminfo.reserve(iters);
+    meminfo.reserve(meminfo_iters);
     const char *where = "";
     for (int i = -iters / 10; i < iters; i++) {
         void *p;
@@ -300,15 +398,15 @@ static int cmd_hook(int iters) {
         if (i >= 0) malloc_free.push_back((t1 - t0) * 1e6);
     }
     size_t free_b = 0, total_b = 0;
-    for (int i = -iters / 10; i < iters; i++) {
+    for (int i = -meminfo_iters / 10; i < meminfo_iters; i++) {
         double t0 = now_s();
         CK(cudaMemGetInfo(&free_b, &total_b));
         double t1 = now_s();
         if (i >= 0) meminfo.push_back((t1 - t0) * 1e6);
     }
-    printf("{\"cmd\":\"hook\",\"iters\":%d,\"placement\":\"%s\",\"malloc_free_us\":%.4f,"
+    printf("{\"cmd\":\"hook\",\"iters\":%d,\"meminfo_iters\":%d,\"placement\":\"%s\",\"malloc_free_us\":%.4f,"
            "\"meminfo_us\":%.4f,\"reported_free\":%zu,\"reported_total\":%zu}\n",
-           iters, where, median(malloc_free), median(meminfo), free_b, total_b);
+           iters, meminfo_iters, where, median(malloc_free), median(meminfo), free_b, total_b);
     return 0;
 }
 
@@ -320,14 +418,18 @@ static const char *arg(int argc, char **argv, const char *name, const char *fall
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: gbbench read|hostbuf --gib N | alloc --kind t2|hostalloc | hook --iters N\n");
+        fprintf(stderr,
+                "usage: gbbench read|hostbuf --gib N | alloc --kind t2|hostalloc | hook --iters N [--meminfo-iters M]\n");
         return 64;
     }
     std::string cmd = argv[1];
     if (cmd == "read") return cmd_read(atof(arg(argc, argv, "--gib", "1")));
     if (cmd == "hostbuf") return cmd_hostbuf(atof(arg(argc, argv, "--gib", "1")));
     if (cmd == "alloc") return cmd_alloc(arg(argc, argv, "--kind", "t2"));
-    if (cmd == "hook") return cmd_hook(atoi(arg(argc, argv, "--iters", "20000")));
+    if (cmd == "hook") {
+        int iters = atoi(arg(argc, argv, "--iters", "20000"));
+        return cmd_hook(iters, atoi(arg(argc, argv, "--meminfo-iters", std::to_string(5 * iters).c_str())));
+    }
     fprintf(stderr, "gbbench: unknown command %s\n", cmd.c_str());
     return 64;
 }

@@ -54,8 +54,33 @@ def load(raw):
         runs[label] = {"rc": rc, "result": parsed if problem is None else None, "problem": problem,
                        "stderr_tail": err[-2000:] if problem else "",
                        # The shim's per-process summary (GREENBOOST_LOG=info): peak T1/T2.
-                       "shim_summary": [l.strip() for l in err.splitlines() if "summary:" in l]}
+                       "shim_summary": [l.strip() for l in err.splitlines() if "summary:" in l],
+                       "t2_phases": t2_phases(err)}
     return runs
+
+
+def t2_phases(err):
+    """The shim's debug lines about T2 allocations (GREENBOOST_LOG=debug), in order: a
+    new buffer's map/populate times (userspace backend) and registration time, or a reuse
+    from the shim's T2 cache."""
+    phases = []
+    for line in err.splitlines():
+        backend = re.search(r"userspace backend: ([\d.]+) MiB: map ([\d.]+) ms, populate ([\d.]+) ms \((\d+) thread", line)
+        if backend:
+            phases.append({"mib": float(backend.group(1)), "map_ms": float(backend.group(2)),
+                           "populate_ms": float(backend.group(3)), "populate_threads": int(backend.group(4))})
+            continue
+        registered = re.search(r"T2 0x[0-9a-f]+: ([\d.]+) MiB \(.*register ([\d.]+) ms", line)
+        if registered:
+            if phases and "register_ms" not in phases[-1] and "reused" not in phases[-1]:
+                phases[-1]["register_ms"] = float(registered.group(2))
+            else:
+                phases.append({"mib": float(registered.group(1)), "register_ms": float(registered.group(2))})
+            continue
+        reused = re.search(r"T2 0x[0-9a-f]+: ([\d.]+) MiB reused from the T2 cache", line)
+        if reused:
+            phases.append({"mib": float(reused.group(1)), "reused": True})
+    return phases
 
 
 def result(runs, label):
@@ -90,6 +115,11 @@ def labels_with(runs, prefix):
     return sorted(l for l in runs if l.startswith(prefix))
 
 
+def variant_rates(variants):
+    """{kernel: median GB/s} from gbbench's per-variant reads (absent in old runs)."""
+    return {name: v["GBps"] for name, v in (variants or {}).items()}
+
+
 def t2_read(runs, sizes):
     per_size = {}
     for size in sizes:
@@ -98,10 +128,15 @@ def t2_read(runs, sizes):
         if base:
             row.update(pinned_memcpy_h2d_GBps=base["memcpy_h2d_GBps"],
                        naive_zero_copy_read_GBps=base["zero_copy_read_GBps"], hbm_read_GBps=base["hbm_read_GBps"],
-                       baseline_checksum_ok=base["checksum_ok"])
+                       baseline_checksum_ok=base["checksum_ok"],
+                       naive_zero_copy_best_kernel=base.get("zero_copy_read_variant"),
+                       hbm_best_kernel=base.get("hbm_read_variant"),
+                       naive_zero_copy_by_kernel=variant_rates(base.get("zero_copy_read_variants")),
+                       hbm_by_kernel=variant_rates(base.get("hbm_read_variants")))
         if t2:
             row.update(t2_read_GBps=t2["read_GBps"], placement=t2["placement"], checksum_ok=t2["checksum_ok"],
-                       shim_alloc_s=t2["alloc_s"])
+                       shim_alloc_s=t2["alloc_s"], t2_best_kernel=t2.get("read_variant"),
+                       t2_by_kernel=variant_rates(t2.get("read_variants")))
             if t2["placement"] != "host":
                 row["note"] = f"the buffer landed in {t2['placement']}, not T2: the budget was not applied"
         if t2 and base:
@@ -134,7 +169,9 @@ def t2_alloc(runs):
         t2, t2_all = median_of(runs, "alloc-t2-", key)
         host, host_all = median_of(runs, "alloc-hostalloc-", key)
         detail = {"t2_ms_each": t2_all, "cudaHostAlloc_ms_each": host_all, "t2_placement": placements,
-                  "all_usable": usable}
+                  "all_usable": usable,
+                  # Per process, the shim's own account of its T2 allocations (cold, then warm).
+                  "t2_phases_each": [runs[l]["t2_phases"] for l in t2_labels if runs[l]["t2_phases"]]}
         if placements and placements != ["host"]:
             detail["note"] = f"the 1 GiB allocation landed in {placements}, not T2"
         ratio = t2 / host if t2 is not None and host else None
@@ -143,12 +180,23 @@ def t2_alloc(runs):
 
 
 def hook(runs):
+    """Each pair r ran hook-plain-r and hook-shim-r back to back: the figure is the median
+    of the pairs' ratios (a drift of the machine between pairs cancels out), with their
+    spread; value and baseline are the medians of the per-process medians."""
     figures = {}
+    pairs = sorted({l.rsplit("-", 1)[1] for l in labels_with(runs, "hook-")}, key=lambda r: int(r) if r.isdigit() else 0)
     for name, key in (("hook_overhead_ratio", "malloc_free_us"), ("hook_overhead_ratio_meminfo", "meminfo_us")):
         shim, shim_all = median_of(runs, "hook-shim-", key)
         plain, plain_all = median_of(runs, "hook-plain-", key)
-        ratio = shim / plain if shim is not None and plain else None
-        detail = {"with_shim_us_each_process": shim_all, "without_us_each_process": plain_all}
+        pair_ratios = []
+        for r in pairs:
+            with_shim, without = result(runs, f"hook-shim-{r}"), result(runs, f"hook-plain-{r}")
+            if with_shim and without and without[key]:
+                pair_ratios.append(with_shim[key] / without[key])
+        ratio = statistics.median(pair_ratios) if pair_ratios else None
+        detail = {"pair_ratios": pair_ratios, "with_shim_us_each_process": shim_all, "without_us_each_process": plain_all}
+        if pair_ratios:
+            detail["pair_ratio_min"], detail["pair_ratio_max"] = min(pair_ratios), max(pair_ratios)
         missing = why_missing(runs, labels_with(runs, "hook-")) if labels_with(runs, "hook-") else "not run"
         figures[name] = figure(name, shim, plain, ratio, "us", detail, missing)
     return figures
@@ -165,7 +213,7 @@ def bandwidths(runs):
 
 
 def decode(runs):
-    order = ["vram", "greenboost", "cpu_offload", "uvm"]
+    order = ["vram", "greenboost", "cpu_offload", "uvm", "uvm_split"]
     names = sorted((l[len("decode-"):] for l in labels_with(runs, "decode-")),
                    key=lambda c: (order.index(c) if c in order else len(order), c))
     configs = {c: result(runs, "decode-" + c) for c in names}
@@ -239,6 +287,13 @@ def decode(runs):
         missing = "; ".join(m for m in (None if gb else config_missing("greenboost"),
                                         None if base else config_missing(other)) if m)
         figures[name] = figure(name, gb_tok, base_tok, ratio, "tokens/s", None, missing)
+    # uvm_split (the same allocator with GreenBoost's placement rule) is not issue 4's
+    # contender; its ratio is a detail of decode_vs_uvm.
+    split = configs.get("uvm_split")
+    if split:
+        figures["decode_vs_uvm"]["detail"] = {
+            "uvm_split_tok_s": split["decode_tok_s"],
+            "greenboost_vs_uvm_split": gb_tok / split["decode_tok_s"] if gb and split["decode_tok_s"] else None}
     vram_prefill = reference["prefill_tok_s"] if reference else None
     gb_prefill = gb["prefill_tok_s"] if gb else None
     ratio = gb_prefill / vram_prefill if gb and reference else None
@@ -285,12 +340,49 @@ def markdown(report):
     sizes = report["figures"].get("t2_read_ratio", {}).get("detail", {}).get("sizes_gib", {})
     if sizes:
         lines += ["", "## T2 reads by size (GB/s)", "",
+                  "Every read kernel runs over each buffer in the same process; the columns give the best kernel's "
+                  "median pass (kernel named in brackets), the table after it every kernel.", "",
                   "| GiB | T2 read (shim) | pinned memcpy H2D | naive zero-copy read | HBM read | ratio | placement |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
+        def best(row, value, kernel):
+            return fmt(row.get(value)) + (f" ({row[kernel]})" if row.get(kernel) else "")
         for size, row in sizes.items():
-            lines.append(f"| {size} | {fmt(row.get('t2_read_GBps'))} | {fmt(row.get('pinned_memcpy_h2d_GBps'))} | "
-                         f"{fmt(row.get('naive_zero_copy_read_GBps'))} | {fmt(row.get('hbm_read_GBps'))} | "
+            lines.append(f"| {size} | {best(row, 't2_read_GBps', 't2_best_kernel')} | "
+                         f"{fmt(row.get('pinned_memcpy_h2d_GBps'))} | "
+                         f"{best(row, 'naive_zero_copy_read_GBps', 'naive_zero_copy_best_kernel')} | "
+                         f"{best(row, 'hbm_read_GBps', 'hbm_best_kernel')} | "
                          f"{fmt(row.get('ratio'))} | {row.get('placement', '—')} |")
+        kernels = sorted({k for row in sizes.values() for key in ("t2_by_kernel", "naive_zero_copy_by_kernel", "hbm_by_kernel")
+                          for k in (row.get(key) or {})})
+        if kernels:
+            lines += ["", "| GiB | kernel | T2 read (shim) | naive zero-copy read | HBM read |", "| --- | --- | --- | --- | --- |"]
+            for size, row in sizes.items():
+                for kernel in kernels:
+                    lines.append(f"| {size} | {kernel} | {fmt((row.get('t2_by_kernel') or {}).get(kernel))} | "
+                                 f"{fmt((row.get('naive_zero_copy_by_kernel') or {}).get(kernel))} | "
+                                 f"{fmt((row.get('hbm_by_kernel') or {}).get(kernel))} |")
+    hooks = [(n, report["figures"][n]) for n in ("hook_overhead_ratio", "hook_overhead_ratio_meminfo")
+             if report["figures"].get(n, {}).get("detail", {}).get("pair_ratios")]
+    if hooks:
+        lines += ["", "## Hook overhead", "", "Ratio with/without the shim per pair of processes (run back to back, which one "
+                  "first alternating; the figure is the median pair):", ""]
+        for name, f in hooks:
+            d = f["detail"]
+            lines.append(f"- {name}: pairs " + ", ".join(f"{r:.3f}" for r in d["pair_ratios"]) +
+                         f" (spread {d['pair_ratio_min']:.3f}-{d['pair_ratio_max']:.3f})")
+    alloc = report["figures"].get("t2_alloc_ratio", {}).get("detail", {})
+    if alloc.get("t2_phases_each"):
+        lines += ["", "## T2 allocation phases (shim debug log)", "",
+                  "| process | cold: map ms | populate ms (threads) | register ms | warm |", "| --- | --- | --- | --- | --- |"]
+        for i, phases in enumerate(alloc["t2_phases_each"], 1):
+            # gbbench alloc makes two 1 GiB T2 allocations: cold, then warm.
+            big = [p for p in phases if p.get("mib", 0) >= 1024]
+            cold = big[0] if big else {}
+            warm = big[1] if len(big) > 1 else {}
+            warm_text = "reused from the T2 cache" if warm.get("reused") else (
+                f"new buffer, register {fmt(warm.get('register_ms'))} ms" if warm else "—")
+            lines.append(f"| {i} | {fmt(cold.get('map_ms'))} | {fmt(cold.get('populate_ms'))} "
+                         f"({cold.get('populate_threads', '—')}) | {fmt(cold.get('register_ms'))} | {warm_text} |")
     dec = report.get("decode") or {}
     if dec.get("configs"):
         model = dec.get("model") or {}
@@ -322,6 +414,12 @@ def markdown(report):
         for config, row in dec["configs"].items():
             for line in row.get("shim_summary", []):
                 lines.append(f"\nShim ({config}): `{line}`")
+        split = report["figures"].get("decode_vs_uvm", {}).get("detail", {})
+        if split.get("greenboost_vs_uvm_split"):
+            lines += ["", f"`uvm_split` is the Unified Memory allocator with GreenBoost's placement rule (VRAM while the "
+                          f"budget lasts, host-preferred managed memory beyond it), so it measures only how the spilled "
+                          f"bytes are served: {fmt(split['uvm_split_tok_s'])} tokens/s, GreenBoost / uvm_split = "
+                          f"{fmt(split['greenboost_vs_uvm_split'])}."]
         bound = report["figures"].get("decode_vs_bound", {}).get("detail", {})
         if bound.get("bound_tok_s"):
             lines += ["", f"Bandwidth bound: {bound['bytes_per_token_vram'] / 1e9:.2f} GB/token from VRAM at "

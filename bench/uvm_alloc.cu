@@ -1,15 +1,21 @@
-// The Unified Memory contender of the decode benchmark: a PyTorch pluggable allocator
-// (torch.cuda.memory.CUDAPluggableAllocator) that places allocations by the same rule
-// as GreenBoost's shim, so that the two differ only in how the spilled bytes are served:
-//   - smaller than UVM_MIN_BYTES, or fitting in UVM_BUDGET_BYTES - UVM_RESERVE_BYTES of
-//     VRAM: stream-ordered cudaMallocAsync from the device's default pool (cached by the
-//     pool, so per-step activations cost no cudaMalloc/cudaFree round trip);
-//   - otherwise: cudaMallocManaged, advised to live on the host
-//     (SetPreferredLocation = CPU) and to stay mapped for the GPU (SetAccessedBy), i.e.
-//     the GPU reads it over PCIe instead of migrating it.
-// Managed memory is never requested beyond what the card has free (minus a margin):
+// The Unified Memory contenders of the decode benchmark: a PyTorch pluggable allocator
+// (torch.cuda.memory.CUDAPluggableAllocator) in one of two modes (UVM_MODE):
+//   managed (default; the `uvm` configuration, issue 4's definition): every allocation
+//     is cudaMallocManaged, advised to live on the host (SetPreferredLocation = CPU)
+//     and to stay mapped for the GPU (SetAccessedBy), i.e. the GPU reads and writes it
+//     over PCIe instead of migrating it. Freed blocks are kept per (size, stream) and
+//     handed out again, as PyTorch's caching allocator would, so that a decode step
+//     does not pay a cudaMallocManaged/cudaFree (which synchronises) per activation.
+//   split (the `uvm_split` configuration): GreenBoost's placement rule, so that the two
+//     differ only in how the spilled bytes are served:
+//     - smaller than UVM_MIN_BYTES, or fitting in UVM_BUDGET_BYTES - UVM_RESERVE_BYTES
+//       of VRAM: stream-ordered cudaMallocAsync from the device's default pool (cached
+//       by the pool);
+//     - otherwise: managed memory as above.
+// Managed memory in use (cached blocks included) never exceeds what the card had free
+// at the first managed allocation, minus a margin: the device is shared, and
 // oversubscribing managed memory can hang the GPU, so such a request fails as an
-// out-of-memory instead.
+// out-of-memory instead (PyTorch raises it).
 //
 // Built on the device by bench/run.sh: nvcc -shared -Xcompiler -fPIC -o uvm_alloc.so.
 
@@ -20,13 +26,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 namespace {
 
 struct Policy {
     size_t budget, reserve, min_bytes;
+    bool split;
 };
 
 size_t env_size(const char *name, size_t fallback) {
@@ -36,25 +45,41 @@ size_t env_size(const char *name, size_t fallback) {
 
 const Policy &policy() {
     static Policy p{env_size("UVM_BUDGET_BYTES", ~0ull), env_size("UVM_RESERVE_BYTES", 512ull << 20),
-                    env_size("UVM_MIN_BYTES", 2ull << 20)};
+                    env_size("UVM_MIN_BYTES", 2ull << 20),
+                    getenv("UVM_MODE") && strcmp(getenv("UVM_MODE"), "split") == 0};
     return p;
 }
 
 const size_t kManagedMargin = 4ull << 30;
 
 std::mutex lock;
-std::unordered_map<void *, size_t> managed;  // pointer -> size, for free and the summary
-size_t vram_in_use = 0, managed_in_use = 0, managed_peak = 0, vram_peak = 0;
-bool pool_configured = false;
+std::unordered_map<void *, size_t> managed;  // live managed pointer -> size
+// Freed managed blocks by (size, stream), for reuse (managed mode).
+std::multimap<std::pair<size_t, cudaStream_t>, void *> free_blocks;
+// Managed bytes held (live and cached), and the most ever held; VRAM bytes (split mode).
+size_t vram_in_use = 0, managed_held = 0, managed_peak = 0, vram_peak = 0;
+// The most managed memory this allocator will hold: the card's free memory at the
+// first managed allocation, minus kManagedMargin.
+size_t managed_limit = 0;
+bool pool_configured = false, limit_known = false;
 
 void log_failure(const char *what, cudaError_t err, size_t size) {
     fprintf(stderr, "uvm_alloc: %s(%zu) failed: %s\n", what, size, cudaGetErrorString(err));
 }
 
 void *alloc_managed(size_t size, int device) {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || size + kManagedMargin > free_b) {
-        fprintf(stderr, "uvm_alloc: refusing %zu bytes of managed memory (card free %zu)\n", size, free_b);
+    if (!limit_known) {
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            fprintf(stderr, "uvm_alloc: cudaMemGetInfo failed: no managed memory without knowing the card's free memory\n");
+            return nullptr;
+        }
+        managed_limit = free_b > kManagedMargin ? free_b - kManagedMargin : 0;
+        limit_known = true;
+    }
+    if (managed_held + size > managed_limit) {
+        fprintf(stderr, "uvm_alloc: refusing %zu bytes of managed memory: %zu held, limit %zu (card free at start - 4 GiB)\n",
+                size, managed_held, managed_limit);
         return nullptr;
     }
     void *ptr = nullptr;
@@ -88,12 +113,41 @@ void *alloc_managed(size_t size, int device) {
     return ptr;
 }
 
+// A managed block of `size` bytes for `stream`: a freed one of that size last used on
+// the same stream (stream order makes it safe to reuse), else a new one.
+void *managed_block(size_t size, int device, cudaStream_t stream) {
+    auto cached = free_blocks.find({size, stream});
+    if (cached != free_blocks.end()) {
+        void *ptr = cached->second;
+        free_blocks.erase(cached);
+        managed[ptr] = size;
+        return ptr;
+    }
+    void *ptr = alloc_managed(size, device);
+    if (!ptr && !free_blocks.empty()) {
+        // At the limit: the cached blocks go back before the request is refused.
+        for (auto &block : free_blocks) {
+            cudaFree(block.second);  // synchronises the device, as freeing managed memory must
+            managed_held -= block.first.first;
+        }
+        free_blocks.clear();
+        ptr = alloc_managed(size, device);
+    }
+    if (ptr) {
+        managed[ptr] = size;
+        managed_held += size;
+        if (managed_held > managed_peak) managed_peak = managed_held;
+    }
+    return ptr;
+}
+
 }  // namespace
 
 extern "C" void *uvm_malloc(ssize_t ssize, int device, cudaStream_t stream) {
     size_t size = (size_t)ssize;
     const Policy &p = policy();
     std::lock_guard<std::mutex> guard(lock);
+    if (!p.split) return managed_block(size, device, stream);
     if (!pool_configured) {
         // Keep freed blocks in the pool: the caching PyTorch would otherwise provide.
         cudaMemPool_t pool;
@@ -115,13 +169,7 @@ extern "C" void *uvm_malloc(ssize_t ssize, int device, cudaStream_t stream) {
         if (vram_in_use > vram_peak) vram_peak = vram_in_use;
         return ptr;
     }
-    void *ptr = alloc_managed(size, device);
-    if (ptr) {
-        managed[ptr] = size;
-        managed_in_use += size;
-        if (managed_in_use > managed_peak) managed_peak = managed_in_use;
-    }
-    return ptr;
+    return managed_block(size, device, stream);
 }
 
 extern "C" void uvm_free(void *ptr, ssize_t ssize, int device, cudaStream_t stream) {
@@ -129,16 +177,18 @@ extern "C" void uvm_free(void *ptr, ssize_t ssize, int device, cudaStream_t stre
     std::lock_guard<std::mutex> guard(lock);
     auto it = managed.find(ptr);
     if (it != managed.end()) {
-        managed_in_use -= it->second;
+        // Kept for the next request of this size on this stream; the stream's order
+        // guarantees the GPU is done with it before the next user's work runs.
+        free_blocks.insert({{it->second, stream}, ptr});
         managed.erase(it);
-        cudaFree(ptr);  // synchronises the device, as cudaFree of managed memory must
         return;
     }
     vram_in_use -= (size_t)ssize;
     cudaFreeAsync(ptr, stream);
 }
 
-// For the benchmark's report: peak bytes in VRAM and in managed (host-preferred) memory.
+// For the benchmark's report: peak bytes in VRAM and in managed (host-preferred) memory
+// (live and cached blocks).
 extern "C" void uvm_stats(size_t *vram_peak_out, size_t *managed_peak_out) {
     std::lock_guard<std::mutex> guard(lock);
     *vram_peak_out = vram_peak;
