@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Helpers of bench/llamacpp/run.sh: plan the partial-offload -ngl, read llama-bench's
+logs, and write the report. Standard library only, except `fit-ngl`, which reads the
+GGUF with the carried gguf-py package.
+
+  analyze.py fit-ngl MODEL --budget-mib B --compute-mib C --ctx N [--gguf-py DIR]
+      prints a JSON plan: per-layer weight and KV bytes, and the most layers whose
+      weights + KV cache + compute buffer fit the budget
+  analyze.py buffers STDERR_LOG
+      prints the device buffers llama.cpp reported (-v log) as JSON, in MiB
+  analyze.py report RAW_DIR OUT_DIR
+      reads what run.sh captured in RAW_DIR and writes OUT_DIR/llamacpp-<date>-<commit>.md
+      and OUT_DIR/llamacpp-latest.json; prints the markdown path
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+MIB = 1024 * 1024
+# llama.cpp rounds the KV cache length up to a multiple of 256 cells.
+KV_PAD = 256
+
+# Order and meaning of the configurations run.sh captures (file stem -> title).
+CONFIGS = {
+    "vram": "all in VRAM (-ngl 99, no shim)",
+    "partial": "llama.cpp partial offload (-ngl N fitted to the budget)",
+    "greenboost": "GreenBoost (-ngl 99, LD_PRELOAD shim, GREENBOOST_VRAM_BUDGET)",
+}
+
+BUFFER_RE = re.compile(r"\b(\w+) (model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
+
+
+def fit_ngl(args: argparse.Namespace) -> int:
+    if args.gguf_py:
+        sys.path.insert(0, args.gguf_py)
+    from gguf import GGUFReader  # noqa: E402
+
+    reader = GGUFReader(args.model)
+    layer_bytes: dict[int, int] = {}
+    kv_dim = None
+    for t in reader.tensors:
+        m = re.match(r"blk\.(\d+)\.", t.name)
+        if m:
+            layer_bytes[int(m.group(1))] = layer_bytes.get(int(m.group(1)), 0) + int(t.n_bytes)
+        if t.name == "blk.0.attn_k.weight":
+            kv_dim = int(t.shape[1])  # GGUF order: (n_embd, n_embd_k_gqa)
+    if not layer_bytes or kv_dim is None:
+        print(f"fit-ngl: {args.model} has no llama blocks", file=sys.stderr)
+        return 1
+    n_layer = len(layer_bytes)
+    per_layer = max(layer_bytes.values())
+    kv_cells = math.ceil(args.ctx / KV_PAD) * KV_PAD
+    kv_per_layer = 2 * kv_cells * kv_dim * 2  # K and V, f16
+    budget = args.budget_mib * MIB
+    room = budget - args.compute_mib * MIB
+    ngl = max(0, min(n_layer, room // (per_layer + kv_per_layer)))
+    print(json.dumps({
+        "n_layer": n_layer, "layer_bytes": per_layer, "kv_bytes_per_layer": kv_per_layer,
+        "kv_cells": kv_cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib,
+        "ngl": int(ngl),
+        "planned_mib": round((ngl * (per_layer + kv_per_layer)) / MIB + args.compute_mib, 1),
+    }))
+    return 0
+
+
+def device_buffers(log_text: str) -> dict[str, float]:
+    """Largest size of each device buffer kind llama.cpp logged (a context is created per
+    test, so compute buffers repeat); keys like "CUDA0 model"."""
+    found: dict[str, float] = {}
+    for name, kind, mib in BUFFER_RE.findall(log_text):
+        key = f"{name} {kind}"
+        found[key] = max(found.get(key, 0.0), float(mib))
+    return found
+
+
+def vram_buffers_mib(buffers: dict[str, float]) -> float | None:
+    """Sum of the buffers llama.cpp placed on the GPU (CUDA0, not CUDA_Host)."""
+    dev = [v for k, v in buffers.items() if re.match(r"CUDA\d+ ", k)]
+    return round(sum(dev), 1) if dev else None
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def bench_results(jsonl: str) -> dict[str, dict]:
+    """pp and tg results from llama-bench -o jsonl output (lines that do not parse, e.g.
+    a run cut short, are skipped)."""
+    out: dict[str, dict] = {}
+    for line in jsonl.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+            key = f"pp{r['n_prompt']}"
+        elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+            key = f"tg{r['n_gen']}"
+        else:
+            continue
+        out[key] = {"tok_s": round(float(r["avg_ts"]), 2),
+                    "stddev": round(float(r.get("stddev_ts", 0.0)), 2),
+                    "reps": len(r.get("samples_ts", [])) or None,
+                    "n_gpu_layers": r.get("n_gpu_layers"),
+                    "build_commit": r.get("build_commit"),
+                    "gpu_info": r.get("gpu_info"),
+                    "model_size": r.get("model_size"),
+                    "flash_attn": r.get("flash_attn")}
+    return out
+
+
+def vram_peaks(samples: str) -> dict:
+    """Peaks from run.sh's poller lines: '<epoch> <gpu used MiB> <pid,used;pid,used;...>'."""
+    gpu, proc, n = [], [], 0
+    for line in samples.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        n += 1
+        if parts[1].isdigit():
+            gpu.append(int(parts[1]))
+        for app in parts[2].split(";"):
+            fields = app.split(",")
+            if len(fields) == 2 and fields[1].isdigit():
+                proc.append(int(fields[1]))
+    return {"samples": n, "gpu_used_peak_mib": max(gpu) if gpu else None,
+            "process_peak_mib": max(proc) if proc else None}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def report(args: argparse.Namespace) -> int:
+    raw, out_dir = Path(args.raw), Path(args.out)
+    meta = json.loads(read_text(raw / "meta.json") or "{}")
+    baseline = meta.get("gpu_used_baseline_mib")
+    configs = {}
+    for stem, title in CONFIGS.items():
+        rc_text = read_text(raw / f"{stem}.rc").strip()
+        if not rc_text:
+            configs[stem] = {"title": title, "status": "not run"}
+            continue
+        err = read_text(raw / f"{stem}.err")
+        results = bench_results(read_text(raw / f"{stem}.jsonl"))
+        buffers = device_buffers(err)
+        peaks = vram_peaks(read_text(raw / f"{stem}.vram"))
+        if peaks["gpu_used_peak_mib"] is not None and isinstance(baseline, int):
+            peaks["gpu_used_peak_minus_idle_mib"] = peaks["gpu_used_peak_mib"] - baseline
+        summary = [ln.strip() for ln in err.splitlines() if "summary:" in ln]
+        rc = int(rc_text) if rc_text.lstrip("-").isdigit() else rc_text
+        status = "ok" if rc == 0 and results else (
+            "timed out" if rc in (124, 137) else f"failed (exit {rc})")
+        if rc == 0 and not results:
+            status = "failed (no results parsed)"
+        failure = None
+        if status != "ok":
+            tail = [ln for ln in err.splitlines() if ln.strip()][-6:]
+            failure = "\n".join(tail)
+        configs[stem] = {
+            "title": title, "status": status, "exit": rc,
+            "ngl": read_text(raw / f"{stem}.ngl").strip() or None,
+            "wall_s": float(read_text(raw / f"{stem}.wall").strip() or "nan"),
+            "results": results, "device_buffers_mib": buffers,
+            "vram_buffers_mib": vram_buffers_mib(buffers), "vram": peaks,
+            "shim_summary": summary[-1] if summary else None, "failure_tail": failure,
+        }
+
+    def ts(stem: str, test: str) -> float | None:
+        return configs.get(stem, {}).get("results", {}).get(test, {}).get("tok_s")
+
+    pp, tg = f"pp{meta.get('n_prompt', 512)}", f"tg{meta.get('n_gen', 128)}"
+    ratios = {
+        f"greenboost_vs_partial_{tg}": ratio(ts("greenboost", tg), ts("partial", tg)),
+        f"greenboost_vs_partial_{pp}": ratio(ts("greenboost", pp), ts("partial", pp)),
+        f"greenboost_vs_vram_{tg}": ratio(ts("greenboost", tg), ts("vram", tg)),
+        f"greenboost_vs_vram_{pp}": ratio(ts("greenboost", pp), ts("vram", pp)),
+        f"partial_vs_vram_{tg}": ratio(ts("partial", tg), ts("vram", tg)),
+        f"partial_vs_vram_{pp}": ratio(ts("partial", pp), ts("vram", pp)),
+    }
+    date = meta.get("date") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    commit = meta.get("greenboost_commit", "unknown")
+    doc = {"kind": "llamacpp", "date": date, "meta": meta, "configs": configs, "ratios": ratios}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "llamacpp-latest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    md_path = out_dir / f"llamacpp-{date}-{commit}.md"
+    md_path.write_text(markdown(doc, pp, tg))
+    print(md_path)
+    return 0
+
+
+def fmt(v, unit: str = "") -> str:
+    return "-" if v is None else f"{v}{unit}"
+
+
+def markdown(doc: dict, pp: str, tg: str) -> str:
+    m, c = doc["meta"], doc["configs"]
+    model = m.get("model", {})
+    lines = [
+        f"# llama.cpp vs GreenBoost ({doc['date']}, GreenBoost {m.get('greenboost_commit', '?')})",
+        "",
+        f"- device: {m.get('gpu', '?')}, driver {m.get('driver', '?')}, CUDA {m.get('cuda', '?')}",
+        f"- host: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, {m.get('ram', '?')} RAM",
+        f"- llama.cpp: {m.get('llama_version', '?')}; llama-bench built "
+        f"{m.get('llama_build', '?')}",
+        f"- shim: {m.get('shim', '?')} (shim commit {m.get('shim_commit', '?')})",
+        f"- model: random-weight Llama, shape {model.get('shape', '?')} (hidden "
+        f"{model.get('hidden')}, {model.get('layers')} layers, ffn {model.get('ffn')}, "
+        f"{model.get('heads')}/{model.get('kv_heads')} heads, vocab {model.get('vocab')}), F16, "
+        f"{fmt(model.get('file_bytes'))} bytes; written in {fmt(model.get('seconds'))} s",
+        f"- VRAM budget: {m.get('budget_mib', '?')} MiB; llama-bench {pp} and {tg}, "
+        f"-r {m.get('reps', '?')}, same binary and flags for every configuration",
+        f"- partial-offload plan: {m.get('ngl_plan', '-')}",
+        "",
+        f"| configuration | -ngl | {pp} tok/s | {tg} tok/s | llama.cpp GPU buffers MiB "
+        f"| process peak VRAM MiB | GPU used peak - idle MiB | status |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for stem, cfg in c.items():
+        if cfg.get("status") == "not run":
+            lines.append(f"| {cfg['title']} | - | - | - | - | - | - | not run |")
+            continue
+        r, v = cfg["results"], cfg["vram"]
+
+        def cell(test: str) -> str:
+            x = r.get(test)
+            return "-" if not x else f"{x['tok_s']} ± {x['stddev']}"
+        lines.append(
+            f"| {cfg['title']} | {fmt(cfg['ngl'])} | {cell(pp)} | {cell(tg)} "
+            f"| {fmt(cfg['vram_buffers_mib'])} | {fmt(v.get('process_peak_mib'))} "
+            f"| {fmt(v.get('gpu_used_peak_minus_idle_mib'))} | {cfg['status']} |")
+    lines += ["", "| ratio | value |", "|---|---|"]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in doc["ratios"].items()]
+    lines += ["", "## Per configuration", ""]
+    for stem, cfg in c.items():
+        lines.append(f"### {cfg['title']}")
+        if cfg.get("status") == "not run":
+            lines += ["not run", ""]
+            continue
+        lines.append(f"- status: {cfg['status']}, wall {cfg['wall_s']} s")
+        bufs = ", ".join(f"{k} {v}" for k, v in sorted(cfg["device_buffers_mib"].items()))
+        lines.append(f"- buffers llama.cpp reported (MiB): {bufs or '-'}")
+        lines.append(f"- VRAM samples: {cfg['vram']['samples']} (every 0.2 s)")
+        if cfg.get("shim_summary"):
+            lines.append(f"- shim: `{cfg['shim_summary']}`")
+        if cfg.get("failure_tail"):
+            lines += ["- last log lines:", "", "```", cfg["failure_tail"], "```"]
+        lines.append("")
+    if m.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in m["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fit-ngl")
+    f.add_argument("model")
+    f.add_argument("--budget-mib", type=int, required=True)
+    f.add_argument("--compute-mib", type=float, required=True)
+    f.add_argument("--ctx", type=int, required=True)
+    f.add_argument("--gguf-py")
+    b = sub.add_parser("buffers")
+    b.add_argument("log")
+    r = sub.add_parser("report")
+    r.add_argument("raw")
+    r.add_argument("out")
+    args = ap.parse_args()
+    if args.cmd == "fit-ngl":
+        return fit_ngl(args)
+    if args.cmd == "buffers":
+        print(json.dumps(device_buffers(read_text(Path(args.log)))))
+        return 0
+    return report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

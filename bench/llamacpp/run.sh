@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# llama.cpp vs GreenBoost on a GPU machine: llama-bench pp512/tg128 on a random-weight
+# Llama-3-8B-shaped F16 GGUF (~16 GB) that does not fit an 8 GiB VRAM budget, in three
+# configurations: (a) all in VRAM, the reference; (b) llama.cpp's own partial offload,
+# -ngl fitted to the budget; (c) -ngl 99 under the GreenBoost shim with that budget.
+#
+# Run from the repository root with build/llama-carry (bench/llamacpp/prepare.sh) and
+# build/gpu-carry (the shim) carried:
+#   bench/llamacpp/run.sh build    builds llama-bench for CUDA (sm_90) from the carried
+#                                  source into build/llama-device/ (once per machine)
+#   bench/llamacpp/run.sh bench    writes the model, runs (a) (b) (c), writes the report
+#   bench/llamacpp/run.sh all      both, in one call
+#   bench/llamacpp/run.sh report RAW_DIR   the report again from a captured run
+# Output: bench/results/llamacpp-<UTC date>-<commit>.md and llamacpp-latest.json, and a
+# copy of them plus the raw logs under $OUT when it is set. A failing step is reported
+# and the others still run. Environment (defaults in brackets):
+#   LLAMACPP_BUDGET_MIB [8192]  VRAM budget of (b) and (c)
+#   LLAMACPP_SHAPE [llama3-8b]  make_gguf.py shape (tiny: local smoke test)
+#   LLAMACPP_BIN                llama-bench to use instead of the built/carried one
+#   LLAMACPP_REPS [2]           llama-bench -r
+#   GREENBOOST_SHIM [build/gpu-carry/libgreenboost_cuda.so]
+#   LLAMACPP_TIMEOUT_{VRAM,PARTIAL,GREENBOOST} [120,150,240]  seconds per configuration
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+carry=build/llama-carry
+work=build/llama-device
+shim=${GREENBOOST_SHIM:-build/gpu-carry/libgreenboost_cuda.so}
+budget_mib=${LLAMACPP_BUDGET_MIB:-8192}
+shape=${LLAMACPP_SHAPE:-llama3-8b}
+reps=${LLAMACPP_REPS:-2}
+n_prompt=512
+n_gen=128
+results=${LLAMACPP_RESULTS_DIR:-bench/results}
+here=bench/llamacpp
+
+log() { echo "llamacpp: $*" >&2; }
+
+python=python3
+[[ -x /opt/torch/.venv/bin/python3 ]] && python=/opt/torch/.venv/bin/python3
+
+# The directories that hold libcudart.so.13 and libcublas.so.13 on this machine (the
+# toolkit's, else the nvidia-* wheels of a Python environment), for LD_LIBRARY_PATH.
+cuda_lib_path() {
+    local dirs=() d lib
+    for lib in libcudart.so.13 libcublas.so.13; do
+        for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+            /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
+            /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib; do
+            if [[ -e $d/$lib ]]; then
+                [[ " ${dirs[*]} " == *" $d "* ]] || dirs+=("$d")
+                break
+            fi
+        done
+    done
+    local IFS=:
+    echo "${dirs[*]}"
+}
+
+llama_bench_bin() {
+    if [[ -n ${LLAMACPP_BIN:-} ]]; then echo "$LLAMACPP_BIN"
+    elif [[ -x $carry/bin/llama-bench ]]; then echo "$carry/bin/llama-bench"
+    else echo "$work/bin/llama-bench"; fi
+}
+
+build() {
+    local started=$SECONDS nvcc llama_commit
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    if [[ ! -x $nvcc ]]; then log "build: no nvcc (PATH or /usr/local/cuda/bin)"; return 1; fi
+    [[ -f $carry/llama.cpp-src.tar.xz ]] || { log "build: $carry/llama.cpp-src.tar.xz missing: run bench/llamacpp/prepare.sh here and carry $carry"; return 1; }
+    llama_commit=$(sed -n 's/^llama.cpp \([0-9a-f]*\).*/\1/p' "$carry/llama-version")
+    rm -rf "${work:?}/src" "${work:?}/bin"
+    mkdir -p "$work/src" "$work/bin"
+    tar -xJf "$carry/llama.cpp-src.tar.xz" -C "$work/src" || return 1
+    # Only what the benchmark runs: llama-bench, CUDA for sm_90 and the CPU backend tuned
+    # to this host (partial offload runs the CPU layers here), flash-attention kernels for
+    # F16 K/V only, static ggml so the binary needs no libggml*.so beside it.
+    cmake -S "$work/src" -B "$work/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_COMPILER="$nvcc" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+        -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CUDA_FA_QUANTS=f16-f16 -DGGML_CUDA_NCCL=OFF \
+        -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_BUILD_COMMIT="${llama_commit:0:12}" -DLLAMA_BUILD_NUMBER=0 \
+        >"$work/cmake-configure.log" 2>&1 || { tail -30 "$work/cmake-configure.log" >&2; return 1; }
+    ninja -C "$work/cmake" -j "$(nproc)" llama-bench >"$work/ninja.log" 2>&1 \
+        || { grep -B2 -A12 -m3 'error' "$work/ninja.log" >&2; tail -5 "$work/ninja.log" >&2; return 1; }
+    cp "$work/cmake/bin/llama-bench" "$work/bin/llama-bench"
+    echo "$((SECONDS - started)) s on $(nproc) CPUs, nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" >"$work/bin/build-info"
+    log "build: llama-bench built in $((SECONDS - started)) s"
+}
+
+# Polls GPU memory every 0.2 s into $1: "<epoch> <GPU memory.used MiB> <pid,MiB;...>".
+poll_vram() {
+    local gpu procs
+    while :; do
+        gpu=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1 | tr -d ' ')
+        procs=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
+        echo "$(date +%s.%N) ${gpu:-NA} ${procs:-none}"
+        sleep 0.2
+    done
+}
+
+# run_config NAME TIMEOUT NGL [ENV=VALUE...]: one llama-bench run (pp and tg), its logs,
+# exit status, wall time and VRAM samples in $raw/NAME.*.
+run_config() {
+    local name=$1 limit=$2 ngl=$3 started poller rc
+    shift 3
+    echo "$ngl" >"$raw/$name.ngl"
+    log "$name: -ngl $ngl ${*:-} (limit ${limit}s)"
+    poll_vram >"$raw/$name.vram" &
+    poller=$!
+    started=$(date +%s.%N)
+    env "$@" timeout -k 10 "$limit" "$bin" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" \
+        -ngl "$ngl" -o jsonl -v >"$raw/$name.jsonl" 2>"$raw/$name.err"
+    rc=$?
+    awk -v end="$(date +%s.%N)" -v start="$started" 'BEGIN { printf "%.1f\n", end - start }' >"$raw/$name.wall"
+    kill "$poller" 2>/dev/null
+    wait "$poller" 2>/dev/null
+    echo "$rc" >"$raw/$name.rc"
+    log "$name: exit $rc after $(cat "$raw/$name.wall") s"
+    grep -h 'summary:' "$raw/$name.err" >&2
+    return 0
+}
+
+write_model() {
+    local dir=$work/model
+    model=$dir/$shape-f16.gguf
+    if [[ -s $dir/$shape.json && -s $model ]]; then
+        log "model: reusing $model"
+        return 0
+    fi
+    mkdir -p "$dir"
+    rm -f "$model" "$dir/$shape.json"
+    log "model: writing $model"
+    "$python" "$here/make_gguf.py" "$model" --shape "$shape" --gguf-py "$carry/gguf-py" \
+        >"$dir/$shape.json.part" && mv "$dir/$shape.json.part" "$dir/$shape.json"
+}
+
+# The most layers whose weights + KV cache + compute buffer fit the budget. The compute
+# buffer size comes from a short probe run (-p 0 -n 1) at a first guess, as llama.cpp
+# reports it; 512 MiB is assumed where no probe result is available.
+plan_partial_ngl() {
+    local guess compute
+    guess=$("$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
+        --compute-mib 512 --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py") || return 1
+    guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["ngl"])')
+    timeout -k 10 120 "$bin" -m "$model" -p 0 -n 1 -r 1 --no-warmup -ngl "$guess" -o jsonl -v \
+        >"$raw/probe.jsonl" 2>"$raw/probe.err"
+    echo $? >"$raw/probe.rc"
+    compute=$("$python" "$here/analyze.py" buffers "$raw/probe.err" | "$python" -c '
+import json, sys
+b = json.load(sys.stdin)
+print(max([v for k, v in b.items() if k.startswith("CUDA") and k.endswith(" compute")] or [512]))')
+    "$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
+        --compute-mib "$compute" --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py" \
+        >"$raw/ngl-plan.json" || return 1
+    "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ngl"])' "$raw/ngl-plan.json"
+}
+
+# Facts about the machine and the inputs, as JSON in $raw/meta.json.
+write_meta() {
+    local smi
+    smi=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+    GB_GPU=${smi%%,*} GB_DRIVER=${smi##*, } \
+    GB_CUDA=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1) \
+    GB_CPU=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) GB_CPUS=$(nproc) \
+    GB_RAM=$(free -g | awk '/^Mem:/{print $2 " GiB"}') \
+    GB_LLAMA_VERSION=$(paste -sd';' "$carry/llama-version" 2>/dev/null) \
+    GB_LLAMA_BUILD=$(cat "$(dirname "$bin")/build-info" 2>/dev/null || echo "here, carried") \
+    GB_COMMIT=$(cat "$carry/commit" 2>/dev/null || echo unknown) \
+    GB_SHIM=$shim GB_SHIM_COMMIT=$(cat "$(dirname "$shim")/COMMIT" "$(dirname "$shim")/commit" 2>/dev/null | head -1) \
+    GB_MODEL_JSON=$(cat "$work/model/$shape.json" 2>/dev/null) GB_NGL_PLAN=$(cat "$raw/ngl-plan.json" 2>/dev/null) \
+    GB_BASELINE=$gpu_baseline \
+    GB_BUDGET=$budget_mib GB_REPS=$reps GB_NP=$n_prompt GB_NG=$n_gen GB_NOTES=$(printf '%s\n' "${notes[@]}") \
+    "$python" - "$raw/meta.json" <<'EOF'
+import datetime, json, os, sys
+e = os.environ
+def js(v):
+    try:
+        return json.loads(v)
+    except (ValueError, TypeError):
+        return None
+meta = {
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+    "gpu": e["GB_GPU"] or None, "driver": e["GB_DRIVER"] or None, "cuda": e["GB_CUDA"] or None,
+    "cpu": e["GB_CPU"], "cpus": e["GB_CPUS"], "ram": e["GB_RAM"],
+    "llama_version": e["GB_LLAMA_VERSION"], "llama_build": e["GB_LLAMA_BUILD"],
+    "greenboost_commit": e["GB_COMMIT"], "shim": e["GB_SHIM"], "shim_commit": e["GB_SHIM_COMMIT"] or None,
+    "model": js(e["GB_MODEL_JSON"]) or {}, "ngl_plan": js(e["GB_NGL_PLAN"]),
+    "gpu_used_baseline_mib": int(e["GB_BASELINE"]) if e["GB_BASELINE"].isdigit() else None,
+    "budget_mib": int(e["GB_BUDGET"]), "reps": int(e["GB_REPS"]),
+    "n_prompt": int(e["GB_NP"]), "n_gen": int(e["GB_NG"]),
+    "notes": [n for n in e["GB_NOTES"].splitlines() if n],
+}
+json.dump(meta, open(sys.argv[1], "w"), indent=2)
+EOF
+}
+
+make_report() {
+    local md
+    md=$("$python" "$here/analyze.py" report "$raw" "$results") || { log "report: failed"; return 1; }
+    log "report: $md"
+    if [[ -n ${OUT:-} ]]; then
+        cp "$md" "$results/llamacpp-latest.json" "$OUT/" 2>/dev/null
+    fi
+    cat "$md"
+}
+
+bench() {
+    local ngl started=$SECONDS
+    notes=()
+    bin=$(llama_bench_bin)
+    if [[ ! -x $bin ]]; then
+        log "bench: no llama-bench at $bin: run 'bench/llamacpp/run.sh build' first (same machine)"
+        return 1
+    fi
+    raw=${OUT:-$work}/llamacpp-raw
+    rm -rf "$raw"
+    # Idle GPU memory, before any configuration runs: the base of "GPU used peak - idle".
+    gpu_baseline=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1 | tr -d ' ')
+    mkdir -p "$raw" "$results"
+    export LD_LIBRARY_PATH
+    LD_LIBRARY_PATH=$(cuda_lib_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    ldd "$bin" >"$raw/ldd.txt" 2>&1
+    if grep -q 'not found' "$raw/ldd.txt"; then
+        notes+=("llama-bench has unresolved libraries: $(grep 'not found' "$raw/ldd.txt" | paste -sd' ')")
+    fi
+    if ! write_model; then
+        notes+=("writing the model failed; nothing was measured")
+        write_meta
+        make_report
+        return 1
+    fi
+    log "model ready after $((SECONDS - started)) s"
+
+    run_config vram "${LLAMACPP_TIMEOUT_VRAM:-120}" 99
+
+    if ngl=$(plan_partial_ngl); then
+        run_config partial "${LLAMACPP_TIMEOUT_PARTIAL:-150}" "$ngl"
+    else
+        notes+=("planning the partial-offload -ngl failed (see probe.err); (b) not run")
+    fi
+
+    if [[ -f $shim ]]; then
+        run_config greenboost "${LLAMACPP_TIMEOUT_GREENBOOST:-240}" 99 \
+            LD_PRELOAD="$(realpath "$shim")" GREENBOOST_VRAM_BUDGET="${budget_mib}M" GREENBOOST_LOG=info
+    else
+        notes+=("no shim at $shim; (c) not run")
+    fi
+    notes+=("whole bench phase: $((SECONDS - started)) s")
+    write_meta
+    make_report
+}
+
+case ${1:-all} in
+    build) build ;;
+    bench) bench ;;
+    all)
+        if [[ -z ${LLAMACPP_BIN:-} && ! -x $carry/bin/llama-bench && ! -x $work/bin/llama-bench ]]; then
+            build || log "build failed; bench will report it"
+        fi
+        bench ;;
+    report)
+        raw=${2:?usage: run.sh report RAW_DIR}
+        make_report ;;
+    *) echo "usage: $0 [build|bench|all|report RAW_DIR]" >&2; exit 2 ;;
+esac
