@@ -77,8 +77,31 @@ fn prepare_host() -> bool {
     driver.current_context().is_some()
 }
 
+/// A size no device has: asking the real runtime for it makes the runtime answer (and
+/// record as the thread's last error) out-of-memory.
+const IMPOSSIBLE_SIZE: usize = 1 << 62;
+
+/// Makes the runtime record out-of-memory as this thread's last error, as its own failed
+/// allocation would, through `real_allocate` (the real allocation function, called with
+/// `IMPOSSIBLE_SIZE`). Used when the shim answers out-of-memory without the real
+/// function having failed (the budget sent the allocation to T2 and T2 is exhausted), so
+/// that a program checking cudaGetLastError/cudaPeekAtLastError sees what CUDA shows.
+fn record_out_of_memory(real_allocate: impl FnOnce(*mut *mut c_void) -> CudaError) {
+    let mut unused: *mut c_void = std::ptr::null_mut();
+    if real_allocate(&mut unused) == CUDA_RT_SUCCESS && !unused.is_null() {
+        let found = hooks::real(Hook::cudaFree);
+        if !found.is_null() {
+            // SAFETY: the real cudaFree, on memory the real allocation just returned.
+            let free: pfn::cudaFree = unsafe { std::mem::transmute::<*mut c_void, pfn::cudaFree>(found) };
+            // SAFETY: see above.
+            unsafe { free(unused) };
+        }
+    }
+}
+
 /// The shared body of cudaMalloc and cudaMallocAsync. The real function answers a null
-/// `dev_ptr` or a size of 0 (CUDA answers these itself).
+/// `dev_ptr` or a size of 0 (CUDA answers these itself). `real_allocate` is the real
+/// function for another pointer and size (see `record_out_of_memory`).
 ///
 /// # Safety
 /// `dev_ptr` is null or valid for writing.
@@ -86,6 +109,7 @@ unsafe fn allocate(
     dev_ptr: *mut *mut c_void,
     size: usize,
     vram: impl FnOnce() -> CudaError,
+    real_allocate: impl FnOnce(*mut *mut c_void) -> CudaError,
 ) -> CudaError {
     if dev_ptr.is_null() || size == 0 {
         return vram();
@@ -117,18 +141,23 @@ unsafe fn allocate(
             CUDA_RT_SUCCESS
         }
         Allocated::Failed(status) => status,
-        Allocated::OutOfMemory => CUDA_RT_ERROR_MEMORY_ALLOCATION,
+        Allocated::OutOfMemory => {
+            if real_failure.get() == CUDA_RT_SUCCESS {
+                record_out_of_memory(real_allocate);
+            }
+            CUDA_RT_ERROR_MEMORY_ALLOCATION
+        }
     }
 }
 
 pub unsafe fn malloc(real: pfn::cudaMalloc, dev_ptr: *mut *mut c_void, size: usize) -> CudaError {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { allocate(dev_ptr, size, || real(dev_ptr, size)) }
+    unsafe { allocate(dev_ptr, size, || real(dev_ptr, size), |other| real(other, IMPOSSIBLE_SIZE)) }
 }
 
 pub unsafe fn malloc_async(real: pfn::cudaMallocAsync, dev_ptr: *mut *mut c_void, size: usize, stream: CuStream) -> CudaError {
     // SAFETY: as in `malloc`. T2 memory is usable at once, so stream order holds.
-    unsafe { allocate(dev_ptr, size, || real(dev_ptr, size, stream)) }
+    unsafe { allocate(dev_ptr, size, || real(dev_ptr, size, stream), |other| real(other, IMPOSSIBLE_SIZE, stream)) }
 }
 
 pub unsafe fn malloc_async_ptsz(real: pfn::cudaMallocAsync_ptsz, dev_ptr: *mut *mut c_void, size: usize, stream: CuStream) -> CudaError {

@@ -573,6 +573,12 @@ static int test_t2cap(int argc, char **argv)
     CHECK(n < 256, "T2 cap never reached\n");
     CHECK(rc == cudaErrorMemoryAllocation, "exhaustion returned %d, CUDA says cudaErrorMemoryAllocation (2)\n", rc);
     CHECK(n >= 1, "nothing could be allocated\n");
+    /* As after CUDA's own failed allocation: the error is the thread's last error too. */
+    rc = cudaPeekAtLastError();
+    CHECK(rc == cudaErrorMemoryAllocation, "after the out-of-memory answer cudaPeekAtLastError returned %d, want 2\n", rc);
+    rc = cudaGetLastError();
+    CHECK(rc == cudaErrorMemoryAllocation, "after the out-of-memory answer cudaGetLastError returned %d, want 2\n", rc);
+    CHECK(cudaGetLastError() == cudaSuccess, "cudaGetLastError did not clear the out-of-memory error\n");
     rc = cudaMallocAsync(&p[n], chunk, NULL);
     CHECK(rc == cudaErrorMemoryAllocation, "cudaMallocAsync at exhaustion returned %d\n", rc);
     for (int i = 0; i < n; i++)
