@@ -8,6 +8,7 @@
 #   make shim-test     shim suite against fake CUDA libraries
 #   make gpu-test      GPU suite (on a machine with an NVIDIA GPU)
 #   make bench         benchmarks (on a machine with an NVIDIA GPU)
+#   make bench-llamacpp  llama.cpp vs GreenBoost (on the GPU machine; bench/llamacpp/prepare.sh here first)
 SHELL := /bin/bash
 CARGO ?= cargo
 
@@ -56,6 +57,10 @@ gpu-test:
 
 bench:
 	bench/run.sh
+
+# `run.sh all` builds llama-bench on the GPU machine when none is there, then measures.
+bench-llamacpp:
+	bench/llamacpp/run.sh all
 
 # `sudo make install`: the shim, the CLI, the module for the running kernel and the
 # system files (scripts/install.sh). DESTDIR=DIR stages into DIR without touching the system.

@@ -154,6 +154,9 @@ def report(args: argparse.Namespace) -> int:
         if not rc_text:
             configs[stem] = {"title": title, "status": "not run"}
             continue
+        if rc_text == "skipped":
+            configs[stem] = {"title": title, "status": "skipped: the run's time limit was spent"}
+            continue
         err = read_text(raw / f"{stem}.err")
         results = bench_results(read_text(raw / f"{stem}.jsonl"))
         buffers = device_buffers(err)
@@ -230,8 +233,8 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for stem, cfg in c.items():
-        if cfg.get("status") == "not run":
-            lines.append(f"| {cfg['title']} | - | - | - | - | - | - | not run |")
+        if "results" not in cfg:
+            lines.append(f"| {cfg['title']} | - | - | - | - | - | - | {cfg['status']} |")
             continue
         r, v = cfg["results"], cfg["vram"]
 
@@ -247,8 +250,8 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
     lines += ["", "## Per configuration", ""]
     for stem, cfg in c.items():
         lines.append(f"### {cfg['title']}")
-        if cfg.get("status") == "not run":
-            lines += ["not run", ""]
+        if "results" not in cfg:
+            lines += [cfg["status"], ""]
             continue
         lines.append(f"- status: {cfg['status']}, wall {cfg['wall_s']} s")
         bufs = ", ".join(f"{k} {v}" for k, v in sorted(cfg["device_buffers_mib"].items()))

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Local check of the llama.cpp benchmark, on a machine without a GPU (run it here before
+# spending device time): stages the carry, builds a CPU-only llama-bench from the same
+# carried source (cached), writes a tiny-shape GGUF with make_gguf.py and runs the whole
+# `run.sh bench` phase on it (three configurations, -v logs, JSONL, report), then feeds
+# the report code a captured GPU-style run (CUDA buffer lines, VRAM samples, a shim
+# summary, a timed-out configuration). Ends with "N passed, M failed".
+# Environment: LLAMACPP_CPU_BIN  a CPU llama-bench to use instead of building one.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+here=bench/llamacpp
+cache=${GREENBOOST_CACHE:-$HOME/.cache/greenboost}/llamacpp
+passed=0
+failed=0
+check() {  # check DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@" >/dev/null 2>&1; then passed=$((passed + 1)); echo "ok   $what"
+    else failed=$((failed + 1)); echo "FAIL $what"; fi
+}
+
+"$here/prepare.sh" || { echo "0 passed, 1 failed"; exit 1; }
+
+bin=${LLAMACPP_CPU_BIN:-}
+if [[ -z $bin ]]; then
+    # Keyed by the carried source, so a new sdist pin rebuilds.
+    key=$(sha256sum build/llama-carry/llama.cpp-src.tar.xz | cut -c1-16)
+    dir=$cache/selftest-cpu-$key
+    bin=$dir/build/bin/llama-bench
+    if [[ ! -x $bin ]]; then
+        if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
+            echo "selftest: needs cmake and ninja (pip install cmake ninja)"
+            exit 1
+        fi
+        rm -rf "$dir" && mkdir -p "$dir/src"
+        tar -xJf build/llama-carry/llama.cpp-src.tar.xz -C "$dir/src"
+        nice -n 10 cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+            -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+            >"$dir/configure.log" 2>&1 && nice -n 10 ninja -C "$dir/build" llama-bench >"$dir/build.log" 2>&1
+    fi
+fi
+check "CPU llama-bench built from the carried source" test -x "$bin"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+shim=${GREENBOOST_SHIM:-target/release/libgreenboost_cuda.so}
+[[ -f $shim ]] || shim=$tmp/no-shim.so
+
+# The whole bench phase on the tiny shape: the model is written by make_gguf.py and
+# loaded by llama.cpp (tokenizer metadata accepted), every configuration is parsed.
+mkdir -p "$tmp/out"
+OUT=$tmp/out LLAMACPP_BIN=$bin LLAMACPP_SHAPE=tiny LLAMACPP_BUDGET_MIB=1024 LLAMACPP_REPS=1 \
+    LLAMACPP_RESULTS_DIR=$tmp/results GREENBOOST_SHIM=$shim \
+    "$here/run.sh" bench >"$tmp/bench.log" 2>&1
+json=$tmp/results/llamacpp-latest.json
+check "run.sh bench wrote llamacpp-latest.json" test -s "$json"
+check "run.sh bench wrote the markdown report" compgen -G "$tmp/results/llamacpp-*.md"
+check "report copied to \$OUT" test -s "$tmp/out/llamacpp-latest.json"
+for cfg in vram partial; do
+    check "$cfg: pp512 and tg128 measured on the tiny GGUF" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["configs"][sys.argv[2]]
+assert c["status"] == "ok", c
+assert c["results"]["pp512"]["tok_s"] > 0 and c["results"]["tg128"]["tok_s"] > 0
+assert c["device_buffers_mib"], "no buffer lines parsed from -v output"' "$json" "$cfg"
+done
+check "partial: -ngl planned from the GGUF's layer bytes" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+plan = d["meta"]["ngl_plan"]
+assert plan["n_layer"] == 4 and plan["layer_bytes"] > 0 and plan["ngl"] == 4, plan
+assert d["configs"]["partial"]["ngl"] == "4"' "$json"
+check "greenboost configuration ran and was reported" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["configs"]["greenboost"]
+assert c["status"] in ("ok", "not run") or c["failure_tail"], c' "$json"
+check "model metadata in the report" python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["meta"]
+assert m["model"]["shape"] == "tiny" and m["model"]["file_bytes"] > 0, m
+assert "llama.cpp" in m["llama_version"], m' "$json"
+
+# A captured GPU-style run: what the device produces, fed to the report code.
+raw=$tmp/gpu-raw
+mkdir -p "$raw"
+cat >"$raw/meta.json" <<'EOF'
+{"date": "2026-11-30", "greenboost_commit": "abc123", "gpu": "NVIDIA H200", "driver": "580.159.04",
+ "cuda": "13.0", "gpu_used_baseline_mib": 1, "budget_mib": 8192, "reps": 2, "n_prompt": 512,
+ "n_gen": 128, "model": {"shape": "llama3-8b", "file_bytes": 16060522496}}
+EOF
+line() { printf '{"n_prompt": %s, "n_gen": %s, "n_gpu_layers": %s, "avg_ts": %s, "stddev_ts": 0.5, "samples_ts": [1, 2]}\n' "$@"; }
+for cfg in vram partial greenboost; do echo 0 >"$raw/$cfg.rc"; echo 10.0 >"$raw/$cfg.wall"; done
+{ line 512 0 99 9000; line 0 128 99 250; } >"$raw/vram.jsonl"
+{ line 512 0 18 1500; line 0 128 18 10; } >"$raw/partial.jsonl"
+line 512 0 99 1200 >"$raw/greenboost.jsonl"
+echo 124 >"$raw/greenboost.rc"
+echo 99 >"$raw/vram.ngl"; echo 18 >"$raw/partial.ngl"; echo 99 >"$raw/greenboost.ngl"
+cat >"$raw/partial.err" <<'EOF'
+load_tensors:        CUDA0 model buffer size =  7488.00 MiB
+load_tensors:   CPU_Mapped model buffer size =  8830.00 MiB
+llama_kv_cache:      CUDA0 KV buffer size =    54.00 MiB
+llama_context:      CUDA0 compute buffer size =   300.00 MiB
+llama_context:  CUDA_Host compute buffer size =    20.00 MiB
+llama_context:      CUDA0 compute buffer size =   310.50 MiB
+EOF
+printf 'greenboost: summary: pid 7: peak T1 8.0 GiB, peak T2 7.9 GiB\nsome tail line\n' >"$raw/greenboost.err"
+printf '1.0 600 123,590\n1.2 8500 123,8400\n1.4 8300 123,8350\n' >"$raw/partial.vram"
+python3 "$here/analyze.py" report "$raw" "$tmp/gpu-results" >/dev/null 2>"$tmp/gpu-report.err"
+gjson=$tmp/gpu-results/llamacpp-latest.json
+check "captured GPU run: report written as llamacpp-2026-11-30-abc123.md" test -s "$tmp/gpu-results/llamacpp-2026-11-30-abc123.md"
+check "captured GPU run: buffers, peaks, ratios, shim summary, timeout" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+p, g = d["configs"]["partial"], d["configs"]["greenboost"]
+assert p["vram_buffers_mib"] == 7488.0 + 54.0 + 310.5, p["vram_buffers_mib"]
+assert p["vram"] == {"samples": 3, "gpu_used_peak_mib": 8500, "process_peak_mib": 8400,
+                     "gpu_used_peak_minus_idle_mib": 8499}, p["vram"]
+assert g["status"] == "timed out" and g["shim_summary"].startswith("greenboost: summary:"), g
+assert g["results"]["pp512"]["tok_s"] == 1200 and "tg128" not in g["results"]
+r = d["ratios"]
+assert r["greenboost_vs_partial_pp512"] == 0.8 and r["greenboost_vs_partial_tg128"] is None, r
+assert r["partial_vs_vram_tg128"] == 0.04, r' "$gjson"
+
+if ((failed)); then
+    echo "--- run.sh bench log (tail)"; tail -40 "$tmp/bench.log"
+fi
+echo "$passed passed, $failed failed"
+((failed == 0))
