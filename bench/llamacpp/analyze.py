@@ -179,6 +179,9 @@ def report(args: argparse.Namespace) -> int:
             "wall_s": float(read_text(raw / f"{stem}.wall").strip() or "nan"),
             "results": results, "device_buffers_mib": buffers,
             "vram_buffers_mib": vram_buffers_mib(buffers), "vram": peaks,
+            "buffers_within_budget": (vram_buffers_mib(buffers) <= meta["budget_mib"]
+                                      if vram_buffers_mib(buffers) and meta.get("budget_mib")
+                                      else None),
             "shim_summary": summary[-1] if summary else None, "failure_tail": failure,
         }
 
@@ -209,6 +212,15 @@ def fmt(v, unit: str = "") -> str:
     return "-" if v is None else f"{v}{unit}"
 
 
+def plan_text(plan: dict | None) -> str:
+    if not plan:
+        return "-"
+    return (f"-ngl {plan['ngl']} of {plan['n_layer']} layers: "
+            f"{plan['layer_bytes'] / MIB:.1f} MiB weights + {plan['kv_bytes_per_layer'] / MIB:.1f} MiB "
+            f"KV ({plan['kv_cells']} cells) per layer, compute buffer {plan['compute_mib']} MiB "
+            f"(probe run) -> {plan['planned_mib']} MiB of {plan['budget_mib']} MiB")
+
+
 def markdown(doc: dict, pp: str, tg: str) -> str:
     m, c = doc["meta"], doc["configs"]
     model = m.get("model", {})
@@ -226,7 +238,7 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
         f"{fmt(model.get('file_bytes'))} bytes; written in {fmt(model.get('seconds'))} s",
         f"- VRAM budget: {m.get('budget_mib', '?')} MiB; llama-bench {pp} and {tg}, "
         f"-r {m.get('reps', '?')}, same binary and flags for every configuration",
-        f"- partial-offload plan: {m.get('ngl_plan', '-')}",
+        f"- partial-offload plan: {plan_text(m.get('ngl_plan'))}",
         "",
         f"| configuration | -ngl | {pp} tok/s | {tg} tok/s | llama.cpp GPU buffers MiB "
         f"| process peak VRAM MiB | GPU used peak - idle MiB | status |",
@@ -255,7 +267,8 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
             continue
         lines.append(f"- status: {cfg['status']}, wall {cfg['wall_s']} s")
         bufs = ", ".join(f"{k} {v}" for k, v in sorted(cfg["device_buffers_mib"].items()))
-        lines.append(f"- buffers llama.cpp reported (MiB): {bufs or '-'}")
+        lines.append(f"- buffers llama.cpp reported (MiB): {bufs or '-'}; GPU buffers within "
+                     f"the budget: {fmt(cfg['buffers_within_budget'])}")
         lines.append(f"- VRAM samples: {cfg['vram']['samples']} (every 0.2 s)")
         if cfg.get("shim_summary"):
             lines.append(f"- shim: `{cfg['shim_summary']}`")

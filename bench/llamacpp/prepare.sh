@@ -76,7 +76,7 @@ rm -rf "$carry"
 mkdir -p "$carry/bin"
 # Everything CMake reads for a CUDA+CPU build of llama-bench; the other backends, docs,
 # models, the web UI and tests are left out (they are most of the 176 MB).
-tar -C "$src" -cJf "$carry/llama.cpp-src.tar.xz" \
+XZ_OPT=-T0 tar -C "$src" -cJf "$carry/llama.cpp-src.tar.xz" \
     --exclude='ggml/src/ggml-'{cann,et,hexagon,metal,opencl,openvino,sycl,virtgpu,vulkan,webgpu,zdnn,zendnn} \
     --exclude=tools/ui --exclude=tools/server/public --exclude='*.gguf' \
     CMakeLists.txt LICENSE cmake ggml include src common tools vendor licenses

@@ -19,6 +19,8 @@
 #   LLAMACPP_BIN                llama-bench to use instead of the built/carried one
 #   LLAMACPP_REPS [2]           llama-bench -r
 #   LLAMACPP_CUDA_FA [OFF]      build: compile the CUDA flash-attention kernels
+#   LLAMACPP_NVCC, LLAMACPP_LIBCUDA   build: nvcc and libcuda.so.1 instead of the found ones
+#   LLAMACPP_CONFIGURE_ONLY     build: stop after cmake's configure step (local check)
 #   GREENBOOST_SHIM [build/gpu-carry/libgreenboost_cuda.so]
 #   LLAMACPP_TIMEOUT_{VRAM,PARTIAL,GREENBOOST} [120,150,240]  seconds per configuration
 #   LLAMACPP_DEADLINE_S [470]   the whole bench phase, model writing included; later
@@ -66,10 +68,62 @@ llama_bench_bin() {
     else echo "$work/bin/llama-bench"; fi
 }
 
+# Sets cuda_root, a CUDAToolkit_ROOT that CMake's FindCUDAToolkit accepts, and nvcc, for
+# the toolkit of the nvcc in $1. A full toolkit (/usr/local/cuda) is used as it is. The
+# PyPI wheels' layout (nvidia/cu13/{bin,include,lib}, only versioned library names, no
+# lib64 where nvcc's own profile links from) gets an overlay in $work/cuda-root: a copy
+# of bin/ (nvcc finds its toolkit from where its binary really is), links to the rest,
+# and lib64/ with the unversioned names CMake looks for.
+cuda_root_for() {
+    local root overlay f
+    root=$(dirname "$(dirname "$(readlink -f "$1")")")
+    nvcc=$1
+    cuda_root=$root
+    if [[ -e $root/lib64/libcudart.so || -e $root/targets/x86_64-linux/lib/libcudart.so ]]; then
+        return
+    fi
+    overlay=$(realpath -m "$work/cuda-root")
+    rm -rf "$overlay"
+    mkdir -p "$overlay/lib64"
+    cp -r "$root/bin" "$overlay/bin"
+    for f in include nvvm; do [[ -e $root/$f ]] && ln -s "$root/$f" "$overlay/$f"; done
+    for f in "$root"/lib/*; do ln -s "$f" "$overlay/lib64/"; done
+    for f in "$root"/lib/lib*.so.*; do
+        f=$(basename "$f")
+        ln -sf "$f" "$overlay/lib64/${f%%.so.*}.so"
+    done
+    nvcc=$overlay/bin/nvcc
+    cuda_root=$overlay
+}
+
+# The driver library to link against when the toolkit has no stubs/libcuda.so (wheels):
+# the driver's own libcuda.so.1, which this machine has since it has the GPU.
+libcuda_path() {
+    local d
+    [[ -n ${LLAMACPP_LIBCUDA:-} ]] && { echo "$LLAMACPP_LIBCUDA"; return; }
+    for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 /usr/lib/wsl/lib; do
+        [[ -e $d/libcuda.so.1 ]] && { echo "$d/libcuda.so.1"; return; }
+    done
+    ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}'
+}
+
 build() {
-    local started=$SECONDS nvcc llama_commit
-    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-    if [[ ! -x $nvcc ]]; then log "build: no nvcc (PATH or /usr/local/cuda/bin)"; return 1; fi
+    local started=$SECONDS nvcc llama_commit cuda_root driver_args=() d tool
+    # cmake and ninja may come from the Python environment's packages.
+    for d in /opt/torch/.venv/bin /usr/local/cuda/bin; do
+        [[ -d $d && :$PATH: != *:$d:* ]] && PATH=$PATH:$d
+    done
+    nvcc=${LLAMACPP_NVCC:-$(command -v nvcc)}
+    if [[ ! -x $nvcc ]]; then log "build: no nvcc (PATH, /usr/local/cuda/bin)"; return 1; fi
+    for tool in cmake ninja; do
+        command -v "$tool" >/dev/null || { log "build: no $tool on PATH"; return 1; }
+    done
+    cuda_root_for "$nvcc"
+    if ! compgen -G "$cuda_root/lib*/stubs/libcuda.so" >/dev/null \
+        && ! compgen -G "$cuda_root/targets/*/lib/stubs/libcuda.so" >/dev/null; then
+        driver_args=(-DCUDA_cuda_driver_LIBRARY="$(libcuda_path)")
+    fi
+    log "build: nvcc $nvcc, toolkit root $cuda_root, $(cmake --version | head -1), ninja $(ninja --version) ${driver_args[*]}"
     [[ -f $carry/llama.cpp-src.tar.xz ]] || { log "build: $carry/llama.cpp-src.tar.xz missing: run bench/llamacpp/prepare.sh here and carry $carry"; return 1; }
     llama_commit=$(sed -n 's/^llama.cpp \([0-9a-f]*\).*/\1/p' "$carry/llama-version")
     rm -rf "${work:?}/src" "${work:?}/bin"
@@ -82,13 +136,15 @@ build() {
     # compile time, and at a 640-token context attention is a rounding error next to
     # streaming 16 GB of weights, which is what the three configurations differ in.
     cmake -S "$work/src" -B "$work/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CUDA_COMPILER="$nvcc" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+        -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_root" "${driver_args[@]}" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
         -DGGML_CUDA_FA="${LLAMACPP_CUDA_FA:-OFF}" -DGGML_CUDA_FA_ALL_QUANTS=OFF \
         -DGGML_CUDA_FA_QUANTS=f16-f16 -DGGML_CUDA_NCCL=OFF \
         -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
         -DLLAMA_BUILD_COMMIT="${llama_commit:0:12}" -DLLAMA_BUILD_NUMBER=0 \
         >"$work/cmake-configure.log" 2>&1 || { tail -30 "$work/cmake-configure.log" >&2; return 1; }
+    grep -E 'CUDA Toolkit|CUDA compiler identification|ARCHITECTURES' "$work/cmake-configure.log" >&2
+    [[ -n ${LLAMACPP_CONFIGURE_ONLY:-} ]] && return 0  # local check of the steps above
     ninja -C "$work/cmake" -j "$(nproc)" llama-bench >"$work/ninja.log" 2>&1 \
         || { grep -B2 -A12 -m3 'error' "$work/ninja.log" >&2; tail -5 "$work/ninja.log" >&2; return 1; }
     cp "$work/cmake/bin/llama-bench" "$work/bin/llama-bench"
@@ -124,7 +180,8 @@ run_config() {
     poll_vram >"$raw/$name.vram" &
     poller=$!
     started=$(date +%s.%N)
-    env "$@" timeout -k 10 "$limit" "$bin" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" \
+    # env inside timeout: the preload reaches llama-bench alone, not timeout itself.
+    timeout -k 10 "$limit" env "$@" "$bin" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" \
         -ngl "$ngl" -o jsonl -v >"$raw/$name.jsonl" 2>"$raw/$name.err"
     rc=$?
     awk -v end="$(date +%s.%N)" -v start="$started" 'BEGIN { printf "%.1f\n", end - start }' >"$raw/$name.wall"
@@ -151,20 +208,23 @@ write_model() {
 }
 
 # The most layers whose weights + KV cache + compute buffer fit the budget. The compute
-# buffer size comes from a short probe run (-p 0 -n 1) at a first guess, as llama.cpp
+# buffer size comes from a short probe run at a first guess, as llama.cpp
 # reports it; 512 MiB is assumed where no probe result is available.
 plan_partial_ngl() {
     local guess compute
     guess=$("$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
         --compute-mib 512 --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py") || return 1
     guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["ngl"])')
-    timeout -k 10 60 "$bin" -m "$model" -p 0 -n 1 -r 1 --no-warmup -ngl "$guess" -o jsonl -v \
+    # -d makes the context as large as the measured runs' (n_ctx and n_ubatch, which size
+    # the compute buffer, follow n_prompt + n_gen + depth); one token is generated after it.
+    timeout -k 10 60 "$bin" -m "$model" -p 0 -n 1 -d $((n_prompt + n_gen - 1)) -r 1 --no-warmup \
+        -ngl "$guess" -o jsonl -v \
         >"$raw/probe.jsonl" 2>"$raw/probe.err"
     echo $? >"$raw/probe.rc"
     compute=$("$python" "$here/analyze.py" buffers "$raw/probe.err" | "$python" -c '
-import json, sys
+import json, re, sys
 b = json.load(sys.stdin)
-print(max([v for k, v in b.items() if k.startswith("CUDA") and k.endswith(" compute")] or [512]))')
+print(max([v for k, v in b.items() if re.fullmatch(r"CUDA\d+ compute", k)] or [512]))')
     "$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
         --compute-mib "$compute" --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py" \
         >"$raw/ngl-plan.json" || return 1
