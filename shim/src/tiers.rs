@@ -356,7 +356,17 @@ pub fn alloc_host(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailur
         return Err(HostFailure::Exhausted);
     }
     let give_back_capacity = || give_back_t2_capacity(len as u64);
-    let buffer = match backend.alloc(len, driver.host_numa_node(device), driver) {
+    let numa_node = driver.host_numa_node(device);
+    // The module or the kernel may be short of memory that the T2 cache holds: the
+    // cache goes before the allocation is refused.
+    let allocated = match backend.alloc(len, numa_node, driver) {
+        Err(BackendError::OutOfMemory(_)) if t2cache::cached_bytes() > 0 => {
+            t2cache::drain().into_iter().for_each(unregister_and_release);
+            backend.alloc(len, numa_node, driver)
+        }
+        allocated => allocated,
+    };
+    let buffer = match allocated {
         Ok(buffer) => buffer,
         Err(error) => {
             give_back_capacity();
