@@ -3,9 +3,11 @@
 //   managed (default; the `uvm` configuration, issue 4's definition): every allocation
 //     is cudaMallocManaged, advised to live on the host (SetPreferredLocation = CPU)
 //     and to stay mapped for the GPU (SetAccessedBy), i.e. the GPU reads and writes it
-//     over PCIe instead of migrating it. Freed blocks are kept per (size, stream) and
-//     handed out again, as PyTorch's caching allocator would, so that a decode step
-//     does not pay a cudaMallocManaged/cudaFree (which synchronises) per activation.
+//     over PCIe instead of migrating it. Freed blocks are kept per (rounded size,
+//     stream) and handed out again, as PyTorch's caching allocator would (sizes rounded
+//     up to 512 bytes, from 1 MiB up to 2 MiB), so that a decode step does not pay a
+//     cudaMallocManaged/cudaFree (which synchronises) per activation, nor one per
+//     KV-cache tensor that grows by a token.
 //   split (the `uvm_split` configuration): GreenBoost's placement rule, so that the two
 //     differ only in how the spilled bytes are served:
 //     - smaller than UVM_MIN_BYTES, or fitting in UVM_BUDGET_BYTES - UVM_RESERVE_BYTES
@@ -113,9 +115,18 @@ void *alloc_managed(size_t size, int device) {
     return ptr;
 }
 
-// A managed block of `size` bytes for `stream`: a freed one of that size last used on
-// the same stream (stream order makes it safe to reuse), else a new one.
+// The block size a request of `size` bytes gets (PyTorch's caching allocator rounds
+// similarly), so that requests of nearby sizes share freed blocks.
+size_t block_size(size_t size) {
+    const size_t small = 512, large = 2ull << 20;
+    size_t unit = size < (1ull << 20) ? small : large;
+    return (size + unit - 1) / unit * unit;
+}
+
+// A managed block for `size` bytes on `stream`: a freed one of its block size last
+// used on the same stream (stream order makes it safe to reuse), else a new one.
 void *managed_block(size_t size, int device, cudaStream_t stream) {
+    size = block_size(size);
     auto cached = free_blocks.find({size, stream});
     if (cached != free_blocks.end()) {
         void *ptr = cached->second;
