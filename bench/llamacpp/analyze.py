@@ -212,6 +212,15 @@ def fmt(v, unit: str = "") -> str:
     return "-" if v is None else f"{v}{unit}"
 
 
+def bench_identity(configs: dict) -> str:
+    """build commit, GPU and model size as llama-bench itself printed them (first result)."""
+    for cfg in configs.values():
+        for r in cfg.get("results", {}).values():
+            return (f"build {r.get('build_commit') or '?'}, GPU {r.get('gpu_info') or '-'}, "
+                    f"model {r.get('model_size') or '?'} bytes, flash_attn {r.get('flash_attn')}")
+    return "-"
+
+
 def plan_text(plan: dict | None) -> str:
     if not plan:
         return "-"
@@ -227,11 +236,12 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
     lines = [
         f"# llama.cpp vs GreenBoost ({doc['date']}, GreenBoost {m.get('greenboost_commit', '?')})",
         "",
-        f"- device: {m.get('gpu', '?')}, driver {m.get('driver', '?')}, CUDA {m.get('cuda', '?')}",
+        f"- device: {m.get('gpu') or '?'}, driver {m.get('driver') or '?'}, CUDA {m.get('cuda') or '?'}",
         f"- host: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, {m.get('ram', '?')} RAM",
         f"- llama.cpp: {m.get('llama_version', '?')}; llama-bench built "
         f"{m.get('llama_build', '?')}",
-        f"- shim: {m.get('shim', '?')} (shim commit {m.get('shim_commit', '?')})",
+        f"- shim: {m.get('shim') or '?'} (shim commit {m.get('shim_commit') or '?'})",
+        f"- llama-bench reports: {bench_identity(c)}",
         f"- model: random-weight Llama, shape {model.get('shape', '?')} (hidden "
         f"{model.get('hidden')}, {model.get('layers')} layers, ffn {model.get('ffn')}, "
         f"{model.get('heads')}/{model.get('kv_heads')} heads, vocab {model.get('vocab')}), F16, "

@@ -239,7 +239,7 @@ write_meta() {
     GB_CUDA=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1) \
     GB_CPU=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) GB_CPUS=$(nproc) \
     GB_RAM=$(free -g | awk '/^Mem:/{print $2 " GiB"}') \
-    GB_LLAMA_VERSION=$(paste -sd';' "$carry/llama-version" 2>/dev/null) \
+    GB_LLAMA_VERSION=$(paste -sd',' "$carry/llama-version" 2>/dev/null) \
     GB_LLAMA_BUILD=$(cat "$(dirname "$bin")/build-info" 2>/dev/null || echo "here, carried") \
     GB_COMMIT=$(cat "$carry/commit" 2>/dev/null || echo unknown) \
     GB_SHIM=$shim GB_SHIM_COMMIT=$(cat "$(dirname "$shim")/COMMIT" "$(dirname "$shim")/commit" 2>/dev/null | head -1) \
