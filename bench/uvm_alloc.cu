@@ -106,6 +106,7 @@ void *alloc_managed(size_t size, int device) {
     if (err != cudaSuccess) {
         log_failure("cudaMemAdvise", err, size);
         cudaFree(ptr);
+        cudaGetLastError();  // PyTorch sees the out-of-memory (null), not this error later
         return nullptr;
     }
     // Populate on the host, where it is preferred: with AccessedBy the driver maps the
@@ -156,6 +157,9 @@ void *managed_block(size_t size, int device, cudaStream_t stream) {
 
 extern "C" void *uvm_malloc(ssize_t ssize, int device, cudaStream_t stream) {
     size_t size = (size_t)ssize;
+    // An empty tensor needs no memory (PyTorch takes a null pointer); cudaMemAdvise of an
+    // empty range would fail and leave its error for PyTorch's next check.
+    if (size == 0) return nullptr;
     const Policy &p = policy();
     std::lock_guard<std::mutex> guard(lock);
     if (!p.split) return managed_block(size, device, stream);
@@ -185,6 +189,7 @@ extern "C" void *uvm_malloc(ssize_t ssize, int device, cudaStream_t stream) {
 
 extern "C" void uvm_free(void *ptr, ssize_t ssize, int device, cudaStream_t stream) {
     (void)device;
+    if (!ptr) return;  // an empty tensor's (see uvm_malloc)
     std::lock_guard<std::mutex> guard(lock);
     auto it = managed.find(ptr);
     if (it != managed.end()) {
