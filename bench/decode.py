@@ -83,6 +83,41 @@ def shim_loaded():
         return any("libgreenboost_cuda" in line for line in maps)
 
 
+def gpu_time_breakdown(forward, prompt, cache, token):
+    """GPU time of one prefill and one decode step by kind of work, from torch.profiler:
+    copies (the shim's staging copies are host-to-device cuMemcpyAsync), GEMM kernels,
+    other kernels; the top kernels by time. Explains what limits a configuration."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def kind(name):
+        lowered = name.lower()
+        if "memcpy" in lowered:
+            return "copy"
+        if "gemm" in lowered or "gemv" in lowered or "sm90" in lowered or "cutlass" in lowered or "cublas" in lowered:
+            return "gemm"
+        return "other kernels"
+
+    result = {}
+    for label, run in (("prefill", lambda: forward(prompt)), ("decode_step", lambda: forward(token, cache))):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        by_kind, top = {}, []
+        for event in prof.key_averages():
+            device_us = getattr(event, "device_time_total", None)
+            if device_us is None:
+                device_us = getattr(event, "cuda_time_total", 0)
+            if not device_us:
+                continue
+            by_kind[kind(event.key)] = by_kind.get(kind(event.key), 0) + device_us / 1e3
+            top.append((device_us / 1e3, event.count, event.key[:90]))
+        top.sort(reverse=True)
+        result[label] = {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
+                         "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top[:8]]}
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", choices=["vram", "greenboost", "cpu_offload", "uvm", "uvm_split"], default="vram")
@@ -99,6 +134,9 @@ def main():
                         help="generate a second time in the same process and report whether the tokens repeat")
     parser.add_argument("--device", default="cuda", help="cpu only for trying the harness without a GPU")
     parser.add_argument("--weight-bytes", action="store_true", help="print the weight bytes and exit")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the timed run, profile one prefill and one decode step (torch.profiler) and "
+                             "add where their GPU time went to the JSON (\"profile\")")
     args = parser.parse_args()
     shape = shape_of(args.shape, args.layers)
     if args.weight_bytes:
@@ -183,19 +221,33 @@ def main():
     placement_bytes = {}
     per_token = {}
     driver = ctypes.CDLL("libcuda.so.1") if on_gpu else None
+    # The shim's own answer where it is loaded: a split allocation is one VMM range that
+    # the driver calls device memory, VRAM head and host tail alike.
+    t2_bytes = None
+    if on_gpu and shim_loaded():
+        t2_bytes = getattr(ctypes.CDLL(None), "greenboost_shim_t2_bytes", None)
+        if t2_bytes is not None:
+            t2_bytes.argtypes, t2_bytes.restype = [ctypes.c_uint64, ctypes.c_uint64], ctypes.c_uint64
     for name in names:
         module_name, _, attr = name.rpartition(".")
         param = getattr(model.get_submodule(module_name), attr)
         size = param.numel() * BF16_BYTES
         if target(name).type == "cpu" and on_gpu:
-            where = "cpu"
+            parts = {"cpu": size}
+        elif t2_bytes is not None:
+            in_t2 = t2_bytes(param.data_ptr(), size)
+            parts = {"host": in_t2, "vram": size - in_t2}
         elif on_gpu:
-            where = pointer_placement(driver, param.data_ptr())
+            parts = {pointer_placement(driver, param.data_ptr()): size}
         else:
-            where = "cpu"
-        placement_bytes[where] = placement_bytes.get(where, 0) + size
-        read = shape["hidden_size"] * BF16_BYTES if name.endswith("embed_tokens.weight") else size
-        per_token[where] = per_token.get(where, 0) + read
+            parts = {"cpu": size}
+        embedding = name.endswith("embed_tokens.weight")
+        for where, part in parts.items():
+            if not part:
+                continue
+            placement_bytes[where] = placement_bytes.get(where, 0) + part
+            read = shape["hidden_size"] * BF16_BYTES * part // size if embedding else part
+            per_token[where] = per_token.get(where, 0) + read
     mean_context = args.prompt + args.new_tokens / 2
     kv_bytes = int(2 * shape["num_hidden_layers"] * mean_context * kv_width(shape) * BF16_BYTES)
     vram_key = "vram" if on_gpu else "cpu"
@@ -273,6 +325,13 @@ def main():
                     where = pointer_placement(driver, tensor.data_ptr()) if on_gpu else "cpu"
                     kv_placement[where] = kv_placement.get(where, 0) + tensor.numel() * tensor.element_size()
 
+        profile = None
+        if args.profile and on_gpu:
+            try:
+                profile = gpu_time_breakdown(forward, prompt, cache, token)
+            except Exception as error:  # the profile explains figures; it never costs them
+                profile = {"error": f"{type(error).__name__}: {error}"[:300]}
+
     prefill_s = times[0]
     steps = sorted(times[1:])
     median_step = steps[len(steps) // 2] if len(steps) % 2 else (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
@@ -295,6 +354,7 @@ def main():
         "bytes_per_token_by_placement": per_token,
         "kv_cache_by_placement": kv_placement,
         "shim_loaded": shim_loaded(),
+        "profile": profile,
         "setup_s": setup_s,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -224,7 +224,7 @@ def decode(runs):
             continue
         table[config] = {k: r[k] for k in ("prefill_tok_s", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
                                            "new_tokens", "same_tokens_when_repeated", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
-                                           "setup_s", "shim_loaded") if k in r}
+                                           "setup_s", "shim_loaded", "profile") if k in r}
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
             if k in r:
                 table[config][k] = r[k]
@@ -414,6 +414,19 @@ def markdown(report):
         for config, row in dec["configs"].items():
             for line in row.get("shim_summary", []):
                 lines.append(f"\nShim ({config}): `{line}`")
+        profiled = {c: row["profile"] for c, row in dec["configs"].items()
+                    if row.get("profile") and "error" not in row["profile"]}
+        if profiled:
+            lines += ["", "GPU time of one prefill and one decode step by kind of work (torch.profiler, ms; copies "
+                          "include GreenBoost's staging copies):", "",
+                      "| configuration | step | copies | GEMM kernels | other kernels | top kernels |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+            for config, prof in profiled.items():
+                for step, part in prof.items():
+                    kinds = part["ms_by_kind"]
+                    top = "; ".join(f"{t['name']} {t['ms']} ms x{t['calls']}" for t in part["top"][:3])
+                    lines.append(f"| {config} | {step} | {kinds.get('copy', 0)} | {kinds.get('gemm', 0)} "
+                                 f"| {kinds.get('other kernels', 0)} | {top} |")
         split = report["figures"].get("decode_vs_uvm", {}).get("detail", {})
         if split.get("greenboost_vs_uvm_split"):
             lines += ["", f"`uvm_split` is the Unified Memory allocator with GreenBoost's placement rule (VRAM while the "

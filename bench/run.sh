@@ -193,9 +193,9 @@ if want decode; then
     for config in $decode_configs; do
         case $config in
             vram) run decode-vram 150 -- python3 bench/decode.py --config vram "${common[@]}" --max-seconds "$decode_max_s" \
-                --new-tokens "$new_tokens" --repeat-check ;;
+                --new-tokens "$new_tokens" --repeat-check --profile ;;
             greenboost) run decode-greenboost 240 with-shim GREENBOOST_VRAM_BUDGET="$budget" -- \
-                python3 bench/decode.py --config greenboost "${common[@]}" --max-seconds "$decode_max_s" \
+                python3 bench/decode.py --config greenboost "${common[@]}" --max-seconds "$decode_max_s" --profile \
                 --new-tokens "$new_tokens" --budget-bytes "$budget" ;;
             cpu_offload) run decode-cpu_offload 150 -- python3 bench/decode.py --config cpu_offload "${common[@]}" "${slow[@]}" ;;
             uvm|uvm_split) uvm_room "$config" && run "decode-$config" 150 -- python3 bench/decode.py --config "$config" \

@@ -149,24 +149,44 @@ pub fn uncount_own_vram(size: u64, device: CuDevice) {
     forget_vram(size, device);
 }
 
-/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in T2 memory.
-pub fn touches_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
+/// How many bytes of [`device_ptr`, `device_ptr + len`) lie in T2 memory (a T2
+/// allocation, or the host tail of a split one).
+pub fn t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
     if STATS.t2_used.load(Ordering::Relaxed) == 0 || len == 0 {
-        return false;
+        return 0;
     }
     let end = device_ptr.saturating_add(len);
+    let overlap = |start: u64, stop: u64| stop.min(end).saturating_sub(start.max(device_ptr));
     let registry = REGISTRY.lock();
     // The allocation starting at or before the range, then any that start inside it.
     let before = registry.live.range(..=device_ptr).next_back();
     let inside = registry.live.range(device_ptr.saturating_add(1)..end);
-    before.into_iter().chain(inside).any(|(base, record)| match record {
-        Record::Host(allocation) => *base < end && device_ptr < base.saturating_add(allocation.buffer.len as u64),
-        Record::Split(split) => {
-            let (tail, tail_end) = split.tail_range();
-            tail < end && device_ptr < tail_end
-        }
-        Record::Vram { .. } => false,
-    })
+    before
+        .into_iter()
+        .chain(inside)
+        .map(|(base, record)| match record {
+            Record::Host(allocation) => overlap(*base, base.saturating_add(allocation.buffer.len as u64)),
+            Record::Split(split) => {
+                let (tail, tail_end) = split.tail_range();
+                overlap(tail, tail_end)
+            }
+            Record::Vram { .. } => 0,
+        })
+        .sum()
+}
+
+/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in T2 memory.
+pub fn touches_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
+    t2_bytes(device_ptr, len) != 0
+}
+
+/// For tools and benchmarks that `dlsym` it: how many bytes of the device range
+/// [`device_ptr`, `device_ptr + len`) the shim placed in T2. Unlike the pointer's memory
+/// type, this sees the host tail of a split allocation (one VMM range, "device" memory
+/// to the driver).
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn greenboost_shim_t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
+    t2_bytes(device_ptr, len)
 }
 
 /// Records a successful VRAM allocation.

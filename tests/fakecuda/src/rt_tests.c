@@ -824,10 +824,21 @@ static int test_split(int argc, char **argv)
             CHECK(free0 - free1 == head + tail, "combined report: free fell by %zu, want %zu (VRAM head + T2 tail)\n",
                   free0 - free1, head + tail);
         }
+        /* Tools ask the shim which bytes are in T2: the pointer type says "device" for all. */
+        unsigned long long (*t2_bytes)(unsigned long long, unsigned long long) =
+            (unsigned long long (*)(unsigned long long, unsigned long long))dlsym(RTLD_DEFAULT, "greenboost_shim_t2_bytes");
+        CHECK(t2_bytes, "the shim exports no greenboost_shim_t2_bytes\n");
+        unsigned long long base = (unsigned long long)(uintptr_t)p;
+        CHECK(t2_bytes(base, n) == n - head && t2_bytes(base, head) == 0 && t2_bytes(base + head - 4096, 8192) == 4096,
+              "greenboost_shim_t2_bytes: whole %llu (want %zu), head %llu (want 0), across the seam %llu (want 4096)\n",
+              t2_bytes(base, n), n - head, t2_bytes(base, head), t2_bytes(base + head - 4096, 8192));
         /* The head used up the budget: the next large allocation goes to T2. */
         void *q;
         OK(cudaMalloc(&q, 64 * MiB));
         CHECK(!strcmp(kind(q), "hostreg"), "after a split took the budget's VRAM, 64 MiB went to %s, not T2\n", kind(q));
+        CHECK(t2_bytes((unsigned long long)(uintptr_t)q + MiB, 2 * MiB) == 2 * MiB,
+              "greenboost_shim_t2_bytes of 2 MiB inside a T2 allocation: %llu\n",
+              t2_bytes((unsigned long long)(uintptr_t)q + MiB, 2 * MiB));
         OK(cudaFree(q));
         seam = head;
     } else {
