@@ -21,6 +21,8 @@
 #   LLAMACPP_CUDA_FA [OFF]      build: compile the CUDA flash-attention kernels
 #   LLAMACPP_NVCC, LLAMACPP_LIBCUDA   build: nvcc and libcuda.so.1 instead of the found ones
 #   LLAMACPP_CONFIGURE_ONLY     build: stop after cmake's configure step (local check)
+#   LLAMACPP_BUILD_TIMEOUT_S [540]  build: stop there (a device call has 600 s); the
+#                               next 'build' call continues from the objects already built
 #   GREENBOOST_SHIM [build/gpu-carry/libgreenboost_cuda.so]
 #   LLAMACPP_TIMEOUT_{VRAM,PARTIAL,GREENBOOST} [120,150,240]  seconds per configuration
 #   LLAMACPP_DEADLINE_S [470]   the whole bench phase, model writing included; later
@@ -108,7 +110,7 @@ libcuda_path() {
 }
 
 build() {
-    local started=$SECONDS nvcc llama_commit cuda_root driver_args=() d tool
+    local started=$SECONDS nvcc llama_commit cuda_root driver_args=() d tool stamp
     # cmake and ninja may come from the Python environment's packages.
     for d in /opt/torch/.venv/bin /usr/local/cuda/bin; do
         [[ -d $d && :$PATH: != *:$d:* ]] && PATH=$PATH:$d
@@ -126,9 +128,16 @@ build() {
     log "build: nvcc $nvcc, toolkit root $cuda_root, $(cmake --version | head -1), ninja $(ninja --version) ${driver_args[*]}"
     [[ -f $carry/llama.cpp-src.tar.xz ]] || { log "build: $carry/llama.cpp-src.tar.xz missing: run bench/llamacpp/prepare.sh here and carry $carry"; return 1; }
     llama_commit=$(sed -n 's/^llama.cpp \([0-9a-f]*\).*/\1/p' "$carry/llama-version")
-    rm -rf "${work:?}/src" "${work:?}/bin"
-    mkdir -p "$work/src" "$work/bin"
-    tar -xJf "$carry/llama.cpp-src.tar.xz" -C "$work/src" || return 1
+    # The build is incremental across calls: the same carried source keeps the tree and
+    # the objects already built, so a build cut short by the time limit continues.
+    stamp=$(sha256sum "$carry/llama.cpp-src.tar.xz" | cut -c1-16)
+    if [[ $(cat "$work/src.stamp" 2>/dev/null) != "$stamp" ]]; then
+        rm -rf "${work:?}/src" "${work:?}/cmake" "${work:?}/bin" "$work/src.stamp"
+        mkdir -p "$work/src"
+        tar -xJf "$carry/llama.cpp-src.tar.xz" -C "$work/src" || return 1
+        echo "$stamp" >"$work/src.stamp"
+    fi
+    mkdir -p "$work/bin"
     # Only what the benchmark runs: llama-bench, CUDA for sm_90 and the CPU backend tuned
     # to this host (partial offload runs the CPU layers here), static ggml so the binary
     # needs no libggml*.so beside it. Flash-attention kernels are left out by default
@@ -145,8 +154,18 @@ build() {
         >"$work/cmake-configure.log" 2>&1 || { tail -30 "$work/cmake-configure.log" >&2; return 1; }
     grep -E 'CUDA Toolkit|CUDA compiler identification|ARCHITECTURES' "$work/cmake-configure.log" >&2
     [[ -n ${LLAMACPP_CONFIGURE_ONLY:-} ]] && return 0  # local check of the steps above
-    ninja -C "$work/cmake" -j "$(nproc)" llama-bench >"$work/ninja.log" 2>&1 \
-        || { grep -B2 -A12 -m3 'error' "$work/ninja.log" >&2; tail -5 "$work/ninja.log" >&2; return 1; }
+    local limit=$((${LLAMACPP_BUILD_TIMEOUT_S:-540} - (SECONDS - started)))
+    timeout "$limit" ninja -C "$work/cmake" -j "$(nproc)" llama-bench >>"$work/ninja.log" 2>&1
+    case $? in
+        0) ;;
+        124)
+            log "build: not finished within ${LLAMACPP_BUILD_TIMEOUT_S:-540} s ($(tail -1 "$work/ninja.log" | cut -c1-60)); run 'bench/llamacpp/run.sh build' again: it continues"
+            return 1 ;;
+        *)
+            grep -B2 -A12 -m3 'error' "$work/ninja.log" >&2
+            tail -5 "$work/ninja.log" >&2
+            return 1 ;;
+    esac
     cp "$work/cmake/bin/llama-bench" "$work/bin/llama-bench"
     echo "on the device in $((SECONDS - started)) s ($(nproc) CPUs, flash attention ${LLAMACPP_CUDA_FA:-OFF}), nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" >"$work/bin/build-info"
     log "build: llama-bench built in $((SECONDS - started)) s"
