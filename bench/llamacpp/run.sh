@@ -154,9 +154,15 @@ build() {
         >"$work/cmake-configure.log" 2>&1 || { tail -30 "$work/cmake-configure.log" >&2; return 1; }
     grep -E 'CUDA Toolkit|CUDA compiler identification|ARCHITECTURES' "$work/cmake-configure.log" >&2
     [[ -n ${LLAMACPP_CONFIGURE_ONLY:-} ]] && return 0  # local check of the steps above
-    local limit=$((${LLAMACPP_BUILD_TIMEOUT_S:-540} - (SECONDS - started)))
+    # The model is written meanwhile (disk-bound, one core), so that the bench call has
+    # its whole time for measuring.
+    local limit=$((${LLAMACPP_BUILD_TIMEOUT_S:-540} - (SECONDS - started))) model_writer rc
+    write_model >"$work/model-write.log" 2>&1 &
+    model_writer=$!
     timeout "$limit" ninja -C "$work/cmake" -j "$(nproc)" llama-bench >>"$work/ninja.log" 2>&1
-    case $? in
+    rc=$?
+    wait "$model_writer" || log "build: writing the model failed: $(tail -3 "$work/model-write.log")"
+    case $rc in
         0) ;;
         124)
             log "build: not finished within ${LLAMACPP_BUILD_TIMEOUT_S:-540} s ($(tail -1 "$work/ninja.log" | cut -c1-60)); run 'bench/llamacpp/run.sh build' again: it continues"
