@@ -87,6 +87,7 @@ def gpu_time_breakdown(forward, prompt, cache, token):
     """GPU time of one prefill and one decode step by kind of work, from torch.profiler:
     copies (the shim's staging copies are host-to-device cuMemcpyAsync), GEMM kernels,
     other kernels; the top kernels by time. Explains what limits a configuration."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     def kind(name):
