@@ -66,6 +66,21 @@ pub struct Policy {
     /// Most pinned system RAM (T2) the program may use (GREENBOOST_T2_CAP).
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub t2_cap: Option<u64>,
+    /// Split allocations at least this large between VRAM and T2; 0: never (GREENBOOST_SPLIT_MIN).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub split_min: Option<u64>,
+    /// Freed T2 memory kept registered for reuse; 0: none (GREENBOOST_T2_CACHE).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub t2_cache: Option<u64>,
+    /// Matrix products read their T2 operands in place instead of from a VRAM copy (GREENBOOST_STAGING=off).
+    #[arg(long)]
+    pub no_staging: bool,
+    /// Stage a product's T2 operand when the dimension re-reading it is at least this (GREENBOOST_STAGE_MIN_WIDTH).
+    #[arg(long, value_name = "N")]
+    pub stage_min_width: Option<u64>,
+    /// Largest VRAM scratch buffer for staged operands (GREENBOOST_STAGE_MAX).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub stage_max: Option<u64>,
     /// Capacity the program is told about (GREENBOOST_REPORT).
     #[arg(long, value_enum)]
     pub report: Option<Report>,
@@ -93,6 +108,13 @@ impl Policy {
         size("GREENBOOST_VRAM_RESERVE", self.vram_reserve);
         size("GREENBOOST_MIN_T2_SIZE", self.min_t2_size);
         size("GREENBOOST_T2_CAP", self.t2_cap);
+        size("GREENBOOST_SPLIT_MIN", self.split_min);
+        size("GREENBOOST_T2_CACHE", self.t2_cache);
+        size("GREENBOOST_STAGE_MIN_WIDTH", self.stage_min_width);
+        size("GREENBOOST_STAGE_MAX", self.stage_max);
+        if self.no_staging {
+            vars.push(("GREENBOOST_STAGING", "off".to_string()));
+        }
         let mut choice = |name, value: Option<String>| {
             if let Some(v) = value {
                 vars.push((name, v));
@@ -266,6 +288,9 @@ mod tests {
         let policy = Policy {
             vram_budget: Some(8 << 30),
             min_t2_size: Some(1 << 20),
+            split_min: Some(0),
+            no_staging: true,
+            stage_max: Some(1 << 30),
             report: Some(Report::Combined),
             backend: Some(Backend::Userspace),
             log: Some(LogLevel::Info),
@@ -276,6 +301,9 @@ mod tests {
             vec![
                 ("GREENBOOST_VRAM_BUDGET", (8u64 << 30).to_string()),
                 ("GREENBOOST_MIN_T2_SIZE", (1u64 << 20).to_string()),
+                ("GREENBOOST_SPLIT_MIN", "0".into()),
+                ("GREENBOOST_STAGE_MAX", (1u64 << 30).to_string()),
+                ("GREENBOOST_STAGING", "off".into()),
                 ("GREENBOOST_REPORT", "combined".into()),
                 ("GREENBOOST_BACKEND", "userspace".into()),
                 ("GREENBOOST_LOG", "info".into()),
