@@ -118,6 +118,25 @@ pub fn cublas_lt() -> *mut c_void {
     already_loaded(&CUBLAS_LT, &[c"libcublasLt.so.13", c"libcublasLt.so.12", c"libcublasLt.so"], b"libcublasLt.so")
 }
 
+/// A function the shim calls but does not hook, from `library` (one of the functions
+/// above), resolved once into `cache`; `None` while the library or the symbol is missing.
+pub fn cached_function(cache: &AtomicPtr<c_void>, library: fn() -> *mut c_void, name: &CStr) -> Option<*mut c_void> {
+    let known = cache.load(Ordering::Acquire);
+    if !known.is_null() {
+        return Some(known);
+    }
+    let handle = library();
+    if handle.is_null() {
+        return None;
+    }
+    let found = symbol(handle, name.as_ptr());
+    if found.is_null() {
+        return None;
+    }
+    cache.store(found, Ordering::Release);
+    Some(found)
+}
+
 /// A loaded library, by one of its sonames or else by the file name of a loaded object
 /// (a library loaded RTLD_LOCAL under another name is still found).
 fn already_loaded(slot: &AtomicPtr<c_void>, sonames: &[&CStr], file_prefix: &[u8]) -> *mut c_void {

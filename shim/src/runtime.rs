@@ -1,7 +1,7 @@
 //! CUDA runtime hooks (libcudart.so.12 / .13).
 
-use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::AtomicPtr;
 
 use crate::cuda;
 use crate::ffi::*;
@@ -12,29 +12,10 @@ use crate::tiers::{self, Allocated};
 type GetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CudaError;
 type GetLastErrorFn = unsafe extern "C" fn() -> CudaError;
 
-/// A runtime function the shim calls but does not hook, resolved once from the
-/// program's runtime (`cache` holds it).
-fn runtime_function(cache: &AtomicPtr<c_void>, name: &CStr) -> Option<*mut c_void> {
-    let known = cache.load(Ordering::Acquire);
-    if !known.is_null() {
-        return Some(known);
-    }
-    let handle = libs::runtime();
-    if handle.is_null() {
-        return None;
-    }
-    let found = libs::symbol(handle, name.as_ptr());
-    if found.is_null() {
-        return None;
-    }
-    cache.store(found, Ordering::Release);
-    Some(found)
-}
-
 /// The runtime's current device (cudaGetDevice of the program's runtime).
 fn current_device() -> Option<CuDevice> {
     static GET_DEVICE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let found = runtime_function(&GET_DEVICE, c"cudaGetDevice")?;
+    let found = libs::cached_function(&GET_DEVICE, libs::runtime, c"cudaGetDevice")?;
     // SAFETY: the runtime's cudaGetDevice.
     let get_device: GetDeviceFn = unsafe { std::mem::transmute::<*mut c_void, GetDeviceFn>(found) };
     let mut device: c_int = 0;
@@ -49,7 +30,7 @@ fn current_device() -> Option<CuDevice> {
 /// memory" after its next kernel).
 fn clear_last_error(failed_with: CudaError) {
     static GET_LAST_ERROR: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let Some(found) = runtime_function(&GET_LAST_ERROR, c"cudaGetLastError") else {
+    let Some(found) = libs::cached_function(&GET_LAST_ERROR, libs::runtime, c"cudaGetLastError") else {
         info!("no cudaGetLastError in the runtime: error {} stays pending after a T2 retry", failed_with);
         return;
     };

@@ -26,8 +26,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use crate::cuda::{self, call};
 use crate::ffi::*;
@@ -273,16 +272,13 @@ fn stored_span(transposed: bool, op_rows: i64, op_cols: i64, ld: i64, batch: i64
 /// program's own cuBLAS.
 fn handle_stream(handle: *mut c_void) -> Option<CuStream> {
     type GetStream = unsafe extern "C" fn(*mut c_void, *mut CuStream) -> CublasStatus;
-    static GET_STREAM: OnceLock<Option<GetStream>> = OnceLock::new();
-    let get_stream = GET_STREAM.get_or_init(|| {
-        let library = libs::cublas();
-        let found = if library.is_null() { ptr::null_mut() } else { libs::symbol(library, c"cublasGetStream_v2".as_ptr()) };
-        // SAFETY: cuBLAS's cublasGetStream_v2 has this signature.
-        (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, GetStream>(found) })
-    });
+    static GET_STREAM: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+    let found = libs::cached_function(&GET_STREAM, libs::cublas, c"cublasGetStream_v2")?;
+    // SAFETY: cuBLAS's cublasGetStream_v2 has this signature.
+    let get_stream = unsafe { std::mem::transmute::<*mut c_void, GetStream>(found) };
     let mut stream: CuStream = ptr::null_mut();
     // SAFETY: the program's handle and a valid out pointer.
-    (unsafe { (*get_stream)?(handle, &mut stream) } == 0).then_some(stream)
+    (unsafe { get_stream(handle, &mut stream) } == 0).then_some(stream)
 }
 
 /// A product of `m` x `k` times `k` x `n` on `handle`'s stream; A is re-read by every
@@ -412,15 +408,10 @@ struct LtLayout {
 
 fn lt_layout(layout: *mut c_void) -> Option<LtLayout> {
     type GetAttribute = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, usize, *mut usize) -> CublasStatus;
-    static GET_ATTRIBUTE: OnceLock<Option<GetAttribute>> = OnceLock::new();
-    let get = *GET_ATTRIBUTE.get_or_init(|| {
-        let library = libs::cublas_lt();
-        let found =
-            if library.is_null() { ptr::null_mut() } else { libs::symbol(library, c"cublasLtMatrixLayoutGetAttribute".as_ptr()) };
-        // SAFETY: cuBLASLt's cublasLtMatrixLayoutGetAttribute has this signature.
-        (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, GetAttribute>(found) })
-    });
-    let get = get?;
+    static GET_ATTRIBUTE: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
+    let found = libs::cached_function(&GET_ATTRIBUTE, libs::cublas_lt, c"cublasLtMatrixLayoutGetAttribute")?;
+    // SAFETY: cuBLASLt's cublasLtMatrixLayoutGetAttribute has this signature.
+    let get = unsafe { std::mem::transmute::<*mut c_void, GetAttribute>(found) };
     if layout.is_null() {
         return None;
     }
