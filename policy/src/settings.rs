@@ -1,0 +1,364 @@
+//! The table of every setting: its variable, its `greenboost run` flag, the kind of
+//! value it takes, its default as users read it, and one line of help. The shim reads
+//! the variables, the CLI builds its flags from this table, and a test checks the
+//! README tables against it.
+
+use crate::choice::{BackendChoice, LogLevel, ReportMode, SWITCH_NAMES};
+
+/// Most of the budget the default VRAM reserve takes: the reserve is one eighth of the
+/// budget, at most this (see `default_vram_reserve`).
+pub const DEFAULT_VRAM_RESERVE: u64 = 512 << 20;
+/// VRAM kept free on each device for what the shim does not see (other processes, the
+/// driver's lazy module loads, library handles and workspaces). Provisional: to be set
+/// from measurements.
+pub const DEFAULT_VRAM_HEADROOM: u64 = 1 << 30;
+/// Allocations smaller than this always go to VRAM.
+pub const DEFAULT_MIN_T2_SIZE: u64 = 2 << 20;
+/// Freed T2 memory kept registered for reuse: enough for a few large buffers to be
+/// freed and allocated again without mapping and registering them anew.
+pub const DEFAULT_T2_CACHE: u64 = 1 << 30;
+/// Allocations at least this large that the budget sends to T2 are split.
+pub const DEFAULT_SPLIT_MIN: u64 = 256 << 20;
+/// GEMM operand staging is on unless turned off.
+pub const DEFAULT_STAGING: bool = true;
+/// Every product: wide ones re-read each T2 tile once per output tile, and even a
+/// one-token product (decode) ran 5% faster on the H200 from a copy than zero-copy
+/// (8B shape, 8.3 GB of weights in T2: 175.7 vs 184.3 ms per token, same run): the copy
+/// engine streams PCIe better than the product's own loads.
+pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 1;
+/// Largest VRAM scratch buffer staging may hold per context.
+pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
+/// Bounds of the default host reserve (the kernel module's `reserve_mb` default).
+pub const HOST_RESERVE_MIN: u64 = 64 << 20;
+pub const HOST_RESERVE_MAX: u64 = 1 << 30;
+
+/// The VRAM reserve when GREENBOOST_VRAM_RESERVE is not set: one eighth of the budget,
+/// at most `DEFAULT_VRAM_RESERVE`.
+pub const fn default_vram_reserve(budget: u64) -> u64 {
+    let eighth = budget / 8;
+    if eighth < DEFAULT_VRAM_RESERVE {
+        eighth
+    } else {
+        DEFAULT_VRAM_RESERVE
+    }
+}
+
+/// The host reserve when GREENBOOST_HOST_RESERVE is not set, for `ram` bytes of system
+/// RAM: 1/32 of it, from `HOST_RESERVE_MIN` to `HOST_RESERVE_MAX`, as the module's
+/// `reserve_mb` default.
+pub const fn default_host_reserve(ram: u64) -> u64 {
+    let share = ram / 32;
+    if share < HOST_RESERVE_MIN {
+        HOST_RESERVE_MIN
+    } else if share > HOST_RESERVE_MAX {
+        HOST_RESERVE_MAX
+    } else {
+        share
+    }
+}
+
+/// The kind of value a setting takes, which names its parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `parse_size`.
+    Size,
+    /// `PerDevice::parse`: one size, or `ordinal:size` items.
+    PerDeviceSize,
+    /// `SizeOrOff::parse`: a size, or `off` (0 is off too).
+    SizeOrOff,
+    /// One of these words (the canonical names of a choice enum's `parse`).
+    Choice(&'static [&'static str]),
+    /// `parse_switch`. A switch's CLI flag sets the opposite of its default
+    /// (`--no-staging` sets GREENBOOST_STAGING=off).
+    Switch,
+    /// `parse_count`: a plain number.
+    Count,
+}
+
+/// Names every setting; `id.setting()` is its row of `SETTINGS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Id {
+    VramBudget,
+    VramReserve,
+    VramHeadroom,
+    MinT2Size,
+    T2Cap,
+    T2Cache,
+    HostReserve,
+    SplitMin,
+    Staging,
+    StageMinWidth,
+    StageMax,
+    Report,
+    Backend,
+    Log,
+    Disable,
+}
+
+/// One setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setting {
+    pub id: Id,
+    /// The environment variable the shim reads.
+    pub env: &'static str,
+    /// The `greenboost run`/`demo` flag, without `--`; `None`: no flag.
+    pub flag: Option<&'static str>,
+    pub kind: Kind,
+    /// What applies when the variable is unset, as the READMEs and `--help` show it.
+    pub default: &'static str,
+    /// One line of help (no variable name, no default: those are shown beside it).
+    pub help: &'static str,
+}
+
+impl Id {
+    /// This setting's row of `SETTINGS`.
+    pub const fn setting(self) -> &'static Setting {
+        &TABLE[self as usize]
+    }
+
+    /// The environment variable.
+    pub const fn env(self) -> &'static str {
+        self.setting().env
+    }
+}
+
+/// Every setting, in the order of the READMEs' tables.
+pub static SETTINGS: &[Setting] = &TABLE;
+
+/// The setting read from variable `env`.
+pub fn by_env(env: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|setting| setting.env == env)
+}
+
+/// The setting behind `greenboost run --flag` (`flag` without `--`).
+pub fn by_flag(flag: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|setting| setting.flag == Some(flag))
+}
+
+const fn row(
+    id: Id,
+    env: &'static str,
+    flag: Option<&'static str>,
+    kind: Kind,
+    default: &'static str,
+    help: &'static str,
+) -> Setting {
+    Setting { id, env, flag, kind, default, help }
+}
+
+const TABLE: [Setting; 15] = [
+    row(
+        Id::VramBudget,
+        "GREENBOOST_VRAM_BUDGET",
+        Some("vram-budget"),
+        Kind::PerDeviceSize,
+        "physical VRAM",
+        "VRAM the program may use per GPU before allocations go to T2: 8G for every GPU, or 0:20G,1:8G by device ordinal",
+    ),
+    row(
+        Id::VramReserve,
+        "GREENBOOST_VRAM_RESERVE",
+        Some("vram-reserve"),
+        Kind::Size,
+        "budget/8, at most 512M",
+        "VRAM kept free under the budget while the program loads, for its workspace and activations",
+    ),
+    row(
+        Id::VramHeadroom,
+        "GREENBOOST_VRAM_HEADROOM",
+        Some("vram-headroom"),
+        Kind::PerDeviceSize,
+        "1G",
+        "VRAM kept free on the GPU for what the shim does not see (other processes, the driver's lazy module loads, library handles and workspaces): one size, or 0:2G,1:1G by device ordinal",
+    ),
+    row(
+        Id::MinT2Size,
+        "GREENBOOST_MIN_T2_SIZE",
+        Some("min-t2-size"),
+        Kind::Size,
+        "2M",
+        "Allocations smaller than this always stay in VRAM",
+    ),
+    row(
+        Id::T2Cap,
+        "GREENBOOST_T2_CAP",
+        Some("t2-cap"),
+        Kind::Size,
+        "module: its pool_cap_mb; userspace: 3/4 of RAM",
+        "Most pinned system RAM (T2) the program may use at once",
+    ),
+    row(
+        Id::T2Cache,
+        "GREENBOOST_T2_CACHE",
+        Some("t2-cache"),
+        Kind::Size,
+        "1G",
+        "Freed T2 memory kept registered for reuse by a later allocation of the same size; 0: none",
+    ),
+    row(
+        Id::HostReserve,
+        "GREENBOOST_HOST_RESERVE",
+        Some("host-reserve"),
+        Kind::Size,
+        "1/32 of RAM, 64M to 1G",
+        "System RAM the userspace T2 backend keeps available on the host, summed over every process",
+    ),
+    row(
+        Id::SplitMin,
+        "GREENBOOST_SPLIT_MIN",
+        Some("split-min"),
+        Kind::SizeOrOff,
+        "256M",
+        "Split allocations at least this large between VRAM and T2; off or 0: never",
+    ),
+    row(
+        Id::Staging,
+        "GREENBOOST_STAGING",
+        Some("no-staging"),
+        Kind::Switch,
+        "on",
+        "GEMM operand staging: matrix products read their T2 operands from a VRAM copy",
+    ),
+    row(
+        Id::StageMinWidth,
+        "GREENBOOST_STAGE_MIN_WIDTH",
+        Some("stage-min-width"),
+        Kind::Count,
+        "1",
+        "Stage a product's T2 operand when the dimension re-reading it is at least this",
+    ),
+    row(
+        Id::StageMax,
+        "GREENBOOST_STAGE_MAX",
+        Some("stage-max"),
+        Kind::Size,
+        "256M",
+        "Largest VRAM scratch buffer for staged operands, counted against the budget",
+    ),
+    row(
+        Id::Report,
+        "GREENBOOST_REPORT",
+        Some("report"),
+        Kind::Choice(ReportMode::NAMES),
+        ReportMode::DEFAULT.name(),
+        "Capacity the program is told about: physical VRAM, or combined VRAM + T2",
+    ),
+    row(
+        Id::Backend,
+        "GREENBOOST_BACKEND",
+        Some("backend"),
+        Kind::Choice(BackendChoice::NAMES),
+        BackendChoice::DEFAULT.name(),
+        "Where T2 memory comes from: the module, userspace memory, or auto (the module when usable)",
+    ),
+    row(
+        Id::Log,
+        "GREENBOOST_LOG",
+        Some("log"),
+        Kind::Choice(LogLevel::NAMES),
+        LogLevel::DEFAULT.name(),
+        "Shim log level on stderr; info adds the backend choice and a peak-T1/T2 summary at exit",
+    ),
+    row(
+        Id::Disable,
+        "GREENBOOST_DISABLE",
+        None,
+        Kind::Switch,
+        "0",
+        "1: every hook passes straight to the real function",
+    ),
+];
+
+// Every `Id` indexes its own row, and the names are unique.
+const _: () = {
+    let mut i = 0;
+    while i < TABLE.len() {
+        assert!(TABLE[i].id as usize == i);
+        i += 1;
+    }
+    assert!(TABLE.len() == Id::Disable as usize + 1);
+    let _ = SWITCH_NAMES;
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_count, parse_size, parse_switch, PerDevice, SizeOrOff};
+
+    #[test]
+    fn names_and_flags_are_unique_and_spelled_alike() {
+        for (i, a) in SETTINGS.iter().enumerate() {
+            assert!(a.env.starts_with("GREENBOOST_"), "{}", a.env);
+            assert!(a.env.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'), "{}", a.env);
+            assert!(a.env.len() < 64, "the shim's getenv buffer holds 64 bytes: {}", a.env);
+            if let Some(flag) = a.flag {
+                assert!(flag.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'), "{flag}");
+                // The flag is the variable's name in lower case, `--no-X` for switches.
+                let stem = a.env.trim_start_matches("GREENBOOST_").to_ascii_lowercase().replace('_', "-");
+                let expected = if a.kind == Kind::Switch { std::format!("no-{stem}") } else { stem };
+                assert_eq!(flag, expected);
+            }
+            for b in &SETTINGS[i + 1..] {
+                assert_ne!(a.env, b.env);
+                assert!(a.flag.is_none() || a.flag != b.flag, "{:?}", a.flag);
+            }
+            assert_eq!(a.id.setting(), a);
+            assert_eq!(by_env(a.env), Some(a));
+            if let Some(flag) = a.flag {
+                assert_eq!(by_flag(flag), Some(a));
+            }
+            assert!(!a.help.is_empty() && !a.help.ends_with('.'), "{}", a.help);
+        }
+        assert_eq!(by_env("GREENBOOST_NOTHING"), None);
+        assert_eq!(by_flag("shim"), None);
+        assert_eq!(Id::Disable.setting().flag, None);
+    }
+
+    /// The default a user reads is the default the constants give.
+    #[test]
+    fn defaults_shown_are_the_defaults_used() {
+        let size = |id: Id| parse_size(id.setting().default.as_bytes());
+        assert_eq!(size(Id::VramHeadroom), Some(DEFAULT_VRAM_HEADROOM));
+        assert_eq!(size(Id::MinT2Size), Some(DEFAULT_MIN_T2_SIZE));
+        assert_eq!(size(Id::T2Cache), Some(DEFAULT_T2_CACHE));
+        assert_eq!(size(Id::StageMax), Some(DEFAULT_STAGE_MAX));
+        assert_eq!(
+            SizeOrOff::parse(Id::SplitMin.setting().default.as_bytes()),
+            Some(SizeOrOff::Size(DEFAULT_SPLIT_MIN))
+        );
+        assert_eq!(
+            PerDevice::parse(Id::VramHeadroom.setting().default.as_bytes()).unwrap().get(0),
+            Some(DEFAULT_VRAM_HEADROOM)
+        );
+        assert_eq!(parse_switch(Id::Staging.setting().default.as_bytes()), Some(DEFAULT_STAGING));
+        assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
+        assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));
+        assert_eq!(Id::Report.setting().default, "physical");
+        assert_eq!(Id::Backend.setting().default, "auto");
+        assert_eq!(Id::Log.setting().default, "warn");
+        assert!(Id::VramReserve.setting().default.contains("512M"));
+        assert_eq!(parse_size(b"512M"), Some(DEFAULT_VRAM_RESERVE));
+        assert!(Id::HostReserve.setting().default.contains("64M to 1G"));
+        assert_eq!((parse_size(b"64M"), parse_size(b"1G")), (Some(HOST_RESERVE_MIN), Some(HOST_RESERVE_MAX)));
+    }
+
+    #[test]
+    fn choices_name_their_enums() {
+        assert_eq!(Id::Report.setting().kind, Kind::Choice(&["physical", "combined"]));
+        assert_eq!(Id::Backend.setting().kind, Kind::Choice(&["auto", "kmod", "userspace"]));
+        assert_eq!(Id::Log.setting().kind, Kind::Choice(&["warn", "info", "debug"]));
+    }
+
+    #[test]
+    fn computed_defaults() {
+        const M: u64 = 1 << 20;
+        const G: u64 = 1 << 30;
+        assert_eq!(default_vram_reserve(256 * M), 32 * M);
+        assert_eq!(default_vram_reserve(4 * G), 512 * M);
+        assert_eq!(default_vram_reserve(80 * G), 512 * M);
+        assert_eq!(default_host_reserve(G), 64 * M);
+        assert_eq!(default_host_reserve(4 * G), 128 * M);
+        assert_eq!(default_host_reserve(16 * G), 512 * M);
+        assert_eq!(default_host_reserve(2048 * G), G);
+    }
+}
