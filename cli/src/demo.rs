@@ -12,13 +12,15 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use clap::Args;
+use greenboost_policy::{Id, PerDevice};
 
 use crate::cuda::{
     Cuda, DevicePtr, CUDA_ERROR_OUT_OF_MEMORY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST,
 };
 use crate::device::Device as GbDevice;
 use crate::paths::SystemPaths;
-use crate::run::{locate_shim, preflight, preload_with, Policy};
+use crate::policy::{Policy, Value};
+use crate::run::{locate_shim, preflight, preload_with};
 use crate::size::{format_bytes, parse_size};
 
 #[derive(Args)]
@@ -177,7 +179,8 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
 
     let budget = args
         .policy
-        .vram_budget
+        .vram_budget()
+        .and_then(|budget| budget.get(device.ordinal))
         .unwrap_or(device.total_memory)
         .min(device.total_memory);
     let available = mem_available().ok_or("cannot read MemAvailable from /proc/meminfo")?;
@@ -211,7 +214,7 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
         println!("note: {warning}");
     }
     let mut policy = args.policy.clone();
-    policy.vram_budget = Some(budget);
+    policy.set(Id::VramBudget, Value::PerDevice(PerDevice::every(budget)));
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let mut worker = Command::new(exe);
@@ -226,7 +229,7 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
     for (name, value) in policy.environment() {
         worker.env(name, value);
     }
-    if std::env::var_os("GREENBOOST_LOG").is_none() && policy.log.is_none() {
+    if std::env::var_os("GREENBOOST_LOG").is_none() && policy.get(Id::Log).is_none() {
         worker.env("GREENBOOST_LOG", "info");
     }
     println!("running the GPU part under {}\n", shim.display());

@@ -8,6 +8,7 @@ mod doctor;
 mod json;
 mod nvml;
 mod paths;
+mod policy;
 mod run;
 mod size;
 mod stats;
@@ -41,7 +42,7 @@ enum Command {
     /// Run a program under the shim: greenboost run [POLICY] -- ollama serve
     Run {
         #[command(flatten)]
-        policy: run::Policy,
+        policy: policy::Policy,
         /// Do not print warnings before starting the program.
         #[arg(short, long)]
         quiet: bool,

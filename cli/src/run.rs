@@ -6,126 +6,14 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clap::{Args, ValueEnum};
+use greenboost_policy::BackendChoice;
 
 use crate::device::{explain_open_error, Device};
 use crate::paths::SystemPaths;
-use crate::size::{format_bytes, parse_size};
+use crate::policy::Policy;
+use crate::size::format_bytes;
 
 pub const SHIM_NAME: &str = "libgreenboost_cuda.so";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Report {
-    /// Report the GPU's physical VRAM (default).
-    Physical,
-    /// Report VRAM + T2, so that placement logic (ollama) puts every layer on the GPU.
-    Combined,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// The module when /dev/greenboost is usable, else userspace.
-    Auto,
-    /// Only the module; T2 allocations fail if it is unavailable.
-    Kmod,
-    /// Pinned anonymous memory in the process, without the module.
-    Userspace,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogLevel {
-    Warn,
-    Info,
-    Debug,
-}
-
-/// The spelling clap accepts for a choice is the one the shim reads.
-fn value_name(value: impl ValueEnum) -> String {
-    value
-        .to_possible_value()
-        .map(|p| p.get_name().to_owned())
-        .unwrap_or_default()
-}
-
-fn size_arg(text: &str) -> Result<u64, String> {
-    parse_size(text)
-}
-
-/// Policy flags shared by `run` and `demo`; each maps to one shim variable.
-#[derive(Clone, Debug, Default, Args)]
-pub struct Policy {
-    /// VRAM the program may use per GPU before allocations go to T2 (GREENBOOST_VRAM_BUDGET), e.g. 8G.
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub vram_budget: Option<u64>,
-    /// VRAM kept free for workspace and activations (GREENBOOST_VRAM_RESERVE).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub vram_reserve: Option<u64>,
-    /// Allocations smaller than this always stay in VRAM (GREENBOOST_MIN_T2_SIZE).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub min_t2_size: Option<u64>,
-    /// Most pinned system RAM (T2) the program may use (GREENBOOST_T2_CAP).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub t2_cap: Option<u64>,
-    /// Split allocations at least this large between VRAM and T2; 0: never (GREENBOOST_SPLIT_MIN).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub split_min: Option<u64>,
-    /// Freed T2 memory kept registered for reuse; 0: none (GREENBOOST_T2_CACHE).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub t2_cache: Option<u64>,
-    /// Matrix products read their T2 operands in place instead of from a VRAM copy (GREENBOOST_STAGING=off).
-    #[arg(long)]
-    pub no_staging: bool,
-    /// Stage a product's T2 operand when the dimension re-reading it is at least this (GREENBOOST_STAGE_MIN_WIDTH).
-    #[arg(long, value_name = "N")]
-    pub stage_min_width: Option<u64>,
-    /// Largest VRAM scratch buffer for staged operands (GREENBOOST_STAGE_MAX).
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
-    pub stage_max: Option<u64>,
-    /// Capacity the program is told about (GREENBOOST_REPORT).
-    #[arg(long, value_enum)]
-    pub report: Option<Report>,
-    /// Where T2 memory comes from (GREENBOOST_BACKEND).
-    #[arg(long, value_enum)]
-    pub backend: Option<Backend>,
-    /// Shim log level on stderr (GREENBOOST_LOG); info prints peak T1/T2 at exit.
-    #[arg(long, value_enum)]
-    pub log: Option<LogLevel>,
-    /// The shim library to preload (default: the installed one).
-    #[arg(long, value_name = "PATH")]
-    pub shim: Option<PathBuf>,
-}
-
-impl Policy {
-    /// The environment variables this policy sets, in a fixed order.
-    pub fn environment(&self) -> Vec<(&'static str, String)> {
-        let mut vars = Vec::new();
-        let mut size = |name, value: Option<u64>| {
-            if let Some(v) = value {
-                vars.push((name, v.to_string()));
-            }
-        };
-        size("GREENBOOST_VRAM_BUDGET", self.vram_budget);
-        size("GREENBOOST_VRAM_RESERVE", self.vram_reserve);
-        size("GREENBOOST_MIN_T2_SIZE", self.min_t2_size);
-        size("GREENBOOST_T2_CAP", self.t2_cap);
-        size("GREENBOOST_SPLIT_MIN", self.split_min);
-        size("GREENBOOST_T2_CACHE", self.t2_cache);
-        size("GREENBOOST_STAGE_MIN_WIDTH", self.stage_min_width);
-        size("GREENBOOST_STAGE_MAX", self.stage_max);
-        if self.no_staging {
-            vars.push(("GREENBOOST_STAGING", "off".to_string()));
-        }
-        let mut choice = |name, value: Option<String>| {
-            if let Some(v) = value {
-                vars.push((name, v));
-            }
-        };
-        choice("GREENBOOST_REPORT", self.report.map(value_name));
-        choice("GREENBOOST_BACKEND", self.backend.map(value_name));
-        choice("GREENBOOST_LOG", self.log.map(value_name));
-        vars
-    }
-}
 
 /// Where an installed or freshly built shim lives, relative to this executable first
 /// (so a DESTDIR or /opt install finds its own copy), then the system prefixes.
@@ -194,10 +82,10 @@ pub fn preflight(policy: &Policy, paths: &SystemPaths) -> Result<Vec<String>, St
     let mut warnings = Vec::new();
     if let Err(e) = Device::open(&paths.device) {
         let why = explain_open_error(&paths.device, &e);
-        if policy.backend == Some(Backend::Kmod) {
+        if policy.backend() == Some(BackendChoice::Kmod) {
             return Err(format!("--backend kmod needs the module, but {why}"));
         }
-        if policy.backend != Some(Backend::Userspace) {
+        if policy.backend() != Some(BackendChoice::Userspace) {
             warnings.push(why);
         }
     }
@@ -282,35 +170,6 @@ pub fn run(policy: &Policy, command: &[OsString], quiet: bool) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn policy_maps_to_shim_variables() {
-        let policy = Policy {
-            vram_budget: Some(8 << 30),
-            min_t2_size: Some(1 << 20),
-            split_min: Some(0),
-            no_staging: true,
-            stage_max: Some(1 << 30),
-            report: Some(Report::Combined),
-            backend: Some(Backend::Userspace),
-            log: Some(LogLevel::Info),
-            ..Policy::default()
-        };
-        assert_eq!(
-            policy.environment(),
-            vec![
-                ("GREENBOOST_VRAM_BUDGET", (8u64 << 30).to_string()),
-                ("GREENBOOST_MIN_T2_SIZE", (1u64 << 20).to_string()),
-                ("GREENBOOST_SPLIT_MIN", "0".into()),
-                ("GREENBOOST_STAGE_MAX", (1u64 << 30).to_string()),
-                ("GREENBOOST_STAGING", "off".into()),
-                ("GREENBOOST_REPORT", "combined".into()),
-                ("GREENBOOST_BACKEND", "userspace".into()),
-                ("GREENBOOST_LOG", "info".into()),
-            ]
-        );
-        assert!(Policy::default().environment().is_empty());
-    }
 
     #[test]
     fn preload_puts_the_shim_first_once() {

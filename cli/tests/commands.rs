@@ -153,3 +153,48 @@ fn doctor_json_lists_findings_with_fixes() {
     assert_eq!(output.status.success(), !failed, "{stdout}");
     assert!(stdout.contains(&format!("\"ok\": {}", !failed)), "{stdout}");
 }
+
+#[test]
+fn run_and_demo_offer_a_flag_for_every_setting() {
+    for command in ["run", "demo"] {
+        let output = greenboost(&[command, "--help"], &[]);
+        let help = text(&output.stdout);
+        for setting in greenboost_policy::SETTINGS {
+            if let Some(flag) = setting.flag {
+                assert!(help.contains(&format!("--{flag}")), "{command}: --{flag} missing:\n{help}");
+                assert!(help.contains(setting.env), "{command}: {} missing:\n{help}", setting.env);
+            }
+        }
+    }
+}
+
+#[test]
+fn run_passes_per_device_sizes_and_refuses_what_the_shim_would() {
+    let shim = fake_shim();
+    let shim = shim.to_str().unwrap();
+    let output = greenboost(
+        &[
+            "run",
+            "--shim",
+            shim,
+            "-q",
+            "--vram-budget",
+            "0:20G,1:8G",
+            "--vram-headroom",
+            "2G",
+            "--host-reserve",
+            "256M",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$GREENBOOST_VRAM_BUDGET|$GREENBOOST_VRAM_HEADROOM|$GREENBOOST_HOST_RESERVE\"",
+        ],
+        &[],
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(text(&output.stdout).trim(), "0:21474836480,1:8589934592|2147483648|268435456");
+    for bad in ["1.5", ".5G", "0:1G,0:2G"] {
+        let output = greenboost(&["run", "--vram-budget", bad, "--", "true"], &[]);
+        assert_refused(&output, 2, &format!("'{bad}'"));
+    }
+}

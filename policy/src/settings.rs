@@ -217,7 +217,7 @@ const TABLE: [Setting; 15] = [
         Some("no-staging"),
         Kind::Switch,
         "on",
-        "GEMM operand staging: matrix products read their T2 operands from a VRAM copy",
+        "GEMM operand staging, where matrix products read their T2 operands from a VRAM copy",
     ),
     row(
         Id::StageMinWidth,
