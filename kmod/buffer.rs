@@ -6,8 +6,9 @@
 //! closed, every mapping gone, every importer detached): it returns the pages to the
 //! pool. Each dma-buf also holds a reference on this module.
 //!
-//! No lock of ours is taken here except through [`pool::recycle`] and
-//! [`State::proc_release`] in `drop`.
+//! The C entry points of the callbacks are in `entry.rs`; this file holds what they do.
+//! No lock of ours is taken here except through `Pool::recycle` and
+//! `Registry::release` in `drop` (see "Lock order" in kmod/README.md).
 
 use core::sync::atomic::Ordering;
 use kernel::bindings;
@@ -16,9 +17,9 @@ use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
-use crate::ffi::{self, Chunk};
+use crate::glue_ffi::{self as ffi, Chunk};
 use crate::procs::{Holder, ProcEntry};
-use crate::{pool, state, State};
+use crate::state::{state, State};
 
 /// A pinned system-RAM buffer.
 ///
@@ -27,6 +28,7 @@ use crate::{pool, state, State};
 /// `chunks` own their pages (see [`Chunk`]) and cover exactly `size` bytes, a multiple
 /// of the page size; `size` has been added to `Counters::t2_used`, to `owner.t2_used`
 /// and one to both buffer counts; `owner` holds its entry as a [`Holder::Buffer`].
+/// Once exported, the dma-buf's `priv` points to it (see [`export`]).
 pub(crate) struct Buffer {
     /// Unique id, shown to userspace instead of any address.
     pub(crate) id: u64,
@@ -38,21 +40,11 @@ pub(crate) struct Buffer {
 
 impl Buffer {
     /// Wraps freshly allocated chunks whose `size` bytes are already accounted.
-    pub(crate) fn new(
-        state: &State,
-        size: u64,
-        chunks: KVVec<Chunk>,
-        owner: Arc<ProcEntry>,
-    ) -> Self {
-        let c = &state.counters;
+    pub(crate) fn new(state: &State, size: u64, chunks: KVVec<Chunk>, owner: Arc<ProcEntry>) -> Self {
+        let c = &state.shared.counters;
         c.buffers.fetch_add(1, Ordering::Relaxed);
         owner.buffers.fetch_add(1, Ordering::Relaxed);
-        Buffer {
-            id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed),
-            size,
-            chunks,
-            owner: Some(owner),
-        }
+        Buffer { id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed), size, chunks, owner: Some(owner) }
     }
 
     fn pages(&self) -> c_ulong {
@@ -61,10 +53,15 @@ impl Buffer {
     }
 
     /// Maps the buffer into `vma` with real pages; `vm_pgoff` selects the first page.
-    fn mmap(&self, vma: *mut bindings::vm_area_struct) -> Result {
-        let (mut start, mut npages, mut pgoff, mut shared): (c_ulong, c_ulong, c_ulong, bool) =
-            (0, 0, 0, false);
-        // SAFETY: `vma` is valid during the mmap callback; the outputs are locals.
+    ///
+    /// # Safety
+    ///
+    /// `vma` is the VMA that an mmap of this buffer's dma-buf is setting up (the
+    /// dma-buf core's `mmap` callback), with its mmap lock held for writing.
+    pub(crate) unsafe fn mmap(&self, vma: *mut bindings::vm_area_struct) -> Result {
+        let (mut start, mut npages, mut pgoff, mut shared): (c_ulong, c_ulong, c_ulong, bool) = (0, 0, 0, false);
+        // SAFETY: `vma` is valid (the function's contract); the four outputs are locals
+        // that the glue only writes.
         unsafe { ffi::gb_vma_info(vma, &mut start, &mut npages, &mut pgoff, &mut shared) };
         // A private mapping would copy on write and never reach the buffer.
         if !shared {
@@ -74,7 +71,8 @@ impl Buffer {
         if npages == 0 || end > self.pages() {
             return Err(EINVAL);
         }
-        // SAFETY: `vma` is valid and its mmap lock is held for writing by our caller.
+        // SAFETY: `vma` is valid and its mmap lock is held for writing (the function's
+        // contract), as `vm_flags_set` requires.
         unsafe { ffi::gb_vma_prepare(vma) };
         let mut skip = pgoff;
         let mut left = npages;
@@ -102,20 +100,53 @@ impl Buffer {
         }
         Ok(())
     }
+
+    /// The sg table of `map_dma_buf`: one entry per chunk, DMA-mapped for `dev`, stored
+    /// in `*out`. Returns 0 or a negative errno.
+    ///
+    /// # Safety
+    ///
+    /// `dev` and `out` are what the dma-buf core passes to `map_dma_buf` for an
+    /// attachment to this buffer's dma-buf: the importer's device and a writable slot.
+    pub(crate) unsafe fn map(
+        &self,
+        dev: *mut bindings::device,
+        dir: bindings::dma_data_direction,
+        out: *mut *mut bindings::sg_table,
+    ) -> c_int {
+        let Ok(n) = c_uint::try_from(self.chunks.len()) else {
+            return ENOMEM.to_errno();
+        };
+        // SAFETY: `chunks` is a valid array of `n` chunks that own their pages for as
+        // long as the buffer lives (the attachment holds a dma-buf reference); `dev` and
+        // `out` are valid (the function's contract).
+        unsafe { ffi::gb_sgt_create(self.chunks.as_ptr(), n, dev, dir, out) }
+    }
+
+    /// A kernel mapping of the whole buffer (`vmap`), or null.
+    pub(crate) fn vmap(&self) -> *mut c_void {
+        let Ok(n) = c_uint::try_from(self.chunks.len()) else {
+            return core::ptr::null_mut();
+        };
+        let pages = self.pages();
+        // SAFETY: `chunks` is a valid array of `n` chunks covering `pages` pages (type
+        // invariant: they cover exactly `size` bytes); the glue only reads it.
+        unsafe { ffi::gb_vmap_chunks(self.chunks.as_ptr(), n, pages) }
+    }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
-        let c = &state.counters;
+        let c = &state.shared.counters;
         // Unaccount first, so that the cache may take the pages within the cap.
         c.t2_used.fetch_sub(self.size, Ordering::Relaxed);
-        pool::recycle(state, &self.chunks, true);
+        state.pool().recycle(&self.chunks, true);
         c.buffers.fetch_sub(1, Ordering::Relaxed);
         if let Some(owner) = self.owner.take() {
             owner.t2_used.fetch_sub(self.size, Ordering::Relaxed);
             owner.buffers.fetch_sub(1, Ordering::Relaxed);
-            state.proc_release(owner, Holder::Buffer);
+            state.procs.release(owner, Holder::Buffer);
         }
     }
 }
@@ -125,8 +156,10 @@ pub(crate) fn export(buf: KBox<Buffer>) -> Result<*mut ffi::DmaBuf> {
     let size = usize::try_from(buf.size)?;
     let raw = KBox::into_raw(buf);
     let mut dmabuf = core::ptr::null_mut();
-    // SAFETY: `raw` is a valid `Buffer`; on success the dma-buf owns it until its
-    // release callback, on failure ownership stays with us.
+    // SAFETY: `raw` is a valid `Buffer` and `dmabuf` a local the glue writes only on
+    // success. On success the dma-buf owns `raw` as its `priv` until its release
+    // callback (`gb_rs_buffer_release` in entry.rs turns it back into the `KBox`); on
+    // failure ownership stays with us.
     let ret = unsafe { ffi::gb_dmabuf_export(raw.cast(), size, &mut dmabuf) };
     if ret != 0 {
         // SAFETY: the export failed, so `raw` (from `KBox::into_raw`) is still ours.
@@ -134,98 +167,4 @@ pub(crate) fn export(buf: KBox<Buffer>) -> Result<*mut ffi::DmaBuf> {
         return Err(Error::from_errno(ret));
     }
     Ok(dmabuf)
-}
-
-/// # Safety
-///
-/// `buf` is the `priv` of one of our live dma-bufs.
-unsafe fn buffer<'a>(buf: *mut c_void) -> &'a Buffer {
-    // SAFETY: per the function's contract `buf` points to a live `Buffer`.
-    unsafe { &*buf.cast::<Buffer>() }
-}
-
-/// dma-buf `release`: the last reference is gone.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_release(buf: *mut c_void) {
-    // SAFETY: `buf` came from `KBox::into_raw` in `export`; the dma-buf core calls
-    // release once, after every other callback.
-    drop(unsafe { KBox::from_raw(buf.cast::<Buffer>()) });
-}
-
-/// dma-buf `mmap`.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_mmap(
-    buf: *mut c_void,
-    vma: *mut bindings::vm_area_struct,
-) -> c_int {
-    // SAFETY: called by the dma-buf core on one of our dma-bufs.
-    let b = unsafe { buffer(buf) };
-    match b.mmap(vma) {
-        Ok(()) => 0,
-        Err(e) => e.to_errno(),
-    }
-}
-
-/// dma-buf `map_dma_buf`: an sg table with one entry per chunk, DMA-mapped for `dev`.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_map(
-    buf: *mut c_void,
-    dev: *mut bindings::device,
-    dir: bindings::dma_data_direction,
-    out: *mut *mut bindings::sg_table,
-) -> c_int {
-    // SAFETY: called by the dma-buf core on one of our dma-bufs.
-    let b = unsafe { buffer(buf) };
-    let Ok(n) = c_uint::try_from(b.chunks.len()) else {
-        return ENOMEM.to_errno();
-    };
-    // SAFETY: `chunks` is a valid array of `n` chunks; `dev` and `out` come from the
-    // dma-buf core.
-    unsafe { ffi::gb_sgt_create(b.chunks.as_ptr(), n, dev, dir, out) }
-}
-
-/// dma-buf `unmap_dma_buf`.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_unmap(
-    _buf: *mut c_void,
-    dev: *mut bindings::device,
-    sgt: *mut bindings::sg_table,
-    dir: bindings::dma_data_direction,
-) {
-    // SAFETY: `sgt` was made by `gb_rs_buffer_map` for the same device and direction.
-    unsafe { ffi::gb_sgt_destroy(dev, sgt, dir) };
-}
-
-/// dma-buf `vmap` (the core counts nested vmaps and calls this once).
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_vmap(buf: *mut c_void) -> *mut c_void {
-    // SAFETY: called by the dma-buf core on one of our dma-bufs.
-    let b = unsafe { buffer(buf) };
-    let Ok(n) = c_uint::try_from(b.chunks.len()) else {
-        return core::ptr::null_mut();
-    };
-    let pages = b.pages();
-    // SAFETY: `chunks` is a valid array of `n` chunks covering `pages` pages.
-    unsafe { ffi::gb_vmap_chunks(b.chunks.as_ptr(), n, pages) }
-}
-
-/// dma-buf `vunmap`.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(_buf: *mut c_void, vaddr: *mut c_void) {
-    // SAFETY: `vaddr` was returned by `gb_rs_buffer_vmap`.
-    unsafe { ffi::gb_vunmap(vaddr) };
-}
-
-/// dma-buf `begin_cpu_access`/`end_cpu_access`.
-///
-/// The pages are ordinary cached RAM, mapped cached everywhere (user mappings and
-/// vmap); on the cache-coherent architectures this module supports (x86_64, arm64
-/// servers with coherent PCIe) there is nothing to flush or invalidate.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_cpu_access(
-    _buf: *mut c_void,
-    _dir: bindings::dma_data_direction,
-    _begin: bool,
-) -> c_int {
-    0
 }

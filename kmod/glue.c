@@ -3,25 +3,24 @@
  * greenboost.ko C glue: what Linux 6.12's Rust `kernel` crate cannot express yet.
  *
  *  - ops tables (file_operations, miscdevice, dma_buf_ops, sysfs attributes) whose
- *    entries are trampolines into Rust (gb_rs_*);
+ *    entries are trampolines into Rust (gb_rs_*, all in kmod/entry.rs);
  *  - module parameters (6.12's `module!` has none) and MODULE_IMPORT_NS(DMA_BUF);
  *  - delayed/cancellable work items (6.12's Rust workqueue has neither);
- *  - one-line wrappers of static-inline or macro APIs (page allocation flags,
- *    vm_flags_set, sg helpers, get_pid/task_tgid, eventfd_signal, ...).
+ *  - one-line wrappers of static-inline or macro APIs for fds, eventfds and the
+ *    calling process (get_pid/task_tgid, eventfd_signal, ...). Those for pages and
+ *    mappings are in glue_mm.c.
  *
  * No policy lives here: every decision (limits, accounting, pool, bounds) is made in
  * Rust. Plain C11 + kernel APIs only, so it builds with GCC- and clang-built kernels.
+ * Contract: glue.h (mirrored by glue_ffi.rs, checked by scripts/check-kmod-glue.py).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/cred.h>
 #include <linux/dma-buf.h>
-#include <linux/dma-mapping.h>
 #include <linux/eventfd.h>
 #include <linux/file.h>
 #include <linux/fs.h>
-#include <linux/gfp.h>
-#include <linux/highmem.h>
 #include <linux/jiffies.h>
 #include <linux/kobject.h>
 #include <linux/miscdevice.h>
@@ -31,10 +30,8 @@
 #include <linux/pid.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
-#include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
-#include <linux/vmalloc.h>
 #include <linux/workqueue.h>
 
 #include "glue.h"
@@ -229,180 +226,6 @@ void gb_dmabuf_put(struct dma_buf *dmabuf)
 	dma_buf_put(dmabuf);
 }
 
-/* ---- mmap ---- */
-
-void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long *pages,
-		 unsigned long *pgoff, bool *shared)
-{
-	*start = vma->vm_start;
-	*pages = vma_pages(vma);
-	*pgoff = vma->vm_pgoff;
-	*shared = vma->vm_flags & VM_MAYSHARE;
-}
-
-void gb_vma_prepare(struct vm_area_struct *vma)
-{
-	/*
-	 * Real struct pages (no VM_IO/VM_PFNMAP), so that pin_user_pages(FOLL_LONGTERM)
-	 * -- what cuMemHostRegister does -- accepts the mapping; cached protection.
-	 */
-	vm_flags_set(vma, VM_MIXEDMAP | VM_DONTEXPAND | VM_DONTDUMP);
-}
-
-int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *head,
-		  unsigned long first, unsigned long npages)
-{
-	struct page *batch[32];
-
-	while (npages) {
-		unsigned long n = min_t(unsigned long, npages, ARRAY_SIZE(batch));
-		unsigned long left = n, i;
-		int ret;
-
-		for (i = 0; i < n; i++)
-			batch[i] = nth_page(head, first + i);
-		ret = vm_insert_pages(vma, addr, batch, &left);
-		if (ret)
-			return ret;
-		if (left)
-			return -EFAULT;
-		first += n;
-		npages -= n;
-		addr += n << PAGE_SHIFT;
-	}
-	return 0;
-}
-
-/* ---- pages ---- */
-
-struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict, bool cheap)
-{
-	/* GFP_HIGHUSER has no __GFP_MOVABLE: never ZONE_MOVABLE or CMA (pinnable) */
-	gfp_t gfp = GFP_HIGHUSER | __GFP_NOWARN;
-
-	if (order)
-		gfp |= __GFP_COMP;
-	if (zero)
-		gfp |= __GFP_ZERO;
-	/* never the OOM killer: a failed allocation is an ENOMEM for the caller */
-	gfp |= cheap ? __GFP_NORETRY : __GFP_RETRY_MAYFAIL;
-	if (nid == NUMA_NO_NODE)
-		return alloc_pages(gfp, order);
-	if (strict)
-		gfp |= __GFP_THISNODE;
-	return alloc_pages_node(nid, gfp, order);
-}
-
-void gb_chunk_free(struct page *page, unsigned int order)
-{
-	__free_pages(page, order);
-}
-
-void gb_chunk_zero(struct page *page, unsigned int order)
-{
-	unsigned long i;
-
-	for (i = 0; i < (1UL << order); i++) {
-		clear_highpage(nth_page(page, i));
-		if ((i & 127) == 127)
-			cond_resched();
-	}
-}
-
-bool gb_chunk_exclusive(struct page *page)
-{
-	return page_count(page) == 1;
-}
-
-int gb_page_nid(struct page *page)
-{
-	return page_to_nid(page);
-}
-
-bool gb_node_online(int nid)
-{
-	return nid >= 0 && nid < MAX_NUMNODES && node_online(nid);
-}
-
-int gb_numa_node_id(void)
-{
-	return numa_node_id();
-}
-
-u64 gb_mem_available(void)
-{
-	return (u64)si_mem_available() << PAGE_SHIFT;
-}
-
-u64 gb_total_ram(void)
-{
-	return (u64)totalram_pages() << PAGE_SHIFT;
-}
-
-u64 gb_now_ms(void)
-{
-	return jiffies64_to_msecs(get_jiffies_64());
-}
-
-/* ---- scatter-gather and kernel mappings ---- */
-
-int gb_sgt_create(const struct gb_chunk *chunks, unsigned int nchunks,
-		  struct device *dev, enum dma_data_direction dir, struct sg_table **out)
-{
-	struct sg_table *sgt = kmalloc(sizeof(*sgt), GFP_KERNEL);
-	struct scatterlist *sg;
-	unsigned int i;
-	int ret;
-
-	if (!sgt)
-		return -ENOMEM;
-	ret = sg_alloc_table(sgt, nchunks, GFP_KERNEL);
-	if (ret)
-		goto free;
-	for_each_sgtable_sg(sgt, sg, i)
-		sg_set_page(sg, chunks[i].page, PAGE_SIZE << chunks[i].order, 0);
-	ret = dma_map_sgtable(dev, sgt, dir, 0);
-	if (ret)
-		goto table;
-	*out = sgt;
-	return 0;
-table:
-	sg_free_table(sgt);
-free:
-	kfree(sgt);
-	return ret;
-}
-
-void gb_sgt_destroy(struct device *dev, struct sg_table *sgt, enum dma_data_direction dir)
-{
-	dma_unmap_sgtable(dev, sgt, dir, 0);
-	sg_free_table(sgt);
-	kfree(sgt);
-}
-
-void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
-		     unsigned long npages)
-{
-	struct page **pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL | __GFP_NOWARN);
-	unsigned long k = 0, j;
-	unsigned int i;
-	void *vaddr;
-
-	if (!pages)
-		return NULL;
-	for (i = 0; i < nchunks; i++)
-		for (j = 0; j < (1UL << chunks[i].order) && k < npages; j++)
-			pages[k++] = nth_page(chunks[i].page, j);
-	vaddr = vmap(pages, k, VM_MAP, PAGE_KERNEL);
-	kvfree(pages);
-	return vaddr;
-}
-
-void gb_vunmap(void *vaddr)
-{
-	vunmap(vaddr);
-}
-
 /* ---- eventfd ---- */
 
 int gb_eventfd_get(int fd, struct eventfd_ctx **out)
@@ -460,6 +283,13 @@ u32 gb_kuid_to_caller(u32 kuid)
 void gb_current_comm(char *buf, size_t len)
 {
 	__get_task_comm(buf, len, current->group_leader);
+}
+
+/* ---- time ---- */
+
+u64 gb_now_ms(void)
+{
+	return jiffies64_to_msecs(get_jiffies_64());
 }
 
 /* ---- background work ---- */

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Contract between the Rust side of greenboost.ko (kmod/greenboost.rs and its
- * submodules, which own all logic) and kmod/glue.c (ops tables, module parameters and
- * the static-inline/macro C APIs that Linux 6.12 has no Rust binding for).
+ * submodules, which own all logic) and the C glue: kmod/glue.c (ops tables, module
+ * parameters, work items, fd/eventfd/process wrappers) and kmod/glue_mm.c (wrappers
+ * of the page and mapping APIs), for what Linux 6.12 has no Rust binding for.
  *
- * Every prototype here has a mirror in kmod/glue_ffi.rs; keep the two in sync.
+ * Every gb_rs_* prototype has its definition in kmod/entry.rs, every other one its
+ * extern "C" declaration in kmod/glue_ffi.rs; scripts/check-kmod-glue.py checks that
+ * names, argument counts and types agree both ways.
  */
 #ifndef GREENBOOST_GLUE_H
 #define GREENBOOST_GLUE_H
@@ -37,7 +40,7 @@ struct gb_params {
 	u64 watchdog_ms;
 };
 
-/* ---- C -> Rust: implemented in Rust (#[no_mangle] extern "C") ---- */
+/* ---- C -> Rust: implemented in kmod/entry.rs (#[no_mangle] extern "C") ---- */
 int gb_rs_open(void **file_priv);
 void gb_rs_release(void *file_priv);
 long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
@@ -67,7 +70,27 @@ void gb_params_set_defaults(u64 pool_cap_mb, s64 reserve_mb);
 void gb_watchdog_kick(unsigned long delay_ms);
 void gb_refill_kick(void);
 void gb_works_cancel(void);
+u64 gb_now_ms(void);
 
+int gb_fd_reserve(void);
+void gb_fd_discard(int fd);
+int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
+void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
+void gb_dmabuf_put(struct dma_buf *dmabuf);
+
+int gb_eventfd_get(int fd, struct eventfd_ctx **out);
+void gb_eventfd_signal(struct eventfd_ctx *ctx);
+void gb_eventfd_put(struct eventfd_ctx *ctx);
+
+struct pid *gb_current_tgid_get(void);
+void gb_pid_put(struct pid *pid);
+int gb_pid_nr(struct pid *pid);
+int gb_current_tgid_vnr(void);
+u32 gb_current_kuid(void);
+u32 gb_kuid_to_caller(u32 kuid);
+void gb_current_comm(char *buf, size_t len);
+
+/* ---- Rust -> C: implemented in glue_mm.c ---- */
 struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
 			    bool cheap);
 void gb_chunk_free(struct page *page, unsigned int order);
@@ -78,13 +101,6 @@ bool gb_node_online(int nid);
 int gb_numa_node_id(void);
 u64 gb_mem_available(void);
 u64 gb_total_ram(void);
-u64 gb_now_ms(void);
-
-int gb_fd_reserve(void);
-void gb_fd_discard(int fd);
-int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
-void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
-void gb_dmabuf_put(struct dma_buf *dmabuf);
 
 void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long *pages,
 		 unsigned long *pgoff, bool *shared);
@@ -100,17 +116,5 @@ void gb_sgt_destroy(struct device *dev, struct sg_table *sgt,
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages);
 void gb_vunmap(void *vaddr);
-
-int gb_eventfd_get(int fd, struct eventfd_ctx **out);
-void gb_eventfd_signal(struct eventfd_ctx *ctx);
-void gb_eventfd_put(struct eventfd_ctx *ctx);
-
-struct pid *gb_current_tgid_get(void);
-void gb_pid_put(struct pid *pid);
-int gb_pid_nr(struct pid *pid);
-int gb_current_tgid_vnr(void);
-u32 gb_current_kuid(void);
-u32 gb_kuid_to_caller(u32 kuid);
-void gb_current_comm(char *buf, size_t len);
 
 #endif /* GREENBOOST_GLUE_H */

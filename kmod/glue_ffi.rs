@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Declarations of the C glue (`kmod/glue.c`), mirroring `kmod/glue.h`.
+//! Declarations of the C glue (`kmod/glue.c`, `kmod/glue_mm.c`), mirroring the
+//! Rust -> C half of `kmod/glue.h` (the C -> Rust half is `entry.rs`);
+//! `scripts/check-kmod-glue.py` checks that the two agree.
 //!
 //! The glue holds only ops tables, module parameters, work items and wrappers of
-//! static-inline C APIs; each function documents its contract in `glue.h`/`glue.c`.
+//! static-inline C APIs; what each function does is in `glue.c`/`glue_mm.c`, and every
+//! call site states in its `SAFETY:` comment why the call is sound.
 
 use kernel::bindings;
 use kernel::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
@@ -52,6 +55,7 @@ pub(crate) struct Params {
 // silence the same lint.
 #[allow(improper_ctypes)]
 extern "C" {
+    // glue.c
     pub(crate) fn gb_misc_register() -> c_int;
     pub(crate) fn gb_misc_deregister();
     pub(crate) fn gb_sysfs_create() -> c_int;
@@ -63,7 +67,27 @@ extern "C" {
     pub(crate) fn gb_watchdog_kick(delay_ms: c_ulong);
     pub(crate) fn gb_refill_kick();
     pub(crate) fn gb_works_cancel();
+    pub(crate) fn gb_now_ms() -> u64;
 
+    pub(crate) fn gb_fd_reserve() -> c_int;
+    pub(crate) fn gb_fd_discard(fd: c_int);
+    pub(crate) fn gb_dmabuf_export(buf: *mut c_void, size: usize, out: *mut *mut DmaBuf) -> c_int;
+    pub(crate) fn gb_dmabuf_install(fd: c_int, dmabuf: *mut DmaBuf);
+    pub(crate) fn gb_dmabuf_put(dmabuf: *mut DmaBuf);
+
+    pub(crate) fn gb_eventfd_get(fd: c_int, out: *mut *mut EventfdCtx) -> c_int;
+    pub(crate) fn gb_eventfd_signal(ctx: *mut EventfdCtx);
+    pub(crate) fn gb_eventfd_put(ctx: *mut EventfdCtx);
+
+    pub(crate) fn gb_current_tgid_get() -> *mut bindings::pid;
+    pub(crate) fn gb_pid_put(pid: *mut bindings::pid);
+    pub(crate) fn gb_pid_nr(pid: *mut bindings::pid) -> c_int;
+    pub(crate) fn gb_current_tgid_vnr() -> c_int;
+    pub(crate) fn gb_current_kuid() -> u32;
+    pub(crate) fn gb_kuid_to_caller(kuid: u32) -> u32;
+    pub(crate) fn gb_current_comm(buf: *mut c_char, len: usize);
+
+    // glue_mm.c
     pub(crate) fn gb_chunk_alloc(
         nid: c_int,
         order: c_uint,
@@ -79,13 +103,6 @@ extern "C" {
     pub(crate) fn gb_numa_node_id() -> c_int;
     pub(crate) fn gb_mem_available() -> u64;
     pub(crate) fn gb_total_ram() -> u64;
-    pub(crate) fn gb_now_ms() -> u64;
-
-    pub(crate) fn gb_fd_reserve() -> c_int;
-    pub(crate) fn gb_fd_discard(fd: c_int);
-    pub(crate) fn gb_dmabuf_export(buf: *mut c_void, size: usize, out: *mut *mut DmaBuf) -> c_int;
-    pub(crate) fn gb_dmabuf_install(fd: c_int, dmabuf: *mut DmaBuf);
-    pub(crate) fn gb_dmabuf_put(dmabuf: *mut DmaBuf);
 
     pub(crate) fn gb_vma_info(
         vma: *mut bindings::vm_area_struct,
@@ -115,19 +132,6 @@ extern "C" {
         sgt: *mut bindings::sg_table,
         dir: bindings::dma_data_direction,
     );
-    pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong)
-        -> *mut c_void;
+    pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong) -> *mut c_void;
     pub(crate) fn gb_vunmap(vaddr: *mut c_void);
-
-    pub(crate) fn gb_eventfd_get(fd: c_int, out: *mut *mut EventfdCtx) -> c_int;
-    pub(crate) fn gb_eventfd_signal(ctx: *mut EventfdCtx);
-    pub(crate) fn gb_eventfd_put(ctx: *mut EventfdCtx);
-
-    pub(crate) fn gb_current_tgid_get() -> *mut bindings::pid;
-    pub(crate) fn gb_pid_put(pid: *mut bindings::pid);
-    pub(crate) fn gb_pid_nr(pid: *mut bindings::pid) -> c_int;
-    pub(crate) fn gb_current_tgid_vnr() -> c_int;
-    pub(crate) fn gb_current_kuid() -> u32;
-    pub(crate) fn gb_kuid_to_caller(kuid: u32) -> u32;
-    pub(crate) fn gb_current_comm(buf: *mut c_char, len: usize);
 }

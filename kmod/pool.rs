@@ -13,15 +13,17 @@
 //! the `dirty` list and zeroes them itself, rather than failing until the worker is
 //! done.
 //!
-//! Lock: only `State::cache`, never held together with another of our locks, never held
-//! while zeroing.
+//! Lock: the cache lock ([`Pool::cache`]) only, never while zeroing (see "Lock order"
+//! in kmod/README.md).
 
 use core::sync::atomic::Ordering;
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
+use kernel::sync::Mutex;
 
-use crate::ffi::{self, Chunk};
-use crate::{abi, util, Limits, State};
+use crate::glue_ffi::{self as ffi, Chunk};
+use crate::shared::{Limits, Shared};
+use crate::{abi, util};
 
 /// Order of a full-size chunk: 2 MiB with 4 KiB pages.
 pub(crate) const CHUNK_ORDER: u32 = 9;
@@ -59,11 +61,17 @@ pub(crate) struct Cache {
 impl Cache {
     /// Empty lists.
     pub(crate) const fn new() -> Self {
-        Cache {
-            clean: KVec::new(),
-            dirty: KVec::new(),
-        }
+        Cache { clean: KVec::new(), dirty: KVec::new() }
     }
+}
+
+/// The pool as one operation sees it: the lock-free figures and the cache lists.
+#[derive(Clone, Copy)]
+pub(crate) struct Pool<'a> {
+    /// Counters, flags and limits.
+    pub(crate) shared: &'a Shared,
+    /// The cache lists, behind the cache lock.
+    pub(crate) cache: &'a Mutex<Cache>,
 }
 
 fn free_chunk(chunk: Chunk) {
@@ -78,9 +86,7 @@ fn fresh_chunk(order: u32, min_order: u32, placement: Placement) -> Option<Chunk
     let mut o = order;
     loop {
         // SAFETY: plain page allocation; the result is owned by the returned chunk.
-        let page = unsafe {
-            ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0)
-        };
+        let page = unsafe { ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0) };
         if !page.is_null() {
             return Some(Chunk { page, order: o, pad: 0 });
         }
@@ -107,227 +113,224 @@ pub(crate) fn dirty_claim(used: u64, size: u64, cached: u64, clean: u64, cap: u6
     (excess <= dirty_usable).then_some(excess)
 }
 
-/// Takes a 2 MiB chunk from the cache's `clean` list (or `dirty` list), on the wanted
-/// node if there is one. A dirty chunk is returned as it is: the caller must zero it.
-fn take_cached(state: &State, placement: Placement, dirty: bool) -> Option<Chunk> {
-    let mut cache = state.cache.lock();
-    let list = if dirty { &mut cache.dirty } else { &mut cache.clean };
-    let index = if placement.nid == ANY_NODE {
-        list.len().checked_sub(1)?
-    } else {
-        list.iter().rposition(|c| {
-            // SAFETY: the chunk's page is ours and valid (`Cache` invariant).
-            let nid = unsafe { ffi::gb_page_nid(c.page) };
-            nid == placement.nid
-        })?
-    };
-    let chunk = util::vec_swap_remove(list, index)?;
-    let bytes = order_bytes(chunk.order);
-    if !dirty {
-        state.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
-    }
-    state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
-    Some(chunk)
-}
-
-/// Takes a dirty 2 MiB chunk from the cache and zeroes it in the caller's path (outside
-/// the cache lock), for an ALLOC that fits the cap only with the dirty pages.
-fn take_dirty_and_zero(state: &State, placement: Placement) -> Option<Chunk> {
-    let chunk = take_cached(state, placement, true)?;
-    // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the exclusivity
-    // check in `recycle`), and it left the cache above, so nobody else touches it.
-    unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
-    Some(chunk)
-}
-
-/// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
-/// 2 MiB pages first, then up to `dirty_bytes` of dirty cached pages (zeroed here, see
-/// [`dirty_claim`]), then fresh ones, falling back to lower orders when fragmented.
-/// The caller has already reserved `size` against the caps.
-pub(crate) fn alloc_chunks(
-    state: &State,
-    size: u64,
-    placement: Placement,
-    mut dirty_bytes: u64,
-) -> Result<KVVec<Chunk>> {
-    let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
-    // A huge, fully fragmented request could ask for a list beyond what kvmalloc
-    // accepts: that is an ENOMEM for the caller, not a warning in the log.
-    let list_gfp = GFP_KERNEL | __GFP_NOWARN;
-    let mut chunks = KVVec::with_capacity(estimate, list_gfp)?;
-    let mut remaining = size;
-    // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
-    // rather than failing again at every chunk.
-    let mut max_order = CHUNK_ORDER;
-    while remaining > 0 {
-        let mut order = max_order;
-        while order > 0 && order_bytes(order) > remaining {
-            order -= 1;
-        }
-        let cached = if order != CHUNK_ORDER {
-            None
-        } else if let Some(chunk) = take_cached(state, placement, false) {
-            Some(chunk)
-        } else if dirty_bytes > 0 {
-            let chunk = take_dirty_and_zero(state, placement);
-            if let Some(c) = &chunk {
-                dirty_bytes = dirty_bytes.saturating_sub(order_bytes(c.order));
-            }
-            chunk
+impl Pool<'_> {
+    /// Takes a 2 MiB chunk from the cache's `clean` list (or `dirty` list), on the wanted
+    /// node if there is one. A dirty chunk is returned as it is: the caller must zero it.
+    fn take_cached(self, placement: Placement, dirty: bool) -> Option<Chunk> {
+        let mut cache = self.cache.lock();
+        let list = if dirty { &mut cache.dirty } else { &mut cache.clean };
+        let index = if placement.nid == ANY_NODE {
+            list.len().checked_sub(1)?
         } else {
-            None
+            list.iter().rposition(|c| {
+                // SAFETY: the chunk's page is ours and valid (`Cache` invariant).
+                let nid = unsafe { ffi::gb_page_nid(c.page) };
+                nid == placement.nid
+            })?
         };
-        let Some(chunk) = cached.or_else(|| fresh_chunk(order, 0, placement)) else {
-            recycle(state, &chunks, false);
-            return Err(ENOMEM);
-        };
-        max_order = max_order.min(chunk.order);
-        if chunks.push(chunk, list_gfp).is_err() {
-            free_chunk(chunk);
-            recycle(state, &chunks, false);
-            return Err(ENOMEM);
-        }
-        remaining = remaining.saturating_sub(order_bytes(chunk.order));
-    }
-    Ok(chunks)
-}
-
-/// Gives a buffer's chunks back: full-size ones that nobody else references go to the
-/// cache while it has room (to the dirty list if userspace may have written them),
-/// the rest to the kernel. A chunk still referenced elsewhere (a long-term pin that
-/// outlived the buffer) is never reused: the kernel frees it when the pin goes.
-pub(crate) fn recycle(state: &State, chunks: &[Chunk], exposed: bool) {
-    if chunks.is_empty() {
-        return;
-    }
-    let limits = state.limits();
-    let mut queued_dirty = false;
-    let mut cache = state.cache.lock();
-    for &chunk in chunks {
-        // SAFETY: the chunk is ours (`Chunk` invariant) and not mapped any more.
-        let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
-        if !exclusive {
-            state.counters.pinned_on_release.fetch_add(1, Ordering::Relaxed);
-            free_chunk(chunk);
-            continue;
-        }
+        let chunk = util::vec_swap_remove(list, index)?;
         let bytes = order_bytes(chunk.order);
-        let keep = chunk.order == CHUNK_ORDER
-            && !state.pressure.load(Ordering::Relaxed)
-            && !state.stopping.load(Ordering::Relaxed)
-            && state.counters.t2_cached.load(Ordering::Relaxed) + bytes <= cache_room(state, &limits);
-        let list = if exposed { &mut cache.dirty } else { &mut cache.clean };
-        if keep && list.push(chunk, GFP_KERNEL).is_ok() {
-            state.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
-            if exposed {
-                queued_dirty = true;
-            } else {
-                state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
-            }
-        } else {
-            free_chunk(chunk);
+        if !dirty {
+            self.shared.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
         }
+        self.shared.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
+        Some(chunk)
     }
-    drop(cache);
-    if queued_dirty {
-        kick_refill(state);
-    }
-}
 
-/// Queues the refill worker unless the module is unloading.
-pub(crate) fn kick_refill(state: &State) {
-    if !state.stopping.load(Ordering::Acquire) {
-        // SAFETY: queues the glue's work item, cancelled in `drop` after `stopping`.
-        unsafe { ffi::gb_refill_kick() };
-    }
-}
-
-/// How big the cache may be now: its target, within what the cap leaves beside the
-/// buffers, nothing under pressure.
-fn cache_room(state: &State, limits: &Limits) -> u64 {
-    if state.pressure.load(Ordering::Relaxed) {
-        return 0;
-    }
-    let used = state.counters.t2_used.load(Ordering::Relaxed);
-    limits.cache_target.min(limits.cap.saturating_sub(used))
-}
-
-/// Whether the cache should grow by one chunk now.
-fn may_grow(state: &State, limits: &Limits) -> bool {
-    let cached = state.counters.t2_cached.load(Ordering::Relaxed);
-    // SAFETY: plain read of a kernel counter.
-    let available = unsafe { ffi::gb_mem_available() };
-    !state.stopping.load(Ordering::Relaxed)
-        && cached + abi::GB_CHUNK_SIZE <= cache_room(state, limits)
-        && available >= limits.reserve.saturating_add(2 * abi::GB_CHUNK_SIZE)
-}
-
-/// The refill worker: zeroes returned pages, grows the cache to its target, trims it
-/// when the target shrank or memory is under pressure.
-pub(crate) fn refill(state: &State) {
-    // Zero returned pages outside the lock, one at a time.
-    loop {
-        let Some(chunk) = util::vec_pop(&mut state.cache.lock().dirty) else {
-            break;
-        };
-        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the
-        // exclusivity check in `recycle`).
+    /// Takes a dirty 2 MiB chunk from the cache and zeroes it in the caller's path (outside
+    /// the cache lock), for an ALLOC that fits the cap only with the dirty pages.
+    fn take_dirty_and_zero(self, placement: Placement) -> Option<Chunk> {
+        let chunk = self.take_cached(placement, true)?;
+        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the exclusivity
+        // check in `recycle`), and it left the cache above, so nobody else touches it.
         unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
-        let bytes = order_bytes(chunk.order);
-        let mut cache = state.cache.lock();
-        if !state.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, GFP_KERNEL).is_ok() {
-            state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
-        } else {
-            state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
-            drop(cache);
-            free_chunk(chunk);
+        Some(chunk)
+    }
+
+    /// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
+    /// 2 MiB pages first, then up to `dirty_bytes` of dirty cached pages (zeroed here, see
+    /// [`dirty_claim`]), then fresh ones, falling back to lower orders when fragmented.
+    /// The caller has already reserved `size` against the caps.
+    pub(crate) fn alloc_chunks(self, size: u64, placement: Placement, mut dirty_bytes: u64) -> Result<KVVec<Chunk>> {
+        let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
+        // A huge, fully fragmented request could ask for a list beyond what kvmalloc
+        // accepts: that is an ENOMEM for the caller, not a warning in the log.
+        let list_gfp = GFP_KERNEL | __GFP_NOWARN;
+        let mut chunks = KVVec::with_capacity(estimate, list_gfp)?;
+        let mut remaining = size;
+        // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
+        // rather than failing again at every chunk.
+        let mut max_order = CHUNK_ORDER;
+        while remaining > 0 {
+            let mut order = max_order;
+            while order > 0 && order_bytes(order) > remaining {
+                order -= 1;
+            }
+            let cached = if order != CHUNK_ORDER {
+                None
+            } else if let Some(chunk) = self.take_cached(placement, false) {
+                Some(chunk)
+            } else if dirty_bytes > 0 {
+                let chunk = self.take_dirty_and_zero(placement);
+                if let Some(c) = &chunk {
+                    dirty_bytes = dirty_bytes.saturating_sub(order_bytes(c.order));
+                }
+                chunk
+            } else {
+                None
+            };
+            let Some(chunk) = cached.or_else(|| fresh_chunk(order, 0, placement)) else {
+                self.recycle(&chunks, false);
+                return Err(ENOMEM);
+            };
+            max_order = max_order.min(chunk.order);
+            if chunks.push(chunk, list_gfp).is_err() {
+                free_chunk(chunk);
+                self.recycle(&chunks, false);
+                return Err(ENOMEM);
+            }
+            remaining = remaining.saturating_sub(order_bytes(chunk.order));
+        }
+        Ok(chunks)
+    }
+
+    /// Gives a buffer's chunks back: full-size ones that nobody else references go to the
+    /// cache while it has room (to the dirty list if userspace may have written them),
+    /// the rest to the kernel. A chunk still referenced elsewhere (a long-term pin that
+    /// outlived the buffer) is never reused: the kernel frees it when the pin goes.
+    pub(crate) fn recycle(self, chunks: &[Chunk], exposed: bool) {
+        if chunks.is_empty() {
+            return;
+        }
+        let limits = self.shared.limits();
+        let mut queued_dirty = false;
+        let mut cache = self.cache.lock();
+        for &chunk in chunks {
+            // SAFETY: the chunk is ours (`Chunk` invariant) and not mapped any more.
+            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
+            if !exclusive {
+                self.shared.counters.pinned_on_release.fetch_add(1, Ordering::Relaxed);
+                free_chunk(chunk);
+                continue;
+            }
+            let bytes = order_bytes(chunk.order);
+            let keep = chunk.order == CHUNK_ORDER
+                && !self.shared.pressure.load(Ordering::Relaxed)
+                && !self.shared.stopping.load(Ordering::Relaxed)
+                && self.shared.counters.t2_cached.load(Ordering::Relaxed) + bytes <= self.cache_room(&limits);
+            let list = if exposed { &mut cache.dirty } else { &mut cache.clean };
+            if keep && list.push(chunk, GFP_KERNEL).is_ok() {
+                self.shared.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
+                if exposed {
+                    queued_dirty = true;
+                } else {
+                    self.shared.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+                }
+            } else {
+                free_chunk(chunk);
+            }
+        }
+        drop(cache);
+        if queued_dirty {
+            self.kick_refill();
         }
     }
-    let limits = state.limits();
-    while may_grow(state, &limits) {
-        let placement = Placement { nid: ANY_NODE, strict: false };
-        let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement) else {
-            break;
+
+    /// Queues the refill worker unless the module is unloading.
+    pub(crate) fn kick_refill(self) {
+        if !self.shared.stopping.load(Ordering::Acquire) {
+            // SAFETY: queues the glue's work item, cancelled in `drop` after `stopping`.
+            unsafe { ffi::gb_refill_kick() };
+        }
+    }
+
+    /// How big the cache may be now: its target, within what the cap leaves beside the
+    /// buffers, nothing under pressure.
+    fn cache_room(self, limits: &Limits) -> u64 {
+        if self.shared.pressure.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let used = self.shared.counters.t2_used.load(Ordering::Relaxed);
+        limits.cache_target.min(limits.cap.saturating_sub(used))
+    }
+
+    /// Whether the cache should grow by one chunk now.
+    fn may_grow(self, limits: &Limits) -> bool {
+        let cached = self.shared.counters.t2_cached.load(Ordering::Relaxed);
+        // SAFETY: plain read of a kernel counter.
+        let available = unsafe { ffi::gb_mem_available() };
+        !self.shared.stopping.load(Ordering::Relaxed)
+            && cached + abi::GB_CHUNK_SIZE <= self.cache_room(limits)
+            && available >= limits.reserve.saturating_add(2 * abi::GB_CHUNK_SIZE)
+    }
+
+    /// The refill worker: zeroes returned pages, grows the cache to its target, trims it
+    /// when the target shrank or memory is under pressure.
+    pub(crate) fn refill(self) {
+        // Zero returned pages outside the lock, one at a time.
+        loop {
+            let Some(chunk) = util::vec_pop(&mut self.cache.lock().dirty) else {
+                break;
+            };
+            // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the
+            // exclusivity check in `recycle`).
+            unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
+            let bytes = order_bytes(chunk.order);
+            let mut cache = self.cache.lock();
+            if !self.shared.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, GFP_KERNEL).is_ok() {
+                self.shared.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+            } else {
+                self.shared.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
+                drop(cache);
+                free_chunk(chunk);
+            }
+        }
+        let limits = self.shared.limits();
+        while self.may_grow(&limits) {
+            let placement = Placement { nid: ANY_NODE, strict: false };
+            let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement) else {
+                break;
+            };
+            let bytes = order_bytes(chunk.order);
+            let mut cache = self.cache.lock();
+            if cache.clean.push(chunk, GFP_KERNEL).is_err() {
+                drop(cache);
+                free_chunk(chunk);
+                break;
+            }
+            self.shared.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
+            self.shared.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+        }
+        // Trim to the room left (the parameters may have been lowered).
+        while self.shared.counters.t2_cached.load(Ordering::Relaxed) > self.cache_room(&limits) {
+            if !self.trim_one() {
+                break;
+            }
+        }
+    }
+
+    /// Frees one cached chunk (clean first). Returns false when the cache is empty.
+    fn trim_one(self) -> bool {
+        let mut cache = self.cache.lock();
+        let (chunk, clean) = match util::vec_pop(&mut cache.clean) {
+            Some(c) => (c, true),
+            None => match util::vec_pop(&mut cache.dirty) {
+                Some(c) => (c, false),
+                None => return false,
+            },
         };
         let bytes = order_bytes(chunk.order);
-        let mut cache = state.cache.lock();
-        if cache.clean.push(chunk, GFP_KERNEL).is_err() {
-            drop(cache);
-            free_chunk(chunk);
-            break;
+        self.shared.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
+        if clean {
+            self.shared.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
         }
-        state.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
-        state.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
+        drop(cache);
+        free_chunk(chunk);
+        true
     }
-    // Trim to the room left (the parameters may have been lowered).
-    while state.counters.t2_cached.load(Ordering::Relaxed) > cache_room(state, &limits) {
-        if !trim_one(state) {
-            break;
-        }
-    }
-}
 
-/// Frees one cached chunk (clean first). Returns false when the cache is empty.
-fn trim_one(state: &State) -> bool {
-    let mut cache = state.cache.lock();
-    let (chunk, clean) = match util::vec_pop(&mut cache.clean) {
-        Some(c) => (c, true),
-        None => match util::vec_pop(&mut cache.dirty) {
-            Some(c) => (c, false),
-            None => return false,
-        },
-    };
-    let bytes = order_bytes(chunk.order);
-    state.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
-    if clean {
-        state.counters.t2_clean.fetch_sub(bytes, Ordering::Relaxed);
+    /// Gives every cached page back to the kernel (pressure, unload).
+    pub(crate) fn drain(self) {
+        while self.trim_one() {}
     }
-    drop(cache);
-    free_chunk(chunk);
-    true
-}
-
-/// Gives every cached page back to the kernel (pressure, unload).
-pub(crate) fn drain(state: &State) {
-    while trim_one(state) {}
 }

@@ -3,15 +3,20 @@
 //!
 //! An entry lives while its process has a `/dev/greenboost` file open or a buffer it
 //! allocated is alive (buffers outlive the file and even the process when their fd was
-//! passed on). Lock: only `State::procs`; `holders` changes only under it, so an entry
-//! leaves the registry exactly when its last holder goes.
+//! passed on). The registry keeps each entry in a [`Slot`] together with its holder
+//! counts; a slot exists only inside the registry's mutex, so the counts can only be
+//! read or changed with the lock held, and an entry leaves the registry exactly when
+//! its last holder goes.
+//!
+//! Lock: the registry lock ([`Registry`]) only (see "Lock order" in kmod/README.md).
 
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::Arc;
+use kernel::sync::{new_mutex, Arc, Mutex};
 
-use crate::{ffi, util, State};
+use crate::glue_ffi as ffi;
+use crate::util;
 
 /// `TASK_COMM_LEN`.
 const COMM_LEN: usize = 16;
@@ -30,8 +35,7 @@ pub(crate) enum Holder {
 /// # Invariants
 ///
 /// `pid` is a counted reference to the process's thread-group `struct pid`, put in
-/// `drop`. `holders` counts the files and buffers that hold the entry in the registry
-/// and is only changed under `State::procs`; `files` counts the files among them.
+/// `drop`. What holds the entry is counted in its registry [`Slot`].
 pub(crate) struct ProcEntry {
     pid: *mut bindings::pid,
     /// Thread-group id in the initial pid namespace, as sysfs and dmesg show it.
@@ -52,19 +56,21 @@ pub(crate) struct ProcEntry {
     pub(crate) t1_used: AtomicU64,
     /// Last reported VRAM budget.
     pub(crate) t1_budget: AtomicU64,
-    files: AtomicUsize,
-    holders: AtomicUsize,
 }
 
-// SAFETY: `pid` is a reference-counted kernel object usable from any thread; the rest
-// is atomics.
+// SAFETY: the only non-`Send` field is `pid`, a counted reference to a `struct pid`;
+// `struct pid` is reference counted with atomics and may be put (`put_pid`) from any
+// thread. All other fields are atomics or plain integers.
 unsafe impl Send for ProcEntry {}
-// SAFETY: as above; no method hands out the raw pointer for mutation.
+// SAFETY: shared access never mutates through `pid` (it is only compared, read with
+// `pid_nr` and put in `drop`, which has exclusive access); every other field is an
+// atomic or immutable after construction.
 unsafe impl Sync for ProcEntry {}
 
 impl Drop for ProcEntry {
     fn drop(&mut self) {
-        // SAFETY: the entry owns one reference to `pid` (type invariant).
+        // SAFETY: the entry owns one reference to `pid` (type invariant) and gives it up
+        // here, once; nothing uses `pid` after `drop`.
         unsafe { ffi::gb_pid_put(self.pid) };
     }
 }
@@ -81,7 +87,8 @@ impl ProcEntry {
 
     fn refresh_comm(&self) {
         let mut buf = [0u8; COMM_LEN];
-        // SAFETY: `buf` is writable for `COMM_LEN` bytes.
+        // SAFETY: `buf` is a local array, writable for the `COMM_LEN` bytes passed as
+        // the length; `__get_task_comm` writes at most that many.
         unsafe { ffi::gb_current_comm(buf.as_mut_ptr().cast(), COMM_LEN) };
         let (a, b) = buf.split_at(8);
         let word = |s: &[u8]| {
@@ -91,11 +98,6 @@ impl ProcEntry {
         };
         self.comm[0].store(word(a), Ordering::Relaxed);
         self.comm[1].store(word(b), Ordering::Relaxed);
-    }
-
-    /// Files of this process still open.
-    pub(crate) fn open_files(&self) -> usize {
-        self.files.load(Ordering::Relaxed)
     }
 }
 
@@ -112,23 +114,64 @@ impl core::fmt::Display for Comm {
     }
 }
 
-impl State {
+/// An entry in the registry with what holds it.
+///
+/// # Invariants
+///
+/// `holders` is the number of files and buffers holding `entry` (at least 1 while the
+/// slot is in the registry); `files` counts the files among them. Slots only exist
+/// inside [`Registry::slots`], so both counts are read and written under its lock.
+pub(crate) struct Slot {
+    entry: Arc<ProcEntry>,
+    holders: usize,
+    files: usize,
+}
+
+impl Slot {
+    /// The process's figures.
+    pub(crate) fn entry(&self) -> &ProcEntry {
+        &self.entry
+    }
+
+    /// Files of this process still open.
+    pub(crate) fn open_files(&self) -> usize {
+        self.files
+    }
+}
+
+/// The registry of per-process entries.
+#[pin_data]
+pub(crate) struct Registry {
+    /// One slot per process with an open file or a live buffer.
+    #[pin]
+    slots: Mutex<KVec<Slot>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Registry {
+            slots <- new_mutex!(KVec::new(), "greenboost::procs"),
+        })
+    }
+
     /// The calling process's entry, created if needed, held by one more `holder`.
-    pub(crate) fn proc_acquire(&self, holder: Holder) -> Result<Arc<ProcEntry>> {
-        // SAFETY: returns a new counted reference, owned below.
+    pub(crate) fn acquire(&self, holder: Holder) -> Result<Arc<ProcEntry>> {
+        // SAFETY: `gb_current_tgid_get` has no precondition; it returns a new counted
+        // reference to the caller's thread-group pid, which is put or owned below.
         let pid = unsafe { ffi::gb_current_tgid_get() };
-        let mut procs = self.procs.lock();
-        let found = procs.iter().find(|e| e.pid == pid).cloned();
-        let entry = match found {
-            Some(e) => {
-                // SAFETY: the extra reference taken above is not needed.
+        let mut slots = self.slots.lock();
+        let index = match slots.iter().position(|s| s.entry.pid == pid) {
+            Some(index) => {
+                // SAFETY: `pid` is the counted reference taken above, not needed since
+                // the existing entry holds its own; it is put once and not used again.
                 unsafe { ffi::gb_pid_put(pid) };
-                e
+                index
             }
             None => {
                 let entry = ProcEntry {
                     pid,
-                    // SAFETY: `pid` is a valid counted reference.
+                    // SAFETY: `pid` is a valid counted reference (taken above).
                     pid_nr: unsafe { ffi::gb_pid_nr(pid) },
                     kuid: AtomicU32::new(0),
                     comm: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -137,78 +180,92 @@ impl State {
                     buffers: AtomicU64::new(0),
                     t1_used: AtomicU64::new(0),
                     t1_budget: AtomicU64::new(0),
-                    files: AtomicUsize::new(0),
-                    holders: AtomicUsize::new(0),
                 };
                 // On failure `entry` is dropped, which puts `pid`.
                 let entry = Arc::new(entry, GFP_KERNEL)?;
-                procs.push(entry.clone(), GFP_KERNEL)?;
-                entry
+                slots.push(Slot { entry, holders: 0, files: 0 }, GFP_KERNEL)?;
+                slots.len() - 1
             }
         };
-        entry.holders.fetch_add(1, Ordering::Relaxed);
+        // `index` is in range: found above or just pushed.
+        let slot = slots.get_mut(index).ok_or(EINVAL)?;
+        slot.holders = slot.holders.wrapping_add(1);
         if holder == Holder::File {
-            entry.files.fetch_add(1, Ordering::Relaxed);
+            slot.files = slot.files.wrapping_add(1);
         }
-        // SAFETY: reads the caller's credentials.
+        let entry = slot.entry.clone();
+        // SAFETY: `gb_current_kuid` only reads the caller's credentials; no precondition.
         entry.kuid.store(unsafe { ffi::gb_current_kuid() }, Ordering::Relaxed);
-        drop(procs);
+        drop(slots);
         entry.refresh_comm();
         Ok(entry)
     }
 
     /// Drops one `holder` of `entry`; the entry leaves the registry with its last.
-    pub(crate) fn proc_release(&self, entry: Arc<ProcEntry>, holder: Holder) {
-        let mut procs = self.procs.lock();
-        if holder == Holder::File && entry.files.fetch_sub(1, Ordering::Relaxed) == 1 {
-            // A T1 figure belongs to the reporting process's open files.
-            entry.t1_used.store(0, Ordering::Relaxed);
-            entry.t1_budget.store(0, Ordering::Relaxed);
-        }
-        if entry.holders.fetch_sub(1, Ordering::Relaxed) == 1 {
-            if let Some(index) = procs.iter().position(|e| Arc::ptr_eq(e, &entry)) {
-                // Dropped after the lock, with `entry`.
-                let removed = util::vec_swap_remove(&mut procs, index);
-                drop(procs);
-                drop(removed);
+    pub(crate) fn release(&self, entry: Arc<ProcEntry>, holder: Holder) {
+        let mut slots = self.slots.lock();
+        let Some(index) = slots.iter().position(|s| Arc::ptr_eq(&s.entry, &entry)) else {
+            return;
+        };
+        let Some(slot) = slots.get_mut(index) else {
+            return;
+        };
+        if holder == Holder::File {
+            let files = slot.files;
+            slot.files = files.wrapping_sub(1);
+            if files == 1 {
+                // A T1 figure belongs to the reporting process's open files.
+                entry.t1_used.store(0, Ordering::Relaxed);
+                entry.t1_budget.store(0, Ordering::Relaxed);
             }
+        }
+        let holders = slot.holders;
+        slot.holders = holders.wrapping_sub(1);
+        if holders == 1 {
+            // Dropped after the lock, with `entry`.
+            let removed = util::vec_swap_remove(&mut slots, index);
+            drop(slots);
+            drop(removed);
         }
     }
 
     /// The calling process's entry, if it has one.
-    pub(crate) fn proc_find_current(&self) -> Option<Arc<ProcEntry>> {
-        // SAFETY: returns a new counted reference, put below.
+    pub(crate) fn find_current(&self) -> Option<Arc<ProcEntry>> {
+        // SAFETY: `gb_current_tgid_get` has no precondition; it returns a new counted
+        // reference, put below.
         let pid = unsafe { ffi::gb_current_tgid_get() };
-        let found = self.procs.lock().iter().find(|e| e.pid == pid).cloned();
-        // SAFETY: the reference taken above.
+        let found = self.slots.lock().iter().find(|s| s.entry.pid == pid).map(|s| s.entry.clone());
+        // SAFETY: `pid` is the counted reference taken above, put once and not used again.
         unsafe { ffi::gb_pid_put(pid) };
         found
     }
 
     /// Reserves `size` T2 bytes for `entry`, enforcing the per-user cap (0: none).
-    pub(crate) fn proc_reserve(&self, entry: &ProcEntry, size: u64, uid_cap: u64) -> Result {
-        let procs = self.procs.lock();
+    pub(crate) fn reserve(&self, entry: &ProcEntry, size: u64, uid_cap: u64) -> Result {
+        let slots = self.slots.lock();
         if uid_cap != 0 {
             let kuid = entry.kuid.load(Ordering::Relaxed);
-            let user_total = procs
+            let user_total = slots
                 .iter()
-                .filter(|e| e.kuid.load(Ordering::Relaxed) == kuid)
-                .fold(0u64, |sum, e| sum.saturating_add(e.t2_used.load(Ordering::Relaxed)));
+                .filter(|s| s.entry.kuid.load(Ordering::Relaxed) == kuid)
+                .fold(0u64, |sum, s| sum.saturating_add(s.entry.t2_used.load(Ordering::Relaxed)));
             if user_total.saturating_add(size) > uid_cap {
                 return Err(ENOMEM);
             }
         }
         let now = entry.t2_used.fetch_add(size, Ordering::Relaxed).saturating_add(size);
-        drop(procs);
+        drop(slots);
         util::raise_peak(&entry.t2_peak, now);
         Ok(())
     }
 
     /// Sum of the T1 figures reported by all processes.
     pub(crate) fn t1_total(&self) -> u64 {
-        self.procs
-            .lock()
-            .iter()
-            .fold(0u64, |sum, e| sum.saturating_add(e.t1_used.load(Ordering::Relaxed)))
+        self.slots.lock().iter().fold(0u64, |sum, s| sum.saturating_add(s.entry.t1_used.load(Ordering::Relaxed)))
+    }
+
+    /// Runs `f` on the slots, under the registry lock (for listings).
+    pub(crate) fn with_slots<R>(&self, f: impl FnOnce(&[Slot]) -> R) -> R {
+        f(&self.slots.lock())
     }
 }

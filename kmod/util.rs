@@ -6,13 +6,14 @@ use core::fmt;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::alloc::{Allocator, Vec};
 
-use crate::ffi;
+use crate::glue_ffi as ffi;
 
 /// Removes and returns the last element.
 pub(crate) fn vec_pop<T, A: Allocator>(v: &mut Vec<T, A>) -> Option<T> {
     let last = v.len().checked_sub(1)?;
-    // SAFETY: `last < len`, so the element is initialised. The length is shortened
-    // first, so ownership of the element moves to the caller and is never dropped twice.
+    // SAFETY: `last < len`, so the element at `last` is initialised and inside the
+    // allocation. The length is shortened first, so ownership of the element moves to
+    // the caller and the vector never drops it a second time.
     unsafe {
         v.set_len(last);
         Some(core::ptr::read(v.as_ptr().add(last)))
@@ -82,28 +83,39 @@ pub(crate) struct RateLimit {
 impl RateLimit {
     /// A limiter of `burst` events per `interval_ms`.
     pub(crate) const fn new(interval_ms: u64, burst: u32) -> Self {
-        RateLimit {
-            interval_ms,
-            burst,
-            window_start: AtomicU64::new(0),
-            count: AtomicU32::new(0),
-        }
+        RateLimit { interval_ms, burst, window_start: AtomicU64::new(0), count: AtomicU32::new(0) }
     }
 
     /// Whether one more event may happen now.
     pub(crate) fn allow(&self) -> bool {
-        // SAFETY: plain read of jiffies.
+        // SAFETY: `gb_now_ms` only reads the jiffies counter; it takes no pointer and has
+        // no precondition.
         let now = unsafe { ffi::gb_now_ms() };
         let start = self.window_start.load(Ordering::Relaxed);
         if now.wrapping_sub(start) >= self.interval_ms
-            && self
-                .window_start
-                .compare_exchange(start, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+            && self.window_start.compare_exchange(start, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
             self.count.store(0, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed) < self.burst
+    }
+}
+
+/// A byte count shown with a binary unit (B, KiB, MiB, GiB with one decimal).
+pub(crate) struct Size(pub(crate) u64);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        if b >= 1 << 30 {
+            write!(f, "{}.{} GiB", b >> 30, ((b & ((1 << 30) - 1)) * 10) >> 30)
+        } else if b >= 1 << 20 {
+            write!(f, "{} MiB", b >> 20)
+        } else if b >= 1 << 10 {
+            write!(f, "{} KiB", b >> 10)
+        } else {
+            write!(f, "{} B", b)
+        }
     }
 }
 

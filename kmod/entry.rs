@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Every C -> Rust entry point (`gb_rs_*`, declared in `glue.h`, called by the ops
+//! tables and work items of `glue.c`).
+//!
+//! Each one turns the pointers C hands over back into Rust references, states in its
+//! `# Safety` section what the C caller guarantees, and calls into the module. This is
+//! the only file that trusts pointers coming from C and the only one with
+//! `#[no_mangle]` functions. It takes no lock itself (see "Lock order" in
+//! kmod/README.md).
+
+use kernel::bindings;
+use kernel::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use kernel::prelude::*;
+
+use crate::buffer::Buffer;
+use crate::device::{self, DeviceFile};
+use crate::glue_ffi as ffi;
+use crate::state::state;
+use crate::stats;
+
+/// `open` of `/dev/greenboost`: stores a new [`DeviceFile`] in `*file_priv`.
+///
+/// # Safety
+///
+/// `file_priv` is `&file->private_data` of the file being opened, writable and not yet
+/// holding a [`DeviceFile`]; the module state is published (the device is registered
+/// only while it is).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_open(file_priv: *mut *mut c_void) -> c_int {
+    match device::open(state()) {
+        Ok(file) => {
+            // SAFETY: `file_priv` is valid for writes (the function's contract). The
+            // `KBox` is turned back by `gb_rs_release`.
+            unsafe { *file_priv = KBox::into_raw(file).cast() };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `release` of a `/dev/greenboost` file: the last reference to it is gone.
+///
+/// # Safety
+///
+/// `file_priv` is the `private_data` that a successful [`gb_rs_open`] stored, and this
+/// is the file's one release: no other entry point runs on it any more.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_release(file_priv: *mut c_void) {
+    // SAFETY: `file_priv` came from `KBox::into_raw` of a `DeviceFile` in `gb_rs_open`
+    // and is turned back once, here, after its last use (the function's contract).
+    drop(unsafe { KBox::from_raw(file_priv.cast::<DeviceFile>()) });
+}
+
+/// `unlocked_ioctl` (and `compat_ioctl`: the ABI has one layout).
+///
+/// # Safety
+///
+/// `file_priv` is the `private_data` that a successful [`gb_rs_open`] stored, of a file
+/// that stays open during the call; `arg` is the caller's untrusted argument (only
+/// ever used as a user pointer through `UserSlice`).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_ioctl(file_priv: *mut c_void, cmd: c_uint, arg: c_ulong) -> c_long {
+    // SAFETY: `file_priv` points to the open file's `DeviceFile` (the function's
+    // contract), which `gb_rs_release` frees only after the last ioctl has returned.
+    let file = unsafe { &*file_priv.cast::<DeviceFile>() };
+    match device::ioctl(state(), file, cmd, arg as usize) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno() as c_long,
+    }
+}
+
+/// Turns a dma-buf's `priv` back into its [`Buffer`].
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our dma-bufs that has not been released yet, and the
+/// returned reference is not used after its release.
+unsafe fn buffer<'a>(buf: *mut c_void) -> &'a Buffer {
+    // SAFETY: `buf` was made by `buffer::export` from a `KBox<Buffer>` and stays valid
+    // until the dma-buf's release (the function's contract).
+    unsafe { &*buf.cast::<Buffer>() }
+}
+
+/// dma-buf `release`: the last reference to the dma-buf is gone.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our dma-bufs, and this is its release callback, which
+/// the dma-buf core calls once, after every other callback on it.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_release(buf: *mut c_void) {
+    // SAFETY: `buf` came from `KBox::into_raw` in `buffer::export`; it is turned back
+    // once, here, after its last use (the function's contract).
+    drop(unsafe { KBox::from_raw(buf.cast::<Buffer>()) });
+}
+
+/// dma-buf `mmap`.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs and `vma` the VMA being set up by
+/// an mmap of it, with the mmap lock held for writing (the dma-buf core's `mmap`).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_mmap(buf: *mut c_void, vma: *mut bindings::vm_area_struct) -> c_int {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    // SAFETY: `vma` is the VMA of this mmap with its mmap lock held for writing (the
+    // function's contract), as `Buffer::mmap` requires.
+    match unsafe { b.mmap(vma) } {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// dma-buf `map_dma_buf`: an sg table with one entry per chunk, DMA-mapped for `dev`.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs; `dev` is the device of an
+/// attachment to it and `out` a writable slot for the table, as the dma-buf core's
+/// `map_dma_buf` provides them.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_map(
+    buf: *mut c_void,
+    dev: *mut bindings::device,
+    dir: bindings::dma_data_direction,
+    out: *mut *mut bindings::sg_table,
+) -> c_int {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    // SAFETY: `dev` and `out` come from the dma-buf core's `map_dma_buf` for an
+    // attachment to this buffer (the function's contract), as `Buffer::map` requires.
+    unsafe { b.map(dev, dir, out) }
+}
+
+/// dma-buf `unmap_dma_buf`.
+///
+/// # Safety
+///
+/// `sgt` was returned by [`gb_rs_buffer_map`] for the same `dev` and `dir` and is not
+/// used afterwards (the dma-buf core's `unmap_dma_buf`).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_unmap(
+    _buf: *mut c_void,
+    dev: *mut bindings::device,
+    sgt: *mut bindings::sg_table,
+    dir: bindings::dma_data_direction,
+) {
+    // SAFETY: `sgt` was made by `gb_sgt_create` (through `gb_rs_buffer_map`) for this
+    // `dev` and `dir`, and is unmapped and freed once, here (the function's contract).
+    unsafe { ffi::gb_sgt_destroy(dev, sgt, dir) };
+}
+
+/// dma-buf `vmap` (the core counts nested vmaps and calls this once).
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_vmap(buf: *mut c_void) -> *mut c_void {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    b.vmap()
+}
+
+/// dma-buf `vunmap`.
+///
+/// # Safety
+///
+/// `vaddr` was returned by [`gb_rs_buffer_vmap`] and is not used afterwards (the
+/// dma-buf core's `vunmap`, once per successful `vmap`).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(_buf: *mut c_void, vaddr: *mut c_void) {
+    // SAFETY: `vaddr` is a live mapping made by `gb_vmap_chunks` (through
+    // `gb_rs_buffer_vmap`), unmapped once, here (the function's contract).
+    unsafe { ffi::gb_vunmap(vaddr) };
+}
+
+/// dma-buf `begin_cpu_access`/`end_cpu_access`.
+///
+/// The pages are ordinary cached RAM, mapped cached everywhere (user mappings and
+/// vmap); on the cache-coherent architectures this module supports (x86_64, arm64
+/// servers with coherent PCIe) there is nothing to flush or invalidate.
+///
+/// # Safety
+///
+/// No requirement: the arguments are not used. It is `unsafe` only as every entry
+/// point from C is.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_cpu_access(
+    _buf: *mut c_void,
+    _dir: bindings::dma_data_direction,
+    _begin: bool,
+) -> c_int {
+    0
+}
+
+/// The watchdog work item.
+///
+/// # Safety
+///
+/// Called only by the glue's delayed work item, which runs only while the module state
+/// is published (`drop` cancels it before unpublishing).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_watchdog() {
+    let state = state();
+    state.watchdog.run(state.pool());
+}
+
+/// The refill work item.
+///
+/// # Safety
+///
+/// Called only by the glue's work item, which runs only while the module state is
+/// published (`drop` cancels it before unpublishing).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_refill() {
+    state().pool().refill();
+}
+
+/// sysfs `stats` show: fills `buf` (`len` bytes) and returns the bytes written.
+///
+/// # Safety
+///
+/// `buf` is writable for `len` bytes and not otherwise accessed during the call (the
+/// page sysfs hands to `show`); the sysfs files exist only while the module state is
+/// published.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_stats_show(buf: *mut c_char, len: usize) -> usize {
+    // SAFETY: `buf` is valid for writes of `len` bytes and ours alone during the call
+    // (the function's contract); `u8` and `c_char` have the same layout.
+    let page = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
+    stats::show(state(), page)
+}
+
+/// sysfs `report` store: logs the stats to dmesg (rate-limited: 10 per 5 s).
+///
+/// # Safety
+///
+/// Called only by the sysfs `report` store, which exists only while the module state
+/// is published.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_report() {
+    stats::report(state());
+}

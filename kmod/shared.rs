@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What every layer reads without a lock: the module-wide counters, the `stopping` and
+//! `pressure` flags, and the module parameters turned into current [`Limits`].
+//!
+//! Takes no lock (see "Lock order" in kmod/README.md).
+
+use core::sync::atomic::{AtomicBool, AtomicU64};
+
+use crate::abi;
+use crate::glue_ffi as ffi;
+
+/// One MiB, the unit of the module parameters.
+pub(crate) const MIB: u64 = 1 << 20;
+
+/// Module-wide counters, all lock-free.
+#[derive(Default)]
+pub(crate) struct Counters {
+    /// T2 bytes held by live buffers (reserved before the pages are allocated).
+    pub(crate) t2_used: AtomicU64,
+    /// Highest `t2_used`.
+    pub(crate) t2_peak: AtomicU64,
+    /// Bytes held by the cache, zeroed or waiting to be zeroed.
+    pub(crate) t2_cached: AtomicU64,
+    /// Of `t2_cached`, the bytes already zeroed.
+    pub(crate) t2_clean: AtomicU64,
+    /// Live buffers.
+    pub(crate) buffers: AtomicU64,
+    /// Successful ALLOCs since load.
+    pub(crate) allocs: AtomicU64,
+    /// ALLOCs refused with ENOMEM since load.
+    pub(crate) alloc_failures: AtomicU64,
+    /// Buffer pages that were still referenced elsewhere (a long-term pin outliving the
+    /// buffer) when the buffer died: dropped to the kernel instead of being reused.
+    pub(crate) pinned_on_release: AtomicU64,
+    /// MemAvailable in bytes at the last watchdog tick.
+    pub(crate) free_ram: AtomicU64,
+}
+
+/// Current module parameters, with the load-time defaults applied.
+#[derive(Clone, Copy)]
+pub(crate) struct Limits {
+    /// Most T2 bytes in buffers plus cache.
+    pub(crate) cap: u64,
+    /// Available RAM below which ALLOC is refused.
+    pub(crate) reserve: u64,
+    /// Most T2 bytes per user, 0: none.
+    pub(crate) uid_cap: u64,
+    /// Cache target in bytes, a multiple of the chunk size, at most `cap`.
+    pub(crate) cache_target: u64,
+    /// Watchdog period.
+    pub(crate) watchdog_ms: u64,
+}
+
+/// The lock-free part of the module state.
+pub(crate) struct Shared {
+    /// Set when the module starts unloading: work items stop rescheduling.
+    pub(crate) stopping: AtomicBool,
+    /// 1 while available RAM is below the reserve.
+    pub(crate) pressure: AtomicBool,
+    /// `pool_cap_mb` resolved at load, used when the parameter is later set to 0.
+    pub(crate) auto_cap: u64,
+    /// `reserve_mb` resolved at load, used when the parameter is later set below 0.
+    pub(crate) auto_reserve: u64,
+    /// Lock-free counters.
+    pub(crate) counters: Counters,
+}
+
+/// A snapshot of the module parameters.
+fn read_params() -> ffi::Params {
+    let mut p = ffi::Params::default();
+    // SAFETY: `p` is a valid, writable `struct gb_params` (same layout, `#[repr(C)]`)
+    // that lives across the call; the glue only stores into its fields.
+    unsafe { ffi::gb_params_read(&mut p) };
+    p
+}
+
+impl Shared {
+    /// Resolves the load-time defaults (half of RAM for the cap, RAM/32 clamped to
+    /// 64..1024 MiB for the reserve), writes them into the parameters left at their
+    /// "automatic" values, and returns the state with the total RAM in bytes.
+    pub(crate) fn at_load() -> (Self, u64) {
+        // SAFETY: `gb_total_ram` only reads a kernel counter; no precondition.
+        let total = unsafe { ffi::gb_total_ram() };
+        let auto_cap = (total / 2) / MIB * MIB;
+        let auto_reserve = (total / 32).clamp(64 * MIB, 1024 * MIB);
+        let p = read_params();
+        let cap_mb = if p.pool_cap_mb == 0 { auto_cap / MIB } else { p.pool_cap_mb };
+        let reserve_mb = if p.reserve_mb < 0 { (auto_reserve / MIB) as i64 } else { p.reserve_mb };
+        // SAFETY: plain `WRITE_ONCE` stores into two module parameters; they are plain
+        // integers, so a concurrent write by root through sysfs races harmlessly.
+        unsafe { ffi::gb_params_set_defaults(cap_mb, reserve_mb) };
+        let shared = Shared {
+            stopping: AtomicBool::new(false),
+            pressure: AtomicBool::new(false),
+            auto_cap,
+            auto_reserve,
+            counters: Counters::default(),
+        };
+        (shared, total)
+    }
+
+    /// Reads the module parameters now (root may change them at any time).
+    pub(crate) fn limits(&self) -> Limits {
+        let p = read_params();
+        let cap = if p.pool_cap_mb == 0 { self.auto_cap } else { p.pool_cap_mb.saturating_mul(MIB) };
+        let reserve = match u64::try_from(p.reserve_mb) {
+            Ok(mb) => mb.saturating_mul(MIB),
+            Err(_) => self.auto_reserve,
+        };
+        let cache = p.cache_mb.saturating_mul(MIB).min(cap);
+        Limits {
+            cap,
+            reserve,
+            uid_cap: p.uid_cap_mb.saturating_mul(MIB),
+            cache_target: cache - cache % abi::GB_CHUNK_SIZE,
+            watchdog_ms: p.watchdog_ms.clamp(100, 60_000),
+        }
+    }
+}
