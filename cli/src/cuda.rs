@@ -81,12 +81,11 @@ pub struct Device {
 impl Cuda {
     /// Loads the driver library (`GREENBOOST_CUDA_LIBRARY` overrides the name, for tests).
     pub fn load() -> Result<Cuda, String> {
-        let name =
-            std::env::var_os("GREENBOOST_CUDA_LIBRARY").unwrap_or_else(|| "libcuda.so.1".into());
+        let name = std::env::var_os("GREENBOOST_CUDA_LIBRARY").unwrap_or_else(|| "libcuda.so.1".into());
         // SAFETY: loading the CUDA driver library runs its initialisers, as any CUDA
         // program does.
-        let library = unsafe { Library::new(&name) }
-            .map_err(|e| format!("{} cannot be loaded ({e})", name.to_string_lossy()))?;
+        let library =
+            unsafe { Library::new(&name) }.map_err(|e| format!("{} cannot be loaded ({e})", name.to_string_lossy()))?;
         Cuda::resolve(library)
     }
 
@@ -96,20 +95,14 @@ impl Cuda {
         }
         let mut name: *const c_char = std::ptr::null();
         // SAFETY: cuGetErrorName writes a pointer to a static string or leaves it null.
-        let known =
-            unsafe { (self.cuGetErrorName)(code, &mut name) } == CUDA_SUCCESS && !name.is_null();
+        let known = unsafe { (self.cuGetErrorName)(code, &mut name) } == CUDA_SUCCESS && !name.is_null();
         let name = if known {
             // SAFETY: the driver returned a NUL-terminated static string.
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
+            unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
         } else {
             format!("CUDA error {code}")
         };
-        Err(CudaError {
-            code,
-            message: format!("{what} failed: {name}"),
-        })
+        Err(CudaError { code, message: format!("{what} failed: {name}") })
     }
 
     /// `cuInit` and the first device, as the driver describes it.
@@ -121,30 +114,17 @@ impl Cuda {
             let mut count = 0;
             self.check((self.cuDeviceGetCount)(&mut count), "cuDeviceGetCount")?;
             if count == 0 {
-                return Err(CudaError {
-                    code: 100,
-                    message: "the driver sees no CUDA device".into(),
-                });
+                return Err(CudaError { code: 100, message: "the driver sees no CUDA device".into() });
             }
             let mut ordinal = 0;
             self.check((self.cuDeviceGet)(&mut ordinal, 0), "cuDeviceGet")?;
             let mut name = [0 as c_char; 128];
-            self.check(
-                (self.cuDeviceGetName)(name.as_mut_ptr(), name.len() as c_int, ordinal),
-                "cuDeviceGetName",
-            )?;
+            self.check((self.cuDeviceGetName)(name.as_mut_ptr(), name.len() as c_int, ordinal), "cuDeviceGetName")?;
             let mut total = 0usize;
-            self.check(
-                (self.cuDeviceTotalMem_v2)(&mut total, ordinal),
-                "cuDeviceTotalMem_v2",
-            )?;
+            self.check((self.cuDeviceTotalMem_v2)(&mut total, ordinal), "cuDeviceTotalMem_v2")?;
             let mut multiprocessors = 0;
             self.check(
-                (self.cuDeviceGetAttribute)(
-                    &mut multiprocessors,
-                    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                    ordinal,
-                ),
+                (self.cuDeviceGetAttribute)(&mut multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal),
                 "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
             )?;
             Ok(Device {
@@ -162,20 +142,13 @@ impl Cuda {
         // SAFETY: `context` is a valid out-pointer; the retained context stays alive
         // for the process (the demo never releases it).
         unsafe {
-            self.check(
-                (self.cuDevicePrimaryCtxRetain)(&mut context, device.ordinal),
-                "cuDevicePrimaryCtxRetain",
-            )?;
+            self.check((self.cuDevicePrimaryCtxRetain)(&mut context, device.ordinal), "cuDevicePrimaryCtxRetain")?;
             self.check((self.cuCtxSetCurrent)(context), "cuCtxSetCurrent")
         }
     }
 
     /// Loads PTX text and returns the named kernels.
-    pub fn load_kernels<const N: usize>(
-        &self,
-        ptx: &CStr,
-        names: [&CStr; N],
-    ) -> Result<[Handle; N], CudaError> {
+    pub fn load_kernels<const N: usize>(&self, ptx: &CStr, names: [&CStr; N]) -> Result<[Handle; N], CudaError> {
         let mut module: Handle = std::ptr::null_mut();
         // SAFETY: `ptx` is NUL-terminated PTX text; out-pointers are valid.
         unsafe {
@@ -185,10 +158,7 @@ impl Cuda {
             )?;
             let mut functions = [std::ptr::null_mut(); N];
             for (function, name) in functions.iter_mut().zip(names) {
-                self.check(
-                    (self.cuModuleGetFunction)(function, module, name.as_ptr()),
-                    "cuModuleGetFunction",
-                )?;
+                self.check((self.cuModuleGetFunction)(function, module, name.as_ptr()), "cuModuleGetFunction")?;
             }
             Ok(functions)
         }
@@ -197,10 +167,7 @@ impl Cuda {
     pub fn alloc(&self, size: u64) -> Result<DevicePtr, CudaError> {
         let mut pointer: DevicePtr = 0;
         // SAFETY: `pointer` is a valid out-pointer.
-        self.check(
-            unsafe { (self.cuMemAlloc_v2)(&mut pointer, size as usize) },
-            "cuMemAlloc_v2",
-        )?;
+        self.check(unsafe { (self.cuMemAlloc_v2)(&mut pointer, size as usize) }, "cuMemAlloc_v2")?;
         Ok(pointer)
     }
 
@@ -211,19 +178,14 @@ impl Cuda {
 
     pub fn memset(&self, pointer: DevicePtr, value: u8, size: u64) -> Result<(), CudaError> {
         // SAFETY: `pointer..pointer+size` lies inside one allocation of ours.
-        self.check(
-            unsafe { (self.cuMemsetD8_v2)(pointer, value, size as usize) },
-            "cuMemsetD8_v2",
-        )
+        self.check(unsafe { (self.cuMemsetD8_v2)(pointer, value, size as usize) }, "cuMemsetD8_v2")
     }
 
     pub fn copy_to_host(&self, destination: &mut [u8], source: DevicePtr) -> Result<(), CudaError> {
         // SAFETY: `destination` is writable for its length; `source` lies inside one
         // allocation of ours with at least that many bytes.
         self.check(
-            unsafe {
-                (self.cuMemcpyDtoH_v2)(destination.as_mut_ptr().cast(), source, destination.len())
-            },
+            unsafe { (self.cuMemcpyDtoH_v2)(destination.as_mut_ptr().cast(), source, destination.len()) },
             "cuMemcpyDtoH_v2",
         )
     }
@@ -232,10 +194,7 @@ impl Cuda {
     pub fn memory_info(&self) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        self.check(
-            unsafe { (self.cuMemGetInfo_v2)(&mut free, &mut total) },
-            "cuMemGetInfo_v2",
-        )?;
+        self.check(unsafe { (self.cuMemGetInfo_v2)(&mut free, &mut total) }, "cuMemGetInfo_v2")?;
         Ok((free as u64, total as u64))
     }
 
@@ -283,10 +242,7 @@ impl Cuda {
                 ),
                 "cuLaunchKernel",
             )?;
-            self.check(
-                (self.cuCtxSynchronize)(),
-                "cuCtxSynchronize (kernel execution)",
-            )
+            self.check((self.cuCtxSynchronize)(), "cuCtxSynchronize (kernel execution)")
         }
     }
 }

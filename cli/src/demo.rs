@@ -14,9 +14,7 @@ use std::time::Instant;
 use clap::Args;
 use greenboost_policy::{Id, PerDevice};
 
-use crate::cuda::{
-    Cuda, DevicePtr, CUDA_ERROR_OUT_OF_MEMORY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST,
-};
+use crate::cuda::{Cuda, DevicePtr, CUDA_ERROR_OUT_OF_MEMORY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST};
 use crate::device::Device as GbDevice;
 use crate::paths::SystemPaths;
 use crate::policy::{Policy, Value};
@@ -133,19 +131,13 @@ fn pattern(index: u64, seed: u32) -> u32 {
 }
 
 fn seed_of(buffer: usize) -> u32 {
-    (buffer as u32)
-        .wrapping_mul(0x0100_0193)
-        .wrapping_add(0x5EED)
+    (buffer as u32).wrapping_mul(0x0100_0193).wrapping_add(0x5EED)
 }
 
 fn mem_available() -> Option<u64> {
     let meminfo = std::fs::read_to_string(SystemPaths::from_env().proc_path("meminfo")).ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|kib| kib << 10)
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib << 10)
 }
 
 const NO_GPU_EXPLANATION: &str = "\
@@ -170,7 +162,10 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
     let device = match cuda.first_device() {
         Ok(device) => device,
         Err(e) => {
-            println!("The NVIDIA driver is installed but no GPU is usable: {}.\nNothing was run.\n\n{NO_GPU_EXPLANATION}", e.message);
+            println!(
+                "The NVIDIA driver is installed but no GPU is usable: {}.\nNothing was run.\n\n{NO_GPU_EXPLANATION}",
+                e.message
+            );
             return Ok(ExitCode::SUCCESS);
         }
     };
@@ -184,9 +179,7 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
         .unwrap_or(device.total_memory)
         .min(device.total_memory);
     let available = mem_available().ok_or("cannot read MemAvailable from /proc/meminfo")?;
-    let past_budget = args
-        .past_budget
-        .unwrap_or_else(|| (budget / 2).min(available / 2));
+    let past_budget = args.past_budget.unwrap_or_else(|| (budget / 2).min(available / 2));
     if args.chunk < 4096 {
         return Err("--chunk must be at least 4K".into());
     }
@@ -215,17 +208,13 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
     }
     let mut policy = args.policy.clone();
     policy.set(Id::VramBudget, Value::PerDevice(PerDevice::every(budget)));
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let mut worker = Command::new(exe);
     worker
         .arg("demo-worker")
         .arg(format!("--total={total}"))
         .arg(format!("--chunk={}", args.chunk))
-        .env(
-            "LD_PRELOAD",
-            preload_with(&shim, std::env::var_os("LD_PRELOAD")),
-        );
+        .env("LD_PRELOAD", preload_with(&shim, std::env::var_os("LD_PRELOAD")));
     for (name, value) in policy.environment() {
         worker.env(name, value);
     }
@@ -233,9 +222,7 @@ pub fn demo(args: &DemoArgs) -> Result<ExitCode, String> {
         worker.env("GREENBOOST_LOG", "info");
     }
     println!("running the GPU part under {}\n", shim.display());
-    let status = worker
-        .status()
-        .map_err(|e| format!("cannot start the demo worker: {e}"))?;
+    let status = worker.status().map_err(|e| format!("cannot start the demo worker: {e}"))?;
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(code) => ExitCode::from(code.clamp(1, 255) as u8),
@@ -284,17 +271,11 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode, String> {
     let cuda = Cuda::load()?;
     let device = cuda.first_device().map_err(fail)?;
     cuda.use_device(&device).map_err(fail)?;
-    let [fill, verify] = cuda
-        .load_kernels(KERNELS_PTX, [c"gb_fill", c"gb_verify"])
-        .map_err(fail)?;
+    let [fill, verify] = cuda.load_kernels(KERNELS_PTX, [c"gb_fill", c"gb_verify"]).map_err(fail)?;
     let errors = cuda.alloc(8).map_err(fail)?;
     cuda.memset(errors, 0, 8).map_err(fail)?;
     if let Ok((free, total)) = cuda.memory_info() {
-        println!(
-            "cuMemGetInfo under the shim: {} free of {}",
-            format_bytes(free),
-            format_bytes(total)
-        );
+        println!("cuMemGetInfo under the shim: {} free of {}", format_bytes(free), format_bytes(total));
     }
 
     let mut pieces = Vec::new();
@@ -309,11 +290,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode, String> {
                     Ok(CU_MEMORYTYPE_HOST) => Some(false),
                     _ => None,
                 };
-                pieces.push(Piece {
-                    pointer,
-                    size,
-                    in_vram,
-                });
+                pieces.push(Piece { pointer, size, in_vram });
                 allocated += size;
             }
             Err(e) if e.code == CUDA_ERROR_OUT_OF_MEMORY => {
@@ -337,27 +314,18 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode, String> {
 
     let blocks = device.multiprocessors * 8;
     let threads = 256u32;
-    let (mut vram, mut pinned, mut unknown) = (
-        TierFigures::default(),
-        TierFigures::default(),
-        TierFigures::default(),
-    );
+    let (mut vram, mut pinned, mut unknown) = (TierFigures::default(), TierFigures::default(), TierFigures::default());
     for (index, piece) in pieces.iter().enumerate() {
         let figures = match piece.in_vram {
             Some(true) => &mut vram,
             Some(false) => &mut pinned,
             None => &mut unknown,
         };
-        let (mut data, mut words, mut seed, mut errors_ptr) =
-            (piece.pointer, piece.size / 4, seed_of(index), errors);
+        let (mut data, mut words, mut seed, mut errors_ptr) = (piece.pointer, piece.size / 4, seed_of(index), errors);
         let t0 = Instant::now();
-        let mut params: [*mut c_void; 3] = [
-            (&mut data as *mut u64).cast(),
-            (&mut words as *mut u64).cast(),
-            (&mut seed as *mut u32).cast(),
-        ];
-        cuda.launch_and_wait(fill, blocks, threads, &mut params)
-            .map_err(fail)?;
+        let mut params: [*mut c_void; 3] =
+            [(&mut data as *mut u64).cast(), (&mut words as *mut u64).cast(), (&mut seed as *mut u32).cast()];
+        cuda.launch_and_wait(fill, blocks, threads, &mut params).map_err(fail)?;
         let t1 = Instant::now();
         let mut params: [*mut c_void; 4] = [
             (&mut data as *mut u64).cast(),
@@ -365,8 +333,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode, String> {
             (&mut seed as *mut u32).cast(),
             (&mut errors_ptr as *mut u64).cast(),
         ];
-        cuda.launch_and_wait(verify, blocks, threads, &mut params)
-            .map_err(fail)?;
+        cuda.launch_and_wait(verify, blocks, threads, &mut params).map_err(fail)?;
         figures.pieces += 1;
         figures.bytes += piece.size;
         figures.write_seconds += (t1 - t0).as_secs_f64();
@@ -383,8 +350,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode, String> {
         let words = piece.size / 4;
         for sample in [0, words / 3, words / 2, words - 1] {
             let mut word = [0u8; 4];
-            cuda.copy_to_host(&mut word, piece.pointer + sample * 4)
-                .map_err(fail)?;
+            cuda.copy_to_host(&mut word, piece.pointer + sample * 4).map_err(fail)?;
             host_checked += 1;
             if u32::from_ne_bytes(word) != pattern(sample, seed_of(index)) {
                 host_wrong += 1;
@@ -398,8 +364,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode, String> {
     if unknown.pieces > 0 {
         println!("{}", unknown.line("unknown"));
     }
-    if let Ok(stats) = GbDevice::open(&SystemPaths::from_env().device).and_then(|d| d.proc_stats())
-    {
+    if let Ok(stats) = GbDevice::open(&SystemPaths::from_env().device).and_then(|d| d.proc_stats()) {
         println!(
             "/dev/greenboost: this process holds {} of T2 in {} module buffers",
             format_bytes(stats.t2_used),

@@ -5,9 +5,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use greenboost_abi::{
-    GbInfo, GbPoolStats, GbProcStats, GB_IOC_INFO, GB_IOC_POOL_STATS, GB_IOC_PROC_STATS,
-};
+use greenboost_abi::{GbInfo, GbPoolStats, GbProcStats, GB_IOC_INFO, GB_IOC_POOL_STATS, GB_IOC_PROC_STATS};
 
 /// An open `/dev/greenboost`.
 pub struct Device {

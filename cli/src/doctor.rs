@@ -43,19 +43,8 @@ struct Finding {
 struct Findings(Vec<Finding>);
 
 impl Findings {
-    fn add(
-        &mut self,
-        area: &'static str,
-        level: Level,
-        what: impl Into<String>,
-        fix: Option<String>,
-    ) {
-        self.0.push(Finding {
-            area,
-            level,
-            what: what.into(),
-            fix,
-        });
+    fn add(&mut self, area: &'static str, level: Level, what: impl Into<String>, fix: Option<String>) {
+        self.0.push(Finding { area, level, what: what.into(), fix });
     }
 }
 
@@ -64,19 +53,13 @@ fn read(path: impl AsRef<Path>) -> Option<String> {
 }
 
 fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    })
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file()))
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {
     let output = Command::new(program).args(args).output().ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 fn is_debian_like() -> bool {
@@ -97,12 +80,7 @@ fn install_hint(debian_packages: &str, what: &str) -> String {
     }
     let unknown: Vec<&str> = debian_packages
         .split_whitespace()
-        .filter(|p| {
-            Command::new("apt-cache")
-                .args(["show", p])
-                .output()
-                .is_ok_and(|o| !o.status.success())
-        })
+        .filter(|p| Command::new("apt-cache").args(["show", p]).output().is_ok_and(|o| !o.status.success()))
         .collect();
     if unknown.is_empty() {
         format!("sudo apt-get install {debian_packages}")
@@ -119,10 +97,7 @@ struct KernelConfig(String);
 
 impl KernelConfig {
     fn load(release: &str, paths: &SystemPaths) -> Option<(KernelConfig, String)> {
-        for candidate in [
-            format!("/boot/config-{release}"),
-            format!("/lib/modules/{release}/build/.config"),
-        ] {
+        for candidate in [format!("/boot/config-{release}"), format!("/lib/modules/{release}/build/.config")] {
             if let Ok(text) = fs::read_to_string(&candidate) {
                 return Some((KernelConfig(text), candidate));
             }
@@ -134,10 +109,7 @@ impl KernelConfig {
 
     fn get(&self, name: &str) -> Option<&str> {
         let prefix = format!("CONFIG_{name}=");
-        self.0
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .map(|v| v.trim_matches('"'))
+        self.0.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.trim_matches('"'))
     }
 
     fn enabled(&self, name: &str) -> bool {
@@ -166,10 +138,7 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         },
         None,
     );
-    for (option, why) in [
-        ("DMA_SHARED_BUFFER", "DMA-BUF export"),
-        ("EVENTFD", "pressure events"),
-    ] {
+    for (option, why) in [("DMA_SHARED_BUFFER", "DMA-BUF export"), ("EVENTFD", "pressure events")] {
         if !config.enabled(option) {
             findings.add(
                 "kernel",
@@ -190,15 +159,7 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
 
     let headers = PathBuf::from(format!("/lib/modules/{release}/build"));
     if headers.join(".config").is_file() {
-        findings.add(
-            "build",
-            Level::Ok,
-            format!(
-                "headers for {release} are installed ({})",
-                headers.display()
-            ),
-            None,
-        );
+        findings.add("build", Level::Ok, format!("headers for {release} are installed ({})", headers.display()), None);
     } else {
         findings.add(
             "build",
@@ -244,12 +205,7 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
             let sysroot = command_output(&rustc, &["--print", "sysroot"]).unwrap_or_default();
             let core = Path::new(&sysroot).join("lib/rustlib/src/rust/library/core/src/lib.rs");
             if core.is_file() {
-                findings.add(
-                    "build",
-                    Level::Ok,
-                    format!("{rustc}: {version}, with the core library source"),
-                    None,
-                );
+                findings.add("build", Level::Ok, format!("{rustc}: {version}, with the core library source"), None);
             } else {
                 findings.add(
                     "build",
@@ -263,20 +219,12 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
             "build",
             Level::Fail,
             format!("no Rust compiler at {rustc}: the module is Rust"),
-            Some(install_hint(
-                "rustc-web rust-web-src",
-                "rustc with its source",
-            )),
+            Some(install_hint("rustc-web rust-web-src", "rustc with its source")),
         ),
     }
     let cache = std::env::var_os("GREENBOOST_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default()
-                .join(".cache/greenboost")
-        });
+        .unwrap_or_else(|| std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/greenboost"));
     let cached_bindgen = cache.join("bindgen-0.73.2/bin/bindgen");
     if cached_bindgen.is_file() || on_path("bindgen").is_some() {
         findings.add("build", Level::Ok, "bindgen is available", None);
@@ -290,27 +238,15 @@ fn check_kernel(findings: &mut Findings, paths: &SystemPaths, release: &str) {
     }
     for (tool, package) in [("clang", "clang"), ("make", "make"), ("gcc", "gcc")] {
         if on_path(tool).is_none() {
-            findings.add(
-                "build",
-                Level::Fail,
-                format!("'{tool}' is not installed"),
-                Some(install_hint(package, tool)),
-            );
+            findings.add("build", Level::Fail, format!("'{tool}' is not installed"), Some(install_hint(package, tool)));
         }
     }
 }
 
 fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
     if paths.module_dir().is_dir() {
-        let version = read(paths.module_dir().join("version"))
-            .map(|v| format!(" {v}"))
-            .unwrap_or_default();
-        findings.add(
-            "module",
-            Level::Ok,
-            format!("greenboost{version} is loaded"),
-            None,
-        );
+        let version = read(paths.module_dir().join("version")).map(|v| format!(" {v}")).unwrap_or_default();
+        findings.add("module", Level::Ok, format!("greenboost{version} is loaded"), None);
     } else {
         let installed = ["updates/dkms", "updates", "extra"].iter().find_map(|dir| {
             ["greenboost.ko", "greenboost.ko.xz", "greenboost.ko.zst"]
@@ -334,11 +270,9 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         }
     }
 
-    let secure_boot = fs::read(
-        paths.sys_path("firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"),
-    )
-    .ok()
-    .and_then(|bytes| bytes.last().copied());
+    let secure_boot = fs::read(paths.sys_path("firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"))
+        .ok()
+        .and_then(|bytes| bytes.last().copied());
     if secure_boot == Some(1) {
         findings.add(
             "module",
@@ -352,21 +286,20 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         Ok(meta) => {
             let mode = meta.permissions().mode() & 0o7777;
             let group = group_name(meta.gid()).unwrap_or_else(|| meta.gid().to_string());
-            let what = format!(
-                "{} is mode {mode:04o}, group {group}",
-                paths.device.display()
-            );
+            let what = format!("{} is mode {mode:04o}, group {group}", paths.device.display());
             if mode & 0o007 != 0 {
-                findings.add("device", Level::Warn, format!("{what}: every user may allocate pinned memory"), Some("install the udev rule (sudo make install) so the node is 0660, group greenboost".into()));
+                findings.add(
+                    "device",
+                    Level::Warn,
+                    format!("{what}: every user may allocate pinned memory"),
+                    Some("install the udev rule (sudo make install) so the node is 0660, group greenboost".into()),
+                );
             } else if group != "greenboost" {
                 findings.add(
                     "device",
                     Level::Warn,
                     format!("{what}: only root can use it"),
-                    Some(
-                        "install the udev rule (sudo make install), then `sudo udevadm trigger`"
-                            .into(),
-                    ),
+                    Some("install the udev rule (sudo make install), then `sudo udevadm trigger`".into()),
                 );
             } else {
                 findings.add("device", Level::Ok, what, None);
@@ -393,10 +326,7 @@ fn check_module(findings: &mut Findings, paths: &SystemPaths, release: &str) {
         Err(_) => findings.add(
             "device",
             Level::Info,
-            format!(
-                "{} does not exist (module not loaded)",
-                paths.device.display()
-            ),
+            format!("{} does not exist (module not loaded)", paths.device.display()),
             None,
         ),
     }
@@ -417,11 +347,10 @@ fn check_group(findings: &mut Findings) {
     if unsafe { libc::getuid() } == 0 {
         return;
     }
-    let Some(entry) = fs::read_to_string("/etc/group").ok().and_then(|t| {
-        t.lines()
-            .find(|l| l.starts_with("greenboost:"))
-            .map(str::to_owned)
-    }) else {
+    let Some(entry) = fs::read_to_string("/etc/group")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("greenboost:")).map(str::to_owned))
+    else {
         findings.add(
             "group",
             Level::Fail,
@@ -430,24 +359,14 @@ fn check_group(findings: &mut Findings) {
         );
         return;
     };
-    let gid: u32 = entry
-        .split(':')
-        .nth(2)
-        .and_then(|g| g.parse().ok())
-        .unwrap_or(u32::MAX);
+    let gid: u32 = entry.split(':').nth(2).and_then(|g| g.parse().ok()).unwrap_or(u32::MAX);
     let mut groups = vec![0 as libc::gid_t; 256];
     // SAFETY: `groups` has room for the 256 entries we announce.
     let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
     // SAFETY: getegid has no preconditions.
-    let in_session = unsafe { libc::getegid() } == gid
-        || groups.iter().take(n.max(0) as usize).any(|&g| g == gid);
+    let in_session = unsafe { libc::getegid() } == gid || groups.iter().take(n.max(0) as usize).any(|&g| g == gid);
     let user = std::env::var("USER").unwrap_or_default();
-    let listed = entry
-        .rsplit(':')
-        .next()
-        .unwrap_or("")
-        .split(',')
-        .any(|m| !user.is_empty() && m == user);
+    let listed = entry.rsplit(':').next().unwrap_or("").split(',').any(|m| !user.is_empty() && m == user);
     match (in_session, listed) {
         (true, _) => findings.add("group", Level::Ok, "you are in the greenboost group", None),
         (false, true) => findings.add(
@@ -466,10 +385,7 @@ fn check_group(findings: &mut Findings) {
 }
 
 fn check_environment(findings: &mut Findings) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0 {
         let show = |v: libc::rlim_t| {
@@ -483,11 +399,7 @@ fn check_environment(findings: &mut Findings) {
             findings.add(
                 "memlock",
                 Level::Ok,
-                format!(
-                    "locked-memory limit {} (hard {})",
-                    show(limit.rlim_cur),
-                    show(limit.rlim_max)
-                ),
+                format!("locked-memory limit {} (hard {})", show(limit.rlim_cur), show(limit.rlim_max)),
                 None,
             );
         } else {
@@ -513,26 +425,16 @@ fn check_environment(findings: &mut Findings) {
 
 fn pcie_generation(speed: &str) -> Option<u32> {
     let gts: f64 = speed.split_whitespace().next()?.parse().ok()?;
-    [
-        (2.5, 1),
-        (5.0, 2),
-        (8.0, 3),
-        (16.0, 4),
-        (32.0, 5),
-        (64.0, 6),
-        (128.0, 7),
-    ]
-    .iter()
-    .find(|(rate, _)| (gts - rate).abs() < 0.01)
-    .map(|(_, generation)| *generation)
+    [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7)]
+        .iter()
+        .find(|(rate, _)| (gts - rate).abs() < 0.01)
+        .map(|(_, generation)| *generation)
 }
 
 fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
     let driver = read(paths.proc_path("driver/nvidia/version"))
         .and_then(|t| t.lines().next().map(str::to_owned))
-        .or_else(|| {
-            read(paths.sys_path("module/nvidia/version")).map(|v| format!("NVIDIA driver {v}"))
-        });
+        .or_else(|| read(paths.sys_path("module/nvidia/version")).map(|v| format!("NVIDIA driver {v}")));
     match &driver {
         Some(version) => findings.add("gpu", Level::Ok, version.clone(), None),
         None => findings.add(
@@ -568,7 +470,10 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
             findings.add(
                 "gpu",
                 Level::Info,
-                format!("HMM is {} (nvidia_uvm uvm_disable_hmm={v}); GreenBoost does not need HMM: T2 is pinned and mapped", if hmm_off { "disabled" } else { "enabled" }),
+                format!(
+                    "HMM is {} (nvidia_uvm uvm_disable_hmm={v}); GreenBoost does not need HMM: T2 is pinned and mapped",
+                    if hmm_off { "disabled" } else { "enabled" }
+                ),
                 None,
             );
         }
@@ -602,10 +507,7 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
         if !is_nvidia_gpu {
             continue;
         }
-        let name = device
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = device.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let field = |f: &str| read(device.join(f));
         let (Some(speed), Some(width), Some(max_speed), Some(max_width)) = (
             field("current_link_speed"),
@@ -613,16 +515,10 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
             field("max_link_speed"),
             field("max_link_width"),
         ) else {
-            findings.add(
-                "pcie",
-                Level::Info,
-                format!("{name}: link speed/width not readable"),
-                None,
-            );
+            findings.add("pcie", Level::Info, format!("{name}: link speed/width not readable"), None);
             continue;
         };
-        let generation =
-            |s: &str| pcie_generation(s).map_or_else(|| s.to_owned(), |g| format!("Gen{g}"));
+        let generation = |s: &str| pcie_generation(s).map_or_else(|| s.to_owned(), |g| format!("Gen{g}"));
         let what = format!(
             "{name}: PCIe {} x{width} now, {} x{max_width} max; T2 reads go over this link",
             generation(&speed),
@@ -633,10 +529,7 @@ fn check_nvidia(findings: &mut Findings, paths: &SystemPaths) {
                 "pcie",
                 Level::Warn,
                 format!("{what}: the link runs narrower than it can, which caps T2 bandwidth"),
-                Some(
-                    "seat the card in a full-width slot (check the BIOS lane split and riser)"
-                        .into(),
-                ),
+                Some("seat the card in a full-width slot (check the BIOS lane split and riser)".into()),
             );
         } else if pcie_generation(&speed) < pcie_generation(&max_speed) {
             findings.add(
@@ -664,12 +557,7 @@ pub fn doctor(json: bool) -> ExitCode {
     check_environment(&mut findings);
     check_nvidia(&mut findings, &paths);
 
-    let worst = findings
-        .0
-        .iter()
-        .map(|f| f.level)
-        .max()
-        .unwrap_or(Level::Ok);
+    let worst = findings.0.iter().map(|f| f.level).max().unwrap_or(Level::Ok);
     if json {
         let items: Vec<Json> = findings
             .0
@@ -684,10 +572,7 @@ pub fn doctor(json: bool) -> ExitCode {
             .collect();
         println!(
             "{:#}",
-            Json::object()
-                .with("kernel", release.as_str())
-                .with("ok", worst != Level::Fail)
-                .with("findings", items)
+            Json::object().with("kernel", release.as_str()).with("ok", worst != Level::Fail).with("findings", items)
         );
     } else {
         println!("GreenBoost doctor, kernel {release}\n");

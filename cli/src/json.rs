@@ -169,9 +169,6 @@ mod tests {
             value.to_string(),
             r#"{"name":"a \"quoted\"\\path\n\u0001","n":42,"neg":-1,"none":null,"list":[1,2],"empty":[]}"#
         );
-        assert_eq!(
-            format!("{:#}", Json::object().with("a", vec![1u64])),
-            "{\n  \"a\": [\n    1\n  ]\n}"
-        );
+        assert_eq!(format!("{:#}", Json::object().with("a", vec![1u64])), "{\n  \"a\": [\n    1\n  ]\n}");
     }
 }

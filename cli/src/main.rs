@@ -47,12 +47,7 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
         /// The program and its arguments.
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "CMD"
-        )]
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Check everything GreenBoost needs on this machine and say how to fix what is missing.
@@ -83,11 +78,7 @@ fn main() -> ExitCode {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run {
-            policy,
-            quiet,
-            command,
-        } => run::run(&policy, &command, quiet).map(|()| ExitCode::SUCCESS),
+        Command::Run { policy, quiet, command } => run::run(&policy, &command, quiet).map(|()| ExitCode::SUCCESS),
         Command::Doctor { json } => Ok(doctor::doctor(json)),
         Command::Demo(args) => demo::demo(&args),
         Command::DemoWorker(args) => demo::worker(&args),

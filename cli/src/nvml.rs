@@ -71,11 +71,7 @@ struct PciInfo {
 }
 
 fn c_text(buffer: &[c_char]) -> String {
-    let bytes: Vec<u8> = buffer
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
+    let bytes: Vec<u8> = buffer.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -95,7 +91,10 @@ pub fn query() -> Result<NvmlReport, String> {
     // SAFETY: loading the driver's NVML runs its initialisers, which is what every NVML
     // client does; the library stays loaded for the lifetime of this function.
     let library = unsafe { Library::new(&name) }.map_err(|e| {
-        format!("NVML ({}) is not available, so GPU figures are missing: {e}. It ships with the NVIDIA driver", name.to_string_lossy())
+        format!(
+            "NVML ({}) is not available, so GPU figures are missing: {e}. It ships with the NVIDIA driver",
+            name.to_string_lossy()
+        )
     })?;
     // SAFETY: the signatures below are NVML's documented C prototypes; optional entry
     // points are looked up individually and skipped when the driver lacks them.
@@ -108,9 +107,9 @@ pub fn query() -> Result<NvmlReport, String> {
             return Err(format!("nvmlInit_v2 failed with NVML error {rc}: is the NVIDIA driver loaded (nvidia-smi)?"));
         }
         let mut report = NvmlReport::default();
-        if let Ok(driver) = library.get::<unsafe extern "C" fn(*mut c_char, c_uint) -> c_int>(
-            b"nvmlSystemGetDriverVersion\0",
-        ) {
+        if let Ok(driver) =
+            library.get::<unsafe extern "C" fn(*mut c_char, c_uint) -> c_int>(b"nvmlSystemGetDriverVersion\0")
+        {
             let mut buffer = [0 as c_char; 96];
             if driver(buffer.as_mut_ptr(), buffer.len() as c_uint) == NVML_SUCCESS {
                 report.driver_version = Some(c_text(&buffer));
@@ -120,36 +119,19 @@ pub fn query() -> Result<NvmlReport, String> {
             .get::<unsafe extern "C" fn(*mut c_uint) -> c_int>(b"nvmlDeviceGetCount_v2\0")
             .map_err(|e| format!("NVML has no nvmlDeviceGetCount_v2: {e}"))?;
         let handle_fn = library
-            .get::<unsafe extern "C" fn(c_uint, *mut Handle) -> c_int>(
-                b"nvmlDeviceGetHandleByIndex_v2\0",
-            )
+            .get::<unsafe extern "C" fn(c_uint, *mut Handle) -> c_int>(b"nvmlDeviceGetHandleByIndex_v2\0")
             .map_err(|e| format!("NVML has no nvmlDeviceGetHandleByIndex_v2: {e}"))?;
-        let name_fn = library
-            .get::<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_int>(
-                b"nvmlDeviceGetName\0",
-            )
-            .ok();
-        let memory_fn = library
-            .get::<unsafe extern "C" fn(Handle, *mut Memory) -> c_int>(b"nvmlDeviceGetMemoryInfo\0")
-            .ok();
-        let pci_fn = library
-            .get::<unsafe extern "C" fn(Handle, *mut PciInfo) -> c_int>(
-                b"nvmlDeviceGetPciInfo_v3\0",
-            )
-            .ok();
-        let link = |name: &[u8]| {
-            library
-                .get::<unsafe extern "C" fn(Handle, *mut c_uint) -> c_int>(name)
-                .ok()
-        };
-        let (cur_gen, max_gen) = (
-            link(b"nvmlDeviceGetCurrPcieLinkGeneration\0"),
-            link(b"nvmlDeviceGetMaxPcieLinkGeneration\0"),
-        );
-        let (cur_width, max_width) = (
-            link(b"nvmlDeviceGetCurrPcieLinkWidth\0"),
-            link(b"nvmlDeviceGetMaxPcieLinkWidth\0"),
-        );
+        let name_fn =
+            library.get::<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_int>(b"nvmlDeviceGetName\0").ok();
+        let memory_fn =
+            library.get::<unsafe extern "C" fn(Handle, *mut Memory) -> c_int>(b"nvmlDeviceGetMemoryInfo\0").ok();
+        let pci_fn =
+            library.get::<unsafe extern "C" fn(Handle, *mut PciInfo) -> c_int>(b"nvmlDeviceGetPciInfo_v3\0").ok();
+        let link = |name: &[u8]| library.get::<unsafe extern "C" fn(Handle, *mut c_uint) -> c_int>(name).ok();
+        let (cur_gen, max_gen) =
+            (link(b"nvmlDeviceGetCurrPcieLinkGeneration\0"), link(b"nvmlDeviceGetMaxPcieLinkGeneration\0"));
+        let (cur_width, max_width) =
+            (link(b"nvmlDeviceGetCurrPcieLinkWidth\0"), link(b"nvmlDeviceGetMaxPcieLinkWidth\0"));
         type ProcessesFn = unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> c_int;
         let processes_fn = library
             .get::<ProcessesFn>(b"nvmlDeviceGetComputeRunningProcesses_v3\0")
@@ -166,10 +148,7 @@ pub fn query() -> Result<NvmlReport, String> {
             if handle_fn(index, &mut handle) != NVML_SUCCESS {
                 continue;
             }
-            let mut gpu = Gpu {
-                index,
-                ..Gpu::default()
-            };
+            let mut gpu = Gpu { index, ..Gpu::default() };
             if let Some(f) = &name_fn {
                 let mut buffer = [0 as c_char; 96];
                 if f(handle, buffer.as_mut_ptr(), buffer.len() as c_uint) == NVML_SUCCESS {
@@ -179,8 +158,7 @@ pub fn query() -> Result<NvmlReport, String> {
             if let Some(f) = &memory_fn {
                 let mut memory = Memory::default();
                 if f(handle, &mut memory) == NVML_SUCCESS {
-                    (gpu.memory_total, gpu.memory_free, gpu.memory_used) =
-                        (memory.total, memory.free, memory.used);
+                    (gpu.memory_total, gpu.memory_free, gpu.memory_used) = (memory.total, memory.free, memory.used);
                 }
             }
             if let Some(f) = &pci_fn {
@@ -189,13 +167,9 @@ pub fn query() -> Result<NvmlReport, String> {
                     gpu.pci_bus_id = Some(c_text(&pci.bus_id));
                 }
             }
-            let read = |f: &Option<
-                libloading::Symbol<unsafe extern "C" fn(Handle, *mut c_uint) -> c_int>,
-            >| {
+            let read = |f: &Option<libloading::Symbol<unsafe extern "C" fn(Handle, *mut c_uint) -> c_int>>| {
                 let mut value: c_uint = 0;
-                f.as_ref()
-                    .filter(|f| f(handle, &mut value) == NVML_SUCCESS)
-                    .map(|_| value)
+                f.as_ref().filter(|f| f(handle, &mut value) == NVML_SUCCESS).map(|_| value)
             };
             if let (Some(current), Some(max)) = (read(&cur_gen), read(&max_gen)) {
                 gpu.pcie_generation = Some((current, max));
@@ -217,8 +191,7 @@ pub fn query() -> Result<NvmlReport, String> {
                         .iter()
                         .map(|p| GpuProcess {
                             pid: p.pid,
-                            used: (p.used_gpu_memory != NVML_VALUE_NOT_AVAILABLE)
-                                .then_some(p.used_gpu_memory),
+                            used: (p.used_gpu_memory != NVML_VALUE_NOT_AVAILABLE).then_some(p.used_gpu_memory),
                         })
                         .collect();
                 }

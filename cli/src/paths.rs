@@ -16,9 +16,7 @@ pub struct SystemPaths {
 
 impl SystemPaths {
     pub fn from_env() -> Self {
-        let var = |name: &str, default: &str| {
-            PathBuf::from(env::var_os(name).unwrap_or_else(|| default.into()))
-        };
+        let var = |name: &str, default: &str| PathBuf::from(env::var_os(name).unwrap_or_else(|| default.into()));
         SystemPaths {
             sys: var("GREENBOOST_SYSFS_ROOT", "/sys"),
             proc: var("GREENBOOST_PROC_ROOT", "/proc"),

@@ -44,16 +44,20 @@ pub fn parse_value(setting: &Setting, text: &str) -> Result<Value, String> {
         Kind::PerDeviceSize => {
             PerDevice::try_parse(text.as_bytes()).map(Value::PerDevice).map_err(|e| format!("'{text}' {e}"))
         }
-        Kind::SizeOrOff => SizeOrOff::try_parse(text.as_bytes())
-            .map(Value::SizeOrOff)
-            .map_err(|e| format!("'{text}' {e}; or off")),
+        Kind::SizeOrOff => {
+            SizeOrOff::try_parse(text.as_bytes()).map(Value::SizeOrOff).map_err(|e| format!("'{text}' {e}; or off"))
+        }
         Kind::Choice(names) => names
             .iter()
             .find(|name| name.eq_ignore_ascii_case(text.trim()))
             .map(|name| Value::Choice(name))
             .ok_or_else(|| format!("'{text}' is not one of {}", names.join(", "))),
-        Kind::Switch => parse_switch(text.as_bytes()).map(Value::Switch).ok_or_else(|| format!("'{text}' is not on or off")),
-        Kind::Count => parse_count(text.as_bytes()).map(Value::Count).ok_or_else(|| format!("'{text}' is not a number")),
+        Kind::Switch => {
+            parse_switch(text.as_bytes()).map(Value::Switch).ok_or_else(|| format!("'{text}' is not on or off"))
+        }
+        Kind::Count => {
+            parse_count(text.as_bytes()).map(Value::Count).ok_or_else(|| format!("'{text}' is not a number"))
+        }
     }
 }
 
@@ -122,11 +126,11 @@ fn flag_arg(setting: &'static Setting, flag: &'static str) -> Arg {
             let (help, env, default) = (setting.help, setting.env, setting.default);
             arg.action(ArgAction::SetTrue).help(format!("Turn {value} {help} ({env}={value}; default: {default})"))
         }
-        Kind::Choice(names) => arg
-            .help(flag_help(setting))
-            .value_name(flag.to_ascii_uppercase())
-            .ignore_case(true)
-            .value_parser(PossibleValuesParser::new(names.iter().copied()).try_map(move |text| parse_value(setting, &text))),
+        Kind::Choice(names) => {
+            arg.help(flag_help(setting)).value_name(flag.to_ascii_uppercase()).ignore_case(true).value_parser(
+                PossibleValuesParser::new(names.iter().copied()).try_map(move |text| parse_value(setting, &text)),
+            )
+        }
         kind => arg
             .help(flag_help(setting))
             .value_name(value_name(kind))

@@ -19,10 +19,7 @@ pub const SHIM_NAME: &str = "libgreenboost_cuda.so";
 /// (so a DESTDIR or /opt install finds its own copy), then the system prefixes.
 fn shim_candidates() -> Vec<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-    {
+    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
         candidates.push(dir.join("../lib").join(SHIM_NAME)); // PREFIX/bin -> PREFIX/lib
         candidates.push(dir.join(SHIM_NAME)); // target/release
         candidates.push(dir.join("../release").join(SHIM_NAME)); // target/debug -> the release shim
@@ -40,7 +37,10 @@ pub fn locate_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
         return if path.is_file() {
             Ok(path.canonicalize().unwrap_or(path))
         } else {
-            Err(format!("the shim {} does not exist: build it with `make shim` or install it with `sudo make install`", path.display()))
+            Err(format!(
+                "the shim {} does not exist: build it with `make shim` or install it with `sudo make install`",
+                path.display()
+            ))
         };
     }
     let candidates = shim_candidates();
@@ -62,11 +62,7 @@ pub fn preload_with(shim: &Path, existing: Option<OsString>) -> OsString {
     let mut value = OsString::from(shim);
     if let Some(existing) = existing {
         // A second copy of the shim (an older install) would hook every call twice.
-        for entry in existing
-            .to_string_lossy()
-            .split([' ', ':'])
-            .filter(|e| !e.is_empty())
-        {
+        for entry in existing.to_string_lossy().split([' ', ':']).filter(|e| !e.is_empty()) {
             if !entry.ends_with(SHIM_NAME) {
                 value.push(":");
                 value.push(entry);
@@ -100,27 +96,20 @@ pub fn preflight(policy: &Policy, paths: &SystemPaths) -> Result<Vec<String>, St
 /// GPUDirect RDMA, io_uring buffers, mlock) does. Lift the soft limit to the hard one
 /// and warn when even that is small.
 fn raise_memlock() -> Option<String> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
         return None;
     }
     if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
         // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one
         // is always permitted.
         if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
             limit = raised;
         }
     }
-    (limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < MEMLOCK_ENOUGH)
-        .then(|| memlock_advice(limit.rlim_cur))
+    (limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < MEMLOCK_ENOUGH).then(|| memlock_advice(limit.rlim_cur))
 }
 
 /// Below this, libraries that lock host memory next to GreenBoost fail.
@@ -141,28 +130,23 @@ pub fn run(policy: &Policy, command: &[OsString], quiet: bool) -> Result<(), Str
             eprintln!("greenboost: warning: {warning}");
         }
     }
-    let (program, args) = command.split_first().ok_or(
-        "nothing to run: write the command after `--`, e.g. `greenboost run -- ollama serve`",
-    )?;
+    let (program, args) = command
+        .split_first()
+        .ok_or("nothing to run: write the command after `--`, e.g. `greenboost run -- ollama serve`")?;
     let mut child = Command::new(program);
     child.args(args);
-    child.env(
-        "LD_PRELOAD",
-        preload_with(&shim, std::env::var_os("LD_PRELOAD")),
-    );
+    child.env("LD_PRELOAD", preload_with(&shim, std::env::var_os("LD_PRELOAD")));
     for (name, value) in policy.environment() {
         child.env(name, value);
     }
     let error = child.exec();
     Err(match error.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "cannot run '{}': no such program (check the name and PATH)",
-            program.to_string_lossy()
-        ),
-        std::io::ErrorKind::PermissionDenied => format!(
-            "cannot run '{}': permission denied (is it executable?)",
-            program.to_string_lossy()
-        ),
+        std::io::ErrorKind::NotFound => {
+            format!("cannot run '{}': no such program (check the name and PATH)", program.to_string_lossy())
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            format!("cannot run '{}': permission denied (is it executable?)", program.to_string_lossy())
+        }
         _ => format!("cannot run '{}': {error}", program.to_string_lossy()),
     })
 }
@@ -174,15 +158,9 @@ mod tests {
     #[test]
     fn preload_puts_the_shim_first_once() {
         let shim = Path::new("/usr/local/lib/libgreenboost_cuda.so");
+        assert_eq!(preload_with(shim, None), OsString::from("/usr/local/lib/libgreenboost_cuda.so"));
         assert_eq!(
-            preload_with(shim, None),
-            OsString::from("/usr/local/lib/libgreenboost_cuda.so")
-        );
-        assert_eq!(
-            preload_with(
-                shim,
-                Some("libfoo.so /old/libgreenboost_cuda.so:libbar.so".into())
-            ),
+            preload_with(shim, Some("libfoo.so /old/libgreenboost_cuda.so:libbar.so".into())),
             OsString::from("/usr/local/lib/libgreenboost_cuda.so:libfoo.so:libbar.so")
         );
     }

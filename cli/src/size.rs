@@ -21,11 +21,7 @@ pub fn format_bytes(bytes: u64) -> String {
     if index == 0 {
         format!("{bytes} B")
     } else {
-        format!(
-            "{:.2} {}",
-            bytes as f64 / (1u64 << (10 * index)) as f64,
-            NAMES[index]
-        )
+        format!("{:.2} {}", bytes as f64 / (1u64 << (10 * index)) as f64, NAMES[index])
     }
 }
 

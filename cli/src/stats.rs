@@ -20,8 +20,7 @@ pub enum StatValue {
 impl StatValue {
     fn parse(raw: &str) -> StatValue {
         let raw = raw.trim();
-        raw.parse()
-            .map_or_else(|_| StatValue::Text(raw.to_owned()), StatValue::Number)
+        raw.parse().map_or_else(|_| StatValue::Text(raw.to_owned()), StatValue::Number)
     }
 
     pub fn number(&self) -> Option<u64> {
@@ -39,9 +38,7 @@ pub struct StatGroup(pub Vec<(String, StatValue)>);
 impl StatGroup {
     /// The first value under any of `names` (the module may spell a figure two ways).
     pub fn get(&self, names: &[&str]) -> Option<&StatValue> {
-        names
-            .iter()
-            .find_map(|name| self.0.iter().find(|(key, _)| key == name).map(|(_, v)| v))
+        names.iter().find_map(|name| self.0.iter().find(|(key, _)| key == name).map(|(_, v)| v))
     }
 
     pub fn number(&self, names: &[&str]) -> Option<u64> {
@@ -74,9 +71,7 @@ fn parse_process(fields: &str) -> StatGroup {
         }
     }
     if let Some(comm) = comm {
-        group
-            .0
-            .push(("comm".into(), StatValue::Text(comm.trim_end().to_owned())));
+        group.0.push(("comm".into(), StatValue::Text(comm.trim_end().to_owned())));
     }
     group
 }
@@ -94,10 +89,7 @@ pub fn parse_stats(text: &str) -> SysfsStats {
         if key == "proc" {
             stats.processes.push(parse_process(rest));
         } else {
-            stats
-                .totals
-                .0
-                .push((key.trim_end_matches(':').to_owned(), StatValue::parse(rest)));
+            stats.totals.0.push((key.trim_end_matches(':').to_owned(), StatValue::parse(rest)));
         }
     }
     stats
@@ -135,28 +127,17 @@ mod tests {
         assert_eq!(first.number(&["t1"]), Some(8 << 30));
         assert_eq!(first.number(&["t2_peak"]), Some(71303168));
         assert_eq!(first.text(&["comm"]).as_deref(), Some("smoke"));
-        assert_eq!(
-            stats.processes[1].text(&["comm"]).as_deref(),
-            Some("python3 -m vllm")
-        );
+        assert_eq!(stats.processes[1].text(&["comm"]).as_deref(), Some("python3 -m vllm"));
     }
 
     #[test]
     fn odd_lines_neither_crash_nor_invent_numbers() {
-        let stats =
-            parse_stats("\n   \nstate warming up\nt2_used_bytes 12kB\nlonely\nproc comm=1234\n");
+        let stats = parse_stats("\n   \nstate warming up\nt2_used_bytes 12kB\nlonely\nproc comm=1234\n");
         assert_eq!(stats.totals.text(&["state"]).as_deref(), Some("warming up"));
         assert_eq!(stats.totals.number(&["state"]), None);
-        assert_eq!(
-            stats.totals.number(&["t2_used_bytes"]),
-            None,
-            "a unit is not a byte count"
-        );
+        assert_eq!(stats.totals.number(&["t2_used_bytes"]), None, "a unit is not a byte count");
         assert_eq!(stats.totals.text(&["lonely"]).as_deref(), Some(""));
-        assert_eq!(
-            stats.processes[0].get(&["comm"]),
-            Some(&StatValue::Text("1234".into()))
-        );
+        assert_eq!(stats.processes[0].get(&["comm"]), Some(&StatValue::Text("1234".into())));
         assert_eq!(stats.processes[0].number(&["pid"]), None);
     }
 }

@@ -93,9 +93,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
     let module_loaded = paths.module_dir().is_dir();
     let mut parameters = Vec::new();
     if let Ok(entries) = fs::read_dir(paths.module_dir().join("parameters")) {
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .collect();
+        let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
         names.sort();
         for name in names {
             if let Some(value) = read_trimmed(&paths.module_parameter(&name)) {
@@ -104,30 +102,20 @@ pub fn collect(paths: &SystemPaths) -> Status {
         }
     }
 
-    let (mut totals, sysfs_raw, mut processes, sysfs_error) =
-        match fs::read_to_string(paths.stats_file()) {
-            Ok(text) => {
-                sources.push("sysfs");
-                let stats = parse_stats(&text);
-                let processes = stats
-                    .processes
-                    .iter()
-                    .filter_map(process_from_sysfs)
-                    .collect();
-                (
-                    totals_from_sysfs(&stats.totals),
-                    stats.totals,
-                    processes,
-                    None,
-                )
-            }
-            Err(e) => (
-                Totals::default(),
-                StatGroup::default(),
-                Vec::new(),
-                Some(format!("cannot read {}: {e}", paths.stats_file().display())),
-            ),
-        };
+    let (mut totals, sysfs_raw, mut processes, sysfs_error) = match fs::read_to_string(paths.stats_file()) {
+        Ok(text) => {
+            sources.push("sysfs");
+            let stats = parse_stats(&text);
+            let processes = stats.processes.iter().filter_map(process_from_sysfs).collect();
+            (totals_from_sysfs(&stats.totals), stats.totals, processes, None)
+        }
+        Err(e) => (
+            Totals::default(),
+            StatGroup::default(),
+            Vec::new(),
+            Some(format!("cannot read {}: {e}", paths.stats_file().display())),
+        ),
+    };
 
     // The ioctls give exact figures; they override what the text file said.
     let mut abi_version = None;
@@ -153,10 +141,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
                     totals.pressure = Some(pool.pressure != 0);
                     None
                 }
-                Err(e) => Some(format!(
-                    "GB_IOC_POOL_STATS on {} failed: {e}",
-                    paths.device.display()
-                )),
+                Err(e) => Some(format!("GB_IOC_POOL_STATS on {} failed: {e}", paths.device.display())),
             }
         }
         Err(e) => Some(explain_open_error(&paths.device, &e)),
@@ -178,10 +163,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
                 let row = match processes.iter_mut().position(|p| p.pid == pid) {
                     Some(i) => &mut processes[i],
                     None => {
-                        processes.push(ProcessRow {
-                            pid,
-                            ..ProcessRow::default()
-                        });
+                        processes.push(ProcessRow { pid, ..ProcessRow::default() });
                         processes.last_mut().expect("just pushed")
                     }
                 };
@@ -241,12 +223,7 @@ impl Status {
             .with("sysfs_error", self.sysfs_error.clone())
             .with(
                 "parameters",
-                Json::Object(
-                    self.parameters
-                        .iter()
-                        .map(|(k, v)| (k.clone(), Json::from(v.as_str())))
-                        .collect(),
-                ),
+                Json::Object(self.parameters.iter().map(|(k, v)| (k.clone(), Json::from(v.as_str()))).collect()),
             );
         let processes: Vec<Json> = self
             .processes
@@ -318,13 +295,7 @@ impl Status {
             .with("gpus", gpus)
             .with("gpu_error", gpu_error)
             .with("processes", processes)
-            .with(
-                "sources",
-                self.sources
-                    .iter()
-                    .map(|s| Json::from(*s))
-                    .collect::<Vec<_>>(),
-            )
+            .with("sources", self.sources.iter().map(|s| Json::from(*s)).collect::<Vec<_>>())
             .with("sysfs", raw)
     }
 
@@ -352,10 +323,7 @@ impl Status {
             None => println!("Pressure: unknown (no module statistics)"),
         }
         println!();
-        println!(
-            "{:<5} {:>12} {:>12} {:>12} {:>12}  note",
-            "tier", "used", "cached", "cap", "peak"
-        );
+        println!("{:<5} {:>12} {:>12} {:>12} {:>12}  note", "tier", "used", "cached", "cap", "peak");
         println!(
             "{:<5} {:>12} {:>12} {:>12} {:>12}  VRAM reported by processes under the shim",
             "T1",
@@ -371,31 +339,14 @@ impl Status {
             bytes(t.t2_cached),
             bytes(t.t2_cap),
             bytes(t.t2_peak),
-            t.buffers
-                .map_or(String::new(), |b| format!(", {b} buffers"))
+            t.buffers.map_or(String::new(), |b| format!(", {b} buffers"))
         );
-        println!(
-            "{:<5} {:>12} {:>12} {:>12} {:>12}  NVMe overflow",
-            "T3",
-            bytes(t.t3_used),
-            "",
-            "",
-            ""
-        );
+        println!("{:<5} {:>12} {:>12} {:>12} {:>12}  NVMe overflow", "T3", bytes(t.t3_used), "", "", "");
         println!();
         match &self.nvml {
             Ok(report) => {
-                println!(
-                    "NVIDIA driver {}",
-                    report
-                        .driver_version
-                        .as_deref()
-                        .unwrap_or("(version unknown)")
-                );
-                println!(
-                    "{:<4} {:<28} {:>12} {:>12}  {:<14} bus",
-                    "gpu", "name", "T1 used", "VRAM", "PCIe now/max"
-                );
+                println!("NVIDIA driver {}", report.driver_version.as_deref().unwrap_or("(version unknown)"));
+                println!("{:<4} {:<28} {:>12} {:>12}  {:<14} bus", "gpu", "name", "T1 used", "VRAM", "PCIe now/max");
                 for g in &report.gpus {
                     let link = match (g.pcie_generation, g.pcie_width) {
                         (Some((cg, mg)), Some((cw, mw))) => format!("Gen{cg}x{cw}/Gen{mg}x{mw}"),

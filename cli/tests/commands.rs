@@ -31,10 +31,7 @@ fn assert_refused(output: &Output, code: i32, message: &str) {
 /// A stand-in shim file: `run` only needs it to exist. The dynamic loader of the child
 /// ignores it (with a message on stderr), so the test programs run unhooked.
 fn fake_shim() -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "greenboost-cli-test-{}/libgreenboost_cuda.so",
-        std::process::id()
-    ));
+    let path = std::env::temp_dir().join(format!("greenboost-cli-test-{}/libgreenboost_cuda.so", std::process::id()));
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, b"").unwrap();
     path
@@ -61,21 +58,10 @@ fn run_sets_the_preload_and_policy_then_execs() {
         ],
         &[("LD_PRELOAD", "")],
     );
-    assert_eq!(
-        output.status.code(),
-        Some(7),
-        "the program's exit status is the command's: {output:?}"
-    );
-    assert_eq!(
-        text(&output.stdout).trim(),
-        format!("{}|1610612736|combined|userspace", shim.display())
-    );
+    assert_eq!(output.status.code(), Some(7), "the program's exit status is the command's: {output:?}");
+    assert_eq!(text(&output.stdout).trim(), format!("{}|1610612736|combined|userspace", shim.display()));
     // --backend userspace does not need the module: no warning about it.
-    assert!(
-        !text(&output.stderr).contains("/nonexistent/greenboost"),
-        "{}",
-        text(&output.stderr)
-    );
+    assert!(!text(&output.stderr).contains("/nonexistent/greenboost"), "{}", text(&output.stderr));
 }
 
 #[test]
@@ -85,16 +71,10 @@ fn run_warns_without_the_module_and_refuses_kmod_only() {
     let output = greenboost(&["run", "--shim", shim, "--", "true"], &[]);
     assert!(output.status.success());
     let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("warning: /nonexistent/greenboost does not exist"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("warning: /nonexistent/greenboost does not exist"), "{stderr}");
     assert!(stderr.contains("sudo modprobe greenboost"), "{stderr}");
 
-    let output = greenboost(
-        &["run", "--shim", shim, "--backend", "kmod", "--", "true"],
-        &[],
-    );
+    let output = greenboost(&["run", "--shim", shim, "--backend", "kmod", "--", "true"], &[]);
     assert_refused(&output, 1, "--backend kmod needs the module");
 }
 
@@ -102,38 +82,19 @@ fn run_warns_without_the_module_and_refuses_kmod_only() {
 fn run_explains_bad_input() {
     let shim = fake_shim();
     let shim = shim.to_str().unwrap();
-    let output = greenboost(
-        &["run", "--shim", shim, "-q", "--", "/nonexistent/program"],
-        &[],
-    );
-    assert_refused(
-        &output,
-        1,
-        "cannot run '/nonexistent/program': no such program",
-    );
+    let output = greenboost(&["run", "--shim", shim, "-q", "--", "/nonexistent/program"], &[]);
+    assert_refused(&output, 1, "cannot run '/nonexistent/program': no such program");
 
     let output = greenboost(&["run", "--vram-budget", "8X", "--", "true"], &[]);
     assert_refused(&output, 2, "'8X' is not a size"); // clap's usage error
 
-    let output = greenboost(
-        &[
-            "run",
-            "--shim",
-            "/nonexistent/libgreenboost_cuda.so",
-            "--",
-            "true",
-        ],
-        &[],
-    );
+    let output = greenboost(&["run", "--shim", "/nonexistent/libgreenboost_cuda.so", "--", "true"], &[]);
     assert_refused(&output, 1, "build it with `make shim`");
 }
 
 #[test]
 fn demo_without_a_driver_explains_and_succeeds() {
-    let output = greenboost(
-        &["demo"],
-        &[("GREENBOOST_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")],
-    );
+    let output = greenboost(&["demo"], &[("GREENBOOST_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")]);
     assert!(output.status.success(), "{output:?}");
     let stdout = text(&output.stdout);
     assert!(stdout.contains("No NVIDIA GPU driver here"), "{stdout}");

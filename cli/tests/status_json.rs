@@ -10,8 +10,7 @@ struct FakeRoot(PathBuf);
 
 impl FakeRoot {
     fn new(name: &str) -> FakeRoot {
-        let root =
-            std::env::temp_dir().join(format!("greenboost-cli-{name}-{}", std::process::id()));
+        let root = std::env::temp_dir().join(format!("greenboost-cli-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         fs::create_dir_all(&root).unwrap();
         FakeRoot(root)
@@ -33,11 +32,7 @@ impl FakeRoot {
             .env("GREENBOOST_NVML_LIBRARY", "none")
             .output()
             .unwrap();
-        (
-            String::from_utf8(output.stdout).unwrap(),
-            String::from_utf8(output.stderr).unwrap(),
-            output.status.success(),
-        )
+        (String::from_utf8(output.stdout).unwrap(), String::from_utf8(output.stderr).unwrap(), output.status.success())
     }
 
     fn path(&self) -> &Path {
@@ -196,10 +191,7 @@ fn status_text_shows_pressure_and_processes() {
     root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
     let (text, stderr, ok) = root.status(&[]);
     assert!(ok, "{stderr}");
-    assert!(
-        text.contains("Pressure: ACTIVE: free RAM 775.00 MiB is below the reserve 64.00 MiB"),
-        "{text}"
-    );
+    assert!(text.contains("Pressure: ACTIVE: free RAM 775.00 MiB is below the reserve 64.00 MiB"), "{text}");
     assert!(
         text.lines().any(|l| l.starts_with("T2")
             && l.contains("6.00 MiB")
@@ -207,9 +199,5 @@ fn status_text_shows_pressure_and_processes() {
             && l.contains("2 buffers")),
         "{text}"
     );
-    assert!(
-        text.lines()
-            .any(|l| l.contains("123") && l.contains("ollama runner") && l.contains("8.00 GiB")),
-        "{text}"
-    );
+    assert!(text.lines().any(|l| l.contains("123") && l.contains("ollama runner") && l.contains("8.00 GiB")), "{text}");
 }

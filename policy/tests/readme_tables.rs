@@ -68,7 +68,10 @@ fn check_environment_table(rows: &[Vec<String>], problems: &mut Vec<String>) {
         }
     }
     for row in rows.iter().filter(|row| !SETTINGS.iter().any(|s| s.env == row[0])) {
-        problems.push(format!("shim/README.md's Environment table has a row for {}, which policy/ does not define", row[0]));
+        problems.push(format!(
+            "shim/README.md's Environment table has a row for {}, which policy/ does not define",
+            row[0]
+        ));
     }
 }
 
@@ -101,7 +104,8 @@ fn check_configuration_table(rows: &[Vec<String>], problems: &mut Vec<String>) {
         }
     }
     for row in rows.iter().filter(|row| !SETTINGS.iter().any(|s| s.env == variable(row))) {
-        problems.push(format!("README.md's Configuration table has a row for {}, which policy/ does not define", row[0]));
+        problems
+            .push(format!("README.md's Configuration table has a row for {}, which policy/ does not define", row[0]));
     }
 }
 
@@ -126,18 +130,20 @@ fn the_check_catches_what_it_is_for() {
     assert_eq!(missing, ["README.md's Configuration table has no row for GREENBOOST_HOST_RESERVE"]);
 
     let no_flag = readme.replace("`GREENBOOST_T2_CAP` (`--t2-cap`)", "`GREENBOOST_T2_CAP`");
-    assert_eq!(problems(&shim_readme, &no_flag), ["README.md: \"GREENBOOST_T2_CAP\" should read \"GREENBOOST_T2_CAP (--t2-cap)\""]);
+    assert_eq!(
+        problems(&shim_readme, &no_flag),
+        ["README.md: \"GREENBOOST_T2_CAP\" should read \"GREENBOOST_T2_CAP (--t2-cap)\""]
+    );
 
-    let wrong_default = shim_readme.replace("| `GREENBOOST_MIN_T2_SIZE` | size | 2M |", "| `GREENBOOST_MIN_T2_SIZE` | size | 4M |");
+    let wrong_default =
+        shim_readme.replace("| `GREENBOOST_MIN_T2_SIZE` | size | 2M |", "| `GREENBOOST_MIN_T2_SIZE` | size | 4M |");
     assert_eq!(
         problems(&wrong_default, &readme),
         ["shim/README.md: GREENBOOST_MIN_T2_SIZE default is \"4M\", the policy table says \"2M\""]
     );
 
-    let stale = shim_readme.replace(
-        "| `GREENBOOST_DISABLE` |",
-        "| `GREENBOOST_OLD` | size | 1G | gone |\n| `GREENBOOST_DISABLE` |",
-    );
+    let stale = shim_readme
+        .replace("| `GREENBOOST_DISABLE` |", "| `GREENBOOST_OLD` | size | 1G | gone |\n| `GREENBOOST_DISABLE` |");
     assert_eq!(
         problems(&stale, &readme),
         ["shim/README.md's Environment table has a row for GREENBOOST_OLD, which policy/ does not define"]
