@@ -1,530 +1,80 @@
-//! Where T2 memory comes from. Both backends hand out host mappings that `tiers`
-//! registers with CUDA (cuMemHostRegister DEVICEMAP|PORTABLE): the kernel module's
-//! DMA-BUF buffers (pinned 2 MiB pages, tier stats in sysfs/dmesg) and, when the module
-//! is absent, anonymous huge-page memory.
+//! The T2 backend of this process, chosen once (GREENBOOST_BACKEND): the module when it
+//! opens and speaks our ABI, else (or by choice) userspace memory.
 
-use std::ffi::{c_int, c_void};
-use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use greenboost_abi as abi;
+use crate::config::{self, BackendChoice};
+use crate::kmod_backend::{KmodBackend, IMPORT_DMABUF_RESULT, IMPORT_OPAQUE_RESULT};
+use crate::t2_buffer::Backend;
+use crate::userspace::UserspaceBackend;
 
-use crate::cuda::{call, DriverApi};
-use crate::ffi::*;
-use crate::log::Mib;
-
-/// A host mapping backing one T2 allocation.
-#[derive(Debug)]
-pub struct HostBuffer {
-    pub address: usize,
-    pub len: usize,
-    /// The module's buffer id (0 for userspace memory), for log lines.
-    pub id: u64,
+enum Slot {
+    Kmod(KmodBackend),
+    Userspace(UserspaceBackend),
+    Unavailable,
 }
 
-impl HostBuffer {
-    pub fn ptr(&self) -> *mut c_void {
-        self.address as *mut c_void
-    }
-}
+static BACKEND: OnceLock<Slot> = OnceLock::new();
 
-/// Why a backend could not provide memory; all become the CUDA out-of-memory error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendError {
-    /// The module refused (cap, reserve, per-user cap: ENOMEM) or RAM ran out.
-    OutOfMemory(c_int),
-    /// Another errno from the module or mmap.
-    Failed(c_int),
-}
-
-pub trait Backend: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// A mapping of at least `len` bytes (2 MiB-aligned, populated), preferring `numa_node`.
-    fn alloc(&self, len: usize, numa_node: Option<c_int>, driver: &DriverApi) -> Result<HostBuffer, BackendError>;
-    fn release(&self, buffer: HostBuffer);
-    /// T2 capacity when GREENBOOST_T2_CAP is not set.
-    fn default_cap(&self) -> u64;
-    /// Tells the module the process's VRAM use, at most every 100 ms unless `now`
-    /// (a skipped report is sent by a later `flush_t1_report`). No-op for userspace.
-    fn report_t1(&self, _vram_used: u64, _vram_budget: u64, _now: bool) {}
-    /// Sends a report that throttling held back, when it is due.
-    fn flush_t1_report(&self) {}
-}
-
-/// T2 allocations are whole 2 MiB chunks.
-pub fn round_to_chunk(len: usize) -> Option<usize> {
-    let chunk = abi::GB_CHUNK_SIZE as usize;
-    len.checked_add(chunk - 1).map(|end| end & !(chunk - 1))
-}
-
-fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
-
-/// The kernel module.
-pub struct KmodBackend {
-    fd: c_int,
-    info: abi::GbInfo,
-    last_report_ns: AtomicU64,
-    latest_t1: AtomicU64,
-    latest_budget: AtomicU64,
-    report_pending: AtomicBool,
-}
-
-/// Results of the one cuImportExternalMemory attempt per process (-1: not tried yet).
-pub static IMPORT_DMABUF_RESULT: AtomicI32 = AtomicI32::new(-1);
-pub static IMPORT_OPAQUE_RESULT: AtomicI32 = AtomicI32::new(-1);
-
-impl KmodBackend {
-    /// Opens /dev/greenboost and checks its ABI; `Err` says why not, for the log.
-    pub fn open() -> Result<KmodBackend, String> {
-        let path = c"/dev/greenboost";
-        // SAFETY: NUL-terminated path.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(format!("{}: {}", abi::GB_DEVICE_PATH, std::io::Error::last_os_error()));
-        }
-        let mut info = abi::GbInfo::default();
-        // SAFETY: GB_IOC_INFO writes a GbInfo.
-        if unsafe { libc::ioctl(fd, abi::GB_IOC_INFO as _, &mut info as *mut abi::GbInfo) } != 0 {
-            let error = std::io::Error::last_os_error();
-            // SAFETY: our fd.
-            unsafe { libc::close(fd) };
-            return Err(format!("{}: INFO failed: {error}", abi::GB_DEVICE_PATH));
-        }
-        if info.abi_version != abi::GB_ABI_VERSION {
-            // SAFETY: our fd.
-            unsafe { libc::close(fd) };
-            return Err(format!(
-                "{} speaks ABI {}, the shim ABI {}",
-                abi::GB_DEVICE_PATH,
-                info.abi_version,
-                abi::GB_ABI_VERSION
-            ));
-        }
-        Ok(KmodBackend {
-            fd,
-            info,
-            last_report_ns: AtomicU64::new(0),
-            latest_t1: AtomicU64::new(0),
-            latest_budget: AtomicU64::new(0),
-            report_pending: AtomicBool::new(false),
-        })
-    }
-
-    /// Sends the process's VRAM use now (at exit), with the last budget reported.
-    pub fn final_report(&self, vram_used: u64) {
-        self.report_t1(vram_used, self.latest_budget.load(Ordering::Relaxed), true);
-    }
-
-    /// Tries to import the DMA-BUF as CUDA external memory, once per process. NVIDIA's
-    /// drivers refuse (DMABUF_FD: CUDA_ERROR_NOT_SUPPORTED, OPAQUE_FD: CUDA_ERROR_UNKNOWN);
-    /// the result is recorded and logged, and T2 always goes through host registration.
-    fn try_import_once(&self, fd: c_int, len: usize, driver: &DriverApi) {
-        for (handle_type, result) in [
-            (CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD, &IMPORT_DMABUF_RESULT),
-            (CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, &IMPORT_OPAQUE_RESULT),
-        ] {
-            if result.compare_exchange(-1, i32::MIN, Ordering::AcqRel, Ordering::Acquire).is_err() {
-                continue;
-            }
-            // The driver takes ownership of the fd on success; give it a duplicate.
-            // SAFETY: fd is a valid DMA-BUF fd.
-            let duplicate = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-            if duplicate < 0 {
-                result.store(CUDA_ERROR_INVALID_VALUE, Ordering::Release);
-                continue;
-            }
-            let mut desc = CudaExternalMemoryHandleDesc {
-                type_: handle_type,
-                pad: 0,
-                handle: [duplicate as u32 as u64, 0],
-                size: len as u64,
-                flags: 0,
-                reserved: [0; 16],
-            };
-            let mut external: CuExternalMemory = ptr::null_mut();
-            let status = call!(driver, import_external_memory(&mut external, &mut desc));
-            result.store(status, Ordering::Release);
-            if status == CUDA_SUCCESS {
-                info!(
-                    "cuImportExternalMemory accepted a DMA-BUF as handle type {}; T2 still uses host registration",
-                    handle_type
-                );
-                call!(driver, destroy_external_memory(external));
-            } else {
-                info!("cuImportExternalMemory refused a DMA-BUF as handle type {} (CUDA error {})", handle_type, status);
-                // SAFETY: the driver did not take the fd.
-                unsafe { libc::close(duplicate) };
-            }
-        }
-    }
-}
-
-impl Drop for KmodBackend {
-    fn drop(&mut self) {
-        // SAFETY: our fd.
-        unsafe { libc::close(self.fd) };
-    }
-}
-
-impl Backend for KmodBackend {
-    fn name(&self) -> &'static str {
-        "kmod"
-    }
-
-    fn alloc(&self, len: usize, numa_node: Option<c_int>, driver: &DriverApi) -> Result<HostBuffer, BackendError> {
-        let mut request = abi::GbAlloc {
-            size: len as u64,
-            numa_node: numa_node.unwrap_or(-1),
-            ..abi::GbAlloc::default()
-        };
-        // SAFETY: GB_IOC_ALLOC reads and writes a GbAlloc.
-        if unsafe { libc::ioctl(self.fd, abi::GB_IOC_ALLOC as _, &mut request as *mut abi::GbAlloc) } != 0 {
-            let error = errno();
-            return Err(if error == libc::ENOMEM { BackendError::OutOfMemory(error) } else { BackendError::Failed(error) });
-        }
-        let mapped_len = usize::try_from(request.alloc_size).unwrap_or(len).max(len);
-        self.try_import_once(request.fd, mapped_len, driver);
-        // SAFETY: mapping the module's DMA-BUF fd, which supports shared mmap.
-        let address = unsafe {
-            libc::mmap(ptr::null_mut(), mapped_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, request.fd, 0)
-        };
-        let error = errno();
-        // The mapping keeps the buffer alive; the fd is no longer needed.
-        // SAFETY: the fd the module returned to us.
-        unsafe { libc::close(request.fd) };
-        if address == libc::MAP_FAILED {
-            return Err(if error == libc::ENOMEM { BackendError::OutOfMemory(error) } else { BackendError::Failed(error) });
-        }
-        Ok(HostBuffer { address: address as usize, len: mapped_len, id: request.buffer_id })
-    }
-
-    fn release(&self, buffer: HostBuffer) {
-        // SAFETY: a mapping this backend made; nothing uses it any more.
-        unsafe { libc::munmap(buffer.ptr(), buffer.len) };
-    }
-
-    fn default_cap(&self) -> u64 {
-        // The module resolves its cap at load; 0 would mean it reported none.
-        if self.info.pool_cap != 0 { self.info.pool_cap } else { UserspaceBackend.default_cap() }
-    }
-
-    fn report_t1(&self, vram_used: u64, vram_budget: u64, now: bool) {
-        const MIN_INTERVAL_NS: u64 = 100_000_000;
-        self.latest_t1.store(vram_used, Ordering::Relaxed);
-        self.latest_budget.store(vram_budget, Ordering::Relaxed);
-        let time = monotonic_ns();
-        let last = self.last_report_ns.load(Ordering::Relaxed);
-        if !now && last != 0 && time.saturating_sub(last) < MIN_INTERVAL_NS {
-            self.report_pending.store(true, Ordering::Relaxed);
-            return;
-        }
-        if self.last_report_ns.compare_exchange(last, time, Ordering::AcqRel, Ordering::Relaxed).is_err() && !now {
-            self.report_pending.store(true, Ordering::Relaxed);
-            return;
-        }
-        self.report_pending.store(false, Ordering::Relaxed);
-        let report = abi::GbT1Report {
-            vram_used: self.latest_t1.load(Ordering::Relaxed),
-            vram_budget: self.latest_budget.load(Ordering::Relaxed),
-        };
-        // SAFETY: GB_IOC_REPORT_T1 reads a GbT1Report.
-        unsafe { libc::ioctl(self.fd, abi::GB_IOC_REPORT_T1 as _, &report as *const abi::GbT1Report) };
-    }
-
-    fn flush_t1_report(&self) {
-        if self.report_pending.load(Ordering::Relaxed) {
-            self.report_t1(self.latest_t1.load(Ordering::Relaxed), self.latest_budget.load(Ordering::Relaxed), false);
-        }
-    }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
-    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
-}
-
-/// Anonymous memory: 2 MiB-aligned, transparent huge pages requested, populated before
-/// registration so that a shortage shows as an error here, not as a fault later.
-pub struct UserspaceBackend;
-
-impl Backend for UserspaceBackend {
-    fn name(&self) -> &'static str {
-        "userspace"
-    }
-
-    fn alloc(&self, len: usize, _numa_node: Option<c_int>, _driver: &DriverApi) -> Result<HostBuffer, BackendError> {
-        let started = Instant::now();
-        let chunk = abi::GB_CHUNK_SIZE as usize;
-        let Some(padded) = len.checked_add(chunk) else { return Err(BackendError::OutOfMemory(libc::ENOMEM)) };
-        // SAFETY: a fresh anonymous mapping.
-        let raw = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                padded,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(BackendError::OutOfMemory(errno()));
-        }
-        let start = raw as usize;
-        let aligned = (start + chunk - 1) & !(chunk - 1);
-        let head = aligned - start;
-        let tail = padded - head - len;
-        // SAFETY: trimming the unaligned head and the tail of our own mapping.
-        unsafe {
-            if head != 0 {
-                libc::munmap(raw, head);
-            }
-            if tail != 0 {
-                libc::munmap((aligned + len) as *mut c_void, tail);
-            }
-            libc::madvise(aligned as *mut c_void, len, libc::MADV_HUGEPAGE);
-        }
-        let mapped = Instant::now();
-        let threads = populate_threads(len);
-        if let Err(error) = populate(aligned, len, threads) {
-            // SAFETY: our mapping.
-            unsafe { libc::munmap(aligned as *mut c_void, len) };
-            return Err(BackendError::OutOfMemory(error));
-        }
-        // The phases of a cold T2 allocation, so that a benchmark can tell where its
-        // time goes (registration is timed by the caller).
-        debug!(
-            "userspace backend: {}: map {:.1} ms, populate {:.1} ms ({} thread{})",
-            Mib(len as u64),
-            millis(mapped - started),
-            millis(mapped.elapsed()),
-            threads,
-            if threads == 1 { "" } else { "s" }
-        );
-        Ok(HostBuffer { address: aligned, len, id: 0 })
-    }
-
-    fn release(&self, buffer: HostBuffer) {
-        // SAFETY: a mapping this backend made; nothing uses it any more.
-        unsafe { libc::munmap(buffer.ptr(), buffer.len) };
-    }
-
-    fn default_cap(&self) -> u64 {
-        // Three quarters of RAM: the rest stays for the program and the system.
-        // SAFETY: sysinfo fills the struct.
-        let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-        // SAFETY: valid out pointer.
-        if unsafe { libc::sysinfo(&mut info) } != 0 {
-            return 0;
-        }
-        let total = (info.totalram as u64).saturating_mul(u64::from(info.mem_unit));
-        total / 4 * 3
-    }
-}
-
-/// Milliseconds, for log lines.
-pub fn millis(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
-}
-
-/// At most this many threads populate one buffer: the kernel zeroes every page it faults
-/// in, which is most of a cold allocation's time and scales with cores, until memory
-/// bandwidth runs out.
-const POPULATE_THREADS_MAX: usize = 8;
-/// Each populating thread gets at least this much: below it, starting a thread costs
-/// more than the zeroing it takes over.
-const POPULATE_MIN_PER_THREAD: usize = 32 << 20;
-
-/// How many threads populate `len` bytes: min(8, the cores this process may run on),
-/// fewer for small buffers.
-fn populate_threads(len: usize) -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    cores.min(POPULATE_THREADS_MAX).min(len / POPULATE_MIN_PER_THREAD).max(1)
-}
-
-/// Splits `len` bytes into at most `threads` slices of whole 2 MiB chunks (the last one
-/// takes the remainder), as (offset, length): a slice boundary never splits a huge page,
-/// so no two threads fault on the same one.
-fn populate_slices(len: usize, threads: usize) -> impl Iterator<Item = (usize, usize)> {
-    let chunk = abi::GB_CHUNK_SIZE as usize;
-    let chunks = len.div_ceil(chunk);
-    let per_slice = chunks.div_ceil(threads.max(1)).max(1) * chunk;
-    (0..len).step_by(per_slice).map(move |offset| (offset, per_slice.min(len - offset)))
-}
-
-/// Faults in every page of `[address, address + len)` now, with up to `threads` threads
-/// each populating its own slice; the first error wins. If a thread cannot be started,
-/// the calling thread populates what that thread would have.
-fn populate(address: usize, len: usize, threads: usize) -> Result<(), c_int> {
-    if threads <= 1 {
-        return populate_range(address, len);
-    }
-    std::thread::scope(|scope| {
-        let mut slices = populate_slices(len, threads);
-        let Some((_, first_len)) = slices.next() else { return Ok(()) };
-        let mut helpers = Vec::with_capacity(threads);
-        let mut result = Ok(());
-        for (offset, slice_len) in slices {
-            let spawned = std::thread::Builder::new()
-                .name("greenboost-populate".into())
-                .stack_size(64 << 10)
-                .spawn_scoped(scope, move || populate_range(address + offset, slice_len));
-            match spawned {
-                Ok(helper) => helpers.push(helper),
-                Err(_) => {
-                    // No thread (limits, memory): the rest is populated here.
-                    result = populate_range(address + offset, len - offset);
-                    break;
+/// The T2 backend, chosen at the first call (GREENBOOST_BACKEND); `None` when the
+/// module was required and cannot be used.
+pub fn get() -> Option<&'static dyn Backend> {
+    let slot = BACKEND.get_or_init(|| {
+        let choice = config::get().backend;
+        if choice != BackendChoice::Userspace {
+            match KmodBackend::open() {
+                Ok(kmod) => {
+                    info!("T2 backend: kmod (/dev/greenboost)");
+                    return Slot::Kmod(kmod);
                 }
+                Err(reason) if choice == BackendChoice::Kmod => {
+                    warn!("GREENBOOST_BACKEND=kmod but {reason}; no T2: allocations stay in VRAM while it lasts");
+                    return Slot::Unavailable;
+                }
+                Err(reason) => info!("{reason}; T2 backend: userspace"),
             }
+        } else {
+            info!("T2 backend: userspace");
         }
-        result = result.and(populate_range(address, first_len));
-        for helper in helpers {
-            // A helper cannot panic (panic = "abort"); a join error is still an error.
-            result = result.and(helper.join().unwrap_or(Err(libc::EIO)));
-        }
-        result
-    })
+        Slot::Userspace(UserspaceBackend)
+    });
+    match slot {
+        Slot::Kmod(kmod) => Some(kmod),
+        Slot::Userspace(userspace) => Some(userspace),
+        Slot::Unavailable => None,
+    }
 }
 
-/// Faults in one range: MADV_POPULATE_WRITE (Linux 5.14) reports a shortage as an
-/// error; older kernels get the pages touched.
-fn populate_range(address: usize, len: usize) -> Result<(), c_int> {
-    const MADV_POPULATE_WRITE: c_int = 23;
-    // SAFETY: our mapping.
-    if unsafe { libc::madvise(address as *mut c_void, len, MADV_POPULATE_WRITE) } == 0 {
-        return Ok(());
-    }
-    let error = errno();
-    if error != libc::EINVAL {
-        return Err(error);
-    }
-    let page = 4096;
-    let mut offset = 0;
-    while offset < len {
-        // SAFETY: inside our writable mapping.
-        unsafe { ptr::write_volatile((address + offset) as *mut u8, 0) };
-        offset += page;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunks_round_up_and_never_wrap() {
-        assert_eq!(round_to_chunk(1), Some(2 << 20));
-        assert_eq!(round_to_chunk(2 << 20), Some(2 << 20));
-        assert_eq!(round_to_chunk((2 << 20) + 1), Some(4 << 20));
-        assert_eq!(round_to_chunk(usize::MAX), None);
-    }
-
-    #[test]
-    fn userspace_memory_is_aligned_populated_and_writable() {
-        let driver = crate::cuda::api();
-        let buffer = UserspaceBackend.alloc(6 << 20, None, driver).expect("6 MiB of anonymous memory");
-        assert_eq!(buffer.address % (2 << 20), 0);
-        assert_eq!(buffer.len, 6 << 20);
-        // SAFETY: the mapping is ours and writable.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(buffer.ptr().cast::<u8>(), buffer.len) };
-        assert!(bytes.iter().all(|b| *b == 0));
-        bytes.fill(0xA5);
-        assert!(bytes.iter().all(|b| *b == 0xA5));
-        UserspaceBackend.release(buffer);
-    }
-
-    #[test]
-    fn populate_slices_cover_the_buffer_in_whole_chunks() {
-        let chunk = 2 << 20;
-        for (len, threads) in [(1 << 30, 8), (1 << 30, 3), (6 << 20, 8), (2 << 20, 4), ((8 << 20) + 4096, 2), (64 << 20, 1)] {
-            let slices: Vec<_> = populate_slices(len, threads).collect();
-            assert!(slices.len() <= threads, "{len} in {threads}: {slices:?}");
-            let mut next = 0;
-            for (offset, slice_len) in &slices {
-                assert_eq!(*offset, next, "{len} in {threads}: gap or overlap in {slices:?}");
-                assert_eq!(offset % chunk, 0, "{len} in {threads}: slice starts inside a huge page");
-                assert!(*slice_len > 0);
-                next = offset + slice_len;
-            }
-            assert_eq!(next, len, "{len} in {threads}: {slices:?} does not end at the buffer's end");
-        }
-    }
-
-    #[test]
-    fn populate_threads_grow_with_size_up_to_eight() {
-        assert_eq!(populate_threads(2 << 20), 1);
-        assert!(populate_threads(1 << 30) <= POPULATE_THREADS_MAX);
-        assert!(populate_threads(1 << 30) >= populate_threads(64 << 20));
-    }
-
-    fn anonymous(len: usize, prot: c_int) -> usize {
-        // SAFETY: a fresh anonymous mapping.
-        let raw = unsafe { libc::mmap(ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-        assert_ne!(raw, libc::MAP_FAILED);
-        raw as usize
-    }
-
-    fn resident_bytes(address: usize, len: usize) -> usize {
-        let page = 4096;
-        let mut vec = vec![0u8; len.div_ceil(page)];
-        // SAFETY: our mapping; `vec` has one byte per page.
-        assert_eq!(unsafe { libc::mincore(address as *mut c_void, len, vec.as_mut_ptr()) }, 0);
-        vec.iter().filter(|b| **b & 1 != 0).count() * page
-    }
-
-    #[test]
-    fn parallel_populate_faults_in_every_page_zeroed() {
-        let len = 96 << 20;
-        for threads in [1, 3, 8] {
-            let address = anonymous(len, libc::PROT_READ | libc::PROT_WRITE);
-            assert_eq!(resident_bytes(address, len), 0);
-            populate(address, len, threads).expect("populate");
-            assert_eq!(resident_bytes(address, len), len, "{threads} threads left pages out");
-            // SAFETY: the mapping is ours, readable and `len` long.
-            let bytes = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
-            assert!(bytes.iter().all(|b| *b == 0), "{threads} threads: fresh memory is not zero");
-            // SAFETY: our mapping.
-            unsafe { libc::munmap(address as *mut c_void, len) };
-        }
-    }
-
-    #[test]
-    fn populate_failure_in_any_slice_is_an_error() {
-        // The last third of the range is not mapped: the thread populating it fails
-        // (ENOMEM, which the backend answers as out-of-memory), the others succeed, and
-        // the whole answer is the failure.
-        let len = 96 << 20;
-        let address = anonymous(len, libc::PROT_READ | libc::PROT_WRITE);
-        let hole = len / 3 * 2;
-        // SAFETY: our mapping.
-        assert_eq!(unsafe { libc::munmap((address + hole) as *mut c_void, len - hole) }, 0);
-        for threads in [1, 3] {
-            let error = populate(address, len, threads).expect_err("an unmapped slice cannot be populated");
-            assert_eq!(error, libc::ENOMEM, "{threads} threads");
-        }
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(address as *mut c_void, hole) };
-    }
-
-    #[test]
-    fn userspace_refuses_impossible_sizes_cleanly() {
-        let driver = crate::cuda::api();
-        assert!(matches!(UserspaceBackend.alloc(usize::MAX - 4096, None, driver), Err(BackendError::OutOfMemory(_))));
-        assert!(matches!(UserspaceBackend.alloc(1 << 50, None, driver), Err(BackendError::OutOfMemory(_))));
-    }
-
-    #[test]
-    fn userspace_default_cap_is_most_of_ram() {
-        let cap = UserspaceBackend.default_cap();
-        assert!(cap > 64 << 20, "{cap}");
+/// The backend in use, for the summary ("not used" before the first T2 question).
+pub fn name() -> &'static str {
+    match BACKEND.get() {
+        None => "not used",
+        Some(Slot::Kmod(_)) => "kmod",
+        Some(Slot::Userspace(_)) => "userspace",
+        Some(Slot::Unavailable) => "unavailable",
     }
 }
+
+/// (backend code, DMABUF_FD import result, OPAQUE_FD import result) for the stats.
+pub fn summary() -> (u32, i32, i32) {
+    let code = match BACKEND.get() {
+        None => 0,
+        Some(Slot::Kmod(_)) => 1,
+        Some(Slot::Userspace(_)) => 2,
+        Some(Slot::Unavailable) => 3,
+    };
+    (code, IMPORT_DMABUF_RESULT.load(Ordering::Relaxed), IMPORT_OPAQUE_RESULT.load(Ordering::Relaxed))
+}
+
+/// The module's T1 report, if the module is in use and opened already: sends a report
+/// that throttling held back, or with `final_t1` the last one at exit.
+pub fn flush_t1_report(final_t1: Option<u64>) {
+    if let Some(Slot::Kmod(kmod)) = BACKEND.get() {
+        match final_t1 {
+            Some(vram_used) => kmod.final_report(vram_used),
+            None => kmod.flush_t1_report(),
+        }
+    }
+}
+

@@ -1,159 +1,279 @@
-//! Driver functions the shim calls for its own work (registration, events, contexts,
-//! the VMM calls of split allocations), resolved once from the program's libcuda. They
-//! are the driver's own functions, never the shim's hooks (cuMemCreate and cuMemRelease
-//! are hooked too, but the shim's own VMM memory must not be counted twice).
+//! The driver calls the shim makes for its own work (contexts, events, streams, copies,
+//! registration, the VMM calls of split allocations, memory figures), as small typed
+//! wrappers over `real`: each says once why its call is sound. They are the driver's own
+//! functions, never the shim's hooks (cuMemCreate and cuMemRelease are hooked too, but
+//! the shim's own VMM memory must not be counted twice).
+//!
+//! A missing driver function answers CUDA_ERROR_NOT_INITIALIZED, as a missing driver
+//! would.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ffi::*;
-use crate::hooks::{self, Hook};
-use crate::libs;
+use crate::real;
 
-macro_rules! driver_api {
-    ($($field:ident = $symbol:literal: fn($($ty:ty),*);)*) => {
-        /// The driver functions, each `None` when the driver lacks it.
-        pub struct DriverApi {
-            $(pub $field: Option<unsafe extern "C" fn($($ty),*) -> CuResult>,)*
-        }
-
-        impl DriverApi {
-            fn load() -> DriverApi {
-                let handle = libs::driver();
-                DriverApi {
-                    $($field: {
-                        let found = if handle.is_null() {
-                            std::ptr::null_mut()
-                        } else {
-                            libs::symbol(handle, concat!($symbol, "\0").as_ptr().cast())
-                        };
-                        // SAFETY: the driver's function of this name has this C signature.
-                        (!found.is_null()).then(|| unsafe {
-                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> CuResult>(found)
-                        })
-                    },)*
-                }
-            }
-        }
-    };
-}
-
-driver_api! {
-    ctx_get_current = "cuCtxGetCurrent": fn(*mut CuContext);
-    ctx_get_device = "cuCtxGetDevice": fn(*mut CuDevice);
-    ctx_synchronize = "cuCtxSynchronize": fn();
-    ctx_push_current = "cuCtxPushCurrent_v2": fn(CuContext);
-    ctx_pop_current = "cuCtxPopCurrent_v2": fn(*mut CuContext);
-    mem_host_register = "cuMemHostRegister_v2": fn(*mut c_void, usize, c_uint);
-    mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2": fn(*mut CuDevicePtr, *mut c_void, c_uint);
-    mem_host_unregister = "cuMemHostUnregister": fn(*mut c_void);
-    event_create = "cuEventCreate": fn(*mut CuEvent, c_uint);
-    event_record = "cuEventRecord": fn(CuEvent, CuStream);
-    event_query = "cuEventQuery": fn(CuEvent);
-    event_synchronize = "cuEventSynchronize": fn(CuEvent);
-    event_destroy = "cuEventDestroy_v2": fn(CuEvent);
-    stream_synchronize = "cuStreamSynchronize": fn(CuStream);
-    stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint);
-    stream_is_capturing = "cuStreamIsCapturing": fn(CuStream, *mut c_int);
-    memcpy_async = "cuMemcpyAsync": fn(CuDevicePtr, CuDevicePtr, usize, CuStream);
-    mem_alloc = "cuMemAlloc_v2": fn(*mut CuDevicePtr, usize);
-    mem_free = "cuMemFree_v2": fn(CuDevicePtr);
-    mem_get_address_range = "cuMemGetAddressRange_v2": fn(*mut CuDevicePtr, *mut usize, CuDevicePtr);
-    device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CuDevice);
-    mem_get_allocation_granularity = "cuMemGetAllocationGranularity": fn(*mut usize, *const CuMemAllocationProp, c_int);
-    mem_address_reserve = "cuMemAddressReserve": fn(*mut CuDevicePtr, usize, usize, CuDevicePtr, u64);
-    mem_address_free = "cuMemAddressFree": fn(CuDevicePtr, usize);
-    mem_create = "cuMemCreate": fn(*mut CuMemGenericAllocationHandle, usize, *const CuMemAllocationProp, u64);
-    mem_release = "cuMemRelease": fn(CuMemGenericAllocationHandle);
-    mem_map = "cuMemMap": fn(CuDevicePtr, usize, usize, CuMemGenericAllocationHandle, u64);
-    mem_unmap = "cuMemUnmap": fn(CuDevicePtr, usize);
-    mem_set_access = "cuMemSetAccess": fn(CuDevicePtr, usize, *const CuMemAccessDesc, usize);
-    import_external_memory = "cuImportExternalMemory": fn(*mut CuExternalMemory, *const CudaExternalMemoryHandleDesc);
-    destroy_external_memory = "cuDestroyExternalMemory": fn(CuExternalMemory);
-}
-
-static DRIVER: OnceLock<DriverApi> = OnceLock::new();
-
-/// The driver functions (resolved at the first call that needs them; a hook that needs
-/// them runs in a program that uses the driver).
-pub fn api() -> &'static DriverApi {
-    DRIVER.get_or_init(DriverApi::load)
-}
-
-/// Calls an optional driver function, answering CUDA_ERROR_NOT_INITIALIZED if absent.
-macro_rules! call {
-    ($api:expr, $field:ident($($arg:expr),*)) => {
-        match $api.$field {
-            // SAFETY: the arguments follow the driver function's contract at each call site.
+/// Calls a real driver function or answers CUDA_ERROR_NOT_INITIALIZED when it is missing.
+/// `$why` is the SAFETY argument of this very call, written at the call site.
+macro_rules! driver_call {
+    ($function:ident($($arg:expr),*), $why:literal) => {{
+        let _why: &str = $why;
+        match real::$function() {
+            // SAFETY: `real` resolved the driver's own function with this C signature, and
+            // the arguments are sound for it for the reason `$why` gives at the call site:
+            // values the driver validates itself, or pointers to live locals or to ranges
+            // the caller guarantees.
             Some(function) => unsafe { function($($arg),*) },
-            None => $crate::ffi::CUDA_ERROR_NOT_INITIALIZED,
+            None => CuResult::NOT_INITIALIZED,
         }
-    };
+    }};
 }
-pub(crate) use call;
 
-impl DriverApi {
-    pub fn current_context(&self) -> Option<CuContext> {
-        let mut context: CuContext = std::ptr::null_mut();
-        (call!(self, ctx_get_current(&mut context)) == CUDA_SUCCESS && !context.is_null()).then_some(context)
-    }
+pub fn current_context() -> Option<Context> {
+    let mut context = Context::NULL;
+    let status = driver_call!(cuCtxGetCurrent(&mut context), "writes one handle to a valid local");
+    (status == CuResult::SUCCESS && !context.is_null()).then_some(context)
+}
 
-    pub fn current_device(&self) -> Option<CuDevice> {
-        let mut device: CuDevice = 0;
-        (call!(self, ctx_get_device(&mut device)) == CUDA_SUCCESS).then_some(device)
-    }
+/// The device of the current context.
+pub fn current_device() -> Option<CuDevice> {
+    let mut device: CuDevice = 0;
+    let status = driver_call!(cuCtxGetDevice(&mut device), "writes one int to a valid local");
+    (status == CuResult::SUCCESS).then_some(device)
+}
 
-    /// Whether `device_ptr` is the start of memory CUDA knows as allocated.
-    pub fn is_allocation(&self, device_ptr: CuDevicePtr) -> bool {
-        let (mut base, mut size): (CuDevicePtr, usize) = (0, 0);
-        call!(self, mem_get_address_range(&mut base, &mut size, device_ptr)) == CUDA_SUCCESS && base == device_ptr
+/// Runs `work` with `context` current on this thread, restoring the previous one.
+pub fn with_context<T>(context: Context, work: impl FnOnce() -> T) -> T {
+    if context.is_null() || current_context() == Some(context) {
+        return work();
     }
+    let pushed =
+        driver_call!(cuCtxPushCurrent_v2(context), "takes a context handle by value; a stale one is refused")
+            == CuResult::SUCCESS;
+    let result = work();
+    if pushed {
+        let mut popped = Context::NULL;
+        driver_call!(cuCtxPopCurrent_v2(&mut popped), "writes one handle to a valid local");
+    }
+    result
+}
 
-    /// The host NUMA node nearest to `device`, if the driver knows one.
-    pub fn host_numa_node(&self, device: CuDevice) -> Option<c_int> {
-        let mut node: c_int = -1;
-        (call!(self, device_get_attribute(&mut node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device)) == CUDA_SUCCESS
-            && node >= 0)
-            .then_some(node)
-    }
+pub fn ctx_synchronize() -> CuResult {
+    driver_call!(cuCtxSynchronize(), "takes no arguments")
+}
 
-    /// Runs `work` with `context` current on this thread, restoring the previous one.
-    pub fn with_context<T>(&self, context: CuContext, work: impl FnOnce() -> T) -> T {
-        if self.current_context() == Some(context) || context.is_null() {
-            return work();
-        }
-        let pushed = call!(self, ctx_push_current(context)) == CUDA_SUCCESS;
-        let result = work();
-        if pushed {
-            let mut popped: CuContext = std::ptr::null_mut();
-            call!(self, ctx_pop_current(&mut popped));
-        }
-        result
-    }
+/// Whether `device_ptr` is the start of memory CUDA knows as allocated.
+pub fn is_allocation(device_ptr: CuDevicePtr) -> bool {
+    let (mut base, mut size): (CuDevicePtr, usize) = (0, 0);
+    driver_call!(cuMemGetAddressRange_v2(&mut base, &mut size, device_ptr), "writes two integers to valid locals")
+        == CuResult::SUCCESS
+        && base == device_ptr
+}
+
+/// The host NUMA node nearest to `device`, if the driver knows one.
+pub fn host_numa_node(device: CuDevice) -> Option<c_int> {
+    let mut node: c_int = -1;
+    let status = driver_call!(
+        cuDeviceGetAttribute(&mut node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device),
+        "writes one int to a valid local"
+    );
+    (status == CuResult::SUCCESS && node >= 0).then_some(node)
 }
 
 /// The device's physical VRAM through the real cuDeviceTotalMem_v2, cached per device.
 pub fn physical_vram(device: CuDevice) -> Option<u64> {
-    use std::sync::atomic::{AtomicU64, Ordering};
     const CACHED_DEVICES: usize = 64;
     static TOTALS: [AtomicU64; CACHED_DEVICES] = [const { AtomicU64::new(0) }; CACHED_DEVICES];
     let cache = usize::try_from(device).ok().and_then(|index| TOTALS.get(index));
     if let Some(known) = cache.map(|slot| slot.load(Ordering::Relaxed)).filter(|total| *total != 0) {
         return Some(known);
     }
-    let found = hooks::real(Hook::cuDeviceTotalMem_v2);
-    if found.is_null() {
-        return None;
-    }
-    // SAFETY: the real cuDeviceTotalMem_v2.
-    let real: hooks::pfn::cuDeviceTotalMem_v2 = unsafe { std::mem::transmute(found) };
     let mut bytes: usize = 0;
-    // SAFETY: valid out pointer.
-    if unsafe { real(&mut bytes, device) } != CUDA_SUCCESS || bytes == 0 {
+    let status = driver_call!(cuDeviceTotalMem_v2(&mut bytes, device), "writes one size_t to a valid local");
+    if status != CuResult::SUCCESS || bytes == 0 {
         return None;
     }
     if let Some(slot) = cache {
         slot.store(bytes as u64, Ordering::Relaxed);
     }
     Some(bytes as u64)
+}
+
+/// (free, total) bytes of the current context's device, as the driver sees them: every
+/// process's use counts.
+pub fn device_memory() -> Option<(u64, u64)> {
+    let (mut free, mut total): (usize, usize) = (0, 0);
+    let status = driver_call!(cuMemGetInfo_v2(&mut free, &mut total), "writes two size_t to valid locals");
+    (status == CuResult::SUCCESS && total != 0).then_some((free as u64, total as u64))
+}
+
+pub fn event_create() -> Result<Event, CuError> {
+    let mut event = Event::NULL;
+    driver_call!(cuEventCreate(&mut event, CU_EVENT_DISABLE_TIMING), "writes one handle to a valid local").ok()?;
+    Ok(event)
+}
+
+pub fn event_record(event: Event, stream: Stream) -> CuResult {
+    driver_call!(cuEventRecord(event, stream), "handles by value; stale ones are refused")
+}
+
+pub fn event_query(event: Event) -> CuResult {
+    driver_call!(cuEventQuery(event), "a handle by value")
+}
+
+pub fn event_synchronize(event: Event) -> CuResult {
+    driver_call!(cuEventSynchronize(event), "a handle by value")
+}
+
+pub fn event_destroy(event: Event) -> CuResult {
+    driver_call!(cuEventDestroy_v2(event), "a handle by value")
+}
+
+pub fn stream_synchronize(stream: Stream) -> CuResult {
+    driver_call!(cuStreamSynchronize(stream), "a handle by value")
+}
+
+pub fn stream_wait_event(stream: Stream, event: Event) -> CuResult {
+    driver_call!(cuStreamWaitEvent(stream, event, 0), "handles by value")
+}
+
+/// Whether `stream` is being captured into a CUDA graph.
+pub fn stream_is_capturing(stream: Stream) -> Result<bool, CuError> {
+    let mut capture_status: c_int = 0;
+    driver_call!(cuStreamIsCapturing(stream, &mut capture_status), "writes one int to a valid local").ok()?;
+    Ok(capture_status != 0)
+}
+
+/// Enqueues a copy between two device addresses on `stream`. The host is never written:
+/// device pointers are only read by the GPU.
+pub fn memcpy_async(destination: CuDevicePtr, source: CuDevicePtr, len: u64, stream: Stream) -> CuResult {
+    let Ok(len) = usize::try_from(len) else { return CuResult::INVALID_VALUE };
+    driver_call!(cuMemcpyAsync(destination, source, len, stream), "device addresses only, checked by the driver")
+}
+
+/// Device memory from the real allocator (the shim's own scratch; never counted by the
+/// hooks).
+pub fn mem_alloc(len: u64) -> Result<CuDevicePtr, CuError> {
+    let Ok(len) = usize::try_from(len) else { return Err(CuError(CuResult::OUT_OF_MEMORY.0)) };
+    let mut device_ptr: CuDevicePtr = 0;
+    driver_call!(cuMemAlloc_v2(&mut device_ptr, len), "writes one pointer to a valid local").ok()?;
+    Ok(device_ptr)
+}
+
+pub fn mem_free(device_ptr: CuDevicePtr) -> CuResult {
+    driver_call!(cuMemFree_v2(device_ptr), "a device address by value")
+}
+
+/// Registers `[ptr, ptr + len)` with CUDA (pinned, mapped, portable).
+///
+/// # Safety
+/// The range is a live mapping of this process that stays mapped until
+/// `host_unregister`.
+pub unsafe fn host_register(ptr: *mut c_void, len: usize) -> CuResult {
+    let flags: c_uint = CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE;
+    driver_call!(cuMemHostRegister_v2(ptr, len, flags), "the caller guarantees a live mapping of `len` bytes")
+}
+
+/// The device address of registered host memory at `ptr`.
+pub fn host_device_pointer(ptr: *mut c_void) -> Result<CuDevicePtr, CuError> {
+    let mut device_ptr: CuDevicePtr = 0;
+    driver_call!(
+        cuMemHostGetDevicePointer_v2(&mut device_ptr, ptr, 0),
+        "reads no host memory: the driver looks the address up in its registrations"
+    )
+    .ok()?;
+    if device_ptr == 0 {
+        return Err(CuError(CuResult::INVALID_VALUE.0));
+    }
+    Ok(device_ptr)
+}
+
+/// # Safety
+/// `ptr` was registered by `host_register` and the device no longer uses it.
+pub unsafe fn host_unregister(ptr: *mut c_void) -> CuResult {
+    driver_call!(cuMemHostUnregister(ptr), "the caller guarantees a registration no work uses")
+}
+
+/// The larger minimum mapping granularity of `props`, at least `floor`.
+pub fn granularity(props: &[&CuMemAllocationProp], floor: u64) -> Result<u64, CuError> {
+    let mut largest = floor;
+    for prop in props {
+        let mut granularity: usize = 0;
+        let prop: *const CuMemAllocationProp = *prop;
+        driver_call!(
+            cuMemGetAllocationGranularity(&mut granularity, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            "reads a live property struct, writes one size_t"
+        )
+        .ok()?;
+        if !granularity.is_power_of_two() {
+            return Err(CuError(CuResult::INVALID_VALUE.0));
+        }
+        largest = largest.max(granularity as u64);
+    }
+    Ok(largest)
+}
+
+pub fn address_reserve(len: u64, alignment: u64) -> Result<CuDevicePtr, CuError> {
+    let mut base: CuDevicePtr = 0;
+    driver_call!(
+        cuMemAddressReserve(&mut base, len as usize, alignment as usize, 0, 0),
+        "writes one address to a valid local"
+    )
+    .ok()?;
+    Ok(base)
+}
+
+pub fn address_free(base: CuDevicePtr, len: u64) -> CuResult {
+    driver_call!(cuMemAddressFree(base, len as usize), "a device range by value")
+}
+
+/// Physical memory with `prop`, through the real cuMemCreate (not counted by the hook).
+pub fn mem_create(len: u64, prop: &CuMemAllocationProp) -> Result<CuMemGenericAllocationHandle, CuError> {
+    let mut handle: CuMemGenericAllocationHandle = 0;
+    driver_call!(cuMemCreate(&mut handle, len as usize, prop, 0), "reads a live property struct, writes one handle")
+        .ok()?;
+    Ok(handle)
+}
+
+pub fn mem_release(handle: CuMemGenericAllocationHandle) -> CuResult {
+    driver_call!(cuMemRelease(handle), "a handle by value")
+}
+
+pub fn mem_map(at: CuDevicePtr, len: u64, handle: CuMemGenericAllocationHandle) -> CuResult {
+    driver_call!(cuMemMap(at, len as usize, 0, handle, 0), "a device range and a handle by value")
+}
+
+pub fn mem_unmap(at: CuDevicePtr, len: u64) -> CuResult {
+    driver_call!(cuMemUnmap(at, len as usize), "a device range by value")
+}
+
+/// Read and write access to `[at, at + len)` for `device`.
+pub fn set_access(at: CuDevicePtr, len: u64, device: CuDevice) -> CuResult {
+    let access = CuMemAccessDesc {
+        location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+        flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    driver_call!(cuMemSetAccess(at, len as usize, &access, 1), "reads one live access descriptor")
+}
+
+/// Tries to import `fd` as external memory of `handle_type`; on success the driver owns
+/// the fd and the import is destroyed at once (only the answer matters).
+pub fn try_import_and_drop(fd: c_int, len: u64, handle_type: c_int) -> CuResult {
+    let desc = CudaExternalMemoryHandleDesc {
+        type_: handle_type,
+        pad: 0,
+        handle: [fd as u32 as u64, 0],
+        size: len,
+        flags: 0,
+        reserved: [0; 16],
+    };
+    let mut external = ExternalMemory::NULL;
+    let status = driver_call!(
+        cuImportExternalMemory(&mut external, &desc),
+        "reads a live descriptor, writes one handle; the fd is a valid descriptor of ours"
+    );
+    if status == CuResult::SUCCESS {
+        driver_call!(cuDestroyExternalMemory(external), "the handle just made");
+    }
+    status
 }

@@ -1,10 +1,13 @@
 //! CUDA driver hooks (libcuda.so.1).
 
-use crate::cuda::{self};
+use crate::allocate::{self, Allocated};
+use crate::cuda;
 use crate::ffi::*;
-use crate::hooks::pfn;
-use crate::state::STATS;
-use crate::tiers::{self, Allocated};
+use crate::real::pfn;
+use crate::registry::Backed;
+use crate::release;
+use crate::report;
+use crate::vmm;
 
 /// The shared body of the driver allocation hooks. The real function answers a null
 /// `dptr` or a size of 0, and any call without a current context
@@ -16,130 +19,139 @@ unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> C
     if dptr.is_null() || size == 0 {
         return vram();
     }
-    let driver = cuda::api();
-    let Some(device) = driver.current_context().and_then(|_| driver.current_device()) else {
+    let Some(device) = cuda::current_context().and_then(|_| cuda::current_device()) else {
         return vram();
     };
-    let outcome = tiers::allocate(
+    let outcome = allocate::allocate(
         size as u64,
         device,
-        CUDA_ERROR_OUT_OF_MEMORY,
+        CuResult::OUT_OF_MEMORY,
         || match vram() {
-            // SAFETY: the real allocation wrote the pointer.
-            CUDA_SUCCESS => Ok(unsafe { *dptr }),
+            // SAFETY: the real allocation succeeded, so it wrote the pointer.
+            CuResult::SUCCESS => Ok(unsafe { *dptr }),
             status => Err(status),
         },
         || true,
     );
     match outcome {
-        Allocated::Vram => CUDA_SUCCESS,
+        Allocated::Vram => CuResult::SUCCESS,
         Allocated::Host(device_ptr) => {
-            // SAFETY: per the contract.
+            // SAFETY: `dptr` is non-null and valid for writing (the contract).
             unsafe { *dptr = device_ptr };
-            CUDA_SUCCESS
+            CuResult::SUCCESS
         }
         Allocated::Failed(status) => status,
-        Allocated::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
+        Allocated::OutOfMemory => CuResult::OUT_OF_MEMORY,
     }
 }
 
+/// # Safety
+/// The program's arguments, as cuMemAlloc_v2 takes them.
 pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CuDevicePtr, size: usize) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
+    // SAFETY: `dptr` is the program's, null or writable as cuMemAlloc requires.
     unsafe { allocate(dptr, size, || real(dptr, size)) }
 }
 
-pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CuDevicePtr, size: usize, stream: CuStream) -> CuResult {
-    // SAFETY: the caller's arguments, passed on. T2 memory is usable at once, so stream
-    // order holds.
+/// # Safety
+/// The program's arguments, as cuMemAllocAsync takes them.
+pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CuDevicePtr, size: usize, stream: Stream) -> CuResult {
+    // SAFETY: as in `mem_alloc`. T2 memory is usable at once, so stream order holds.
     unsafe { allocate(dptr, size, || real(dptr, size, stream)) }
 }
 
-pub unsafe fn mem_alloc_async_ptsz(real: pfn::cuMemAllocAsync_ptsz, dptr: *mut CuDevicePtr, size: usize, stream: CuStream) -> CuResult {
-    // SAFETY: the caller's arguments.
+/// # Safety
+/// The program's arguments, as cuMemAllocAsync_ptsz takes them.
+pub unsafe fn mem_alloc_async_ptsz(
+    real: pfn::cuMemAllocAsync_ptsz,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: Stream,
+) -> CuResult {
+    // SAFETY: the same C signature and contract as cuMemAllocAsync.
     unsafe { mem_alloc_async(real, dptr, size, stream) }
 }
 
+/// # Safety
+/// The program's arguments, as cuMemAllocFromPoolAsync takes them.
 pub unsafe fn mem_alloc_from_pool_async(
     real: pfn::cuMemAllocFromPoolAsync,
     dptr: *mut CuDevicePtr,
     size: usize,
-    pool: CuMemPool,
-    stream: CuStream,
+    pool: MemPool,
+    stream: Stream,
 ) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
+    // SAFETY: as in `mem_alloc`; the pool handle goes to the real function unchanged.
     unsafe { allocate(dptr, size, || real(dptr, size, pool, stream)) }
 }
 
+/// # Safety
+/// The program's arguments, as cuMemAllocFromPoolAsync_ptsz takes them.
 pub unsafe fn mem_alloc_from_pool_async_ptsz(
     real: pfn::cuMemAllocFromPoolAsync_ptsz,
     dptr: *mut CuDevicePtr,
     size: usize,
-    pool: CuMemPool,
-    stream: CuStream,
+    pool: MemPool,
+    stream: Stream,
 ) -> CuResult {
-    // SAFETY: the caller's arguments.
+    // SAFETY: the same C signature and contract as cuMemAllocFromPoolAsync.
     unsafe { mem_alloc_from_pool_async(real, dptr, size, pool, stream) }
 }
 
+/// # Safety
+/// The program's argument, as cuMemFree_v2 takes it.
 pub unsafe fn mem_free(real: pfn::cuMemFree_v2, dptr: CuDevicePtr) -> CuResult {
-    // SAFETY: the caller's argument.
-    tiers::free_with(dptr, CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, || unsafe { real(dptr) }, tiers::release_now)
+    // SAFETY: the real cuMemFree with the program's own pointer.
+    allocate::free_with(dptr, CuResult::SUCCESS, CuResult::INVALID_VALUE, || unsafe { real(dptr) }, release::now)
 }
 
-pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CuDevicePtr, stream: CuStream) -> CuResult {
-    // SAFETY: the caller's arguments.
-    tiers::free_with(dptr, CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, || unsafe { real(dptr, stream) }, |allocation| {
-        tiers::release_after(allocation, stream)
-    })
+/// # Safety
+/// The program's arguments, as cuMemFreeAsync takes them.
+pub unsafe fn mem_free_async(real: pfn::cuMemFreeAsync, dptr: CuDevicePtr, stream: Stream) -> CuResult {
+    let release = |allocation: Backed| release::after(allocation, stream);
+    // SAFETY: the real cuMemFreeAsync with the program's own arguments.
+    allocate::free_with(dptr, CuResult::SUCCESS, CuResult::INVALID_VALUE, || unsafe { real(dptr, stream) }, release)
 }
 
-pub unsafe fn mem_free_async_ptsz(real: pfn::cuMemFreeAsync_ptsz, dptr: CuDevicePtr, stream: CuStream) -> CuResult {
-    // SAFETY: the caller's arguments.
-    tiers::free_with(dptr, CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, || unsafe { real(dptr, stream) }, |allocation| {
-        tiers::release_after(allocation, per_thread_default(stream))
-    })
+/// # Safety
+/// The program's arguments, as cuMemFreeAsync_ptsz takes them.
+pub unsafe fn mem_free_async_ptsz(real: pfn::cuMemFreeAsync_ptsz, dptr: CuDevicePtr, stream: Stream) -> CuResult {
+    let release = |allocation: Backed| release::after(allocation, stream.per_thread_default());
+    // SAFETY: the real cuMemFreeAsync_ptsz with the program's own arguments.
+    allocate::free_with(dptr, CuResult::SUCCESS, CuResult::INVALID_VALUE, || unsafe { real(dptr, stream) }, release)
 }
 
+/// # Safety
+/// The program's arguments, as cuMemGetInfo_v2 takes them.
 pub unsafe fn mem_get_info(real: pfn::cuMemGetInfo_v2, free: *mut usize, total: *mut usize) -> CuResult {
-    // SAFETY: the caller's arguments.
+    // SAFETY: the real function with the program's own arguments.
     let status = unsafe { real(free, total) };
-    if status == CUDA_SUCCESS {
-        // SAFETY: the caller's arguments, which the driver accepted.
-        unsafe { tiers::report_mem_info(free, total) };
+    if status == CuResult::SUCCESS {
+        // SAFETY: the driver accepted both pointers and wrote through them.
+        unsafe { report::rewrite_mem_info(free, total) };
     }
     status
 }
 
+/// # Safety
+/// The program's arguments, as cuDeviceTotalMem_v2 takes them.
 pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize, device: CuDevice) -> CuResult {
-    // SAFETY: the caller's arguments.
+    // SAFETY: the real function with the program's own arguments.
     let status = unsafe { real(bytes, device) };
-    if status == CUDA_SUCCESS && !bytes.is_null() {
-        // SAFETY: the driver filled it.
+    if status == CuResult::SUCCESS && !bytes.is_null() {
+        // SAFETY: the driver accepted the pointer and filled it.
         let total = unsafe { *bytes } as u64;
-        let (_, shown_total) = tiers::reported(total, total);
-        // SAFETY: as above.
+        let (_, shown_total) = report::reported(total, total);
+        // SAFETY: as above: valid for writing.
         unsafe { *bytes = shown_total as usize };
     }
     status
 }
 
-/// The properties of `requested` moved to host NUMA node `node`. Host memory is neither
-/// GPUDirect-RDMA capable nor compressible: the driver refuses a host-NUMA request that
-/// asks for either (CUDA_ERROR_INVALID_VALUE, seen on the H200 with PyTorch's expandable
-/// segments, which set gpuDirectRDMACapable).
-pub fn on_host_numa(requested: CuMemAllocationProp, node: std::ffi::c_int) -> CuMemAllocationProp {
-    CuMemAllocationProp {
-        location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: node },
-        compression_type: 0,
-        gpu_direct_rdma_capable: 0,
-        ..requested
-    }
-}
-
-/// cuMemCreate: a device allocation that does not fit the budget, or that the driver
-/// refuses for lack of VRAM, is made on the GPU's host NUMA node instead
-/// (CU_MEM_LOCATION_TYPE_HOST_NUMA); the caller's cuMemMap/cuMemSetAccess work on it
-/// unchanged. Without host-NUMA support the device allocation is tried as asked.
+/// cuMemCreate: device memory goes through the VMM placement (`vmm`); anything else
+/// (host memory asked for by the program, a size of 0, null arguments) to the driver.
+///
+/// # Safety
+/// The program's arguments, as cuMemCreate takes them.
 pub unsafe fn mem_create(
     real: pfn::cuMemCreate,
     handle: *mut CuMemGenericAllocationHandle,
@@ -147,103 +159,28 @@ pub unsafe fn mem_create(
     prop: *const CuMemAllocationProp,
     flags: u64,
 ) -> CuResult {
-    // SAFETY: read only when non-null (the caller's property struct).
-    let Some(requested) = (!handle.is_null() && !prop.is_null()).then(|| unsafe { *prop }) else {
-        // SAFETY: the caller's arguments.
+    // SAFETY: read only when non-null: the program's property struct, which cuMemCreate
+    // reads too.
+    let requested = (!handle.is_null() && !prop.is_null()).then(|| unsafe { *prop });
+    let Some(requested) = requested.filter(|prop| prop.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && size != 0)
+    else {
+        // SAFETY: the real function with the program's own arguments.
         return unsafe { real(handle, size, prop, flags) };
     };
-    if requested.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE || size == 0 {
-        // SAFETY: the caller's arguments.
-        return unsafe { real(handle, size, prop, flags) };
-    }
-    let device = requested.location.id;
-    let bytes = size as u64;
-    let mut after_oom = false;
-    if tiers::placement(bytes, device) == crate::config::Placement::Vram {
-        // SAFETY: the caller's arguments.
-        let status = unsafe { real(handle, size, prop, flags) };
-        if status == CUDA_SUCCESS {
-            // SAFETY: the driver wrote the handle.
-            tiers::note_vmm(unsafe { *handle }, bytes, device, false);
-            return status;
+    vmm::create(size as u64, requested, |placed| {
+        // SAFETY: the program's handle pointer (non-null, writable) and size, with a
+        // property struct that lives for the call.
+        match unsafe { real(handle, size, placed, flags) } {
+            // SAFETY: the driver succeeded, so it wrote the handle.
+            CuResult::SUCCESS => Ok(unsafe { *handle }),
+            status => Err(status),
         }
-        if status != CUDA_ERROR_OUT_OF_MEMORY {
-            return status;
-        }
-        after_oom = true;
-    }
-    if !tiers::take_t2_capacity(bytes) {
-        return tiers::out_of_memory(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    let node = cuda::api().host_numa_node(device).unwrap_or(0);
-    let on_host = on_host_numa(requested, node);
-    // SAFETY: the caller's arguments with the location replaced.
-    let status = unsafe { real(handle, size, &on_host, flags) };
-    if status == CUDA_SUCCESS {
-        // SAFETY: the driver wrote the handle.
-        tiers::note_vmm(unsafe { *handle }, bytes, device, true);
-        if after_oom {
-            STATS.t2_after_vram_oom.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        debug!("VMM {}: on host NUMA node {} for device {}", crate::log::Mib(bytes), node, device);
-        return status;
-    }
-    tiers::give_back_t2_capacity(bytes);
-    info!(
-        "cuMemCreate of {} on host NUMA node {} failed (CUDA error {}; handle types {:#x}, flags {:#x}/{:#x}/{:#x})",
-        crate::log::Mib(bytes),
-        node,
-        status,
-        requested.requested_handle_types,
-        requested.compression_type,
-        requested.gpu_direct_rdma_capable,
-        requested.usage
-    );
-    if after_oom {
-        return tiers::out_of_memory(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    // Host NUMA allocations unsupported: the device allocation as asked is the fallback.
-    // SAFETY: the caller's arguments.
-    let status = unsafe { real(handle, size, prop, flags) };
-    if status == CUDA_SUCCESS {
-        // SAFETY: the driver wrote the handle.
-        tiers::note_vmm(unsafe { *handle }, bytes, device, false);
-    }
-    status
+    })
 }
 
+/// # Safety
+/// The program's argument, as cuMemRelease takes it.
 pub unsafe fn mem_release(real: pfn::cuMemRelease, handle: CuMemGenericAllocationHandle) -> CuResult {
-    let record = tiers::vmm_record(handle);
-    if record.is_some() {
-        tiers::forget_vmm(handle);
-    }
-    // SAFETY: the caller's argument.
-    let status = unsafe { real(handle) };
-    if let (Some(record), true) = (record, status != CUDA_SUCCESS) {
-        tiers::restore_vmm(handle, record);
-    }
-    status
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_numa_properties_drop_device_only_flags_and_keep_the_rest() {
-        let requested = CuMemAllocationProp {
-            type_: 1,
-            requested_handle_types: 1,
-            location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: 3 },
-            win32_handle_meta_data: std::ptr::null_mut(),
-            compression_type: 1,
-            gpu_direct_rdma_capable: 1,
-            usage: 1,
-            reserved: [0; 4],
-        };
-        let moved = on_host_numa(requested, 2);
-        assert_eq!((moved.location.type_, moved.location.id), (CU_MEM_LOCATION_TYPE_HOST_NUMA, 2));
-        assert_eq!((moved.compression_type, moved.gpu_direct_rdma_capable), (0, 0));
-        assert_eq!((moved.type_, moved.requested_handle_types, moved.usage), (1, 1, 1));
-    }
+    // SAFETY: the real function with the program's own handle.
+    vmm::release(handle, || unsafe { real(handle) })
 }

@@ -13,7 +13,7 @@ pub fn needs(name: &CStr, is_interesting: impl Fn(&[u8]) -> bool) -> bool {
         return file_needs(name, &is_interesting);
     }
     let mut path = [0u8; 4096];
-    let library_path = crate::config::getenv("LD_LIBRARY_PATH").unwrap_or(b"");
+    let library_path = crate::env::getenv("LD_LIBRARY_PATH").unwrap_or(b"");
     let defaults: [&[u8]; 4] = [b"/lib/x86_64-linux-gnu", b"/usr/lib/x86_64-linux-gnu", b"/lib64", b"/usr/lib"];
     for directory in library_path.split(|b| *b == b':').filter(|d| !d.is_empty()).chain(defaults) {
         let Some(candidate) = join(&mut path, directory, bytes) else { continue };

@@ -1,48 +1,194 @@
-//! The few CUDA driver, runtime and NVML C types the shim touches, written out by hand
-//! (from cuda.h / cuda_runtime_api.h / nvml.h of CUDA 12 and 13, which agree on all of
-//! them) so that the shim needs no CUDA headers and no CUDA library at build time.
+//! The CUDA driver, runtime, NVML and cuBLAS C types the shim touches, written out by
+//! hand (from cuda.h / cuda_runtime_api.h / nvml.h / cublas_api.h of CUDA 12 and 13,
+//! which agree on all of them) so that the shim needs no CUDA headers and no CUDA
+//! library at build time.
+//!
+//! Statuses are `#[repr(transparent)]` newtypes over the C `int` (ABI-identical to it in
+//! every signature), and `CuResult::ok` turns a driver status into `Result<(), CuError>`
+//! so that `?` works. Handles are newtypes too, so that a context is never mistaken for
+//! a stream and nothing is stored as a bare integer.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// `CUresult`: driver API status.
-pub type CuResult = c_int;
-pub const CUDA_SUCCESS: CuResult = 0;
-pub const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
-pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
-pub const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
-pub const CUDA_ERROR_NOT_READY: CuResult = 600;
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CuResult(pub c_int);
+
+impl CuResult {
+    pub const SUCCESS: CuResult = CuResult(0);
+    pub const INVALID_VALUE: CuResult = CuResult(1);
+    pub const OUT_OF_MEMORY: CuResult = CuResult(2);
+    pub const NOT_INITIALIZED: CuResult = CuResult(3);
+    pub const NOT_READY: CuResult = CuResult(600);
+
+    /// `Ok` for CUDA_SUCCESS, else the error.
+    pub fn ok(self) -> Result<(), CuError> {
+        if self == CuResult::SUCCESS {
+            Ok(())
+        } else {
+            Err(CuError(self.0))
+        }
+    }
+}
+
+/// A driver status other than CUDA_SUCCESS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CuError(pub c_int);
+
+impl std::fmt::Display for CuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CUDA error {}", self.0)
+    }
+}
 
 /// `cudaError_t`: runtime API status.
-pub type CudaError = c_int;
-pub const CUDA_RT_SUCCESS: CudaError = 0;
-pub const CUDA_RT_ERROR_INVALID_VALUE: CudaError = 1;
-pub const CUDA_RT_ERROR_MEMORY_ALLOCATION: CudaError = 2;
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaError(pub c_int);
+
+impl CudaError {
+    pub const SUCCESS: CudaError = CudaError(0);
+    pub const INVALID_VALUE: CudaError = CudaError(1);
+    pub const MEMORY_ALLOCATION: CudaError = CudaError(2);
+    /// cudaErrorInitializationError, the answer when the runtime cannot be found.
+    pub const INITIALIZATION: CudaError = CudaError(3);
+}
 
 /// `nvmlReturn_t`.
-pub type NvmlReturn = c_int;
-pub const NVML_SUCCESS: NvmlReturn = 0;
-pub const NVML_ERROR_UNINITIALIZED: NvmlReturn = 1;
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvmlReturn(pub c_int);
+
+impl NvmlReturn {
+    pub const SUCCESS: NvmlReturn = NvmlReturn(0);
+    pub const UNINITIALIZED: NvmlReturn = NvmlReturn(1);
+}
+
+/// `cublasStatus_t`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CublasStatus(pub c_int);
+
+impl CublasStatus {
+    pub const SUCCESS: CublasStatus = CublasStatus(0);
+    pub const NOT_INITIALIZED: CublasStatus = CublasStatus(1);
+}
+
+/// The status a function of each library answers when the library cannot be found at
+/// all (the shim then has no real function to call).
+pub trait Missing {
+    fn missing() -> Self;
+}
+
+impl Missing for CuResult {
+    fn missing() -> Self {
+        CuResult::NOT_INITIALIZED
+    }
+}
+
+impl Missing for CudaError {
+    fn missing() -> Self {
+        CudaError::INITIALIZATION
+    }
+}
+
+impl Missing for NvmlReturn {
+    fn missing() -> Self {
+        NvmlReturn::UNINITIALIZED
+    }
+}
+
+impl Missing for CublasStatus {
+    fn missing() -> Self {
+        CublasStatus::NOT_INITIALIZED
+    }
+}
+
+impl Missing for *mut c_void {
+    fn missing() -> Self {
+        std::ptr::null_mut()
+    }
+}
 
 pub type CuDevicePtr = u64;
 pub type CuDevice = c_int;
-pub type CuContext = *mut c_void;
-pub type CuStream = *mut c_void;
-pub type CuEvent = *mut c_void;
-pub type CuMemPool = *mut c_void;
 pub type CuMemGenericAllocationHandle = u64;
-pub type CuExternalMemory = *mut c_void;
-pub type NvmlDevice = *mut c_void;
 
-/// `CU_STREAM_PER_THREAD`: the per-thread default stream handle, which a `_ptsz` entry
-/// point means by stream 0.
-pub const CU_STREAM_PER_THREAD: CuStream = 0x2 as CuStream;
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name(pub *mut c_void);
 
-/// The stream a `_ptsz` entry point orders its work on.
-pub fn per_thread_default(stream: CuStream) -> CuStream {
-    if stream.is_null() {
-        CU_STREAM_PER_THREAD
-    } else {
-        stream
+        // SAFETY: a CUDA handle is an opaque token that the driver accepts from any
+        // thread; the shim never dereferences it.
+        unsafe impl Send for $name {}
+        // SAFETY: as for Send: shared references only copy the token.
+        unsafe impl Sync for $name {}
+    };
+}
+
+handle!(
+    /// `CUcontext`.
+    Context
+);
+handle!(
+    /// `CUstream` / `cudaStream_t` (null: the legacy default stream).
+    Stream
+);
+handle!(
+    /// `CUevent`.
+    Event
+);
+handle!(
+    /// `CUmemoryPool`.
+    MemPool
+);
+handle!(
+    /// `CUexternalMemory`.
+    ExternalMemory
+);
+handle!(
+    /// `nvmlDevice_t`.
+    NvmlDevice
+);
+handle!(
+    /// `cublasHandle_t` / `cublasLtHandle_t`.
+    CublasHandle
+);
+
+macro_rules! nullable {
+    ($($name:ident),*) => {$(
+        impl $name {
+            pub const NULL: $name = $name(std::ptr::null_mut());
+
+            pub fn is_null(self) -> bool {
+                self.0.is_null()
+            }
+        }
+    )*};
+}
+
+nullable!(Context, Stream, Event);
+
+impl ExternalMemory {
+    pub const NULL: ExternalMemory = ExternalMemory(std::ptr::null_mut());
+}
+
+impl Stream {
+    /// `CU_STREAM_PER_THREAD`: the per-thread default stream handle, which a `_ptsz`
+    /// entry point means by stream 0.
+    pub const PER_THREAD: Stream = Stream(0x2 as *mut c_void);
+
+    /// The stream a `_ptsz` entry point orders its work on.
+    pub fn per_thread_default(self) -> Stream {
+        if self.is_null() {
+            Stream::PER_THREAD
+        } else {
+            self
+        }
     }
 }
 
@@ -96,6 +242,35 @@ pub struct CuMemAllocationProp {
     pub reserved: [u8; 4],
 }
 const _: () = assert!(std::mem::size_of::<CuMemAllocationProp>() == 32);
+
+impl CuMemAllocationProp {
+    /// Pinned device memory on `device`, without any shareable handle type.
+    pub fn device(device: CuDevice) -> CuMemAllocationProp {
+        CuMemAllocationProp {
+            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+            requested_handle_types: 0,
+            location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+            win32_handle_meta_data: std::ptr::null_mut(),
+            compression_type: 0,
+            gpu_direct_rdma_capable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        }
+    }
+
+    /// These properties moved to host NUMA node `node`. Host memory is neither
+    /// GPUDirect-RDMA capable nor compressible: the driver refuses a host-NUMA request
+    /// that asks for either (CUDA_ERROR_INVALID_VALUE, seen on the H200 with PyTorch's
+    /// expandable segments, which set gpuDirectRDMACapable).
+    pub fn on_host_numa(self, node: c_int) -> CuMemAllocationProp {
+        CuMemAllocationProp {
+            location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST_NUMA, id: node },
+            compression_type: 0,
+            gpu_direct_rdma_capable: 0,
+            ..self
+        }
+    }
+}
 
 /// `CUmemAccessDesc`.
 #[repr(C)]
@@ -157,7 +332,34 @@ pub struct CudaDevicePropPrefix {
     pub luid_device_node_mask: c_uint,
     pub total_global_mem: usize,
 }
-const _: () = assert!(
-    std::mem::offset_of!(CudaDevicePropPrefix, total_global_mem)
-        == CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET
-);
+const _: () =
+    assert!(std::mem::offset_of!(CudaDevicePropPrefix, total_global_mem) == CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_numa_properties_drop_device_only_flags_and_keep_the_rest() {
+        let requested = CuMemAllocationProp {
+            requested_handle_types: 1,
+            compression_type: 1,
+            gpu_direct_rdma_capable: 1,
+            usage: 1,
+            ..CuMemAllocationProp::device(3)
+        };
+        let moved = requested.on_host_numa(2);
+        assert_eq!((moved.location.type_, moved.location.id), (CU_MEM_LOCATION_TYPE_HOST_NUMA, 2));
+        assert_eq!((moved.compression_type, moved.gpu_direct_rdma_capable), (0, 0));
+        assert_eq!((moved.type_, moved.requested_handle_types, moved.usage), (1, 1, 1));
+    }
+
+    #[test]
+    fn statuses_turn_into_results() {
+        assert_eq!(CuResult::SUCCESS.ok(), Ok(()));
+        assert_eq!(CuResult::OUT_OF_MEMORY.ok(), Err(CuError(2)));
+        assert_eq!(Stream::NULL.per_thread_default(), Stream::PER_THREAD);
+        let stream = Stream(0x1234 as *mut c_void);
+        assert_eq!(stream.per_thread_default(), stream);
+    }
+}

@@ -1,31 +1,57 @@
 //! libgreenboost_cuda.so: an LD_PRELOAD library that lets an unmodified CUDA program
-//! allocate past its VRAM. Allocations that fit the VRAM budget stay in VRAM (T1); the
-//! rest are backed by pinned system RAM (T2) that the GPU reads over PCIe, from the
-//! greenboost kernel module or, without it, from anonymous huge pages.
+//! allocate past its VRAM. Allocations that fit stay in VRAM (T1); the rest are backed
+//! by pinned system RAM (T2) that the GPU reads over PCIe, from the greenboost kernel
+//! module or, without it, from anonymous huge pages.
 //!
-//! - `hooks`: the one table of intercepted functions (exports, real-function cache);
-//! - `routing`: dlsym / dlopen / cuGetProcAddress / cudaGetDriverEntryPoint;
-//! - `runtime`, `driver`, `nvml`: the hooks themselves;
-//! - `tiers`: placement, T2 allocation and freeing, registry; `backend`: T2 memory;
-//!   `split`: allocations split between a VRAM head and a T2 tail;
-//! - `config`: environment variables (see README.md); `state`: init, stats, exit summary.
+//! The files form layers; each imports only from layers below it. README.md has the
+//! map (one line per file: what it holds, what it may import), and
+//! scripts/check-shim-layers.py checks it against the code.
+//!
+//! Lock order — the shim's only locks, each taken for a few map operations, none held
+//! across a CUDA or backend call, none held while a lock earlier in the list is taken:
+//! `registry::REGISTRY`, then `vmm::VMM`, then the T2 cache's (`host::CACHE`), then
+//! `release::PENDING`. `staging::SCRATCH` is taken alone (it is held across the
+//! asynchronous enqueues of one staged product, never with another lock). The fork
+//! handlers (`lifecycle`) take the first four in this order.
 
 #[macro_use]
 mod log;
-mod backend;
-mod config;
-mod cuda;
-mod driver;
-mod elf;
+mod env;
 mod ffi;
-mod hooks;
-mod libs;
 mod lock;
+mod phase;
+mod stats;
+
+mod libs;
+mod real;
+mod cuda;
+mod elf;
+
+mod config;
+mod placement;
+
+mod t2_buffer;
+mod userspace;
+mod kmod_backend;
+mod backend;
+mod budget;
+mod t2cache;
+mod host;
+mod split;
+
+mod registry;
+mod release;
+mod allocate;
+mod vmm;
+mod report;
+
+mod staging;
+mod cublas;
+mod driver;
 mod nvml;
 mod routing;
 mod runtime;
-mod staging;
-mod split;
-mod state;
-mod t2cache;
-mod tiers;
+
+mod exports;
+mod hooks;
+mod lifecycle;

@@ -41,6 +41,8 @@ fn cached(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     found
 }
 
+/// glibc's dlsym. With `real_dlopen`, the one place outside `real` where an address
+/// becomes a function: everything else, `real` included, is found through these two.
 pub fn real_dlsym() -> Option<DlsymFn> {
     let found = cached(&REAL_DLSYM, c"dlsym");
     // SAFETY: a non-null result of dlvsym for "dlsym" is glibc's dlsym.
@@ -116,25 +118,6 @@ pub fn cublas() -> *mut c_void {
 pub fn cublas_lt() -> *mut c_void {
     static CUBLAS_LT: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
     already_loaded(&CUBLAS_LT, &[c"libcublasLt.so.13", c"libcublasLt.so.12", c"libcublasLt.so"], b"libcublasLt.so")
-}
-
-/// A function the shim calls but does not hook, from `library` (one of the functions
-/// above), resolved once into `cache`; `None` while the library or the symbol is missing.
-pub fn cached_function(cache: &AtomicPtr<c_void>, library: fn() -> *mut c_void, name: &CStr) -> Option<*mut c_void> {
-    let known = cache.load(Ordering::Acquire);
-    if !known.is_null() {
-        return Some(known);
-    }
-    let handle = library();
-    if handle.is_null() {
-        return None;
-    }
-    let found = symbol(handle, name.as_ptr());
-    if found.is_null() {
-        return None;
-    }
-    cache.store(found, Ordering::Release);
-    Some(found)
 }
 
 /// A loaded library, by one of its sonames or else by the file name of a loaded object

@@ -14,22 +14,23 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::ptr;
 
 use crate::ffi::*;
-use crate::hooks::{self, pfn, Api, Hook};
-use crate::{libs, state};
+use crate::libs;
+use crate::phase;
+use crate::real::{self, pfn, Api, Function, HookAddresses};
 
 /// What the `dlsym` trampoline does: return `answer` if non-null, else tail-call
 /// `real` with the caller's arguments. Returned in RAX:RDX.
 #[repr(C)]
 pub struct DlsymDecision {
-    answer: *mut c_void,
-    real: libs::DlsymFn,
+    pub answer: *mut c_void,
+    pub real: libs::DlsymFn,
 }
 
 /// What the `dlopen` trampoline does: tail-call `real` with `flags`. Returned in RAX:RDX.
 #[repr(C)]
 pub struct DlopenDecision {
-    real: libs::DlopenFn,
-    flags: usize,
+    pub real: libs::DlopenFn,
+    pub flags: usize,
 }
 
 unsafe extern "C" fn no_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
@@ -40,33 +41,35 @@ unsafe extern "C" fn no_dlopen(_: *const c_char, _: c_int) -> *mut c_void {
     ptr::null_mut()
 }
 
-extern "C" fn decide_dlsym(handle: *mut c_void, symbol: *const c_char) -> DlsymDecision {
+/// What the `dlsym` trampoline does for (`handle`, `symbol`).
+pub fn decide_dlsym(hooks: &HookAddresses, handle: *mut c_void, symbol: *const c_char) -> DlsymDecision {
     let real = libs::real_dlsym().unwrap_or(no_dlsym);
-    DlsymDecision { answer: route_dlsym(handle, symbol), real }
+    DlsymDecision { answer: route_dlsym(hooks, handle, symbol), real }
 }
 
 /// Our hook for `symbol` when the table has one and `handle` really defines it.
 /// Allocation-free: it may run before the shim's constructor.
-fn route_dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    if symbol.is_null() || state::disabled() {
+fn route_dlsym(hooks: &HookAddresses, handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    if symbol.is_null() || phase::disabled() {
         return ptr::null_mut();
     }
-    // SAFETY: dlsym's contract: a NUL-terminated name.
+    // SAFETY: dlsym's contract: `symbol` is a NUL-terminated name (checked non-null).
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    let Some(hook) = hooks::find(name) else { return ptr::null_mut() };
-    if hooks::entry(hook).is_some_and(|entry| entry.api == Api::Libc) {
+    let Some(function) = real::find_hooked(name) else { return ptr::null_mut() };
+    if real::info(function).api == Api::Libc {
         return ptr::null_mut();
     }
     let found = libs::symbol(handle, symbol);
-    if found.is_null() {
+    if found.is_null() || hooks.is_ours(found) {
         return ptr::null_mut();
     }
-    hooks::record(hook, found);
+    real::record(function, found);
     debug!("dlsym {}: hooked", std::str::from_utf8(name).unwrap_or("?"));
-    hooks::hook_address(hook)
+    hooks.get(function)
 }
 
-extern "C" fn decide_dlopen(filename: *const c_char, flags: c_int) -> DlopenDecision {
+/// What the `dlopen` trampoline does for (`filename`, `flags`).
+pub fn decide_dlopen(filename: *const c_char, flags: c_int) -> DlopenDecision {
     let real = libs::real_dlopen().unwrap_or(no_dlopen);
     DlopenDecision { real, flags: route_dlopen_flags(filename, flags) as c_uint as usize }
 }
@@ -78,10 +81,10 @@ const CUDA_LIBRARY_MARKERS: [&[u8]; 7] =
     [b"libcuda", b"libnvidia-ml", b"libcublas", b"libcudnn", b"libnccl", b"ggml-cuda", b"libggml-cuda"];
 
 fn route_dlopen_flags(filename: *const c_char, flags: c_int) -> c_int {
-    if flags & libc::RTLD_DEEPBIND == 0 || filename.is_null() || state::disabled() {
+    if flags & libc::RTLD_DEEPBIND == 0 || filename.is_null() || phase::disabled() {
         return flags;
     }
-    // SAFETY: dlopen's contract: a NUL-terminated name.
+    // SAFETY: dlopen's contract: `filename` is a NUL-terminated name (checked non-null).
     let path = unsafe { CStr::from_ptr(filename) };
     let name = path.to_bytes();
     if !is_cuda_library(name) && !crate::elf::needs(path, is_cuda_library) {
@@ -96,68 +99,6 @@ pub fn is_cuda_library(path: &[u8]) -> bool {
     CUDA_LIBRARY_MARKERS.iter().any(|marker| file.windows(marker.len()).any(|window| window == *marker))
 }
 
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    // Entry: RSP = 8 mod 16. Two pushes + 8 bytes keep the call aligned.
-    std::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {decide}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "test rax, rax",
-        "jz 2f",
-        "ret",
-        "2:",
-        "jmp rdx",
-        decide = sym decide_dlsym,
-    )
-}
-
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
-    std::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {decide}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "mov esi, edx",
-        "jmp rax",
-        decide = sym decide_dlopen,
-    )
-}
-
-/// Elsewhere: plain functions (RTLD_NEXT lookups of other interposers are then resolved
-/// relative to the shim, and a dlopen by bare name uses the shim's search path).
-#[cfg(not(target_arch = "x86_64"))]
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let decision = decide_dlsym(handle, symbol);
-    if decision.answer.is_null() {
-        // SAFETY: the caller's arguments, passed on.
-        unsafe { (decision.real)(handle, symbol) }
-    } else {
-        decision.answer
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
-    let decision = decide_dlopen(filename, flags);
-    // SAFETY: the caller's arguments, with RTLD_DEEPBIND possibly cleared.
-    unsafe { (decision.real)(filename, decision.flags as c_int) }
-}
-
 /// How a cuGetProcAddress name maps to a hooked driver symbol.
 struct DriverRoute {
     /// The name passed to cuGetProcAddress (no version suffix).
@@ -165,50 +106,50 @@ struct DriverRoute {
     /// Lowest requested CUDA version (1000 * major + 10 * minor) this route applies to.
     since: c_int,
     /// The symbol meant at that version.
-    default: Hook,
+    default: Function,
     /// Another symbol the driver may return under the same name: the per-thread-stream
     /// variant, or the other cuGetProcAddress form.
-    alternative: Option<Hook>,
+    alternative: Option<Function>,
     /// Whether `alternative` is what CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM asks for.
     alternative_is_per_thread: bool,
 }
 
-const fn route(name: &'static [u8], since: c_int, default: Hook, alternative: Option<Hook>, per_thread: bool) -> DriverRoute {
+const fn route(name: &'static [u8], since: c_int, default: Function, alternative: Option<Function>, per_thread: bool) -> DriverRoute {
     DriverRoute { name, since, default, alternative, alternative_is_per_thread: per_thread }
 }
 
 /// Ordered by name, then by descending version, so the first match is the newest that
 /// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
 const DRIVER_ROUTES: [DriverRoute; 11] = [
-    route(b"cuMemAlloc", 3020, Hook::cuMemAlloc_v2, None, false),
-    route(b"cuMemFree", 3020, Hook::cuMemFree_v2, None, false),
-    route(b"cuMemGetInfo", 3020, Hook::cuMemGetInfo_v2, None, false),
-    route(b"cuDeviceTotalMem", 3020, Hook::cuDeviceTotalMem_v2, None, false),
-    route(b"cuMemAllocAsync", 11020, Hook::cuMemAllocAsync, Some(Hook::cuMemAllocAsync_ptsz), true),
-    route(b"cuMemFreeAsync", 11020, Hook::cuMemFreeAsync, Some(Hook::cuMemFreeAsync_ptsz), true),
-    route(b"cuMemAllocFromPoolAsync", 11020, Hook::cuMemAllocFromPoolAsync, Some(Hook::cuMemAllocFromPoolAsync_ptsz), true),
-    route(b"cuMemCreate", 10020, Hook::cuMemCreate, None, false),
-    route(b"cuMemRelease", 10020, Hook::cuMemRelease, None, false),
-    route(b"cuGetProcAddress", 12000, Hook::cuGetProcAddress_v2, Some(Hook::cuGetProcAddress), false),
-    route(b"cuGetProcAddress", 11030, Hook::cuGetProcAddress, Some(Hook::cuGetProcAddress_v2), false),
+    route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
+    route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
+    route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
+    route(b"cuDeviceTotalMem", 3020, Function::cuDeviceTotalMem_v2, None, false),
+    route(b"cuMemAllocAsync", 11020, Function::cuMemAllocAsync, Some(Function::cuMemAllocAsync_ptsz), true),
+    route(b"cuMemFreeAsync", 11020, Function::cuMemFreeAsync, Some(Function::cuMemFreeAsync_ptsz), true),
+    route(b"cuMemAllocFromPoolAsync", 11020, Function::cuMemAllocFromPoolAsync, Some(Function::cuMemAllocFromPoolAsync_ptsz), true),
+    route(b"cuMemCreate", 10020, Function::cuMemCreate, None, false),
+    route(b"cuMemRelease", 10020, Function::cuMemRelease, None, false),
+    route(b"cuGetProcAddress", 12000, Function::cuGetProcAddress_v2, Some(Function::cuGetProcAddress), false),
+    route(b"cuGetProcAddress", 11030, Function::cuGetProcAddress, Some(Function::cuGetProcAddress_v2), false),
 ];
 
 /// Which hook the driver's answer `found` for (`name`, `version`, `flags`) belongs to.
 /// The driver's own exported addresses decide when they match (so a driver that maps
 /// versions differently from cudaTypedefs.h is still followed); otherwise the version
 /// table and the per-thread flag do.
-fn driver_hook_for(name: &[u8], version: c_int, flags: u64, found: *mut c_void) -> Option<Hook> {
+fn driver_hook_for(name: &[u8], version: c_int, flags: u64, found: *mut c_void) -> Option<Function> {
     if !DRIVER_ROUTES.iter().any(|route| route.name == name) {
         // A hooked symbol asked for by its exact exported name (e.g. "cuMemAlloc_v2").
-        return hooks::find(name).filter(|hook| hooks::entry(*hook).is_some_and(|entry| entry.api == Api::Driver));
+        return real::find_hooked(name).filter(|function| real::info(*function).api == Api::Driver);
     }
     // Older than every route: the function of that version is not one the shim hooks.
     let route = DRIVER_ROUTES.iter().find(|route| route.name == name && version >= route.since)?;
     if let Some(alternative) = route.alternative {
-        if hooks::real(alternative) == found {
+        if real::address(alternative) == found {
             return Some(alternative);
         }
-        if hooks::real(route.default) != found
+        if real::address(route.default) != found
             && route.alternative_is_per_thread
             && flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0
         {
@@ -225,6 +166,7 @@ fn driver_hook_for(name: &[u8], version: c_int, flags: u64, found: *mut c_void) 
 /// When `result` is `success`, `symbol` is a C string and `pfn` is valid for reads and
 /// writes (the real function accepted them).
 unsafe fn route_driver_lookup<R: PartialEq>(
+    hooks: &HookAddresses,
     result: R,
     success: R,
     symbol: *const c_char,
@@ -235,13 +177,14 @@ unsafe fn route_driver_lookup<R: PartialEq>(
     if result != success || symbol.is_null() || pfn.is_null() {
         return result;
     }
-    // SAFETY: per the function contract.
+    // SAFETY: per the function contract: the real lookup accepted a C string and wrote
+    // through `pfn`.
     let (name, found) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
-    if found.is_null() || hooks::is_ours(found) {
+    if found.is_null() || hooks.is_ours(found) {
         return result;
     }
     let Some(hook) = driver_hook_for(name, version, flags, found) else { return result };
-    hooks::record(hook, found);
+    real::record(hook, found);
     debug!(
         "driver entry point {} (version {}, flags {}): hooked as {:?}",
         std::str::from_utf8(name).unwrap_or("?"),
@@ -249,23 +192,30 @@ unsafe fn route_driver_lookup<R: PartialEq>(
         flags,
         hook
     );
-    // SAFETY: per the function contract.
-    unsafe { *pfn = hooks::hook_address(hook) };
+    // SAFETY: per the function contract: `pfn` is valid for writes.
+    unsafe { *pfn = hooks.get(hook) };
     result
 }
 
+/// # Safety
+/// The program's arguments, as cuGetProcAddress takes them.
 pub unsafe fn get_proc_address(
+    hooks: &HookAddresses,
     real: pfn::cuGetProcAddress,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cuda_version: c_int,
     flags: u64,
 ) -> CuResult {
-    // SAFETY: the caller's arguments, passed on; routed only if the driver accepted them.
-    unsafe { route_driver_lookup(real(symbol, pfn, cuda_version, flags), CUDA_SUCCESS, symbol, pfn, cuda_version, flags) }
+    // SAFETY: the real lookup with the program's own arguments; its answer is routed
+    // only if the driver accepted them.
+    unsafe { route_driver_lookup(hooks, real(symbol, pfn, cuda_version, flags), CuResult::SUCCESS, symbol, pfn, cuda_version, flags) }
 }
 
+/// # Safety
+/// The program's arguments, as cuGetProcAddress_v2 takes them.
 pub unsafe fn get_proc_address_v2(
+    hooks: &HookAddresses,
     real: pfn::cuGetProcAddress_v2,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -273,24 +223,31 @@ pub unsafe fn get_proc_address_v2(
     flags: u64,
     status: *mut CuDriverProcAddressQueryResult,
 ) -> CuResult {
-    // SAFETY: as above.
-    unsafe { route_driver_lookup(real(symbol, pfn, cuda_version, flags, status), CUDA_SUCCESS, symbol, pfn, cuda_version, flags) }
+    // SAFETY: the real lookup with the program's own arguments; routed only on success.
+    unsafe { route_driver_lookup(hooks, real(symbol, pfn, cuda_version, flags, status), CuResult::SUCCESS, symbol, pfn, cuda_version, flags) }
 }
 
 /// The runtime resolves with its own CUDA version, which the shim does not know: the
 /// driver's returned address decides, else the newest version's symbol.
+///
+/// # Safety
+/// The program's arguments, as cudaGetDriverEntryPoint takes them.
 pub unsafe fn get_driver_entry_point(
+    hooks: &HookAddresses,
     real: pfn::cudaGetDriverEntryPoint,
     symbol: *const c_char,
     func: *mut *mut c_void,
     flags: u64,
     status: *mut CudaDriverEntryPointQueryResult,
 ) -> CudaError {
-    // SAFETY: as above.
-    unsafe { route_driver_lookup(real(symbol, func, flags, status), CUDA_RT_SUCCESS, symbol, func, c_int::MAX, flags) }
+    // SAFETY: the real lookup with the program's own arguments; routed only on success.
+    unsafe { route_driver_lookup(hooks, real(symbol, func, flags, status), CudaError::SUCCESS, symbol, func, c_int::MAX, flags) }
 }
 
+/// # Safety
+/// The program's arguments, as cudaGetDriverEntryPointByVersion takes them.
 pub unsafe fn get_driver_entry_point_by_version(
+    hooks: &HookAddresses,
     real: pfn::cudaGetDriverEntryPointByVersion,
     symbol: *const c_char,
     func: *mut *mut c_void,
@@ -299,52 +256,54 @@ pub unsafe fn get_driver_entry_point_by_version(
     status: *mut CudaDriverEntryPointQueryResult,
 ) -> CudaError {
     let version = c_int::try_from(cuda_version).unwrap_or(c_int::MAX);
-    // SAFETY: as above.
-    unsafe { route_driver_lookup(real(symbol, func, cuda_version, flags, status), CUDA_RT_SUCCESS, symbol, func, version, flags) }
+    // SAFETY: the real lookup with the program's own arguments; routed only on success.
+    unsafe { route_driver_lookup(hooks, real(symbol, func, cuda_version, flags, status), CudaError::SUCCESS, symbol, func, version, flags) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    static NO_HOOKS: HookAddresses = HookAddresses([std::ptr::null(); real::FUNCTION_COUNT]);
+
     // Addresses no real lookup returns, so the version table decides.
     const FOREIGN: *mut c_void = 0x10 as *mut c_void;
 
     #[test]
     fn versions_select_the_v2_symbols() {
-        assert_eq!(driver_hook_for(b"cuMemAlloc", 12000, 0, FOREIGN), Some(Hook::cuMemAlloc_v2));
-        assert_eq!(driver_hook_for(b"cuMemAlloc", 3020, 0, FOREIGN), Some(Hook::cuMemAlloc_v2));
+        assert_eq!(driver_hook_for(b"cuMemAlloc", 12000, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
+        assert_eq!(driver_hook_for(b"cuMemAlloc", 3020, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
         assert_eq!(driver_hook_for(b"cuMemAlloc", 3010, 0, FOREIGN), None, "32-bit cuMemAlloc is not hooked");
-        assert_eq!(driver_hook_for(b"cuMemGetInfo", 13000, 0, FOREIGN), Some(Hook::cuMemGetInfo_v2));
-        assert_eq!(driver_hook_for(b"cuDeviceTotalMem", 12080, 0, FOREIGN), Some(Hook::cuDeviceTotalMem_v2));
+        assert_eq!(driver_hook_for(b"cuMemGetInfo", 13000, 0, FOREIGN), Some(Function::cuMemGetInfo_v2));
+        assert_eq!(driver_hook_for(b"cuDeviceTotalMem", 12080, 0, FOREIGN), Some(Function::cuDeviceTotalMem_v2));
         assert_eq!(driver_hook_for(b"cuMemCreate", 10000, 0, FOREIGN), None);
         assert_eq!(driver_hook_for(b"cuMemHostRegister", 12000, 0, FOREIGN), None);
     }
 
     #[test]
     fn per_thread_flag_selects_ptsz() {
-        assert_eq!(driver_hook_for(b"cuMemAllocAsync", 12000, 0, FOREIGN), Some(Hook::cuMemAllocAsync));
+        assert_eq!(driver_hook_for(b"cuMemAllocAsync", 12000, 0, FOREIGN), Some(Function::cuMemAllocAsync));
         assert_eq!(
             driver_hook_for(b"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, FOREIGN),
-            Some(Hook::cuMemAllocAsync_ptsz)
+            Some(Function::cuMemAllocAsync_ptsz)
         );
         assert_eq!(
             driver_hook_for(b"cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, FOREIGN),
-            Some(Hook::cuMemFreeAsync_ptsz)
+            Some(Function::cuMemFreeAsync_ptsz)
         );
         assert_eq!(driver_hook_for(b"cuMemAllocAsync", 11010, 0, FOREIGN), None);
     }
 
     #[test]
     fn get_proc_address_form_follows_the_version() {
-        assert_eq!(driver_hook_for(b"cuGetProcAddress", 12000, 0, FOREIGN), Some(Hook::cuGetProcAddress_v2));
-        assert_eq!(driver_hook_for(b"cuGetProcAddress", 13000, 0, FOREIGN), Some(Hook::cuGetProcAddress_v2));
-        assert_eq!(driver_hook_for(b"cuGetProcAddress", 11080, 0, FOREIGN), Some(Hook::cuGetProcAddress));
+        assert_eq!(driver_hook_for(b"cuGetProcAddress", 12000, 0, FOREIGN), Some(Function::cuGetProcAddress_v2));
+        assert_eq!(driver_hook_for(b"cuGetProcAddress", 13000, 0, FOREIGN), Some(Function::cuGetProcAddress_v2));
+        assert_eq!(driver_hook_for(b"cuGetProcAddress", 11080, 0, FOREIGN), Some(Function::cuGetProcAddress));
     }
 
     #[test]
     fn exact_hooked_driver_names_route_to_themselves_but_others_do_not() {
-        assert_eq!(driver_hook_for(b"cuMemAlloc_v2", 12000, 0, FOREIGN), Some(Hook::cuMemAlloc_v2));
+        assert_eq!(driver_hook_for(b"cuMemAlloc_v2", 12000, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
         assert_eq!(driver_hook_for(b"cudaMalloc", 12000, 0, FOREIGN), None);
         assert_eq!(driver_hook_for(b"nvmlDeviceGetMemoryInfo", 12000, 0, FOREIGN), None);
     }
@@ -363,10 +322,10 @@ mod tests {
     #[test]
     fn dlsym_routes_only_hooked_names() {
         // Not hooked: pass through (null answer).
-        assert!(route_dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()).is_null());
+        assert!(route_dlsym(&NO_HOOKS, libc::RTLD_DEFAULT, c"getpid".as_ptr()).is_null());
         // libc entries are never answered by the router.
-        assert!(route_dlsym(libc::RTLD_DEFAULT, c"dlsym".as_ptr()).is_null());
-        // Hooked, but not defined behind the handle: pass through so dlerror is right.
-        assert!(route_dlsym(libc::RTLD_DEFAULT, c"cuMemAlloc_v2".as_ptr()).is_null());
+        assert!(route_dlsym(&NO_HOOKS, libc::RTLD_DEFAULT, c"dlsym".as_ptr()).is_null());
+        // Functioned, but not defined behind the handle: pass through so dlerror is right.
+        assert!(route_dlsym(&NO_HOOKS, libc::RTLD_DEFAULT, c"cuMemAlloc_v2".as_ptr()).is_null());
     }
 }

@@ -14,12 +14,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::cuda::{self, call, DriverApi};
-use crate::driver::on_host_numa;
+use crate::budget::{self, T2Charge, T2Reservation, VramCharge};
+use crate::config;
+use crate::cuda;
 use crate::ffi::*;
 use crate::log::Mib;
-use crate::state::{self, STATS};
-use crate::tiers;
+use crate::stats::{self, STATS};
 
 /// cudaMalloc documents 256-byte alignment but hands out allocations this large 2 MiB
 /// aligned; a split range is aligned at least as well, whatever the granularity.
@@ -38,43 +38,55 @@ pub struct SplitAllocation {
     base: CuDevicePtr,
     head: Piece,
     tail: Piece,
-    device: CuDevice,
-    /// The context the range was made in (as an address: contexts are opaque).
-    context: usize,
+    /// The context the range was made in.
+    context: Context,
+    head_charge: VramCharge,
+    tail_charge: T2Charge,
 }
 
 /// Where a split attempt stopped, for the log.
 struct Failure {
     step: &'static str,
-    status: CuResult,
+    error: CuError,
 }
 
-fn failed(step: &'static str, status: CuResult) -> Failure {
-    Failure { step, status }
+/// Names the step of a failed driver call, for the log.
+trait Step<T> {
+    fn at(self, step: &'static str) -> Result<T, Failure>;
 }
 
-/// Checks a driver call's status; `step` names it in the log.
-fn check(step: &'static str, status: CuResult) -> Result<(), Failure> {
-    if status == CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(failed(step, status))
+impl<T> Step<T> for Result<T, CuError> {
+    fn at(self, step: &'static str) -> Result<T, Failure> {
+        self.map_err(|error| Failure { step, error })
+    }
+}
+
+impl Step<()> for CuResult {
+    fn at(self, step: &'static str) -> Result<(), Failure> {
+        self.ok().at(step)
     }
 }
 
 /// Splits an allocation of `size` bytes for `device` in the current context when it is
 /// at least GREENBOOST_SPLIT_MIN and at least one granule of VRAM is left under the
-/// placement limit. `None`: not split, nothing held; the caller puts it wholly in T2.
-pub fn create(size: u64, device: CuDevice) -> Option<SplitAllocation> {
-    if !state::config().may_split(size) {
+/// placement limit; `reserve_tail` reserves the T2 the tail takes (the caller may free
+/// T2 to find room). `None`: not split, nothing held; the caller puts it wholly in T2.
+pub fn create(
+    size: u64,
+    device: CuDevice,
+    reserve_tail: impl FnOnce(u64) -> Option<T2Reservation>,
+) -> Option<SplitAllocation> {
+    if !config::get().may_split(size) {
         return None;
     }
-    let driver = cuda::api();
-    let context = driver.current_context()?;
-    let on_device = device_memory(device);
-    let node = driver.host_numa_node(device).unwrap_or(0);
-    let on_host = on_host_numa(on_device, node);
-    let granularity = match granularity(driver, &[&on_device, &on_host]) {
+    let context = cuda::current_context()?;
+    let on_device = CuMemAllocationProp::device(device);
+    let node = cuda::host_numa_node(device).unwrap_or(0);
+    let on_host = on_device.on_host_numa(node);
+    // The larger of the two minimum granularities (powers of two, so a multiple of both),
+    // never below MIN_ALIGNMENT.
+    let granularity = match cuda::granularity(&[&on_device, &on_host], MIN_ALIGNMENT).at("cuMemGetAllocationGranularity")
+    {
         Ok(granularity) => granularity,
         Err(failure) => {
             report_fallback(size, &failure);
@@ -84,49 +96,34 @@ pub fn create(size: u64, device: CuDevice) -> Option<SplitAllocation> {
     let total = size.checked_next_multiple_of(granularity)?;
     // The head leaves at least one granule to the tail: an allocation that fits whole
     // would have gone to VRAM.
-    let head_size = tiers::reserve_vram_head(device, granularity, total - granularity)?;
-    let tail_size = total - head_size;
-    if !tiers::take_t2_capacity(tail_size) {
-        tiers::unreserve_vram(device, head_size);
-        return None;
-    }
-    let mut building = Building {
-        driver,
-        head_size,
-        tail_size,
-        base: 0,
-        head: None,
-        tail: None,
-        head_mapped: false,
-        tail_mapped: false,
-    };
-    let (head, tail) = match building.run(device, &on_device, &on_host, granularity) {
+    let head = budget::reserve_vram_head(device, granularity, total - granularity)?;
+    let tail = reserve_tail(total - head.bytes())?;
+    let mut building = Building { head_size: head.bytes(), tail_size: tail.bytes(), ..Building::default() };
+    let (head_handle, tail_handle) = match building.run(device, &on_device, &on_host, granularity) {
         Ok(handles) => handles,
         Err(failure) => {
             building.undo();
-            tiers::unreserve_vram(device, head_size);
-            tiers::give_back_t2_capacity(tail_size);
             report_fallback(size, &failure);
             return None;
         }
     };
-    tiers::count_vram_head(head_size, device);
-    STATS.split_allocs.fetch_add(1, Ordering::Relaxed);
+    stats::bump(&STATS.split_allocs);
     debug!(
         "split {:#x}: {} = {} VRAM + {} on host NUMA node {} for device {}",
         building.base,
         Mib(size),
-        Mib(head_size),
-        Mib(tail_size),
+        Mib(head.bytes()),
+        Mib(tail.bytes()),
         node,
         device
     );
     Some(SplitAllocation {
         base: building.base,
-        head: Piece { handle: head, size: head_size },
-        tail: Piece { handle: tail, size: tail_size },
-        device,
-        context: context as usize,
+        head: Piece { handle: head_handle, size: head.bytes() },
+        tail: Piece { handle: tail_handle, size: tail.bytes() },
+        context,
+        head_charge: head.commit(),
+        tail_charge: tail.commit(),
     })
 }
 
@@ -136,8 +133,8 @@ impl SplitAllocation {
         self.base
     }
 
-    pub fn context(&self) -> CuContext {
-        self.context as CuContext
+    pub fn context(&self) -> Context {
+        self.context
     }
 
     /// [start, end) of the T2 part.
@@ -148,30 +145,27 @@ impl SplitAllocation {
 
     /// Unmaps and releases both pieces and frees the range. The caller has made the
     /// context current and waited until the device is past every use.
-    pub fn unmap(&self, driver: &DriverApi) {
+    pub fn unmap(&self) {
         let (tail_at, _) = self.tail_range();
         let steps = [
-            ("cuMemUnmap (device)", call!(driver, mem_unmap(self.base, self.head.size as usize))),
-            ("cuMemUnmap (host NUMA)", call!(driver, mem_unmap(tail_at, self.tail.size as usize))),
-            ("cuMemRelease (device)", call!(driver, mem_release(self.head.handle))),
-            ("cuMemRelease (host NUMA)", call!(driver, mem_release(self.tail.handle))),
-            (
-                "cuMemAddressFree",
-                call!(driver, mem_address_free(self.base, (self.head.size + self.tail.size) as usize)),
-            ),
+            ("cuMemUnmap (device)", cuda::mem_unmap(self.base, self.head.size)),
+            ("cuMemUnmap (host NUMA)", cuda::mem_unmap(tail_at, self.tail.size)),
+            ("cuMemRelease (device)", cuda::mem_release(self.head.handle)),
+            ("cuMemRelease (host NUMA)", cuda::mem_release(self.tail.handle)),
+            ("cuMemAddressFree", cuda::address_free(self.base, self.head.size + self.tail.size)),
         ];
         for (step, status) in steps {
-            if status != CUDA_SUCCESS {
-                warn!("freeing split allocation {:#x}: {} failed (CUDA error {})", self.base, step, status);
+            if status != CuResult::SUCCESS {
+                warn!("freeing split allocation {:#x}: {} failed (CUDA error {})", self.base, step, status.0);
             }
         }
     }
 
-    /// The accounting after `unmap`: the head leaves T1, the tail T2.
+    /// The accounting after `unmap`: the head leaves T1, the tail T2 (their charges go).
     pub fn finish(self) {
-        debug!("split {:#x}: {} + {} freed", self.base, Mib(self.head.size), Mib(self.tail.size));
-        tiers::forget_vram(self.head.size, self.device);
-        STATS.sub_t2(self.tail.size);
+        let SplitAllocation { base, head, tail, head_charge, tail_charge, .. } = self;
+        debug!("split {:#x}: {} + {} freed", base, Mib(head.size), Mib(tail.size));
+        drop((head_charge, tail_charge));
     }
 }
 
@@ -180,55 +174,20 @@ impl SplitAllocation {
 fn report_fallback(size: u64, failure: &Failure) {
     static REPORTED: AtomicBool = AtomicBool::new(false);
     if REPORTED.swap(true, Ordering::Relaxed) {
-        debug!("split of {} failed at {} (CUDA error {}): wholly in T2", Mib(size), failure.step, failure.status);
+        debug!("split of {} failed at {} ({}): wholly in T2", Mib(size), failure.step, failure.error);
     } else {
         info!(
-            "split of {} failed at {} (CUDA error {}): it goes wholly to T2 (later failed splits are logged at debug level)",
+            "split of {} failed at {} ({}): it goes wholly to T2 (later failed splits are logged at debug level)",
             Mib(size),
             failure.step,
-            failure.status
+            failure.error
         );
     }
 }
 
-/// Pinned device memory on `device`, without any shareable handle type (IPC handles
-/// are not offered for the shim's memory).
-fn device_memory(device: CuDevice) -> CuMemAllocationProp {
-    CuMemAllocationProp {
-        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
-        requested_handle_types: 0,
-        location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: device },
-        win32_handle_meta_data: std::ptr::null_mut(),
-        compression_type: 0,
-        gpu_direct_rdma_capable: 0,
-        usage: 0,
-        reserved: [0; 4],
-    }
-}
-
-/// The granularity both kinds of memory can be mapped at: the larger of their minimum
-/// granularities (powers of two, so it is a multiple of both) and never below
-/// `MIN_ALIGNMENT`.
-fn granularity(driver: &DriverApi, props: &[&CuMemAllocationProp]) -> Result<u64, Failure> {
-    let mut largest = MIN_ALIGNMENT;
-    for prop in props {
-        let mut granularity: usize = 0;
-        let prop: *const CuMemAllocationProp = *prop;
-        check(
-            "cuMemGetAllocationGranularity",
-            call!(driver, mem_get_allocation_granularity(&mut granularity, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)),
-        )?;
-        if !granularity.is_power_of_two() {
-            return Err(failed("cuMemGetAllocationGranularity (not a power of two)", CUDA_ERROR_INVALID_VALUE));
-        }
-        largest = largest.max(granularity as u64);
-    }
-    Ok(largest)
-}
-
 /// What `create` has made so far, so that a failing step undoes exactly that.
-struct Building<'a> {
-    driver: &'a DriverApi,
+#[derive(Default)]
+struct Building {
     head_size: u64,
     tail_size: u64,
     /// The reserved range of `head_size + tail_size` bytes (0: none yet).
@@ -239,9 +198,9 @@ struct Building<'a> {
     tail_mapped: bool,
 }
 
-impl Building<'_> {
-    fn total(&self) -> usize {
-        (self.head_size + self.tail_size) as usize
+impl Building {
+    fn total(&self) -> u64 {
+        self.head_size + self.tail_size
     }
 
     fn run(
@@ -251,44 +210,33 @@ impl Building<'_> {
         on_host: &CuMemAllocationProp,
         alignment: u64,
     ) -> Result<(CuMemGenericAllocationHandle, CuMemGenericAllocationHandle), Failure> {
-        let driver = self.driver;
-        let (head_len, tail_len) = (self.head_size as usize, self.tail_size as usize);
-        check(
-            "cuMemAddressReserve",
-            call!(driver, mem_address_reserve(&mut self.base, self.total(), alignment as usize, 0, 0)),
-        )?;
-        let mut head: CuMemGenericAllocationHandle = 0;
-        check("cuMemCreate (device)", call!(driver, mem_create(&mut head, head_len, on_device, 0)))?;
+        self.base = cuda::address_reserve(self.total(), alignment).at("cuMemAddressReserve")?;
+        let head = cuda::mem_create(self.head_size, on_device).at("cuMemCreate (device)")?;
         self.head = Some(head);
-        let mut tail: CuMemGenericAllocationHandle = 0;
-        check("cuMemCreate (host NUMA)", call!(driver, mem_create(&mut tail, tail_len, on_host, 0)))?;
+        let tail = cuda::mem_create(self.tail_size, on_host).at("cuMemCreate (host NUMA)")?;
         self.tail = Some(tail);
-        check("cuMemMap (device)", call!(driver, mem_map(self.base, head_len, 0, head, 0)))?;
+        cuda::mem_map(self.base, self.head_size, head).at("cuMemMap (device)")?;
         self.head_mapped = true;
-        check("cuMemMap (host NUMA)", call!(driver, mem_map(self.base + self.head_size, tail_len, 0, tail, 0)))?;
+        cuda::mem_map(self.base + self.head_size, self.tail_size, tail).at("cuMemMap (host NUMA)")?;
         self.tail_mapped = true;
-        let access = CuMemAccessDesc {
-            location: CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: device },
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        check("cuMemSetAccess", call!(driver, mem_set_access(self.base, self.total(), &access, 1)))?;
+        cuda::set_access(self.base, self.total(), device).at("cuMemSetAccess")?;
         Ok((head, tail))
     }
 
-    /// Undoes what `run` did, in reverse order.
+    /// Undoes what `run` did, in reverse order (the reservations are dropped by the
+    /// caller).
     fn undo(&self) {
-        let driver = self.driver;
         if self.tail_mapped {
-            call!(driver, mem_unmap(self.base + self.head_size, self.tail_size as usize));
+            cuda::mem_unmap(self.base + self.head_size, self.tail_size);
         }
         if self.head_mapped {
-            call!(driver, mem_unmap(self.base, self.head_size as usize));
+            cuda::mem_unmap(self.base, self.head_size);
         }
         for handle in [self.tail, self.head].into_iter().flatten() {
-            call!(driver, mem_release(handle));
+            cuda::mem_release(handle);
         }
         if self.base != 0 {
-            call!(driver, mem_address_free(self.base, self.total()));
+            cuda::address_free(self.base, self.total());
         }
     }
 }

@@ -1,0 +1,144 @@
+//! The allocation procedure shared by every pointer-returning allocation hook (cudaMalloc,
+//! cuMemAlloc and their async and pool forms) and the free procedure shared by every
+//! free hook: placement (`budget`, `placement`), then VRAM, a split range or T2, and
+//! the registry.
+
+use crate::budget;
+use crate::cuda;
+use crate::ffi::*;
+use crate::host::{self, HostFailure};
+use crate::log::Mib;
+use crate::registry::{self, Backed, Lookup, Record};
+use crate::release;
+use crate::split;
+use crate::stats::{self, STATS};
+
+/// How an allocation attempt ended; `R` is the hook's API's status type.
+pub enum Allocated<R> {
+    Vram,
+    /// Memory the shim made (T2, or split between VRAM and T2) at this address.
+    Host(CuDevicePtr),
+    /// The real allocation failed with this status (not out-of-memory): pass it on.
+    Failed(R),
+    OutOfMemory,
+}
+
+/// VRAM when the placement rule allows it (the real allocation, `vram`), T2 otherwise
+/// or when the driver answers `oom_status`; a large allocation the rule sends to T2 is
+/// split when VRAM is left under the limit; `prepare_host` makes a context current for
+/// the T2 and split paths. When T2 is exhausted the answer is out-of-memory; when T2
+/// fails for another reason, an allocation the rule sent to T2 is tried in VRAM after
+/// all (the real function).
+pub fn allocate<R: PartialEq + Copy>(
+    size: u64,
+    device: CuDevice,
+    oom_status: R,
+    vram: impl FnOnce() -> Result<CuDevicePtr, R>,
+    prepare_host: impl FnOnce() -> bool,
+) -> Allocated<R> {
+    release::reclaim(false);
+    let mut vram = Some(vram);
+    let mut after_oom = false;
+    if let Some(reservation) = budget::reserve_vram(size, device) {
+        if let Some(vram) = vram.take() {
+            match vram() {
+                Ok(device_ptr) => {
+                    registry::insert(device_ptr, Record::Vram(reservation.commit()));
+                    debug!("T1 {:#x}: {} on device {}", device_ptr, Mib(size), device);
+                    return Allocated::Vram;
+                }
+                Err(status) if status == oom_status => {
+                    debug!("VRAM out of memory for {} on device {}: trying T2", Mib(size), device);
+                    after_oom = true;
+                }
+                Err(status) => return Allocated::Failed(status),
+            }
+        }
+    }
+    let host_ready = prepare_host();
+    // After a driver out-of-memory the VRAM the rule promised is not there: no head.
+    if host_ready && !after_oom {
+        if let Some(split) = split::create(size, device, release::reserve_t2) {
+            let device_ptr = split.base();
+            registry::insert(device_ptr, Record::Backed(Backed::Split(split)));
+            return Allocated::Host(device_ptr);
+        }
+    }
+    let t2 = if host_ready { allocate_t2(size, device) } else { Err(HostFailure::Internal) };
+    match t2 {
+        Ok(device_ptr) => {
+            if after_oom {
+                stats::bump(&STATS.t2_after_vram_oom);
+            }
+            Allocated::Host(device_ptr)
+        }
+        Err(HostFailure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {
+            Some(Ok(device_ptr)) => {
+                info!("T2 unavailable: {} placed in VRAM beyond the budget", Mib(size));
+                registry::insert(device_ptr, Record::Vram(budget::reserve_unchecked(size, device).commit()));
+                Allocated::Vram
+            }
+            Some(Err(status)) if status != oom_status => Allocated::Failed(status),
+            _ => stats::out_of_memory(Allocated::OutOfMemory),
+        },
+        Err(_) => stats::out_of_memory(Allocated::OutOfMemory),
+    }
+}
+
+/// `size` bytes of T2 for `device` in the current context, recorded; its device pointer.
+fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> {
+    let context = cuda::current_context().ok_or(HostFailure::Internal)?;
+    let len = host::rounded_len(size).ok_or(HostFailure::Exhausted)?;
+    let registered = match host::take_cached(len, context) {
+        Some(cached) => cached,
+        None => {
+            let reservation = release::reserve_t2(len).ok_or(HostFailure::Exhausted)?;
+            let registered = host::register_new(len, device, context)?;
+            return Ok(record_t2(registered.charged(reservation.commit())));
+        }
+    };
+    match release::reserve_t2(len) {
+        Some(reservation) => Ok(record_t2(registered.charged(reservation.commit()))),
+        None => {
+            host::unregister_and_release(registered);
+            Err(HostFailure::Exhausted)
+        }
+    }
+}
+
+fn record_t2(allocation: host::HostAllocation) -> CuDevicePtr {
+    let device_ptr = allocation.device_ptr();
+    registry::insert(device_ptr, Record::Backed(Backed::Host(allocation)));
+    device_ptr
+}
+
+/// The shared body of the free hooks, driver and runtime alike (`success` and
+/// `invalid_value` are the hook's API's codes): memory the shim made (T2, split) is
+/// released by `release`, a double free of it is answered invalid-value, anything else
+/// goes to the real free, and a VRAM allocation the real free refused stays recorded.
+pub fn free_with<R: PartialEq>(
+    device_ptr: CuDevicePtr,
+    success: R,
+    invalid_value: R,
+    real: impl FnOnce() -> R,
+    release: impl FnOnce(Backed),
+) -> R {
+    release::reclaim(false);
+    match registry::take(device_ptr) {
+        Lookup::Found(Record::Backed(allocation)) => {
+            release(allocation);
+            success
+        }
+        Lookup::Found(Record::Vram(charge)) => {
+            let status = real();
+            if status == success {
+                debug!("T1 {:#x}: {} freed", device_ptr, Mib(charge.bytes()));
+            } else {
+                registry::insert(device_ptr, Record::Vram(charge));
+            }
+            status
+        }
+        Lookup::DoubleFree => invalid_value,
+        Lookup::Unknown => real(),
+    }
+}

@@ -1,0 +1,257 @@
+//! Accounting: the VRAM this process holds per device and the T2 it holds, each taken
+//! in two steps — a reservation (counted at once, so that a concurrent allocation sees
+//! it taken) and a charge (the memory exists) — and given back by dropping either. A
+//! record that owns a charge keeps it counted; putting a record back after a refused
+//! free changes no counter, so there is one way to undo.
+//!
+//! VRAM counts against the device's placement limit (`placement`); T2 against the T2
+//! capacity. `STATS` shows what is charged (T1/T2 in use, peaks, allocation counts).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::backend;
+use crate::config;
+use crate::cuda;
+use crate::ffi::CuDevice;
+use crate::stats::{self, STATS};
+
+const TRACKED_DEVICES: usize = 64;
+static VRAM_IN_USE: [AtomicU64; TRACKED_DEVICES] = [const { AtomicU64::new(0) }; TRACKED_DEVICES];
+
+fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
+    usize::try_from(device).ok().and_then(|index| VRAM_IN_USE.get(index))
+}
+
+/// Set by the program's first cuBLAS handle or matrix product (see `placement`).
+static COMPUTING: AtomicBool = AtomicBool::new(false);
+
+/// The program has started computing: the VRAM reserve opens to its allocations.
+pub fn note_computing() {
+    if !COMPUTING.swap(true, Ordering::Relaxed) {
+        debug!("the program computes (cuBLAS): the VRAM reserve is open to allocations from now on");
+    }
+}
+
+pub fn computing() -> bool {
+    COMPUTING.load(Ordering::Relaxed)
+}
+
+/// VRAM this process holds on `device` through the shim (charged and reserved).
+pub fn vram_in_use(device: CuDevice) -> u64 {
+    vram_counter(device).map_or(0, |counter| counter.load(Ordering::Relaxed))
+}
+
+/// VRAM counted for `device` but not yet charged.
+///
+/// # Invariants
+/// `bytes` is included in the device's counter until the reservation is dropped or
+/// committed (then the charge holds it).
+#[must_use]
+pub struct VramReservation {
+    device: CuDevice,
+    bytes: u64,
+}
+
+/// VRAM the process holds: counted in the device's counter and in `STATS.t1_used` until
+/// dropped.
+pub struct VramCharge {
+    device: CuDevice,
+    bytes: u64,
+}
+
+/// Reserves `bytes` on `device` when `fits(in_use)` says the counter may grow by them
+/// (checked and counted in one atomic step).
+fn reserve_if(device: CuDevice, bytes: u64, fits: impl Fn(u64) -> bool) -> Option<VramReservation> {
+    let counter = vram_counter(device)?;
+    counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
+            fits(in_use).then(|| in_use.saturating_add(bytes))
+        })
+        .ok()?;
+    Some(VramReservation { device, bytes })
+}
+
+/// Reserves VRAM for an allocation of `size` if the placement rule sends it to VRAM
+/// (`None`: it goes to T2). Devices whose size the driver does not tell are left to the
+/// driver: its out-of-memory still spills.
+pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
+    let config = config::get();
+    let Some(physical) = cuda::physical_vram(device) else {
+        return Some(reserve_unchecked(size, device));
+    };
+    let computing = computing();
+    reserve_if(device, size, |in_use| config.place(size, in_use, physical, computing).is_vram())
+}
+
+/// Reserves the VRAM head of a split allocation: what is left under the placement limit
+/// in whole `granularity` units, at most `most`. `None` when not one unit is left.
+pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Option<VramReservation> {
+    let (config, physical) = (config::get(), cuda::physical_vram(device)?);
+    let computing = computing();
+    let counter = vram_counter(device)?;
+    let room = |in_use: u64| config.split_head(in_use, physical, computing, granularity, most);
+    let before = counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
+            let head = room(in_use);
+            (head > 0).then(|| in_use + head)
+        })
+        .ok()?;
+    Some(VramReservation { device, bytes: room(before) })
+}
+
+/// Counts VRAM the driver gave whatever the placement rule says (the rule's device size
+/// is unknown, or T2 failed and the memory was taken from VRAM after all).
+pub fn reserve_unchecked(bytes: u64, device: CuDevice) -> VramReservation {
+    if let Some(counter) = vram_counter(device) {
+        counter.fetch_add(bytes, Ordering::Relaxed);
+    }
+    VramReservation { device, bytes }
+}
+
+impl VramReservation {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The memory exists: the reservation becomes a charge.
+    pub fn commit(self) -> VramCharge {
+        let charge = VramCharge { device: self.device, bytes: self.bytes };
+        std::mem::forget(self);
+        stats::add_in_use(&STATS.t1_used, &STATS.t1_peak, charge.bytes);
+        stats::bump(&STATS.t1_allocs);
+        report_t1(charge.device);
+        charge
+    }
+}
+
+impl Drop for VramReservation {
+    fn drop(&mut self) {
+        uncount_vram(self.device, self.bytes);
+    }
+}
+
+impl VramCharge {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for VramCharge {
+    fn drop(&mut self) {
+        uncount_vram(self.device, self.bytes);
+        stats::sub_in_use(&STATS.t1_used, self.bytes);
+        report_t1(self.device);
+    }
+}
+
+fn uncount_vram(device: CuDevice, bytes: u64) {
+    if let Some(counter) = vram_counter(device) {
+        let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(bytes)));
+    }
+}
+
+/// Tells the module (kmod backend) the process's VRAM use; opens the backend at the
+/// first VRAM charge so that the module's stats show T1 even before anything spills.
+fn report_t1(device: CuDevice) {
+    if let Some(backend) = backend::get() {
+        let budget = cuda::physical_vram(device).map_or(0, |physical| config::get().budget(physical));
+        backend.report_t1(stats::load(&STATS.t1_used), budget, false);
+    }
+}
+
+/// T2 capacity: GREENBOOST_T2_CAP, else the backend's own.
+pub fn t2_capacity() -> u64 {
+    config::get().t2_cap.unwrap_or_else(|| backend::get().map_or(0, |backend| backend.default_cap()))
+}
+
+/// T2 counted in use (`STATS.t2_used`) but not yet charged.
+///
+/// # Invariants
+/// `bytes` is included in `STATS.t2_used` until the reservation is dropped or committed.
+#[must_use]
+pub struct T2Reservation {
+    bytes: u64,
+}
+
+/// T2 the process holds, counted in `STATS.t2_used` until dropped.
+pub struct T2Charge {
+    bytes: u64,
+}
+
+/// Reserves `bytes` of T2 if T2 in use stays within `limit`.
+pub fn reserve_t2(bytes: u64, limit: u64) -> Option<T2Reservation> {
+    STATS
+        .t2_used
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|after| *after <= limit))
+        .ok()?;
+    Some(T2Reservation { bytes })
+}
+
+impl T2Reservation {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The memory exists: the reservation becomes a charge.
+    pub fn commit(self) -> T2Charge {
+        let charge = T2Charge { bytes: self.bytes };
+        std::mem::forget(self);
+        STATS.t2_peak.fetch_max(stats::load(&STATS.t2_used), Ordering::Relaxed);
+        stats::bump(&STATS.t2_allocs);
+        charge
+    }
+}
+
+impl Drop for T2Reservation {
+    fn drop(&mut self) {
+        stats::sub_in_use(&STATS.t2_used, self.bytes);
+    }
+}
+
+impl T2Charge {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for T2Charge {
+    fn drop(&mut self) {
+        stats::sub_in_use(&STATS.t2_used, self.bytes);
+    }
+}
+
+/// The last T1 report to the module, sent at exit whatever the throttling.
+pub fn final_report() {
+    backend::flush_t1_report(Some(stats::load(&STATS.t1_used)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_count_at_once_and_undo_when_dropped() {
+        let device = 63;
+        let before = vram_in_use(device);
+        let reservation = reserve_if(device, 100, |_| true).expect("fits");
+        assert_eq!(vram_in_use(device), before + 100);
+        drop(reservation);
+        assert_eq!(vram_in_use(device), before);
+        assert!(reserve_if(device, 100, |_| false).is_none());
+        assert_eq!(vram_in_use(device), before);
+        let charge = reserve_unchecked(50, device).commit();
+        assert_eq!((vram_in_use(device), charge.bytes()), (before + 50, 50));
+        drop(charge);
+        assert_eq!(vram_in_use(device), before);
+    }
+
+    #[test]
+    fn t2_reservations_respect_the_limit() {
+        let used = stats::load(&STATS.t2_used);
+        assert!(reserve_t2(10, used + 9).is_none());
+        let reservation = reserve_t2(10, used + 10).expect("fits");
+        let charge = reservation.commit();
+        assert!(stats::load(&STATS.t2_used) >= used + 10);
+        drop(charge);
+    }
+}

@@ -1,0 +1,239 @@
+//! cuBLAS / cuBLASLt hooks: a product's operands described for `staging` (spans,
+//! widths, the handle's stream), and the cuBLAS handle that tells the program computes.
+
+use std::ffi::{c_int, c_void};
+
+use crate::budget;
+use crate::ffi::*;
+use crate::real::{self, pfn};
+use crate::staging::{element_bytes, run_staged, span_bytes, Operand};
+
+/// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
+const CUBLAS_OP_N: c_int = 0;
+
+/// A column-major operand stored `rows` x `cols` as the transpose flag says:
+/// `op(X)` is `op_rows` x `op_cols`.
+fn stored_span(transposed: bool, op_rows: i64, op_cols: i64, ld: i64, batch: i64, stride: i64, data_type: c_int) -> Option<u64> {
+    let (rows, cols) = if transposed { (op_cols, op_rows) } else { (op_rows, op_cols) };
+    span_bytes(rows, cols, ld, batch, stride, element_bytes(data_type)?)
+}
+
+/// The stream a cuBLAS handle runs on (null: the legacy default stream), through the
+/// program's own cuBLAS.
+fn handle_stream(handle: CublasHandle) -> Option<Stream> {
+    let get_stream = real::cublasGetStream_v2()?;
+    let mut stream = Stream::NULL;
+    // SAFETY: the program's handle (cuBLAS validates it) and a valid local for the stream.
+    (unsafe { get_stream(handle, &mut stream) } == CublasStatus::SUCCESS).then_some(stream)
+}
+
+/// A product of `m` x `k` times `k` x `n` on `handle`'s stream; A is re-read by every
+/// column tile (width `n`), B by every row tile (width `m`).
+#[allow(clippy::too_many_arguments)]
+fn gemm_operands(
+    transa: c_int, transb: c_int, m: i64, n: i64, k: i64,
+    a: *const c_void, a_type: c_int, lda: i64, stride_a: i64,
+    b: *const c_void, b_type: c_int, ldb: i64, stride_b: i64, batch: i64,
+) -> [Option<Operand>; 2] {
+    let a_span = stored_span(transa != CUBLAS_OP_N, m, k, lda, batch, stride_a, a_type);
+    let b_span = stored_span(transb != CUBLAS_OP_N, k, n, ldb, batch, stride_b, b_type);
+    [Operand::new(a, a_span, n), Operand::new(b, b_span, m)]
+}
+
+fn with_stream(handle: CublasHandle, operands: [Option<Operand>; 2], product: impl FnOnce([Option<CuDevicePtr>; 2]) -> CublasStatus) -> CublasStatus {
+    match handle_stream(handle) {
+        Some(stream) => run_staged(stream, operands, product),
+        None => {
+            budget::note_computing();
+            product(operands.map(|operand| operand.map(|operand| operand.address)))
+        }
+    }
+}
+
+/// The address an operand is read from: staged, or the program's own.
+fn read_from<T>(placed: Option<CuDevicePtr>, original: *const T) -> *const T {
+    placed.map_or(original, |address| address as *const T)
+}
+
+/// cublasCreate_v2: a program creates its cuBLAS handle when it starts computing (and
+/// allocates the handle's workspace right after), so the VRAM reserve opens here.
+///
+/// # Safety
+/// The caller's argument, passed on to the real function.
+pub unsafe fn create(real: pfn::cublasCreate_v2, handle: *mut CublasHandle) -> CublasStatus {
+    budget::note_computing();
+    // SAFETY: the real cublasCreate_v2 with the program's own out pointer.
+    unsafe { real(handle) }
+}
+
+/// cublasLtCreate: as `create`.
+///
+/// # Safety
+/// The caller's argument, passed on to the real function.
+pub unsafe fn lt_create(real: pfn::cublasLtCreate, handle: *mut CublasHandle) -> CublasStatus {
+    budget::note_computing();
+    // SAFETY: the real cublasLtCreate with the program's own out pointer.
+    unsafe { real(handle) }
+}
+
+/// cublasGemmEx.
+///
+/// # Safety
+/// The caller's arguments, passed on to the real function.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_ex(
+    real: pfn::cublasGemmEx, handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
+    alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, b: *const c_void, b_type: c_int, ldb: c_int,
+    beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, compute_type: c_int, algo: c_int,
+) -> CublasStatus {
+    let operands = gemm_operands(transa, transb, m.into(), n.into(), k.into(), a, a_type, lda.into(), 0, b, b_type, ldb.into(), 0, 1);
+    with_stream(handle, operands, |[staged_a, staged_b]| {
+        // SAFETY: the program's arguments; a staged operand points into VRAM scratch
+        // holding a copy of the same bytes, enqueued before the product on its stream.
+        unsafe {
+            real(handle, transa, transb, m, n, k, alpha, read_from(staged_a, a), a_type, lda, read_from(staged_b, b), b_type, ldb, beta, c, c_type, ldc, compute_type, algo)
+        }
+    })
+}
+
+/// cublasSgemm_v2 (float32; CUDA_R_32F is type 0).
+///
+/// # Safety
+/// The caller's arguments, passed on to the real function.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sgemm(
+    real: pfn::cublasSgemm_v2, handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
+    alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int, beta: *const f32, c: *mut f32, ldc: c_int,
+) -> CublasStatus {
+    const CUDA_R_32F: c_int = 0;
+    let operands = gemm_operands(transa, transb, m.into(), n.into(), k.into(), a.cast(), CUDA_R_32F, lda.into(), 0, b.cast(), CUDA_R_32F, ldb.into(), 0, 1);
+    with_stream(handle, operands, |[staged_a, staged_b]| {
+        // SAFETY: the program's arguments; a staged operand points into VRAM scratch
+        // holding a copy of the same bytes, enqueued before the product on its stream.
+        unsafe { real(handle, transa, transb, m, n, k, alpha, read_from(staged_a, a), lda, read_from(staged_b, b), ldb, beta, c, ldc) }
+    })
+}
+
+/// cublasGemmStridedBatchedEx (a stride of 0 broadcasts one matrix to the batch).
+///
+/// # Safety
+/// The caller's arguments, passed on to the real function.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_strided_batched_ex(
+    real: pfn::cublasGemmStridedBatchedEx, handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
+    alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, stride_a: i64, b: *const c_void, b_type: c_int, ldb: c_int,
+    stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, stride_c: i64, batch: c_int, compute_type: c_int,
+    algo: c_int,
+) -> CublasStatus {
+    let operands =
+        gemm_operands(transa, transb, m.into(), n.into(), k.into(), a, a_type, lda.into(), stride_a, b, b_type, ldb.into(), stride_b, batch.into());
+    with_stream(handle, operands, |[staged_a, staged_b]| {
+        // SAFETY: the program's arguments; a staged operand points into VRAM scratch
+        // holding a copy of the same bytes, enqueued before the product on its stream.
+        unsafe {
+            real(handle, transa, transb, m, n, k, alpha, read_from(staged_a, a), a_type, lda, stride_a, read_from(staged_b, b), b_type, ldb,
+                stride_b, beta, c, c_type, ldc, stride_c, batch, compute_type, algo)
+        }
+    })
+}
+
+/// `cublasLtMatrixLayoutAttribute_t` values and `cublasLtOrder_t` values used here.
+const LT_LAYOUT_TYPE: c_int = 0;
+const LT_LAYOUT_ORDER: c_int = 1;
+const LT_LAYOUT_ROWS: c_int = 2;
+const LT_LAYOUT_COLS: c_int = 3;
+const LT_LAYOUT_LD: c_int = 4;
+const LT_LAYOUT_BATCH_COUNT: c_int = 5;
+const LT_LAYOUT_STRIDED_BATCH_OFFSET: c_int = 6;
+const LT_ORDER_COL: i32 = 0;
+const LT_ORDER_ROW: i32 = 1;
+
+/// A cuBLASLt matrix layout, read through the program's cuBLASLt.
+struct LtLayout {
+    rows: i64,
+    cols: i64,
+    span: Option<u64>,
+}
+
+fn lt_layout(layout: *mut c_void) -> Option<LtLayout> {
+    let get = real::cublasLtMatrixLayoutGetAttribute()?;
+    if layout.is_null() {
+        return None;
+    }
+    // Each attribute has a fixed C type; all fit in 8 bytes, read little-endian.
+    let read = |attribute: c_int, size: usize| -> Option<i64> {
+        let mut value = [0u8; 8];
+        let mut written = 0usize;
+        // SAFETY: `value` has room for `size` <= 8 bytes; the layout is the program's.
+        let status = unsafe { get(layout, attribute, value.as_mut_ptr().cast(), size, &mut written) };
+        (status == CublasStatus::SUCCESS && written == size).then(|| match size {
+            4 => i64::from(i32::from_le_bytes([value[0], value[1], value[2], value[3]])),
+            _ => i64::from_le_bytes(value),
+        })
+    };
+    let data_type = c_int::try_from(read(LT_LAYOUT_TYPE, 4)?).ok()?;
+    let order = read(LT_LAYOUT_ORDER, 4)?;
+    let rows = read(LT_LAYOUT_ROWS, 8)?;
+    let cols = read(LT_LAYOUT_COLS, 8)?;
+    let ld = read(LT_LAYOUT_LD, 8)?;
+    let batch = read(LT_LAYOUT_BATCH_COUNT, 4)?;
+    let stride = read(LT_LAYOUT_STRIDED_BATCH_OFFSET, 8)?;
+    let element = element_bytes(data_type);
+    let span = match i32::try_from(order).ok()? {
+        LT_ORDER_COL => element.and_then(|element| span_bytes(rows, cols, ld, batch, stride, element)),
+        LT_ORDER_ROW => element.and_then(|element| span_bytes(cols, rows, ld, batch, stride, element)),
+        // Tiled orders (COL32, ...): not staged.
+        _ => None,
+    };
+    Some(LtLayout { rows, cols, span })
+}
+
+/// cublasLtMatmul: D = alpha op(A) op(B) + beta C; D is m x n.
+///
+/// # Safety
+/// The caller's arguments, passed on to the real function.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn lt_matmul(
+    real: pfn::cublasLtMatmul, handle: CublasHandle, desc: *mut c_void, alpha: *const c_void, a: *const c_void,
+    a_desc: *mut c_void, b: *const c_void, b_desc: *mut c_void, beta: *const c_void, c: *const c_void, c_desc: *mut c_void,
+    d: *mut c_void, d_desc: *mut c_void, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: Stream,
+) -> CublasStatus {
+    let call_real = |[staged_a, staged_b]: [Option<CuDevicePtr>; 2]| {
+        // SAFETY: the program's arguments; a staged operand points into VRAM scratch
+        // holding a copy of the same bytes, enqueued before the product on its stream.
+        unsafe {
+            real(handle, desc, alpha, read_from(staged_a, a), a_desc, read_from(staged_b, b), b_desc, beta, c, c_desc, d, d_desc, algo,
+                workspace, workspace_size, stream)
+        }
+    };
+    let Some(output) = lt_layout(d_desc) else {
+        budget::note_computing();
+        return call_real([None, None]);
+    };
+    let operand = |address: *const c_void, layout: *mut c_void, width: i64| {
+        lt_layout(layout).and_then(|layout| Operand::new(address, layout.span, width))
+    };
+    let operands = [operand(a, a_desc, output.cols), operand(b, b_desc, output.rows)];
+    run_staged(stream, operands, call_real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposed_operands_swap_stored_rows_and_columns() {
+        // op(A) = A^T is 8 x 2: A is stored 2 x 8 with ld 2.
+        assert_eq!(stored_span(true, 8, 2, 2, 1, 0, 14), Some(32));
+        assert_eq!(stored_span(false, 8, 2, 2, 1, 0, 14), None, "ld 2 < 8 rows");
+        assert_eq!(stored_span(false, 8, 2, 8, 1, 0, 33), None, "fp4 is not staged");
+    }
+
+    #[test]
+    fn each_operand_is_rated_by_the_width_that_rereads_it() {
+        let [a, b] = gemm_operands(1, 0, 4096, 512, 1024, 0x1000 as *const c_void, 14, 1024, 0, 0x9000 as *const c_void, 14, 1024, 0, 1);
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!((a.width, a.bytes), (512, 4096 * 1024 * 2));
+        assert_eq!((b.width, b.bytes), (4096, 512 * 1024 * 2));
+    }
+}

@@ -1,0 +1,112 @@
+//! The process's life under the shim: initialisation when the library is loaded, the
+//! fork handlers (every lock of the shim, in the lock order of lib.rs), and the summary
+//! at exit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::backend;
+use crate::budget;
+use crate::config;
+use crate::host;
+use crate::log::{self, Mib};
+use crate::phase;
+use crate::registry;
+use crate::release;
+use crate::stats::{self, STATS};
+use crate::vmm;
+
+/// Runs from `.init_array` when the shim is loaded, before the program's `main`.
+extern "C" fn initialise() {
+    let config = config::load(|name, value, instead| {
+        warn!("{}={:?} is not valid; using {}", name, std::str::from_utf8(value).unwrap_or("(not UTF-8)"), instead);
+    });
+    log::set_level(config.log);
+    if config.disabled {
+        phase::disable();
+        info!("disabled by GREENBOOST_DISABLE");
+        return;
+    }
+    // Registered once per loaded copy of the shim, whatever runs the constructor again.
+    static HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !HANDLERS_REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: plain `extern "C"` functions without captured state, valid for the
+        // life of the process (the shim is never unloaded).
+        unsafe {
+            libc::atexit(summary_at_exit);
+            libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
+        }
+    }
+    phase::activate();
+    debug!("loaded: {:?}", config);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INITIALISE: extern "C" fn() = initialise;
+
+/// pthread_atfork prepare: every lock is held, in the lock order, so that the child does
+/// not inherit one mid-update.
+extern "C" fn before_fork() {
+    registry::before_fork();
+    vmm::before_fork();
+    host::before_fork();
+    release::before_fork();
+}
+
+/// pthread_atfork parent: releases what `before_fork` took, in reverse order.
+extern "C" fn after_fork_in_parent() {
+    release::after_fork_in_parent();
+    host::after_fork_in_parent();
+    vmm::after_fork_in_parent();
+    registry::after_fork_in_parent();
+}
+
+/// pthread_atfork child: the locks are reset (see `lock`). A child of a process that
+/// already used CUDA cannot use CUDA (the driver answers errors), so the shim steps
+/// aside and lets the real functions answer; its records stay. A child forked before
+/// any CUDA use keeps the shim active.
+extern "C" fn after_fork_in_child() {
+    release::after_fork_in_child();
+    host::after_fork_in_child();
+    vmm::after_fork_in_child();
+    registry::after_fork_in_child();
+    if stats::load(&STATS.t1_allocs) != 0 || stats::load(&STATS.t2_allocs) != 0 {
+        phase::step_aside_after_fork();
+    }
+    stats::start_afresh_in_child();
+    SUMMARY_PRINTED.store(false, Ordering::Relaxed);
+}
+
+/// Whether this process printed its summary (a forked child starts with false).
+static SUMMARY_PRINTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn summary_at_exit() {
+    // A child that stepped aside after fork has no VRAM of its own to report.
+    if phase::active() {
+        budget::final_report();
+    }
+    let stats = stats::snapshot(backend::summary());
+    if stats.t1_allocs == 0 && stats.t2_allocs == 0 {
+        return;
+    }
+    if SUMMARY_PRINTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    info!(
+        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host), split {}; GEMMs staged {} ({}); out-of-memory returned {}; backend {}",
+        pid,
+        Mib(stats.t1_peak),
+        Mib(stats.t2_peak),
+        stats.t1_allocs,
+        stats.t2_allocs,
+        stats.t2_after_vram_oom,
+        stats.vmm_host,
+        stats.split_allocs,
+        stats.gemm_staged,
+        Mib(stats.gemm_staged_bytes),
+        stats.oom_returned,
+        backend::name(),
+    );
+}

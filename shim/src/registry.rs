@@ -1,0 +1,166 @@
+//! The registry of live allocations the shim made or counted, by device pointer: what a
+//! free must undo, and where T2 bytes lie (GEMM staging, the T2-bytes export).
+//!
+//! Lock: `REGISTRY` comes first in the lock order (lib.rs); no CUDA call runs under it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::budget::VramCharge;
+use crate::cuda;
+use crate::ffi::*;
+use crate::host::HostAllocation;
+use crate::lock::{const_mutex, Mutex};
+use crate::split::SplitAllocation;
+use crate::stats::{self, STATS};
+
+/// Memory the shim made itself (rather than counted on its way to the driver), to be
+/// released when the program frees it.
+pub enum Backed {
+    /// T2: backend memory registered with CUDA.
+    Host(HostAllocation),
+    /// A VRAM head and a T2 tail under one address range.
+    Split(SplitAllocation),
+}
+
+impl Backed {
+    pub fn context(&self) -> Context {
+        match self {
+            Backed::Host(allocation) => allocation.context(),
+            Backed::Split(split) => split.context(),
+        }
+    }
+
+    /// The CUDA side of freeing, with the allocation's context current and the device
+    /// past every use of the memory: a split range is unmapped and released; T2 memory
+    /// needs nothing here (`finish` keeps it registered or unregisters it).
+    pub fn detach(&self) {
+        if let Backed::Split(split) = self {
+            split.unmap();
+        }
+    }
+
+    /// The rest of freeing, after `detach`: memory and accounting.
+    pub fn finish(self) {
+        match self {
+            Backed::Host(allocation) => allocation.release(),
+            Backed::Split(split) => split.finish(),
+        }
+    }
+}
+
+/// A live allocation.
+pub enum Record {
+    /// Device memory the driver made, counted against the budget.
+    Vram(VramCharge),
+    Backed(Backed),
+}
+
+struct Registry {
+    live: BTreeMap<CuDevicePtr, Record>,
+    /// Device pointers of recently freed `Backed` memory, to answer a double free.
+    freed_backed: VecDeque<CuDevicePtr>,
+}
+
+const FREED_REMEMBERED: usize = 4096;
+
+static REGISTRY: Mutex<Registry> = const_mutex(Registry { live: BTreeMap::new(), freed_backed: VecDeque::new() });
+
+/// Records a live allocation at `device_ptr`.
+pub fn insert(device_ptr: CuDevicePtr, record: Record) {
+    let mut registry = REGISTRY.lock();
+    if matches!(record, Record::Backed(_)) {
+        registry.freed_backed.retain(|freed| *freed != device_ptr);
+    }
+    registry.live.insert(device_ptr, record);
+}
+
+/// What a pointer passed to a free function is.
+pub enum Lookup {
+    Found(Record),
+    /// Memory the shim made that was already freed: answer invalid-value, touch nothing.
+    DoubleFree,
+    /// Not the shim's: the real free function answers as CUDA does.
+    Unknown,
+}
+
+/// Takes `device_ptr`'s record out of the registry, remembering freed `Backed` memory
+/// to answer a double free. A record that the real free then refuses goes back with
+/// `insert`, its charge untouched.
+pub fn take(device_ptr: CuDevicePtr) -> Lookup {
+    if device_ptr == 0 {
+        return Lookup::Unknown;
+    }
+    let mut registry = REGISTRY.lock();
+    match registry.live.remove(&device_ptr) {
+        Some(record) => {
+            if matches!(record, Record::Backed(_)) {
+                if registry.freed_backed.len() >= FREED_REMEMBERED {
+                    registry.freed_backed.pop_front();
+                }
+                registry.freed_backed.push_back(device_ptr);
+            }
+            Lookup::Found(record)
+        }
+        None if registry.freed_backed.contains(&device_ptr) => {
+            drop(registry);
+            // The address may since have been given to memory the shim did not see
+            // allocated (an unhooked allocation function): then it is not a double free.
+            if cuda::is_allocation(device_ptr) {
+                REGISTRY.lock().freed_backed.retain(|freed| *freed != device_ptr);
+                Lookup::Unknown
+            } else {
+                Lookup::DoubleFree
+            }
+        }
+        None => Lookup::Unknown,
+    }
+}
+
+/// How many bytes of [`device_ptr`, `device_ptr + len`) lie in T2 memory (a T2
+/// allocation, or the host tail of a split one).
+pub fn t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
+    if stats::load(&STATS.t2_used) == 0 || len == 0 {
+        return 0;
+    }
+    let end = device_ptr.saturating_add(len);
+    let overlap = |start: u64, stop: u64| stop.min(end).saturating_sub(start.max(device_ptr));
+    let registry = REGISTRY.lock();
+    // The allocation starting at or before the range, then any that start inside it.
+    let before = registry.live.range(..=device_ptr).next_back();
+    let inside = registry.live.range(device_ptr.saturating_add(1)..end);
+    before
+        .into_iter()
+        .chain(inside)
+        .map(|(base, record)| match record {
+            Record::Backed(Backed::Host(allocation)) => overlap(*base, base.saturating_add(allocation.len())),
+            Record::Backed(Backed::Split(split)) => {
+                let (tail, tail_end) = split.tail_range();
+                overlap(tail, tail_end)
+            }
+            Record::Vram(_) => 0,
+        })
+        .sum()
+}
+
+/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in T2 memory.
+pub fn touches_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
+    t2_bytes(device_ptr, len) != 0
+}
+
+/// pthread_atfork handlers for the registry's lock (see `lifecycle`).
+pub fn before_fork() {
+    std::mem::forget(REGISTRY.lock());
+}
+
+pub fn after_fork_in_parent() {
+    // SAFETY: `before_fork` locked the mutex on this thread and forgot the guard.
+    unsafe { REGISTRY.force_unlock() };
+}
+
+/// In the child: the lock is reset; the records stay (kmod T2 mappings are MAP_SHARED
+/// and remain valid in the child).
+pub fn after_fork_in_child() {
+    // SAFETY: this thread took the lock in `before_fork` and is the only thread of the
+    // child: nobody else can hold or wait for it.
+    unsafe { REGISTRY.raw().reset_in_child() };
+}

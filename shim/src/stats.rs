@@ -1,0 +1,151 @@
+//! The process's counters (exit summary, `greenboost_shim_stats`): plain atomics that
+//! every layer may bump; `budget` owns what counts as in use.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub struct Stats {
+    pub t1_used: AtomicU64,
+    pub t1_peak: AtomicU64,
+    pub t2_used: AtomicU64,
+    pub t2_peak: AtomicU64,
+    pub t1_allocs: AtomicU64,
+    pub t2_allocs: AtomicU64,
+    /// T2 allocations made after the driver answered out-of-memory for VRAM.
+    pub t2_after_vram_oom: AtomicU64,
+    /// Out-of-memory errors returned to the program.
+    pub oom_returned: AtomicU64,
+    /// VMM (cuMemCreate) allocations moved to host NUMA memory.
+    pub vmm_host: AtomicU64,
+    /// Stream-ordered frees of T2 memory waiting for their stream.
+    pub deferred_frees: AtomicU64,
+    /// Allocations split between a VRAM head and a T2 tail (each also counts once in
+    /// `t1_allocs` and once in `t2_allocs`).
+    pub split_allocs: AtomicU64,
+    /// Matrix products whose T2 operands were copied into VRAM first, and the bytes.
+    pub gemm_staged: AtomicU64,
+    pub gemm_staged_bytes: AtomicU64,
+    /// Allocations sent to T2 (or split) because VRAM left on the device would have
+    /// fallen below the headroom.
+    pub headroom_spills: AtomicU64,
+}
+
+pub static STATS: Stats = Stats {
+    t1_used: AtomicU64::new(0),
+    t1_peak: AtomicU64::new(0),
+    t2_used: AtomicU64::new(0),
+    t2_peak: AtomicU64::new(0),
+    t1_allocs: AtomicU64::new(0),
+    t2_allocs: AtomicU64::new(0),
+    t2_after_vram_oom: AtomicU64::new(0),
+    oom_returned: AtomicU64::new(0),
+    vmm_host: AtomicU64::new(0),
+    deferred_frees: AtomicU64::new(0),
+    split_allocs: AtomicU64::new(0),
+    gemm_staged: AtomicU64::new(0),
+    gemm_staged_bytes: AtomicU64::new(0),
+    headroom_spills: AtomicU64::new(0),
+};
+
+pub fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn load(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// Answers with the out-of-memory counter bumped.
+pub fn out_of_memory<T>(answer: T) -> T {
+    bump(&STATS.oom_returned);
+    answer
+}
+
+/// Adds to a figure in use, raising its peak.
+pub fn add_in_use(used: &AtomicU64, peak: &AtomicU64, bytes: u64) {
+    let now = used.fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes);
+    peak.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Subtracts from a figure in use, never below zero.
+pub fn sub_in_use(used: &AtomicU64, bytes: u64) {
+    let _ = used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(bytes)));
+}
+
+/// The counters as C sees them (`greenboost_shim_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShimStats {
+    pub t1_used: u64,
+    pub t1_peak: u64,
+    pub t2_used: u64,
+    pub t2_peak: u64,
+    pub t1_allocs: u64,
+    pub t2_allocs: u64,
+    pub t2_after_vram_oom: u64,
+    pub oom_returned: u64,
+    pub vmm_host: u64,
+    pub deferred_frees: u64,
+    /// 0: no T2 backend yet, 1: kmod, 2: userspace, 3: none available.
+    pub backend: u32,
+    /// Result of the one cuImportExternalMemory attempt on a DMA-BUF fd (DMABUF_FD
+    /// type), -1 if not tried.
+    pub import_dmabuf_result: i32,
+    /// The same for the OPAQUE_FD type.
+    pub import_opaque_result: i32,
+    pub reserved: u32,
+    /// Appended after the fields above, so that a caller built against the shorter
+    /// struct still reads them where they were.
+    pub split_allocs: u64,
+    pub gemm_staged: u64,
+    pub gemm_staged_bytes: u64,
+    pub headroom_spills: u64,
+}
+
+/// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
+pub type BackendSummary = (u32, i32, i32);
+
+pub fn snapshot(backend: BackendSummary) -> ShimStats {
+    let (backend, import_dmabuf_result, import_opaque_result) = backend;
+    ShimStats {
+        t1_used: load(&STATS.t1_used),
+        t1_peak: load(&STATS.t1_peak),
+        t2_used: load(&STATS.t2_used),
+        t2_peak: load(&STATS.t2_peak),
+        t1_allocs: load(&STATS.t1_allocs),
+        t2_allocs: load(&STATS.t2_allocs),
+        t2_after_vram_oom: load(&STATS.t2_after_vram_oom),
+        oom_returned: load(&STATS.oom_returned),
+        vmm_host: load(&STATS.vmm_host),
+        deferred_frees: load(&STATS.deferred_frees),
+        backend,
+        import_dmabuf_result,
+        import_opaque_result,
+        reserved: 0,
+        split_allocs: load(&STATS.split_allocs),
+        gemm_staged: load(&STATS.gemm_staged),
+        gemm_staged_bytes: load(&STATS.gemm_staged_bytes),
+        headroom_spills: load(&STATS.headroom_spills),
+    }
+}
+
+/// In the child of a fork: the counters start again, so that the child's summary (a
+/// forked worker that exits through `exit` runs the inherited atexit handler) shows only
+/// what the child did, and nothing when it did nothing. What is in use stays.
+pub fn start_afresh_in_child() {
+    for counter in [
+        &STATS.t1_allocs,
+        &STATS.t2_allocs,
+        &STATS.t2_after_vram_oom,
+        &STATS.oom_returned,
+        &STATS.vmm_host,
+        &STATS.deferred_frees,
+        &STATS.split_allocs,
+        &STATS.gemm_staged,
+        &STATS.gemm_staged_bytes,
+        &STATS.headroom_spills,
+    ] {
+        counter.store(0, Ordering::Relaxed);
+    }
+    STATS.t1_peak.store(load(&STATS.t1_used), Ordering::Relaxed);
+    STATS.t2_peak.store(load(&STATS.t2_used), Ordering::Relaxed);
+}

@@ -1,0 +1,133 @@
+//! cuMemCreate placement: device memory that does not fit (or that the driver refuses
+//! for lack of VRAM) is made on the GPU's host NUMA node instead
+//! (CU_MEM_LOCATION_TYPE_HOST_NUMA); the caller's cuMemMap/cuMemSetAccess work on it
+//! unchanged. Without host-NUMA support the device allocation is made as asked. The
+//! records of VMM handles keep their charges until cuMemRelease.
+//!
+//! Lock: `VMM` comes after the registry's in the lock order (lib.rs); no CUDA call runs
+//! under it.
+
+use std::collections::BTreeMap;
+
+use crate::budget::{self, T2Charge, VramCharge};
+use crate::cuda;
+use crate::ffi::*;
+use crate::lock::{const_mutex, Mutex};
+use crate::log::Mib;
+use crate::release;
+use crate::stats::{self, STATS};
+
+/// What a live VMM handle is charged as.
+enum VmmCharge {
+    /// Device memory, counted against the budget.
+    Device(VramCharge),
+    /// Host NUMA memory the shim chose, counted as T2.
+    Host(T2Charge),
+}
+
+impl VmmCharge {
+    fn describe(&self) -> (&'static str, u64) {
+        match self {
+            VmmCharge::Device(charge) => ("device", charge.bytes()),
+            VmmCharge::Host(charge) => ("host NUMA", charge.bytes()),
+        }
+    }
+}
+
+static VMM: Mutex<BTreeMap<CuMemGenericAllocationHandle, VmmCharge>> = const_mutex(BTreeMap::new());
+
+fn insert(handle: CuMemGenericAllocationHandle, charge: VmmCharge) {
+    VMM.lock().insert(handle, charge);
+}
+
+/// The placement of a cuMemCreate of `size` bytes of device memory with `requested`
+/// properties; `real` makes the allocation with the properties it is given.
+pub fn create(
+    size: u64,
+    requested: CuMemAllocationProp,
+    real: impl Fn(&CuMemAllocationProp) -> Result<CuMemGenericAllocationHandle, CuResult>,
+) -> CuResult {
+    let device = requested.location.id;
+    let mut after_oom = false;
+    if let Some(reservation) = budget::reserve_vram(size, device) {
+        match real(&requested) {
+            Ok(handle) => {
+                insert(handle, VmmCharge::Device(reservation.commit()));
+                return CuResult::SUCCESS;
+            }
+            Err(CuResult::OUT_OF_MEMORY) => after_oom = true,
+            Err(status) => return status,
+        }
+    }
+    let Some(reservation) = release::reserve_t2(size) else {
+        return stats::out_of_memory(CuResult::OUT_OF_MEMORY);
+    };
+    let node = cuda::host_numa_node(device).unwrap_or(0);
+    match real(&requested.on_host_numa(node)) {
+        Ok(handle) => {
+            stats::bump(&STATS.vmm_host);
+            if after_oom {
+                stats::bump(&STATS.t2_after_vram_oom);
+            }
+            insert(handle, VmmCharge::Host(reservation.commit()));
+            debug!("VMM {}: on host NUMA node {} for device {}", Mib(size), node, device);
+            return CuResult::SUCCESS;
+        }
+        Err(status) => {
+            drop(reservation);
+            info!(
+                "cuMemCreate of {} on host NUMA node {} failed (CUDA error {}; handle types {:#x}, flags {:#x}/{:#x}/{:#x})",
+                Mib(size),
+                node,
+                status.0,
+                requested.requested_handle_types,
+                requested.compression_type,
+                requested.gpu_direct_rdma_capable,
+                requested.usage
+            );
+        }
+    }
+    if after_oom {
+        return stats::out_of_memory(CuResult::OUT_OF_MEMORY);
+    }
+    // Host NUMA allocations unsupported: the device allocation as asked is the fallback.
+    match real(&requested) {
+        Ok(handle) => {
+            insert(handle, VmmCharge::Device(budget::reserve_unchecked(size, device).commit()));
+            CuResult::SUCCESS
+        }
+        Err(status) => status,
+    }
+}
+
+/// cuMemRelease: the record's charge goes when the real release succeeds; a refused
+/// handle keeps its record as it was.
+pub fn release(handle: CuMemGenericAllocationHandle, real: impl FnOnce() -> CuResult) -> CuResult {
+    let record = VMM.lock().remove(&handle);
+    let status = real();
+    match record {
+        Some(record) if status != CuResult::SUCCESS => insert(handle, record),
+        Some(record) => {
+            let (place, bytes) = record.describe();
+            debug!("VMM {} ({}) released", Mib(bytes), place);
+        }
+        None => {}
+    }
+    status
+}
+
+/// pthread_atfork handlers for the records' lock (see `lifecycle`).
+pub fn before_fork() {
+    std::mem::forget(VMM.lock());
+}
+
+pub fn after_fork_in_parent() {
+    // SAFETY: `before_fork` locked the mutex on this thread and forgot the guard.
+    unsafe { VMM.force_unlock() };
+}
+
+pub fn after_fork_in_child() {
+    // SAFETY: this thread took the lock in `before_fork` and is the only thread of the
+    // child: nobody else can hold or wait for it.
+    unsafe { VMM.raw().reset_in_child() };
+}
