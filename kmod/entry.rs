@@ -63,7 +63,7 @@ pub(crate) unsafe extern "C" fn gb_rs_ioctl(file_priv: *mut c_void, cmd: c_uint,
     // SAFETY: `file_priv` points to the open file's `DeviceFile` (the function's
     // contract), which `gb_rs_release` frees only after the last ioctl has returned.
     let file = unsafe { &*file_priv.cast::<DeviceFile>() };
-    match device::ioctl(state(), file, cmd, arg as usize) {
+    match device::ioctl(state(), file, cmd, arg) {
         Ok(()) => 0,
         Err(e) => e.to_errno() as c_long,
     }
