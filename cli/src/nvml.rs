@@ -85,122 +85,184 @@ fn library_name() -> Option<std::ffi::OsString> {
     }
 }
 
-/// Opens NVML and queries every GPU. `Err` says why nothing could be read.
-pub fn query() -> Result<NvmlReport, String> {
+type LinkFn = unsafe extern "C" fn(Handle, *mut c_uint) -> c_int;
+type ProcessesFn = unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> c_int;
+
+/// An initialised NVML and the entry points the query uses (plain function pointers,
+/// valid while `library` is loaded); the optional ones are `None` where the driver
+/// lacks them.
+struct Nvml {
+    count: unsafe extern "C" fn(*mut c_uint) -> c_int,
+    handle: unsafe extern "C" fn(c_uint, *mut Handle) -> c_int,
+    name: Option<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_int>,
+    memory: Option<unsafe extern "C" fn(Handle, *mut Memory) -> c_int>,
+    pci: Option<unsafe extern "C" fn(Handle, *mut PciInfo) -> c_int>,
+    /// Current and maximum PCIe link generation, then current and maximum width.
+    links: [Option<LinkFn>; 4],
+    processes: Option<ProcessesFn>,
+    library: Library,
+}
+
+/// Loads `GREENBOOST_NVML_LIBRARY` or the driver's NVML.
+fn load() -> Result<Library, String> {
     let name = library_name().ok_or("NVML disabled by GREENBOOST_NVML_LIBRARY=none")?;
     // SAFETY: loading the driver's NVML runs its initialisers, which is what every NVML
-    // client does; the library stays loaded for the lifetime of this function.
-    let library = unsafe { Library::new(&name) }.map_err(|e| {
+    // client does; the library stays loaded as long as the `Nvml` that holds it.
+    unsafe { Library::new(&name) }.map_err(|e| {
         format!(
             "NVML ({}) is not available, so GPU figures are missing: {e}. It ships with the NVIDIA driver",
             name.to_string_lossy()
         )
-    })?;
-    // SAFETY: the signatures below are NVML's documented C prototypes; optional entry
-    // points are looked up individually and skipped when the driver lacks them.
-    unsafe {
-        let init = library
-            .get::<unsafe extern "C" fn() -> c_int>(b"nvmlInit_v2\0")
-            .map_err(|e| format!("NVML has no nvmlInit_v2: {e}"))?;
-        let rc = init();
-        if rc != NVML_SUCCESS {
-            return Err(format!("nvmlInit_v2 failed with NVML error {rc}: is the NVIDIA driver loaded (nvidia-smi)?"));
-        }
-        let mut report = NvmlReport::default();
-        if let Ok(driver) =
-            library.get::<unsafe extern "C" fn(*mut c_char, c_uint) -> c_int>(b"nvmlSystemGetDriverVersion\0")
-        {
-            let mut buffer = [0 as c_char; 96];
-            if driver(buffer.as_mut_ptr(), buffer.len() as c_uint) == NVML_SUCCESS {
-                report.driver_version = Some(c_text(&buffer));
-            }
-        }
-        let count_fn = library
-            .get::<unsafe extern "C" fn(*mut c_uint) -> c_int>(b"nvmlDeviceGetCount_v2\0")
-            .map_err(|e| format!("NVML has no nvmlDeviceGetCount_v2: {e}"))?;
-        let handle_fn = library
-            .get::<unsafe extern "C" fn(c_uint, *mut Handle) -> c_int>(b"nvmlDeviceGetHandleByIndex_v2\0")
-            .map_err(|e| format!("NVML has no nvmlDeviceGetHandleByIndex_v2: {e}"))?;
-        let name_fn =
-            library.get::<unsafe extern "C" fn(Handle, *mut c_char, c_uint) -> c_int>(b"nvmlDeviceGetName\0").ok();
-        let memory_fn =
-            library.get::<unsafe extern "C" fn(Handle, *mut Memory) -> c_int>(b"nvmlDeviceGetMemoryInfo\0").ok();
-        let pci_fn =
-            library.get::<unsafe extern "C" fn(Handle, *mut PciInfo) -> c_int>(b"nvmlDeviceGetPciInfo_v3\0").ok();
-        let link = |name: &[u8]| library.get::<unsafe extern "C" fn(Handle, *mut c_uint) -> c_int>(name).ok();
-        let (cur_gen, max_gen) =
-            (link(b"nvmlDeviceGetCurrPcieLinkGeneration\0"), link(b"nvmlDeviceGetMaxPcieLinkGeneration\0"));
-        let (cur_width, max_width) =
-            (link(b"nvmlDeviceGetCurrPcieLinkWidth\0"), link(b"nvmlDeviceGetMaxPcieLinkWidth\0"));
-        type ProcessesFn = unsafe extern "C" fn(Handle, *mut c_uint, *mut ProcessInfo) -> c_int;
-        let processes_fn = library
-            .get::<ProcessesFn>(b"nvmlDeviceGetComputeRunningProcesses_v3\0")
-            .or_else(|_| library.get::<ProcessesFn>(b"nvmlDeviceGetComputeRunningProcesses_v2\0"))
-            .ok();
+    })
+}
 
+impl Nvml {
+    /// `nvmlInit_v2`, then the entry points.
+    fn init(library: Library) -> Result<Nvml, String> {
+        // SAFETY: every symbol is looked up with NVML's documented C prototype (nvml.h);
+        // the pointers are copied out while `library` is loaded and stored beside it.
+        unsafe {
+            let init = library
+                .get::<unsafe extern "C" fn() -> c_int>(b"nvmlInit_v2\0")
+                .map_err(|e| format!("NVML has no nvmlInit_v2: {e}"))?;
+            let rc = init();
+            if rc != NVML_SUCCESS {
+                return Err(format!(
+                    "nvmlInit_v2 failed with NVML error {rc}: is the NVIDIA driver loaded (nvidia-smi)?"
+                ));
+            }
+            let required = |name: &str| format!("NVML has no {name}");
+            let link = |name: &[u8]| library.get::<LinkFn>(name).ok().map(|f| *f);
+            Ok(Nvml {
+                count: *library
+                    .get(b"nvmlDeviceGetCount_v2\0")
+                    .map_err(|e| format!("{}: {e}", required("nvmlDeviceGetCount_v2")))?,
+                handle: *library
+                    .get(b"nvmlDeviceGetHandleByIndex_v2\0")
+                    .map_err(|e| format!("{}: {e}", required("nvmlDeviceGetHandleByIndex_v2")))?,
+                name: library.get(b"nvmlDeviceGetName\0").ok().map(|f| *f),
+                memory: library.get(b"nvmlDeviceGetMemoryInfo\0").ok().map(|f| *f),
+                pci: library.get(b"nvmlDeviceGetPciInfo_v3\0").ok().map(|f| *f),
+                links: [
+                    link(b"nvmlDeviceGetCurrPcieLinkGeneration\0"),
+                    link(b"nvmlDeviceGetMaxPcieLinkGeneration\0"),
+                    link(b"nvmlDeviceGetCurrPcieLinkWidth\0"),
+                    link(b"nvmlDeviceGetMaxPcieLinkWidth\0"),
+                ],
+                processes: library
+                    .get::<ProcessesFn>(b"nvmlDeviceGetComputeRunningProcesses_v3\0")
+                    .or_else(|_| library.get::<ProcessesFn>(b"nvmlDeviceGetComputeRunningProcesses_v2\0"))
+                    .ok()
+                    .map(|f| *f),
+                library,
+            })
+        }
+    }
+
+    fn driver_version(&self) -> Option<String> {
+        let mut buffer = [0 as c_char; 96];
+        // SAFETY: NVML's prototype; the buffer's length is passed with it.
+        unsafe {
+            let driver = self
+                .library
+                .get::<unsafe extern "C" fn(*mut c_char, c_uint) -> c_int>(b"nvmlSystemGetDriverVersion\0")
+                .ok()?;
+            (driver(buffer.as_mut_ptr(), buffer.len() as c_uint) == NVML_SUCCESS).then(|| c_text(&buffer))
+        }
+    }
+
+    fn gpus(&self) -> Result<Vec<Gpu>, String> {
         let mut count: c_uint = 0;
-        let rc = count_fn(&mut count);
+        // SAFETY: `count` is a valid out-pointer.
+        let rc = unsafe { (self.count)(&mut count) };
         if rc != NVML_SUCCESS {
             return Err(format!("nvmlDeviceGetCount_v2 failed with NVML error {rc}"));
         }
-        for index in 0..count {
-            let mut handle: Handle = std::ptr::null_mut();
-            if handle_fn(index, &mut handle) != NVML_SUCCESS {
-                continue;
-            }
-            let mut gpu = Gpu { index, ..Gpu::default() };
-            if let Some(f) = &name_fn {
+        Ok((0..count).filter_map(|index| self.gpu(index)).collect())
+    }
+
+    /// What NVML says about GPU `index`; `None` when it gives no handle for it.
+    fn gpu(&self, index: c_uint) -> Option<Gpu> {
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid out-pointer.
+        if unsafe { (self.handle)(index, &mut handle) } != NVML_SUCCESS {
+            return None;
+        }
+        let mut gpu = Gpu { index, ..Gpu::default() };
+        // SAFETY (every call below): `handle` came from NVML; the out-pointers are valid
+        // locals of the prototype's types, and buffers are passed with their lengths.
+        unsafe {
+            if let Some(f) = self.name {
                 let mut buffer = [0 as c_char; 96];
                 if f(handle, buffer.as_mut_ptr(), buffer.len() as c_uint) == NVML_SUCCESS {
                     gpu.name = c_text(&buffer);
                 }
             }
-            if let Some(f) = &memory_fn {
+            if let Some(f) = self.memory {
                 let mut memory = Memory::default();
                 if f(handle, &mut memory) == NVML_SUCCESS {
                     (gpu.memory_total, gpu.memory_free, gpu.memory_used) = (memory.total, memory.free, memory.used);
                 }
             }
-            if let Some(f) = &pci_fn {
+            if let Some(f) = self.pci {
                 let mut pci: PciInfo = std::mem::zeroed();
                 if f(handle, &mut pci) == NVML_SUCCESS {
                     gpu.pci_bus_id = Some(c_text(&pci.bus_id));
                 }
             }
-            let read = |f: &Option<libloading::Symbol<unsafe extern "C" fn(Handle, *mut c_uint) -> c_int>>| {
-                let mut value: c_uint = 0;
-                f.as_ref().filter(|f| f(handle, &mut value) == NVML_SUCCESS).map(|_| value)
-            };
-            if let (Some(current), Some(max)) = (read(&cur_gen), read(&max_gen)) {
-                gpu.pcie_generation = Some((current, max));
-            }
-            if let (Some(current), Some(max)) = (read(&cur_width), read(&max_width)) {
-                gpu.pcie_width = Some((current, max));
-            }
-            if let Some(f) = &processes_fn {
-                let mut infos = vec![ProcessInfo::default(); 64];
-                let mut n = infos.len() as c_uint;
-                let mut rc = f(handle, &mut n, infos.as_mut_ptr());
-                if rc == NVML_ERROR_INSUFFICIENT_SIZE {
-                    infos.resize(n as usize + 16, ProcessInfo::default());
-                    n = infos.len() as c_uint;
-                    rc = f(handle, &mut n, infos.as_mut_ptr());
-                }
-                if rc == NVML_SUCCESS {
-                    gpu.processes = infos[..(n as usize).min(infos.len())]
-                        .iter()
-                        .map(|p| GpuProcess {
-                            pid: p.pid,
-                            used: (p.used_gpu_memory != NVML_VALUE_NOT_AVAILABLE).then_some(p.used_gpu_memory),
-                        })
-                        .collect();
-                }
-            }
-            report.gpus.push(gpu);
         }
-        if let Ok(shutdown) = library.get::<unsafe extern "C" fn() -> c_int>(b"nvmlShutdown\0") {
-            shutdown();
-        }
-        Ok(report)
+        let [current_generation, max_generation, current_width, max_width] = self.links.map(|f| link(f, handle));
+        gpu.pcie_generation = current_generation.zip(max_generation);
+        gpu.pcie_width = current_width.zip(max_width);
+        gpu.processes = self.processes.and_then(|f| processes(f, handle)).unwrap_or_default();
+        Some(gpu)
     }
+
+    fn shutdown(&self) {
+        // SAFETY: NVML's prototype; called once, after the last query.
+        unsafe {
+            if let Ok(shutdown) = self.library.get::<unsafe extern "C" fn() -> c_int>(b"nvmlShutdown\0") {
+                shutdown();
+            }
+        }
+    }
+}
+
+/// One PCIe link figure of a GPU.
+fn link(f: Option<LinkFn>, handle: Handle) -> Option<c_uint> {
+    let mut value: c_uint = 0;
+    // SAFETY: `handle` came from NVML and `value` is a valid out-pointer.
+    f.filter(|f| unsafe { f(handle, &mut value) } == NVML_SUCCESS).map(|_| value)
+}
+
+/// The compute processes on a GPU, asking again with room for more when 64 were not
+/// enough.
+fn processes(f: ProcessesFn, handle: Handle) -> Option<Vec<GpuProcess>> {
+    let mut infos = vec![ProcessInfo::default(); 64];
+    let mut n = infos.len() as c_uint;
+    // SAFETY: `infos` has room for the `n` entries announced; `handle` came from NVML.
+    let mut rc = unsafe { f(handle, &mut n, infos.as_mut_ptr()) };
+    if rc == NVML_ERROR_INSUFFICIENT_SIZE {
+        infos.resize(n as usize + 16, ProcessInfo::default());
+        n = infos.len() as c_uint;
+        // SAFETY: the resized `infos` has room for the `n` entries announced.
+        rc = unsafe { f(handle, &mut n, infos.as_mut_ptr()) };
+    }
+    (rc == NVML_SUCCESS).then(|| {
+        infos[..(n as usize).min(infos.len())]
+            .iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used: (p.used_gpu_memory != NVML_VALUE_NOT_AVAILABLE).then_some(p.used_gpu_memory),
+            })
+            .collect()
+    })
+}
+
+/// Opens NVML and queries every GPU. `Err` says why nothing could be read.
+pub fn query() -> Result<NvmlReport, String> {
+    let nvml = Nvml::init(load()?)?;
+    let report = NvmlReport { driver_version: nvml.driver_version(), gpus: nvml.gpus()? };
+    nvml.shutdown();
+    Ok(report)
 }
