@@ -81,7 +81,7 @@ def main():
         lines = open(os.path.join(kmod, f)).read().split('\n')
         for i, line in enumerate(lines):
             code = code_of(line)
-            for m in re.finditer(r'\bunsafe\b\s*(\{|impl\b|fn\b|extern\s+"C"\s+fn\b)?', code):
+            for m in re.finditer(r'\bunsafe\b\s*(\{|impl\b|fn\b|extern\s*(?:"[^"]*")?\s*fn\b)?', code):
                 kind = m.group(1)
                 if kind is None:
                     # `unsafe` at the end of a line: look at what follows.
