@@ -1,0 +1,237 @@
+//! `greenboost status`: tiers per GPU and per process, and the pressure state, from the
+//! module (ioctls on /dev/greenboost, falling back to sysfs) and NVML.
+//!
+//! `collect` gathers the figures into a `Status`; `describe.rs` turns it into the one
+//! description of what status shows (`view::Section`s), from which both the text
+//! (`print`) and `--json` (`to_json`) are rendered.
+
+mod describe;
+mod view;
+
+use std::fs;
+
+use crate::device::{explain_open_error, Device};
+use crate::json::Json;
+use crate::nvml::{self, NvmlReport};
+use crate::paths::SystemPaths;
+use crate::stats::{parse_stats, StatGroup};
+
+/// Module-wide figures, whichever source gave them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub t1_reported: Option<u64>,
+    pub t2_used: Option<u64>,
+    pub t2_cached: Option<u64>,
+    pub t2_cap: Option<u64>,
+    pub t2_peak: Option<u64>,
+    pub t3_used: Option<u64>,
+    pub buffers: Option<u64>,
+    pub allocs: Option<u64>,
+    pub alloc_failures: Option<u64>,
+    pub free_ram: Option<u64>,
+    pub reserve: Option<u64>,
+    pub pressure: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessRow {
+    pub pid: u64,
+    pub uid: Option<u64>,
+    pub comm: Option<String>,
+    pub t1_reported: Option<u64>,
+    pub t2_used: Option<u64>,
+    pub t2_peak: Option<u64>,
+    pub buffers: Option<u64>,
+    /// VRAM the driver says the process holds, summed over GPUs (NVML).
+    pub gpu_memory: Option<u64>,
+}
+
+pub struct Status {
+    pub module_loaded: bool,
+    pub device_path: String,
+    pub device_error: Option<String>,
+    pub abi_version: Option<u32>,
+    pub sysfs_error: Option<String>,
+    pub sysfs_raw: StatGroup,
+    pub parameters: Vec<(String, String)>,
+    pub totals: Totals,
+    pub processes: Vec<ProcessRow>,
+    pub nvml: Result<NvmlReport, String>,
+    pub sources: Vec<&'static str>,
+}
+
+fn read_trimmed(path: &std::path::Path) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+fn totals_from_sysfs(group: &StatGroup) -> Totals {
+    Totals {
+        t1_reported: group.number(&["t1_reported_bytes"]),
+        t2_used: group.number(&["t2_used_bytes"]),
+        t2_cached: group.number(&["t2_cached_bytes"]),
+        t2_cap: group.number(&["t2_cap_bytes"]),
+        t2_peak: group.number(&["t2_peak_bytes"]),
+        t3_used: group.number(&["t3_used_bytes"]),
+        buffers: group.number(&["buffers"]),
+        allocs: group.number(&["allocs"]),
+        alloc_failures: group.number(&["alloc_failures"]),
+        free_ram: group.number(&["free_ram_bytes"]),
+        reserve: group.number(&["reserve_bytes"]),
+        pressure: group.number(&["pressure"]).map(|p| p != 0),
+    }
+}
+
+fn process_from_sysfs(group: &StatGroup) -> Option<ProcessRow> {
+    Some(ProcessRow {
+        pid: group.number(&["pid"])?,
+        uid: group.number(&["uid"]),
+        comm: group.text(&["comm"]),
+        t1_reported: group.number(&["t1"]),
+        t2_used: group.number(&["t2"]),
+        t2_peak: group.number(&["t2_peak"]),
+        buffers: group.number(&["buffers"]),
+        gpu_memory: None,
+    })
+}
+
+/// The module's parameters (`/sys/module/greenboost/parameters`), by name.
+fn module_parameters(paths: &SystemPaths) -> Vec<(String, String)> {
+    let Ok(entries) = fs::read_dir(paths.module_dir().join("parameters")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    names.sort();
+    names
+        .into_iter()
+        .filter_map(|name| read_trimmed(&paths.module_parameter(&name)).map(|value| (name, value)))
+        .collect()
+}
+
+/// What the module's statistics file says.
+struct Sysfs {
+    totals: Totals,
+    raw: StatGroup,
+    processes: Vec<ProcessRow>,
+    error: Option<String>,
+}
+
+fn read_sysfs(paths: &SystemPaths) -> Sysfs {
+    match fs::read_to_string(paths.stats_file()) {
+        Ok(text) => {
+            let stats = parse_stats(&text);
+            Sysfs {
+                totals: totals_from_sysfs(&stats.totals),
+                processes: stats.processes.iter().filter_map(process_from_sysfs).collect(),
+                raw: stats.totals,
+                error: None,
+            }
+        }
+        Err(e) => Sysfs {
+            totals: Totals::default(),
+            raw: StatGroup::default(),
+            processes: Vec::new(),
+            error: Some(format!("cannot read {}: {e}", paths.stats_file().display())),
+        },
+    }
+}
+
+/// The ioctls give exact figures; they override what the text file said. Returns the
+/// ABI version, whether the pool statistics came through, and why not.
+fn read_ioctls(paths: &SystemPaths, totals: &mut Totals) -> (Option<u32>, bool, Option<String>) {
+    let device = match Device::open(&paths.device) {
+        Ok(device) => device,
+        Err(e) => return (None, false, Some(explain_open_error(&paths.device, &e))),
+    };
+    let abi_version = device.info().ok().map(|info| {
+        totals.reserve = Some(info.reserve);
+        info.abi_version
+    });
+    let pool = match device.pool_stats() {
+        Ok(pool) => pool,
+        Err(e) => {
+            return (abi_version, false, Some(format!("GB_IOC_POOL_STATS on {} failed: {e}", paths.device.display())))
+        }
+    };
+    totals.t1_reported = Some(pool.t1_reported);
+    totals.t2_used = Some(pool.t2_used);
+    totals.t2_cached = Some(pool.t2_cached);
+    totals.t2_cap = Some(pool.t2_cap);
+    totals.t2_peak = Some(pool.t2_peak);
+    totals.t3_used = Some(pool.t3_used);
+    totals.buffers = Some(pool.buffers);
+    totals.allocs = Some(pool.allocs);
+    totals.alloc_failures = Some(pool.alloc_failures);
+    totals.free_ram = Some(pool.free_ram);
+    totals.pressure = Some(pool.pressure != 0);
+    (abi_version, true, None)
+}
+
+/// Adds NVML's per-GPU processes: their VRAM summed into the process's row, which is
+/// made when the module does not know the process.
+fn add_gpu_processes(report: &NvmlReport, processes: &mut Vec<ProcessRow>) {
+    for gpu_process in report.gpus.iter().flat_map(|gpu| &gpu.processes) {
+        let pid = u64::from(gpu_process.pid);
+        let index = processes.iter().position(|p| p.pid == pid).unwrap_or_else(|| {
+            processes.push(ProcessRow { pid, ..ProcessRow::default() });
+            processes.len() - 1
+        });
+        if let Some(used) = gpu_process.used {
+            let row = &mut processes[index];
+            row.gpu_memory = Some(row.gpu_memory.unwrap_or(0) + used);
+        }
+    }
+}
+
+pub fn collect(paths: &SystemPaths) -> Status {
+    let mut sources = Vec::new();
+    let parameters = module_parameters(paths);
+    let Sysfs { mut totals, raw, mut processes, error: sysfs_error } = read_sysfs(paths);
+    if sysfs_error.is_none() {
+        sources.push("sysfs");
+    }
+    let (abi_version, ioctl, device_error) = read_ioctls(paths, &mut totals);
+    if ioctl {
+        sources.push("ioctl");
+    }
+    if totals.reserve.is_none() {
+        totals.reserve = parameters
+            .iter()
+            .find(|(name, _)| name == "reserve_mb")
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .map(|mb| mb << 20);
+    }
+    let nvml = nvml::query();
+    if let Ok(report) = &nvml {
+        sources.push("nvml");
+        add_gpu_processes(report, &mut processes);
+    }
+    for row in processes.iter_mut().filter(|row| row.comm.is_none()) {
+        row.comm = read_trimmed(&paths.proc_path(format!("{}/comm", row.pid)));
+    }
+    processes.sort_by_key(|p| p.pid);
+    Status {
+        module_loaded: paths.module_dir().is_dir(),
+        device_path: paths.device.display().to_string(),
+        device_error,
+        abi_version,
+        sysfs_error,
+        sysfs_raw: raw,
+        parameters,
+        totals,
+        processes,
+        nvml,
+        sources,
+    }
+}
+
+impl Status {
+    /// `status --json`.
+    pub fn to_json(&self) -> Json {
+        view::to_json(&self.describe())
+    }
+
+    /// `status` as text.
+    pub fn print(&self) {
+        print!("{}", view::text(&self.describe(), describe::TEXT_ORDER));
+    }
+}
