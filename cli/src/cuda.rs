@@ -107,8 +107,8 @@ impl Cuda {
 
     /// `cuInit` and the first device, as the driver describes it.
     pub fn first_device(&self) -> Result<Device, CudaError> {
-        // SAFETY (all calls below): out-pointers are valid locals of the declared types,
-        // and the name buffer's length is passed alongside it.
+        // SAFETY: in every call below, the out-pointers are valid locals of the declared
+        // types, and the name buffer's length is passed alongside it.
         unsafe {
             self.check((self.cuInit)(0), "cuInit")?;
             let mut count = 0;
@@ -201,17 +201,11 @@ impl Cuda {
     /// CU_MEMORYTYPE_DEVICE for VRAM, CU_MEMORYTYPE_HOST for mapped host memory (T2).
     pub fn memory_type(&self, pointer: DevicePtr) -> Result<c_uint, CudaError> {
         let mut kind: c_uint = 0;
-        // SAFETY: MEMORY_TYPE writes one unsigned int.
-        self.check(
-            unsafe {
-                (self.cuPointerGetAttribute)(
-                    (&mut kind as *mut c_uint).cast(),
-                    CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                    pointer,
-                )
-            },
-            "cuPointerGetAttribute(MEMORY_TYPE)",
-        )?;
+        // SAFETY: MEMORY_TYPE writes one unsigned int, into `kind`.
+        let rc = unsafe {
+            (self.cuPointerGetAttribute)((&mut kind as *mut c_uint).cast(), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, pointer)
+        };
+        self.check(rc, "cuPointerGetAttribute(MEMORY_TYPE)")?;
         Ok(kind)
     }
 

@@ -189,7 +189,7 @@ impl Nvml {
             return None;
         }
         let mut gpu = Gpu { index, ..Gpu::default() };
-        // SAFETY (every call below): `handle` came from NVML; the out-pointers are valid
+        // SAFETY: in every call below, `handle` came from NVML, the out-pointers are valid
         // locals of the prototype's types, and buffers are passed with their lengths.
         unsafe {
             if let Some(f) = self.name {
