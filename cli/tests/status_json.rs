@@ -68,19 +68,8 @@ proc pid=123 uid=1000 t1=8589934592 t1_budget=0 t2=6291456 t2_peak=71303168 buff
 proc pid=45 uid=0 t1=0 t1_budget=0 t2=0 t2_peak=0 buffers=0 files=1 comm=
 ";
 
-#[test]
-fn status_json_reads_the_fake_sysfs() {
-    let root = FakeRoot::new("loaded");
-    root.write("sys/kernel/greenboost/stats", STATS);
-    root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
-    root.write("sys/module/greenboost/parameters/pool_cap_mb", "512\n");
-    // pid 45 has an empty comm in sysfs: the module's name wins over /proc, which may
-    // belong to another pid namespace than the module's pids.
-    root.write("proc/45/comm", "from-proc\n");
-    let (stdout, stderr, ok) = root.status(&["--json"]);
-    assert!(ok, "status failed: {stderr}");
-    let device = root.path().join("dev/greenboost");
-    let expected = r#"{
+/// What `status --json` prints for `STATS` (DEVICE: the fake device node's path).
+const EXPECTED_JSON: &str = r#"{
   "module": {
     "loaded": true,
     "device": "DEVICE",
@@ -162,8 +151,21 @@ fn status_json_reads_the_fake_sysfs() {
     "processes": 2
   }
 }
-"#
-    .replace("DEVICE", &device.display().to_string());
+"#;
+
+#[test]
+fn status_json_reads_the_fake_sysfs() {
+    let root = FakeRoot::new("loaded");
+    root.write("sys/kernel/greenboost/stats", STATS);
+    root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
+    root.write("sys/module/greenboost/parameters/pool_cap_mb", "512\n");
+    // pid 45 has an empty comm in sysfs: the module's name wins over /proc, which may
+    // belong to another pid namespace than the module's pids.
+    root.write("proc/45/comm", "from-proc\n");
+    let (stdout, stderr, ok) = root.status(&["--json"]);
+    assert!(ok, "status failed: {stderr}");
+    let device = root.path().join("dev/greenboost");
+    let expected = EXPECTED_JSON.replace("DEVICE", &device.display().to_string());
     assert_eq!(stdout, expected);
 }
 
