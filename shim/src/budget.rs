@@ -13,10 +13,56 @@ use crate::backend;
 use crate::config;
 use crate::cuda;
 use crate::ffi::CuDevice;
+use crate::placement::DeviceView;
 use crate::stats::{self, STATS};
 
 const TRACKED_DEVICES: usize = 64;
 static VRAM_IN_USE: [AtomicU64; TRACKED_DEVICES] = [const { AtomicU64::new(0) }; TRACKED_DEVICES];
+/// The part of `VRAM_IN_USE` reserved but not yet allocated by the driver.
+static VRAM_IN_FLIGHT: [AtomicU64; TRACKED_DEVICES] = [const { AtomicU64::new(0) }; TRACKED_DEVICES];
+
+/// The last measurement of what everything else uses on each device, and when.
+struct OthersSample {
+    taken_ns: AtomicU64,
+    bytes: AtomicU64,
+}
+
+static OTHERS: [OthersSample; TRACKED_DEVICES] =
+    [const { OthersSample { taken_ns: AtomicU64::new(0), bytes: AtomicU64::new(0) } }; TRACKED_DEVICES];
+
+/// A measurement is reused for this long: other processes change the device's state
+/// far more slowly, and cuMemGetInfo costs a system call.
+const OTHERS_SAMPLE_NS: u64 = 1_000_000;
+
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec to a valid local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
+}
+
+/// `device` as placement sees it: its size and what everything but this process's
+/// allocations uses on it — the driver's used memory (every process's) less what this
+/// process holds and the driver already allocated. Measured with cuMemGetInfo, which
+/// needs `device`'s context current (the allocating thread's); otherwise, or when the
+/// driver does not answer, the last measurement stands.
+fn view(device: CuDevice, physical: u64) -> DeviceView {
+    let Some((sample, index)) = usize::try_from(device).ok().and_then(|i| OTHERS.get(i).map(|s| (s, i))) else {
+        return DeviceView::alone(physical);
+    };
+    let now = monotonic_ns();
+    let taken = sample.taken_ns.load(Ordering::Acquire);
+    if taken == 0 || now.saturating_sub(taken) >= OTHERS_SAMPLE_NS {
+        if let Some((free, total)) = (cuda::current_device() == Some(device)).then(cuda::device_memory).flatten() {
+            let ours = VRAM_IN_USE[index].load(Ordering::Relaxed);
+            let in_flight = VRAM_IN_FLIGHT[index].load(Ordering::Relaxed);
+            let others = total.saturating_sub(free).saturating_sub(ours.saturating_sub(in_flight));
+            sample.bytes.store(others, Ordering::Relaxed);
+            sample.taken_ns.store(now, Ordering::Release);
+        }
+    }
+    DeviceView { physical, others: sample.bytes.load(Ordering::Relaxed) }
+}
 
 fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
     usize::try_from(device).ok().and_then(|index| VRAM_IN_USE.get(index))
@@ -68,7 +114,7 @@ fn reserve_if(device: CuDevice, bytes: u64, fits: impl Fn(u64) -> bool) -> Optio
             fits(in_use).then(|| in_use.saturating_add(bytes))
         })
         .ok()?;
-    Some(VramReservation { device, bytes })
+    Some(VramReservation::counted(device, bytes))
 }
 
 /// Reserves VRAM for an allocation of `size` if the placement rule sends it to VRAM
@@ -80,7 +126,20 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
         return Some(reserve_unchecked(size, device));
     };
     let computing = computing();
-    reserve_if(device, size, |in_use| config.place(size, in_use, physical, computing).is_vram())
+    let view = view(device, physical);
+    let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, computing).is_vram());
+    if reserved.is_none() && config.place(size, vram_in_use(device), DeviceView::alone(physical), computing).is_vram() {
+        // The budget had room: the device's state sent it to T2.
+        stats::bump(&STATS.headroom_spills);
+        debug!(
+            "{} on device {} goes to T2: {} used by others, headroom {}",
+            crate::log::Mib(size),
+            device,
+            crate::log::Mib(view.others),
+            crate::log::Mib(config.headroom(physical))
+        );
+    }
+    reserved
 }
 
 /// Reserves the VRAM head of a split allocation: what is left under the placement limit
@@ -89,14 +148,15 @@ pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Optio
     let (config, physical) = (config::get(), cuda::physical_vram(device)?);
     let computing = computing();
     let counter = vram_counter(device)?;
-    let room = |in_use: u64| config.split_head(in_use, physical, computing, granularity, most);
+    let view = view(device, physical);
+    let room = |in_use: u64| config.split_head(in_use, view, computing, granularity, most);
     let before = counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
             let head = room(in_use);
             (head > 0).then(|| in_use + head)
         })
         .ok()?;
-    Some(VramReservation { device, bytes: room(before) })
+    Some(VramReservation::counted(device, room(before)))
 }
 
 /// Counts VRAM the driver gave whatever the placement rule says (the rule's device size
@@ -105,16 +165,36 @@ pub fn reserve_unchecked(bytes: u64, device: CuDevice) -> VramReservation {
     if let Some(counter) = vram_counter(device) {
         counter.fetch_add(bytes, Ordering::Relaxed);
     }
-    VramReservation { device, bytes }
+    VramReservation::counted(device, bytes)
+}
+
+fn in_flight(device: CuDevice) -> Option<&'static AtomicU64> {
+    usize::try_from(device).ok().and_then(|index| VRAM_IN_FLIGHT.get(index))
 }
 
 impl VramReservation {
+    /// A reservation of `bytes` already added to the device's counter; they count as in
+    /// flight until committed or dropped.
+    fn counted(device: CuDevice, bytes: u64) -> VramReservation {
+        if let Some(counter) = in_flight(device) {
+            counter.fetch_add(bytes, Ordering::Relaxed);
+        }
+        VramReservation { device, bytes }
+    }
+
+    fn land(&self) {
+        if let Some(counter) = in_flight(self.device) {
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(self.bytes)));
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// The memory exists: the reservation becomes a charge.
     pub fn commit(self) -> VramCharge {
+        self.land();
         let charge = VramCharge { device: self.device, bytes: self.bytes };
         std::mem::forget(self);
         stats::add_in_use(&STATS.t1_used, &STATS.t1_peak, charge.bytes);
@@ -126,6 +206,7 @@ impl VramReservation {
 
 impl Drop for VramReservation {
     fn drop(&mut self) {
+        self.land();
         uncount_vram(self.device, self.bytes);
     }
 }

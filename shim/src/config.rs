@@ -38,6 +38,9 @@ pub struct Config {
     /// VRAM kept free under the budget for workspace and activations; `None`: one
     /// eighth of the budget, at most `DEFAULT_VRAM_RESERVE`.
     pub vram_reserve: Option<u64>,
+    /// VRAM kept free on the device for what the shim does not see; `None`: the
+    /// default, at most an eighth of the device (see `placement`).
+    pub vram_headroom: Option<u64>,
     /// Allocations smaller than this always go to VRAM.
     pub min_t2_size: u64,
     /// Most T2 bytes in use at once; `None`: the backend's default.
@@ -59,6 +62,9 @@ pub struct Config {
 }
 
 pub const DEFAULT_VRAM_RESERVE: u64 = 512 << 20;
+/// VRAM kept free on a device (at most an eighth of it): see shim/README.md for the
+/// measurement behind it.
+pub const DEFAULT_VRAM_HEADROOM: u64 = 1 << 30;
 pub const DEFAULT_MIN_T2_SIZE: u64 = 2 << 20;
 /// Every product: wide ones re-read each T2 tile once per output tile, and even a
 /// one-token product (decode) ran 5% faster on the H200 from a copy than zero-copy
@@ -77,6 +83,7 @@ impl Default for Config {
             disabled: false,
             vram_budget: None,
             vram_reserve: None,
+            vram_headroom: None,
             min_t2_size: DEFAULT_MIN_T2_SIZE,
             t2_cap: None,
             t2_cache: DEFAULT_T2_CACHE,
@@ -192,6 +199,9 @@ pub fn from_lookup(
     }
     if let Some(reserve) = size("GREENBOOST_VRAM_RESERVE", &mut complain) {
         config.vram_reserve = Some(reserve);
+    }
+    if let Some(headroom) = size("GREENBOOST_VRAM_HEADROOM", &mut complain) {
+        config.vram_headroom = Some(headroom);
     }
     if let Some(min) = size("GREENBOOST_MIN_T2_SIZE", &mut complain) {
         config.min_t2_size = min;
@@ -310,6 +320,7 @@ mod tests {
                 disabled: true,
                 vram_budget: Some(8 * G),
                 vram_reserve: Some(G),
+                vram_headroom: None,
                 min_t2_size: 4 * M,
                 t2_cap: Some(64 * G),
                 t2_cache: DEFAULT_T2_CACHE,

@@ -1,7 +1,31 @@
 //! The placement and report rules: pure functions of the configuration and of numbers
-//! the caller measured (VRAM in use, the device's size), unit-tested here.
+//! the caller measured (VRAM this process holds, the device's size, what everything
+//! else on the device uses), unit-tested here.
+//!
+//! Two limits apply to VRAM. The budget is about this process: the VRAM it may hold
+//! (minus the reserve while it loads). The headroom is about the device: VRAM left free
+//! for everything the shim does not see — other processes, the display, the driver's
+//! lazy loading of kernel modules, library handles and workspaces. An allocation that
+//! would pass either goes to T2 (or is split).
 
-use crate::config::{Config, ReportMode, DEFAULT_VRAM_RESERVE};
+use crate::config::{Config, ReportMode, DEFAULT_VRAM_HEADROOM, DEFAULT_VRAM_RESERVE};
+
+/// A device as placement sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceView {
+    /// Physical VRAM.
+    pub physical: u64,
+    /// VRAM in use by everything but this process's allocations through the shim
+    /// (other processes, contexts, libraries), as last measured.
+    pub others: u64,
+}
+
+impl DeviceView {
+    /// A device nobody else uses.
+    pub fn alone(physical: u64) -> DeviceView {
+        DeviceView { physical, others: 0 }
+    }
+}
 
 /// Where a new allocation should live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,15 +51,21 @@ impl Config {
         self.vram_reserve.unwrap_or_else(|| (self.budget(physical) / 8).min(DEFAULT_VRAM_RESERVE))
     }
 
+    /// VRAM kept free on a device with `physical` bytes: GREENBOOST_VRAM_HEADROOM, else
+    /// the default, at most an eighth of the device.
+    pub fn headroom(&self, physical: u64) -> u64 {
+        self.vram_headroom.unwrap_or_else(|| DEFAULT_VRAM_HEADROOM.min(physical / 8))
+    }
+
     /// VRAM in use up to which allocations still go to VRAM: the budget minus the
-    /// reserve, or the whole budget once the program is `running` (see `place`).
-    pub fn vram_limit(&self, physical: u64, running: bool) -> u64 {
-        let budget = self.budget(physical);
-        if running {
-            budget
-        } else {
-            budget.saturating_sub(self.reserve(physical))
-        }
+    /// reserve, or the whole budget once the program is `running` (see `place`); and
+    /// never so much that less than the headroom stays free on the device.
+    pub fn vram_limit(&self, device: DeviceView, running: bool) -> u64 {
+        let budget = self.budget(device.physical);
+        let budget_limit = if running { budget } else { budget.saturating_sub(self.reserve(device.physical)) };
+        let device_limit =
+            device.physical.saturating_sub(device.others).saturating_sub(self.headroom(device.physical));
+        budget_limit.min(device_limit)
     }
 
     /// The placement rule: small allocations and those that fit the budget minus the
@@ -43,11 +73,13 @@ impl Config {
     /// computing: its first cuBLAS handle or product), the reserve is open too: what is allocated
     /// then is activations, workspace and KV cache, read many times per token, while
     /// the weights loaded before took their share and spilled.
-    pub fn place(&self, size: u64, vram_in_use: u64, physical: u64, running: bool) -> Placement {
+    /// Allocations below the minimum T2 size always go to VRAM, headroom or not: they
+    /// are small, and the headroom is sized to absorb them.
+    pub fn place(&self, size: u64, vram_in_use: u64, device: DeviceView, running: bool) -> Placement {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let limit = self.vram_limit(physical, running);
+        let limit = self.vram_limit(device, running);
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
@@ -63,18 +95,19 @@ impl Config {
     /// The VRAM head a split allocation gets while `vram_in_use` bytes are in use: what
     /// is left under the placement limit, at most `most`, in whole `granularity` units
     /// (0: no head, no split).
-    pub fn split_head(&self, vram_in_use: u64, physical: u64, running: bool, granularity: u64, most: u64) -> u64 {
-        let room = self.vram_limit(physical, running).saturating_sub(vram_in_use).min(most);
+    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, running: bool, granularity: u64, most: u64) -> u64 {
+        let room = self.vram_limit(device, running).saturating_sub(vram_in_use).min(most);
         room - room % granularity.max(1)
     }
 
     /// The (free, total) a memory query reports, from the driver's real figures and the
     /// T2 state. The budget makes the device look smaller (memory used by anyone counts
-    /// against it); combined mode adds T2 capacity and free T2.
+    /// against it); the headroom is never reported free, so that a program sizing a pool
+    /// from free memory leaves it; combined mode adds T2 capacity and free T2.
     pub fn report(&self, real_free: u64, real_total: u64, t2_cap: u64, t2_used: u64) -> (u64, u64) {
         let total = self.budget(real_total);
         let used = real_total.saturating_sub(real_free);
-        let free = total.saturating_sub(used).min(real_free);
+        let free = total.saturating_sub(used).min(real_free).saturating_sub(self.headroom(real_total));
         match self.report {
             ReportMode::Physical => (free, total),
             ReportMode::Combined => (
@@ -95,59 +128,59 @@ mod tests {
     fn split_head_is_the_room_left_in_whole_granules() {
         let config = Config { vram_budget: Some(512 * M), vram_reserve: Some(0), ..Config::default() };
         let (physical, granule) = (G, 2 * M);
-        assert_eq!(config.split_head(0, physical, false, granule, G - granule), 512 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(physical), false, granule, G - granule), 512 * M);
         // Room that is not a whole granule is left over.
-        assert_eq!(config.split_head(100 * M + 1, physical, false, granule, G), 410 * M);
+        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(physical), false, granule, G), 410 * M);
         // Less than one granule left, or the budget spent: no head.
-        assert_eq!(config.split_head(511 * M, physical, false, granule, G), 0);
-        assert_eq!(config.split_head(600 * M, physical, false, granule, G), 0);
+        assert_eq!(config.split_head(511 * M, DeviceView::alone(physical), false, granule, G), 0);
+        assert_eq!(config.split_head(600 * M, DeviceView::alone(physical), false, granule, G), 0);
         // The head never takes all of the allocation.
-        assert_eq!(config.split_head(0, physical, false, granule, 300 * M + 1), 300 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(physical), false, granule, 300 * M + 1), 300 * M);
         // The reserve counts until the program runs.
         let reserved = Config { vram_reserve: Some(128 * M), ..config };
-        assert_eq!(reserved.split_head(0, physical, false, granule, G), 384 * M);
-        assert_eq!(reserved.split_head(0, physical, true, granule, G), 512 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(physical), false, granule, G), 384 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(physical), true, granule, G), 512 * M);
     }
 
     #[test]
     fn vram_limit_is_the_budget_minus_the_reserve_until_running() {
         let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
-        assert_eq!(config.vram_limit(80 * G, false), 7 * G);
-        assert_eq!(config.vram_limit(80 * G, true), 8 * G);
+        assert_eq!(config.vram_limit(DeviceView::alone(80 * G), false), 7 * G);
+        assert_eq!(config.vram_limit(DeviceView::alone(80 * G), true), 8 * G);
         let reserve_over_budget = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(reserve_over_budget.vram_limit(80 * G, false), 0);
+        assert_eq!(reserve_over_budget.vram_limit(DeviceView::alone(80 * G), false), 0);
     }
 
     #[test]
     fn placement_follows_budget_reserve_and_minimum() {
         let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), min_t2_size: 2 * M, ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(7 * G, 0, physical, false), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, physical, false), Placement::Host);
-        assert_eq!(config.place(G, 6 * G, physical, false), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, physical, false), Placement::Host);
+        assert_eq!(config.place(7 * G, 0, DeviceView::alone(physical), false), Placement::Vram);
+        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(physical), false), Placement::Host);
+        assert_eq!(config.place(G, 6 * G, DeviceView::alone(physical), false), Placement::Vram);
+        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(physical), false), Placement::Host);
         // Below the minimum: VRAM even when the budget is spent.
-        assert_eq!(config.place(M, 100 * G, physical, false), Placement::Vram);
+        assert_eq!(config.place(M, 100 * G, DeviceView::alone(physical), false), Placement::Vram);
         // The physical size caps a larger budget.
         let small_card = 4 * G;
-        assert_eq!(config.place(3 * G + 1, 0, small_card, false), Placement::Host);
+        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(small_card), false), Placement::Host);
         // Overflowing sums never wrap into VRAM.
-        assert_eq!(config.place(u64::MAX, 1, physical, false), Placement::Host);
+        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(physical), false), Placement::Host);
     }
 
     #[test]
     fn running_programs_may_use_the_reserve() {
         let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(G, 7 * G, physical, false), Placement::Host);
-        assert_eq!(config.place(G, 7 * G, physical, true), Placement::Vram);
-        assert_eq!(config.place(G, 7 * G + 1, physical, true), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(physical), false), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(physical), true), Placement::Vram);
+        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(physical), true), Placement::Host);
     }
 
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
         let config = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(config.place(2 * M, 0, 8 * G, false), Placement::Host);
+        assert_eq!(config.place(2 * M, 0, DeviceView::alone(8 * G), false), Placement::Host);
     }
 
     #[test]
@@ -158,19 +191,19 @@ mod tests {
         let budgeted = Config { vram_budget: Some(G), ..Config::default() };
         assert_eq!(budgeted.reserve(80 * G), 128 * M);
         // 256 MiB device: three of six 64 MiB allocations fit under 224 MiB.
-        assert_eq!(config.place(64 * M, 128 * M, 256 * M, false), Placement::Vram);
-        assert_eq!(config.place(64 * M, 192 * M, 256 * M, false), Placement::Host);
+        assert_eq!(config.place(64 * M, 128 * M, DeviceView::alone(256 * M), false), Placement::Vram);
+        assert_eq!(config.place(64 * M, 192 * M, DeviceView::alone(256 * M), false), Placement::Host);
     }
 
     #[test]
     fn physical_report_without_budget_is_the_driver_figure() {
-        let config = Config::default();
+        let config = Config { vram_headroom: Some(0), ..Config::default() };
         assert_eq!(config.report(3 * G, 16 * G, 64 * G, 0), (3 * G, 16 * G));
     }
 
     #[test]
     fn budget_shrinks_the_reported_device() {
-        let config = Config { vram_budget: Some(8 * G), ..Config::default() };
+        let config = Config { vram_budget: Some(8 * G), vram_headroom: Some(0), ..Config::default() };
         // 80 GiB card with 10 GiB used: 8 GiB total, nothing... used 10 > 8 -> 0 free.
         assert_eq!(config.report(70 * G, 80 * G, 0, 0), (0, 8 * G));
         // 2 GiB used: 6 GiB free.
@@ -179,9 +212,44 @@ mod tests {
 
     #[test]
     fn combined_report_adds_t2() {
-        let config = Config { report: ReportMode::Combined, ..Config::default() };
+        let config = Config { report: ReportMode::Combined, vram_headroom: Some(0), ..Config::default() };
         assert_eq!(config.report(3 * G, 16 * G, 64 * G, 4 * G), (63 * G, 80 * G));
         // T2 over its cap (pending frees) never makes free wrap.
         assert_eq!(config.report(3 * G, 16 * G, 64 * G, 65 * G), (3 * G, 80 * G));
+    }
+
+    #[test]
+    fn the_headroom_stays_free_whoever_uses_the_device() {
+        let config = Config { vram_headroom: Some(G), vram_reserve: Some(0), ..Config::default() };
+        // Another process holds 70 of 80 GiB: 9 GiB may still be ours, not 10.
+        let shared = DeviceView { physical: 80 * G, others: 70 * G };
+        assert_eq!(config.place(9 * G, 0, shared, false), Placement::Vram);
+        assert_eq!(config.place(9 * G + 1, 0, shared, false), Placement::Host);
+        assert_eq!(config.place(G, 8 * G + 1, shared, true), Placement::Host);
+        // Small allocations ignore it: the headroom absorbs them.
+        assert_eq!(config.place(M, 9 * G, shared, true), Placement::Vram);
+        // The device full of others: no split head either.
+        let full = DeviceView { physical: 80 * G, others: 79 * G + 1 };
+        assert_eq!(config.split_head(0, full, true, 2 * M, 4 * G), 0);
+        assert_eq!(config.split_head(0, shared, true, 2 * M, 20 * G), 9 * G);
+        // The budget still bounds the process when the device has room.
+        let budgeted = Config { vram_budget: Some(4 * G), ..config };
+        assert_eq!(budgeted.vram_limit(shared, true), 4 * G);
+    }
+
+    #[test]
+    fn the_headroom_is_never_reported_free() {
+        let config = Config { vram_headroom: Some(G), ..Config::default() };
+        assert_eq!(config.report(3 * G, 80 * G, 0, 0), (2 * G, 80 * G));
+        assert_eq!(config.report(G / 2, 80 * G, 0, 0), (0, 80 * G));
+        let combined = Config { report: ReportMode::Combined, ..config };
+        assert_eq!(combined.report(3 * G, 80 * G, 64 * G, 4 * G), (62 * G, 144 * G));
+    }
+
+    #[test]
+    fn the_default_headroom_is_at_most_an_eighth_of_the_device() {
+        let config = Config::default();
+        assert_eq!(config.headroom(80 * G), DEFAULT_VRAM_HEADROOM);
+        assert_eq!(config.headroom(128 * M), 16 * M);
     }
 }

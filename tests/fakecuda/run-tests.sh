@@ -48,6 +48,9 @@ to_bytes() {
 VRAM=$(to_bytes "${FAKECUDA_VRAM:-128M}")
 T2CAP=$(to_bytes "${GBTEST_T2_CAP:-$(( VRAM * 8 ))}")
 export FAKECUDA_VRAM=$VRAM FAKECUDA_HOLD_TIMEOUT=${FAKECUDA_HOLD_TIMEOUT:-10}
+# The tests that measure reported free memory to the byte run without a headroom; the
+# headroom tests (headroom-*) set their own.
+export GREENBOOST_VRAM_HEADROOM=${GREENBOOST_VRAM_HEADROOM:-0}
 test_timeout=${GBTEST_TIMEOUT:-180}
 work=${GBTEST_WORK:-$(mktemp -d /tmp/gbtest.XXXXXX)}
 mkdir -p "$work"
