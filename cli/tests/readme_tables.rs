@@ -1,4 +1,5 @@
-//! The READMEs' settings tables agree with `SETTINGS`: every setting has a row in
+//! The READMEs' settings tables agree with `greenboost_policy::SETTINGS` (here, so
+//! that `make cli-test`, which CI runs, runs it): every setting has a row in
 //! shim/README.md's "Environment" table with its variable, its default and (for a
 //! choice) its words, and a row in README.md's "Configuration" table with its variable,
 //! its `greenboost run` flag and its default; neither table has a row for a variable
