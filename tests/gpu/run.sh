@@ -263,6 +263,9 @@ fi
 kill "$balloon" 2>/dev/null; wait "$balloon" 2>/dev/null
 background=("${background[@]/$balloon}")
 
+# --- a shared GPU: a foreign process, two of ours, a foreign process growing ----------------
+. "$root/tests/gpu/shared.sh"
+
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------
 shim_logs=$(ls "$logs"/*.err 2>/dev/null)
 import_lines=$(cat $shim_logs /dev/null | grep -a -i 'importexternalmemory\|external memory' | sort | uniq -c | sort -rn | head -5)

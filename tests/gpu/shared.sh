@@ -1,0 +1,95 @@
+# The GPU suite's shared-GPU section, sourced by tests/gpu/run.sh (it uses run_test,
+# pass, fail, note, figure, background, logs, python, shim, carry). A foreign process
+# (plain PyTorch, not under the shim) holds VRAM while programs under the shim run;
+# nvml samples free VRAM every 50 ms, and the shim must never be the reason it falls
+# below the headroom. With GB_GPU_OLD_SHIM=PATH (a shim built before the headroom, e.g.
+# at 5872527), the same tests run with it too, once, to show that they fail there.
+shared_py=$root/tests/gpu/shared_gpu.py
+headroom_mib=1024                 # the default headroom
+min_free_mib=$((headroom_mib / 2)) # what "never below the headroom because of us" allows for small allocations
+
+run_test shared.measure -- "$python" "$shared_py" measure
+
+# start_foreign NAME LEAVE_GIB [GROW_GIB DELAY_S]: the balloon; sets foreign_pid.
+start_foreign() {
+  local name=$1; shift
+  "$python" "$shared_py" balloon "$@" >"$logs/$name.balloon" 2>&1 &
+  foreign_pid=$!
+  background+=("$foreign_pid")
+  for _ in $(seq 1 120); do
+    grep -q '^ready' "$logs/$name.balloon" && return 0
+    kill -0 "$foreign_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  fail "$name.foreign" "the foreign process did not start: $(tail -c 300 "$logs/$name.balloon" | tr '\n' ' ')"
+  return 1
+}
+stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+
+# with_free_floor NAME -- run_test args...: samples free VRAM during the test and checks
+# its minimum against the floor.
+with_free_floor() {
+  local name=$1; shift 2
+  "$python" "$shared_py" sampler "$logs/$name.free" &
+  local sampler=$!
+  background+=("$sampler")
+  sleep 1
+  "$@"
+  stop_pid "$sampler"
+  local lowest
+  lowest=$(grep -E '^[0-9]+$' "$logs/$name.free" | sort -n | head -1)
+  note "$name.min_free_mib" "${lowest:-?}"
+  if [ -n "$lowest" ] && [ "$lowest" -ge "$min_free_mib" ]; then
+    pass "$name.free_floor" "free VRAM never below ${lowest} MiB (floor ${min_free_mib} MiB)"
+  else
+    fail "$name.free_floor" "free VRAM fell to ${lowest:-?} MiB (floor ${min_free_mib} MiB)"
+  fi
+}
+
+shared_section() {
+  local shim_lib=$1 tag=$2
+  local env=(LD_PRELOAD="$shim_lib" GREENBOOST_LOG=info)
+  # (a) HF generate of a model larger than what the foreign process leaves.
+  run_test "shared$tag.generate_alone" "${env[@]}" -- "$python" "$shared_py" generate "shared$tag.alone"
+  if start_foreign "shared$tag.generate" 2; then
+    with_free_floor "shared$tag.generate" -- run_test "shared$tag.generate_beside" "${env[@]}" -- \
+      "$python" "$shared_py" generate "shared$tag.beside"
+    stop_pid "$foreign_pid"
+    local alone beside
+    alone=$(figure "shared$tag.alone.tokens"); beside=$(figure "shared$tag.beside.tokens")
+    if [ -n "$alone" ] && [ "$alone" = "$beside" ]; then
+      pass "shared$tag.generate.same_tokens" "tokens $alone with and without the foreign process"
+    else
+      fail "shared$tag.generate.same_tokens" "tokens ${alone:-none} alone, ${beside:-none} beside the foreign process"
+    fi
+  fi
+  # (b) two programs under the shim at once, each holding more than half the VRAM.
+  local total_gib half_gib
+  total_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1 | awk '{print int($1/1024)}')
+  half_gib=$((total_gib * 58 / 100))
+  two() {
+    GB_SHARED_HOLD_S=25 run_test "shared$tag.two_first" "${env[@]}" GB_SHARED_HOLD_S=25 -- \
+      "$python" "$shared_py" hold "shared$tag.first" "$half_gib" &
+    local first=$!
+    sleep 12
+    run_test "shared$tag.two_second" "${env[@]}" GB_SHARED_HOLD_S=2 -- "$python" "$shared_py" hold "shared$tag.second" "$half_gib"
+    wait "$first"
+  }
+  with_free_floor "shared$tag.two" -- two
+  # (c) the foreign process grows while ours allocates.
+  if start_foreign "shared$tag.grows" 24 12 4; then
+    with_free_floor "shared$tag.grows" -- run_test "shared$tag.grows_hold" "${env[@]}" GB_SHARED_STEP_S=0.5 \
+      GB_SHARED_HOLD_S=1 -- "$python" "$shared_py" hold "shared$tag.grows" 20
+    grep -q '^grown' "$logs/shared$tag.grows.balloon" && note "shared$tag.grows.foreign_grew_mib" \
+      "$(grep '^grown' "$logs/shared$tag.grows.balloon" | awk '{print $2}')"
+    stop_pid "$foreign_pid"
+  fi
+}
+
+if [ "$mode" = full ] && [ -f "$shim" ]; then
+  shared_section "$shim" ""
+  if [ -n "${GB_GPU_OLD_SHIM:-}" ] && [ -f "$GB_GPU_OLD_SHIM" ]; then
+    # Expected to fail: the shim before the headroom fills what the foreign process left.
+    shared_section "$GB_GPU_OLD_SHIM" ".old_shim"
+  fi
+fi
