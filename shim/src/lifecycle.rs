@@ -95,13 +95,14 @@ extern "C" fn summary_at_exit() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     info!(
-        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} VMM on host), split {}; GEMMs staged {} ({}); out-of-memory returned {}; backend {}",
+        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} for the VRAM headroom, {} VMM on host), split {}; GEMMs staged {} ({}); out-of-memory returned {}; backend {}",
         pid,
         Mib(stats.t1_peak),
         Mib(stats.t2_peak),
         stats.t1_allocs,
         stats.t2_allocs,
         stats.t2_after_vram_oom,
+        stats.headroom_spills,
         stats.vmm_host,
         stats.split_allocs,
         stats.gemm_staged,

@@ -57,15 +57,20 @@ impl Config {
         self.vram_headroom.unwrap_or_else(|| DEFAULT_VRAM_HEADROOM.min(physical / 8))
     }
 
-    /// VRAM in use up to which allocations still go to VRAM: the budget minus the
-    /// reserve, or the whole budget once the program is `running` (see `place`); and
-    /// never so much that less than the headroom stays free on the device.
+    /// VRAM in use up to which allocations still go to VRAM: what this process may have
+    /// — the budget, and never so much that less than the headroom stays free on the
+    /// device — minus the reserve, or all of it once the program is `running` (see
+    /// `place`). On a shared device the reserve is kept inside what the device leaves,
+    /// so that activations find VRAM there too.
     pub fn vram_limit(&self, device: DeviceView, running: bool) -> u64 {
-        let budget = self.budget(device.physical);
-        let budget_limit = if running { budget } else { budget.saturating_sub(self.reserve(device.physical)) };
-        let device_limit =
+        let device_room =
             device.physical.saturating_sub(device.others).saturating_sub(self.headroom(device.physical));
-        budget_limit.min(device_limit)
+        let room = self.budget(device.physical).min(device_room);
+        if running {
+            room
+        } else {
+            room.saturating_sub(self.reserve(device.physical))
+        }
     }
 
     /// The placement rule: small allocations and those that fit the budget minus the
@@ -235,6 +240,10 @@ mod tests {
         // The budget still bounds the process when the device has room.
         let budgeted = Config { vram_budget: Some(4 * G), ..config };
         assert_eq!(budgeted.vram_limit(shared, true), 4 * G);
+        // While the program loads, the reserve is kept inside what the device leaves.
+        let reserved = Config { vram_reserve: Some(G), ..config };
+        assert_eq!(reserved.vram_limit(shared, false), 8 * G);
+        assert_eq!(reserved.vram_limit(shared, true), 9 * G);
     }
 
     #[test]
