@@ -48,7 +48,7 @@ fn monotonic_ns() -> u64 {
 /// driver does not answer, the last measurement stands.
 fn view(device: CuDevice, physical: u64) -> DeviceView {
     let Some((sample, index)) = usize::try_from(device).ok().and_then(|i| OTHERS.get(i).map(|s| (s, i))) else {
-        return DeviceView::alone(physical);
+        return DeviceView::alone(device, physical);
     };
     let now = monotonic_ns();
     let taken = sample.taken_ns.load(Ordering::Acquire);
@@ -61,7 +61,7 @@ fn view(device: CuDevice, physical: u64) -> DeviceView {
             sample.taken_ns.store(now, Ordering::Release);
         }
     }
-    DeviceView { physical, others: sample.bytes.load(Ordering::Relaxed) }
+    DeviceView { ordinal: device, physical, others: sample.bytes.load(Ordering::Relaxed) }
 }
 
 fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
@@ -128,7 +128,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     let computing = computing();
     let view = view(device, physical);
     let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, computing).is_vram());
-    if reserved.is_none() && config.place(size, vram_in_use(device), DeviceView::alone(physical), computing).is_vram() {
+    if reserved.is_none() && config.place(size, vram_in_use(device), DeviceView::alone(device, physical), computing).is_vram() {
         // The budget had room: the device's state sent it to T2.
         stats::bump(&STATS.headroom_spills);
         debug!(
@@ -136,7 +136,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
             crate::log::Mib(size),
             device,
             crate::log::Mib(view.others),
-            crate::log::Mib(config.headroom(physical))
+            crate::log::Mib(config.headroom(device, physical))
         );
     }
     reserved
@@ -235,7 +235,7 @@ fn uncount_vram(device: CuDevice, bytes: u64) {
 /// first VRAM charge so that the module's stats show T1 even before anything spills.
 fn report_t1(device: CuDevice) {
     if let Some(backend) = backend::get() {
-        let budget = cuda::physical_vram(device).map_or(0, |physical| config::get().budget(physical));
+        let budget = cuda::physical_vram(device).map_or(0, |physical| config::get().budget(device, physical));
         backend.report_t1(stats::load(&STATS.t1_used), budget, false);
     }
 }

@@ -1,59 +1,43 @@
-//! Policy settings from the environment, parsed once at load into a fixed `Config`
-//! (no allocation), and the pure placement/report rules that use them.
-//!
-//! Every variable is listed in shim/README.md ("Environment").
+//! The configuration: the environment read once at load, through the one definition of
+//! every setting (the `greenboost-policy` crate: names, parsers, defaults), into a fixed
+//! `Config` without allocating. `placement` holds the rules that use it.
 
 use std::sync::OnceLock;
 
-use crate::env;
+use greenboost_policy::{self as policy, Id, LogLevel, PerDevice, SizeOrOff};
 
+use crate::env;
 use crate::log::Level;
 
-/// What capacity the hooked memory queries report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReportMode {
-    /// The VRAM the program may use: physical VRAM, or the budget when it is lower.
-    Physical,
-    /// VRAM plus the T2 capacity, so that a program sizing its work by free memory
-    /// (ollama's layer placement) puts everything "on the GPU".
-    Combined,
-}
-
-/// Which T2 backend to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// /dev/greenboost when it opens and speaks our ABI, else userspace.
-    Auto,
-    /// Only the module; without it there is no T2.
-    Kmod,
-    /// Only anonymous huge-page memory.
-    Userspace,
-}
+pub use greenboost_policy::{BackendChoice, ReportMode};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     pub disabled: bool,
-    /// VRAM the process may use per device; `None`: physical.
-    pub vram_budget: Option<u64>,
-    /// VRAM kept free under the budget for workspace and activations; `None`: one
-    /// eighth of the budget, at most `DEFAULT_VRAM_RESERVE`.
+    /// VRAM the process may use, per device; devices not listed: physical.
+    pub vram_budget: PerDevice,
+    /// VRAM kept free under the budget for workspace and activations while the program
+    /// loads; `None`: one eighth of the budget, at most 512 MiB.
     pub vram_reserve: Option<u64>,
-    /// VRAM kept free on the device for what the shim does not see; `None`: the
-    /// default, at most an eighth of the device (see `placement`).
-    pub vram_headroom: Option<u64>,
+    /// VRAM kept free on each device for what the shim does not see; devices not listed:
+    /// the default, at most an eighth of the device (see `placement`).
+    pub vram_headroom: PerDevice,
     /// Allocations smaller than this always go to VRAM.
     pub min_t2_size: u64,
     /// Most T2 bytes in use at once; `None`: the backend's default.
     pub t2_cap: Option<u64>,
     /// Most bytes of freed T2 buffers kept registered for reuse (0: none).
     pub t2_cache: u64,
-    /// Allocations at least this large that the budget sends to T2 are split: VRAM that
-    /// is still free under the budget holds their head, T2 the rest. `None`: never split.
+    /// RAM the userspace backend keeps available on the host; `None`: 1/32 of RAM,
+    /// 64 MiB to 1 GiB (the module's default reserve).
+    pub host_reserve: Option<u64>,
+    /// Allocations at least this large that placement sends to T2 are split: VRAM that
+    /// is still free under the limit holds their head, T2 the rest. `None`: never split.
     pub split_min: Option<u64>,
     pub report: ReportMode,
     pub backend: BackendChoice,
     pub log: Level,
-    /// Copy T2 operands of wide cuBLAS matrix products into VRAM first (see `staging`).
+    /// Copy T2 operands of cuBLAS matrix products into VRAM first (see `staging`).
     pub staging: bool,
     /// A product is wide when the dimension that re-reads the T2 operand is at least this.
     pub stage_min_width: u64,
@@ -61,191 +45,113 @@ pub struct Config {
     pub stage_max: u64,
 }
 
-pub const DEFAULT_VRAM_RESERVE: u64 = 512 << 20;
-/// VRAM kept free on a device (at most an eighth of it): see shim/README.md for the
-/// measurement behind it.
-pub const DEFAULT_VRAM_HEADROOM: u64 = 1 << 30;
-pub const DEFAULT_MIN_T2_SIZE: u64 = 2 << 20;
-/// Every product: wide ones re-read each T2 tile once per output tile, and even a
-/// one-token product (decode) ran 5% faster on the H200 from a copy than zero-copy
-/// (8B shape, 8.3 GB of weights in T2: 175.7 vs 184.3 ms per token, same run): the copy
-/// engine streams PCIe better than the product's own loads.
-pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 1;
-pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
-pub const DEFAULT_SPLIT_MIN: u64 = 256 << 20;
-/// Enough for a few large buffers to be freed and allocated again at no cost, small next
-/// to the T2 a model needs.
-pub const DEFAULT_T2_CACHE: u64 = 1 << 30;
-
 impl Default for Config {
     fn default() -> Self {
         Config {
             disabled: false,
-            vram_budget: None,
+            vram_budget: PerDevice::none(),
             vram_reserve: None,
-            vram_headroom: None,
-            min_t2_size: DEFAULT_MIN_T2_SIZE,
+            vram_headroom: PerDevice::none(),
+            min_t2_size: policy::DEFAULT_MIN_T2_SIZE,
             t2_cap: None,
-            t2_cache: DEFAULT_T2_CACHE,
-            split_min: Some(DEFAULT_SPLIT_MIN),
-            report: ReportMode::Physical,
-            backend: BackendChoice::Auto,
+            t2_cache: policy::DEFAULT_T2_CACHE,
+            host_reserve: None,
+            split_min: Some(policy::DEFAULT_SPLIT_MIN),
+            report: ReportMode::DEFAULT,
+            backend: BackendChoice::DEFAULT,
             log: Level::Warn,
-            staging: true,
-            stage_min_width: DEFAULT_STAGE_MIN_WIDTH,
-            stage_max: DEFAULT_STAGE_MAX,
+            staging: policy::DEFAULT_STAGING,
+            stage_min_width: policy::DEFAULT_STAGE_MIN_WIDTH,
+            stage_max: policy::DEFAULT_STAGE_MAX,
         }
     }
 }
 
-/// Parses a byte size: a plain number of bytes, or a number (decimals allowed) followed
-/// by K, M, G or T, optionally with "iB" or "B" after it; all suffixes are powers of
-/// 1024 (8G = 8GiB = 8GB = 8589934592).
-pub fn parse_size(text: &[u8]) -> Option<u64> {
-    let text = trim(text);
-    let digits_end = text
-        .iter()
-        .position(|b| !(b.is_ascii_digit() || *b == b'.'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(digits_end);
-    let shift = match trim(suffix) {
-        b"" | b"B" | b"b" => 0,
-        s => {
-            let (unit, rest) = s.split_first()?;
-            let shift = match unit.to_ascii_uppercase() {
-                b'K' => 10,
-                b'M' => 20,
-                b'G' => 30,
-                b'T' => 40,
-                _ => return None,
-            };
-            match rest {
-                b"" | b"B" | b"b" | b"iB" | b"ib" | b"IB" => shift,
-                _ => return None,
-            }
+fn level(log: LogLevel) -> Level {
+    match log {
+        LogLevel::Warn => Level::Warn,
+        LogLevel::Info => Level::Info,
+        LogLevel::Debug => Level::Debug,
+    }
+}
+
+/// Reads settings through `lookup`, reporting each bad value once to `complain` as
+/// (variable, value, what is used instead).
+struct Reader<L, C> {
+    lookup: L,
+    complain: C,
+}
+
+impl<L: Fn(&str) -> Option<&'static [u8]>, C: FnMut(&str, &[u8], &str)> Reader<L, C> {
+    /// The value of `id` parsed by `parse`; `None` when unset, blank or invalid (then
+    /// complained about, and the default stays).
+    fn read<T>(&mut self, id: Id, parse: impl Fn(&[u8]) -> Option<T>) -> Option<T> {
+        let setting = id.setting();
+        let value = (self.lookup)(setting.env).filter(|value| !policy::is_unset(value))?;
+        let parsed = parse(value);
+        if parsed.is_none() {
+            let mut instead = [0u8; 200];
+            let text = describe_default(&mut instead, setting);
+            (self.complain)(setting.env, value, text);
         }
+        parsed
+    }
+}
+
+/// "the default (X; sizes are ...)" in `buffer`, without allocating.
+fn describe_default<'a>(buffer: &'a mut [u8; 200], setting: &policy::Setting) -> &'a str {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
+    let hint = match setting.kind {
+        policy::Kind::Size | policy::Kind::PerDeviceSize | policy::Kind::SizeOrOff => "; sizes look like 8G, 512M",
+        _ => "",
     };
-    let mut parts = number.splitn(2, |b| *b == b'.');
-    let whole = parts.next().filter(|w| !w.is_empty())?;
-    let fraction = parts.next().unwrap_or(b"");
-    if fraction.contains(&b'.') || (shift == 0 && !fraction.is_empty()) {
-        return None;
-    }
-    let mut value: u64 = 0;
-    for digit in whole {
-        value = value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))?;
-    }
-    let mut bytes = value.checked_mul(1u64 << shift)?;
-    // Fraction digits: each contributes digit * 2^shift / 10^position.
-    let mut scale: u64 = 1;
-    for digit in fraction.iter().take(9) {
-        scale *= 10;
-        bytes = bytes.checked_add(u64::from(digit - b'0').checked_mul(1u64 << shift)? / scale)?;
-    }
-    Some(bytes)
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [first, rest @ ..] = s {
-        if !first.is_ascii_whitespace() {
-            break;
-        }
-        s = rest;
-    }
-    while let [rest @ .., last] = s {
-        if !last.is_ascii_whitespace() {
-            break;
-        }
-        s = rest;
-    }
-    s
+    let _ = write!(cursor, "the default ({}{})", setting.default, hint);
+    let len = cursor.position() as usize;
+    std::str::from_utf8(&buffer[..len]).unwrap_or("the default")
 }
 
 /// Builds the configuration from a variable lookup (the environment in the product, a
 /// table in tests). `complain` receives (variable, bad value, what is used instead).
-pub fn from_lookup(
-    lookup: impl Fn(&str) -> Option<&'static [u8]>,
-    mut complain: impl FnMut(&str, &[u8], &str),
-) -> Config {
+pub fn from_lookup(lookup: impl Fn(&str) -> Option<&'static [u8]>, complain: impl FnMut(&str, &[u8], &str)) -> Config {
+    let mut reader = Reader { lookup, complain };
     let mut config = Config::default();
-    if let Some(value) = lookup("GREENBOOST_LOG") {
-        match trim(value) {
-            b"" | b"warn" | b"0" => {}
-            b"info" | b"1" => config.log = Level::Info,
-            b"debug" | b"2" => config.log = Level::Debug,
-            other => complain("GREENBOOST_LOG", other, "warn (use info or debug)"),
-        }
+    if let Some(log) = reader.read(Id::Log, LogLevel::parse) {
+        config.log = level(log);
     }
-    if let Some(value) = lookup("GREENBOOST_DISABLE") {
-        match trim(value) {
-            b"" | b"0" | b"no" | b"false" => {}
-            b"1" | b"yes" | b"true" => config.disabled = true,
-            other => complain("GREENBOOST_DISABLE", other, "0 (use 1 to disable)"),
-        }
+    config.disabled = reader.read(Id::Disable, policy::parse_switch).unwrap_or(false);
+    if let Some(budget) = reader.read(Id::VramBudget, PerDevice::parse) {
+        config.vram_budget = budget;
     }
-    let size = |name: &str, complain: &mut dyn FnMut(&str, &[u8], &str)| -> Option<u64> {
-        let value = lookup(name)?;
-        if trim(value).is_empty() {
-            return None;
-        }
-        let parsed = parse_size(value);
-        if parsed.is_none() {
-            complain(name, value, "the default (sizes look like 8G, 8GiB, 512M or bytes)");
-        }
-        parsed
-    };
-    if let Some(budget) = size("GREENBOOST_VRAM_BUDGET", &mut complain) {
-        config.vram_budget = Some(budget);
+    config.vram_reserve = reader.read(Id::VramReserve, policy::parse_size);
+    if let Some(headroom) = reader.read(Id::VramHeadroom, PerDevice::parse) {
+        config.vram_headroom = headroom;
     }
-    if let Some(reserve) = size("GREENBOOST_VRAM_RESERVE", &mut complain) {
-        config.vram_reserve = Some(reserve);
-    }
-    if let Some(headroom) = size("GREENBOOST_VRAM_HEADROOM", &mut complain) {
-        config.vram_headroom = Some(headroom);
-    }
-    if let Some(min) = size("GREENBOOST_MIN_T2_SIZE", &mut complain) {
+    if let Some(min) = reader.read(Id::MinT2Size, policy::parse_size) {
         config.min_t2_size = min;
     }
-    if let Some(cap) = size("GREENBOOST_T2_CAP", &mut complain) {
-        config.t2_cap = Some(cap);
-    }
-    if let Some(limit) = size("GREENBOOST_T2_CACHE", &mut complain) {
+    config.t2_cap = reader.read(Id::T2Cap, policy::parse_size);
+    if let Some(limit) = reader.read(Id::T2Cache, policy::parse_size) {
         config.t2_cache = limit;
     }
-    if let Some(value) = lookup("GREENBOOST_SPLIT_MIN") {
-        match trim(value) {
-            b"" => {}
-            b"off" | b"0" => config.split_min = None,
-            _ => config.split_min = size("GREENBOOST_SPLIT_MIN", &mut complain).or(config.split_min),
-        }
+    config.host_reserve = reader.read(Id::HostReserve, policy::parse_size);
+    if let Some(split) = reader.read(Id::SplitMin, SizeOrOff::parse) {
+        config.split_min = split.size();
     }
-    if let Some(value) = lookup("GREENBOOST_STAGING") {
-        match trim(value) {
-            b"" | b"on" | b"1" => {}
-            b"off" | b"0" => config.staging = false,
-            other => complain("GREENBOOST_STAGING", other, "on (use on or off)"),
-        }
+    if let Some(staging) = reader.read(Id::Staging, policy::parse_switch) {
+        config.staging = staging;
     }
-    if let Some(width) = size("GREENBOOST_STAGE_MIN_WIDTH", &mut complain) {
+    if let Some(width) = reader.read(Id::StageMinWidth, policy::parse_count) {
         config.stage_min_width = width.max(1);
     }
-    if let Some(max) = size("GREENBOOST_STAGE_MAX", &mut complain) {
+    if let Some(max) = reader.read(Id::StageMax, policy::parse_size) {
         config.stage_max = max;
     }
-    if let Some(value) = lookup("GREENBOOST_REPORT") {
-        match trim(value) {
-            b"" | b"physical" => {}
-            b"combined" => config.report = ReportMode::Combined,
-            other => complain("GREENBOOST_REPORT", other, "physical (use physical or combined)"),
-        }
+    if let Some(report) = reader.read(Id::Report, ReportMode::parse) {
+        config.report = report;
     }
-    if let Some(value) = lookup("GREENBOOST_BACKEND") {
-        match trim(value) {
-            b"" | b"auto" => {}
-            b"kmod" => config.backend = BackendChoice::Kmod,
-            b"userspace" => config.backend = BackendChoice::Userspace,
-            other => complain("GREENBOOST_BACKEND", other, "auto (use auto, kmod or userspace)"),
-        }
+    if let Some(backend) = reader.read(Id::Backend, BackendChoice::parse) {
+        config.backend = backend;
     }
     config
 }
@@ -270,25 +176,6 @@ mod tests {
     const G: u64 = 1 << 30;
     const M: u64 = 1 << 20;
 
-    #[test]
-    fn sizes_parse_in_every_documented_spelling() {
-        assert_eq!(parse_size(b"8G"), Some(8 * G));
-        assert_eq!(parse_size(b"8GiB"), Some(8 * G));
-        assert_eq!(parse_size(b"8gb"), Some(8 * G));
-        assert_eq!(parse_size(b"8192M"), Some(8 * G));
-        assert_eq!(parse_size(b" 4096 "), Some(4096));
-        assert_eq!(parse_size(b"1.5G"), Some(G + G / 2));
-        assert_eq!(parse_size(b"0"), Some(0));
-        assert_eq!(parse_size(b"16T"), Some(16 << 40));
-    }
-
-    #[test]
-    fn bad_sizes_are_refused() {
-        for bad in [&b""[..], b"G", b"8X", b"8GiBs", b"-1", b"1.5", b"1..5G", b"99999999999999999999", b"20000000T"] {
-            assert_eq!(parse_size(bad), None, "{:?}", std::str::from_utf8(bad));
-        }
-    }
-
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<&'static [u8]> {
         move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_bytes())
     }
@@ -298,10 +185,13 @@ mod tests {
         let mut complaints = 0;
         let config = from_lookup(
             env(&[
-                ("GREENBOOST_VRAM_BUDGET", "8G"),
+                ("GREENBOOST_VRAM_BUDGET", "0:8G,1:4G"),
                 ("GREENBOOST_VRAM_RESERVE", "1G"),
+                ("GREENBOOST_VRAM_HEADROOM", "2G"),
                 ("GREENBOOST_MIN_T2_SIZE", "4M"),
                 ("GREENBOOST_T2_CAP", "64G"),
+                ("GREENBOOST_T2_CACHE", "0"),
+                ("GREENBOOST_HOST_RESERVE", "3G"),
                 ("GREENBOOST_SPLIT_MIN", "1G"),
                 ("GREENBOOST_REPORT", "combined"),
                 ("GREENBOOST_BACKEND", "userspace"),
@@ -314,16 +204,19 @@ mod tests {
             |_, _, _| complaints += 1,
         );
         assert_eq!(complaints, 0);
+        assert_eq!((config.vram_budget.get(0), config.vram_budget.get(1), config.vram_budget.get(2)), (Some(8 * G), Some(4 * G), None));
+        assert_eq!(config.vram_headroom.get(5), Some(2 * G));
         assert_eq!(
             config,
             Config {
                 disabled: true,
-                vram_budget: Some(8 * G),
+                vram_budget: config.vram_budget,
                 vram_reserve: Some(G),
-                vram_headroom: None,
+                vram_headroom: PerDevice::every(2 * G),
                 min_t2_size: 4 * M,
                 t2_cap: Some(64 * G),
-                t2_cache: DEFAULT_T2_CACHE,
+                t2_cache: 0,
+                host_reserve: Some(3 * G),
                 split_min: Some(G),
                 report: ReportMode::Combined,
                 backend: BackendChoice::Userspace,
@@ -333,6 +226,40 @@ mod tests {
                 stage_max: G,
             }
         );
+    }
+
+    #[test]
+    fn bad_values_are_reported_once_each_and_defaults_kept() {
+        let mut complaints = Vec::new();
+        let config = from_lookup(
+            env(&[
+                ("GREENBOOST_VRAM_BUDGET", "lots"),
+                ("GREENBOOST_VRAM_HEADROOM", "1.5"),
+                ("GREENBOOST_SPLIT_MIN", "half"),
+                ("GREENBOOST_REPORT", "everything"),
+                ("GREENBOOST_BACKEND", "gpu"),
+                ("GREENBOOST_LOG", "loud"),
+                ("GREENBOOST_T2_CACHE", ".5G"),
+            ]),
+            |name, _, instead| complaints.push((name.to_string(), instead.to_string())),
+        );
+        assert_eq!(config, Config::default());
+        complaints.sort();
+        let names: Vec<_> = complaints.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "GREENBOOST_BACKEND",
+                "GREENBOOST_LOG",
+                "GREENBOOST_REPORT",
+                "GREENBOOST_SPLIT_MIN",
+                "GREENBOOST_T2_CACHE",
+                "GREENBOOST_VRAM_BUDGET",
+                "GREENBOOST_VRAM_HEADROOM"
+            ]
+        );
+        let (_, instead) = &complaints[4];
+        assert_eq!(instead, "the default (1G; sizes look like 8G, 512M)");
     }
 
     #[test]
@@ -350,23 +277,10 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_are_reported_once_each_and_defaults_kept() {
-        let mut complaints = Vec::new();
-        let config = from_lookup(
-            env(&[
-                ("GREENBOOST_VRAM_BUDGET", "lots"),
-                ("GREENBOOST_SPLIT_MIN", "half"),
-                ("GREENBOOST_REPORT", "everything"),
-                ("GREENBOOST_BACKEND", "gpu"),
-                ("GREENBOOST_LOG", "loud"),
-            ]),
-            |name, _, _| complaints.push(name.to_string()),
-        );
-        assert_eq!(config, Config { ..Config::default() });
-        complaints.sort();
-        assert_eq!(
-            complaints,
-            ["GREENBOOST_BACKEND", "GREENBOOST_LOG", "GREENBOOST_REPORT", "GREENBOOST_SPLIT_MIN", "GREENBOOST_VRAM_BUDGET"]
-        );
+    fn blank_values_are_unset() {
+        let config = from_lookup(env(&[("GREENBOOST_VRAM_BUDGET", "  "), ("GREENBOOST_LOG", "")]), |name, _, _| {
+            panic!("{name} complained about a blank value")
+        });
+        assert_eq!(config, Config::default());
     }
 }

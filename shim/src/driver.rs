@@ -140,7 +140,7 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
     if status == CuResult::SUCCESS && !bytes.is_null() {
         // SAFETY: the driver accepted the pointer and filled it.
         let total = unsafe { *bytes } as u64;
-        let (_, shown_total) = report::reported(total, total);
+        let (_, shown_total) = report::reported(device, total, total);
         // SAFETY: as above: valid for writing.
         unsafe { *bytes = shown_total as usize };
     }

@@ -1,8 +1,25 @@
 //! NVML hooks: the capacity ollama and monitoring tools read.
 
+use std::ffi::{c_int, c_uint};
+
 use crate::ffi::*;
-use crate::real::pfn;
+use crate::real::{self, pfn};
 use crate::report;
+
+/// The device ordinal per-device settings use for an NVML device: its NVML index (NVML
+/// counts every GPU in PCI order; CUDA ordinals agree with CUDA_DEVICE_ORDER=PCI_BUS_ID
+/// and no CUDA_VISIBLE_DEVICES remapping). 0 when NVML cannot tell.
+fn ordinal(device: NvmlDevice) -> CuDevice {
+    let Some(get_index) = real::nvmlDeviceGetIndex() else { return 0 };
+    let mut index: c_uint = 0;
+    // SAFETY: the program's device handle (NVML validates it) and a valid local.
+    let status = unsafe { get_index(device, &mut index) };
+    if status == NvmlReturn::SUCCESS {
+        c_int::try_from(index).unwrap_or(0)
+    } else {
+        0
+    }
+}
 
 /// # Safety
 /// The program's arguments, as nvmlDeviceGetMemoryInfo takes them.
@@ -16,7 +33,7 @@ pub unsafe fn device_get_memory_info(
     if status == NvmlReturn::SUCCESS && !memory.is_null() {
         // SAFETY: NVML accepted the pointer and filled the struct.
         let memory = unsafe { &mut *memory };
-        let (free, total) = report::reported(memory.free, memory.total);
+        let (free, total) = report::reported(ordinal(device), memory.free, memory.total);
         *memory = NvmlMemory { total, free, used: total.saturating_sub(free) };
     }
     status
@@ -34,7 +51,7 @@ pub unsafe fn device_get_memory_info_v2(
     if status == NvmlReturn::SUCCESS && !memory.is_null() {
         // SAFETY: NVML accepted the pointer and filled the struct.
         let memory = unsafe { &mut *memory };
-        let (free, total) = report::reported(memory.free, memory.total);
+        let (free, total) = report::reported(ordinal(device), memory.free, memory.total);
         memory.total = total;
         memory.free = free;
         memory.used = total.saturating_sub(free).saturating_sub(memory.reserved);

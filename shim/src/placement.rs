@@ -8,11 +8,16 @@
 //! lazy loading of kernel modules, library handles and workspaces. An allocation that
 //! would pass either goes to T2 (or is split).
 
-use crate::config::{Config, ReportMode, DEFAULT_VRAM_HEADROOM, DEFAULT_VRAM_RESERVE};
+use greenboost_policy::{default_vram_reserve, DEFAULT_VRAM_HEADROOM};
+
+use crate::config::{Config, ReportMode};
+use crate::ffi::CuDevice;
 
 /// A device as placement sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceView {
+    /// The device's ordinal, for per-device settings.
+    pub ordinal: CuDevice,
     /// Physical VRAM.
     pub physical: u64,
     /// VRAM in use by everything but this process's allocations through the shim
@@ -22,8 +27,8 @@ pub struct DeviceView {
 
 impl DeviceView {
     /// A device nobody else uses.
-    pub fn alone(physical: u64) -> DeviceView {
-        DeviceView { physical, others: 0 }
+    pub fn alone(ordinal: CuDevice, physical: u64) -> DeviceView {
+        DeviceView { ordinal, physical, others: 0 }
     }
 }
 
@@ -41,20 +46,20 @@ impl Placement {
 }
 
 impl Config {
-    /// VRAM the process may use on a device with `physical` bytes.
-    pub fn budget(&self, physical: u64) -> u64 {
-        self.vram_budget.map_or(physical, |budget| budget.min(physical))
+    /// VRAM the process may use on device `ordinal` with `physical` bytes.
+    pub fn budget(&self, ordinal: CuDevice, physical: u64) -> u64 {
+        self.vram_budget.get(ordinal).map_or(physical, |budget| budget.min(physical))
     }
 
-    /// VRAM kept free under the budget of a device with `physical` bytes.
-    pub fn reserve(&self, physical: u64) -> u64 {
-        self.vram_reserve.unwrap_or_else(|| (self.budget(physical) / 8).min(DEFAULT_VRAM_RESERVE))
+    /// VRAM kept free under the budget while the program loads.
+    pub fn reserve(&self, ordinal: CuDevice, physical: u64) -> u64 {
+        self.vram_reserve.unwrap_or_else(|| default_vram_reserve(self.budget(ordinal, physical)))
     }
 
     /// VRAM kept free on a device with `physical` bytes: GREENBOOST_VRAM_HEADROOM, else
     /// the default, at most an eighth of the device.
-    pub fn headroom(&self, physical: u64) -> u64 {
-        self.vram_headroom.unwrap_or_else(|| DEFAULT_VRAM_HEADROOM.min(physical / 8))
+    pub fn headroom(&self, ordinal: CuDevice, physical: u64) -> u64 {
+        self.vram_headroom.get(ordinal).unwrap_or_else(|| DEFAULT_VRAM_HEADROOM.min(physical / 8))
     }
 
     /// VRAM in use up to which allocations still go to VRAM: what this process may have
@@ -63,13 +68,13 @@ impl Config {
     /// `place`). On a shared device the reserve is kept inside what the device leaves,
     /// so that activations find VRAM there too.
     pub fn vram_limit(&self, device: DeviceView, running: bool) -> u64 {
-        let device_room =
-            device.physical.saturating_sub(device.others).saturating_sub(self.headroom(device.physical));
-        let room = self.budget(device.physical).min(device_room);
+        let (ordinal, physical) = (device.ordinal, device.physical);
+        let device_room = physical.saturating_sub(device.others).saturating_sub(self.headroom(ordinal, physical));
+        let room = self.budget(ordinal, physical).min(device_room);
         if running {
             room
         } else {
-            room.saturating_sub(self.reserve(device.physical))
+            room.saturating_sub(self.reserve(ordinal, physical))
         }
     }
 
@@ -109,10 +114,10 @@ impl Config {
     /// T2 state. The budget makes the device look smaller (memory used by anyone counts
     /// against it); the headroom is never reported free, so that a program sizing a pool
     /// from free memory leaves it; combined mode adds T2 capacity and free T2.
-    pub fn report(&self, real_free: u64, real_total: u64, t2_cap: u64, t2_used: u64) -> (u64, u64) {
-        let total = self.budget(real_total);
+    pub fn report(&self, ordinal: CuDevice, real_free: u64, real_total: u64, t2_cap: u64, t2_used: u64) -> (u64, u64) {
+        let total = self.budget(ordinal, real_total);
         let used = real_total.saturating_sub(real_free);
-        let free = total.saturating_sub(used).min(real_free).saturating_sub(self.headroom(real_total));
+        let free = total.saturating_sub(used).min(real_free).saturating_sub(self.headroom(ordinal, real_total));
         match self.report {
             ReportMode::Physical => (free, total),
             ReportMode::Combined => (
@@ -126,119 +131,120 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use greenboost_policy::PerDevice;
 
     const G: u64 = 1 << 30;
     const M: u64 = 1 << 20;
     #[test]
     fn split_head_is_the_room_left_in_whole_granules() {
-        let config = Config { vram_budget: Some(512 * M), vram_reserve: Some(0), ..Config::default() };
+        let config = Config { vram_budget: PerDevice::every(512 * M), vram_reserve: Some(0), ..Config::default() };
         let (physical, granule) = (G, 2 * M);
-        assert_eq!(config.split_head(0, DeviceView::alone(physical), false, granule, G - granule), 512 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), false, granule, G - granule), 512 * M);
         // Room that is not a whole granule is left over.
-        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(physical), false, granule, G), 410 * M);
+        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), false, granule, G), 410 * M);
         // Less than one granule left, or the budget spent: no head.
-        assert_eq!(config.split_head(511 * M, DeviceView::alone(physical), false, granule, G), 0);
-        assert_eq!(config.split_head(600 * M, DeviceView::alone(physical), false, granule, G), 0);
+        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), false, granule, G), 0);
+        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), false, granule, G), 0);
         // The head never takes all of the allocation.
-        assert_eq!(config.split_head(0, DeviceView::alone(physical), false, granule, 300 * M + 1), 300 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), false, granule, 300 * M + 1), 300 * M);
         // The reserve counts until the program runs.
         let reserved = Config { vram_reserve: Some(128 * M), ..config };
-        assert_eq!(reserved.split_head(0, DeviceView::alone(physical), false, granule, G), 384 * M);
-        assert_eq!(reserved.split_head(0, DeviceView::alone(physical), true, granule, G), 512 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), false, granule, G), 384 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), true, granule, G), 512 * M);
     }
 
     #[test]
     fn vram_limit_is_the_budget_minus_the_reserve_until_running() {
-        let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
-        assert_eq!(config.vram_limit(DeviceView::alone(80 * G), false), 7 * G);
-        assert_eq!(config.vram_limit(DeviceView::alone(80 * G), true), 8 * G);
-        let reserve_over_budget = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(reserve_over_budget.vram_limit(DeviceView::alone(80 * G), false), 0);
+        let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
+        assert_eq!(config.vram_limit(DeviceView::alone(0, 80 * G), false), 7 * G);
+        assert_eq!(config.vram_limit(DeviceView::alone(0, 80 * G), true), 8 * G);
+        let reserve_over_budget = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
+        assert_eq!(reserve_over_budget.vram_limit(DeviceView::alone(0, 80 * G), false), 0);
     }
 
     #[test]
     fn placement_follows_budget_reserve_and_minimum() {
-        let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), min_t2_size: 2 * M, ..Config::default() };
+        let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), min_t2_size: 2 * M, ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(7 * G, 0, DeviceView::alone(physical), false), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(physical), false), Placement::Host);
-        assert_eq!(config.place(G, 6 * G, DeviceView::alone(physical), false), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(physical), false), Placement::Host);
+        assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), false), Placement::Vram);
+        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), false), Placement::Host);
+        assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), false), Placement::Vram);
+        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), false), Placement::Host);
         // Below the minimum: VRAM even when the budget is spent.
-        assert_eq!(config.place(M, 100 * G, DeviceView::alone(physical), false), Placement::Vram);
+        assert_eq!(config.place(M, 100 * G, DeviceView::alone(0, physical), false), Placement::Vram);
         // The physical size caps a larger budget.
         let small_card = 4 * G;
-        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(small_card), false), Placement::Host);
+        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(0, small_card), false), Placement::Host);
         // Overflowing sums never wrap into VRAM.
-        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(physical), false), Placement::Host);
+        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(0, physical), false), Placement::Host);
     }
 
     #[test]
     fn running_programs_may_use_the_reserve() {
-        let config = Config { vram_budget: Some(8 * G), vram_reserve: Some(G), ..Config::default() };
+        let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(physical), false), Placement::Host);
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(physical), true), Placement::Vram);
-        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(physical), true), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), false), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), true), Placement::Vram);
+        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(0, physical), true), Placement::Host);
     }
 
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
-        let config = Config { vram_budget: Some(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(config.place(2 * M, 0, DeviceView::alone(8 * G), false), Placement::Host);
+        let config = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
+        assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), false), Placement::Host);
     }
 
     #[test]
     fn default_reserve_is_an_eighth_of_the_budget_up_to_512_mib() {
         let config = Config::default();
-        assert_eq!(config.reserve(256 * M), 32 * M);
-        assert_eq!(config.reserve(80 * G), 512 * M);
-        let budgeted = Config { vram_budget: Some(G), ..Config::default() };
-        assert_eq!(budgeted.reserve(80 * G), 128 * M);
+        assert_eq!(config.reserve(0, 256 * M), 32 * M);
+        assert_eq!(config.reserve(0, 80 * G), 512 * M);
+        let budgeted = Config { vram_budget: PerDevice::every(G), ..Config::default() };
+        assert_eq!(budgeted.reserve(0, 80 * G), 128 * M);
         // 256 MiB device: three of six 64 MiB allocations fit under 224 MiB.
-        assert_eq!(config.place(64 * M, 128 * M, DeviceView::alone(256 * M), false), Placement::Vram);
-        assert_eq!(config.place(64 * M, 192 * M, DeviceView::alone(256 * M), false), Placement::Host);
+        assert_eq!(config.place(64 * M, 128 * M, DeviceView::alone(0, 256 * M), false), Placement::Vram);
+        assert_eq!(config.place(64 * M, 192 * M, DeviceView::alone(0, 256 * M), false), Placement::Host);
     }
 
     #[test]
     fn physical_report_without_budget_is_the_driver_figure() {
-        let config = Config { vram_headroom: Some(0), ..Config::default() };
-        assert_eq!(config.report(3 * G, 16 * G, 64 * G, 0), (3 * G, 16 * G));
+        let config = Config { vram_headroom: PerDevice::every(0), ..Config::default() };
+        assert_eq!(config.report(0, 3 * G, 16 * G, 64 * G, 0), (3 * G, 16 * G));
     }
 
     #[test]
     fn budget_shrinks_the_reported_device() {
-        let config = Config { vram_budget: Some(8 * G), vram_headroom: Some(0), ..Config::default() };
+        let config = Config { vram_budget: PerDevice::every(8 * G), vram_headroom: PerDevice::every(0), ..Config::default() };
         // 80 GiB card with 10 GiB used: 8 GiB total, nothing... used 10 > 8 -> 0 free.
-        assert_eq!(config.report(70 * G, 80 * G, 0, 0), (0, 8 * G));
+        assert_eq!(config.report(0, 70 * G, 80 * G, 0, 0), (0, 8 * G));
         // 2 GiB used: 6 GiB free.
-        assert_eq!(config.report(78 * G, 80 * G, 0, 0), (6 * G, 8 * G));
+        assert_eq!(config.report(0, 78 * G, 80 * G, 0, 0), (6 * G, 8 * G));
     }
 
     #[test]
     fn combined_report_adds_t2() {
-        let config = Config { report: ReportMode::Combined, vram_headroom: Some(0), ..Config::default() };
-        assert_eq!(config.report(3 * G, 16 * G, 64 * G, 4 * G), (63 * G, 80 * G));
+        let config = Config { report: ReportMode::Combined, vram_headroom: PerDevice::every(0), ..Config::default() };
+        assert_eq!(config.report(0, 3 * G, 16 * G, 64 * G, 4 * G), (63 * G, 80 * G));
         // T2 over its cap (pending frees) never makes free wrap.
-        assert_eq!(config.report(3 * G, 16 * G, 64 * G, 65 * G), (3 * G, 80 * G));
+        assert_eq!(config.report(0, 3 * G, 16 * G, 64 * G, 65 * G), (3 * G, 80 * G));
     }
 
     #[test]
     fn the_headroom_stays_free_whoever_uses_the_device() {
-        let config = Config { vram_headroom: Some(G), vram_reserve: Some(0), ..Config::default() };
+        let config = Config { vram_headroom: PerDevice::every(G), vram_reserve: Some(0), ..Config::default() };
         // Another process holds 70 of 80 GiB: 9 GiB may still be ours, not 10.
-        let shared = DeviceView { physical: 80 * G, others: 70 * G };
+        let shared = DeviceView { ordinal: 0, physical: 80 * G, others: 70 * G };
         assert_eq!(config.place(9 * G, 0, shared, false), Placement::Vram);
         assert_eq!(config.place(9 * G + 1, 0, shared, false), Placement::Host);
         assert_eq!(config.place(G, 8 * G + 1, shared, true), Placement::Host);
         // Small allocations ignore it: the headroom absorbs them.
         assert_eq!(config.place(M, 9 * G, shared, true), Placement::Vram);
         // The device full of others: no split head either.
-        let full = DeviceView { physical: 80 * G, others: 79 * G + 1 };
+        let full = DeviceView { ordinal: 0, physical: 80 * G, others: 79 * G + 1 };
         assert_eq!(config.split_head(0, full, true, 2 * M, 4 * G), 0);
         assert_eq!(config.split_head(0, shared, true, 2 * M, 20 * G), 9 * G);
         // The budget still bounds the process when the device has room.
-        let budgeted = Config { vram_budget: Some(4 * G), ..config };
+        let budgeted = Config { vram_budget: PerDevice::every(4 * G), ..config };
         assert_eq!(budgeted.vram_limit(shared, true), 4 * G);
         // While the program loads, the reserve is kept inside what the device leaves.
         let reserved = Config { vram_reserve: Some(G), ..config };
@@ -248,17 +254,17 @@ mod tests {
 
     #[test]
     fn the_headroom_is_never_reported_free() {
-        let config = Config { vram_headroom: Some(G), ..Config::default() };
-        assert_eq!(config.report(3 * G, 80 * G, 0, 0), (2 * G, 80 * G));
-        assert_eq!(config.report(G / 2, 80 * G, 0, 0), (0, 80 * G));
+        let config = Config { vram_headroom: PerDevice::every(G), ..Config::default() };
+        assert_eq!(config.report(0, 3 * G, 80 * G, 0, 0), (2 * G, 80 * G));
+        assert_eq!(config.report(0, G / 2, 80 * G, 0, 0), (0, 80 * G));
         let combined = Config { report: ReportMode::Combined, ..config };
-        assert_eq!(combined.report(3 * G, 80 * G, 64 * G, 4 * G), (62 * G, 144 * G));
+        assert_eq!(combined.report(0, 3 * G, 80 * G, 64 * G, 4 * G), (62 * G, 144 * G));
     }
 
     #[test]
     fn the_default_headroom_is_at_most_an_eighth_of_the_device() {
         let config = Config::default();
-        assert_eq!(config.headroom(80 * G), DEFAULT_VRAM_HEADROOM);
-        assert_eq!(config.headroom(128 * M), 16 * M);
+        assert_eq!(config.headroom(0, 80 * G), DEFAULT_VRAM_HEADROOM);
+        assert_eq!(config.headroom(0, 128 * M), 16 * M);
     }
 }

@@ -95,6 +95,7 @@ macro_rules! cuda_functions {
             // NVML (libnvidia-ml.so.1).
             Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
             Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;
+            Nvml called fn nvmlDeviceGetIndex(device: NvmlDevice, index: *mut c_uint) -> NvmlReturn;
             // cuBLAS / cuBLASLt (libcublas.so.12/.13, libcublasLt): GEMM operand staging.
             Cublas guarded fn cublasCreate_v2(handle: *mut CublasHandle) -> CublasStatus;
             CublasLt guarded fn cublasLtCreate(handle: *mut CublasHandle) -> CublasStatus;

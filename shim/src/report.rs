@@ -4,16 +4,18 @@
 
 use crate::budget;
 use crate::config::{self, ReportMode};
+use crate::cuda;
+use crate::ffi::CuDevice;
 use crate::stats::{self, STATS};
 
 /// (free, total) as the program should see them, from the driver's real figures.
-pub fn reported(real_free: u64, real_total: u64) -> (u64, u64) {
+pub fn reported(device: CuDevice, real_free: u64, real_total: u64) -> (u64, u64) {
     let config = config::get();
     let (t2_cap, t2_used) = match config.report {
         ReportMode::Physical => (0, 0),
         ReportMode::Combined => (budget::t2_capacity(), stats::load(&STATS.t2_used)),
     };
-    config.report(real_free, real_total, t2_cap, t2_used)
+    config.report(device, real_free, real_total, t2_cap, t2_used)
 }
 
 /// After a successful real cuMemGetInfo/cudaMemGetInfo: the free and total figures it
@@ -28,7 +30,8 @@ pub unsafe fn rewrite_mem_info(free: *mut usize, total: *mut usize) {
     // SAFETY: both are valid for reads and writes (the contract), and the real call
     // filled them.
     unsafe {
-        let (shown_free, shown_total) = reported(*free as u64, *total as u64);
+        let device = cuda::current_device().unwrap_or(0);
+        let (shown_free, shown_total) = reported(device, *free as u64, *total as u64);
         *free = shown_free as usize;
         *total = shown_total as usize;
     }

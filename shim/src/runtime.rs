@@ -200,7 +200,7 @@ pub unsafe fn get_device_properties(real: pfn::cudaGetDeviceProperties, prop: *m
         // No real total to start from: the runtime's own figure stands.
         return status;
     };
-    let (_, shown_total) = report::reported(physical, physical);
+    let (_, shown_total) = report::reported(device, physical, physical);
     // SAFETY: the runtime filled a cudaDeviceProp at `prop`; the field is a size_t at
     // this offset in CUDA 12 and 13 (see ffi), written unaligned in case the caller's
     // struct is.
