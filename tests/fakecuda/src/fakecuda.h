@@ -173,6 +173,9 @@ const char *fakegpu_ptr_kind(CUdeviceptr p);
 /* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate). */
 size_t fakegpu_vram_used(void);
 size_t fakegpu_vram_total(void);
+/* Bytes of VRAM in use on the device by every process that shares it
+ * (FAKECUDA_DEVICE_SHARE), this one included; without a share, fakegpu_vram_used(). */
+size_t fakegpu_device_used(void);
 /* Live VMM objects: handles not yet freed (released and unmapped), reserved address
  * ranges, mappings. A program that gave everything back has the counts it started with. */
 struct fakegpu_vmm_counts { size_t handles, reservations, mappings; };

@@ -15,6 +15,14 @@
  *
  * One mutex protects all device state; one condition variable is broadcast on every
  * change that a waiter may need (stream progress, events).
+ *
+ * Other processes on the device (FAKECUDA_DEVICE_SHARE=file): every fake process that
+ * names the same file adds the VRAM it takes to one 64-bit counter in it (mapped
+ * shared, updated with atomics), allocations fail with out-of-memory once that total
+ * would pass FAKECUDA_VRAM, and the device's free memory is FAKECUDA_VRAM less the
+ * total. Each process still has VRAM of its own to put the data in; only the amount is
+ * shared. A process that exits gives its VRAM back, as the driver does (one killed by a
+ * signal does not: the test's file is its own).
  */
 #define _GNU_SOURCE
 #include "fakegpu_internal.h"
@@ -29,6 +37,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -126,6 +135,7 @@ static struct {
     uint32_t *alloc_pages;      /* at an allocation's first page: its length in pages */
     uint8_t *free_pending;      /* at an allocation's first page: stream-ordered free queued */
     size_t vram_used;
+    uint64_t *share;            /* FAKECUDA_DEVICE_SHARE: VRAM used by every process, or NULL */
     struct hostreg *regs;
     size_t hostreg_bytes;
     uintptr_t vmm_va; size_t vmm_next;
@@ -177,6 +187,28 @@ void fg_note_fault(const char *what)
 
 /* ------------------------------------------------------------------ setup */
 
+/* Maps the counter of FAKECUDA_DEVICE_SHARE (created if missing): NULL without it. */
+static uint64_t *open_share(void)
+{
+    const char *path = getenv("FAKECUDA_DEVICE_SHARE");
+    if (!path || !*path)
+        return NULL;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "fakegpu: FAKECUDA_DEVICE_SHARE=%s: %s\n", path, strerror(errno));
+        abort();
+    }
+    /* Growing a file never changes bytes already there, so processes may race here. */
+    if (st.st_size < (off_t)sizeof(uint64_t) && ftruncate(fd, sizeof(uint64_t)) != 0)
+        abort();
+    void *m = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        abort();
+    return m;
+}
+
 static void setup(void)
 {
     open_log();
@@ -205,6 +237,19 @@ static void setup(void)
     if (!g.page_used || !g.alloc_pages || !g.free_pending)
         abort();
     g.primary.primary = 1;
+    g.share = open_share();
+}
+
+/* A process's VRAM goes back to the device when it exits (not a forked child's: its
+ * copy of the parent's state holds nothing). */
+__attribute__((destructor)) static void leave_share(void)
+{
+    if (!g.share || !g.initialized || g.pid != getpid())
+        return;
+    pthread_mutex_lock(&g.lock);
+    __atomic_sub_fetch(g.share, (uint64_t)g.vram_used, __ATOMIC_SEQ_CST);
+    g.share = NULL;
+    pthread_mutex_unlock(&g.lock);
 }
 
 static void ensure_setup(void) { pthread_once(&setup_once, setup); }
@@ -271,6 +316,36 @@ void fg_ctx_destroy(CUcontext ctx)
 
 /* ------------------------------------------------------------------ VRAM */
 
+/* Counts `bytes` more VRAM in use on the shared device, unless every process's VRAM
+ * together would then pass its size. Caller holds the lock. */
+static int share_take(uint64_t bytes)
+{
+    if (!g.share)
+        return 1;
+    uint64_t used = __atomic_load_n(g.share, __ATOMIC_SEQ_CST);
+    do {
+        if (used > g.vram || bytes > g.vram - used)
+            return 0;
+    } while (!__atomic_compare_exchange_n(g.share, &used, used + bytes, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return 1;
+}
+
+static void share_give(uint64_t bytes)
+{
+    if (g.share)
+        __atomic_sub_fetch(g.share, bytes, __ATOMIC_SEQ_CST);
+}
+
+/* VRAM in use on the device: every process's (FAKECUDA_DEVICE_SHARE), else this
+ * process's. Lock held. */
+static size_t device_used(void)
+{
+    if (!g.share)
+        return g.vram_used;
+    uint64_t used = __atomic_load_n(g.share, __ATOMIC_SEQ_CST);
+    return used < g.vram ? (size_t)used : g.vram;
+}
+
 /* First fit over pages; caller holds the lock. */
 static int vram_take(size_t bytes, size_t *first)
 {
@@ -278,6 +353,8 @@ static int vram_take(size_t bytes, size_t *first)
     for (size_t i = 0; i < g.npages; i++) {
         run = g.page_used[i] ? 0 : run + 1;
         if (run == need) {
+            if (!share_take(need * PAGE))
+                return 0; /* other processes hold the rest of the device */
             size_t s = i + 1 - need;
             memset(g.page_used + s, 1, need);
             g.vram_used += need * PAGE;
@@ -294,6 +371,7 @@ static void vram_give(size_t first, size_t npages)
     /* Freed VRAM is scrubbed so that stale data cannot make a test pass. */
     memset(g.vram_view + first * PAGE, 0x5a, npages * PAGE);
     g.vram_used -= npages * PAGE;
+    share_give(npages * PAGE);
 }
 
 void fg_mem_info(size_t *free_bytes, size_t *total)
@@ -301,7 +379,7 @@ void fg_mem_info(size_t *free_bytes, size_t *total)
     ensure_setup();
     pthread_mutex_lock(&g.lock);
     if (free_bytes)
-        *free_bytes = g.vram - g.vram_used;
+        *free_bytes = g.vram - device_used();
     if (total)
         *total = g.vram;
     pthread_mutex_unlock(&g.lock);
@@ -1636,6 +1714,14 @@ size_t fakegpu_vram_used(void)
     return u;
 }
 size_t fakegpu_vram_total(void) { return fg_vram_size(); }
+size_t fakegpu_device_used(void)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    size_t u = device_used();
+    pthread_mutex_unlock(&g.lock);
+    return u;
+}
 size_t fakegpu_hostreg_bytes(void)
 {
     ensure_setup();

@@ -1,7 +1,8 @@
 /* Fake libnvidia-ml.so.1: reports the simulated device's memory (libfakegpu.so), as
  * NVML reports the driver's view of the device. v1 nvmlMemory_t has used including
  * the reserved memory; v2 reports reserved separately (FAKECUDA_NVML_RESERVED, default
- * 0) and insists on the struct version nvmlMemory_v2. */
+ * 0) and insists on the struct version nvmlMemory_v2. Used memory is every process's
+ * when they share the device (FAKECUDA_DEVICE_SHARE), as NVML's is. */
 #include "fakegpu_internal.h"
 
 #include <stdlib.h>
@@ -78,7 +79,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *
     m->total = total;
     m->reserved = res;
     m->used = total - free_bytes;
-    m->free = total - res - m->used;
+    m->free = total - m->used > res ? total - m->used - res : 0;
     fg_log("nvmlDeviceGetMemoryInfo_v2 -> 0 total=%llu free=%llu", m->total, m->free);
     return NVML_SUCCESS;
 }
