@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use greenboost_abi as abi;
 
+use greenboost_policy::default_host_reserve;
+
+use crate::config;
 use crate::t2_buffer::{errno, Backend, BackendError, HostBuffer};
 use crate::log::Mib;
 
@@ -23,6 +26,18 @@ impl Backend for UserspaceBackend {
 
     fn alloc(&self, len: usize, _numa_node: Option<c_int>) -> Result<HostBuffer, BackendError> {
         let started = Instant::now();
+        let reserve = host_reserve();
+        if let Some(available) = available_ram() {
+            if available < (len as u64).saturating_add(reserve) {
+                info!(
+                    "userspace backend: {} would leave less than the host reserve of {} available ({} available)",
+                    Mib(len as u64),
+                    Mib(reserve),
+                    Mib(available)
+                );
+                return Err(BackendError::OutOfMemory(libc::ENOMEM));
+            }
+        }
         let chunk = abi::GB_CHUNK_SIZE as usize;
         let Some(padded) = len.checked_add(chunk) else { return Err(BackendError::OutOfMemory(libc::ENOMEM)) };
         // SAFETY: a fresh anonymous mapping.
@@ -55,8 +70,15 @@ impl Backend for UserspaceBackend {
         }
         let mapped = Instant::now();
         let threads = populate_threads(len);
-        if let Err(error) = populate(aligned, len, threads) {
-            // SAFETY: our mapping.
+        // Checked again once the pages exist: other processes may have allocated at the
+        // same time, and the reserve holds whatever their number.
+        let populated =
+            populate(aligned, len, threads).and_then(|()| match available_ram() {
+                Some(available) if available < reserve => Err(libc::ENOMEM),
+                _ => Ok(()),
+            });
+        if let Err(error) = populated {
+            // SAFETY: our mapping, of `len` bytes; nothing else knows it yet.
             unsafe { libc::munmap(aligned as *mut c_void, len) };
             return Err(BackendError::OutOfMemory(error));
         }
@@ -79,16 +101,52 @@ impl Backend for UserspaceBackend {
     }
 
     fn default_cap(&self) -> u64 {
-        // Three quarters of RAM: the rest stays for the program and the system.
-        // SAFETY: sysinfo fills the struct.
-        let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-        // SAFETY: valid out pointer.
-        if unsafe { libc::sysinfo(&mut info) } != 0 {
-            return 0;
-        }
-        let total = (info.totalram as u64).saturating_mul(u64::from(info.mem_unit));
-        total / 4 * 3
+        // Three quarters of RAM for one process: the rest stays for the program and the
+        // system (the host reserve protects the host across processes).
+        total_ram() / 4 * 3
     }
+}
+
+/// RAM the userspace backend leaves available on the host, whatever the number of
+/// processes allocating: GREENBOOST_HOST_RESERVE, else the module's default reserve
+/// (1/32 of RAM, 64 MiB to 1 GiB).
+fn host_reserve() -> u64 {
+    config::get().host_reserve.unwrap_or_else(|| default_host_reserve(total_ram()))
+}
+
+fn total_ram() -> u64 {
+    // SAFETY: an all-zero sysinfo is a valid value for sysinfo to overwrite.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: sysinfo writes one struct to a valid local.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return 0;
+    }
+    (info.totalram as u64).saturating_mul(u64::from(info.mem_unit))
+}
+
+/// MemAvailable from /proc/meminfo (what the kernel can give without swapping), read
+/// into a stack buffer; `None` when it cannot be read.
+fn available_ram() -> Option<u64> {
+    let mut buffer = [0u8; 4096];
+    // SAFETY: a NUL-terminated path; the fd is closed below.
+    let fd = unsafe { libc::open(c"/proc/meminfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: reads at most the buffer's length into it.
+    let read = unsafe { libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) };
+    // SAFETY: our fd.
+    unsafe { libc::close(fd) };
+    let text = buffer.get(..usize::try_from(read).ok()?)?;
+    mem_available(text)
+}
+
+/// The MemAvailable line of a /proc/meminfo text, in bytes.
+fn mem_available(text: &[u8]) -> Option<u64> {
+    let line = text.split(|b| *b == b'\n').find(|line| line.starts_with(b"MemAvailable:"))?;
+    let digits = line.iter().skip_while(|b| !b.is_ascii_digit()).take_while(|b| b.is_ascii_digit());
+    let kib = digits.fold(Some(0u64), |value, digit| value?.checked_mul(10)?.checked_add(u64::from(digit - b'0')))?;
+    kib.checked_mul(1024)
 }
 
 /// Milliseconds, for log lines.
@@ -279,5 +337,20 @@ mod tests {
     fn userspace_default_cap_is_most_of_ram() {
         let cap = UserspaceBackend.default_cap();
         assert!(cap > 64 << 20, "{cap}");
+    }
+
+    #[test]
+    fn mem_available_is_read_from_meminfo() {
+        let text = b"MemTotal:       131072000 kB\nMemFree:         1000 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(mem_available(text), Some(2048 * 1024));
+        assert_eq!(mem_available(b"MemTotal: 1 kB\n"), None);
+        assert!(available_ram().is_some_and(|bytes| bytes > 0));
+    }
+
+    #[test]
+    fn the_host_reserve_refuses_what_would_eat_into_it() {
+        let available = available_ram().expect("meminfo");
+        let too_much = usize::try_from(available).expect("fits") - (16 << 20);
+        assert!(matches!(UserspaceBackend.alloc(too_much, None), Err(BackendError::OutOfMemory(_))));
     }
 }
