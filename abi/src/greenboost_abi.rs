@@ -33,10 +33,7 @@ const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
 
 const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
-    (dir << IOC_DIRSHIFT)
-        | (GB_IOC_MAGIC << IOC_TYPESHIFT)
-        | (nr << IOC_NRSHIFT)
-        | ((size as u32) << IOC_SIZESHIFT)
+    (dir << IOC_DIRSHIFT) | (GB_IOC_MAGIC << IOC_TYPESHIFT) | (nr << IOC_NRSHIFT) | ((size as u32) << IOC_SIZESHIFT)
 }
 
 /// Direction bits of an ioctl command (`_IOC_DIR`).
@@ -181,14 +178,8 @@ pub const GB_IOC_REPORT_T1: u32 = ioc(IOC_WRITE, 0x04, core::mem::size_of::<GbT1
 pub const GB_IOC_REGISTER_EVENTFD: u32 = ioc(IOC_WRITE, 0x05, core::mem::size_of::<GbEventfd>());
 
 /// Every command of ABI 1, for tests and tools.
-pub const GB_IOC_ALL: [u32; 6] = [
-    GB_IOC_INFO,
-    GB_IOC_ALLOC,
-    GB_IOC_POOL_STATS,
-    GB_IOC_PROC_STATS,
-    GB_IOC_REPORT_T1,
-    GB_IOC_REGISTER_EVENTFD,
-];
+pub const GB_IOC_ALL: [u32; 6] =
+    [GB_IOC_INFO, GB_IOC_ALLOC, GB_IOC_POOL_STATS, GB_IOC_PROC_STATS, GB_IOC_REPORT_T1, GB_IOC_REGISTER_EVENTFD];
 
 /// Path of the device node.
 pub const GB_DEVICE_PATH: &str = "/dev/greenboost";

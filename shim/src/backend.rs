@@ -77,4 +77,3 @@ pub fn flush_t1_report(final_t1: Option<u64>) {
         }
     }
 }
-

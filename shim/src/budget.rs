@@ -110,9 +110,7 @@ pub struct VramCharge {
 fn reserve_if(device: CuDevice, bytes: u64, fits: impl Fn(u64) -> bool) -> Option<VramReservation> {
     let counter = vram_counter(device)?;
     counter
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
-            fits(in_use).then(|| in_use.saturating_add(bytes))
-        })
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| fits(in_use).then(|| in_use.saturating_add(bytes)))
         .ok()?;
     Some(VramReservation::counted(device, bytes))
 }
@@ -128,7 +126,9 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     let computing = computing();
     let view = view(device, physical);
     let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, computing).is_vram());
-    if reserved.is_none() && config.place(size, vram_in_use(device), DeviceView::alone(device, physical), computing).is_vram() {
+    if reserved.is_none()
+        && config.place(size, vram_in_use(device), DeviceView::alone(device, physical), computing).is_vram()
+    {
         // The budget had room: the device's state sent it to T2.
         stats::bump(&STATS.headroom_spills);
         debug!(
@@ -263,7 +263,9 @@ pub struct T2Charge {
 pub fn reserve_t2(bytes: u64, limit: u64) -> Option<T2Reservation> {
     STATS
         .t2_used
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|after| *after <= limit))
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|after| *after <= limit)
+        })
         .ok()?;
     Some(T2Reservation { bytes })
 }

@@ -204,7 +204,10 @@ mod tests {
             |_, _, _| complaints += 1,
         );
         assert_eq!(complaints, 0);
-        assert_eq!((config.vram_budget.get(0), config.vram_budget.get(1), config.vram_budget.get(2)), (Some(8 * G), Some(4 * G), None));
+        assert_eq!(
+            (config.vram_budget.get(0), config.vram_budget.get(1), config.vram_budget.get(2)),
+            (Some(8 * G), Some(4 * G), None)
+        );
         assert_eq!(config.vram_headroom.get(5), Some(2 * G));
         assert_eq!(
             config,
@@ -268,9 +271,10 @@ mod tests {
         assert!(!default.may_split(256 * M - 1));
         assert!(default.may_split(256 * M));
         for off in ["off", "0", " off "] {
-            let config = from_lookup(move |name| (name == "GREENBOOST_SPLIT_MIN").then_some(off.as_bytes()), |_, _, _| {
-                panic!("{off:?} refused")
-            });
+            let config = from_lookup(
+                move |name| (name == "GREENBOOST_SPLIT_MIN").then_some(off.as_bytes()),
+                |_, _, _| panic!("{off:?} refused"),
+            );
             assert_eq!(config.split_min, None, "{off:?}");
             assert!(!config.may_split(u64::MAX));
         }

@@ -13,7 +13,15 @@ const CUBLAS_OP_N: c_int = 0;
 
 /// A column-major operand stored `rows` x `cols` as the transpose flag says:
 /// `op(X)` is `op_rows` x `op_cols`.
-fn stored_span(transposed: bool, op_rows: i64, op_cols: i64, ld: i64, batch: i64, stride: i64, data_type: c_int) -> Option<u64> {
+fn stored_span(
+    transposed: bool,
+    op_rows: i64,
+    op_cols: i64,
+    ld: i64,
+    batch: i64,
+    stride: i64,
+    data_type: c_int,
+) -> Option<u64> {
     let (rows, cols) = if transposed { (op_cols, op_rows) } else { (op_rows, op_cols) };
     span_bytes(rows, cols, ld, batch, stride, element_bytes(data_type)?)
 }
@@ -31,16 +39,31 @@ fn handle_stream(handle: CublasHandle) -> Option<Stream> {
 /// column tile (width `n`), B by every row tile (width `m`).
 #[allow(clippy::too_many_arguments)]
 fn gemm_operands(
-    transa: c_int, transb: c_int, m: i64, n: i64, k: i64,
-    a: *const c_void, a_type: c_int, lda: i64, stride_a: i64,
-    b: *const c_void, b_type: c_int, ldb: i64, stride_b: i64, batch: i64,
+    transa: c_int,
+    transb: c_int,
+    m: i64,
+    n: i64,
+    k: i64,
+    a: *const c_void,
+    a_type: c_int,
+    lda: i64,
+    stride_a: i64,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: i64,
+    stride_b: i64,
+    batch: i64,
 ) -> [Option<Operand>; 2] {
     let a_span = stored_span(transa != CUBLAS_OP_N, m, k, lda, batch, stride_a, a_type);
     let b_span = stored_span(transb != CUBLAS_OP_N, k, n, ldb, batch, stride_b, b_type);
     [Operand::new(a, a_span, n), Operand::new(b, b_span, m)]
 }
 
-fn with_stream(handle: CublasHandle, operands: [Option<Operand>; 2], product: impl FnOnce([Option<CuDevicePtr>; 2]) -> CublasStatus) -> CublasStatus {
+fn with_stream(
+    handle: CublasHandle,
+    operands: [Option<Operand>; 2],
+    product: impl FnOnce([Option<CuDevicePtr>; 2]) -> CublasStatus,
+) -> CublasStatus {
     match handle_stream(handle) {
         Some(stream) => run_staged(stream, operands, product),
         None => {
@@ -82,16 +105,68 @@ pub unsafe fn lt_create(real: pfn::cublasLtCreate, handle: *mut CublasHandle) ->
 /// The caller's arguments, passed on to the real function.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_ex(
-    real: pfn::cublasGemmEx, handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-    alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, b: *const c_void, b_type: c_int, ldb: c_int,
-    beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, compute_type: c_int, algo: c_int,
+    real: pfn::cublasGemmEx,
+    handle: CublasHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_type: c_int,
+    lda: c_int,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: *mut c_void,
+    c_type: c_int,
+    ldc: c_int,
+    compute_type: c_int,
+    algo: c_int,
 ) -> CublasStatus {
-    let operands = gemm_operands(transa, transb, m.into(), n.into(), k.into(), a, a_type, lda.into(), 0, b, b_type, ldb.into(), 0, 1);
+    let operands = gemm_operands(
+        transa,
+        transb,
+        m.into(),
+        n.into(),
+        k.into(),
+        a,
+        a_type,
+        lda.into(),
+        0,
+        b,
+        b_type,
+        ldb.into(),
+        0,
+        1,
+    );
     with_stream(handle, operands, |[staged_a, staged_b]| {
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream.
         unsafe {
-            real(handle, transa, transb, m, n, k, alpha, read_from(staged_a, a), a_type, lda, read_from(staged_b, b), b_type, ldb, beta, c, c_type, ldc, compute_type, algo)
+            real(
+                handle,
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                alpha,
+                read_from(staged_a, a),
+                a_type,
+                lda,
+                read_from(staged_b, b),
+                b_type,
+                ldb,
+                beta,
+                c,
+                c_type,
+                ldc,
+                compute_type,
+                algo,
+            )
         }
     })
 }
@@ -102,15 +177,60 @@ pub unsafe fn gemm_ex(
 /// The caller's arguments, passed on to the real function.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn sgemm(
-    real: pfn::cublasSgemm_v2, handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-    alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int, beta: *const f32, c: *mut f32, ldc: c_int,
+    real: pfn::cublasSgemm_v2,
+    handle: CublasHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: *const f32,
+    lda: c_int,
+    b: *const f32,
+    ldb: c_int,
+    beta: *const f32,
+    c: *mut f32,
+    ldc: c_int,
 ) -> CublasStatus {
     const CUDA_R_32F: c_int = 0;
-    let operands = gemm_operands(transa, transb, m.into(), n.into(), k.into(), a.cast(), CUDA_R_32F, lda.into(), 0, b.cast(), CUDA_R_32F, ldb.into(), 0, 1);
+    let operands = gemm_operands(
+        transa,
+        transb,
+        m.into(),
+        n.into(),
+        k.into(),
+        a.cast(),
+        CUDA_R_32F,
+        lda.into(),
+        0,
+        b.cast(),
+        CUDA_R_32F,
+        ldb.into(),
+        0,
+        1,
+    );
     with_stream(handle, operands, |[staged_a, staged_b]| {
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream.
-        unsafe { real(handle, transa, transb, m, n, k, alpha, read_from(staged_a, a), lda, read_from(staged_b, b), ldb, beta, c, ldc) }
+        unsafe {
+            real(
+                handle,
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                alpha,
+                read_from(staged_a, a),
+                lda,
+                read_from(staged_b, b),
+                ldb,
+                beta,
+                c,
+                ldc,
+            )
+        }
     })
 }
 
@@ -120,19 +240,76 @@ pub unsafe fn sgemm(
 /// The caller's arguments, passed on to the real function.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_strided_batched_ex(
-    real: pfn::cublasGemmStridedBatchedEx, handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-    alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, stride_a: i64, b: *const c_void, b_type: c_int, ldb: c_int,
-    stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, stride_c: i64, batch: c_int, compute_type: c_int,
+    real: pfn::cublasGemmStridedBatchedEx,
+    handle: CublasHandle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_type: c_int,
+    lda: c_int,
+    stride_a: i64,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: c_int,
+    stride_b: i64,
+    beta: *const c_void,
+    c: *mut c_void,
+    c_type: c_int,
+    ldc: c_int,
+    stride_c: i64,
+    batch: c_int,
+    compute_type: c_int,
     algo: c_int,
 ) -> CublasStatus {
-    let operands =
-        gemm_operands(transa, transb, m.into(), n.into(), k.into(), a, a_type, lda.into(), stride_a, b, b_type, ldb.into(), stride_b, batch.into());
+    let operands = gemm_operands(
+        transa,
+        transb,
+        m.into(),
+        n.into(),
+        k.into(),
+        a,
+        a_type,
+        lda.into(),
+        stride_a,
+        b,
+        b_type,
+        ldb.into(),
+        stride_b,
+        batch.into(),
+    );
     with_stream(handle, operands, |[staged_a, staged_b]| {
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream.
         unsafe {
-            real(handle, transa, transb, m, n, k, alpha, read_from(staged_a, a), a_type, lda, stride_a, read_from(staged_b, b), b_type, ldb,
-                stride_b, beta, c, c_type, ldc, stride_c, batch, compute_type, algo)
+            real(
+                handle,
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                alpha,
+                read_from(staged_a, a),
+                a_type,
+                lda,
+                stride_a,
+                read_from(staged_b, b),
+                b_type,
+                ldb,
+                stride_b,
+                beta,
+                c,
+                c_type,
+                ldc,
+                stride_c,
+                batch,
+                compute_type,
+                algo,
+            )
         }
     })
 }
@@ -194,16 +371,46 @@ fn lt_layout(layout: *mut c_void) -> Option<LtLayout> {
 /// The caller's arguments, passed on to the real function.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn lt_matmul(
-    real: pfn::cublasLtMatmul, handle: CublasHandle, desc: *mut c_void, alpha: *const c_void, a: *const c_void,
-    a_desc: *mut c_void, b: *const c_void, b_desc: *mut c_void, beta: *const c_void, c: *const c_void, c_desc: *mut c_void,
-    d: *mut c_void, d_desc: *mut c_void, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: Stream,
+    real: pfn::cublasLtMatmul,
+    handle: CublasHandle,
+    desc: *mut c_void,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_desc: *mut c_void,
+    b: *const c_void,
+    b_desc: *mut c_void,
+    beta: *const c_void,
+    c: *const c_void,
+    c_desc: *mut c_void,
+    d: *mut c_void,
+    d_desc: *mut c_void,
+    algo: *const c_void,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    stream: Stream,
 ) -> CublasStatus {
     let call_real = |[staged_a, staged_b]: [Option<CuDevicePtr>; 2]| {
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream.
         unsafe {
-            real(handle, desc, alpha, read_from(staged_a, a), a_desc, read_from(staged_b, b), b_desc, beta, c, c_desc, d, d_desc, algo,
-                workspace, workspace_size, stream)
+            real(
+                handle,
+                desc,
+                alpha,
+                read_from(staged_a, a),
+                a_desc,
+                read_from(staged_b, b),
+                b_desc,
+                beta,
+                c,
+                c_desc,
+                d,
+                d_desc,
+                algo,
+                workspace,
+                workspace_size,
+                stream,
+            )
         }
     };
     let Some(output) = lt_layout(d_desc) else {
@@ -231,7 +438,22 @@ mod tests {
 
     #[test]
     fn each_operand_is_rated_by_the_width_that_rereads_it() {
-        let [a, b] = gemm_operands(1, 0, 4096, 512, 1024, 0x1000 as *const c_void, 14, 1024, 0, 0x9000 as *const c_void, 14, 1024, 0, 1);
+        let [a, b] = gemm_operands(
+            1,
+            0,
+            4096,
+            512,
+            1024,
+            0x1000 as *const c_void,
+            14,
+            1024,
+            0,
+            0x9000 as *const c_void,
+            14,
+            1024,
+            0,
+            1,
+        );
         let (a, b) = (a.unwrap(), b.unwrap());
         assert_eq!((a.width, a.bytes), (512, 4096 * 1024 * 2));
         assert_eq!((b.width, b.bytes), (4096, 512 * 1024 * 2));

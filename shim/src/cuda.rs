@@ -47,9 +47,8 @@ pub fn with_context<T>(context: Context, work: impl FnOnce() -> T) -> T {
     if context.is_null() || current_context() == Some(context) {
         return work();
     }
-    let pushed =
-        driver_call!(cuCtxPushCurrent_v2(context), "takes a context handle by value; a stale one is refused")
-            == CuResult::SUCCESS;
+    let pushed = driver_call!(cuCtxPushCurrent_v2(context), "takes a context handle by value; a stale one is refused")
+        == CuResult::SUCCESS;
     let result = work();
     if pushed {
         let mut popped = Context::NULL;

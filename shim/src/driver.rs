@@ -54,7 +54,12 @@ pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CuDevicePtr, size: 
 
 /// # Safety
 /// The program's arguments, as cuMemAllocAsync takes them.
-pub unsafe fn mem_alloc_async(real: pfn::cuMemAllocAsync, dptr: *mut CuDevicePtr, size: usize, stream: Stream) -> CuResult {
+pub unsafe fn mem_alloc_async(
+    real: pfn::cuMemAllocAsync,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: Stream,
+) -> CuResult {
     // SAFETY: as in `mem_alloc`. T2 memory is usable at once, so stream order holds.
     unsafe { allocate(dptr, size, || real(dptr, size, stream)) }
 }

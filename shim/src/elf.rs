@@ -137,7 +137,9 @@ fn file_needed(path: &CStr, is_interesting: &impl Fn(&[u8]) -> bool) -> Option<b
     let strtab_address = strtab_address?;
     let strtab_offset = (0..phnum)
         .filter_map(segment)
-        .find(|(kind, _, address, size)| *kind == PT_LOAD && (*address..address.saturating_add(*size)).contains(&strtab_address))
+        .find(|(kind, _, address, size)| {
+            *kind == PT_LOAD && (*address..address.saturating_add(*size)).contains(&strtab_address)
+        })
         .and_then(|(_, offset, address, _)| (strtab_address - address).checked_add(offset))?;
     let mut name = [0u8; 256];
     for index in needed.get(..needed_count)? {

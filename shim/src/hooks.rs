@@ -184,7 +184,6 @@ pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c
     unsafe { (decision.real)(filename, decision.flags as c_int) }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,7 +95,10 @@ impl KmodBackend {
                     handle_type
                 );
             } else {
-                info!("cuImportExternalMemory refused a DMA-BUF as handle type {} (CUDA error {})", handle_type, status.0);
+                info!(
+                    "cuImportExternalMemory refused a DMA-BUF as handle type {} (CUDA error {})",
+                    handle_type, status.0
+                );
                 // SAFETY: the driver did not take the fd.
                 unsafe { libc::close(duplicate) };
             }
@@ -116,15 +119,16 @@ impl Backend for KmodBackend {
     }
 
     fn alloc(&self, len: usize, numa_node: Option<c_int>) -> Result<HostBuffer, BackendError> {
-        let mut request = abi::GbAlloc {
-            size: len as u64,
-            numa_node: numa_node.unwrap_or(-1),
-            ..abi::GbAlloc::default()
-        };
+        let mut request =
+            abi::GbAlloc { size: len as u64, numa_node: numa_node.unwrap_or(-1), ..abi::GbAlloc::default() };
         // SAFETY: GB_IOC_ALLOC reads and writes a GbAlloc.
         if unsafe { libc::ioctl(self.fd, abi::GB_IOC_ALLOC as _, &mut request as *mut abi::GbAlloc) } != 0 {
             let error = errno();
-            return Err(if error == libc::ENOMEM { BackendError::OutOfMemory(error) } else { BackendError::Failed(error) });
+            return Err(if error == libc::ENOMEM {
+                BackendError::OutOfMemory(error)
+            } else {
+                BackendError::Failed(error)
+            });
         }
         let mapped_len = usize::try_from(request.alloc_size).unwrap_or(len).max(len);
         self.try_import_once(request.fd, mapped_len);
@@ -137,7 +141,11 @@ impl Backend for KmodBackend {
         // SAFETY: the fd the module returned to us.
         unsafe { libc::close(request.fd) };
         if address == libc::MAP_FAILED {
-            return Err(if error == libc::ENOMEM { BackendError::OutOfMemory(error) } else { BackendError::Failed(error) });
+            return Err(if error == libc::ENOMEM {
+                BackendError::OutOfMemory(error)
+            } else {
+                BackendError::Failed(error)
+            });
         }
         Ok(HostBuffer { address: address as usize, len: mapped_len, id: request.buffer_id })
     }
@@ -149,7 +157,11 @@ impl Backend for KmodBackend {
 
     fn default_cap(&self) -> u64 {
         // The module resolves its cap at load; 0 would mean it reported none.
-        if self.info.pool_cap != 0 { self.info.pool_cap } else { UserspaceBackend.default_cap() }
+        if self.info.pool_cap != 0 {
+            self.info.pool_cap
+        } else {
+            UserspaceBackend.default_cap()
+        }
     }
 
     fn report_t1(&self, vram_used: u64, vram_budget: u64, now: bool) {
@@ -188,4 +200,3 @@ fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
     (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
 }
-

@@ -36,10 +36,7 @@ impl Write for LineBuffer {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let room = self.bytes.len() - 1 - self.len;
         let take = s.len().min(room);
-        if let (Some(dst), Some(src)) = (
-            self.bytes.get_mut(self.len..self.len + take),
-            s.as_bytes().get(..take),
-        ) {
+        if let (Some(dst), Some(src)) = (self.bytes.get_mut(self.len..self.len + take), s.as_bytes().get(..take)) {
             dst.copy_from_slice(src);
             self.len += take;
         }

@@ -120,10 +120,7 @@ impl Config {
         let free = total.saturating_sub(used).min(real_free).saturating_sub(self.headroom(ordinal, real_total));
         match self.report {
             ReportMode::Physical => (free, total),
-            ReportMode::Combined => (
-                free.saturating_add(t2_cap.saturating_sub(t2_used)),
-                total.saturating_add(t2_cap),
-            ),
+            ReportMode::Combined => (free.saturating_add(t2_cap.saturating_sub(t2_used)), total.saturating_add(t2_cap)),
         }
     }
 }
@@ -158,13 +155,19 @@ mod tests {
         let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
         assert_eq!(config.vram_limit(DeviceView::alone(0, 80 * G), false), 7 * G);
         assert_eq!(config.vram_limit(DeviceView::alone(0, 80 * G), true), 8 * G);
-        let reserve_over_budget = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
+        let reserve_over_budget =
+            Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
         assert_eq!(reserve_over_budget.vram_limit(DeviceView::alone(0, 80 * G), false), 0);
     }
 
     #[test]
     fn placement_follows_budget_reserve_and_minimum() {
-        let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), min_t2_size: 2 * M, ..Config::default() };
+        let config = Config {
+            vram_budget: PerDevice::every(8 * G),
+            vram_reserve: Some(G),
+            min_t2_size: 2 * M,
+            ..Config::default()
+        };
         let physical = 80 * G;
         assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), false), Placement::Vram);
         assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), false), Placement::Host);
@@ -214,7 +217,8 @@ mod tests {
 
     #[test]
     fn budget_shrinks_the_reported_device() {
-        let config = Config { vram_budget: PerDevice::every(8 * G), vram_headroom: PerDevice::every(0), ..Config::default() };
+        let config =
+            Config { vram_budget: PerDevice::every(8 * G), vram_headroom: PerDevice::every(0), ..Config::default() };
         // 80 GiB card with 10 GiB used: 8 GiB total, nothing... used 10 > 8 -> 0 free.
         assert_eq!(config.report(0, 70 * G, 80 * G, 0, 0), (0, 8 * G));
         // 2 GiB used: 6 GiB free.

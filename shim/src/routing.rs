@@ -90,7 +90,10 @@ fn route_dlopen_flags(filename: *const c_char, flags: c_int) -> c_int {
     if !is_cuda_library(name) && !crate::elf::needs(path, is_cuda_library) {
         return flags;
     }
-    info!("dlopen {}: RTLD_DEEPBIND dropped so that the shim still sees CUDA calls", std::str::from_utf8(name).unwrap_or("?"));
+    info!(
+        "dlopen {}: RTLD_DEEPBIND dropped so that the shim still sees CUDA calls",
+        std::str::from_utf8(name).unwrap_or("?")
+    );
     flags & !libc::RTLD_DEEPBIND
 }
 
@@ -114,7 +117,13 @@ struct DriverRoute {
     alternative_is_per_thread: bool,
 }
 
-const fn route(name: &'static [u8], since: c_int, default: Function, alternative: Option<Function>, per_thread: bool) -> DriverRoute {
+const fn route(
+    name: &'static [u8],
+    since: c_int,
+    default: Function,
+    alternative: Option<Function>,
+    per_thread: bool,
+) -> DriverRoute {
     DriverRoute { name, since, default, alternative, alternative_is_per_thread: per_thread }
 }
 
@@ -127,7 +136,13 @@ const DRIVER_ROUTES: [DriverRoute; 11] = [
     route(b"cuDeviceTotalMem", 3020, Function::cuDeviceTotalMem_v2, None, false),
     route(b"cuMemAllocAsync", 11020, Function::cuMemAllocAsync, Some(Function::cuMemAllocAsync_ptsz), true),
     route(b"cuMemFreeAsync", 11020, Function::cuMemFreeAsync, Some(Function::cuMemFreeAsync_ptsz), true),
-    route(b"cuMemAllocFromPoolAsync", 11020, Function::cuMemAllocFromPoolAsync, Some(Function::cuMemAllocFromPoolAsync_ptsz), true),
+    route(
+        b"cuMemAllocFromPoolAsync",
+        11020,
+        Function::cuMemAllocFromPoolAsync,
+        Some(Function::cuMemAllocFromPoolAsync_ptsz),
+        true,
+    ),
     route(b"cuMemCreate", 10020, Function::cuMemCreate, None, false),
     route(b"cuMemRelease", 10020, Function::cuMemRelease, None, false),
     route(b"cuGetProcAddress", 12000, Function::cuGetProcAddress_v2, Some(Function::cuGetProcAddress), false),
@@ -209,7 +224,17 @@ pub unsafe fn get_proc_address(
 ) -> CuResult {
     // SAFETY: the real lookup with the program's own arguments; its answer is routed
     // only if the driver accepted them.
-    unsafe { route_driver_lookup(hooks, real(symbol, pfn, cuda_version, flags), CuResult::SUCCESS, symbol, pfn, cuda_version, flags) }
+    unsafe {
+        route_driver_lookup(
+            hooks,
+            real(symbol, pfn, cuda_version, flags),
+            CuResult::SUCCESS,
+            symbol,
+            pfn,
+            cuda_version,
+            flags,
+        )
+    }
 }
 
 /// # Safety
@@ -224,7 +249,17 @@ pub unsafe fn get_proc_address_v2(
     status: *mut CuDriverProcAddressQueryResult,
 ) -> CuResult {
     // SAFETY: the real lookup with the program's own arguments; routed only on success.
-    unsafe { route_driver_lookup(hooks, real(symbol, pfn, cuda_version, flags, status), CuResult::SUCCESS, symbol, pfn, cuda_version, flags) }
+    unsafe {
+        route_driver_lookup(
+            hooks,
+            real(symbol, pfn, cuda_version, flags, status),
+            CuResult::SUCCESS,
+            symbol,
+            pfn,
+            cuda_version,
+            flags,
+        )
+    }
 }
 
 /// The runtime resolves with its own CUDA version, which the shim does not know: the
@@ -241,7 +276,17 @@ pub unsafe fn get_driver_entry_point(
     status: *mut CudaDriverEntryPointQueryResult,
 ) -> CudaError {
     // SAFETY: the real lookup with the program's own arguments; routed only on success.
-    unsafe { route_driver_lookup(hooks, real(symbol, func, flags, status), CudaError::SUCCESS, symbol, func, c_int::MAX, flags) }
+    unsafe {
+        route_driver_lookup(
+            hooks,
+            real(symbol, func, flags, status),
+            CudaError::SUCCESS,
+            symbol,
+            func,
+            c_int::MAX,
+            flags,
+        )
+    }
 }
 
 /// # Safety
@@ -257,7 +302,17 @@ pub unsafe fn get_driver_entry_point_by_version(
 ) -> CudaError {
     let version = c_int::try_from(cuda_version).unwrap_or(c_int::MAX);
     // SAFETY: the real lookup with the program's own arguments; routed only on success.
-    unsafe { route_driver_lookup(hooks, real(symbol, func, cuda_version, flags, status), CudaError::SUCCESS, symbol, func, version, flags) }
+    unsafe {
+        route_driver_lookup(
+            hooks,
+            real(symbol, func, cuda_version, flags, status),
+            CudaError::SUCCESS,
+            symbol,
+            func,
+            version,
+            flags,
+        )
+    }
 }
 
 #[cfg(test)]

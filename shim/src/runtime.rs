@@ -30,7 +30,10 @@ fn clear_last_error(failed_with: CudaError) {
     };
     // SAFETY: cudaGetLastError takes no arguments and only reads thread state.
     let pending = unsafe { get_last_error() };
-    debug!("runtime error {} cleared after the T2 retry of an allocation that failed with {}", pending.0, failed_with.0);
+    debug!(
+        "runtime error {} cleared after the T2 retry of an allocation that failed with {}",
+        pending.0, failed_with.0
+    );
 }
 
 /// Makes the runtime's context current on this thread, as any runtime allocation would
@@ -126,7 +129,12 @@ pub unsafe fn malloc(real: pfn::cudaMalloc, dev_ptr: *mut *mut c_void, size: usi
 
 /// # Safety
 /// The program's arguments, as cudaMallocAsync takes them.
-pub unsafe fn malloc_async(real: pfn::cudaMallocAsync, dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> CudaError {
+pub unsafe fn malloc_async(
+    real: pfn::cudaMallocAsync,
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+) -> CudaError {
     // SAFETY: as in `malloc`; T2 memory is usable at once, so stream order holds.
     unsafe { allocate(dev_ptr, size, || real(dev_ptr, size, stream), |other| real(other, IMPOSSIBLE_SIZE, stream)) }
 }
@@ -148,7 +156,13 @@ pub unsafe fn malloc_async_ptsz(
 pub unsafe fn free(real: pfn::cudaFree, dev_ptr: *mut c_void) -> CudaError {
     let success = CudaError::SUCCESS;
     // SAFETY: the real cudaFree with the program's own pointer.
-    allocate::free_with(dev_ptr as CuDevicePtr, success, CudaError::INVALID_VALUE, || unsafe { real(dev_ptr) }, release::now)
+    allocate::free_with(
+        dev_ptr as CuDevicePtr,
+        success,
+        CudaError::INVALID_VALUE,
+        || unsafe { real(dev_ptr) },
+        release::now,
+    )
 }
 
 /// # Safety

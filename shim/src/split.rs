@@ -85,14 +85,14 @@ pub fn create(
     let on_host = on_device.on_host_numa(node);
     // The larger of the two minimum granularities (powers of two, so a multiple of both),
     // never below MIN_ALIGNMENT.
-    let granularity = match cuda::granularity(&[&on_device, &on_host], MIN_ALIGNMENT).at("cuMemGetAllocationGranularity")
-    {
-        Ok(granularity) => granularity,
-        Err(failure) => {
-            report_fallback(size, &failure);
-            return None;
-        }
-    };
+    let granularity =
+        match cuda::granularity(&[&on_device, &on_host], MIN_ALIGNMENT).at("cuMemGetAllocationGranularity") {
+            Ok(granularity) => granularity,
+            Err(failure) => {
+                report_fallback(size, &failure);
+                return None;
+            }
+        };
     let total = size.checked_next_multiple_of(granularity)?;
     // The head leaves at least one granule to the tail: an allocation that fits whole
     // would have gone to VRAM.

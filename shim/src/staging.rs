@@ -126,7 +126,6 @@ fn refuse_once(why: std::fmt::Arguments<'_>) {
     }
 }
 
-
 /// Runs `product` for `operands`, staging those that need it. `product` receives the
 /// address each operand is to be read from.
 pub fn run_staged(

@@ -6,7 +6,6 @@ use std::ffi::{c_int, c_void};
 
 use greenboost_abi as abi;
 
-
 /// A host mapping backing one T2 allocation.
 #[derive(Debug)]
 pub struct HostBuffer {

@@ -12,8 +12,8 @@ use greenboost_abi as abi;
 use greenboost_policy::default_host_reserve;
 
 use crate::config;
-use crate::t2_buffer::{errno, Backend, BackendError, HostBuffer};
 use crate::log::Mib;
+use crate::t2_buffer::{errno, Backend, BackendError, HostBuffer};
 
 /// Anonymous memory: 2 MiB-aligned, transparent huge pages requested, populated before
 /// registration so that a shortage shows as an error here, not as a fault later.
@@ -72,11 +72,10 @@ impl Backend for UserspaceBackend {
         let threads = populate_threads(len);
         // Checked again once the pages exist: other processes may have allocated at the
         // same time, and the reserve holds whatever their number.
-        let populated =
-            populate(aligned, len, threads).and_then(|()| match available_ram() {
-                Some(available) if available < reserve => Err(libc::ENOMEM),
-                _ => Ok(()),
-            });
+        let populated = populate(aligned, len, threads).and_then(|()| match available_ram() {
+            Some(available) if available < reserve => Err(libc::ENOMEM),
+            _ => Ok(()),
+        });
         if let Err(error) = populated {
             // SAFETY: our mapping, of `len` bytes; nothing else knows it yet.
             unsafe { libc::munmap(aligned as *mut c_void, len) };
@@ -257,7 +256,9 @@ mod tests {
     #[test]
     fn populate_slices_cover_the_buffer_in_whole_chunks() {
         let chunk = 2 << 20;
-        for (len, threads) in [(1 << 30, 8), (1 << 30, 3), (6 << 20, 8), (2 << 20, 4), ((8 << 20) + 4096, 2), (64 << 20, 1)] {
+        for (len, threads) in
+            [(1 << 30, 8), (1 << 30, 3), (6 << 20, 8), (2 << 20, 4), ((8 << 20) + 4096, 2), (64 << 20, 1)]
+        {
             let slices: Vec<_> = populate_slices(len, threads).collect();
             assert!(slices.len() <= threads, "{len} in {threads}: {slices:?}");
             let mut next = 0;

@@ -54,11 +54,7 @@ fn assert_runs_ok(program: &Path, preload: &str) {
         .output()
         .expect("run test program");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("ok"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success() && stdout.contains("ok"), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
 }
 
 #[test]
@@ -137,7 +133,18 @@ int main(void) {
     )
     .expect("write");
     cc(&["-shared", "-fPIC", "-o", "private/libprivatedep.so", "private/dep.c"], &dir);
-    cc(&["-shared", "-fPIC", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/private", "-o", "libloader.so", "loader.c", "-ldl"], &dir);
+    cc(
+        &[
+            "-shared",
+            "-fPIC",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/private",
+            "-o",
+            "libloader.so",
+            "loader.c",
+            "-ldl",
+        ],
+        &dir,
+    );
     cc(&["-o", "main", "main.c", "-ldl"], &dir);
     assert_runs_ok(&dir.join("main"), &shim().display().to_string());
 }
