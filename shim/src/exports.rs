@@ -44,4 +44,10 @@ mod tests {
         assert!(out.t1_allocs >= 1 && out.t1_peak >= 4096, "{out:?}");
         assert_eq!(out.import_dmabuf_result, -1, "no import attempted in unit tests");
     }
+
+    #[test]
+    fn t2_bytes_export_sees_no_t2_where_the_shim_placed_none() {
+        assert_eq!(greenboost_shim_t2_bytes(0x7f00_0000_0000, 0), 0);
+        assert_eq!(greenboost_shim_t2_bytes(0x7f00_0000_0000, 1 << 20), 0, "no allocation registered there");
+    }
 }

@@ -143,8 +143,8 @@ fn available_ram() -> Option<u64> {
 /// The MemAvailable line of a /proc/meminfo text, in bytes.
 fn mem_available(text: &[u8]) -> Option<u64> {
     let line = text.split(|b| *b == b'\n').find(|line| line.starts_with(b"MemAvailable:"))?;
-    let digits = line.iter().skip_while(|b| !b.is_ascii_digit()).take_while(|b| b.is_ascii_digit());
-    let kib = digits.fold(Some(0u64), |value, digit| value?.checked_mul(10)?.checked_add(u64::from(digit - b'0')))?;
+    let mut digits = line.iter().skip_while(|b| !b.is_ascii_digit()).take_while(|b| b.is_ascii_digit());
+    let kib = digits.try_fold(0u64, |value, digit| value.checked_mul(10)?.checked_add(u64::from(digit - b'0')))?;
     kib.checked_mul(1024)
 }
 
