@@ -146,7 +146,8 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
         // SAFETY: the driver accepted the pointer and filled it.
         let total = unsafe { *bytes } as u64;
         let (_, shown_total) = report::reported(device, total, total);
-        // SAFETY: as above: valid for writing.
+        // SAFETY: `bytes` is non-null and the driver has just written a size through it, so
+        // it points to a writable usize of the program's.
         unsafe { *bytes = shown_total as usize };
     }
     status

@@ -155,7 +155,8 @@ fn loaded_object_named(prefix: &[u8]) -> *mut c_void {
         if name.is_null() {
             return 0;
         }
-        // SAFETY: see above.
+        // SAFETY: `name` is non-null (checked just above) and dl_iterate_phdr's `dlpi_name` is
+        // a NUL-terminated string that stays valid while this callback runs.
         let path = unsafe { CStr::from_ptr(name) }.to_bytes();
         let file = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
         if !file.starts_with(search.prefix) || path.len() >= search.path.len() {
