@@ -9,7 +9,7 @@
 //! anyone else sees them. A watchdog watches available RAM against a safety reserve.
 //!
 //! Files: see the map at the top of kmod/README.md (what each holds, what it may
-//! import; `scripts/check-kmod-layers.py` checks it). This root only declares the
+//! import; `scripts/check-layers.py kmod` checks it). This root only declares the
 //! modules, the `module!` entry and load/unload; the module state is in [`state`].
 //! Locks: see "Lock order" in kmod/README.md, the one place it is written down.
 

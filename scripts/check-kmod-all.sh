@@ -6,7 +6,7 @@
 set -uo pipefail
 here=$(dirname "$0")
 status=0
-for gate in "$here/check-kmod-fmt.sh" "python3 $here/check-kmod-layers.py" \
+for gate in "$here/check-kmod-fmt.sh" "python3 $here/check-layers.py kmod" \
             "python3 $here/check-kmod-glue.py" "python3 $here/check-kmod-safety.py"; do
   out=$($gate 2>&1) || status=1
   # Only failures and the summary, unless asked for everything.
