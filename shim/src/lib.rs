@@ -5,7 +5,7 @@
 //!
 //! The files form layers; each imports only from layers below it. README.md has the
 //! map (one line per file: what it holds, what it may import), and
-//! scripts/check-shim-layers.py checks it against the code.
+//! `scripts/check-layers.py shim` checks it against the code.
 //!
 //! Lock order — the shim's only locks, each taken for a few map operations, none held
 //! across a CUDA or backend call, none held while a lock earlier in the list is taken:
