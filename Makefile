@@ -4,6 +4,7 @@
 #   make cli           the `greenboost` command
 #   make install       sudo: shim, CLI, module, udev/modprobe/limits/DKMS files (DESTDIR ok)
 #   make test          every suite that needs no GPU (what CI runs)
+#   make lint          the static gates (rustfmt, clippy, file maps, kmod/ checks) + shim unit tests
 #   make kmod-test     module suite in QEMU guests (stock Debian kernel + Rust test kernel)
 #   make shim-test     shim suite against fake CUDA libraries
 #   make gpu-test      GPU suite (on a machine with an NVIDIA GPU)
@@ -12,7 +13,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all kmod shim cli test abi-test cli-test shim-test python-example-test kmod-test install-test \
+.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test kmod-test install-test \
 	gpu-test bench install uninstall clean
 PREFIX ?= /usr/local
 
@@ -27,12 +28,19 @@ shim:
 cli:
 	$(CARGO) build --release -p greenboost-cli
 
+# rustfmt, clippy (warnings are errors; SAFETY comments and `# Safety` sections), the
+# file maps of shim/ and kmod/ (scripts/check-layers.py), kmod/'s glue, SAFETY and
+# rustfmt checks, and the shim's unit tests: one count per gate (scripts/lint.sh).
+lint:
+	@CARGO="$(CARGO)" scripts/run-suite.sh lint scripts/lint.sh
+
 abi-test:
 	@scripts/run-suite.sh abi-test $(CARGO) test -p greenboost-abi
 
-# CLI unit tests and `status --json` against a fake sysfs root.
+# CLI and policy unit tests, `status --json` against a fake sysfs root, the READMEs'
+# settings tables against the policy.
 cli-test:
-	@scripts/run-suite.sh cli-test $(CARGO) test -p greenboost-cli
+	@scripts/run-suite.sh cli-test $(CARGO) test -p greenboost-cli -p greenboost-policy
 
 # Python zero-copy example: ABI against abi/greenboost.h, numpy/torch views; the real
 # round trip and the CUDA view run where /dev/greenboost / a GPU exist, else are skipped.

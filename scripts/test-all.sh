@@ -4,8 +4,9 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# install-test after kmod-test: it reuses the stock-kernel headers kmod-test unpacks.
-suites=(abi-test cli-test shim-test python-example-test kmod-test install-test)
+# lint first: the static gates. install-test after kmod-test: it reuses the
+# stock-kernel headers kmod-test unpacks.
+suites=(lint abi-test cli-test shim-test python-example-test kmod-test install-test)
 total_passed=0; total_failed=0; lines=()
 suite_log=$(mktemp); trap 'rm -f "$suite_log"' EXIT
 for suite in "${suites[@]}"; do
