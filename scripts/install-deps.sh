@@ -2,7 +2,8 @@
 # Installs the build and test dependencies (Debian 12). Idempotent; needs root.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-PKGS=(linux-source-6.12 rustc-web rust-web-src clang lld llvm libclang-dev
+# rust-web-clippy: kmod's clippy gate (the clippy of the kernel's rustc; make kmod-test).
+PKGS=(linux-source-6.12 rustc-web rust-web-src rust-web-clippy clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
       make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy dkms patch)
 missing=()
@@ -14,4 +15,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 need_cmd cargo "cargo (rustup)"
+# make lint: rustfmt and clippy of the toolchain on PATH (rustup components).
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1 \
+   || ! rustfmt --version >/dev/null 2>&1; then
+  command -v rustup >/dev/null 2>&1 \
+    || die "cargo fmt / cargo clippy missing and no rustup: install the rustfmt and clippy of your toolchain"
+  log "installing the rustfmt and clippy components (rustup)"
+  rustup component add rustfmt clippy >&2 || die "rustup component add rustfmt clippy failed"
+fi
 ensure_bindgen
