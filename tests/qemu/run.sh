@@ -17,7 +17,9 @@
 # lockdep, INFO:, version/symbol errors, un-rendered %pA), plus one failure when the
 # summary is missing or the guest timed out. Before each boot, tests/qemu/host-gates.sh
 # checks that the build's gates (config, BTF layout, CRCs, rustc, missing packages)
-# refuse planted defects; its counts join the total.
+# refuse planted defects; its counts join the total. On the rust guest's test kernel,
+# scripts/check-kmod-clippy.sh lints the module build (the kernel's clippy lint set, the
+# clippy of the kernel's rustc): one more check, failed on any finding.
 #
 # Environment:
 #   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
@@ -184,6 +186,21 @@ run_host_gates() {
   total_failed=$((total_failed + ${counts#* }))
 }
 
+# run_kmod_clippy KDIR : scripts/check-kmod-clippy.sh against that kernel, one check
+run_kmod_clippy() {
+  local out counts
+  out=$("$GB_ROOT/scripts/check-kmod-clippy.sh" --kdir "$1" 2>&1)
+  counts=$(echo "$out" | sed -n 's/^kmod-clippy: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' | tail -1)
+  echo "--- kmod clippy: $(echo "$out" | tail -1)"
+  if [ -z "$counts" ]; then
+    echo "$out" | tail -20 | sed 's/^/    /'
+    echo "    FAIL kmod clippy did not finish"; total_failed=$((total_failed + 1)); return
+  fi
+  [ "${counts#* }" = 0 ] || echo "$out" | sed '$d' | head -50 | sed 's/^/    /'
+  total_passed=$((total_passed + ${counts% *}))
+  total_failed=$((total_failed + ${counts#* }))
+}
+
 total_passed=0 total_failed=0
 if ! build_guest_program; then
   echo "    FAIL: the guest test program (tests/qemu/guest) did not build; no guest can run"
@@ -226,6 +243,7 @@ for guest in $guests; do
         echo "    FAIL rust: module build failed"; total_failed=$((total_failed + 1)); continue
       fi
       run_host_gates rust "$kdir"
+      run_kmod_clippy "$kdir"
       make_initramfs rust "$(cat "$kdir/include/config/kernel.release")" "$work/rust.cpio.gz" \
         "$gb_ko" "$importer_ko" "" ordinary
       boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz"
