@@ -67,6 +67,13 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// Whether some setting differs between devices (then reports need the device).
+    pub fn varies_by_device(&self) -> bool {
+        self.vram_budget.iter().next().is_some() || self.vram_headroom.iter().next().is_some()
+    }
+}
+
 fn level(log: LogLevel) -> Level {
     match log {
         LogLevel::Warn => Level::Warn,
@@ -164,9 +171,13 @@ pub fn load(complain: impl FnMut(&str, &[u8], &str)) -> Config {
     *CONFIG.get_or_init(|| from_lookup(env::getenv, complain))
 }
 
-/// The configuration: what `load` parsed, or the defaults before it ran.
-pub fn get() -> Config {
-    CONFIG.get().copied().unwrap_or_default()
+/// The defaults, for calls before `load` ran (a hook reached before the constructor).
+static DEFAULTS: OnceLock<Config> = OnceLock::new();
+
+/// The configuration: what `load` parsed, or the defaults before it ran. A reference:
+/// the hot paths (every memory query) read a field or two of it.
+pub fn get() -> &'static Config {
+    CONFIG.get().unwrap_or_else(|| DEFAULTS.get_or_init(Config::default))
 }
 
 #[cfg(test)]

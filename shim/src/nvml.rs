@@ -2,6 +2,7 @@
 
 use std::ffi::{c_int, c_uint};
 
+use crate::config;
 use crate::ffi::*;
 use crate::real::{self, pfn};
 use crate::report;
@@ -10,6 +11,9 @@ use crate::report;
 /// counts every GPU in PCI order; CUDA ordinals agree with CUDA_DEVICE_ORDER=PCI_BUS_ID
 /// and no CUDA_VISIBLE_DEVICES remapping). 0 when NVML cannot tell.
 fn ordinal(device: NvmlDevice) -> CuDevice {
+    if !config::get().varies_by_device() {
+        return 0;
+    }
     let Some(get_index) = real::nvmlDeviceGetIndex() else { return 0 };
     let mut index: c_uint = 0;
     // SAFETY: the program's device handle (NVML validates it) and a valid local.

@@ -30,7 +30,8 @@ pub unsafe fn rewrite_mem_info(free: *mut usize, total: *mut usize) {
     // SAFETY: both are valid for reads and writes (the contract), and the real call
     // filled them.
     unsafe {
-        let device = cuda::current_device().unwrap_or(0);
+        // The current device matters only when a setting differs between devices.
+        let device = if config::get().varies_by_device() { cuda::current_device().unwrap_or(0) } else { 0 };
         let (shown_free, shown_total) = reported(device, *free as u64, *total as u64);
         *free = shown_free as usize;
         *total = shown_total as usize;

@@ -1,8 +1,9 @@
 //! cuMemCreate placement: device memory that does not fit (or that the driver refuses
 //! for lack of VRAM) is made on the GPU's host NUMA node instead
 //! (CU_MEM_LOCATION_TYPE_HOST_NUMA); the caller's cuMemMap/cuMemSetAccess work on it
-//! unchanged. Without host-NUMA support the device allocation is made as asked. The
-//! records of VMM handles keep their charges until cuMemRelease.
+//! unchanged. Without host-NUMA support the device allocation is made as asked, and
+//! memory asked for with a shareable handle type is never moved. The records of VMM
+//! handles keep their charges until cuMemRelease.
 //!
 //! Lock: `VMM` comes after the registry's in the lock order (lib.rs); no CUDA call runs
 //! under it.
@@ -48,6 +49,18 @@ pub fn create(
     real: impl Fn(&CuMemAllocationProp) -> Result<CuMemGenericAllocationHandle, CuResult>,
 ) -> CuResult {
     let device = requested.location.id;
+    if requested.requested_handle_types != 0 {
+        // Memory the program will share (an IPC handle type: NCCL's buffers, CUDA IPC)
+        // stays device memory as asked: its peers map it as device memory, and host NUMA
+        // memory would change what they import. The driver's own answer stands.
+        return match real(&requested) {
+            Ok(handle) => {
+                insert(handle, VmmCharge::Device(budget::reserve_unchecked(size, device).commit()));
+                CuResult::SUCCESS
+            }
+            Err(status) => status,
+        };
+    }
     let mut after_oom = false;
     if let Some(reservation) = budget::reserve_vram(size, device) {
         match real(&requested) {

@@ -249,6 +249,8 @@ t_entrypoints_fw() { shim entrypoints-fw $SHIMENV "$BIN/gbtest-fw" entrypoints; 
 
 t_vmm() { shim vmm $SHIMENV "$BIN/gbdriver" vmm; }
 t_vmm_rdma() { shim vmm-rdma $SHIMENV "$BIN/gbdriver" vmm rdma; }
+# NCCL-style buffers (a shareable handle type) stay on the device under a budget.
+t_vmm_shareable() { shim vmm-shareable $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 4 )) "$BIN/gbdriver" vmm-shareable; }
 t_expandable_rt13() { shim expandable-rt13 $SHIMENV "$BIN/gbtest-rt13" expandable; }
 t_control_expandable_fails() {
     run_fails control-expandable-fails "cuMemCreate (entry point)" "$BIN/gbtest-rt13" expandable
@@ -579,7 +581,7 @@ control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve alloc4x_deepbind alloc4x_mlock
-async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma expandable_rt13
+async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma vmm_shareable expandable_rt13
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache

@@ -103,6 +103,40 @@ static int test_vmm(int argc, char **argv)
     return 0;
 }
 
+/* ---- NCCL's buffers: cuMemCreate with a shareable handle type stays device memory ---- */
+static int test_vmm_shareable(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                 .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+                                 .requestedHandleTypes = 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */ };
+    size_t gran;
+    OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    size_t chunk = 16 * gran, made = 0;
+    CUmemGenericAllocationHandle h[256];
+    int nh = 0;
+    CUresult rc = CUDA_SUCCESS;
+    while (nh < 256) {
+        rc = cuMemCreate(&h[nh], chunk, &prop, 0);
+        if (rc != CUDA_SUCCESS)
+            break;
+        made += chunk;
+        nh++;
+    }
+    printf("%d shareable chunks (%zu MiB) before cuMemCreate answered %d; VRAM used %zu MiB of %zu\n", nh,
+           made >> 20, rc, fakegpu_vram_used() >> 20, vram >> 20);
+    /* Never moved to host NUMA (that would break their export): the device fills, and
+     * the driver's own out-of-memory is the answer, as without the shim. */
+    CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate of a shareable chunk past VRAM -> %d, want %d\n", rc,
+          CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(made == fakegpu_vram_used() && made + chunk > vram, "%zu MiB made, %zu MiB of VRAM used: not all on the device\n",
+          made >> 20, fakegpu_vram_used() >> 20);
+    for (int i = 0; i < nh; i++)
+        OK(cuMemRelease(h[i]));
+    CHECK(fakegpu_vram_used() == 0, "VRAM used %zu after release\n", fakegpu_vram_used());
+    return 0;
+}
+
 /* ---- cuGetProcAddress in both forms returns the hooked functions ---- */
 static int test_gpa(int argc, char **argv)
 {
@@ -335,7 +369,7 @@ static int test_detectors(int argc, char **argv)
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
-        { "vmm", test_vmm }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
+        { "vmm", test_vmm }, { "vmm-shareable", test_vmm_shareable }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
         { "hostreg", test_hostreg }, { "detectors", test_detectors },
         { "driver-split", test_driver_split },
     };
