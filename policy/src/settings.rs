@@ -43,6 +43,18 @@ pub const fn default_vram_reserve(budget: u64) -> u64 {
     }
 }
 
+/// The headroom when GREENBOOST_VRAM_HEADROOM is not set, on a GPU of `device` bytes:
+/// `DEFAULT_VRAM_HEADROOM`, at most an eighth of the GPU (a small card keeps most of its
+/// memory for the program).
+pub const fn default_vram_headroom(device: u64) -> u64 {
+    let eighth = device / 8;
+    if eighth < DEFAULT_VRAM_HEADROOM {
+        eighth
+    } else {
+        DEFAULT_VRAM_HEADROOM
+    }
+}
+
 /// The host reserve when GREENBOOST_HOST_RESERVE is not set, for `ram` bytes of system
 /// RAM: 1/32 of it, from `HOST_RESERVE_MIN` to `HOST_RESERVE_MAX`, as the module's
 /// `reserve_mb` default.
@@ -168,7 +180,7 @@ const TABLE: [Setting; 15] = [
         "GREENBOOST_VRAM_HEADROOM",
         Some("vram-headroom"),
         Kind::PerDeviceSize,
-        "1G",
+        "1G, at most 1/8 of the GPU",
         "VRAM kept free on the GPU for what the shim does not see (other processes, the driver's lazy module loads, library handles and workspaces): one size, or 0:2G,1:1G by device ordinal",
     ),
     row(
@@ -283,7 +295,7 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{parse_count, parse_size, parse_switch, PerDevice, SizeOrOff};
+    use crate::{parse_count, parse_size, parse_switch, SizeOrOff};
 
     #[test]
     fn names_and_flags_are_unique_and_spelled_alike() {
@@ -318,7 +330,14 @@ mod tests {
     #[test]
     fn defaults_shown_are_the_defaults_used() {
         let size = |id: Id| parse_size(id.setting().default.as_bytes());
-        assert_eq!(size(Id::VramHeadroom), Some(DEFAULT_VRAM_HEADROOM));
+        let headroom = Id::VramHeadroom.setting().default;
+        assert_eq!(
+            headroom.split(',').next().and_then(|first| parse_size(first.as_bytes())),
+            Some(DEFAULT_VRAM_HEADROOM)
+        );
+        assert!(headroom.ends_with("at most 1/8 of the GPU"), "{headroom}");
+        assert_eq!(default_vram_headroom(8 << 30), 1 << 30);
+        assert_eq!(default_vram_headroom(128 << 20), 16 << 20);
         assert_eq!(size(Id::MinT2Size), Some(DEFAULT_MIN_T2_SIZE));
         assert_eq!(size(Id::T2Cache), Some(DEFAULT_T2_CACHE));
         assert_eq!(size(Id::StageMax), Some(DEFAULT_STAGE_MAX));
@@ -326,10 +345,7 @@ mod tests {
             SizeOrOff::parse(Id::SplitMin.setting().default.as_bytes()),
             Some(SizeOrOff::Size(DEFAULT_SPLIT_MIN))
         );
-        assert_eq!(
-            PerDevice::parse(Id::VramHeadroom.setting().default.as_bytes()).unwrap().get(0),
-            Some(DEFAULT_VRAM_HEADROOM)
-        );
+
         assert_eq!(parse_switch(Id::Staging.setting().default.as_bytes()), Some(DEFAULT_STAGING));
         assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
         assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));

@@ -8,7 +8,7 @@
 //! lazy loading of kernel modules, library handles and workspaces. An allocation that
 //! would pass either goes to T2 (or is split).
 
-use greenboost_policy::{default_vram_reserve, DEFAULT_VRAM_HEADROOM};
+use greenboost_policy::{default_vram_headroom, default_vram_reserve};
 
 use crate::config::{Config, ReportMode};
 use crate::ffi::CuDevice;
@@ -59,7 +59,7 @@ impl Config {
     /// VRAM kept free on a device with `physical` bytes: GREENBOOST_VRAM_HEADROOM, else
     /// the default, at most an eighth of the device.
     pub fn headroom(&self, ordinal: CuDevice, physical: u64) -> u64 {
-        self.vram_headroom.get(ordinal).unwrap_or_else(|| DEFAULT_VRAM_HEADROOM.min(physical / 8))
+        self.vram_headroom.get(ordinal).unwrap_or_else(|| default_vram_headroom(physical))
     }
 
     /// VRAM in use up to which allocations still go to VRAM: what this process may have
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn the_default_headroom_is_at_most_an_eighth_of_the_device() {
         let config = Config::default();
-        assert_eq!(config.headroom(0, 80 * G), DEFAULT_VRAM_HEADROOM);
+        assert_eq!(config.headroom(0, 80 * G), G);
         assert_eq!(config.headroom(0, 128 * M), 16 * M);
     }
 }

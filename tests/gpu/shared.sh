@@ -86,8 +86,21 @@ shared_section() {
   fi
 }
 
+# (d) JAX: XLA's arena by default, the platform allocator past VRAM, combined report.
+jax_section() {
+  local env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info) jax=$root/tests/gpu/jax_check.py past_gib
+  past_gib=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1 | awk '{print int($1/1024)}') + 12 ))
+  run_test shared.jax_default "${env[@]}" -- "$python" "$jax" shared.jax_default 12
+  with_free_floor shared.jax_platform -- run_test shared.jax_platform "${env[@]}" XLA_PYTHON_CLIENT_ALLOCATOR=platform -- \
+    "$python" "$jax" shared.jax_platform "$past_gib"
+  run_test shared.jax_combined "${env[@]}" GREENBOOST_REPORT=combined -- "$python" "$jax" shared.jax_combined "$past_gib"
+  run_test shared.jax_budget_platform "${env[@]}" GREENBOOST_VRAM_BUDGET=4G XLA_PYTHON_CLIENT_ALLOCATOR=platform -- \
+    "$python" "$jax" shared.jax_budget_platform 12
+}
+
 if [ "$mode" = full ] && [ -f "$shim" ]; then
   shared_section "$shim" ""
+  "$python" -c "import jax" 2>/dev/null && jax_section
   if [ -n "${GB_GPU_OLD_SHIM:-}" ] && [ -f "$GB_GPU_OLD_SHIM" ]; then
     # Expected to fail: the shim before the headroom fills what the foreign process left.
     shared_section "$GB_GPU_OLD_SHIM" ".old_shim"
