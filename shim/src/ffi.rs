@@ -213,6 +213,10 @@ pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
 
+/// `CU_MEM_HANDLE_TYPE_FABRIC` (`CUmemAllocationHandleType`): memory exported across
+/// NVLink fabric.
+pub const CU_MEM_HANDLE_TYPE_FABRIC: c_int = 0x8;
+
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`: the one `CUmemAllocationType` cuMemCreate makes.
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
 /// `CU_MEM_ALLOC_GRANULARITY_MINIMUM` (`CUmemAllocationGranularity_flags`).

@@ -2,7 +2,7 @@
 //! for lack of VRAM) is made on the GPU's host NUMA node instead
 //! (CU_MEM_LOCATION_TYPE_HOST_NUMA); the caller's cuMemMap/cuMemSetAccess work on it
 //! unchanged. Without host-NUMA support the device allocation is made as asked, and
-//! memory asked for with a shareable handle type is never moved. The records of VMM
+//! memory asked for with a fabric handle type is never moved. The records of VMM
 //! handles keep their charges until cuMemRelease.
 //!
 //! Lock: `VMM` comes after the registry's in the lock order (lib.rs); no CUDA call runs
@@ -49,10 +49,12 @@ pub fn create(
     real: impl Fn(&CuMemAllocationProp) -> Result<CuMemGenericAllocationHandle, CuResult>,
 ) -> CuResult {
     let device = requested.location.id;
-    if requested.requested_handle_types != 0 {
-        // Memory the program will share (an IPC handle type: NCCL's buffers, CUDA IPC)
-        // stays device memory as asked: its peers map it as device memory, and host NUMA
-        // memory would change what they import. The driver's own answer stands.
+    if requested.requested_handle_types & CU_MEM_HANDLE_TYPE_FABRIC != 0 {
+        // Memory exported across NVLink fabric (NCCL's multi-node NVLink buffers) stays
+        // device memory as asked: its importers map it as such on other GPUs. POSIX-fd
+        // handles move like any other memory: the driver exports host-NUMA memory with
+        // them (PyTorch's expandable segments and XLA's allocator ask for them always;
+        // both ran on the H200 with their memory on host NUMA).
         return match real(&requested) {
             Ok(handle) => {
                 insert(handle, VmmCharge::Device(budget::reserve_unchecked(size, device).commit()));

@@ -249,7 +249,7 @@ t_entrypoints_fw() { shim entrypoints-fw $SHIMENV "$BIN/gbtest-fw" entrypoints; 
 
 t_vmm() { shim vmm $SHIMENV "$BIN/gbdriver" vmm; }
 t_vmm_rdma() { shim vmm-rdma $SHIMENV "$BIN/gbdriver" vmm rdma; }
-# NCCL-style buffers (a shareable handle type) stay on the device under a budget.
+# NCCL-style fabric buffers stay on the device under a budget.
 t_vmm_shareable() { shim vmm-shareable $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 4 )) "$BIN/gbdriver" vmm-shareable; }
 t_expandable_rt13() { shim expandable-rt13 $SHIMENV "$BIN/gbtest-rt13" expandable; }
 t_control_expandable_fails() {

@@ -68,9 +68,12 @@ static int test_vmm(int argc, char **argv)
 {
     CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                  .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
-    /* "vmm rdma": device properties as PyTorch's expandable segments set them. */
-    if (argc > 2 && !strcmp(argv[2], "rdma"))
+    /* "vmm rdma": device properties as PyTorch's expandable segments set them (RDMA, and
+     * a POSIX fd handle for IPC: such memory still moves to host NUMA). */
+    if (argc > 2 && !strcmp(argv[2], "rdma")) {
         prop.allocFlags.gpuDirectRDMACapable = 1;
+        prop.requestedHandleTypes = 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */;
+    }
     size_t gran;
     OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     size_t pool_max = 8 * vram, chunk = 16 * gran, mapped = 0;
@@ -103,13 +106,13 @@ static int test_vmm(int argc, char **argv)
     return 0;
 }
 
-/* ---- NCCL's buffers: cuMemCreate with a shareable handle type stays device memory ---- */
+/* ---- NCCL's fabric buffers: cuMemCreate with a fabric handle type stays device memory ---- */
 static int test_vmm_shareable(int argc, char **argv)
 {
     (void)argc; (void)argv;
     CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                  .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
-                                 .requestedHandleTypes = 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */ };
+                                 .requestedHandleTypes = 8 /* CU_MEM_HANDLE_TYPE_FABRIC */ };
     size_t gran;
     OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     size_t chunk = 16 * gran, made = 0;
@@ -125,7 +128,7 @@ static int test_vmm_shareable(int argc, char **argv)
     }
     printf("%d shareable chunks (%zu MiB) before cuMemCreate answered %d; VRAM used %zu MiB of %zu\n", nh,
            made >> 20, rc, fakegpu_vram_used() >> 20, vram >> 20);
-    /* Never moved to host NUMA (that would break their export): the device fills, and
+    /* Never moved to host NUMA (their importers map device memory): the device fills, and
      * the driver's own out-of-memory is the answer, as without the shim. */
     CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate of a shareable chunk past VRAM -> %d, want %d\n", rc,
           CUDA_ERROR_OUT_OF_MEMORY);
