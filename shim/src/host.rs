@@ -10,6 +10,7 @@ use crate::budget::T2Charge;
 use crate::config;
 use crate::cuda;
 use crate::ffi::*;
+use crate::lock::ForkLock;
 use crate::log::Mib;
 use crate::t2_buffer::{self, BackendError, HostBuffer};
 use crate::t2cache::T2Cache;
@@ -177,15 +178,12 @@ pub fn unregister_and_release(registered: Registered) {
     }
 }
 
-/// pthread_atfork handlers for the cache's lock (see `lifecycle`).
-pub fn before_fork() {
-    CACHE.before_fork();
+/// The T2 cache's lock, for the fork handlers (see `lifecycle`).
+pub fn fork_lock() -> &'static dyn ForkLock {
+    CACHE.fork_lock()
 }
 
-pub fn after_fork_in_parent() {
-    CACHE.after_fork_in_parent();
-}
-
-pub fn after_fork_in_child() {
-    CACHE.after_fork_in_child();
+/// In the child of a fork: the cache is forgotten (see `T2Cache::forget_in_child`).
+pub fn forget_cache_in_child() {
+    CACHE.forget_in_child();
 }

@@ -8,6 +8,7 @@ use crate::backend;
 use crate::budget;
 use crate::config;
 use crate::host;
+use crate::lock::ForkLock;
 use crate::log::{self, Mib};
 use crate::phase;
 use crate::registry;
@@ -44,21 +45,23 @@ extern "C" fn initialise() {
 #[link_section = ".init_array"]
 static INITIALISE: extern "C" fn() = initialise;
 
+/// Every lock of the shim, in the lock order (lib.rs).
+fn locks() -> [&'static dyn ForkLock; 4] {
+    [registry::fork_lock(), vmm::fork_lock(), host::fork_lock(), release::fork_lock()]
+}
+
 /// pthread_atfork prepare: every lock is held, in the lock order, so that the child does
 /// not inherit one mid-update.
 extern "C" fn before_fork() {
-    registry::before_fork();
-    vmm::before_fork();
-    host::before_fork();
-    release::before_fork();
+    locks().iter().for_each(|lock| lock.hold_for_fork());
 }
 
 /// pthread_atfork parent: releases what `before_fork` took, in reverse order.
 extern "C" fn after_fork_in_parent() {
-    release::after_fork_in_parent();
-    host::after_fork_in_parent();
-    vmm::after_fork_in_parent();
-    registry::after_fork_in_parent();
+    for lock in locks().iter().rev() {
+        // SAFETY: `before_fork` took every lock on this thread, the one that forked.
+        unsafe { lock.release_in_parent() };
+    }
 }
 
 /// pthread_atfork child: the locks are reset (see `lock`). A child of a process that
@@ -66,10 +69,13 @@ extern "C" fn after_fork_in_parent() {
 /// aside and lets the real functions answer; its records stay. A child forked before
 /// any CUDA use keeps the shim active.
 extern "C" fn after_fork_in_child() {
-    release::after_fork_in_child();
-    host::after_fork_in_child();
-    vmm::after_fork_in_child();
-    registry::after_fork_in_child();
+    for lock in locks().iter().rev() {
+        // SAFETY: `before_fork` took every lock on the thread that forked, which is the
+        // only thread of the child.
+        unsafe { lock.reset_in_child() };
+    }
+    host::forget_cache_in_child();
+    release::restart_reclaimer_in_child();
     if stats::load(&STATS.t1_allocs) != 0 || stats::load(&STATS.t2_allocs) != 0 {
         phase::step_aside_after_fork();
     }

@@ -75,6 +75,42 @@ pub const fn const_mutex<T>(value: T) -> Mutex<T> {
     lock_api::Mutex::const_new(<ForkSafeRawMutex as lock_api::RawMutex>::INIT, value)
 }
 
+/// What the pthread_atfork handlers (`lifecycle`) do with each of the shim's locks, so
+/// that a child never inherits one mid-update.
+pub trait ForkLock: Sync {
+    /// prepare: takes the lock and keeps it held across the fork.
+    fn hold_for_fork(&self);
+
+    /// parent: releases what `hold_for_fork` took.
+    ///
+    /// # Safety
+    /// This thread took the lock with `hold_for_fork` and has not released it.
+    unsafe fn release_in_parent(&self);
+
+    /// child: unlocked, with no waiters (they stayed in the parent).
+    ///
+    /// # Safety
+    /// This thread took the lock with `hold_for_fork` before the fork and is the only
+    /// thread of the child.
+    unsafe fn reset_in_child(&self);
+}
+
+impl<T: Send> ForkLock for Mutex<T> {
+    fn hold_for_fork(&self) {
+        std::mem::forget(self.lock());
+    }
+
+    unsafe fn release_in_parent(&self) {
+        // SAFETY: per the contract, this thread holds the lock through a forgotten guard.
+        unsafe { self.force_unlock() };
+    }
+
+    unsafe fn reset_in_child(&self) {
+        // SAFETY: per the contract, nobody else can hold or wait for the lock.
+        unsafe { self.raw() }.reset_in_child();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

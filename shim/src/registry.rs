@@ -9,7 +9,7 @@ use crate::budget::VramCharge;
 use crate::cuda;
 use crate::ffi::*;
 use crate::host::HostAllocation;
-use crate::lock::{const_mutex, Mutex};
+use crate::lock::{const_mutex, ForkLock, Mutex};
 use crate::split::SplitAllocation;
 use crate::stats::{self, STATS};
 
@@ -147,20 +147,7 @@ pub fn touches_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
     t2_bytes(device_ptr, len) != 0
 }
 
-/// pthread_atfork handlers for the registry's lock (see `lifecycle`).
-pub fn before_fork() {
-    std::mem::forget(REGISTRY.lock());
-}
-
-pub fn after_fork_in_parent() {
-    // SAFETY: `before_fork` locked the mutex on this thread and forgot the guard.
-    unsafe { REGISTRY.force_unlock() };
-}
-
-/// In the child: the lock is reset; the records stay (kmod T2 mappings are MAP_SHARED
-/// and remain valid in the child).
-pub fn after_fork_in_child() {
-    // SAFETY: this thread took the lock in `before_fork` and is the only thread of the
-    // child: nobody else can hold or wait for it.
-    unsafe { REGISTRY.raw().reset_in_child() };
+/// The lock the fork handlers hold (see `lifecycle`).
+pub fn fork_lock() -> &'static dyn ForkLock {
+    &REGISTRY
 }

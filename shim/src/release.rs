@@ -12,7 +12,7 @@ use crate::budget::{self, T2Reservation};
 use crate::cuda;
 use crate::ffi::*;
 use crate::host;
-use crate::lock::{const_mutex, Mutex};
+use crate::lock::{const_mutex, ForkLock, Mutex};
 use crate::log::Mib;
 use crate::registry::Backed;
 use crate::stats::{self, STATS};
@@ -139,21 +139,13 @@ pub fn reclaim(wait: bool) {
     }
 }
 
-/// pthread_atfork handlers for the pending frees' lock (see `lifecycle`).
-pub fn before_fork() {
-    std::mem::forget(PENDING.lock());
+/// The lock the fork handlers hold (see `lifecycle`).
+pub fn fork_lock() -> &'static dyn ForkLock {
+    &PENDING
 }
 
-pub fn after_fork_in_parent() {
-    // SAFETY: `before_fork` locked the mutex on this thread and forgot the guard.
-    unsafe { PENDING.force_unlock() };
-}
-
-/// In the child: the lock is reset and the reclaim thread (it stayed in the parent) is
-/// started again when needed.
-pub fn after_fork_in_child() {
-    // SAFETY: this thread took the lock in `before_fork` and is the only thread of the
-    // child: nobody else can hold or wait for it.
-    unsafe { PENDING.raw().reset_in_child() };
+/// In the child of a fork: the reclaim thread stayed in the parent; it is started again
+/// when needed.
+pub fn restart_reclaimer_in_child() {
     RECLAIMER_STARTED.store(false, Ordering::Release);
 }

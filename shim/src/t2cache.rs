@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ffi::Context;
-use crate::lock::{const_mutex, Mutex};
+use crate::lock::{const_mutex, ForkLock, Mutex};
 
 struct Entry<T> {
     len: u64,
@@ -116,25 +116,19 @@ impl<T> T2Cache<T> {
         drained
     }
 
-    /// pthread_atfork prepare: the child must not inherit the lock mid-update.
-    pub fn before_fork(&self) {
-        std::mem::forget(self.cache.lock());
+    /// The cache's lock, for the fork handlers.
+    pub fn fork_lock(&self) -> &dyn ForkLock
+    where
+        T: Send,
+    {
+        &self.cache
     }
 
-    /// pthread_atfork parent: releases what `before_fork` took.
-    pub fn after_fork_in_parent(&self) {
-        // SAFETY: `before_fork` locked the mutex on this thread and forgot the guard.
-        unsafe { self.cache.force_unlock() };
-    }
-
-    /// pthread_atfork child: the lock is reset and the cache forgotten. Its buffers are
-    /// registered in the parent's contexts, which the child cannot use; releasing them
-    /// would mean cuMemHostUnregister, which a child cannot call, so they are leaked
-    /// as mapped (like the live records the child inherits).
-    pub fn after_fork_in_child(&self) {
-        // SAFETY: this thread took the lock in `before_fork` and is the only thread of
-        // the child: nobody else can hold or wait for it.
-        unsafe { self.cache.raw().reset_in_child() };
+    /// In the child of a fork (its lock already reset): the cache is forgotten. Its
+    /// buffers are registered in the parent's contexts, which the child cannot use;
+    /// releasing them would mean cuMemHostUnregister, which a child cannot call, so they
+    /// stay mapped as the child inherited them (like the live records).
+    pub fn forget_in_child(&self) {
         std::mem::forget(self.cache.lock().drain());
         self.bytes.store(0, Ordering::Release);
     }

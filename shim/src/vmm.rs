@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use crate::budget::{self, T2Charge, VramCharge};
 use crate::cuda;
 use crate::ffi::*;
-use crate::lock::{const_mutex, Mutex};
+use crate::lock::{const_mutex, ForkLock, Mutex};
 use crate::log::Mib;
 use crate::release;
 use crate::stats::{self, STATS};
@@ -131,18 +131,7 @@ pub fn release(handle: CuMemGenericAllocationHandle, real: impl FnOnce() -> CuRe
     status
 }
 
-/// pthread_atfork handlers for the records' lock (see `lifecycle`).
-pub fn before_fork() {
-    std::mem::forget(VMM.lock());
-}
-
-pub fn after_fork_in_parent() {
-    // SAFETY: `before_fork` locked the mutex on this thread and forgot the guard.
-    unsafe { VMM.force_unlock() };
-}
-
-pub fn after_fork_in_child() {
-    // SAFETY: this thread took the lock in `before_fork` and is the only thread of the
-    // child: nobody else can hold or wait for it.
-    unsafe { VMM.raw().reset_in_child() };
+/// The lock the fork handlers hold (see `lifecycle`).
+pub fn fork_lock() -> &'static dyn ForkLock {
+    &VMM
 }
