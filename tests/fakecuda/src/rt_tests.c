@@ -93,6 +93,27 @@ static void check_host_released(const char *what)
 }
 
 /* ---- capacity: every API reports the same total; free figures agree ---- */
+/* NVML as a monitoring tool reaches it: dlopen'ed, device 0, both memory queries. */
+struct nvml_device {
+    nvmlDevice_t dev;
+    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *);
+    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *);
+};
+
+static int open_nvml(struct nvml_device *out)
+{
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    CHECK(nvml, "dlopen libnvidia-ml.so.1: %s\n", dlerror());
+    nvmlReturn_t (*init)(void) = dlsym(nvml, "nvmlInit_v2");
+    nvmlReturn_t (*handle)(unsigned, nvmlDevice_t *) = dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2");
+    out->mem1 = dlsym(nvml, "nvmlDeviceGetMemoryInfo");
+    out->mem2 = dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
+    CHECK(init && handle && out->mem1 && out->mem2, "NVML symbols missing\n");
+    OK(init());
+    OK(handle(0, &out->dev));
+    return 0;
+}
+
 static int test_caps(int argc, char **argv)
 {
     CHECK(argc >= 3, "usage: caps EXPECTED_TOTAL [combined]\n");
@@ -124,16 +145,12 @@ static int test_caps(int argc, char **argv)
     OK(getinfo(&free_drv, &total_drv));
     OK(totalmem(&total_dev, 0));
 
-    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    CHECK(nvml, "dlopen libnvidia-ml.so.1: %s\n", dlerror());
-    nvmlReturn_t (*init)(void) = dlsym(nvml, "nvmlInit_v2");
-    nvmlReturn_t (*handle)(unsigned, nvmlDevice_t *) = dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2");
-    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = dlsym(nvml, "nvmlDeviceGetMemoryInfo");
-    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
-    CHECK(init && handle && mem1 && mem2, "NVML symbols missing\n");
-    nvmlDevice_t dev;
-    OK(init());
-    OK(handle(0, &dev));
+    struct nvml_device nvml;
+    if (open_nvml(&nvml))
+        return 1;
+    nvmlDevice_t dev = nvml.dev;
+    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = nvml.mem1;
+    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = nvml.mem2;
     nvmlMemory_t m1;
     nvmlMemory_v2_t m2 = { .version = nvmlMemory_v2 };
     OK(mem1(dev, &m1));
@@ -1251,16 +1268,12 @@ static int test_headroom_report(int argc, char **argv)
 {
     CHECK(argc >= 4, "usage: headroom-report HEADROOM OTHERS\n");
     size_t headroom = arg_size(argv[2]), others = arg_size(argv[3]);
-    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    CHECK(nvml, "dlopen libnvidia-ml.so.1: %s\n", dlerror());
-    nvmlReturn_t (*init)(void) = dlsym(nvml, "nvmlInit_v2");
-    nvmlReturn_t (*handle)(unsigned, nvmlDevice_t *) = dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2");
-    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = dlsym(nvml, "nvmlDeviceGetMemoryInfo");
-    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2");
-    CHECK(init && handle && mem1 && mem2, "NVML symbols missing\n");
-    nvmlDevice_t dev;
-    OK(init());
-    OK(handle(0, &dev));
+    struct nvml_device nvml;
+    if (open_nvml(&nvml))
+        return 1;
+    nvmlDevice_t dev = nvml.dev;
+    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = nvml.mem1;
+    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = nvml.mem2;
     size_t free0, total0;
     OK(cudaMemGetInfo(&free0, &total0));
     CHECK(fakegpu_device_used() - fakegpu_vram_used() == others, "the fake shows %zu bytes used by others, the "
