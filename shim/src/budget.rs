@@ -215,6 +215,16 @@ impl VramCharge {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// The memory grew by `reservation` (reserved on the same device): one charge
+    /// holds both.
+    pub fn absorb(&mut self, reservation: VramReservation) {
+        reservation.land();
+        self.bytes += reservation.bytes;
+        stats::add_in_use(&STATS.t1_used, &STATS.t1_peak, reservation.bytes);
+        std::mem::forget(reservation);
+        report_t1(self.device);
+    }
 }
 
 impl Drop for VramCharge {
@@ -322,8 +332,10 @@ mod tests {
         assert_eq!(vram_in_use(device), before);
         assert!(reserve_if(device, 100, |_| false).is_none());
         assert_eq!(vram_in_use(device), before);
-        let charge = reserve_unchecked(50, device).commit();
+        let mut charge = reserve_unchecked(50, device).commit();
         assert_eq!((vram_in_use(device), charge.bytes()), (before + 50, 50));
+        charge.absorb(reserve_unchecked(30, device));
+        assert_eq!((vram_in_use(device), charge.bytes()), (before + 80, 80));
         drop(charge);
         assert_eq!(vram_in_use(device), before);
     }

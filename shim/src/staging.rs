@@ -219,10 +219,10 @@ fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice,
     if scratch.size() >= needed {
         return Some(scratch);
     }
-    // Grow: the new size counts against the budget like any allocation, the old one
-    // stays counted until it is freed.
+    // Grow: the growth counts against the budget like any allocation (the old buffer's
+    // charge becomes the new one's).
     let grown = needed.next_power_of_two().min(config::get().stage_max).max(needed);
-    let Some(reservation) = budget::reserve_vram(grown, device) else {
+    let Some(growth) = budget::reserve_vram(grown - scratch.size(), device) else {
         refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
         return None;
     };
@@ -244,7 +244,13 @@ fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice,
     }
     debug!("GEMM staging scratch: {} in VRAM", Mib(grown));
     scratch.base = base;
-    scratch.charge = Some(reservation.commit());
+    scratch.charge = Some(match scratch.charge.take() {
+        Some(mut charge) => {
+            charge.absorb(growth);
+            charge
+        }
+        None => growth.commit(),
+    });
     Some(scratch)
 }
 #[cfg(test)]
