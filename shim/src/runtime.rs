@@ -84,6 +84,9 @@ unsafe fn allocate(
         return vram();
     }
     let Some(device) = current_device() else { return vram() };
+    // The context first, as the runtime's own allocation would make it: placement reads
+    // the device's state through it, also for the program's very first allocation.
+    let context_ready = prepare_host();
     let real_failure = std::cell::Cell::new(CudaError::SUCCESS);
     let outcome = allocate::allocate(
         size as u64,
@@ -97,7 +100,7 @@ unsafe fn allocate(
                 Err(status)
             }
         },
-        prepare_host,
+        || context_ready,
     );
     match outcome {
         Allocated::Vram => CudaError::SUCCESS,
