@@ -169,7 +169,7 @@ pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let decision = decide_dlsym(handle, symbol);
     if decision.answer.is_null() {
-        // SAFETY: the caller's arguments, passed on.
+        // SAFETY: the program's arguments to dlsym, given to glibc's dlsym unchanged.
         unsafe { (decision.real)(handle, symbol) }
     } else {
         decision.answer
@@ -180,7 +180,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
     let decision = decide_dlopen(filename, flags);
-    // SAFETY: the caller's arguments, with RTLD_DEEPBIND possibly cleared.
+    // SAFETY: the program's arguments to dlopen, given to glibc's dlopen with at most RTLD_DEEPBIND cleared.
     unsafe { (decision.real)(filename, decision.flags as c_int) }
 }
 

@@ -713,7 +713,7 @@ static int test_expandable(int argc, char **argv)
 /* ---- split placement: one allocation larger than the VRAM left under the budget gets
  * a VRAM head and a host tail in one address range (GREENBOOST_SPLIT_MIN) ---- */
 
-/* The shim's counters (`greenboost_shim_stats`, shim/src/state.rs): the fields read
+/* The shim's counters (`greenboost_shim_stats`, shim/src/stats.rs): the fields read
  * here, then room for those appended after them. */
 struct shim_stats {
     unsigned long long t1_used, t1_peak, t2_used, t2_peak, t1_allocs, t2_allocs, t2_after_vram_oom, oom_returned,
