@@ -3,6 +3,7 @@
  * cuGetProcAddress do. argv[1] names the test. */
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "devices.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -369,12 +370,62 @@ static int test_detectors(int argc, char **argv)
     exit(0);
 }
 
+/* ---- two devices through the driver: cuCtxSetCurrent between the primary contexts,
+ * cuMemAlloc (devices.h) ---- */
+CUresult cuDeviceGetCount(int *);
+CUresult cuCtxGetDevice(CUdevice *);
+static CUcontext primaries[2];
+
+static int drv_count(void)
+{
+    int n = 0;
+    OK(cuDeviceGetCount(&n));
+    return n;
+}
+static void drv_select(int d)
+{
+    if (!primaries[d]) {
+        CUdevice dev;
+        OK(cuDeviceGet(&dev, d));
+        OK(cuDevicePrimaryCtxRetain(&primaries[d], dev));
+        CHECK(d == 0 || primaries[d] != primaries[0], "devices 0 and %d share one primary context\n", d);
+    }
+    OK(cuCtxSetCurrent(primaries[d]));
+}
+static int drv_current(void)
+{
+    CUdevice d = -1;
+    OK(cuCtxGetDevice(&d));
+    return d;
+}
+static CUdeviceptr drv_alloc(size_t n)
+{
+    CUdeviceptr p = 0;
+    OK(cuMemAlloc_v2(&p, n));
+    return p;
+}
+static void drv_release(CUdeviceptr p) { OK(cuMemFree_v2(p)); }
+static void drv_mem_info(size_t *free_bytes, size_t *total) { OK(cuMemGetInfo_v2(free_bytes, total)); }
+static size_t drv_total_mem(int d)
+{
+    size_t t = 0;
+    OK(cuDeviceTotalMem_v2(&t, d));
+    return t;
+}
+
+static int test_devices(int argc, char **argv)
+{
+    static const struct devices_api api = { drv_count, drv_select, drv_current, drv_alloc, drv_release, drv_mem_info,
+                                            drv_total_mem };
+    return devices_scenario(&api, argc, argv);
+}
+
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
         { "vmm", test_vmm }, { "vmm-shareable", test_vmm_shareable }, { "gpa", test_gpa }, { "driver-async", test_driver_async },
         { "hostreg", test_hostreg }, { "detectors", test_detectors },
-        { "driver-split", test_driver_split },
+        { "driver-split", test_driver_split }, { "devices", test_devices },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, prepare_device);

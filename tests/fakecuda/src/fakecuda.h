@@ -170,9 +170,16 @@ CUresult fakegpu_launch_gemm(const struct fakegpu_gemm *gemm, CUstream s);
 void fakegpu_stream_set_capturing(CUstream s, int capturing);
 /* What the device sees at p: "vram", "hostreg", "vmm-device", "vmm-host", or "none". */
 const char *fakegpu_ptr_kind(CUdeviceptr p);
-/* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate). */
+/* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate), and
+ * the VRAM there is: device 0's. */
 size_t fakegpu_vram_used(void);
 size_t fakegpu_vram_total(void);
+/* The same for device `device` (FAKECUDA_DEVICES=2: 0 or 1; 0 for no such device). */
+size_t fakegpu_vram_used_on(int device);
+size_t fakegpu_vram_total_on(int device);
+/* The device whose memory is at p (VRAM, or device memory of a VMM mapping); -1 for
+ * anything else. */
+int fakegpu_ptr_device(CUdeviceptr p);
 /* Bytes of VRAM in use on the device by every process that shares it
  * (FAKECUDA_DEVICE_SHARE), this one included; without a share, fakegpu_vram_used(). */
 size_t fakegpu_device_used(void);

@@ -9,6 +9,13 @@
  * pointer = host pointer, as under UVA) and host-NUMA cuMemCreate allocations mapped
  * with device access. Anything else is an illegal address.
  *
+ * FAKECUDA_DEVICES=2 (default 1) adds a second device: FAKECUDA_VRAM1 bytes (default
+ * FAKECUDA_VRAM) of VRAM of its own (its own memfd, pages and device address range) and
+ * a primary context of its own. Memory is allocated on the device of the calling
+ * thread's current context, freed on the device whose address range holds it; the fake
+ * GPU reaches every device's memory (peer access, as NVLink gives). The VMM address
+ * space, host registrations, streams and events are shared by the devices.
+ *
  * Streams other than the legacy/per-thread default ones run their work on a worker
  * thread, in order; a stream can be held by a test so that its work stays pending.
  * Work on the default streams runs synchronously in the calling thread.
@@ -61,7 +68,8 @@ struct vmm_handle {
     uint64_t magic;
     size_t size;
     int host;              /* 1: host-NUMA memory (memfd), 0: VRAM pages */
-    size_t vram_off;       /* device: offset in VRAM */
+    int device;            /* device: which one */
+    size_t vram_off;       /* device: offset in its VRAM */
     int memfd;             /* host: backing file */
     unsigned char *view;   /* what the fake GPU reads/writes */
     int mapcount, released;
@@ -118,14 +126,12 @@ struct fake_event {
     uint64_t outstanding[EVENT_OUTSTANDING_MAX];
     int noutstanding;
 };
-struct fake_ctx { int primary; int refs; };
+struct fake_ctx { int primary; int refs; int device; };
 struct fake_pool { int dummy; };
 
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cv;
-    pid_t pid;               /* the process that initialised the device */
-    int initialized;
+/* One device's VRAM and primary context. */
+#define MAX_DEVICES 2
+struct vram_device {
     size_t vram;
     int vram_fd;
     unsigned char *vram_view;   /* GPU's view */
@@ -135,7 +141,17 @@ static struct {
     uint32_t *alloc_pages;      /* at an allocation's first page: its length in pages */
     uint8_t *free_pending;      /* at an allocation's first page: stream-ordered free queued */
     size_t vram_used;
-    uint64_t *share;            /* FAKECUDA_DEVICE_SHARE: VRAM used by every process, or NULL */
+    uint64_t *share;            /* FAKECUDA_DEVICE_SHARE (device 0 only): VRAM used by every process, or NULL */
+    struct fake_ctx primary;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pid_t pid;               /* the process that initialised the device */
+    int initialized;
+    int ndevices;               /* FAKECUDA_DEVICES */
+    struct vram_device dev[MAX_DEVICES];
     struct hostreg *regs;
     size_t hostreg_bytes;
     uintptr_t vmm_va; size_t vmm_next;
@@ -146,7 +162,6 @@ static struct {
     unsigned faults;
     int log_fd;
     int hold_timeout_s;
-    struct fake_ctx primary;
     struct fake_pool pool;
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .log_fd = -1 };
 
@@ -209,52 +224,74 @@ static uint64_t *open_share(void)
     return m;
 }
 
+/* Device `index`: `size` bytes of VRAM (whole granules, at least one). */
+static void setup_device(int index, size_t size, const char *memfd_name)
+{
+    struct vram_device *d = &g.dev[index];
+    d->vram = size & ~(VMM_GRANULARITY - 1);
+    if (d->vram < VMM_GRANULARITY)
+        d->vram = VMM_GRANULARITY;
+    d->npages = d->vram / PAGE;
+    d->vram_fd = memfd_create(memfd_name, MFD_CLOEXEC);
+    if (d->vram_fd < 0 || ftruncate(d->vram_fd, d->vram) != 0)
+        abort();
+    d->vram_view = mmap(NULL, d->vram, PROT_READ | PROT_WRITE, MAP_SHARED, d->vram_fd, 0);
+    void *va = mmap(NULL, d->vram, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (d->vram_view == MAP_FAILED || va == MAP_FAILED)
+        abort();
+    d->vram_va = (uintptr_t)va;
+    d->page_used = calloc(d->npages, 1);
+    d->alloc_pages = calloc(d->npages, sizeof *d->alloc_pages);
+    d->free_pending = calloc(d->npages, 1);
+    if (!d->page_used || !d->alloc_pages || !d->free_pending)
+        abort();
+    d->primary.primary = 1;
+    d->primary.device = index;
+}
+
 static void setup(void)
 {
     open_log();
-    g.vram = env_size("FAKECUDA_VRAM", 256UL << 20) & ~(VMM_GRANULARITY - 1);
-    if (g.vram < VMM_GRANULARITY)
-        g.vram = VMM_GRANULARITY;
+    const char *n = getenv("FAKECUDA_DEVICES");
+    g.ndevices = n && *n ? atoi(n) : 1;
+    if (g.ndevices < 1 || g.ndevices > MAX_DEVICES) {
+        fprintf(stderr, "fakegpu: FAKECUDA_DEVICES=%s: 1 or %d devices\n", n, MAX_DEVICES);
+        abort();
+    }
+    size_t vram = env_size("FAKECUDA_VRAM", 256UL << 20);
     const char *t = getenv("FAKECUDA_HOLD_TIMEOUT");
     g.hold_timeout_s = t ? atoi(t) : 20;
-    g.npages = g.vram / PAGE;
-    g.vram_fd = memfd_create("fakecuda-vram", MFD_CLOEXEC);
-    if (g.vram_fd < 0 || ftruncate(g.vram_fd, g.vram) != 0)
-        abort();
-    g.vram_view = mmap(NULL, g.vram, PROT_READ | PROT_WRITE, MAP_SHARED, g.vram_fd, 0);
-    void *va = mmap(NULL, g.vram, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    setup_device(0, vram, "fakecuda-vram");
     /* One granule of slack: the kernel aligns large anonymous mappings to 2 MiB only
      * where it has transparent huge pages, and VMM addresses must be granule-aligned. */
     void *vmm = mmap(NULL, VMM_VA_SPACE + VMM_GRANULARITY, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (g.vram_view == MAP_FAILED || va == MAP_FAILED || vmm == MAP_FAILED)
+    if (vmm == MAP_FAILED)
         abort();
-    g.vram_va = (uintptr_t)va;
     g.vmm_va = ((uintptr_t)vmm + VMM_GRANULARITY - 1) & ~(uintptr_t)(VMM_GRANULARITY - 1);
-    g.page_used = calloc(g.npages, 1);
-    g.alloc_pages = calloc(g.npages, sizeof *g.alloc_pages);
-    g.free_pending = calloc(g.npages, 1);
-    if (!g.page_used || !g.alloc_pages || !g.free_pending)
-        abort();
-    g.primary.primary = 1;
-    g.share = open_share();
+    g.dev[0].share = open_share();
+    if (g.ndevices > 1)
+        setup_device(1, env_size("FAKECUDA_VRAM1", vram), "fakecuda-vram1");
 }
 
 /* A process's VRAM goes back to the device when it exits (not a forked child's: its
  * copy of the parent's state holds nothing). */
 __attribute__((destructor)) static void leave_share(void)
 {
-    if (!g.share || !g.initialized || g.pid != getpid())
+    if (!g.dev[0].share || !g.initialized || g.pid != getpid())
         return;
     pthread_mutex_lock(&g.lock);
-    __atomic_sub_fetch(g.share, (uint64_t)g.vram_used, __ATOMIC_SEQ_CST);
-    g.share = NULL;
+    __atomic_sub_fetch(g.dev[0].share, (uint64_t)g.dev[0].vram_used, __ATOMIC_SEQ_CST);
+    g.dev[0].share = NULL;
     pthread_mutex_unlock(&g.lock);
 }
 
 static void ensure_setup(void) { pthread_once(&setup_once, setup); }
 
-size_t fg_vram_size(void) { ensure_setup(); return g.vram; }
+size_t fg_vram_size(void) { ensure_setup(); return g.dev[0].vram; }
+int fg_device_count(void) { ensure_setup(); return g.ndevices; }
+int fg_device_valid(CUdevice d) { return d >= 0 && d < fg_device_count(); }
+size_t fg_device_vram(CUdevice d) { return fg_device_valid(d) ? g.dev[d].vram : 0; }
 
 CUresult fg_gate(const char *name, int needs_init, int needs_ctx)
 {
@@ -290,19 +327,22 @@ CUresult fg_init(unsigned flags)
 
 /* ------------------------------------------------------------------ contexts */
 
-CUresult fg_ctx_primary(CUcontext *ctx)
+CUresult fg_ctx_primary(CUdevice device, CUcontext *ctx)
 {
     pthread_mutex_lock(&g.lock);
-    g.primary.refs++;
+    g.dev[device].primary.refs++;
     pthread_mutex_unlock(&g.lock);
-    *ctx = &g.primary;
+    *ctx = &g.dev[device].primary;
     return CUDA_SUCCESS;
 }
 void fg_ctx_set_current(CUcontext ctx) { current_ctx = ctx; }
 CUcontext fg_ctx_current(void) { return current_ctx; }
-CUcontext fg_ctx_create(void)
+/* With one device, never read from the context (a destroyed one may still be current). */
+CUdevice fg_current_device(void) { return g.ndevices > 1 && current_ctx ? current_ctx->device : 0; }
+CUcontext fg_ctx_create(CUdevice device)
 {
     struct fake_ctx *c = calloc(1, sizeof *c);
+    c->device = device;
     return c;
 }
 int fg_ctx_valid(CUcontext ctx) { return ctx != NULL; }
@@ -318,46 +358,46 @@ void fg_ctx_destroy(CUcontext ctx)
 
 /* Counts `bytes` more VRAM in use on the shared device, unless every process's VRAM
  * together would then pass its size. Caller holds the lock. */
-static int share_take(uint64_t bytes)
+static int share_take(struct vram_device *d, uint64_t bytes)
 {
-    if (!g.share)
+    if (!d->share)
         return 1;
-    uint64_t used = __atomic_load_n(g.share, __ATOMIC_SEQ_CST);
+    uint64_t used = __atomic_load_n(d->share, __ATOMIC_SEQ_CST);
     do {
-        if (used > g.vram || bytes > g.vram - used)
+        if (used > d->vram || bytes > d->vram - used)
             return 0;
-    } while (!__atomic_compare_exchange_n(g.share, &used, used + bytes, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    } while (!__atomic_compare_exchange_n(d->share, &used, used + bytes, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
     return 1;
 }
 
-static void share_give(uint64_t bytes)
+static void share_give(struct vram_device *d, uint64_t bytes)
 {
-    if (g.share)
-        __atomic_sub_fetch(g.share, bytes, __ATOMIC_SEQ_CST);
+    if (d->share)
+        __atomic_sub_fetch(d->share, bytes, __ATOMIC_SEQ_CST);
 }
 
 /* VRAM in use on the device: every process's (FAKECUDA_DEVICE_SHARE), else this
  * process's. Lock held. */
-static size_t device_used(void)
+static size_t device_used(struct vram_device *d)
 {
-    if (!g.share)
-        return g.vram_used;
-    uint64_t used = __atomic_load_n(g.share, __ATOMIC_SEQ_CST);
-    return used < g.vram ? (size_t)used : g.vram;
+    if (!d->share)
+        return d->vram_used;
+    uint64_t used = __atomic_load_n(d->share, __ATOMIC_SEQ_CST);
+    return used < d->vram ? (size_t)used : d->vram;
 }
 
 /* First fit over pages; caller holds the lock. */
-static int vram_take(size_t bytes, size_t *first)
+static int vram_take(struct vram_device *d, size_t bytes, size_t *first)
 {
     size_t need = (bytes + PAGE - 1) / PAGE, run = 0;
-    for (size_t i = 0; i < g.npages; i++) {
-        run = g.page_used[i] ? 0 : run + 1;
+    for (size_t i = 0; i < d->npages; i++) {
+        run = d->page_used[i] ? 0 : run + 1;
         if (run == need) {
-            if (!share_take(need * PAGE))
+            if (!share_take(d, need * PAGE))
                 return 0; /* other processes hold the rest of the device */
             size_t s = i + 1 - need;
-            memset(g.page_used + s, 1, need);
-            g.vram_used += need * PAGE;
+            memset(d->page_used + s, 1, need);
+            d->vram_used += need * PAGE;
             *first = s;
             return 1;
         }
@@ -365,60 +405,75 @@ static int vram_take(size_t bytes, size_t *first)
     return 0;
 }
 
-static void vram_give(size_t first, size_t npages)
+static void vram_give(struct vram_device *d, size_t first, size_t npages)
 {
-    memset(g.page_used + first, 0, npages);
+    memset(d->page_used + first, 0, npages);
     /* Freed VRAM is scrubbed so that stale data cannot make a test pass. */
-    memset(g.vram_view + first * PAGE, 0x5a, npages * PAGE);
-    g.vram_used -= npages * PAGE;
-    share_give(npages * PAGE);
+    memset(d->vram_view + first * PAGE, 0x5a, npages * PAGE);
+    d->vram_used -= npages * PAGE;
+    share_give(d, npages * PAGE);
 }
 
-void fg_mem_info(size_t *free_bytes, size_t *total)
+void fg_mem_info(CUdevice device, size_t *free_bytes, size_t *total)
 {
     ensure_setup();
+    struct vram_device *d = &g.dev[device];
     pthread_mutex_lock(&g.lock);
     if (free_bytes)
-        *free_bytes = g.vram - device_used();
+        *free_bytes = d->vram - device_used(d);
     if (total)
-        *total = g.vram;
+        *total = d->vram;
     pthread_mutex_unlock(&g.lock);
 }
 
+/* On the device of the calling thread's current context. */
 static CUresult alloc_vram(CUdeviceptr *p, size_t n)
 {
     if (!p || n == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    struct vram_device *d = &g.dev[fg_current_device()];
     pthread_mutex_lock(&g.lock);
     size_t first;
-    if (!vram_take(n, &first)) {
+    if (!vram_take(d, n, &first)) {
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    g.alloc_pages[first] = (n + PAGE - 1) / PAGE;
-    g.free_pending[first] = 0;
+    d->alloc_pages[first] = (n + PAGE - 1) / PAGE;
+    d->free_pending[first] = 0;
     pthread_mutex_unlock(&g.lock);
-    *p = g.vram_va + first * PAGE;
+    *p = d->vram_va + first * PAGE;
     return CUDA_SUCCESS;
 }
 
 CUresult fg_mem_alloc(CUdeviceptr *p, size_t n) { return alloc_vram(p, n); }
 
-/* The first page of a live allocation that starts exactly at p, or -1. Lock held. */
-static long alloc_first_page(CUdeviceptr p)
+/* The device whose VRAM address range holds p, or NULL. */
+static struct vram_device *device_at(uintptr_t p)
 {
-    if (p < g.vram_va || p >= g.vram_va + g.vram || (p - g.vram_va) % PAGE)
-        return -1;
-    size_t i = (p - g.vram_va) / PAGE;
-    return g.alloc_pages[i] ? (long)i : -1;
+    for (int i = 0; i < g.ndevices; i++)
+        if (p >= g.dev[i].vram_va && p < g.dev[i].vram_va + g.dev[i].vram)
+            return &g.dev[i];
+    return NULL;
 }
 
-static void release_alloc(size_t first)
+/* The first page of a live allocation that starts exactly at p, or -1; *dp: its device.
+ * Lock held. */
+static long alloc_first_page(CUdeviceptr p, struct vram_device **dp)
 {
-    size_t np = g.alloc_pages[first];
-    g.alloc_pages[first] = 0;
-    g.free_pending[first] = 0;
-    vram_give(first, np);
+    struct vram_device *d = device_at(p);
+    *dp = d;
+    if (!d || (p - d->vram_va) % PAGE)
+        return -1;
+    size_t i = (p - d->vram_va) / PAGE;
+    return d->alloc_pages[i] ? (long)i : -1;
+}
+
+static void release_alloc(struct vram_device *d, size_t first)
+{
+    size_t np = d->alloc_pages[first];
+    d->alloc_pages[first] = 0;
+    d->free_pending[first] = 0;
+    vram_give(d, first, np);
 }
 
 static void wait_all_streams_idle(void);
@@ -429,18 +484,19 @@ CUresult fg_mem_free(CUdeviceptr p)
         return CUDA_SUCCESS;
     /* cuMemFree synchronises with the device before freeing. */
     pthread_mutex_lock(&g.lock);
-    long first = alloc_first_page(p);
-    if (first < 0 || g.free_pending[first]) {
+    struct vram_device *d;
+    long first = alloc_first_page(p, &d);
+    if (first < 0 || d->free_pending[first]) {
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
     wait_all_streams_idle();
-    first = alloc_first_page(p);
+    first = alloc_first_page(p, &d);
     if (first < 0) {
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    release_alloc(first);
+    release_alloc(d, first);
     pthread_mutex_unlock(&g.lock);
     return CUDA_SUCCESS;
 }
@@ -465,12 +521,13 @@ CUresult fg_mem_free_async(CUdeviceptr p, CUstream s)
     if (p == 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g.lock);
-    long first = alloc_first_page(p);
-    if (first < 0 || g.free_pending[first] || (!is_default_stream(s) && !stream_valid(s))) {
+    struct vram_device *d;
+    long first = alloc_first_page(p, &d);
+    if (first < 0 || d->free_pending[first] || (!is_default_stream(s) && !stream_valid(s))) {
         pthread_mutex_unlock(&g.lock);
-        return first < 0 || g.free_pending[first] ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+        return first < 0 || d->free_pending[first] ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
     }
-    g.free_pending[first] = 1;
+    d->free_pending[first] = 1;
     pthread_mutex_unlock(&g.lock);
     return enqueue(s, (struct op){ .kind = OP_FREE, .a = p });
 }
@@ -690,7 +747,7 @@ CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemA
     h->memfd = -1;
     switch (prop->location.type) {
     case CU_MEM_LOCATION_TYPE_DEVICE: {
-        if (prop->location.id != 0) {
+        if (!fg_device_valid(prop->location.id)) {
             free(h);
             return CUDA_ERROR_INVALID_DEVICE;
         }
@@ -699,15 +756,17 @@ CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemA
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         size_t first;
+        struct vram_device *d = &g.dev[prop->location.id];
         pthread_mutex_lock(&g.lock);
-        int ok = vram_take(n, &first);
+        int ok = vram_take(d, n, &first);
         pthread_mutex_unlock(&g.lock);
         if (!ok) {
             free(h);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        h->device = prop->location.id;
         h->vram_off = first * PAGE;
-        h->view = g.vram_view + h->vram_off;
+        h->view = d->vram_view + h->vram_off;
         break;
     }
     case CU_MEM_LOCATION_TYPE_HOST:
@@ -759,7 +818,7 @@ static void handle_maybe_free(struct vmm_handle *h)
         munmap(h->view, h->size);
         close(h->memfd);
     } else {
-        vram_give(h->vram_off / PAGE, h->size / PAGE);
+        vram_give(&g.dev[h->device], h->vram_off / PAGE, h->size / PAGE);
     }
     h->magic = 0;
     free(h);
@@ -914,7 +973,7 @@ CUresult fg_vmm_set_access(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, si
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < count; i++) {
         int t = d[i].location.type;
-        if (t == CU_MEM_LOCATION_TYPE_DEVICE && d[i].location.id != 0)
+        if (t == CU_MEM_LOCATION_TYPE_DEVICE && !fg_device_valid(d[i].location.id))
             return CUDA_ERROR_INVALID_DEVICE;
         if (t != CU_MEM_LOCATION_TYPE_DEVICE && t != CU_MEM_LOCATION_TYPE_HOST &&
             t != CU_MEM_LOCATION_TYPE_HOST_NUMA && t != CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
@@ -958,16 +1017,17 @@ CUresult fg_vmm_set_access(CUdeviceptr p, size_t n, const CUmemAccessDesc *d, si
  * contiguous there; NULL when p is not device-accessible. Lock held. */
 static unsigned char *device_view(uintptr_t p, size_t *contiguous, const char **kind)
 {
-    if (p >= g.vram_va && p < g.vram_va + g.vram) {
-        size_t i = (p - g.vram_va) / PAGE;
-        if (!g.page_used[i])
+    struct vram_device *d = device_at(p);
+    if (d) {
+        size_t i = (p - d->vram_va) / PAGE;
+        if (!d->page_used[i])
             return NULL;
         size_t end = i;
-        while (end < g.npages && g.page_used[end])
+        while (end < d->npages && d->page_used[end])
             end++;
-        *contiguous = g.vram_va + end * PAGE - p;
+        *contiguous = d->vram_va + end * PAGE - p;
         *kind = "vram";
-        return g.vram_view + (p - g.vram_va);
+        return d->vram_view + (p - d->vram_va);
     }
     for (struct vmm_mapping *m = g.mappings; m; m = m->next)
         if (p >= m->va && p < m->va + m->size) {
@@ -1097,7 +1157,7 @@ static void chunk_set(unsigned char *v, uint64_t off, size_t n, struct op *op) {
  * anything else is host memory, which a copy engine reaches directly. Lock held. */
 static int is_device_address(uintptr_t p)
 {
-    if (p >= g.vram_va && p < g.vram_va + g.vram)
+    if (device_at(p))
         return 1;
     return p >= g.vmm_va && p < g.vmm_va + VMM_VA_SPACE;
 }
@@ -1281,9 +1341,10 @@ static CUresult run_op(struct fake_stream *s, struct op *op)
     }
     case OP_FREE: {
         pthread_mutex_lock(&g.lock);
-        long first = alloc_first_page(op->a);
+        struct vram_device *d;
+        long first = alloc_first_page(op->a, &d);
         if (first >= 0)
-            release_alloc(first);
+            release_alloc(d, first);
         pthread_mutex_unlock(&g.lock);
         fg_log("STREAM_FREE ptr=%#llx", op->a);
         return CUDA_SUCCESS;
@@ -1709,16 +1770,38 @@ size_t fakegpu_vram_used(void)
 {
     ensure_setup();
     pthread_mutex_lock(&g.lock);
-    size_t u = g.vram_used;
+    size_t u = g.dev[0].vram_used;
     pthread_mutex_unlock(&g.lock);
     return u;
 }
 size_t fakegpu_vram_total(void) { return fg_vram_size(); }
+size_t fakegpu_vram_used_on(int device)
+{
+    if (!fg_device_valid(device))
+        return 0;
+    pthread_mutex_lock(&g.lock);
+    size_t u = g.dev[device].vram_used;
+    pthread_mutex_unlock(&g.lock);
+    return u;
+}
+size_t fakegpu_vram_total_on(int device) { return fg_device_vram(device); }
+int fakegpu_ptr_device(CUdeviceptr p)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    struct vram_device *d = device_at(p);
+    int device = d ? (int)(d - g.dev) : -1;
+    for (struct vmm_mapping *m = g.mappings; m && device < 0; m = m->next)
+        if (p >= m->va && p < m->va + m->size && !m->h->host)
+            device = m->h->device;
+    pthread_mutex_unlock(&g.lock);
+    return device;
+}
 size_t fakegpu_device_used(void)
 {
     ensure_setup();
     pthread_mutex_lock(&g.lock);
-    size_t u = device_used();
+    size_t u = device_used(&g.dev[0]);
     pthread_mutex_unlock(&g.lock);
     return u;
 }

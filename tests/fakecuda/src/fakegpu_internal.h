@@ -11,13 +11,19 @@ CUresult fg_gate(const char *name, int needs_init, int needs_ctx);
 void fg_note_fault(const char *what);
 
 CUresult fg_init(unsigned flags);
-size_t fg_vram_size(void);
-void fg_mem_info(size_t *free_bytes, size_t *total);
+size_t fg_vram_size(void); /* device 0's */
+/* FAKECUDA_DEVICES; whether d is one of them; device d's VRAM (0 if it is not). */
+int fg_device_count(void);
+int fg_device_valid(CUdevice d);
+size_t fg_device_vram(CUdevice d);
+void fg_mem_info(CUdevice d, size_t *free_bytes, size_t *total);
 
-CUresult fg_ctx_primary(CUcontext *ctx);
+CUresult fg_ctx_primary(CUdevice d, CUcontext *ctx);
 void fg_ctx_set_current(CUcontext ctx);
 CUcontext fg_ctx_current(void);
-CUcontext fg_ctx_create(void);
+/* The device of the current context (0 without one). */
+CUdevice fg_current_device(void);
+CUcontext fg_ctx_create(CUdevice d);
 int fg_ctx_valid(CUcontext ctx);
 void fg_ctx_destroy(CUcontext ctx);
 

@@ -52,7 +52,7 @@ EXPORT CUresult cuDeviceGetCount(int *n)
     GATE(1, 0);
     if (!n)
         return CUDA_ERROR_INVALID_VALUE;
-    *n = 1;
+    *n = fg_device_count();
     return CUDA_SUCCESS;
 }
 
@@ -61,9 +61,9 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
     GATE(1, 0);
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal != 0)
+    if (!fg_device_valid(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
-    *d = 0;
+    *d = ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -72,9 +72,9 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
     GATE(1, 0);
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, len, "FakeCUDA Device (%zu MiB)", fg_vram_size() >> 20);
+    snprintf(name, len, "FakeCUDA Device (%zu MiB)", fg_device_vram(d) >> 20);
     return CUDA_SUCCESS;
 }
 
@@ -83,9 +83,9 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
     GATE(1, 0);
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = fg_vram_size();
+    *bytes = fg_device_vram(d);
     fg_log("cuDeviceTotalMem_v2 -> 0 total=%zu", *bytes);
     return CUDA_SUCCESS;
 }
@@ -97,9 +97,9 @@ EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d)
     GATE(1, 0);
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    size_t t = fg_vram_size();
+    size_t t = fg_device_vram(d);
     *bytes = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
     fg_log("cuDeviceTotalMem(v1) -> 0");
     return CUDA_SUCCESS;
@@ -110,7 +110,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
     GATE(1, 0);
     if (!v)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
     switch (attr) {
     case 75: *v = 9; break;   /* compute capability major */
@@ -136,15 +136,15 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d)
     GATE(1, 0);
     if (!ctx)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    return fg_ctx_primary(ctx);
+    return fg_ctx_primary(d, ctx);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 {
     GATE(1, 0);
-    return d == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+    return fg_device_valid(d) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
@@ -155,9 +155,9 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice d)
     (void)flags;
     if (!ctx)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
-    *ctx = fg_ctx_create();
+    *ctx = fg_ctx_create(d);
     fg_ctx_set_current(*ctx);
     return CUDA_SUCCESS;
 }
@@ -210,7 +210,7 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
     GATE(1, 1);
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
-    *d = 0;
+    *d = fg_current_device();
     return CUDA_SUCCESS;
 }
 
@@ -229,7 +229,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     GATE(1, 1);
     if (!free_bytes || !total)
         return CUDA_ERROR_INVALID_VALUE;
-    fg_mem_info(free_bytes, total);
+    fg_mem_info(fg_current_device(), free_bytes, total);
     fg_log("cuMemGetInfo_v2 -> 0 free=%zu total=%zu", *free_bytes, *total);
     return CUDA_SUCCESS;
 }
@@ -240,7 +240,7 @@ EXPORT CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
     if (!free_bytes || !total)
         return CUDA_ERROR_INVALID_VALUE;
     size_t f, t;
-    fg_mem_info(&f, &t);
+    fg_mem_info(fg_current_device(), &f, &t);
     *free_bytes = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
     *total = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
     fg_log("cuMemGetInfo(v1) -> 0");
@@ -332,7 +332,7 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
     GATE(1, 0);
     if (!pool)
         return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0)
+    if (!fg_device_valid(d))
         return CUDA_ERROR_INVALID_DEVICE;
     *pool = fg_default_pool();
     return CUDA_SUCCESS;

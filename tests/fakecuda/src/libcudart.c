@@ -72,6 +72,12 @@ static CUcontext primary;
 static size_t total_mem;
 static __thread int ctx_current;
 static __thread cudaError_t last_error;
+/* cudaSetDevice: the thread's device, and each device's primary context once retained
+ * (device 0's is `primary`). */
+#define MAX_DEVICES 8
+static __thread int current_device;
+static CUcontext primaries[MAX_DEVICES];
+static pthread_mutex_t primaries_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUresult get_proc(const char *name, void **fn)
 {
@@ -190,10 +196,35 @@ EXPORT cudaError_t cudaGetDeviceCount(int *n)
     return from_driver(drv.cuDeviceGetCount(n));
 }
 
+/* Whether d is a device ordinal. */
+static int device_valid(int d)
+{
+    int n = 0;
+    return drv.cuDeviceGetCount(&n) == CUDA_SUCCESS && d >= 0 && d < n && d < MAX_DEVICES;
+}
+
+/* Device d's primary context made current on this thread. */
 EXPORT cudaError_t cudaSetDevice(int d)
 {
     INIT();
-    return d == 0 ? cudaSuccess : set_error(101); /* cudaErrorInvalidDevice */
+    if (!device_valid(d))
+        return set_error(101); /* cudaErrorInvalidDevice */
+    if (d == current_device)
+        return cudaSuccess;
+    pthread_mutex_lock(&primaries_lock);
+    primaries[0] = primary;
+    CUresult rc = CUDA_SUCCESS;
+    CUdevice dev;
+    if (!primaries[d] && !(rc = drv.cuDeviceGet(&dev, d)))
+        rc = drv.cuDevicePrimaryCtxRetain(&primaries[d], dev);
+    CUcontext ctx = primaries[d];
+    pthread_mutex_unlock(&primaries_lock);
+    if (!rc)
+        rc = drv.cuCtxSetCurrent(ctx);
+    if (rc)
+        return from_driver(rc);
+    current_device = d;
+    return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaGetDevice(int *d)
@@ -201,7 +232,7 @@ EXPORT cudaError_t cudaGetDevice(int *d)
     INIT();
     if (!d)
         return set_error(cudaErrorInvalidValue);
-    *d = 0;
+    *d = current_device;
     return cudaSuccess;
 }
 
@@ -279,13 +310,17 @@ static cudaError_t device_properties(void *prop, int d)
     if (!prop)
         return set_error(cudaErrorInvalidValue);
     INIT();
-    if (d != 0)
+    if (!device_valid(d))
         return set_error(101);
     memset(prop, 0, CUDA_DEVICE_PROP_SIZE);
-    CUresult rc = drv.cuDeviceGetName(prop, 256, 0);
+    CUresult rc = drv.cuDeviceGetName(prop, 256, d);
     if (rc)
         return from_driver(rc);
-    memcpy((char *)prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, &total_mem, sizeof total_mem);
+    /* Device 0's figure is the one cached at initialisation; other devices ask now. */
+    size_t total = total_mem;
+    if (d != 0 && (rc = drv.cuDeviceTotalMem(&total, d)))
+        return from_driver(rc);
+    memcpy((char *)prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, &total, sizeof total);
     return cudaSuccess;
 }
 

@@ -56,7 +56,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
     if (d != &device0 || !m)
         return NVML_ERROR_INVALID_ARGUMENT;
     size_t free_bytes, total;
-    fg_mem_info(&free_bytes, &total);
+    fg_mem_info(0, &free_bytes, &total);
     size_t res = reserved_bytes();
     m->total = total;
     m->used = total - free_bytes + res;
@@ -74,7 +74,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *
     if (m->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     size_t free_bytes, total;
-    fg_mem_info(&free_bytes, &total);
+    fg_mem_info(0, &free_bytes, &total);
     size_t res = reserved_bytes();
     m->total = total;
     m->reserved = res;

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "testutil.h"
+#include "devices.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -1305,6 +1306,52 @@ static int test_headroom_report(int argc, char **argv)
     return 0;
 }
 
+/* ---- two devices through the runtime: cudaSetDevice, cudaMalloc (devices.h) ---- */
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDevice(int *d);
+
+static int rt_count(void)
+{
+    int n = 0;
+    OK(cudaGetDeviceCount(&n));
+    return n;
+}
+static void rt_select(int d) { OK(cudaSetDevice(d)); }
+static int rt_current(void)
+{
+    int d = -1;
+    OK(cudaGetDevice(&d));
+    return d;
+}
+static CUdeviceptr rt_alloc(size_t n)
+{
+    void *p = NULL;
+    OK(cudaMalloc(&p, n));
+    return (CUdeviceptr)(uintptr_t)p;
+}
+static void rt_release(CUdeviceptr p) { OK(cudaFree((void *)(uintptr_t)p)); }
+static void rt_mem_info(size_t *free_bytes, size_t *total) { OK(cudaMemGetInfo(free_bytes, total)); }
+/* cuDeviceTotalMem (as the runtime's own entry point gives it) and cudaGetDeviceProperties. */
+static size_t rt_total_mem(int d)
+{
+    CUresult (*totalmem)(size_t *, CUdevice) = entry("cuDeviceTotalMem");
+    size_t t = 0, prop_total;
+    OK(totalmem(&t, d));
+    unsigned char prop[CUDA_DEVICE_PROP_SIZE];
+    OK(cudaGetDeviceProperties(prop, d));
+    memcpy(&prop_total, prop + CUDA_DEVICE_PROP_TOTALGLOBALMEM_OFFSET, sizeof prop_total);
+    CHECK(prop_total == t, "device %d: cudaGetDeviceProperties totalGlobalMem %zu, cuDeviceTotalMem %zu\n", d,
+          prop_total, t);
+    return t;
+}
+
+static int test_devices(int argc, char **argv)
+{
+    static const struct devices_api api = { rt_count, rt_select, rt_current, rt_alloc, rt_release, rt_mem_info,
+                                            rt_total_mem };
+    return devices_scenario(&api, argc, argv);
+}
+
 int gbtests_main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
@@ -1315,6 +1362,7 @@ int gbtests_main(int argc, char **argv)
         { "forkexit", test_forkexit },
         { "split", test_split }, { "split-async", test_split_async }, { "t2cache", test_t2cache },
         { "headroom", test_headroom }, { "headroom-report", test_headroom_report },
+        { "devices", test_devices },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
