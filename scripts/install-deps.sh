@@ -23,4 +23,10 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
   log "installing the rustfmt and clippy components (rustup)"
   rustup component add rustfmt clippy >&2 || die "rustup component add rustfmt clippy failed"
 fi
+# The Python example's numpy views run on the python3 that runs the suite (Debian's
+# python3-numpy serves Debian's python only; PATH may name another one).
+if ! python3 -c 'import numpy' >/dev/null 2>&1; then
+  log "installing numpy for $(command -v python3)"
+  python3 -m pip install -q numpy >&2 || log "pip install numpy failed: the Python example skips its numpy views"
+fi
 ensure_bindgen
