@@ -753,10 +753,14 @@ static int same_vmm(struct fakegpu_vmm_counts a, struct fakegpu_vmm_counts b)
 static void check_all_back(const char *what, size_t vram_before, struct shim_stats before,
                            struct fakegpu_vmm_counts vmm_before)
 {
+    /* The reclaim thread gives the memory back to the driver first and then uncounts
+     * it: wait for both (the order placement needs: never room that is not free yet). */
     for (int i = 0; i < 100; i++) {
         size_t free_bytes, total;
         OK(cudaMemGetInfo(&free_bytes, &total)); /* a shim call: it reclaims */
-        if (fakegpu_vram_used() == vram_before && same_vmm(vmm_live(), vmm_before))
+        struct shim_stats counted = shim_stats();
+        if (fakegpu_vram_used() == vram_before && same_vmm(vmm_live(), vmm_before) &&
+            counted.t1_used == before.t1_used && counted.t2_used == before.t2_used)
             break;
         usleep(50000);
     }
