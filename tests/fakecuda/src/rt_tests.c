@@ -101,7 +101,7 @@ struct nvml_device {
     nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *);
 };
 
-static int open_nvml(struct nvml_device *out)
+static void open_nvml(struct nvml_device *out)
 {
     void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     CHECK(nvml, "dlopen libnvidia-ml.so.1: %s\n", dlerror());
@@ -112,7 +112,6 @@ static int open_nvml(struct nvml_device *out)
     CHECK(init && handle && out->mem1 && out->mem2, "NVML symbols missing\n");
     OK(init());
     OK(handle(0, &out->dev));
-    return 0;
 }
 
 static int test_caps(int argc, char **argv)
@@ -147,17 +146,13 @@ static int test_caps(int argc, char **argv)
     OK(totalmem(&total_dev, 0));
 
     struct nvml_device nvml;
-    if (open_nvml(&nvml))
-        return 1;
-    nvmlDevice_t dev = nvml.dev;
-    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = nvml.mem1;
-    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = nvml.mem2;
+    open_nvml(&nvml);
     nvmlMemory_t m1;
     nvmlMemory_v2_t m2 = { .version = nvmlMemory_v2 };
-    OK(mem1(dev, &m1));
-    OK(mem2(dev, &m2));
+    OK(nvml.mem1(nvml.dev, &m1));
+    OK(nvml.mem2(nvml.dev, &m2));
     nvmlMemory_v2_t bad = { .version = 1 };
-    CHECK(mem2(dev, &bad) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    CHECK(nvml.mem2(nvml.dev, &bad) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
           "nvmlDeviceGetMemoryInfo_v2 accepted a wrong struct version\n");
 
     printf("totals: cudaMemGetInfo=%zu props=%zu props_v2=%zu cuMemGetInfo=%zu cuDeviceTotalMem=%zu "
@@ -187,7 +182,7 @@ static int test_caps(int argc, char **argv)
     size_t in_vram = fakegpu_vram_used() - vram_before;
     size_t free_after, total_after;
     OK(cudaMemGetInfo(&free_after, &total_after));
-    OK(mem1(dev, &m1));
+    OK(nvml.mem1(nvml.dev, &m1));
     printf("after %zu-byte allocation (%s): free %zu -> %zu, nvml free %llu\n", big, kind(p), free_rt,
            free_after, m1.free);
     CHECK(total_after == expect, "total changed after allocation: %zu\n", total_after);
@@ -1247,8 +1242,7 @@ static int test_headroom(int argc, char **argv)
 /* headroom-report HEADROOM OTHERS: with OTHERS bytes held by another process, every
  * report (cudaMemGetInfo, cuMemGetInfo, NVML v1/v2) has free = the device's free less
  * HEADROOM, and 0 once small allocations (always VRAM) leave less than that. */
-static void check_reports(size_t headroom, nvmlDevice_t nvml_dev, nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *),
-                          nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *), const char *when)
+static void check_reports(size_t headroom, const struct nvml_device *nvml, const char *when)
 {
     CUresult (*getinfo)(size_t *, size_t *) = entry("cuMemGetInfo");
     size_t real = device_free(), want = minus(real, headroom), free_rt, total_rt, free_drv, total_drv;
@@ -1256,8 +1250,8 @@ static void check_reports(size_t headroom, nvmlDevice_t nvml_dev, nvmlReturn_t (
     OK(getinfo(&free_drv, &total_drv));
     nvmlMemory_t m1;
     nvmlMemory_v2_t m2 = { .version = nvmlMemory_v2 };
-    OK(mem1(nvml_dev, &m1));
-    OK(mem2(nvml_dev, &m2));
+    OK(nvml->mem1(nvml->dev, &m1));
+    OK(nvml->mem2(nvml->dev, &m2));
     printf("%s: device free %zu MiB; reported free: cudaMemGetInfo %zu cuMemGetInfo %zu nvml %llu nvml_v2 %llu "
            "(want %zu)\n", when, real >> 20, free_rt, free_drv, m1.free, m2.free, want);
     CHECK(total_rt == vram && total_drv == vram && m1.total == vram && m2.total == vram,
@@ -1274,11 +1268,7 @@ static int test_headroom_report(int argc, char **argv)
     CHECK(argc >= 4, "usage: headroom-report HEADROOM OTHERS\n");
     size_t headroom = arg_size(argv[2]), others = arg_size(argv[3]);
     struct nvml_device nvml;
-    if (open_nvml(&nvml))
-        return 1;
-    nvmlDevice_t dev = nvml.dev;
-    nvmlReturn_t (*mem1)(nvmlDevice_t, nvmlMemory_t *) = nvml.mem1;
-    nvmlReturn_t (*mem2)(nvmlDevice_t, nvmlMemory_v2_t *) = nvml.mem2;
+    open_nvml(&nvml);
     size_t free0, total0;
     OK(cudaMemGetInfo(&free0, &total0));
     CHECK(fakegpu_device_used() - fakegpu_vram_used() == others, "the fake shows %zu bytes used by others, the "
@@ -1286,7 +1276,7 @@ static int test_headroom_report(int argc, char **argv)
     CHECK(free0 == minus(vram - others - fakegpu_vram_used(), headroom), "cudaMemGetInfo free %zu with %zu held by "
           "another process: want %zu - %zu - %zu (ours) - %zu (headroom)\n", free0, others, vram, others,
           fakegpu_vram_used(), headroom);
-    check_reports(headroom, dev, mem1, mem2, "at start");
+    check_reports(headroom, &nvml, "at start");
     CHECK(device_free() > headroom + MiB, "the device has %zu free, not more than the headroom %zu\n", device_free(),
           headroom);
     /* Below GREENBOOST_MIN_T2_SIZE allocations go to VRAM, headroom or not: they eat
@@ -1297,13 +1287,13 @@ static int test_headroom_report(int argc, char **argv)
         OK(cudaMalloc(&small[n], MiB));
         CHECK(!strcmp(kind(small[n]), "vram"), "a 1 MiB allocation went to %s\n", kind(small[n]));
         n++;
-        check_reports(headroom, dev, mem1, mem2, "after a small allocation");
+        check_reports(headroom, &nvml, "after a small allocation");
         zero_seen += device_free() < headroom;
     }
     CHECK(zero_seen, "never less than the headroom free after %d small allocations (%zu free)\n", n, device_free());
     for (int i = 0; i < n; i++)
         OK(cudaFree(small[i]));
-    check_reports(headroom, dev, mem1, mem2, "after freeing");
+    check_reports(headroom, &nvml, "after freeing");
     size_t free1, total1;
     OK(cudaMemGetInfo(&free1, &total1));
     CHECK(free1 == free0, "free %zu after freeing everything, was %zu\n", free1, free0);
