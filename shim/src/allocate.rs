@@ -89,27 +89,21 @@ pub fn allocate<R: PartialEq + Copy>(
 fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> {
     let context = cuda::current_context().ok_or(HostFailure::Internal)?;
     let len = host::rounded_len(size).ok_or(HostFailure::Exhausted)?;
-    let registered = match host::take_cached(len, context) {
-        Some(cached) => cached,
-        None => {
-            let reservation = release::reserve_t2(len).ok_or(HostFailure::Exhausted)?;
-            let registered = host::register_new(len, device, context)?;
-            return Ok(record_t2(registered.charged(reservation.commit())));
-        }
+    // A cached registration of that length first: its room in the cap is freed as it
+    // leaves the cache, before the reservation.
+    let cached = host::take_cached(len, context);
+    let Some(reservation) = release::reserve_t2(len) else {
+        cached.into_iter().for_each(host::unregister_and_release);
+        return Err(HostFailure::Exhausted);
     };
-    match release::reserve_t2(len) {
-        Some(reservation) => Ok(record_t2(registered.charged(reservation.commit()))),
-        None => {
-            host::unregister_and_release(registered);
-            Err(HostFailure::Exhausted)
-        }
-    }
-}
-
-fn record_t2(allocation: host::HostAllocation) -> CuDevicePtr {
+    let registered = match cached {
+        Some(cached) => cached,
+        None => host::register_new(len, device, context)?,
+    };
+    let allocation = registered.charged(reservation.commit());
     let device_ptr = allocation.device_ptr();
     registry::insert(device_ptr, Record::Backed(Backed::Host(allocation)));
-    device_ptr
+    Ok(device_ptr)
 }
 
 /// The shared body of the free hooks, driver and runtime alike (`success` and

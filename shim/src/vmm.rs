@@ -55,13 +55,7 @@ pub fn create(
         // handles move like any other memory: the driver exports host-NUMA memory with
         // them (PyTorch's expandable segments and XLA's allocator ask for them always;
         // both ran on the H200 with their memory on host NUMA).
-        return match real(&requested) {
-            Ok(handle) => {
-                insert(handle, VmmCharge::Device(budget::reserve_unchecked(size, device).commit()));
-                CuResult::SUCCESS
-            }
-            Err(status) => status,
-        };
+        return as_asked(size, &requested, real);
     }
     let mut after_oom = false;
     if let Some(reservation) = budget::reserve_vram(size, device) {
@@ -106,9 +100,19 @@ pub fn create(
         return stats::out_of_memory(CuResult::OUT_OF_MEMORY);
     }
     // Host NUMA allocations unsupported: the device allocation as asked is the fallback.
-    match real(&requested) {
+    as_asked(size, &requested, &real)
+}
+
+/// The device allocation as asked, charged to the device whatever the budget says.
+fn as_asked(
+    size: u64,
+    requested: &CuMemAllocationProp,
+    real: impl Fn(&CuMemAllocationProp) -> Result<CuMemGenericAllocationHandle, CuResult>,
+) -> CuResult {
+    match real(requested) {
         Ok(handle) => {
-            insert(handle, VmmCharge::Device(budget::reserve_unchecked(size, device).commit()));
+            let charge = budget::reserve_unchecked(size, requested.location.id).commit();
+            insert(handle, VmmCharge::Device(charge));
             CuResult::SUCCESS
         }
         Err(status) => status,
