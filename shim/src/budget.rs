@@ -10,9 +10,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::backend;
+use crate::clock::monotonic_ns;
 use crate::config;
 use crate::cuda;
 use crate::ffi::CuDevice;
+use crate::log::Mib;
 use crate::placement::DeviceView;
 use crate::stats::{self, STATS};
 
@@ -33,13 +35,6 @@ static OTHERS: [OthersSample; TRACKED_DEVICES] =
 /// A measurement is reused for this long: other processes change the device's state
 /// far more slowly, and cuMemGetInfo costs a system call.
 const OTHERS_SAMPLE_NS: u64 = 1_000_000;
-
-fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec to a valid local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
-}
 
 /// `device` as placement sees it: its size and what everything but this process's
 /// allocations uses on it — the driver's used memory (every process's) less what this
@@ -133,10 +128,10 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
         stats::bump(&STATS.headroom_spills);
         debug!(
             "{} on device {} goes to T2: {} used by others, headroom {}",
-            crate::log::Mib(size),
+            Mib(size),
             device,
-            crate::log::Mib(view.others),
-            crate::log::Mib(config.headroom(device, physical))
+            Mib(view.others),
+            Mib(config.headroom(device, physical))
         );
     }
     reserved

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use greenboost_abi as abi;
 
+use crate::clock::monotonic_ns;
 use crate::cuda;
 use crate::ffi::*;
 use crate::t2_buffer::{errno, Backend, BackendError, HostBuffer};
@@ -192,11 +193,4 @@ impl Backend for KmodBackend {
             self.report_t1(self.latest_t1.load(Ordering::Relaxed), self.latest_budget.load(Ordering::Relaxed), false);
         }
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
-    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
 }

@@ -16,6 +16,7 @@
 
 #[macro_use]
 mod log;
+mod clock;
 mod env;
 mod ffi;
 mod lock;
