@@ -24,6 +24,9 @@ GOALS = {
     "decode_vs_cpu_offload": (">=", 3.0),
     "decode_vs_uvm": (">=", 1.5),
     "prefill_vs_vram": (">=", 0.30),
+    # Against an earlier shim (BENCH_BASELINE_SHIM) in the same run: no worse.
+    "decode_vs_baseline_shim": (">=", 1.0),
+    "prefill_vs_baseline_shim": (">=", 1.0),
 }
 
 
@@ -213,7 +216,7 @@ def bandwidths(runs):
 
 
 def decode(runs):
-    order = ["vram", "greenboost", "cpu_offload", "uvm", "uvm_split"]
+    order = ["vram", "greenboost", "greenboost_baseline", "cpu_offload", "uvm", "uvm_split"]
     names = sorted((l[len("decode-"):] for l in labels_with(runs, "decode-")),
                    key=lambda c: (order.index(c) if c in order else len(order), c))
     configs = {c: result(runs, "decode-" + c) for c in names}
@@ -300,6 +303,13 @@ def decode(runs):
     missing = "; ".join(m for m in (None if gb else config_missing("greenboost"),
                                     None if reference else config_missing("vram")) if m)
     figures["prefill_vs_vram"] = figure("prefill_vs_vram", gb_prefill, vram_prefill, ratio, "tokens/s", None, missing)
+    if "decode-greenboost_baseline" in runs:
+        earlier = configs.get("greenboost_baseline")
+        missing = "; ".join(m for m in (None if gb else config_missing("greenboost"),
+                                        None if earlier else config_missing("greenboost_baseline")) if m)
+        for name, key in (("decode_vs_baseline_shim", "decode_tok_s"), ("prefill_vs_baseline_shim", "prefill_tok_s")):
+            ours, theirs = (gb or {}).get(key), (earlier or {}).get(key)
+            figures[name] = figure(name, ours, theirs, ours / theirs if ours and theirs else None, "tokens/s", None, missing)
     return figures, {"model": model, "configs": table}
 
 

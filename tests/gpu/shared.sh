@@ -84,6 +84,22 @@ shared_section() {
       "$(grep '^grown' "$logs/shared$tag.grows.balloon" | awk '{print $2}')"
     stop_pid "$foreign_pid"
   fi
+  # (f) frameworks' own pools beside a foreign process that leaves 16 GiB: each holds
+  # 32 GiB (past what is left) and verifies it.
+  if start_foreign "shared$tag.pools" 16; then
+    pools() {
+      run_test "shared$tag.pool_torch_default" "${env[@]}" GB_SHARED_HOLD_S=0 -- \
+        "$python" "$shared_py" hold "shared$tag.pool_torch_default" 32
+      run_test "shared$tag.pool_torch_expandable" "${env[@]}" GB_SHARED_HOLD_S=0 \
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- \
+        "$python" "$shared_py" hold "shared$tag.pool_torch_expandable" 32
+      run_test "shared$tag.pool_cupy_default" "${env[@]}" -- "$python" "$shared_py" cupy "shared$tag.pool_cupy_default" 32 default
+      run_test "shared$tag.pool_cupy_async" "${env[@]}" -- "$python" "$shared_py" cupy "shared$tag.pool_cupy_async" 32 async
+    }
+    "$python" -c "import cupy" 2>/dev/null || note "shared$tag.pools.cupy" "not installed"
+    with_free_floor "shared$tag.pools" -- pools
+    stop_pid "$foreign_pid"
+  fi
 }
 
 # (d) JAX: XLA's arena by default, the platform allocator past VRAM, combined report.
@@ -93,7 +109,22 @@ jax_section() {
   run_test shared.jax_default "${env[@]}" -- "$python" "$jax" shared.jax_default 12
   with_free_floor shared.jax_platform -- run_test shared.jax_platform "${env[@]}" XLA_PYTHON_CLIENT_ALLOCATOR=platform -- \
     "$python" "$jax" shared.jax_platform "$past_gib"
-  run_test shared.jax_combined "${env[@]}" GREENBOOST_REPORT=combined -- "$python" "$jax" shared.jax_combined "$past_gib"
+  # XLA's BFC allocator partitions a preallocated arena "spatially" by default; in JAX
+  # 0.11 that can abort when a buffer is freed ("spatial partitioning expects one central
+  # gap", seen without the shim too, about once in 120 runs, and every time at exit here
+  # with an arena past VRAM). The README gives JAX users in combined mode this flag.
+  run_test shared.jax_combined "${env[@]}" GREENBOOST_REPORT=combined \
+    XLA_FLAGS=--xla_gpu_enable_allocator_spatial_partitioning=false -- "$python" "$jax" shared.jax_combined "$past_gib"
+  # Without the flag: recorded, not judged (the abort is XLA's own check).
+  timeout --kill-after=10 "$test_timeout" env "${env[@]}" GREENBOOST_REPORT=combined \
+    "$python" "$jax" shared.jax_combined_spatial "$past_gib" >"$logs/shared.jax_combined_spatial.out" 2>"$logs/shared.jax_combined_spatial.err"
+  note shared.jax_combined_spatial.exit_status "$?"
+  # XLA_PYTHON_CLIENT_PREALLOCATE=false: past its limit XLA retries each allocation for
+  # 10 s, then answers out-of-memory; with the combined report its limit includes T2.
+  run_test shared.jax_noprealloc_budget "${env[@]}" GREENBOOST_VRAM_BUDGET=4G XLA_PYTHON_CLIENT_PREALLOCATE=false -- \
+    "$python" "$jax" shared.jax_noprealloc_budget 4
+  run_test shared.jax_noprealloc_combined "${env[@]}" GREENBOOST_VRAM_BUDGET=4G GREENBOOST_REPORT=combined \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false -- "$python" "$jax" shared.jax_noprealloc_combined 12
   run_test shared.jax_budget_platform "${env[@]}" GREENBOOST_VRAM_BUDGET=4G XLA_PYTHON_CLIENT_ALLOCATOR=platform -- \
     "$python" "$jax" shared.jax_budget_platform 12
 }

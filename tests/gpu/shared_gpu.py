@@ -13,7 +13,10 @@ One program, several roles (first argument):
                        weights, fixed seed, deterministic algorithms): prints the tokens'
                        digest as KV NAME.tokens and PASS NAME.generate
   hold NAME GIB        holds GIB in 1 GiB tensors with known contents, multiplies matrices
-                       with them, verifies every tensor: PASS/FAIL NAME.hold
+                       with them, verifies every tensor: PASS/FAIL NAME.hold (PyTorch's
+                       caching allocator; PYTORCH_CUDA_ALLOC_CONF picks its segments)
+  cupy NAME GIB POOL   the same through CuPy with POOL = default (its MemoryPool over
+                       cudaMalloc) or async (MemoryAsyncPool: cudaMallocAsync)
   sampler FILE         writes the device's free VRAM (MiB, nvml) every 50 ms to FILE until
                        killed
 Output lines: PASS name: why / FAIL name: why / KV key=value.
@@ -148,6 +151,29 @@ def hold(name, gib):
     time.sleep(float(os.environ.get("GB_SHARED_HOLD_S", "5")))
 
 
+def cupy_hold(name, gib, pool):
+    import cupy
+
+    if pool == "async":
+        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
+    elif pool != "default":
+        raise SystemExit(f"unknown CuPy pool {pool}")
+    blocks = []
+    for index in range(int(gib)):
+        blocks.append(cupy.full((GIB // 4,), float(index % 97 + 1), dtype=cupy.float32))
+        time.sleep(float(os.environ.get("GB_SHARED_STEP_S", "0")))
+    cupy.cuda.Device().synchronize()
+    kv(f"{name}.held_gib", len(blocks))
+    if pool == "default":
+        kv(f"{name}.pool_total_mib", cupy.get_default_memory_pool().total_bytes() // MIB)
+    a = blocks[0][: 1024 * 1024].reshape(1024, 1024)
+    product = a @ blocks[-1][: 1024 * 1024].reshape(1024, 1024)
+    expected = 1024.0 * 1.0 * float((len(blocks) - 1) % 97 + 1)
+    ok = bool(cupy.allclose(product, expected, rtol=1e-3))
+    bad = [i for i, block in enumerate(blocks) if not bool((block == float(i % 97 + 1)).all())]
+    verdict(ok and not bad, f"{name}.cupy", f"{len(blocks)} GiB in the {pool} pool held and verified, matmul {'right' if ok else 'wrong'}, bad arrays {bad[:5]}")
+
+
 def sampler(path):
     import pynvml
 
@@ -170,6 +196,8 @@ def main():
         generate(args[0])
     elif role == "hold":
         hold(args[0], float(args[1]))
+    elif role == "cupy":
+        cupy_hold(args[0], float(args[1]), args[2])
     elif role == "sampler":
         sampler(args[0])
     else:
