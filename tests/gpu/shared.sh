@@ -129,9 +129,19 @@ jax_section() {
     "$python" "$jax" shared.jax_budget_platform 12
 }
 
+# (g) torch.distributed with NCCL, one rank per visible GPU, tensors in T2 under a budget.
+nccl_section() {
+  local gpus
+  gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+  run_test shared.nccl LD_PRELOAD="$shim" GREENBOOST_LOG=info GREENBOOST_VRAM_BUDGET=2G -- \
+    "$python" "$root/tests/gpu/multi_gpu.py" shared.nccl 4
+  [ "$gpus" -ge 2 ] || note shared.nccl.two_gpus "not run: this machine has $gpus GPU"
+}
+
 if [ "$mode" = full ] && [ -f "$shim" ]; then
   shared_section "$shim" ""
   "$python" -c "import jax" 2>/dev/null && jax_section
+  nccl_section
   if [ -n "${GB_GPU_OLD_SHIM:-}" ] && [ -f "$GB_GPU_OLD_SHIM" ]; then
     # Expected to fail: the shim before the headroom fills what the foreign process left.
     shared_section "$GB_GPU_OLD_SHIM" ".old_shim"
