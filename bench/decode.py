@@ -17,6 +17,11 @@ Configurations:
                VRAM (a cudaMallocAsync pool) while the budget lasts, managed memory
                preferred on the host beyond it
 
+`--generate hf` times transformers' own `generate` (greedy, the same model and prompt)
+instead of the bench's decode loop: a CUDA event is recorded in a logits processor,
+which generate calls once per token, so the step times include everything generate
+does between two forwards (cache updates, logits processing, stopping criteria).
+
 Weights are drawn parameter by parameter on the GPU from a generator seeded with the
 parameter's index, so every configuration computes with the same weights and the
 greedy tokens can be compared. No download: the model is built from a config.
@@ -101,9 +106,18 @@ def gpu_time_breakdown(forward, prompt, cache, token):
     result = {}
     for label, run in (("prefill", lambda: forward(prompt)), ("decode_step", lambda: forward(token, cache))):
         torch.cuda.synchronize()
+        started = time.perf_counter()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run()
             torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - started) * 1e3
+        # Where the CPU's time went, in a second run profiled on the CPU only (self time:
+        # each event's own): a GPU waiting for the CPU shows here as hooks, allocations or
+        # synchronisations.
+        with profile(activities=[ProfilerActivity.CPU]) as cpu_prof:
+            run()
+            torch.cuda.synchronize()
+        cpu = sorted(((e.self_cpu_time_total / 1e3, e.count, e.key[:60]) for e in cpu_prof.key_averages()), reverse=True)
         by_kind, top = {}, []
         for event in prof.key_averages():
             device_us = getattr(event, "device_time_total", None)
@@ -115,7 +129,10 @@ def gpu_time_breakdown(forward, prompt, cache, token):
             top.append((device_us / 1e3, event.count, event.key[:90]))
         top.sort(reverse=True)
         result[label] = {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
-                         "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top[:8]]}
+                         "wall_ms": round(wall_ms, 2),
+                         "gpu_idle_ms": round(wall_ms - sum(by_kind.values()), 2),
+                         "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top[:8]],
+                         "cpu_self_top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in cpu[:10]]}
     return result
 
 
@@ -128,6 +145,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--budget-bytes", type=int, default=0, help="VRAM budget for the weights (0: none)")
     parser.add_argument("--uvm-lib", default="", help="uvm_alloc.so (uvm and uvm_split configurations)")
+    parser.add_argument("--generate", choices=["loop", "hf"], default="loop",
+                        help="the bench's decode loop, or transformers' generate")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--max-seconds", type=float, default=0,
                         help="stop decoding after this many seconds (0: never); fewer tokens, same median step")
@@ -299,6 +318,35 @@ def main():
                 break
         return [int(t) for t in torch.cat(tokens, dim=1)[0].tolist()], cache
 
+    def generate_hf(clock):
+        from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+        class MarkEachToken(LogitsProcessor):
+            def __call__(self, input_ids, scores):
+                clock.mark()
+                return scores
+
+        class Deadline(StoppingCriteria):
+            def __init__(self):
+                self.started = None
+
+            def __call__(self, input_ids, scores, **kwargs):
+                self.started = self.started or time.perf_counter()
+                over = bool(args.max_seconds) and time.perf_counter() - self.started > args.max_seconds
+                return torch.full((input_ids.shape[0],), over, dtype=torch.bool, device=input_ids.device)
+
+        clock.mark()
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.new_tokens,
+                             do_sample=False, logits_processor=LogitsProcessorList([MarkEachToken()]),
+                             stopping_criteria=StoppingCriteriaList([Deadline()]), return_dict_in_generate=True)
+        return [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()], out.past_key_values
+
+    if args.generate == "hf":
+        # No end-of-sequence token: every run generates the same number of tokens.
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+        generate = generate_hf
+
     with torch.inference_mode():
         # Warm-up at the timed shapes: the full prompt (the first 512-row GEMMs load
         # kernels and pick cuBLAS algorithms) and two decode steps.
@@ -339,6 +387,7 @@ def main():
     result = {
         "cmd": "decode",
         "config": args.config,
+        "generate": args.generate,
         "shape": args.shape,
         "layers": shape["num_hidden_layers"],
         "weight_bytes": weight_count(shape) * BF16_BYTES,

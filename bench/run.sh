@@ -20,7 +20,8 @@
 #   BENCH_DECODE_MAX_S  a configuration stops generating after this many seconds of
 #                       decoding (default 75; tokens/s is a median step either way)
 #   BENCH_SLOW_MAX_S    the same for cpu_offload, uvm and uvm_split (default 30)
-#   BENCH_DECODE_CONFIGS  default "vram greenboost cpu_offload uvm uvm_split"
+#   BENCH_DECODE_CONFIGS  default "vram greenboost hf_vram hf_greenboost cpu_offload uvm uvm_split"
+#                       (hf_*: transformers' generate instead of the bench's decode loop)
 #   GREENBOOST_SHIM     the shim; default: the first of build/bench-carry/,
 #                       build/gpu-carry/, target/release/ that holds libgreenboost_cuda.so
 #   BENCH_BASELINE_SHIM  an earlier libgreenboost_cuda.so: the greenboost decode
@@ -48,7 +49,7 @@ new_tokens=${BENCH_NEW_TOKENS:-128}
 slow_tokens=${BENCH_SLOW_TOKENS:-32}
 decode_max_s=${BENCH_DECODE_MAX_S:-75}
 slow_max_s=${BENCH_SLOW_MAX_S:-30}
-decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost cpu_offload uvm uvm_split}
+decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost hf_vram hf_greenboost cpu_offload uvm uvm_split}
 deadline=${BENCH_DEADLINE_S:-480}
 baseline_shim=${BENCH_BASELINE_SHIM:-}
 work=${BENCH_WORK:-/tmp/gbbench}
@@ -209,6 +210,11 @@ if want decode; then
                         python3 bench/decode.py --config greenboost "${common[@]}" --max-seconds "$decode_max_s" --profile \
                         --new-tokens "$new_tokens" --budget-bytes "$budget"
                 fi ;;
+            hf_vram) run decode-hf_vram 150 -- python3 bench/decode.py --config vram --generate hf "${common[@]}" \
+                --max-seconds "$decode_max_s" --new-tokens "$new_tokens" --profile ;;
+            hf_greenboost) run decode-hf_greenboost 240 with-shim GREENBOOST_VRAM_BUDGET="$budget" -- \
+                python3 bench/decode.py --config greenboost --generate hf "${common[@]}" --max-seconds "$decode_max_s" \
+                --profile --new-tokens "$new_tokens" --budget-bytes "$budget" ;;
             cpu_offload) run decode-cpu_offload 150 -- python3 bench/decode.py --config cpu_offload "${common[@]}" "${slow[@]}" ;;
             uvm|uvm_split) uvm_room "$config" && run "decode-$config" 150 -- python3 bench/decode.py --config "$config" \
                 "${common[@]}" "${slow[@]}" --uvm-lib "$work/uvm_alloc.so" ;;
