@@ -88,6 +88,23 @@ def shim_loaded():
         return any("libgreenboost_cuda" in line for line in maps)
 
 
+def cpu_breakdown(run, tokens):
+    """The CPU's top self times and the synchronisations while `run` generates `tokens`
+    tokens (torch.profiler, CPU only): where a GPU-bound step waits for the CPU."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    top = sorted(((e.self_cpu_time_total / 1e3, e.count, e.key[:60]) for e in events), reverse=True)[:12]
+    syncs = {e.key: e.count for e in events if "ynchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense")}
+    return {"tokens": tokens, "cpu_self_top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top],
+            "synchronisations": syncs}
+
+
 def gpu_time_breakdown(forward, prompt, cache, token):
     """GPU time of one prefill and one decode step by kind of work, from torch.profiler:
     copies (the shim's staging copies are host-to-device cuMemcpyAsync), GEMM kernels,
@@ -147,6 +164,9 @@ def main():
     parser.add_argument("--uvm-lib", default="", help="uvm_alloc.so (uvm and uvm_split configurations)")
     parser.add_argument("--generate", choices=["loop", "hf"], default="loop",
                         help="the bench's decode loop, or transformers' generate")
+    parser.add_argument("--no-cudnn-attention", action="store_true",
+                        help="turn PyTorch's cuDNN attention backend off (scaled_dot_product_attention then "
+                             "uses flash or memory-efficient attention)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--max-seconds", type=float, default=0,
                         help="stop decoding after this many seconds (0: never); fewer tokens, same median step")
@@ -178,6 +198,8 @@ def main():
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     on_gpu = args.device == "cuda"
+    if args.no_cudnn_attention:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     device = torch.device(args.device)
     config = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
                          hidden_act="silu", attention_bias=False, mlp_bias=False)
@@ -318,7 +340,7 @@ def main():
                 break
         return [int(t) for t in torch.cat(tokens, dim=1)[0].tolist()], cache
 
-    def generate_hf(clock):
+    def generate_hf(clock, new_tokens=None):
         from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         class MarkEachToken(LogitsProcessor):
@@ -336,7 +358,7 @@ def main():
                 return torch.full((input_ids.shape[0],), over, dtype=torch.bool, device=input_ids.device)
 
         clock.mark()
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=args.new_tokens,
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens or args.new_tokens,
                              do_sample=False, logits_processor=LogitsProcessorList([MarkEachToken()]),
                              stopping_criteria=StoppingCriteriaList([Deadline()]), return_dict_in_generate=True)
         return [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()], out.past_key_values
@@ -378,6 +400,8 @@ def main():
         if args.profile and on_gpu:
             try:
                 profile = gpu_time_breakdown(forward, prompt, cache, token)
+                if args.generate == "hf":
+                    profile["hf_generate_4_tokens"] = cpu_breakdown(lambda: generate_hf(Clock(), 4), 4)
             except Exception as error:  # the profile explains figures; it never costs them
                 profile = {"error": f"{type(error).__name__}: {error}"[:300]}
 
