@@ -1,10 +1,10 @@
 //! GEMM operand staging: a cuBLAS matrix product that reads an operand from T2 and is
-//! wide (the dimension that re-reads the operand is at least GREENBOOST_STAGE_MIN_WIDTH)
+//! at least GREENBOOST_STAGE_MIN_WIDTH wide (the dimension that re-reads the operand)
 //! first gets that operand copied into a VRAM scratch buffer, on the product's own
 //! stream, and reads it from there. A wide GEMM re-reads each tile of an operand once
 //! per output tile: over PCIe that costs many times what one copy does (the copy engine
-//! moves it at pinned-memcpy speed). Narrow products (decoding a token) keep reading
-//! zero-copy, which reads the operand once.
+//! moves it at pinned-memcpy speed). The default width, 1, stages one-token products
+//! too: the copy engine streams PCIe faster than a product's own zero-copy loads.
 //!
 //! The product is the one the program asked for, bit for bit: cuBLAS gets the same
 //! dimensions, types, leading dimensions, strides and scalars, and an operand pointer
