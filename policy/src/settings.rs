@@ -28,6 +28,9 @@ pub const DEFAULT_STAGING: bool = true;
 pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 1;
 /// Largest VRAM scratch buffer staging may hold per context.
 pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
+/// Staging copies the next product's operand early only when asked: the copy runs before
+/// writes the shim cannot see (unhooked kernels, an optimizer step) have finished.
+pub const DEFAULT_STAGE_PREFETCH: bool = false;
 /// Bounds of the default host reserve (the kernel module's `reserve_mb` default).
 pub const HOST_RESERVE_MIN: u64 = 64 << 20;
 pub const HOST_RESERVE_MAX: u64 = 1 << 30;
@@ -101,6 +104,7 @@ pub enum Id {
     Staging,
     StageMinWidth,
     StageMax,
+    StagePrefetch,
     Report,
     Backend,
     Log,
@@ -158,7 +162,7 @@ const fn row(
     Setting { id, env, flag, kind, default, help }
 }
 
-const TABLE: [Setting; 15] = [
+const TABLE: [Setting; 16] = [
     row(
         Id::VramBudget,
         "GREENBOOST_VRAM_BUDGET",
@@ -246,6 +250,14 @@ const TABLE: [Setting; 15] = [
         Kind::Size,
         "256M",
         "Largest VRAM scratch buffer for staged operands, counted against the budget",
+    ),
+    row(
+        Id::StagePrefetch,
+        "GREENBOOST_STAGE_PREFETCH",
+        Some("stage-prefetch"),
+        Kind::Switch,
+        "off",
+        "Copy the operand the next product is expected to read while this one computes; only for programs that never write their T2 weights while running (inference)",
     ),
     row(
         Id::Report,
@@ -347,6 +359,7 @@ mod tests {
         );
 
         assert_eq!(parse_switch(Id::Staging.setting().default.as_bytes()), Some(DEFAULT_STAGING));
+        assert_eq!(parse_switch(Id::StagePrefetch.setting().default.as_bytes()), Some(DEFAULT_STAGE_PREFETCH));
         assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
         assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));
         assert_eq!(Id::Report.setting().default, "physical");

@@ -43,6 +43,8 @@ pub struct Config {
     pub stage_min_width: u64,
     /// Largest scratch buffer staging may hold in VRAM; larger operands stay zero-copy.
     pub stage_max: u64,
+    /// Copy the operand the next product is expected to read early (see `staging`).
+    pub stage_prefetch: bool,
 }
 
 impl Default for Config {
@@ -63,6 +65,7 @@ impl Default for Config {
             staging: policy::DEFAULT_STAGING,
             stage_min_width: policy::DEFAULT_STAGE_MIN_WIDTH,
             stage_max: policy::DEFAULT_STAGE_MAX,
+            stage_prefetch: policy::DEFAULT_STAGE_PREFETCH,
         }
     }
 }
@@ -154,6 +157,9 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<&'static [u8]>, complain: imp
     if let Some(max) = reader.read(Id::StageMax, policy::parse_size) {
         config.stage_max = max;
     }
+    if let Some(prefetch) = reader.read(Id::StagePrefetch, policy::parse_switch) {
+        config.stage_prefetch = prefetch;
+    }
     if let Some(report) = reader.read(Id::Report, ReportMode::parse) {
         config.report = report;
     }
@@ -211,6 +217,7 @@ mod tests {
                 ("GREENBOOST_STAGING", "off"),
                 ("GREENBOOST_STAGE_MIN_WIDTH", "128"),
                 ("GREENBOOST_STAGE_MAX", "1G"),
+                ("GREENBOOST_STAGE_PREFETCH", "on"),
             ]),
             |_, _, _| complaints += 1,
         );
@@ -238,6 +245,7 @@ mod tests {
                 staging: false,
                 stage_min_width: 128,
                 stage_max: G,
+                stage_prefetch: true,
             }
         );
     }

@@ -132,6 +132,13 @@ pub fn stream_synchronize(stream: Stream) -> CuResult {
     driver_call!(cuStreamSynchronize(stream), "a handle by value")
 }
 
+/// A stream of the current context that never waits for the legacy default stream.
+pub fn stream_create_non_blocking() -> Result<Stream, CuError> {
+    let mut stream = Stream::NULL;
+    driver_call!(cuStreamCreate(&mut stream, CU_STREAM_NON_BLOCKING), "writes one handle to a valid local").ok()?;
+    Ok(stream)
+}
+
 pub fn stream_wait_event(stream: Stream, event: Event) -> CuResult {
     driver_call!(cuStreamWaitEvent(stream, event, 0), "handles by value")
 }

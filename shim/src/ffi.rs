@@ -205,6 +205,7 @@ pub type CudaDriverEntryPointQueryResult = c_int;
 pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
 pub const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x02;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 
 /// `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`: the host NUMA node closest to the GPU (-1: none).
 pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;

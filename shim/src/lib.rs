@@ -10,9 +10,11 @@
 //! Lock order — the shim's only locks, each taken for a few map operations, none held
 //! across a CUDA or backend call, none held while a lock earlier in the list is taken:
 //! `registry::REGISTRY`, then `vmm::VMM`, then the T2 cache's (`host::CACHE`), then
-//! `release::PENDING`. `staging::SCRATCH` is taken alone (it is held across the
-//! asynchronous enqueues of one staged product, never with another lock). The fork
-//! handlers (`lifecycle`) take the first four in this order.
+//! `release::PENDING`. `staging::SCRATCH` is held across the asynchronous enqueues of
+//! one staged product and is taken while no other lock is held; under it only
+//! `registry::REGISTRY` is taken (a prefetch checks that its operand is still T2), so
+//! SCRATCH comes before the whole list. The fork handlers (`lifecycle`) take the four
+//! of the list in this order, not SCRATCH: a child forked after CUDA use never stages.
 
 #[macro_use]
 mod log;
@@ -46,6 +48,7 @@ mod allocate;
 mod vmm;
 mod report;
 
+mod prefetch;
 mod staging;
 mod cublas;
 mod driver;

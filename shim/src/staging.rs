@@ -19,10 +19,21 @@
 //! CUDA graph are not staged (a captured copy would replay into a scratch that later
 //! products reuse): they run zero-copy as before.
 //!
-//! Lock: `SCRATCH` is taken alone, never with another lock (see lib.rs); it is held across
-//! the asynchronous enqueues of one staged product (copy, product, event) so that
-//! threads cannot interleave uses of one scratch buffer. The fork handlers do not take
-//! it: a child forked after CUDA use never stages (the shim steps aside there).
+//! Prefetch (GREENBOOST_STAGE_PREFETCH, off by default): the scratch has two slots, and
+//! while a product computes from one, the operand that followed it last time (`prefetch`)
+//! is copied into the other on a side stream, so that the copy engine and the product
+//! overlap. That copy is ordered after everything the program enqueued before this
+//! product, and after the last product that read the slot, but not after what the
+//! program enqueues between this product and the next: a write to the next operand in
+//! between (an optimizer step, an unhooked kernel) would not be seen. Hence opt-in, for
+//! programs that do not write their T2 operands while running (inference). A product
+//! whose operand is not the one prefetched copies it as without prefetch.
+//!
+//! Lock: `SCRATCH` is held across the asynchronous enqueues of one staged product (copies,
+//! product, events) so that threads cannot interleave uses of one scratch buffer; it is
+//! taken with no other lock held, and under it only the registry's (see lib.rs). The fork
+//! handlers do not take it: a child forked after CUDA use never stages (the shim steps
+//! aside there).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +44,7 @@ use crate::cuda;
 use crate::ffi::*;
 use crate::lock::{const_mutex, Mutex};
 use crate::log::Mib;
+use crate::prefetch::{OperandKey, ReadOrder};
 use crate::registry;
 use crate::stats::{self, STATS};
 
@@ -94,24 +106,83 @@ impl Operand {
     }
 }
 
+/// Where an operand is read from instead of T2: one slot of a context's scratch.
+///
+/// # Invariants
+/// `read_done`, when not null, is an event of the scratch's context recorded after the
+/// last product that read this slot, on `last_reader`; `ahead`, when set, is an operand a
+/// prefetch copies into this slot (at its address modulo `KEPT_ALIGNMENT`) and `copied`
+/// an event recorded after that copy on the scratch's side stream.
+struct Slot {
+    read_done: Event,
+    last_reader: Option<Stream>,
+    ahead: Option<OperandKey>,
+    copied: Event,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot { read_done: Event::NULL, last_reader: None, ahead: None, copied: Event::NULL };
+
+    /// Makes `stream` wait until this slot may be written: its last reader (when on
+    /// another stream) and a prefetch copy into it have finished.
+    fn wait_writable(&self, stream: Stream) -> bool {
+        let other_reader = self.last_reader.is_some_and(|last| last != stream);
+        let reader_ok = self.read_done.is_null()
+            || !other_reader
+            || cuda::stream_wait_event(stream, self.read_done) == CuResult::SUCCESS;
+        let copy_ok = self.ahead.is_none() || cuda::stream_wait_event(stream, self.copied) == CuResult::SUCCESS;
+        reader_ok && copy_ok
+    }
+
+    /// Records that a product on `stream` reads the slot; without an event, waits for it.
+    fn record_read(&mut self, stream: Stream) {
+        if self.read_done.is_null() {
+            self.read_done = cuda::event_create().unwrap_or(Event::NULL);
+        }
+        if !self.read_done.is_null() && cuda::event_record(self.read_done, stream) == CuResult::SUCCESS {
+            self.last_reader = Some(stream);
+        } else {
+            // Without an event, order the next writer after this product the hard way.
+            cuda::stream_synchronize(stream);
+            self.last_reader = None;
+        }
+        self.ahead = None;
+    }
+
+    /// Waits until nothing reads or writes the slot any more.
+    fn quiesce(&mut self) {
+        for event in [self.read_done, self.copied] {
+            if !event.is_null() {
+                cuda::event_synchronize(event);
+            }
+        }
+        self.ahead = None;
+    }
+}
+
 /// A context's scratch buffer.
 ///
 /// # Invariants
 /// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
-/// `charge` is `None`), counted against the device's budget; `done`, when not null, is
-/// an event of that context recorded after the last product that read the scratch, on
-/// `last_stream`.
+/// `charge` is `None`), counted against the device's budget, cut into `slot_count`
+/// slots of `slot_bytes` (one, or two with prefetch); `side`, when not null, is a
+/// non-blocking stream of `context` for prefetch copies.
 struct Scratch {
     context: Context,
     base: CuDevicePtr,
     charge: Option<VramCharge>,
-    done: Event,
-    last_stream: Option<Stream>,
+    slot_count: u64,
+    slot_bytes: u64,
+    slots: [Slot; 2],
+    /// The slot the next product that finds no prefetch of its operand uses.
+    next: usize,
+    side: Stream,
+    order: ReadOrder,
 }
 
 impl Scratch {
-    fn size(&self) -> u64 {
-        self.charge.as_ref().map_or(0, VramCharge::bytes)
+    fn slot_base(&self, index: usize) -> CuDevicePtr {
+        self.base + index as u64 * self.slot_bytes
     }
 }
 
@@ -156,73 +227,151 @@ pub fn run_staged(
             needed = (start + operand.bytes).div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
         }
     }
-    if needed > config.stage_max {
-        refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(needed)));
+    let slot_count = if config.stage_prefetch { 2 } else { 1 };
+    if needed.saturating_mul(slot_count) > config.stage_max {
+        refuse_once(format_args!(
+            "an operand needs {} of scratch ({} slots), above GREENBOOST_STAGE_MAX",
+            Mib(needed),
+            slot_count
+        ));
         return product(originals);
     }
+    // Only a product with one staged operand is prefetched for, and predicts the next.
+    let key = match wanted {
+        [Some(operand), None] | [None, Some(operand)] => Some((operand.address, operand.bytes)),
+        _ => None,
+    };
     let mut scratches = SCRATCH.lock();
-    let Some(scratch) = scratch_for(&mut scratches, context, device, needed) else {
+    let Some(scratch) = scratch_for(&mut scratches, context, device, needed, slot_count) else {
         drop(scratches);
         return product(originals);
     };
-    // The previous product on another stream must have read the scratch first.
-    let other_stream = scratch.last_stream.is_some_and(|last| last != stream);
-    if !scratch.done.is_null() && other_stream && cuda::stream_wait_event(stream, scratch.done) != CuResult::SUCCESS {
-        drop(scratches);
-        return product(originals);
-    }
+    // The slot a prefetch already filled with this operand, else the next one.
+    let prefetched = key.and_then(|key| scratch.slots.iter().position(|slot| slot.ahead == Some(key)));
+    let index = prefetched.unwrap_or(scratch.next);
+    let base = scratch.slot_base(index);
     let mut placed = originals;
     let mut staged_bytes = 0;
-    for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
-        let (Some(offset), Some(operand)) = (offset, operand) else { continue };
-        let destination = scratch.base + offset;
-        let status = cuda::memcpy_async(destination, operand.address, operand.bytes, stream);
-        if status != CuResult::SUCCESS {
-            // Nothing was overwritten that a product still reads: the copies run on
-            // this stream, after the wait above. The product reads in place.
-            debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(operand.bytes), status.0);
+    if prefetched.is_some() {
+        if cuda::stream_wait_event(stream, scratch.slots[index].copied) != CuResult::SUCCESS {
             drop(scratches);
             return product(originals);
         }
-        *target = Some(destination);
-        staged_bytes += operand.bytes;
+        for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
+            if let (Some(offset), Some(operand)) = (offset, operand) {
+                *target = Some(base + offset);
+                staged_bytes += operand.bytes;
+            }
+        }
+        stats::bump(&STATS.gemm_prefetched);
+    } else {
+        if !scratch.slots[index].wait_writable(stream) {
+            drop(scratches);
+            return product(originals);
+        }
+        for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
+            let (Some(offset), Some(operand)) = (offset, operand) else { continue };
+            let status = cuda::memcpy_async(base + offset, operand.address, operand.bytes, stream);
+            if status != CuResult::SUCCESS {
+                // Nothing was overwritten that a product still reads: the copies run on
+                // this stream, after the waits above. The product reads in place.
+                debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(operand.bytes), status.0);
+                drop(scratches);
+                return product(originals);
+            }
+            *target = Some(base + offset);
+            staged_bytes += operand.bytes;
+        }
+    }
+    // Everything the program enqueued so far, and this product's copy, precede the
+    // prefetch below; the product itself runs beside it.
+    let prefetch = if config.stage_prefetch { key.and_then(|key| scratch.order.read(key)) } else { None };
+    if let Some(next) = prefetch {
+        prefetch_into(scratch, 1 - index, next, stream);
     }
     let status = product(placed);
-    if scratch.done.is_null() {
-        scratch.done = cuda::event_create().unwrap_or(Event::NULL);
-    }
-    if !scratch.done.is_null() && cuda::event_record(scratch.done, stream) == CuResult::SUCCESS {
-        scratch.last_stream = Some(stream);
-    } else {
-        // Without an event, order the next product after this one the hard way.
-        cuda::stream_synchronize(stream);
-        scratch.last_stream = None;
-    }
+    scratch.slots[index].record_read(stream);
+    scratch.next = if slot_count == 2 { 1 - index } else { 0 };
     drop(scratches);
     stats::bump(&STATS.gemm_staged);
     STATS.gemm_staged_bytes.fetch_add(staged_bytes, Ordering::Relaxed);
     status
 }
 
-/// The context's scratch, grown to at least `needed` bytes; `None` (logged once) when
-/// VRAM for it does not fit the budget or cannot be had.
-fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice, needed: u64) -> Option<&mut Scratch> {
+/// Copies `next` into slot `index` on the side stream, after everything enqueued on
+/// `stream` so far and after the slot's last reader; nothing when it does not fit the
+/// slot, is no longer T2, or a step fails (the product that reads it then copies).
+fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: Stream) {
+    let (address, bytes) = next;
+    let offset = address % KEPT_ALIGNMENT;
+    if offset + bytes > scratch.slot_bytes || !registry::touches_t2(address, bytes) {
+        return;
+    }
+    if scratch.side.is_null() {
+        scratch.side = cuda::stream_create_non_blocking().unwrap_or(Stream::NULL);
+    }
+    let slot = &mut scratch.slots[index];
+    if slot.copied.is_null() {
+        slot.copied = cuda::event_create().unwrap_or(Event::NULL);
+    }
+    if scratch.side.is_null() || slot.copied.is_null() {
+        return;
+    }
+    // A stale prefetch in the slot is overwritten: a product that wanted it copies its
+    // operand itself, and nothing reads it before this copy's event.
+    slot.ahead = None;
+    let ordered = cuda::event_record(slot.copied, stream) == CuResult::SUCCESS
+        && cuda::stream_wait_event(scratch.side, slot.copied) == CuResult::SUCCESS
+        && (slot.read_done.is_null() || cuda::stream_wait_event(scratch.side, slot.read_done) == CuResult::SUCCESS);
+    let base = scratch.base + index as u64 * scratch.slot_bytes;
+    if !ordered || cuda::memcpy_async(base + offset, address, bytes, scratch.side) != CuResult::SUCCESS {
+        return;
+    }
+    if cuda::event_record(slot.copied, scratch.side) == CuResult::SUCCESS {
+        slot.ahead = Some(next);
+    } else {
+        // No event marks the copy's end: nothing may write the slot before it ends.
+        cuda::stream_synchronize(scratch.side);
+    }
+}
+
+/// The context's scratch, grown to `slot_count` slots of at least `needed` bytes; `None`
+/// (logged once) when VRAM for it does not fit the budget or cannot be had.
+fn scratch_for(
+    scratches: &mut Vec<Scratch>,
+    context: Context,
+    device: CuDevice,
+    needed: u64,
+    slot_count: u64,
+) -> Option<&mut Scratch> {
     let index = match scratches.iter().position(|scratch| scratch.context == context) {
         Some(index) => index,
         None => {
             scratches.try_reserve(1).ok()?;
-            scratches.push(Scratch { context, base: 0, charge: None, done: Event::NULL, last_stream: None });
+            scratches.push(Scratch {
+                context,
+                base: 0,
+                charge: None,
+                slot_count,
+                slot_bytes: 0,
+                slots: [Slot::EMPTY, Slot::EMPTY],
+                next: 0,
+                side: Stream::NULL,
+                order: ReadOrder::default(),
+            });
             scratches.len() - 1
         }
     };
     let scratch = scratches.get_mut(index)?;
-    if scratch.size() >= needed {
+    if scratch.slot_bytes >= needed {
         return Some(scratch);
     }
     // Grow: the growth counts against the budget like any allocation (the old buffer's
     // charge becomes the new one's).
-    let grown = needed.next_power_of_two().min(config::get().stage_max).max(needed);
-    let Some(growth) = budget::reserve_vram(grown - scratch.size(), device) else {
+    let slot_bytes = needed.next_power_of_two().min(config::get().stage_max / slot_count).max(needed);
+    let grown = slot_bytes * slot_count;
+    let size = scratch.charge.as_ref().map_or(0, VramCharge::bytes);
+    let Some(growth) = budget::reserve_vram(grown.saturating_sub(size), device) else {
         refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
         return None;
     };
@@ -234,16 +383,18 @@ fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice,
         }
     };
     if scratch.base != 0 {
-        // The old buffer goes once every product that reads it has run.
-        if scratch.done.is_null() {
+        // The old buffer goes once every product and copy that uses it has run.
+        scratch.slots.iter_mut().for_each(Slot::quiesce);
+        if scratch.slots.iter().all(|slot| slot.read_done.is_null()) {
             cuda::ctx_synchronize();
-        } else {
-            cuda::event_synchronize(scratch.done);
         }
         cuda::mem_free(scratch.base);
     }
-    debug!("GEMM staging scratch: {} in VRAM", Mib(grown));
+    debug!("GEMM staging scratch: {} slot(s) of {} in VRAM", slot_count, Mib(slot_bytes));
     scratch.base = base;
+    scratch.slot_count = slot_count;
+    scratch.slot_bytes = slot_bytes;
+    scratch.next = 0;
     scratch.charge = Some(match scratch.charge.take() {
         Some(mut charge) => {
             charge.absorb(growth);

@@ -24,6 +24,8 @@ pub struct Stats {
     /// Matrix products whose T2 operands were copied into VRAM first, and the bytes.
     pub gemm_staged: AtomicU64,
     pub gemm_staged_bytes: AtomicU64,
+    /// Staged products whose operand a prefetch had already copied.
+    pub gemm_prefetched: AtomicU64,
     /// Allocations sent to T2 (or split) because VRAM left on the device would have
     /// fallen below the headroom.
     pub headroom_spills: AtomicU64,
@@ -43,6 +45,7 @@ pub static STATS: Stats = Stats {
     split_allocs: AtomicU64::new(0),
     gemm_staged: AtomicU64::new(0),
     gemm_staged_bytes: AtomicU64::new(0),
+    gemm_prefetched: AtomicU64::new(0),
     headroom_spills: AtomicU64::new(0),
 };
 
@@ -143,6 +146,7 @@ pub fn start_afresh_in_child() {
         &STATS.gemm_staged,
         &STATS.gemm_staged_bytes,
         &STATS.headroom_spills,
+        &STATS.gemm_prefetched,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -392,6 +392,20 @@ t_gemm_two_streams() {
     shim gemm-two-streams $GEMMENV "$BIN/gbgemm" two-streams || return 1
     gemm_reads vram 3
 }
+t_gemm_prefetch() {
+    # Nine products of three weights (the order learned in the first pass, kept in the
+    # second, changed in the third), then two around a rewrite of the next weight:
+    # every result right (the program checks), and the second pass's second and third
+    # products and the changed pass's guessed one read a prefetch.
+    shim gemm-prefetch $GEMMENV GREENBOOST_STAGE_PREFETCH=on "$BIN/gbgemm" prefetch || return 1
+    gemm_reads vram 11 || return 1
+    out_has "GEMMs staged 11 ([^)]*, [1-9][0-9]* from a prefetch)" "GREENBOOST_LOG=info: no staged product read a prefetch"
+}
+t_gemm_prefetch_off() {
+    # The same program without the setting (the default): nothing is prefetched.
+    shim gemm-prefetch-off $GEMMENV "$BIN/gbgemm" prefetch || return 1
+    out_has "GEMMs staged 11 ([^)]*, 0 from a prefetch)" "GREENBOOST_LOG=info: a product read a prefetch with prefetch off"
+}
 t_gemm_capture() {
     shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
     gemm_reads vram 0 || return 1
@@ -637,7 +651,7 @@ async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entr
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
-gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture"
+gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"
 if [ "$backend" = kmod ]; then

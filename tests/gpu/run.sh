@@ -204,8 +204,12 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
   run_test gemm_zero_copy "${gemm_env[@]}" GREENBOOST_STAGING=off -- \
     "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
   run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
+  run_test gemm_prefetch "${gemm_env[@]}" GREENBOOST_STAGE_PREFETCH=on -- \
+    "$python" "$torch_check" gemm --label gemm_prefetch --expect t2 --out "$logs/gemm_prefetch.pt"
   run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
-    --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt"
+    --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt" "$logs/gemm_prefetch.pt"
+  prefetched=$(grep -o '[0-9]* from a prefetch' "$logs/gemm_prefetch.err" | awk '{print $1}' | head -1)
+  note gemm_prefetch.gemms_prefetched "${prefetched:-none}"
   for name in gemm_zero_copy gemm_staged; do
     staged=$(grep -o 'GEMMs staged [0-9]*' "$logs/$name.err" | awk '{print $3}' | head -1)
     note "$name.gemms_staged" "${staged:-none}"

@@ -23,6 +23,7 @@ cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
@@ -313,11 +314,67 @@ static int t_capture(int argc, char **argv)
     return 0;
 }
 
+/* GREENBOOST_STAGE_PREFETCH: three T2 weights multiplied in one order twice (the second
+ * pass reads each next weight from a prefetch), then in another order (the guesses are
+ * wrong: each product copies its own); then, with the program's stream held, a write to
+ * the next weight enqueued before the current product must reach the product that reads
+ * it (the prefetch is ordered after everything enqueued before the current product).
+ * Every result is checked. */
+static int t_prefetch(int argc, char **argv)
+{
+    const float one = 1, zero = 0;
+    const int wide = 64;
+    float *w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = upload((size_t)K * M, 0, 31 + i, "hostreg");
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, 1));
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h));
+    OK(cublasSetStream_v2(h, s));
+    float *x = upload((size_t)K * wide, 0, 30, "vram");
+    float *y = NULL;
+    OK(cudaMalloc((void **)&y, (size_t)M * wide * 4));
+    static const int orders[3][3] = { { 0, 1, 2 }, { 0, 1, 2 }, { 0, 2, 1 } };
+    for (int pass = 0; pass < 3; pass++)
+        for (int step = 0; step < 3; step++) {
+            int i = orders[pass][step];
+            OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w[i], K, x, K, &zero, y, M));
+            OK(cudaStreamSynchronize(s));
+            char what[64];
+            snprintf(what, sizeof what, "pass %d, weight %d", pass + 1, i + 1);
+            check_product(y, 0, M, wide, K, 31 + i, 0, 30, 0, 1, what);
+        }
+    /* Order learned: 0 -> 2 -> 1 last. Rewrite weight 3 (index 2) on the held stream,
+     * then multiply weight 1: the prefetch of weight 3 must wait for the rewrite. */
+    float *fresh = malloc((size_t)K * M * 4);
+    for (size_t i = 0; i < (size_t)K * M; i++)
+        fresh[i] = value_at(41, i);
+    fakegpu_stream_hold(s);
+    OK(cudaMemcpyAsync(w[2], fresh, (size_t)K * M * 4, cudaMemcpyHostToDevice, s));
+    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w[0], K, x, K, &zero, y, M));
+    fakegpu_stream_release(s);
+    OK(cudaStreamSynchronize(s));
+    check_product(y, 0, M, wide, K, 31, 0, 30, 0, 1, "weight 1 after the rewrite was enqueued");
+    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w[2], K, x, K, &zero, y, M));
+    OK(cudaStreamSynchronize(s));
+    check_product(y, 0, M, wide, K, 41, 0, 30, 0, 1, "the rewritten weight 3");
+    free(fresh);
+    OK(cudaFree(y));
+    OK(cudaFree(x));
+    for (int i = 0; i < 3; i++)
+        OK(cudaFree(w[i]));
+    OK(cublasDestroy_v2(h));
+    OK(cudaStreamDestroy(s));
+    return 0;
+}
+
 static const struct named_test tests[] = {
     { "products", t_products },
     { "bf16-offset", t_bf16_offset },
     { "two-streams", t_two_streams },
     { "capture", t_capture },
+    { "prefetch", t_prefetch },
 };
 
 int gbtests_main(int argc, char **argv)
