@@ -257,7 +257,7 @@ const TABLE: [Setting; 16] = [
         Some("stage-prefetch"),
         Kind::Switch,
         "off",
-        "Copy the operand the next product is expected to read while this one computes; only for programs that never write their T2 weights while running (inference)",
+        "staging prefetch, where the operand the next product is expected to read is copied while this one computes; only for programs that never write their T2 weights while running (inference)",
     ),
     row(
         Id::Report,
@@ -317,9 +317,11 @@ mod tests {
             assert!(a.env.len() < 64, "the shim's getenv buffer holds 64 bytes: {}", a.env);
             if let Some(flag) = a.flag {
                 assert!(flag.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'), "{flag}");
-                // The flag is the variable's name in lower case, `--no-X` for switches.
+                // The flag is the variable's name in lower case, `--no-X` for switches
+                // that are on by default (the flag sets the opposite of the default).
                 let stem = a.env.trim_start_matches("GREENBOOST_").to_ascii_lowercase().replace('_', "-");
-                let expected = if a.kind == Kind::Switch { std::format!("no-{stem}") } else { stem };
+                let turns_off = a.kind == Kind::Switch && a.default == "on";
+                let expected = if turns_off { std::format!("no-{stem}") } else { stem };
                 assert_eq!(flag, expected);
             }
             for b in &SETTINGS[i + 1..] {
