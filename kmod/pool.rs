@@ -189,6 +189,7 @@ impl Pool<'_> {
                 self.recycle(&chunks, false);
                 return Err(ENOMEM);
             }
+            self.shared.counters.chunks_allocated.fetch_add(1, Ordering::Relaxed);
             remaining = remaining.saturating_sub(order_bytes(chunk.order));
         }
         Ok(chunks)

@@ -29,6 +29,9 @@ pub(crate) struct Counters {
     pub(crate) allocs: AtomicU64,
     /// ALLOCs refused with ENOMEM since load.
     pub(crate) alloc_failures: AtomicU64,
+    /// Chunks put into buffers since load (from the cache or fresh): lets a test count
+    /// what an ALLOC did after its caller was killed.
+    pub(crate) chunks_allocated: AtomicU64,
     /// Buffer pages that were still referenced elsewhere (a long-term pin outliving the
     /// buffer) when the buffer died: dropped to the kernel instead of being reused.
     pub(crate) pinned_on_release: AtomicU64,
