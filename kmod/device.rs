@@ -18,6 +18,7 @@ use crate::buffer::{self, Buffer};
 use crate::glue_ffi as ffi;
 use crate::pool::{self, Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
+use crate::reserve::Claim;
 use crate::state::{state, State};
 use crate::{pressure, stats, util};
 
@@ -192,8 +193,9 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
 
 /// Reserves `size` against the pool cap, the per-user cap and the RAM reserve. Returns
 /// how many bytes of dirty cache pages the allocation must take (and zero) to stay
-/// within the cap (see [`pool::dirty_claim`]).
-fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result<u64> {
+/// within the cap (see [`pool::dirty_claim`]), and the claim of its fresh pages
+/// against the RAM reserve (see `reserve.rs`).
+fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<(u64, Claim<'a>)> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
     let mut dirty_bytes = 0;
@@ -215,17 +217,18 @@ fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result<u64> {
     // Pages the cache cannot supply come out of available RAM.
     let from_cache = c.t2_clean.load(Ordering::Relaxed).saturating_add(dirty_bytes);
     let fresh = size.saturating_sub(from_cache);
-    // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
-    let available = unsafe { ffi::gb_mem_available() };
-    if available < limits.reserve.saturating_add(fresh) {
-        entry.t2_used.fetch_sub(size, Ordering::Relaxed);
-        unreserve();
-        // Let the watchdog see the crossing now rather than at its next tick.
-        pressure::kick(&state.shared, 0);
-        return Err(ENOMEM);
-    }
+    let claim = match Claim::admit(&state.shared, limits.reserve, fresh) {
+        Ok(claim) => claim,
+        Err(e) => {
+            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            unreserve();
+            // Let the watchdog see the crossing now rather than at its next tick.
+            pressure::kick(&state.shared, 0);
+            return Err(e);
+        }
+    };
     util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
-    Ok(dirty_bytes)
+    Ok((dirty_bytes, claim))
 }
 
 fn alloc(state: &State, arg: usize) -> Result {
@@ -235,8 +238,8 @@ fn alloc(state: &State, arg: usize) -> Result {
     // The buffer is accounted to the calling process (which may differ from the one
     // that opened the file, e.g. after fork).
     let owner = state.procs.acquire(Holder::Buffer)?;
-    let chunks = match reserve(state, &owner, size).and_then(|dirty_bytes| {
-        state.pool().alloc_chunks(size, placement, dirty_bytes).inspect_err(|_| {
+    let chunks = match reserve(state, &owner, size).and_then(|(dirty_bytes, mut claim)| {
+        state.pool().alloc_chunks(size, placement, dirty_bytes, &mut claim).inspect_err(|_| {
             state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
             owner.t2_used.fetch_sub(size, Ordering::Relaxed);
         })

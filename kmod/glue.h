@@ -101,6 +101,8 @@ bool gb_node_online(int nid);
 int gb_numa_node_id(void);
 u64 gb_mem_available(void);
 u64 gb_total_ram(void);
+bool gb_fatal_signal_pending(void);
+void gb_cond_resched(void);
 
 void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long *pages,
 		 unsigned long *pgoff, bool *shared);

@@ -103,6 +103,8 @@ extern "C" {
     pub(crate) fn gb_numa_node_id() -> c_int;
     pub(crate) fn gb_mem_available() -> u64;
     pub(crate) fn gb_total_ram() -> u64;
+    pub(crate) fn gb_fatal_signal_pending() -> bool;
+    pub(crate) fn gb_cond_resched();
 
     pub(crate) fn gb_vma_info(
         vma: *mut bindings::vm_area_struct,

@@ -14,6 +14,7 @@
 #include <linux/mm.h>
 #include <linux/nodemask.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/topology.h>
@@ -61,6 +62,7 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 		first += n;
 		npages -= n;
 		addr += n << PAGE_SHIFT;
+		cond_resched();
 	}
 	return 0;
 }
@@ -131,6 +133,18 @@ u64 gb_total_ram(void)
 	return (u64)totalram_pages() << PAGE_SHIFT;
 }
 
+/* ---- long loops ---- */
+
+bool gb_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
+void gb_cond_resched(void)
+{
+	cond_resched();
+}
+
 /* ---- scatter-gather and kernel mappings ---- */
 
 int gb_sgt_create(const struct gb_chunk *chunks, unsigned int nchunks,
@@ -177,9 +191,11 @@ void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 
 	if (!pages)
 		return NULL;
-	for (i = 0; i < nchunks; i++)
+	for (i = 0; i < nchunks; i++) {
 		for (j = 0; j < (1UL << chunks[i].order) && k < npages; j++)
 			pages[k++] = nth_page(chunks[i].page, j);
+		cond_resched();
+	}
 	vaddr = vmap(pages, k, VM_MAP, PAGE_KERNEL);
 	kvfree(pages);
 	return vaddr;

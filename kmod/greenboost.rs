@@ -27,6 +27,7 @@ mod glue_ffi;
 mod pool;
 mod pressure;
 mod procs;
+mod reserve;
 mod shared;
 mod state;
 mod stats;

@@ -22,8 +22,16 @@ use kernel::prelude::*;
 use kernel::sync::Mutex;
 
 use crate::glue_ffi::{self as ffi, Chunk};
+use crate::reserve::Claim;
 use crate::shared::{Limits, Shared};
 use crate::{abi, util};
+
+/// Flags of a buffer's chunk list: a huge, fully fragmented request could ask for a
+/// list beyond what kvmalloc accepts, which is an ENOMEM for the caller, not a warning
+/// in the log.
+fn list_gfp() -> kernel::alloc::Flags {
+    GFP_KERNEL | __GFP_NOWARN
+}
 
 /// Order of a full-size chunk: 2 MiB with 4 KiB pages.
 pub(crate) const CHUNK_ORDER: u32 = 9;
@@ -149,19 +157,50 @@ impl Pool<'_> {
 
     /// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
     /// 2 MiB pages first, then up to `dirty_bytes` of dirty cached pages (zeroed here, see
-    /// [`dirty_claim`]), then fresh ones, falling back to lower orders when fragmented.
-    /// The caller has already reserved `size` against the caps.
-    pub(crate) fn alloc_chunks(self, size: u64, placement: Placement, mut dirty_bytes: u64) -> Result<KVVec<Chunk>> {
+    /// [`dirty_claim`]), then fresh ones within `claim` (see `reserve.rs`), falling back
+    /// to lower orders when fragmented. The caller has already reserved `size` against
+    /// the caps. On failure every chunk taken so far is given back; a caller killed
+    /// meanwhile gets EINTR at the next chunk.
+    pub(crate) fn alloc_chunks(
+        self,
+        size: u64,
+        placement: Placement,
+        dirty_bytes: u64,
+        claim: &mut Claim<'_>,
+    ) -> Result<KVVec<Chunk>> {
         let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
-        // A huge, fully fragmented request could ask for a list beyond what kvmalloc
-        // accepts: that is an ENOMEM for the caller, not a warning in the log.
-        let list_gfp = GFP_KERNEL | __GFP_NOWARN;
-        let mut chunks = KVVec::with_capacity(estimate, list_gfp)?;
+        let mut chunks = KVVec::with_capacity(estimate, list_gfp())?;
+        match self.fill(&mut chunks, size, placement, dirty_bytes, claim) {
+            Ok(()) => Ok(chunks),
+            Err(e) => {
+                self.recycle(&chunks, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// The chunk loop of [`Pool::alloc_chunks`]; on error, `chunks` holds what it got.
+    fn fill(
+        self,
+        chunks: &mut KVVec<Chunk>,
+        size: u64,
+        placement: Placement,
+        mut dirty_bytes: u64,
+        claim: &mut Claim<'_>,
+    ) -> Result {
         let mut remaining = size;
         // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
         // rather than failing again at every chunk.
         let mut max_order = CHUNK_ORDER;
         while remaining > 0 {
+            // A killed caller's exit waits for this loop: stop here, not after the
+            // whole buffer.
+            // SAFETY: `gb_fatal_signal_pending` only reads the current task's signals.
+            if unsafe { ffi::gb_fatal_signal_pending() } {
+                return Err(EINTR);
+            }
+            // SAFETY: `gb_cond_resched` may sleep; no lock or atomic section is held here.
+            unsafe { ffi::gb_cond_resched() };
             let mut order = max_order;
             while order > 0 && order_bytes(order) > remaining {
                 order -= 1;
@@ -179,20 +218,24 @@ impl Pool<'_> {
             } else {
                 None
             };
-            let Some(chunk) = cached.or_else(|| fresh_chunk(order, 0, placement)) else {
-                self.recycle(&chunks, false);
-                return Err(ENOMEM);
+            let chunk = match cached {
+                Some(chunk) => chunk,
+                None => {
+                    claim.before_fresh(order_bytes(order))?;
+                    let chunk = fresh_chunk(order, 0, placement).ok_or(ENOMEM)?;
+                    claim.taken(order_bytes(chunk.order));
+                    chunk
+                }
             };
             max_order = max_order.min(chunk.order);
-            if chunks.push(chunk, list_gfp).is_err() {
+            if chunks.push(chunk, list_gfp()).is_err() {
                 free_chunk(chunk);
-                self.recycle(&chunks, false);
                 return Err(ENOMEM);
             }
             self.shared.counters.chunks_allocated.fetch_add(1, Ordering::Relaxed);
             remaining = remaining.saturating_sub(order_bytes(chunk.order));
         }
-        Ok(chunks)
+        Ok(())
     }
 
     /// Gives a buffer's chunks back: full-size ones that nobody else references go to the
@@ -207,6 +250,9 @@ impl Pool<'_> {
         let mut queued_dirty = false;
         let mut cache = self.cache.lock();
         for &chunk in chunks {
+            // A huge buffer has thousands of chunks; the cache lock is a mutex.
+            // SAFETY: `gb_cond_resched` may sleep; only a mutex is held here.
+            unsafe { ffi::gb_cond_resched() };
             // SAFETY: the chunk is ours (`Chunk` invariant) and not mapped any more.
             let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
             if !exclusive {
@@ -288,6 +334,8 @@ impl Pool<'_> {
         }
         let limits = self.shared.limits();
         while self.may_grow(&limits) {
+            // SAFETY: `gb_cond_resched` may sleep; no lock is held here.
+            unsafe { ffi::gb_cond_resched() };
             let placement = Placement { nid: ANY_NODE, strict: false };
             let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement) else {
                 break;
@@ -332,6 +380,9 @@ impl Pool<'_> {
 
     /// Gives every cached page back to the kernel (pressure, unload).
     pub(crate) fn drain(self) {
-        while self.trim_one() {}
+        while self.trim_one() {
+            // SAFETY: `gb_cond_resched` may sleep; no lock is held here.
+            unsafe { ffi::gb_cond_resched() };
+        }
     }
 }

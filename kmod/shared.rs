@@ -35,6 +35,9 @@ pub(crate) struct Counters {
     /// Buffer pages that were still referenced elsewhere (a long-term pin outliving the
     /// buffer) when the buffer died: dropped to the kernel instead of being reused.
     pub(crate) pinned_on_release: AtomicU64,
+    /// Fresh bytes that ALLOCs in progress have claimed against the RAM reserve and not
+    /// allocated yet (see `reserve.rs`).
+    pub(crate) in_flight: AtomicU64,
     /// MemAvailable in bytes at the last watchdog tick.
     pub(crate) free_ram: AtomicU64,
 }
