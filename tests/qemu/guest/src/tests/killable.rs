@@ -40,9 +40,19 @@ fn no_cache() -> Result<ParamGuard, String> {
 
 /// A child that opens the device, says so, waits for a byte on the pipe `go`, then
 /// ALLOCs `size`; it reports 0 or the errno as one byte and holds the buffer until
-/// killed.
-fn allocator(size: u64, go: std::fs::File) -> (Child, std::fs::File) {
+/// killed. With `cpu` it runs on that CPU only, so that ALLOCs of several children
+/// really overlap rather than queue behind each other on one CPU.
+fn allocator(size: u64, go: std::fs::File, cpu: Option<usize>) -> (Child, std::fs::File) {
     spawn_with_pipe(move |mut w| {
+        if let Some(cpu) = cpu {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds
+            // (cpu is below the online count, far below CPU_SETSIZE).
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+        }
         let Ok(dev) = Dev::open() else { return 1 };
         let _ = w.write_all(b"o");
         let mut go = go;
@@ -75,7 +85,7 @@ pub fn alloc_sigkill_stops() -> TestResult {
     ensure(size >= 256 * MIB, || format!("only {} MiB above the reserve", room / MIB))?;
     let chunks = size / GB_CHUNK_SIZE;
     let (go_r, go_w) = pipe();
-    let (mut child, mut r) = allocator(size, std::fs::File::from(go_r));
+    let (mut child, mut r) = allocator(size, std::fs::File::from(go_r), None);
     let mut b = [0u8; 1];
     r.read_exact(&mut b).map_err(|e| format!("child did not open the device: {e}"))?;
     let start = sysfs_counter("chunks_allocated")?;
@@ -134,8 +144,10 @@ pub fn reserve_concurrent_allocs() -> TestResult {
     let (go_r, go_w) = pipe();
     let go = std::fs::File::from(go_r);
     let mut kids = Vec::new();
-    for _ in 0..PROCS {
-        let (child, mut r) = allocator(EACH, go.try_clone().map_err(|e| e.to_string())?);
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    for i in 0..PROCS {
+        let (child, mut r) = allocator(EACH, go.try_clone().map_err(|e| e.to_string())?, Some(i % cpus));
         let mut b = [0u8; 1];
         r.read_exact(&mut b).map_err(|e| format!("child did not open the device: {e}"))?;
         kids.push((child, r));
