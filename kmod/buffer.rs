@@ -20,6 +20,7 @@ use kernel::sync::Arc;
 use crate::glue_ffi::{self as ffi, Chunk};
 use crate::procs::{Holder, ProcEntry};
 use crate::state::{state, State};
+use crate::util;
 
 /// A pinned system-RAM buffer.
 ///
@@ -135,17 +136,54 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of the
+    /// dying buffer; returns them and their bytes.
+    fn take_referenced(&mut self) -> (KVVec<Chunk>, u64) {
+        let mut held = KVVec::new();
+        let mut bytes = 0;
+        let mut i = 0;
+        while let Some(&chunk) = self.chunks.as_slice().get(i) {
+            // SAFETY: the chunk is ours (type invariant); the buffer is dying, so no
+            // mapping or attachment of ours refers to it any more.
+            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
+            // A chunk that does not fit the list stays; `recycle` drops our reference.
+            if !exclusive && held.push(chunk, GFP_KERNEL).is_ok() {
+                let _ = util::vec_swap_remove(&mut self.chunks, i);
+                bytes += (PAGE_SIZE as u64) << chunk.order;
+            } else {
+                i += 1;
+            }
+        }
+        (held, bytes)
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
         let c = &state.shared.counters;
+        let (held, held_bytes) = self.take_referenced();
+        let freed = self.size - held_bytes;
         // Unaccount first, so that the cache may take the pages within the cap.
-        c.t2_used.fetch_sub(self.size, Ordering::Relaxed);
+        c.t2_used.fetch_sub(freed, Ordering::Relaxed);
         state.pool().recycle(&self.chunks, true);
         c.buffers.fetch_sub(1, Ordering::Relaxed);
-        if let Some(owner) = self.owner.take() {
-            owner.t2_used.fetch_sub(self.size, Ordering::Relaxed);
-            owner.buffers.fetch_sub(1, Ordering::Relaxed);
+        let Some(owner) = self.owner.take() else {
+            return;
+        };
+        owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        owner.buffers.fetch_sub(1, Ordering::Relaxed);
+        if held.is_empty() {
+            state.procs.release(owner, Holder::Buffer);
+            return;
+        }
+        // The held chunks stay charged to the pool and the owner until released.
+        if let Err((held, owner)) = state.held.add(&state.shared, held, owner) {
+            // No room to remember them: drop our references and the charge.
+            c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+            owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+            state.pool().recycle(&held, true);
             state.procs.release(owner, Holder::Buffer);
         }
     }

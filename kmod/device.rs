@@ -198,6 +198,12 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
 fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<(u64, Claim<'a>)> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
+    // Pages kept alive by other holders past their buffers (see `held.rs`) are counted
+    // in the caps already; beyond a quarter of the pool cap, nobody gets more until
+    // some are let go.
+    if c.held_bytes.load(Ordering::Relaxed) > limits.cap / 4 {
+        return Err(ENOMEM);
+    }
     let mut dirty_bytes = 0;
     c.t2_used
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
@@ -237,6 +243,9 @@ fn alloc(state: &State, arg: usize) -> Result {
     let (size, placement) = check_alloc(&req)?;
     // The buffer is accounted to the calling process (which may differ from the one
     // that opened the file, e.g. after fork).
+    // Chunks that outlived their buffers and have been let go since the last watchdog
+    // tick give their room back now.
+    state.held.scan(&state.shared, &state.procs);
     let owner = state.procs.acquire(Holder::Buffer)?;
     let chunks = match reserve(state, &owner, size).and_then(|(dirty_bytes, mut claim)| {
         state.pool().alloc_chunks(size, placement, dirty_bytes, &mut claim).inspect_err(|_| {

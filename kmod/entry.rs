@@ -204,6 +204,7 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_cpu_access(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn gb_rs_watchdog() {
     let state = state();
+    state.held.scan(&state.shared, &state.procs);
     state.watchdog.run(state.pool());
 }
 

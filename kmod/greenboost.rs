@@ -24,6 +24,7 @@ mod buffer;
 mod device;
 mod entry;
 mod glue_ffi;
+mod held;
 mod pool;
 mod pressure;
 mod procs;
@@ -113,7 +114,9 @@ impl Drop for GreenBoost {
         // SAFETY: `gb_works_cancel` has no precondition; since `stopping` is set, the
         // cancelled work items do not requeue themselves or each other.
         unsafe { ffi::gb_works_cancel() };
-        // No buffer is alive either (each dma-buf holds a module reference).
+        // No buffer is alive either (each dma-buf holds a module reference); chunks that
+        // outlived theirs are left to their other holders.
+        self.state.held.drain(&self.state.shared, &self.state.procs);
         self.state.pool().drain();
         stats::log_report(&self.state, "unloading: final");
         state::unpublish();

@@ -82,7 +82,8 @@ pub(crate) struct Pool<'a> {
     pub(crate) cache: &'a Mutex<Cache>,
 }
 
-fn free_chunk(chunk: Chunk) {
+/// Drops our reference to a chunk's pages (freeing them unless someone else holds one).
+pub(crate) fn free_chunk(chunk: Chunk) {
     // SAFETY: by the `Chunk` invariant we own one reference to this block of
     // `2^order` pages; it is given up here and the chunk is not used again.
     unsafe { ffi::gb_chunk_free(chunk.page, chunk.order) };
@@ -241,7 +242,8 @@ impl Pool<'_> {
     /// Gives a buffer's chunks back: full-size ones that nobody else references go to the
     /// cache while it has room (to the dirty list if userspace may have written them),
     /// the rest to the kernel. A chunk still referenced elsewhere (a long-term pin that
-    /// outlived the buffer) is never reused: the kernel frees it when the pin goes.
+    /// outlived the buffer) is never reused: a dying buffer hands those to `held.rs`
+    /// first; any left here (no room to hold them) lose our reference only.
     pub(crate) fn recycle(self, chunks: &[Chunk], exposed: bool) {
         if chunks.is_empty() {
             return;

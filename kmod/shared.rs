@@ -15,7 +15,8 @@ pub(crate) const MIB: u64 = 1 << 20;
 /// Module-wide counters, all lock-free.
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// T2 bytes held by live buffers (reserved before the pages are allocated).
+    /// T2 bytes held by live buffers (reserved before the pages are allocated) and by
+    /// dead buffers' chunks still referenced elsewhere (`held_bytes`).
     pub(crate) t2_used: AtomicU64,
     /// Highest `t2_used`.
     pub(crate) t2_peak: AtomicU64,
@@ -38,6 +39,9 @@ pub(crate) struct Counters {
     /// Fresh bytes that ALLOCs in progress have claimed against the RAM reserve and not
     /// allocated yet (see `reserve.rs`).
     pub(crate) in_flight: AtomicU64,
+    /// Bytes of dead buffers' chunks still referenced elsewhere, kept charged (see
+    /// `held.rs`); part of `t2_used`.
+    pub(crate) held_bytes: AtomicU64,
     /// MemAvailable in bytes at the last watchdog tick.
     pub(crate) free_ram: AtomicU64,
 }
