@@ -18,6 +18,7 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 
 use crate::glue_ffi::{self as ffi, Chunk};
+use crate::memlock::Memlock;
 use crate::procs::{Holder, ProcEntry};
 use crate::state::{state, State};
 use crate::util;
@@ -28,7 +29,8 @@ use crate::util;
 ///
 /// `chunks` own their pages (see [`Chunk`]) and cover exactly `size` bytes, a multiple
 /// of the page size; `size` has been added to `Counters::t2_used`, to `owner.t2_used`
-/// and one to both buffer counts; `owner` holds its entry as a [`Holder::Buffer`].
+/// and one to both buffer counts, and is charged in `memlock`; `owner` holds its entry
+/// as a [`Holder::Buffer`].
 /// Once exported, the dma-buf's `priv` points to it (see [`export`]).
 pub(crate) struct Buffer {
     /// Unique id, shown to userspace instead of any address.
@@ -37,15 +39,22 @@ pub(crate) struct Buffer {
     pub(crate) size: u64,
     chunks: KVVec<Chunk>,
     owner: Option<Arc<ProcEntry>>,
+    memlock: Option<Memlock>,
 }
 
 impl Buffer {
     /// Wraps freshly allocated chunks whose `size` bytes are already accounted.
-    pub(crate) fn new(state: &State, size: u64, chunks: KVVec<Chunk>, owner: Arc<ProcEntry>) -> Self {
+    pub(crate) fn new(state: &State, size: u64, chunks: KVVec<Chunk>, owner: Arc<ProcEntry>, memlock: Memlock) -> Self {
         let c = &state.shared.counters;
         c.buffers.fetch_add(1, Ordering::Relaxed);
         owner.buffers.fetch_add(1, Ordering::Relaxed);
-        Buffer { id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed), size, chunks, owner: Some(owner) }
+        Buffer {
+            id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed),
+            size,
+            chunks,
+            owner: Some(owner),
+            memlock: Some(memlock),
+        }
     }
 
     fn pages(&self) -> c_ulong {
@@ -169,17 +178,19 @@ impl Drop for Buffer {
         c.t2_used.fetch_sub(freed, Ordering::Relaxed);
         state.pool().recycle(&self.chunks, true);
         c.buffers.fetch_sub(1, Ordering::Relaxed);
-        let Some(owner) = self.owner.take() else {
+        let (Some(owner), Some(mut memlock)) = (self.owner.take(), self.memlock.take()) else {
             return;
         };
         owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
         owner.buffers.fetch_sub(1, Ordering::Relaxed);
+        memlock.uncharge(freed);
         if held.is_empty() {
             state.procs.release(owner, Holder::Buffer);
             return;
         }
-        // The held chunks stay charged to the pool and the owner until released.
-        if let Err((held, owner)) = state.held.add(&state.shared, held, owner) {
+        // The held chunks stay charged to the pool, the owner and its user's memlock
+        // until released.
+        if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
             // No room to remember them: drop our references and the charge.
             c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
             owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);

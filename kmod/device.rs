@@ -16,6 +16,7 @@ use kernel::uaccess::UserSlice;
 use crate::abi::{self, GbAlloc, GbEventfd, GbInfo, GbProcStats, GbT1Report};
 use crate::buffer::{self, Buffer};
 use crate::glue_ffi as ffi;
+use crate::memlock::Memlock;
 use crate::pool::{self, Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
 use crate::reserve::Claim;
@@ -191,11 +192,20 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
     Ok((size, Placement { nid, strict }))
 }
 
-/// Reserves `size` against the pool cap, the per-user cap and the RAM reserve. Returns
-/// how many bytes of dirty cache pages the allocation must take (and zero) to stay
-/// within the cap (see [`pool::dirty_claim`]), and the claim of its fresh pages
-/// against the RAM reserve (see `reserve.rs`).
-fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<(u64, Claim<'a>)> {
+/// What an admitted ALLOC holds before its pages exist.
+struct Reservation<'a> {
+    /// Bytes of dirty cache pages the allocation must take (and zero) to stay within
+    /// the cap (see [`pool::dirty_claim`]).
+    dirty_bytes: u64,
+    /// The claim of its fresh pages against the RAM reserve (see `reserve.rs`).
+    claim: Claim<'a>,
+    /// Its RLIMIT_MEMLOCK charge (see `memlock.rs`).
+    memlock: Memlock,
+}
+
+/// Reserves `size` against the pool cap, the per-user cap, the caller's memlock limit
+/// and the RAM reserve.
+fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reservation<'a>> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
     // Pages kept alive by other holders past their buffers (see `held.rs`) are counted
@@ -220,6 +230,14 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<(u64, C
         unreserve();
         return Err(e);
     }
+    let memlock = match Memlock::charge(size) {
+        Ok(m) => m,
+        Err(e) => {
+            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            unreserve();
+            return Err(e);
+        }
+    };
     // Pages the cache cannot supply come out of available RAM.
     let from_cache = c.t2_clean.load(Ordering::Relaxed).saturating_add(dirty_bytes);
     let fresh = size.saturating_sub(from_cache);
@@ -234,7 +252,7 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<(u64, C
         }
     };
     util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
-    Ok((dirty_bytes, claim))
+    Ok(Reservation { dirty_bytes, claim, memlock })
 }
 
 fn alloc(state: &State, arg: usize) -> Result {
@@ -247,13 +265,17 @@ fn alloc(state: &State, arg: usize) -> Result {
     // tick give their room back now.
     state.held.scan(&state.shared, &state.procs);
     let owner = state.procs.acquire(Holder::Buffer)?;
-    let chunks = match reserve(state, &owner, size).and_then(|(dirty_bytes, mut claim)| {
-        state.pool().alloc_chunks(size, placement, dirty_bytes, &mut claim).inspect_err(|_| {
-            state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
-            owner.t2_used.fetch_sub(size, Ordering::Relaxed);
-        })
+    let (chunks, memlock) = match reserve(state, &owner, size).and_then(|mut r| {
+        match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
+            Ok(chunks) => Ok((chunks, r.memlock)),
+            Err(e) => {
+                state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
+                owner.t2_used.fetch_sub(size, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }) {
-        Ok(chunks) => chunks,
+        Ok(done) => done,
         Err(e) => {
             if e == ENOMEM {
                 state.shared.counters.alloc_failures.fetch_add(1, Ordering::Relaxed);
@@ -264,7 +286,7 @@ fn alloc(state: &State, arg: usize) -> Result {
         }
     };
     // From here on the `Buffer` undoes all of the above when dropped.
-    let buf = KBox::new(Buffer::new(state, size, chunks, owner), GFP_KERNEL)?;
+    let buf = KBox::new(Buffer::new(state, size, chunks, owner, memlock), GFP_KERNEL)?;
     let id = buf.id;
     // SAFETY: `gb_fd_reserve` has no precondition; the fd number it reserves in the
     // caller's table is installed or discarded below, on every path.

@@ -51,9 +51,10 @@ module_param(reserve_mb, long, 0644);
 MODULE_PARM_DESC(reserve_mb,
 		 "Available RAM (MiB) below which ALLOC fails with ENOMEM (-1 at load: RAM/32, 64..1024 MiB)");
 
-static unsigned long uid_cap_mb;
-module_param(uid_cap_mb, ulong, 0644);
-MODULE_PARM_DESC(uid_cap_mb, "Most T2 memory (MiB) per user (0: no per-user cap)");
+static long uid_cap_mb = -1;
+module_param(uid_cap_mb, long, 0644);
+MODULE_PARM_DESC(uid_cap_mb,
+		 "Most T2 memory (MiB) per user (-1 at load: half of the pool cap; 0: no per-user cap)");
 
 static unsigned long cache_mb = 128;
 module_param(cache_mb, ulong, 0644);
@@ -72,10 +73,11 @@ void gb_params_read(struct gb_params *out)
 	out->watchdog_ms = READ_ONCE(watchdog_ms);
 }
 
-void gb_params_set_defaults(u64 pool_cap, s64 reserve)
+void gb_params_set_defaults(u64 pool_cap, s64 reserve, s64 uid_cap)
 {
 	WRITE_ONCE(pool_cap_mb, pool_cap);
 	WRITE_ONCE(reserve_mb, reserve);
+	WRITE_ONCE(uid_cap_mb, uid_cap);
 }
 
 /* ---- /dev/greenboost ---- */

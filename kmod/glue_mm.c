@@ -11,10 +11,15 @@
 #include <linux/dma-mapping.h>
 #include <linux/gfp.h>
 #include <linux/highmem.h>
+#include <linux/memcontrol.h>
 #include <linux/mm.h>
 #include <linux/nodemask.h>
+#include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/user.h>
+#include <linux/capability.h>
+#include <linux/cred.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/topology.h>
@@ -69,10 +74,15 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 
 /* ---- pages ---- */
 
-struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict, bool cheap)
+struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict, bool cheap,
+			    bool account)
 {
 	/* GFP_HIGHUSER has no __GFP_MOVABLE: never ZONE_MOVABLE or CMA (pinnable) */
 	gfp_t gfp = GFP_HIGHUSER | __GFP_NOWARN;
+
+	/* charged to the current task's memory cgroup; a charge over its limit fails */
+	if (account)
+		gfp |= __GFP_ACCOUNT;
 
 	if (order)
 		gfp |= __GFP_COMP;
@@ -101,6 +111,29 @@ void gb_chunk_zero(struct page *page, unsigned int order)
 		if ((i & 127) == 127)
 			cond_resched();
 	}
+}
+
+bool gb_chunk_charged(struct page *page)
+{
+	return PageMemcgKmem(page);
+}
+
+bool gb_current_memcg_charged(void)
+{
+#ifdef CONFIG_MEMCG
+	struct mem_cgroup *memcg;
+	bool child;
+
+	if (mem_cgroup_disabled() || !memcg_kmem_online())
+		return false;
+	rcu_read_lock();
+	memcg = mem_cgroup_from_task(current);
+	child = memcg && parent_mem_cgroup(memcg);
+	rcu_read_unlock();
+	return child;
+#else
+	return false;
+#endif
 }
 
 bool gb_chunk_exclusive(struct page *page)
@@ -143,6 +176,40 @@ bool gb_fatal_signal_pending(void)
 void gb_cond_resched(void)
 {
 	cond_resched();
+}
+
+/* ---- RLIMIT_MEMLOCK, charged to the user as io_uring and RDMA do ---- */
+
+int gb_memlock_charge(unsigned long npages, struct user_struct **out)
+{
+	unsigned long limit, cur, new;
+	struct user_struct *user;
+
+	*out = NULL;
+	if (capable(CAP_IPC_LOCK))
+		return 0;
+	limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	user = get_uid(current_user());
+	cur = atomic_long_read(&user->locked_vm);
+	do {
+		new = cur + npages;
+		if (new < cur || new > limit) {
+			free_uid(user);
+			return -ENOMEM;
+		}
+	} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
+	*out = user;
+	return 0;
+}
+
+void gb_memlock_uncharge(struct user_struct *user, unsigned long npages)
+{
+	atomic_long_sub(npages, &user->locked_vm);
+}
+
+void gb_memlock_put(struct user_struct *user)
+{
+	free_uid(user);
 }
 
 /* ---- scatter-gather and kernel mappings ---- */

@@ -25,6 +25,7 @@ mod device;
 mod entry;
 mod glue_ffi;
 mod held;
+mod memlock;
 mod pool;
 mod pressure;
 mod procs;

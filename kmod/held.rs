@@ -19,6 +19,7 @@ use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
 use crate::glue_ffi::{self as ffi, Chunk};
+use crate::memlock::Memlock;
 use crate::pool::{free_chunk, order_bytes};
 use crate::procs::{Holder, ProcEntry, Registry};
 use crate::shared::Shared;
@@ -29,11 +30,12 @@ use crate::util;
 /// # Invariants
 ///
 /// `chunks` are ours (see [`Chunk`]); their bytes are counted in `Counters::t2_used`,
-/// `Counters::held_bytes` and `owner.t2_used`, and `owner` holds its entry as a
-/// [`Holder::Buffer`].
+/// `Counters::held_bytes`, `owner.t2_used` and `memlock`, and `owner` holds its entry
+/// as a [`Holder::Buffer`].
 pub(crate) struct HeldBuffer {
     chunks: KVVec<Chunk>,
     owner: Arc<ProcEntry>,
+    memlock: Memlock,
 }
 
 impl HeldBuffer {
@@ -57,8 +59,12 @@ impl HeldBuffer {
         c.t2_used.fetch_sub(freed, Ordering::Relaxed);
         c.held_bytes.fetch_sub(freed, Ordering::Relaxed);
         self.owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        self.memlock.uncharge(freed);
     }
 }
+
+/// What [`Held::add`] could not keep, given back to the caller.
+pub(crate) type Rejected = (KVVec<Chunk>, Arc<ProcEntry>, Memlock);
 
 /// Every [`HeldBuffer`], behind the held lock.
 #[pin_data]
@@ -75,24 +81,26 @@ impl Held {
         })
     }
 
-    /// Keeps `chunks` (still counted in `t2_used` and `owner.t2_used`) charged until
-    /// they are released. Gives them back when there is no room to remember them.
+    /// Keeps `chunks` (still counted in `t2_used`, `owner.t2_used` and `memlock`)
+    /// charged until they are released. Gives them back when there is no room to
+    /// remember them.
     pub(crate) fn add(
         &self,
         shared: &Shared,
         chunks: KVVec<Chunk>,
         owner: Arc<ProcEntry>,
-    ) -> core::result::Result<(), (KVVec<Chunk>, Arc<ProcEntry>)> {
+        memlock: Memlock,
+    ) -> core::result::Result<(), Rejected> {
         let mut list = self.list.lock();
         if list.reserve(1, GFP_KERNEL).is_err() {
-            return Err((chunks, owner));
+            return Err((chunks, owner, memlock));
         }
         let bytes = chunks.iter().fold(0, |sum, c| sum + order_bytes(c.order));
         let c = &shared.counters;
         c.held_bytes.fetch_add(bytes, Ordering::Relaxed);
         c.pinned_on_release.fetch_add(chunks.len() as u64, Ordering::Relaxed);
         // `reserve` made room above, so this push neither allocates nor fails.
-        let _ = list.push(HeldBuffer { chunks, owner }, GFP_KERNEL);
+        let _ = list.push(HeldBuffer { chunks, owner, memlock }, GFP_KERNEL);
         Ok(())
     }
 

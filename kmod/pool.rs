@@ -90,12 +90,13 @@ pub(crate) fn free_chunk(chunk: Chunk) {
 }
 
 /// Allocates one zeroed chunk of `order`, or of a lower order if memory is too
-/// fragmented (down to `min_order`).
-fn fresh_chunk(order: u32, min_order: u32, placement: Placement) -> Option<Chunk> {
+/// fragmented (down to `min_order`); `account`: charged to the current task's memory
+/// cgroup.
+fn fresh_chunk(order: u32, min_order: u32, placement: Placement, account: bool) -> Option<Chunk> {
     let mut o = order;
     loop {
         // SAFETY: plain page allocation; the result is owned by the returned chunk.
-        let page = unsafe { ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0) };
+        let page = unsafe { ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0, account) };
         if !page.is_null() {
             return Some(Chunk { page, order: o, pad: 0 });
         }
@@ -146,16 +147,6 @@ impl Pool<'_> {
         Some(chunk)
     }
 
-    /// Takes a dirty 2 MiB chunk from the cache and zeroes it in the caller's path (outside
-    /// the cache lock), for an ALLOC that fits the cap only with the dirty pages.
-    fn take_dirty_and_zero(self, placement: Placement) -> Option<Chunk> {
-        let chunk = self.take_cached(placement, true)?;
-        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the exclusivity
-        // check in `recycle`), and it left the cache above, so nobody else touches it.
-        unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
-        Some(chunk)
-    }
-
     /// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
     /// 2 MiB pages first, then up to `dirty_bytes` of dirty cached pages (zeroed here, see
     /// [`dirty_claim`]), then fresh ones within `claim` (see `reserve.rs`), falling back
@@ -189,6 +180,13 @@ impl Pool<'_> {
         mut dirty_bytes: u64,
         claim: &mut Claim<'_>,
     ) -> Result {
+        // Fresh pages are charged to the caller's memory cgroup. Cached pages were not
+        // (the worker allocated them), so a caller outside the root cgroup, whose
+        // pages must all be charged to it, gives each cached page it takes back to the
+        // kernel and gets a charged fresh one instead: the cap and the reserve see the
+        // same totals as if it had used the cache.
+        // SAFETY: `gb_current_memcg_charged` only reads the current task's cgroup.
+        let charged = unsafe { ffi::gb_current_memcg_charged() };
         let mut remaining = size;
         // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
         // rather than failing again at every chunk.
@@ -211,19 +209,32 @@ impl Pool<'_> {
             } else if let Some(chunk) = self.take_cached(placement, false) {
                 Some(chunk)
             } else if dirty_bytes > 0 {
-                let chunk = self.take_dirty_and_zero(placement);
+                let chunk = self.take_cached(placement, true);
                 if let Some(c) = &chunk {
                     dirty_bytes = dirty_bytes.saturating_sub(order_bytes(c.order));
+                    if !charged {
+                        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed
+                        // the exclusivity check in `recycle`), and it left the cache, so
+                        // nobody else touches it. Zeroed outside the cache lock.
+                        unsafe { ffi::gb_chunk_zero(c.page, c.order) };
+                    }
                 }
                 chunk
             } else {
                 None
             };
+            let cached = match cached {
+                Some(c) if charged => {
+                    free_chunk(c);
+                    None
+                }
+                other => other,
+            };
             let chunk = match cached {
                 Some(chunk) => chunk,
                 None => {
                     claim.before_fresh(order_bytes(order))?;
-                    let chunk = fresh_chunk(order, 0, placement).ok_or(ENOMEM)?;
+                    let chunk = fresh_chunk(order, 0, placement, true).ok_or(ENOMEM)?;
                     claim.taken(order_bytes(chunk.order));
                     chunk
                 }
@@ -263,7 +274,12 @@ impl Pool<'_> {
                 continue;
             }
             let bytes = order_bytes(chunk.order);
+            // A page charged to a cgroup goes back to the kernel, which uncharges it: in
+            // the cache it would stay charged to that cgroup while serving another.
+            // SAFETY: the chunk is ours (`Chunk` invariant).
+            let charged = unsafe { ffi::gb_chunk_charged(chunk.page) };
             let keep = chunk.order == CHUNK_ORDER
+                && !charged
                 && !self.shared.pressure.load(Ordering::Relaxed)
                 && !self.shared.stopping.load(Ordering::Relaxed)
                 && self.shared.counters.t2_cached.load(Ordering::Relaxed) + bytes <= self.cache_room(&limits);
@@ -339,7 +355,8 @@ impl Pool<'_> {
             // SAFETY: `gb_cond_resched` may sleep; no lock is held here.
             unsafe { ffi::gb_cond_resched() };
             let placement = Placement { nid: ANY_NODE, strict: false };
-            let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement) else {
+            // The worker's pages belong to nobody's cgroup (see "Limits" in the README).
+            let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement, false) else {
                 break;
             };
             let bytes = order_bytes(chunk.order);
