@@ -121,6 +121,7 @@ impl Watchdog {
     /// 16 MiB), so that a system hovering at the line does not flap.
     fn tick(&self, pool: Pool<'_>) {
         let shared = pool.shared;
+        shared.counters.watchdog_ticks.fetch_add(1, Ordering::Relaxed);
         let limits = shared.limits();
         // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
         let available = unsafe { ffi::gb_mem_available() };

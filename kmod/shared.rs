@@ -42,6 +42,8 @@ pub(crate) struct Counters {
     /// Bytes of dead buffers' chunks still referenced elsewhere, kept charged (see
     /// `held.rs`); part of `t2_used`.
     pub(crate) held_bytes: AtomicU64,
+    /// Watchdog ticks since load (periodic and kicked).
+    pub(crate) watchdog_ticks: AtomicU64,
     /// MemAvailable in bytes at the last watchdog tick.
     pub(crate) free_ram: AtomicU64,
 }
