@@ -21,7 +21,7 @@ use crate::pool::{self, Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
 use crate::reserve::Claim;
 use crate::state::{state, State};
-use crate::{pressure, stats, util};
+use crate::{stats, util};
 
 // SAFETY: `GbAlloc` is `#[repr(C)]` with only integer fields (u64, u32, i32) and an
 // explicit `pad0`, so it has no padding bytes (its size is asserted in the ABI file)
@@ -247,11 +247,10 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
             entry.t2_used.fetch_sub(size, Ordering::Relaxed);
             unreserve();
             // Let the watchdog see the crossing now rather than at its next tick.
-            pressure::kick(&state.shared, 0);
+            state.watchdog.kick_for_refusal(&state.shared);
             return Err(e);
         }
     };
-    util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
     Ok(Reservation { dirty_bytes, claim, memlock })
 }
 
@@ -275,7 +274,13 @@ fn alloc(state: &State, arg: usize) -> Result {
             }
         }
     }) {
-        Ok(done) => done,
+        Ok(done) => {
+            // Peaks count what was really allocated, never a refused or killed ALLOC.
+            let c = &state.shared.counters;
+            util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
+            util::raise_peak(&owner.t2_peak, owner.t2_used.load(Ordering::Relaxed));
+            done
+        }
         Err(e) => {
             if e == ENOMEM {
                 state.shared.counters.alloc_failures.fetch_add(1, Ordering::Relaxed);

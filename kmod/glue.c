@@ -31,6 +31,7 @@
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include <linux/shrinker.h>
 #include <linux/sysfs.h>
 #include <linux/workqueue.h>
 
@@ -316,6 +317,42 @@ void gb_watchdog_kick(unsigned long delay_ms)
 void gb_refill_kick(void)
 {
 	queue_work(system_unbound_wq, &gb_refill_work);
+}
+
+/* ---- the pre-zeroed cache's shrinker ---- */
+
+static struct shrinker *gb_shrinker;
+
+static unsigned long gb_shrink_count(struct shrinker *shrinker, struct shrink_control *sc)
+{
+	return gb_rs_shrink_count();
+}
+
+static unsigned long gb_shrink_scan(struct shrinker *shrinker, struct shrink_control *sc)
+{
+	unsigned long freed = gb_rs_shrink_scan(sc->nr_to_scan);
+
+	return freed ? freed : SHRINK_STOP;
+}
+
+int gb_shrinker_register(void)
+{
+	gb_shrinker = shrinker_alloc(0, "greenboost-cache");
+	if (!gb_shrinker)
+		return -ENOMEM;
+	gb_shrinker->count_objects = gb_shrink_count;
+	gb_shrinker->scan_objects = gb_shrink_scan;
+	/* the cache frees whole 2 MiB chunks */
+	gb_shrinker->batch = 512;
+	shrinker_register(gb_shrinker);
+	return 0;
+}
+
+void gb_shrinker_unregister(void)
+{
+	/* waits for running scans */
+	shrinker_free(gb_shrinker);
+	gb_shrinker = NULL;
 }
 
 void gb_works_cancel(void)

@@ -58,6 +58,8 @@ void gb_rs_watchdog(void);
 void gb_rs_refill(void);
 size_t gb_rs_stats_show(char *buf, size_t len);
 void gb_rs_report(void);
+unsigned long gb_rs_shrink_count(void);
+unsigned long gb_rs_shrink_scan(unsigned long nr);
 
 /* ---- Rust -> C: implemented in glue.c ---- */
 int gb_misc_register(void);
@@ -71,6 +73,8 @@ void gb_params_set_defaults(u64 pool_cap_mb, s64 reserve_mb, s64 uid_cap_mb);
 void gb_watchdog_kick(unsigned long delay_ms);
 void gb_refill_kick(void);
 void gb_works_cancel(void);
+int gb_shrinker_register(void);
+void gb_shrinker_unregister(void);
 u64 gb_now_ms(void);
 
 int gb_fd_reserve(void);

@@ -67,6 +67,8 @@ extern "C" {
     pub(crate) fn gb_watchdog_kick(delay_ms: c_ulong);
     pub(crate) fn gb_refill_kick();
     pub(crate) fn gb_works_cancel();
+    pub(crate) fn gb_shrinker_register() -> c_int;
+    pub(crate) fn gb_shrinker_unregister();
     pub(crate) fn gb_now_ms() -> u64;
 
     pub(crate) fn gb_fd_reserve() -> c_int;

@@ -90,6 +90,16 @@ struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
 		gfp |= __GFP_ZERO;
 	/* never the OOM killer: a failed allocation is an ENOMEM for the caller */
 	gfp |= cheap ? __GFP_NORETRY : __GFP_RETRY_MAYFAIL;
+	/*
+	 * A node validated at ALLOC may have gone offline since: fail a strict request,
+	 * let the others fall back, rather than ask for an offline node (which dumps a
+	 * stack with __GFP_THISNODE).
+	 */
+	if (nid != NUMA_NO_NODE && !gb_node_online(nid)) {
+		if (strict)
+			return NULL;
+		nid = NUMA_NO_NODE;
+	}
 	if (nid == NUMA_NO_NODE)
 		return alloc_pages(gfp, order);
 	if (strict)
@@ -148,12 +158,14 @@ int gb_page_nid(struct page *page)
 
 bool gb_node_online(int nid)
 {
-	return nid >= 0 && nid < MAX_NUMNODES && node_online(nid);
+	/* online and with memory: a memoryless node has nothing to allocate from */
+	return nid >= 0 && nid < MAX_NUMNODES && node_state(nid, N_MEMORY);
 }
 
 int gb_numa_node_id(void)
 {
-	return numa_node_id();
+	/* the nearest node with memory to this CPU (its own unless memoryless) */
+	return numa_mem_id();
 }
 
 u64 gb_mem_available(void)

@@ -33,6 +33,17 @@ fn list_gfp() -> kernel::alloc::Flags {
     GFP_KERNEL | __GFP_NOWARN
 }
 
+/// Flags of list space allocated under the cache lock: never direct reclaim, which may
+/// call the cache's shrinker, which takes the cache lock. A failure just frees the
+/// page instead of caching it.
+fn under_lock_gfp() -> kernel::alloc::Flags {
+    GFP_NOWAIT | __GFP_NOWARN
+}
+
+/// How long the cache stays below its target after kernel reclaim took pages from it,
+/// so that the refill worker does not take them straight back.
+const SHRINK_BACKOFF_MS: u64 = 5000;
+
 /// Order of a full-size chunk: 2 MiB with 4 KiB pages.
 pub(crate) const CHUNK_ORDER: u32 = 9;
 const _: () = assert!((PAGE_SIZE as u64) << CHUNK_ORDER == abi::GB_CHUNK_SIZE);
@@ -284,7 +295,7 @@ impl Pool<'_> {
                 && !self.shared.stopping.load(Ordering::Relaxed)
                 && self.shared.counters.t2_cached.load(Ordering::Relaxed) + bytes <= self.cache_room(&limits);
             let list = if exposed { &mut cache.dirty } else { &mut cache.clean };
-            if keep && list.push(chunk, GFP_KERNEL).is_ok() {
+            if keep && list.push(chunk, under_lock_gfp()).is_ok() {
                 self.shared.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
                 if exposed {
                     queued_dirty = true;
@@ -321,6 +332,11 @@ impl Pool<'_> {
 
     /// Whether the cache should grow by one chunk now.
     fn may_grow(self, limits: &Limits) -> bool {
+        let shrunk_at = self.shared.counters.shrunk_at_ms.load(Ordering::Relaxed);
+        // SAFETY: `gb_now_ms` only reads the jiffies counter.
+        if shrunk_at != 0 && unsafe { ffi::gb_now_ms() }.saturating_sub(shrunk_at) < SHRINK_BACKOFF_MS {
+            return false;
+        }
         let cached = self.shared.counters.t2_cached.load(Ordering::Relaxed);
         // SAFETY: plain read of a kernel counter.
         let available = unsafe { ffi::gb_mem_available() };
@@ -342,7 +358,7 @@ impl Pool<'_> {
             unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
             let bytes = order_bytes(chunk.order);
             let mut cache = self.cache.lock();
-            if !self.shared.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, GFP_KERNEL).is_ok() {
+            if !self.shared.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, under_lock_gfp()).is_ok() {
                 self.shared.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
             } else {
                 self.shared.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
@@ -361,7 +377,7 @@ impl Pool<'_> {
             };
             let bytes = order_bytes(chunk.order);
             let mut cache = self.cache.lock();
-            if cache.clean.push(chunk, GFP_KERNEL).is_err() {
+            if cache.clean.push(chunk, under_lock_gfp()).is_err() {
                 drop(cache);
                 free_chunk(chunk);
                 break;
@@ -395,6 +411,27 @@ impl Pool<'_> {
         drop(cache);
         free_chunk(chunk);
         true
+    }
+
+    /// The shrinker's count: pages of the cache that kernel reclaim may take back.
+    pub(crate) fn shrink_count(self) -> u64 {
+        if self.shared.stopping.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.shared.counters.t2_cached.load(Ordering::Relaxed) / PAGE_SIZE as u64
+    }
+
+    /// The shrinker's scan: frees cached chunks covering at least `pages` pages (or the
+    /// whole cache) and keeps the worker from refilling for [`SHRINK_BACKOFF_MS`].
+    /// Returns the pages freed.
+    pub(crate) fn shrink(self, pages: u64) -> u64 {
+        // SAFETY: `gb_now_ms` only reads the jiffies counter.
+        self.shared.counters.shrunk_at_ms.store(unsafe { ffi::gb_now_ms() }.max(1), Ordering::Relaxed);
+        let mut freed = 0;
+        while freed < pages && self.trim_one() {
+            freed += 1 << CHUNK_ORDER;
+        }
+        freed
     }
 
     /// Gives every cached page back to the kernel (pressure, unload).

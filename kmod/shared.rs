@@ -42,6 +42,9 @@ pub(crate) struct Counters {
     /// Bytes of dead buffers' chunks still referenced elsewhere, kept charged (see
     /// `held.rs`); part of `t2_used`.
     pub(crate) held_bytes: AtomicU64,
+    /// When kernel reclaim last took pages from the cache (`gb_now_ms`, 0: never);
+    /// the refill worker waits a while after it.
+    pub(crate) shrunk_at_ms: AtomicU64,
     /// Watchdog ticks since load (periodic and kicked).
     pub(crate) watchdog_ticks: AtomicU64,
     /// MemAvailable in bytes at the last watchdog tick.

@@ -68,6 +68,8 @@ const MAIN: &[Test] = &[
     t("dmesg_on_demand_report", 30, stats::dmesg_report),
     t("pool_cap_cumulative", 60, pressure::pool_cap_cumulative),
     t("uid_cap", 60, pressure::uid_cap),
+    t("refusals_do_not_rearm_watchdog", 60, cache::refusals_do_not_rearm_watchdog),
+    t("cache_shrinker", 60, cache::cache_shrinker),
     t("memcg_limit", 120, charges::memcg_limit),
     t("memlock_unprivileged", 60, charges::memlock_unprivileged),
     t("concurrent_4x8_stress", 900, stress::concurrent_stress),

@@ -1,5 +1,6 @@
 //! The test groups; `main.rs` lists which run under which subcommand.
 pub mod alloc;
+pub mod cache;
 pub mod charges;
 pub mod fuzz;
 pub mod held;
