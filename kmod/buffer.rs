@@ -18,8 +18,10 @@ use kernel::prelude::*;
 use kernel::sync::Arc;
 
 use crate::glue_ffi::{self as ffi, Chunk};
+use crate::memlock::Memlock;
 use crate::procs::{Holder, ProcEntry};
 use crate::state::{state, State};
+use crate::util;
 
 /// A pinned system-RAM buffer.
 ///
@@ -27,7 +29,8 @@ use crate::state::{state, State};
 ///
 /// `chunks` own their pages (see [`Chunk`]) and cover exactly `size` bytes, a multiple
 /// of the page size; `size` has been added to `Counters::t2_used`, to `owner.t2_used`
-/// and one to both buffer counts; `owner` holds its entry as a [`Holder::Buffer`].
+/// and one to both buffer counts, and is charged in `memlock`; `owner` holds its entry
+/// as a [`Holder::Buffer`].
 /// Once exported, the dma-buf's `priv` points to it (see [`export`]).
 pub(crate) struct Buffer {
     /// Unique id, shown to userspace instead of any address.
@@ -36,15 +39,22 @@ pub(crate) struct Buffer {
     pub(crate) size: u64,
     chunks: KVVec<Chunk>,
     owner: Option<Arc<ProcEntry>>,
+    memlock: Option<Memlock>,
 }
 
 impl Buffer {
     /// Wraps freshly allocated chunks whose `size` bytes are already accounted.
-    pub(crate) fn new(state: &State, size: u64, chunks: KVVec<Chunk>, owner: Arc<ProcEntry>) -> Self {
+    pub(crate) fn new(state: &State, size: u64, chunks: KVVec<Chunk>, owner: Arc<ProcEntry>, memlock: Memlock) -> Self {
         let c = &state.shared.counters;
         c.buffers.fetch_add(1, Ordering::Relaxed);
         owner.buffers.fetch_add(1, Ordering::Relaxed);
-        Buffer { id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed), size, chunks, owner: Some(owner) }
+        Buffer {
+            id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed),
+            size,
+            chunks,
+            owner: Some(owner),
+            memlock: Some(memlock),
+        }
     }
 
     fn pages(&self) -> c_ulong {
@@ -135,17 +145,56 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of the
+    /// dying buffer; returns them and their bytes.
+    fn take_referenced(&mut self) -> (KVVec<Chunk>, u64) {
+        let mut held = KVVec::new();
+        let mut bytes = 0;
+        let mut i = 0;
+        while let Some(&chunk) = self.chunks.as_slice().get(i) {
+            // SAFETY: the chunk is ours (type invariant); the buffer is dying, so no
+            // mapping or attachment of ours refers to it any more.
+            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
+            // A chunk that does not fit the list stays; `recycle` drops our reference.
+            if !exclusive && held.push(chunk, GFP_KERNEL).is_ok() {
+                let _ = util::vec_swap_remove(&mut self.chunks, i);
+                bytes += (PAGE_SIZE as u64) << chunk.order;
+            } else {
+                i += 1;
+            }
+        }
+        (held, bytes)
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
         let c = &state.shared.counters;
+        let (held, held_bytes) = self.take_referenced();
+        let freed = self.size - held_bytes;
         // Unaccount first, so that the cache may take the pages within the cap.
-        c.t2_used.fetch_sub(self.size, Ordering::Relaxed);
+        c.t2_used.fetch_sub(freed, Ordering::Relaxed);
         state.pool().recycle(&self.chunks, true);
         c.buffers.fetch_sub(1, Ordering::Relaxed);
-        if let Some(owner) = self.owner.take() {
-            owner.t2_used.fetch_sub(self.size, Ordering::Relaxed);
-            owner.buffers.fetch_sub(1, Ordering::Relaxed);
+        let (Some(owner), Some(mut memlock)) = (self.owner.take(), self.memlock.take()) else {
+            return;
+        };
+        owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        owner.buffers.fetch_sub(1, Ordering::Relaxed);
+        memlock.uncharge(freed);
+        if held.is_empty() {
+            state.procs.release(owner, Holder::Buffer);
+            return;
+        }
+        // The held chunks stay charged to the pool, the owner and its user's memlock
+        // until released.
+        if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
+            // No room to remember them: drop our references and the charge.
+            c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+            owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+            state.pool().recycle(&held, true);
             state.procs.release(owner, Holder::Buffer);
         }
     }

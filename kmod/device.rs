@@ -16,10 +16,12 @@ use kernel::uaccess::UserSlice;
 use crate::abi::{self, GbAlloc, GbEventfd, GbInfo, GbProcStats, GbT1Report};
 use crate::buffer::{self, Buffer};
 use crate::glue_ffi as ffi;
+use crate::memlock::Memlock;
 use crate::pool::{self, Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
+use crate::reserve::Claim;
 use crate::state::{state, State};
-use crate::{pressure, stats, util};
+use crate::{stats, util};
 
 // SAFETY: `GbAlloc` is `#[repr(C)]` with only integer fields (u64, u32, i32) and an
 // explicit `pad0`, so it has no padding bytes (its size is asserted in the ABI file)
@@ -190,12 +192,28 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
     Ok((size, Placement { nid, strict }))
 }
 
-/// Reserves `size` against the pool cap, the per-user cap and the RAM reserve. Returns
-/// how many bytes of dirty cache pages the allocation must take (and zero) to stay
-/// within the cap (see [`pool::dirty_claim`]).
-fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result<u64> {
+/// What an admitted ALLOC holds before its pages exist.
+struct Reservation<'a> {
+    /// Bytes of dirty cache pages the allocation must take (and zero) to stay within
+    /// the cap (see [`pool::dirty_claim`]).
+    dirty_bytes: u64,
+    /// The claim of its fresh pages against the RAM reserve (see `reserve.rs`).
+    claim: Claim<'a>,
+    /// Its RLIMIT_MEMLOCK charge (see `memlock.rs`).
+    memlock: Memlock,
+}
+
+/// Reserves `size` against the pool cap, the per-user cap, the caller's memlock limit
+/// and the RAM reserve.
+fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reservation<'a>> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
+    // Pages kept alive by other holders past their buffers (see `held.rs`) are counted
+    // in the caps already; beyond a quarter of the pool cap, nobody gets more until
+    // some are let go.
+    if c.held_bytes.load(Ordering::Relaxed) > limits.cap / 4 {
+        return Err(ENOMEM);
+    }
     let mut dirty_bytes = 0;
     c.t2_used
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
@@ -212,20 +230,28 @@ fn reserve(state: &State, entry: &ProcEntry, size: u64) -> Result<u64> {
         unreserve();
         return Err(e);
     }
+    let memlock = match Memlock::charge(size) {
+        Ok(m) => m,
+        Err(e) => {
+            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            unreserve();
+            return Err(e);
+        }
+    };
     // Pages the cache cannot supply come out of available RAM.
     let from_cache = c.t2_clean.load(Ordering::Relaxed).saturating_add(dirty_bytes);
     let fresh = size.saturating_sub(from_cache);
-    // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
-    let available = unsafe { ffi::gb_mem_available() };
-    if available < limits.reserve.saturating_add(fresh) {
-        entry.t2_used.fetch_sub(size, Ordering::Relaxed);
-        unreserve();
-        // Let the watchdog see the crossing now rather than at its next tick.
-        pressure::kick(&state.shared, 0);
-        return Err(ENOMEM);
-    }
-    util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
-    Ok(dirty_bytes)
+    let claim = match Claim::admit(&state.shared, limits.reserve, fresh) {
+        Ok(claim) => claim,
+        Err(e) => {
+            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            unreserve();
+            // Let the watchdog see the crossing now rather than at its next tick.
+            state.watchdog.kick_for_refusal(&state.shared);
+            return Err(e);
+        }
+    };
+    Ok(Reservation { dirty_bytes, claim, memlock })
 }
 
 fn alloc(state: &State, arg: usize) -> Result {
@@ -234,14 +260,27 @@ fn alloc(state: &State, arg: usize) -> Result {
     let (size, placement) = check_alloc(&req)?;
     // The buffer is accounted to the calling process (which may differ from the one
     // that opened the file, e.g. after fork).
+    // Chunks that outlived their buffers and have been let go since the last watchdog
+    // tick give their room back now.
+    state.held.scan(&state.shared, &state.procs);
     let owner = state.procs.acquire(Holder::Buffer)?;
-    let chunks = match reserve(state, &owner, size).and_then(|dirty_bytes| {
-        state.pool().alloc_chunks(size, placement, dirty_bytes).inspect_err(|_| {
-            state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
-            owner.t2_used.fetch_sub(size, Ordering::Relaxed);
-        })
+    let (chunks, memlock) = match reserve(state, &owner, size).and_then(|mut r| {
+        match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
+            Ok(chunks) => Ok((chunks, r.memlock)),
+            Err(e) => {
+                state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
+                owner.t2_used.fetch_sub(size, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }) {
-        Ok(chunks) => chunks,
+        Ok(done) => {
+            // Peaks count what was really allocated, never a refused or killed ALLOC.
+            let c = &state.shared.counters;
+            util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
+            util::raise_peak(&owner.t2_peak, owner.t2_used.load(Ordering::Relaxed));
+            done
+        }
         Err(e) => {
             if e == ENOMEM {
                 state.shared.counters.alloc_failures.fetch_add(1, Ordering::Relaxed);
@@ -252,7 +291,7 @@ fn alloc(state: &State, arg: usize) -> Result {
         }
     };
     // From here on the `Buffer` undoes all of the above when dropped.
-    let buf = KBox::new(Buffer::new(state, size, chunks, owner), GFP_KERNEL)?;
+    let buf = KBox::new(Buffer::new(state, size, chunks, owner, memlock), GFP_KERNEL)?;
     let id = buf.id;
     // SAFETY: `gb_fd_reserve` has no precondition; the fd number it reserves in the
     // caller's table is installed or discarded below, on every path.

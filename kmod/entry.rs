@@ -204,6 +204,7 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_cpu_access(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn gb_rs_watchdog() {
     let state = state();
+    state.held.scan(&state.shared, &state.procs);
     state.watchdog.run(state.pool());
 }
 
@@ -242,4 +243,25 @@ pub(crate) unsafe extern "C" fn gb_rs_stats_show(buf: *mut c_char, len: usize) -
 #[no_mangle]
 pub(crate) unsafe extern "C" fn gb_rs_report() {
     stats::report(state());
+}
+
+/// Shrinker count: the pages of the pre-zeroed cache that kernel reclaim may take.
+///
+/// # Safety
+///
+/// Called only by the glue's shrinker, which is registered only while the module state
+/// is published (`drop` frees it, waiting for running calls, before unpublishing).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_shrink_count() -> c_ulong {
+    state().pool().shrink_count().try_into().unwrap_or(c_ulong::MAX)
+}
+
+/// Shrinker scan: frees cached pages, at least `nr`; returns how many.
+///
+/// # Safety
+///
+/// As [`gb_rs_shrink_count`].
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_shrink_scan(nr: c_ulong) -> c_ulong {
+    state().pool().shrink(u64::try_from(nr).unwrap_or(u64::MAX)).try_into().unwrap_or(c_ulong::MAX)
 }

@@ -31,6 +31,7 @@
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include <linux/shrinker.h>
 #include <linux/sysfs.h>
 #include <linux/workqueue.h>
 
@@ -51,9 +52,10 @@ module_param(reserve_mb, long, 0644);
 MODULE_PARM_DESC(reserve_mb,
 		 "Available RAM (MiB) below which ALLOC fails with ENOMEM (-1 at load: RAM/32, 64..1024 MiB)");
 
-static unsigned long uid_cap_mb;
-module_param(uid_cap_mb, ulong, 0644);
-MODULE_PARM_DESC(uid_cap_mb, "Most T2 memory (MiB) per user (0: no per-user cap)");
+static long uid_cap_mb = -1;
+module_param(uid_cap_mb, long, 0644);
+MODULE_PARM_DESC(uid_cap_mb,
+		 "Most T2 memory (MiB) per user (-1 at load: half of the pool cap; 0: no per-user cap)");
 
 static unsigned long cache_mb = 128;
 module_param(cache_mb, ulong, 0644);
@@ -72,10 +74,11 @@ void gb_params_read(struct gb_params *out)
 	out->watchdog_ms = READ_ONCE(watchdog_ms);
 }
 
-void gb_params_set_defaults(u64 pool_cap, s64 reserve)
+void gb_params_set_defaults(u64 pool_cap, s64 reserve, s64 uid_cap)
 {
 	WRITE_ONCE(pool_cap_mb, pool_cap);
 	WRITE_ONCE(reserve_mb, reserve);
+	WRITE_ONCE(uid_cap_mb, uid_cap);
 }
 
 /* ---- /dev/greenboost ---- */
@@ -314,6 +317,42 @@ void gb_watchdog_kick(unsigned long delay_ms)
 void gb_refill_kick(void)
 {
 	queue_work(system_unbound_wq, &gb_refill_work);
+}
+
+/* ---- the pre-zeroed cache's shrinker ---- */
+
+static struct shrinker *gb_shrinker;
+
+static unsigned long gb_shrink_count(struct shrinker *shrinker, struct shrink_control *sc)
+{
+	return gb_rs_shrink_count();
+}
+
+static unsigned long gb_shrink_scan(struct shrinker *shrinker, struct shrink_control *sc)
+{
+	unsigned long freed = gb_rs_shrink_scan(sc->nr_to_scan);
+
+	return freed ? freed : SHRINK_STOP;
+}
+
+int gb_shrinker_register(void)
+{
+	gb_shrinker = shrinker_alloc(0, "greenboost-cache");
+	if (!gb_shrinker)
+		return -ENOMEM;
+	gb_shrinker->count_objects = gb_shrink_count;
+	gb_shrinker->scan_objects = gb_shrink_scan;
+	/* the cache frees whole 2 MiB chunks */
+	gb_shrinker->batch = 512;
+	shrinker_register(gb_shrinker);
+	return 0;
+}
+
+void gb_shrinker_unregister(void)
+{
+	/* waits for running scans */
+	shrinker_free(gb_shrinker);
+	gb_shrinker = NULL;
 }
 
 void gb_works_cancel(void)

@@ -23,6 +23,7 @@ struct page;
 struct pid;
 struct sg_table;
 struct vm_area_struct;
+struct user_struct;
 
 /* One physically contiguous piece of a buffer: a compound page of 2^order pages. */
 struct gb_chunk {
@@ -35,7 +36,7 @@ struct gb_chunk {
 struct gb_params {
 	u64 pool_cap_mb;
 	s64 reserve_mb;
-	u64 uid_cap_mb;
+	s64 uid_cap_mb;
 	u64 cache_mb;
 	u64 watchdog_ms;
 };
@@ -57,6 +58,8 @@ void gb_rs_watchdog(void);
 void gb_rs_refill(void);
 size_t gb_rs_stats_show(char *buf, size_t len);
 void gb_rs_report(void);
+unsigned long gb_rs_shrink_count(void);
+unsigned long gb_rs_shrink_scan(unsigned long nr);
 
 /* ---- Rust -> C: implemented in glue.c ---- */
 int gb_misc_register(void);
@@ -65,11 +68,13 @@ int gb_sysfs_create(void);
 void gb_sysfs_remove(void);
 
 void gb_params_read(struct gb_params *out);
-void gb_params_set_defaults(u64 pool_cap_mb, s64 reserve_mb);
+void gb_params_set_defaults(u64 pool_cap_mb, s64 reserve_mb, s64 uid_cap_mb);
 
 void gb_watchdog_kick(unsigned long delay_ms);
 void gb_refill_kick(void);
 void gb_works_cancel(void);
+int gb_shrinker_register(void);
+void gb_shrinker_unregister(void);
 u64 gb_now_ms(void);
 
 int gb_fd_reserve(void);
@@ -92,15 +97,22 @@ void gb_current_comm(char *buf, size_t len);
 
 /* ---- Rust -> C: implemented in glue_mm.c ---- */
 struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
-			    bool cheap);
+			    bool cheap, bool account);
 void gb_chunk_free(struct page *page, unsigned int order);
 void gb_chunk_zero(struct page *page, unsigned int order);
+bool gb_chunk_charged(struct page *page);
+bool gb_current_memcg_charged(void);
 bool gb_chunk_exclusive(struct page *page);
 int gb_page_nid(struct page *page);
 bool gb_node_online(int nid);
 int gb_numa_node_id(void);
 u64 gb_mem_available(void);
 u64 gb_total_ram(void);
+bool gb_fatal_signal_pending(void);
+void gb_cond_resched(void);
+int gb_memlock_charge(unsigned long npages, struct user_struct **out);
+void gb_memlock_uncharge(struct user_struct *user, unsigned long npages);
+void gb_memlock_put(struct user_struct *user);
 
 void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long *pages,
 		 unsigned long *pgoff, bool *shared);

@@ -46,7 +46,7 @@ unsafe impl Send for Chunk {}
 pub(crate) struct Params {
     pub(crate) pool_cap_mb: u64,
     pub(crate) reserve_mb: i64,
-    pub(crate) uid_cap_mb: u64,
+    pub(crate) uid_cap_mb: i64,
     pub(crate) cache_mb: u64,
     pub(crate) watchdog_ms: u64,
 }
@@ -62,11 +62,13 @@ extern "C" {
     pub(crate) fn gb_sysfs_remove();
 
     pub(crate) fn gb_params_read(out: *mut Params);
-    pub(crate) fn gb_params_set_defaults(pool_cap_mb: u64, reserve_mb: i64);
+    pub(crate) fn gb_params_set_defaults(pool_cap_mb: u64, reserve_mb: i64, uid_cap_mb: i64);
 
     pub(crate) fn gb_watchdog_kick(delay_ms: c_ulong);
     pub(crate) fn gb_refill_kick();
     pub(crate) fn gb_works_cancel();
+    pub(crate) fn gb_shrinker_register() -> c_int;
+    pub(crate) fn gb_shrinker_unregister();
     pub(crate) fn gb_now_ms() -> u64;
 
     pub(crate) fn gb_fd_reserve() -> c_int;
@@ -94,15 +96,23 @@ extern "C" {
         zero: bool,
         strict: bool,
         cheap: bool,
+        account: bool,
     ) -> *mut bindings::page;
     pub(crate) fn gb_chunk_free(page: *mut bindings::page, order: c_uint);
     pub(crate) fn gb_chunk_zero(page: *mut bindings::page, order: c_uint);
+    pub(crate) fn gb_chunk_charged(page: *mut bindings::page) -> bool;
+    pub(crate) fn gb_current_memcg_charged() -> bool;
     pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page) -> bool;
     pub(crate) fn gb_page_nid(page: *mut bindings::page) -> c_int;
     pub(crate) fn gb_node_online(nid: c_int) -> bool;
     pub(crate) fn gb_numa_node_id() -> c_int;
     pub(crate) fn gb_mem_available() -> u64;
     pub(crate) fn gb_total_ram() -> u64;
+    pub(crate) fn gb_fatal_signal_pending() -> bool;
+    pub(crate) fn gb_cond_resched();
+    pub(crate) fn gb_memlock_charge(npages: c_ulong, out: *mut *mut bindings::user_struct) -> c_int;
+    pub(crate) fn gb_memlock_uncharge(user: *mut bindings::user_struct, npages: c_ulong);
+    pub(crate) fn gb_memlock_put(user: *mut bindings::user_struct);
 
     pub(crate) fn gb_vma_info(
         vma: *mut bindings::vm_area_struct,

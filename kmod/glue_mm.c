@@ -11,9 +11,15 @@
 #include <linux/dma-mapping.h>
 #include <linux/gfp.h>
 #include <linux/highmem.h>
+#include <linux/memcontrol.h>
 #include <linux/mm.h>
 #include <linux/nodemask.h>
+#include <linux/rcupdate.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/user.h>
+#include <linux/capability.h>
+#include <linux/cred.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/topology.h>
@@ -61,16 +67,22 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 		first += n;
 		npages -= n;
 		addr += n << PAGE_SHIFT;
+		cond_resched();
 	}
 	return 0;
 }
 
 /* ---- pages ---- */
 
-struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict, bool cheap)
+struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict, bool cheap,
+			    bool account)
 {
 	/* GFP_HIGHUSER has no __GFP_MOVABLE: never ZONE_MOVABLE or CMA (pinnable) */
 	gfp_t gfp = GFP_HIGHUSER | __GFP_NOWARN;
+
+	/* charged to the current task's memory cgroup; a charge over its limit fails */
+	if (account)
+		gfp |= __GFP_ACCOUNT;
 
 	if (order)
 		gfp |= __GFP_COMP;
@@ -78,6 +90,16 @@ struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
 		gfp |= __GFP_ZERO;
 	/* never the OOM killer: a failed allocation is an ENOMEM for the caller */
 	gfp |= cheap ? __GFP_NORETRY : __GFP_RETRY_MAYFAIL;
+	/*
+	 * A node validated at ALLOC may have gone offline since: fail a strict request,
+	 * let the others fall back, rather than ask for an offline node (which dumps a
+	 * stack with __GFP_THISNODE).
+	 */
+	if (nid != NUMA_NO_NODE && !gb_node_online(nid)) {
+		if (strict)
+			return NULL;
+		nid = NUMA_NO_NODE;
+	}
 	if (nid == NUMA_NO_NODE)
 		return alloc_pages(gfp, order);
 	if (strict)
@@ -101,6 +123,29 @@ void gb_chunk_zero(struct page *page, unsigned int order)
 	}
 }
 
+bool gb_chunk_charged(struct page *page)
+{
+	return PageMemcgKmem(page);
+}
+
+bool gb_current_memcg_charged(void)
+{
+#ifdef CONFIG_MEMCG
+	struct mem_cgroup *memcg;
+	bool child;
+
+	if (mem_cgroup_disabled() || !memcg_kmem_online())
+		return false;
+	rcu_read_lock();
+	memcg = mem_cgroup_from_task(current);
+	child = memcg && parent_mem_cgroup(memcg);
+	rcu_read_unlock();
+	return child;
+#else
+	return false;
+#endif
+}
+
 bool gb_chunk_exclusive(struct page *page)
 {
 	return page_count(page) == 1;
@@ -113,12 +158,14 @@ int gb_page_nid(struct page *page)
 
 bool gb_node_online(int nid)
 {
-	return nid >= 0 && nid < MAX_NUMNODES && node_online(nid);
+	/* online and with memory: a memoryless node has nothing to allocate from */
+	return nid >= 0 && nid < MAX_NUMNODES && node_state(nid, N_MEMORY);
 }
 
 int gb_numa_node_id(void)
 {
-	return numa_node_id();
+	/* the nearest node with memory to this CPU (its own unless memoryless) */
+	return numa_mem_id();
 }
 
 u64 gb_mem_available(void)
@@ -129,6 +176,52 @@ u64 gb_mem_available(void)
 u64 gb_total_ram(void)
 {
 	return (u64)totalram_pages() << PAGE_SHIFT;
+}
+
+/* ---- long loops ---- */
+
+bool gb_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
+void gb_cond_resched(void)
+{
+	cond_resched();
+}
+
+/* ---- RLIMIT_MEMLOCK, charged to the user as io_uring and RDMA do ---- */
+
+int gb_memlock_charge(unsigned long npages, struct user_struct **out)
+{
+	unsigned long limit, cur, new;
+	struct user_struct *user;
+
+	*out = NULL;
+	if (capable(CAP_IPC_LOCK))
+		return 0;
+	limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	user = get_uid(current_user());
+	cur = atomic_long_read(&user->locked_vm);
+	do {
+		new = cur + npages;
+		if (new < cur || new > limit) {
+			free_uid(user);
+			return -ENOMEM;
+		}
+	} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
+	*out = user;
+	return 0;
+}
+
+void gb_memlock_uncharge(struct user_struct *user, unsigned long npages)
+{
+	atomic_long_sub(npages, &user->locked_vm);
+}
+
+void gb_memlock_put(struct user_struct *user)
+{
+	free_uid(user);
 }
 
 /* ---- scatter-gather and kernel mappings ---- */
@@ -177,9 +270,11 @@ void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 
 	if (!pages)
 		return NULL;
-	for (i = 0; i < nchunks; i++)
+	for (i = 0; i < nchunks; i++) {
 		for (j = 0; j < (1UL << chunks[i].order) && k < npages; j++)
 			pages[k++] = nth_page(chunks[i].page, j);
+		cond_resched();
+	}
 	vaddr = vmap(pages, k, VM_MAP, PAGE_KERNEL);
 	kvfree(pages);
 	return vaddr;

@@ -24,9 +24,12 @@ mod buffer;
 mod device;
 mod entry;
 mod glue_ffi;
+mod held;
+mod memlock;
 mod pool;
 mod pressure;
 mod procs;
+mod reserve;
 mod shared;
 mod state;
 mod stats;
@@ -67,13 +70,26 @@ impl kernel::Module for GreenBoost {
             state::unpublish();
             return Err(Error::from_errno(ret));
         }
-        // SAFETY: `gb_misc_register` has no precondition; the device's file ops call
-        // into `state()`, published above.
-        let ret = unsafe { ffi::gb_misc_register() };
+        // SAFETY: `gb_shrinker_register` has no precondition; the shrinker calls into
+        // `state()`, published above.
+        let ret = unsafe { ffi::gb_shrinker_register() };
         if ret != 0 {
             // SAFETY: the sysfs files were created above and nothing else removes them;
             // removal waits for running show/store calls.
             unsafe { ffi::gb_sysfs_remove() };
+            state::unpublish();
+            return Err(Error::from_errno(ret));
+        }
+        // SAFETY: `gb_misc_register` has no precondition; the device's file ops call
+        // into `state()`, published above.
+        let ret = unsafe { ffi::gb_misc_register() };
+        if ret != 0 {
+            // SAFETY: the shrinker and the sysfs files were registered above and nothing
+            // else removes them; both removals wait for running calls.
+            unsafe {
+                ffi::gb_shrinker_unregister();
+                ffi::gb_sysfs_remove();
+            }
             state::unpublish();
             return Err(Error::from_errno(ret));
         }
@@ -109,10 +125,15 @@ impl Drop for GreenBoost {
         // SAFETY: the sysfs files were created in `init`; removal waits for running
         // show/store calls, and none starts afterwards.
         unsafe { ffi::gb_sysfs_remove() };
+        // SAFETY: the shrinker was registered in `init`; freeing it waits for running
+        // scans, and none starts afterwards.
+        unsafe { ffi::gb_shrinker_unregister() };
         // SAFETY: `gb_works_cancel` has no precondition; since `stopping` is set, the
         // cancelled work items do not requeue themselves or each other.
         unsafe { ffi::gb_works_cancel() };
-        // No buffer is alive either (each dma-buf holds a module reference).
+        // No buffer is alive either (each dma-buf holds a module reference); chunks that
+        // outlived theirs are left to their other holders.
+        self.state.held.drain(&self.state.shared, &self.state.procs);
         self.state.pool().drain();
         stats::log_report(&self.state, "unloading: final");
         state::unpublish();

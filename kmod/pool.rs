@@ -22,8 +22,27 @@ use kernel::prelude::*;
 use kernel::sync::Mutex;
 
 use crate::glue_ffi::{self as ffi, Chunk};
+use crate::reserve::Claim;
 use crate::shared::{Limits, Shared};
 use crate::{abi, util};
+
+/// Flags of a buffer's chunk list: a huge, fully fragmented request could ask for a
+/// list beyond what kvmalloc accepts, which is an ENOMEM for the caller, not a warning
+/// in the log.
+fn list_gfp() -> kernel::alloc::Flags {
+    GFP_KERNEL | __GFP_NOWARN
+}
+
+/// Flags of list space allocated under the cache lock: never direct reclaim, which may
+/// call the cache's shrinker, which takes the cache lock. A failure just frees the
+/// page instead of caching it.
+fn under_lock_gfp() -> kernel::alloc::Flags {
+    GFP_NOWAIT | __GFP_NOWARN
+}
+
+/// How long the cache stays below its target after kernel reclaim took pages from it,
+/// so that the refill worker does not take them straight back.
+const SHRINK_BACKOFF_MS: u64 = 5000;
 
 /// Order of a full-size chunk: 2 MiB with 4 KiB pages.
 pub(crate) const CHUNK_ORDER: u32 = 9;
@@ -74,19 +93,21 @@ pub(crate) struct Pool<'a> {
     pub(crate) cache: &'a Mutex<Cache>,
 }
 
-fn free_chunk(chunk: Chunk) {
+/// Drops our reference to a chunk's pages (freeing them unless someone else holds one).
+pub(crate) fn free_chunk(chunk: Chunk) {
     // SAFETY: by the `Chunk` invariant we own one reference to this block of
     // `2^order` pages; it is given up here and the chunk is not used again.
     unsafe { ffi::gb_chunk_free(chunk.page, chunk.order) };
 }
 
 /// Allocates one zeroed chunk of `order`, or of a lower order if memory is too
-/// fragmented (down to `min_order`).
-fn fresh_chunk(order: u32, min_order: u32, placement: Placement) -> Option<Chunk> {
+/// fragmented (down to `min_order`); `account`: charged to the current task's memory
+/// cgroup.
+fn fresh_chunk(order: u32, min_order: u32, placement: Placement, account: bool) -> Option<Chunk> {
     let mut o = order;
     loop {
         // SAFETY: plain page allocation; the result is owned by the returned chunk.
-        let page = unsafe { ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0) };
+        let page = unsafe { ffi::gb_chunk_alloc(placement.nid, o, true, placement.strict, o > 0, account) };
         if !page.is_null() {
             return Some(Chunk { page, order: o, pad: 0 });
         }
@@ -137,31 +158,59 @@ impl Pool<'_> {
         Some(chunk)
     }
 
-    /// Takes a dirty 2 MiB chunk from the cache and zeroes it in the caller's path (outside
-    /// the cache lock), for an ALLOC that fits the cap only with the dirty pages.
-    fn take_dirty_and_zero(self, placement: Placement) -> Option<Chunk> {
-        let chunk = self.take_cached(placement, true)?;
-        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed the exclusivity
-        // check in `recycle`), and it left the cache above, so nobody else touches it.
-        unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
-        Some(chunk)
-    }
-
     /// Builds the chunks of a `size`-byte buffer (a multiple of the page size): cached
     /// 2 MiB pages first, then up to `dirty_bytes` of dirty cached pages (zeroed here, see
-    /// [`dirty_claim`]), then fresh ones, falling back to lower orders when fragmented.
-    /// The caller has already reserved `size` against the caps.
-    pub(crate) fn alloc_chunks(self, size: u64, placement: Placement, mut dirty_bytes: u64) -> Result<KVVec<Chunk>> {
+    /// [`dirty_claim`]), then fresh ones within `claim` (see `reserve.rs`), falling back
+    /// to lower orders when fragmented. The caller has already reserved `size` against
+    /// the caps. On failure every chunk taken so far is given back; a caller killed
+    /// meanwhile gets EINTR at the next chunk.
+    pub(crate) fn alloc_chunks(
+        self,
+        size: u64,
+        placement: Placement,
+        dirty_bytes: u64,
+        claim: &mut Claim<'_>,
+    ) -> Result<KVVec<Chunk>> {
         let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
-        // A huge, fully fragmented request could ask for a list beyond what kvmalloc
-        // accepts: that is an ENOMEM for the caller, not a warning in the log.
-        let list_gfp = GFP_KERNEL | __GFP_NOWARN;
-        let mut chunks = KVVec::with_capacity(estimate, list_gfp)?;
+        let mut chunks = KVVec::with_capacity(estimate, list_gfp())?;
+        match self.fill(&mut chunks, size, placement, dirty_bytes, claim) {
+            Ok(()) => Ok(chunks),
+            Err(e) => {
+                self.recycle(&chunks, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// The chunk loop of [`Pool::alloc_chunks`]; on error, `chunks` holds what it got.
+    fn fill(
+        self,
+        chunks: &mut KVVec<Chunk>,
+        size: u64,
+        placement: Placement,
+        mut dirty_bytes: u64,
+        claim: &mut Claim<'_>,
+    ) -> Result {
+        // Fresh pages are charged to the caller's memory cgroup. Cached pages were not
+        // (the worker allocated them), so a caller outside the root cgroup, whose
+        // pages must all be charged to it, gives each cached page it takes back to the
+        // kernel and gets a charged fresh one instead: the cap and the reserve see the
+        // same totals as if it had used the cache.
+        // SAFETY: `gb_current_memcg_charged` only reads the current task's cgroup.
+        let charged = unsafe { ffi::gb_current_memcg_charged() };
         let mut remaining = size;
         // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
         // rather than failing again at every chunk.
         let mut max_order = CHUNK_ORDER;
         while remaining > 0 {
+            // A killed caller's exit waits for this loop: stop here, not after the
+            // whole buffer.
+            // SAFETY: `gb_fatal_signal_pending` only reads the current task's signals.
+            if unsafe { ffi::gb_fatal_signal_pending() } {
+                return Err(EINTR);
+            }
+            // SAFETY: `gb_cond_resched` may sleep; no lock or atomic section is held here.
+            unsafe { ffi::gb_cond_resched() };
             let mut order = max_order;
             while order > 0 && order_bytes(order) > remaining {
                 order -= 1;
@@ -171,33 +220,52 @@ impl Pool<'_> {
             } else if let Some(chunk) = self.take_cached(placement, false) {
                 Some(chunk)
             } else if dirty_bytes > 0 {
-                let chunk = self.take_dirty_and_zero(placement);
+                let chunk = self.take_cached(placement, true);
                 if let Some(c) = &chunk {
                     dirty_bytes = dirty_bytes.saturating_sub(order_bytes(c.order));
+                    if !charged {
+                        // SAFETY: the chunk is ours and unreferenced elsewhere (it passed
+                        // the exclusivity check in `recycle`), and it left the cache, so
+                        // nobody else touches it. Zeroed outside the cache lock.
+                        unsafe { ffi::gb_chunk_zero(c.page, c.order) };
+                    }
                 }
                 chunk
             } else {
                 None
             };
-            let Some(chunk) = cached.or_else(|| fresh_chunk(order, 0, placement)) else {
-                self.recycle(&chunks, false);
-                return Err(ENOMEM);
+            let cached = match cached {
+                Some(c) if charged => {
+                    free_chunk(c);
+                    None
+                }
+                other => other,
+            };
+            let chunk = match cached {
+                Some(chunk) => chunk,
+                None => {
+                    claim.before_fresh(order_bytes(order))?;
+                    let chunk = fresh_chunk(order, 0, placement, true).ok_or(ENOMEM)?;
+                    claim.taken(order_bytes(chunk.order));
+                    chunk
+                }
             };
             max_order = max_order.min(chunk.order);
-            if chunks.push(chunk, list_gfp).is_err() {
+            if chunks.push(chunk, list_gfp()).is_err() {
                 free_chunk(chunk);
-                self.recycle(&chunks, false);
                 return Err(ENOMEM);
             }
+            self.shared.counters.chunks_allocated.fetch_add(1, Ordering::Relaxed);
             remaining = remaining.saturating_sub(order_bytes(chunk.order));
         }
-        Ok(chunks)
+        Ok(())
     }
 
     /// Gives a buffer's chunks back: full-size ones that nobody else references go to the
     /// cache while it has room (to the dirty list if userspace may have written them),
     /// the rest to the kernel. A chunk still referenced elsewhere (a long-term pin that
-    /// outlived the buffer) is never reused: the kernel frees it when the pin goes.
+    /// outlived the buffer) is never reused: a dying buffer hands those to `held.rs`
+    /// first; any left here (no room to hold them) lose our reference only.
     pub(crate) fn recycle(self, chunks: &[Chunk], exposed: bool) {
         if chunks.is_empty() {
             return;
@@ -206,6 +274,9 @@ impl Pool<'_> {
         let mut queued_dirty = false;
         let mut cache = self.cache.lock();
         for &chunk in chunks {
+            // A huge buffer has thousands of chunks; the cache lock is a mutex.
+            // SAFETY: `gb_cond_resched` may sleep; only a mutex is held here.
+            unsafe { ffi::gb_cond_resched() };
             // SAFETY: the chunk is ours (`Chunk` invariant) and not mapped any more.
             let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
             if !exclusive {
@@ -214,12 +285,17 @@ impl Pool<'_> {
                 continue;
             }
             let bytes = order_bytes(chunk.order);
+            // A page charged to a cgroup goes back to the kernel, which uncharges it: in
+            // the cache it would stay charged to that cgroup while serving another.
+            // SAFETY: the chunk is ours (`Chunk` invariant).
+            let charged = unsafe { ffi::gb_chunk_charged(chunk.page) };
             let keep = chunk.order == CHUNK_ORDER
+                && !charged
                 && !self.shared.pressure.load(Ordering::Relaxed)
                 && !self.shared.stopping.load(Ordering::Relaxed)
                 && self.shared.counters.t2_cached.load(Ordering::Relaxed) + bytes <= self.cache_room(&limits);
             let list = if exposed { &mut cache.dirty } else { &mut cache.clean };
-            if keep && list.push(chunk, GFP_KERNEL).is_ok() {
+            if keep && list.push(chunk, under_lock_gfp()).is_ok() {
                 self.shared.counters.t2_cached.fetch_add(bytes, Ordering::Relaxed);
                 if exposed {
                     queued_dirty = true;
@@ -256,6 +332,11 @@ impl Pool<'_> {
 
     /// Whether the cache should grow by one chunk now.
     fn may_grow(self, limits: &Limits) -> bool {
+        let shrunk_at = self.shared.counters.shrunk_at_ms.load(Ordering::Relaxed);
+        // SAFETY: `gb_now_ms` only reads the jiffies counter.
+        if shrunk_at != 0 && unsafe { ffi::gb_now_ms() }.saturating_sub(shrunk_at) < SHRINK_BACKOFF_MS {
+            return false;
+        }
         let cached = self.shared.counters.t2_cached.load(Ordering::Relaxed);
         // SAFETY: plain read of a kernel counter.
         let available = unsafe { ffi::gb_mem_available() };
@@ -277,7 +358,7 @@ impl Pool<'_> {
             unsafe { ffi::gb_chunk_zero(chunk.page, chunk.order) };
             let bytes = order_bytes(chunk.order);
             let mut cache = self.cache.lock();
-            if !self.shared.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, GFP_KERNEL).is_ok() {
+            if !self.shared.pressure.load(Ordering::Relaxed) && cache.clean.push(chunk, under_lock_gfp()).is_ok() {
                 self.shared.counters.t2_clean.fetch_add(bytes, Ordering::Relaxed);
             } else {
                 self.shared.counters.t2_cached.fetch_sub(bytes, Ordering::Relaxed);
@@ -287,13 +368,16 @@ impl Pool<'_> {
         }
         let limits = self.shared.limits();
         while self.may_grow(&limits) {
+            // SAFETY: `gb_cond_resched` may sleep; no lock is held here.
+            unsafe { ffi::gb_cond_resched() };
             let placement = Placement { nid: ANY_NODE, strict: false };
-            let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement) else {
+            // The worker's pages belong to nobody's cgroup (see "Limits" in the README).
+            let Some(chunk) = fresh_chunk(CHUNK_ORDER, CHUNK_ORDER, placement, false) else {
                 break;
             };
             let bytes = order_bytes(chunk.order);
             let mut cache = self.cache.lock();
-            if cache.clean.push(chunk, GFP_KERNEL).is_err() {
+            if cache.clean.push(chunk, under_lock_gfp()).is_err() {
                 drop(cache);
                 free_chunk(chunk);
                 break;
@@ -329,8 +413,32 @@ impl Pool<'_> {
         true
     }
 
+    /// The shrinker's count: pages of the cache that kernel reclaim may take back.
+    pub(crate) fn shrink_count(self) -> u64 {
+        if self.shared.stopping.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.shared.counters.t2_cached.load(Ordering::Relaxed) / PAGE_SIZE as u64
+    }
+
+    /// The shrinker's scan: frees cached chunks covering at least `pages` pages (or the
+    /// whole cache) and keeps the worker from refilling for [`SHRINK_BACKOFF_MS`].
+    /// Returns the pages freed.
+    pub(crate) fn shrink(self, pages: u64) -> u64 {
+        // SAFETY: `gb_now_ms` only reads the jiffies counter.
+        self.shared.counters.shrunk_at_ms.store(unsafe { ffi::gb_now_ms() }.max(1), Ordering::Relaxed);
+        let mut freed = 0;
+        while freed < pages && self.trim_one() {
+            freed += 1 << CHUNK_ORDER;
+        }
+        freed
+    }
+
     /// Gives every cached page back to the kernel (pressure, unload).
     pub(crate) fn drain(self) {
-        while self.trim_one() {}
+        while self.trim_one() {
+            // SAFETY: `gb_cond_resched` may sleep; no lock is held here.
+            unsafe { ffi::gb_cond_resched() };
+        }
     }
 }

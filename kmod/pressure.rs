@@ -49,6 +49,8 @@ pub(crate) struct Watchdog {
     /// Rate limit of pressure-crossing messages: their own, so that a burst of ALLOC
     /// refusals never hides the crossing that explains it.
     log_limit: RateLimit,
+    /// Rate limit of the runs that refused ALLOCs ask for.
+    refusal_kicks: RateLimit,
 }
 
 impl Watchdog {
@@ -57,7 +59,18 @@ impl Watchdog {
         pin_init!(Watchdog {
             eventfds <- new_mutex!(KVec::new(), "greenboost::eventfds"),
             log_limit: RateLimit::new(5000, 5),
+            refusal_kicks: RateLimit::new(100, 1),
         })
+    }
+
+    /// An ALLOC was refused because of the reserve: runs the watchdog now, so that the
+    /// crossing is seen without waiting for the next tick. Not when pressure is on
+    /// already (there is no crossing to see), and at most once per 100 ms, so that a
+    /// burst of refusals does not keep re-running it.
+    pub(crate) fn kick_for_refusal(&self, shared: &Shared) {
+        if !shared.pressure.load(Ordering::Relaxed) && self.refusal_kicks.allow() {
+            kick(shared, 0);
+        }
     }
 
     /// Registers eventfd `fd` for the device file `file_id`. It is signalled at once if
@@ -121,6 +134,7 @@ impl Watchdog {
     /// 16 MiB), so that a system hovering at the line does not flap.
     fn tick(&self, pool: Pool<'_>) {
         let shared = pool.shared;
+        shared.counters.watchdog_ticks.fetch_add(1, Ordering::Relaxed);
         let limits = shared.limits();
         // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
         let available = unsafe { ffi::gb_mem_available() };

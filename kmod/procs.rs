@@ -253,9 +253,9 @@ impl Registry {
                 return Err(ENOMEM);
             }
         }
-        let now = entry.t2_used.fetch_add(size, Ordering::Relaxed).saturating_add(size);
+        // The peak is raised once the pages exist (`device.rs`).
+        entry.t2_used.fetch_add(size, Ordering::Relaxed);
         drop(slots);
-        util::raise_peak(&entry.t2_peak, now);
         Ok(())
     }
 

@@ -15,7 +15,8 @@ pub(crate) const MIB: u64 = 1 << 20;
 /// Module-wide counters, all lock-free.
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// T2 bytes held by live buffers (reserved before the pages are allocated).
+    /// T2 bytes held by live buffers (reserved before the pages are allocated) and by
+    /// dead buffers' chunks still referenced elsewhere (`held_bytes`).
     pub(crate) t2_used: AtomicU64,
     /// Highest `t2_used`.
     pub(crate) t2_peak: AtomicU64,
@@ -29,9 +30,23 @@ pub(crate) struct Counters {
     pub(crate) allocs: AtomicU64,
     /// ALLOCs refused with ENOMEM since load.
     pub(crate) alloc_failures: AtomicU64,
+    /// Chunks put into buffers since load (from the cache or fresh): lets a test count
+    /// what an ALLOC did after its caller was killed.
+    pub(crate) chunks_allocated: AtomicU64,
     /// Buffer pages that were still referenced elsewhere (a long-term pin outliving the
     /// buffer) when the buffer died: dropped to the kernel instead of being reused.
     pub(crate) pinned_on_release: AtomicU64,
+    /// Fresh bytes that ALLOCs in progress have claimed against the RAM reserve and not
+    /// allocated yet (see `reserve.rs`).
+    pub(crate) in_flight: AtomicU64,
+    /// Bytes of dead buffers' chunks still referenced elsewhere, kept charged (see
+    /// `held.rs`); part of `t2_used`.
+    pub(crate) held_bytes: AtomicU64,
+    /// When kernel reclaim last took pages from the cache (`gb_now_ms`, 0: never);
+    /// the refill worker waits a while after it.
+    pub(crate) shrunk_at_ms: AtomicU64,
+    /// Watchdog ticks since load (periodic and kicked).
+    pub(crate) watchdog_ticks: AtomicU64,
     /// MemAvailable in bytes at the last watchdog tick.
     pub(crate) free_ram: AtomicU64,
 }
@@ -61,6 +76,8 @@ pub(crate) struct Shared {
     pub(crate) auto_cap: u64,
     /// `reserve_mb` resolved at load, used when the parameter is later set below 0.
     pub(crate) auto_reserve: u64,
+    /// `uid_cap_mb` resolved at load, used when the parameter is later set below 0.
+    pub(crate) auto_uid_cap: u64,
     /// Lock-free counters.
     pub(crate) counters: Counters,
 }
@@ -76,8 +93,9 @@ fn read_params() -> ffi::Params {
 
 impl Shared {
     /// Resolves the load-time defaults (half of RAM for the cap, RAM/32 clamped to
-    /// 64..1024 MiB for the reserve), writes them into the parameters left at their
-    /// "automatic" values, and returns the state with the total RAM in bytes.
+    /// 64..1024 MiB for the reserve, half of the cap per user), writes them into the
+    /// parameters left at their "automatic" values, and returns the state with the
+    /// total RAM in bytes.
     pub(crate) fn at_load() -> (Self, u64) {
         // SAFETY: `gb_total_ram` only reads a kernel counter; no precondition.
         let total = unsafe { ffi::gb_total_ram() };
@@ -86,14 +104,19 @@ impl Shared {
         let p = read_params();
         let cap_mb = if p.pool_cap_mb == 0 { auto_cap / MIB } else { p.pool_cap_mb };
         let reserve_mb = if p.reserve_mb < 0 { (auto_reserve / MIB) as i64 } else { p.reserve_mb };
-        // SAFETY: plain `WRITE_ONCE` stores into two module parameters; they are plain
-        // integers, so a concurrent write by root through sysfs races harmlessly.
-        unsafe { ffi::gb_params_set_defaults(cap_mb, reserve_mb) };
+        // One user gets half of the pool by default, so that one user cannot take
+        // every other user's share.
+        let auto_uid_cap = cap_mb / 2 * MIB;
+        let uid_cap_mb = if p.uid_cap_mb < 0 { (auto_uid_cap / MIB) as i64 } else { p.uid_cap_mb };
+        // SAFETY: plain `WRITE_ONCE` stores into three module parameters; they are
+        // plain integers, so a concurrent write by root through sysfs races harmlessly.
+        unsafe { ffi::gb_params_set_defaults(cap_mb, reserve_mb, uid_cap_mb) };
         let shared = Shared {
             stopping: AtomicBool::new(false),
             pressure: AtomicBool::new(false),
             auto_cap,
             auto_reserve,
+            auto_uid_cap,
             counters: Counters::default(),
         };
         (shared, total)
@@ -111,7 +134,10 @@ impl Shared {
         Limits {
             cap,
             reserve,
-            uid_cap: p.uid_cap_mb.saturating_mul(MIB),
+            uid_cap: match u64::try_from(p.uid_cap_mb) {
+                Ok(mb) => mb.saturating_mul(MIB),
+                Err(_) => self.auto_uid_cap,
+            },
             cache_target: cache - cache % abi::GB_CHUNK_SIZE,
             watchdog_ms: p.watchdog_ms.clamp(100, 60_000),
         }

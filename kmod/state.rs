@@ -2,13 +2,14 @@
 //! The module state: one [`State`] made at load, published for the C entry points
 //! through [`state`] until unload.
 //!
-//! Holds the three locks of the module (see "Lock order" in kmod/README.md) and takes
+//! Holds the four locks of the module (see "Lock order" in kmod/README.md) and takes
 //! none of them itself.
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::sync::{new_mutex, Mutex};
 
+use crate::held::Held;
 use crate::pool::{Cache, Pool};
 use crate::pressure::Watchdog;
 use crate::procs::Registry;
@@ -40,6 +41,9 @@ pub(crate) struct State {
     /// Per-process entries (the registry lock).
     #[pin]
     pub(crate) procs: Registry,
+    /// Still-referenced chunks of dead buffers (the held lock).
+    #[pin]
+    pub(crate) held: Held,
     /// Pressure eventfd registrations (the eventfd lock) and the watchdog's log limit.
     #[pin]
     pub(crate) watchdog: Watchdog,
@@ -56,6 +60,7 @@ impl State {
             report_limit: RateLimit::new(5000, 10),
             cache <- new_mutex!(Cache::new(), "greenboost::cache"),
             procs <- Registry::new(),
+            held <- Held::new(),
             watchdog <- Watchdog::new(),
         })
     }

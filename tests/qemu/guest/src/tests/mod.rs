@@ -1,7 +1,11 @@
 //! The test groups; `main.rs` lists which run under which subcommand.
 pub mod alloc;
+pub mod cache;
+pub mod charges;
 pub mod fuzz;
+pub mod held;
 pub mod importer;
+pub mod killable;
 pub mod lifecycle;
 pub mod mmap;
 pub mod numa;

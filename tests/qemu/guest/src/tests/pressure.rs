@@ -210,8 +210,16 @@ pub fn uid_cap() -> TestResult {
         let (child, mut r) = spawn_with_pipe(move |mut w| {
             let early = if open_as_root { Dev::open().ok() } else { None };
             let groups = [GROUP];
-            // SAFETY: dropping privileges in the forked child.
-            if unsafe { libc::setgroups(1, groups.as_ptr()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 } {
+            // No memlock limit, as the install's limits.d rule gives the group: this test
+            // is about the per-user cap.
+            let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+            // SAFETY: raising our own limit and dropping privileges in the forked child.
+            if unsafe {
+                libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) != 0
+                    || libc::setgroups(1, groups.as_ptr()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+            } {
                 return 11;
             }
             let code: u8 = match early.map_or_else(Dev::open, Ok) {

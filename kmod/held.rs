@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Chunks of dead buffers that something else still references: a page reference taken
+//! through a mapping that outlived the buffer's fds and mappings (a pipe after
+//! `vmsplice`, io_uring fixed buffers, RDMA or CUDA registrations).
+//!
+//! As the in-tree exporters do, the module leaves such a chunk to the other holder
+//! rather than reusing it; unlike a plain `put_page`, it keeps the chunk charged while
+//! it lives: its bytes stay in `t2_used` (the pool cap) and in the owner's `t2_used`
+//! (the per-user cap), the owner's entry stays listed, and `held_bytes` shows the
+//! total. [`Held::scan`] looks at every held chunk again (on every watchdog tick and at
+//! the start of every ALLOC) and frees and uncharges those whose count has dropped back
+//! to our own reference.
+//!
+//! Lock: the held lock ([`Held`]) only, never together with another of ours (see
+//! "Lock order" in kmod/README.md).
+
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+use kernel::sync::{new_mutex, Arc, Mutex};
+
+use crate::glue_ffi::{self as ffi, Chunk};
+use crate::memlock::Memlock;
+use crate::pool::{free_chunk, order_bytes};
+use crate::procs::{Holder, ProcEntry, Registry};
+use crate::shared::Shared;
+use crate::util;
+
+/// The still-referenced chunks of one dead buffer.
+///
+/// # Invariants
+///
+/// `chunks` are ours (see [`Chunk`]); their bytes are counted in `Counters::t2_used`,
+/// `Counters::held_bytes`, `owner.t2_used` and `memlock`, and `owner` holds its entry
+/// as a [`Holder::Buffer`].
+pub(crate) struct HeldBuffer {
+    chunks: KVVec<Chunk>,
+    owner: Arc<ProcEntry>,
+    memlock: Memlock,
+}
+
+impl HeldBuffer {
+    /// Frees and uncharges the chunks nobody else references any more (`all`: every
+    /// chunk, dropping our reference to the others, at unload).
+    fn release(&mut self, shared: &Shared, all: bool) {
+        let mut freed = 0;
+        let mut i = 0;
+        while let Some(&chunk) = self.chunks.as_slice().get(i) {
+            // SAFETY: the chunk is ours (type invariant); its buffer is dead, so no
+            // mapping or attachment of ours refers to it.
+            if all || unsafe { ffi::gb_chunk_exclusive(chunk.page) } {
+                let _ = util::vec_swap_remove(&mut self.chunks, i);
+                free_chunk(chunk);
+                freed += order_bytes(chunk.order);
+            } else {
+                i += 1;
+            }
+        }
+        let c = &shared.counters;
+        c.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        c.held_bytes.fetch_sub(freed, Ordering::Relaxed);
+        self.owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        self.memlock.uncharge(freed);
+    }
+}
+
+/// What [`Held::add`] could not keep, given back to the caller.
+pub(crate) type Rejected = (KVVec<Chunk>, Arc<ProcEntry>, Memlock);
+
+/// Every [`HeldBuffer`], behind the held lock.
+#[pin_data]
+pub(crate) struct Held {
+    #[pin]
+    list: Mutex<KVec<HeldBuffer>>,
+}
+
+impl Held {
+    /// Nothing held.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Held {
+            list <- new_mutex!(KVec::new(), "greenboost::held"),
+        })
+    }
+
+    /// Keeps `chunks` (still counted in `t2_used`, `owner.t2_used` and `memlock`)
+    /// charged until they are released. Gives them back when there is no room to
+    /// remember them.
+    pub(crate) fn add(
+        &self,
+        shared: &Shared,
+        chunks: KVVec<Chunk>,
+        owner: Arc<ProcEntry>,
+        memlock: Memlock,
+    ) -> core::result::Result<(), Rejected> {
+        let mut list = self.list.lock();
+        if list.reserve(1, GFP_KERNEL).is_err() {
+            return Err((chunks, owner, memlock));
+        }
+        let bytes = chunks.iter().fold(0, |sum, c| sum + order_bytes(c.order));
+        let c = &shared.counters;
+        c.held_bytes.fetch_add(bytes, Ordering::Relaxed);
+        c.pinned_on_release.fetch_add(chunks.len() as u64, Ordering::Relaxed);
+        // `reserve` made room above, so this push neither allocates nor fails.
+        let _ = list.push(HeldBuffer { chunks, owner, memlock }, GFP_KERNEL);
+        Ok(())
+    }
+
+    /// Looks at every held chunk again: frees and uncharges those referenced by us
+    /// alone; a dead buffer's entry goes once all its chunks have.
+    pub(crate) fn scan(&self, shared: &Shared, procs: &Registry) {
+        self.sweep(shared, procs, false);
+    }
+
+    /// Unload: drops our reference to every held chunk (the other holder frees it)
+    /// and every charge.
+    pub(crate) fn drain(&self, shared: &Shared, procs: &Registry) {
+        self.sweep(shared, procs, true);
+    }
+
+    fn sweep(&self, shared: &Shared, procs: &Registry, all: bool) {
+        if shared.counters.held_bytes.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        // Finished entries are released one at a time, after the held lock is dropped
+        // (the registry lock is never taken inside it).
+        loop {
+            let finished = {
+                let mut list = self.list.lock();
+                let mut found = None;
+                for (i, held) in list.as_mut_slice().iter_mut().enumerate() {
+                    held.release(shared, all);
+                    if held.chunks.is_empty() && found.is_none() {
+                        found = Some(i);
+                    }
+                    // SAFETY: `gb_cond_resched` may sleep; only a mutex is held here.
+                    unsafe { ffi::gb_cond_resched() };
+                }
+                found.and_then(|i| util::vec_swap_remove(&mut list, i))
+            };
+            match finished {
+                Some(held) => procs.release(held.owner, Holder::Buffer),
+                None => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The RAM reserve for fresh pages: an ALLOC claims the fresh bytes it expects to need
+//! before its chunk loop starts ([`Claim::admit`]), so that concurrent ALLOCs cannot
+//! each pass the check on the same free RAM; the claim shrinks as pages are actually
+//! allocated (then they show in available RAM itself), and the check is repeated before
+//! every fresh chunk ([`Claim::before_fresh`]), since available RAM also falls for
+//! reasons of its own.
+//!
+//! Takes no lock: one atomic counter (`Counters::in_flight`).
+
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+
+use crate::glue_ffi as ffi;
+use crate::shared::Shared;
+
+/// Fresh bytes one ALLOC has claimed against the reserve and not allocated yet.
+///
+/// # Invariants
+///
+/// `held` bytes of `Counters::in_flight` belong to this claim; they are given back as
+/// pages are allocated ([`Claim::taken`]) or when the claim is dropped.
+pub(crate) struct Claim<'a> {
+    shared: &'a Shared,
+    reserve: u64,
+    held: u64,
+}
+
+impl<'a> Claim<'a> {
+    /// Claims `fresh` bytes: ENOMEM unless available RAM minus every claim in flight
+    /// stays at or above `reserve` with them. A `reserve` of 0 disables the check.
+    pub(crate) fn admit(shared: &'a Shared, reserve: u64, fresh: u64) -> Result<Self> {
+        let mut claim = Claim { shared, reserve, held: 0 };
+        claim.grow(fresh)?;
+        Ok(claim)
+    }
+
+    /// Called before allocating a fresh chunk of `bytes`: claims what of it this claim
+    /// does not hold yet (cached pages the admission counted on may have gone to another
+    /// ALLOC) and checks available RAM again with every claim in flight.
+    pub(crate) fn before_fresh(&mut self, bytes: u64) -> Result {
+        self.grow(bytes.saturating_sub(self.held))
+    }
+
+    /// A fresh chunk of `bytes` was allocated: it now counts in available RAM itself.
+    pub(crate) fn taken(&mut self, bytes: u64) {
+        let n = bytes.min(self.held);
+        self.shared.counters.in_flight.fetch_sub(n, Ordering::Relaxed);
+        self.held -= n;
+    }
+
+    fn grow(&mut self, more: u64) -> Result {
+        if self.reserve == 0 {
+            return Ok(());
+        }
+        // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
+        let available = unsafe { ffi::gb_mem_available() };
+        let reserve = self.reserve;
+        self.shared
+            .counters
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                let total = f.checked_add(more)?;
+                (available >= reserve.saturating_add(total)).then_some(total)
+            })
+            .map_err(|_| ENOMEM)?;
+        self.held += more;
+        Ok(())
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.shared.counters.in_flight.fetch_sub(self.held, Ordering::Relaxed);
+    }
+}
