@@ -101,6 +101,22 @@ impl Buffer {
         Ok(())
     }
 
+    /// The page at `index` (in pages from the start), or null past the end; for the
+    /// fault handler, which maps a zapped page back (e.g. after `MADV_DONTNEED`).
+    pub(crate) fn page(&self, index: c_ulong) -> *mut bindings::page {
+        let mut skip = index;
+        for chunk in self.chunks.iter() {
+            let chunk_pages: c_ulong = 1 << chunk.order;
+            if skip < chunk_pages {
+                // SAFETY: `skip` lies inside the chunk's block of `2^order` pages, which
+                // the buffer owns (type invariant), so the `struct page` it names exists.
+                return unsafe { ffi::gb_nth_page(chunk.page, skip) };
+            }
+            skip -= chunk_pages;
+        }
+        core::ptr::null_mut()
+    }
+
     /// The sg table of `map_dma_buf`: one entry per chunk, DMA-mapped for `dev`, stored
     /// in `*out`. Returns 0 or a negative errno.
     ///

@@ -112,6 +112,20 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_mmap(buf: *mut c_void, vma: *mut bi
     }
 }
 
+/// `fault` of a mapping made by [`gb_rs_buffer_mmap`]: the page at `index` (pages
+/// from the buffer's start), or null past its end (the glue answers SIGBUS).
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs (a mapping's `vm_private_data`:
+/// the mapping holds the dma-buf file, so the buffer outlives it).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_page(buf: *mut c_void, index: c_ulong) -> *mut bindings::page {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    b.page(index)
+}
+
 /// dma-buf `map_dma_buf`: an sg table with one entry per chunk, DMA-mapped for `dev`.
 ///
 /// # Safety

@@ -147,9 +147,40 @@ static void gb_dmabuf_release(struct dma_buf *dmabuf)
 	gb_rs_buffer_release(dmabuf->priv);
 }
 
+/*
+ * A page of a mapping whose PTE was zapped (MADV_DONTNEED, or never populated) is
+ * mapped back on access, as vm_insert_page() maps it at mmap: a normal, refcounted
+ * PTE that pin_user_pages(FOLL_LONGTERM) accepts (vmf_insert_mixed() would make it a
+ * special PTE on x86, which GUP refuses). The vma holds the dma-buf file, so the
+ * buffer in vm_private_data outlives every fault.
+ */
+static vm_fault_t gb_vm_fault(struct vm_fault *vmf)
+{
+	struct page *page = gb_rs_buffer_page(vmf->vma->vm_private_data, vmf->pgoff);
+	int ret;
+
+	if (!page)
+		return VM_FAULT_SIGBUS;
+	ret = vm_insert_page(vmf->vma, vmf->address, page);
+	/* -EBUSY: a racing fault mapped it first */
+	if (!ret || ret == -EBUSY)
+		return VM_FAULT_NOPAGE;
+	return vmf_error(ret);
+}
+
+static const struct vm_operations_struct gb_vm_ops = {
+	.fault = gb_vm_fault,
+};
+
 static int gb_dmabuf_mmap(struct dma_buf *dmabuf, struct vm_area_struct *vma)
 {
-	return gb_rs_buffer_mmap(dmabuf->priv, vma);
+	int ret = gb_rs_buffer_mmap(dmabuf->priv, vma);
+
+	if (ret)
+		return ret;
+	vma->vm_private_data = dmabuf->priv;
+	vma->vm_ops = &gb_vm_ops;
+	return 0;
 }
 
 static int gb_dmabuf_vmap(struct dma_buf *dmabuf, struct iosys_map *map)

@@ -46,6 +46,7 @@ void gb_rs_release(void *file_priv);
 long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);
 int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
+struct page *gb_rs_buffer_page(void *buf, unsigned long index);
 int gb_rs_buffer_map(void *buf, struct device *dev, enum dma_data_direction dir,
 		     struct sg_table **out);
 void gb_rs_buffer_unmap(void *buf, struct device *dev, struct sg_table *sgt,
@@ -96,6 +97,7 @@ struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
 void gb_chunk_free(struct page *page, unsigned int order);
 void gb_chunk_zero(struct page *page, unsigned int order);
 bool gb_chunk_exclusive(struct page *page);
+struct page *gb_nth_page(struct page *head, unsigned long n);
 int gb_page_nid(struct page *page);
 bool gb_node_online(int nid);
 int gb_numa_node_id(void);

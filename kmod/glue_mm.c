@@ -61,6 +61,8 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 		first += n;
 		npages -= n;
 		addr += n << PAGE_SHIFT;
+		/* a 1 GiB mapping is 262144 pages: let others run */
+		cond_resched();
 	}
 	return 0;
 }
@@ -104,6 +106,11 @@ void gb_chunk_zero(struct page *page, unsigned int order)
 bool gb_chunk_exclusive(struct page *page)
 {
 	return page_count(page) == 1;
+}
+
+struct page *gb_nth_page(struct page *head, unsigned long n)
+{
+	return nth_page(head, n);
 }
 
 int gb_page_nid(struct page *page)

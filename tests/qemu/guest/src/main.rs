@@ -50,6 +50,8 @@ const MAIN: &[Test] = &[
     t("mmap_vma_flags", 30, mmap::mmap_vma_flags),
     t("mmap_shared_views", 60, mmap::mmap_shared_views),
     t("buffer_outlives_fds", 30, mmap::buffer_lifetime),
+    t("mmap_dontneed_refaults_and_pins", 60, fault::dontneed_refaults),
+    t("mmap_split_move_fork", 60, fault::split_move_fork),
     t("fresh_pages_zeroed_after_secret", 600, mmap::fresh_pages_zeroed),
     t("scm_rights_fd_passing", 60, lifecycle::scm_rights),
     t("fork_inherited_fd", 60, lifecycle::fork_inherit),

@@ -1,5 +1,6 @@
 //! The test groups; `main.rs` lists which run under which subcommand.
 pub mod alloc;
+pub mod fault;
 pub mod fuzz;
 pub mod importer;
 pub mod lifecycle;
