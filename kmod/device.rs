@@ -57,6 +57,8 @@ pub(crate) const MAX_ALLOC: u64 = 1 << 40;
 /// among open files and keys this file's eventfd registrations.
 pub(crate) struct DeviceFile {
     pub(crate) id: u64,
+    /// Opened for writing: ALLOC needs it (a read-only open only reads figures).
+    writable: bool,
     entry: Option<Arc<ProcEntry>>,
 }
 
@@ -66,10 +68,10 @@ impl DeviceFile {
     }
 }
 
-/// `open`: a new file of the calling process.
-pub(crate) fn open(state: &State) -> Result<KBox<DeviceFile>> {
+/// `open`: a new file of the calling process; `writable` as its `FMODE_WRITE`.
+pub(crate) fn open(state: &State, writable: bool) -> Result<KBox<DeviceFile>> {
     let entry = state.procs.acquire(Holder::File)?;
-    let file = DeviceFile { id: state.next_file_id.fetch_add(1, Ordering::Relaxed), entry: Some(entry) };
+    let file = DeviceFile { id: state.next_file_id.fetch_add(1, Ordering::Relaxed), writable, entry: Some(entry) };
     // On failure `file` is dropped, which releases its entry.
     KBox::new(file, GFP_KERNEL).map_err(|_| ENOMEM)
 }
@@ -88,6 +90,8 @@ impl Drop for DeviceFile {
 pub(crate) fn ioctl(state: &State, file: &DeviceFile, cmd: u32, arg: usize) -> Result {
     match cmd {
         abi::GB_IOC_INFO => info(state, arg),
+        // As write(2) on a read-only fd, and block devices' BLKDISCARD/BLKZEROOUT.
+        abi::GB_IOC_ALLOC if !file.writable => Err(EBADF),
         abi::GB_IOC_ALLOC => alloc(state, arg),
         abi::GB_IOC_POOL_STATS => pool_stats(state, arg),
         abi::GB_IOC_PROC_STATS => proc_stats(state, arg),

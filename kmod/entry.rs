@@ -18,7 +18,8 @@ use crate::glue_ffi as ffi;
 use crate::state::state;
 use crate::stats;
 
-/// `open` of `/dev/greenboost`: stores a new [`DeviceFile`] in `*file_priv`.
+/// `open` of `/dev/greenboost`: stores a new [`DeviceFile`] in `*file_priv`;
+/// `writable`: the file was opened for writing (`FMODE_WRITE`).
 ///
 /// # Safety
 ///
@@ -26,8 +27,8 @@ use crate::stats;
 /// holding a [`DeviceFile`]; the module state is published (the device is registered
 /// only while it is).
 #[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_open(file_priv: *mut *mut c_void) -> c_int {
-    match device::open(state()) {
+pub(crate) unsafe extern "C" fn gb_rs_open(file_priv: *mut *mut c_void, writable: bool) -> c_int {
+    match device::open(state(), writable) {
         Ok(file) => {
             // SAFETY: `file_priv` is valid for writes (the function's contract). The
             // `KBox` is turned back by `gb_rs_release`.

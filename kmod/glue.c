@@ -83,7 +83,7 @@ void gb_params_set_defaults(u64 pool_cap, s64 reserve)
 static int gb_open(struct inode *inode, struct file *file)
 {
 	/* misc_open() left the miscdevice in private_data; Rust replaces it. */
-	return gb_rs_open(&file->private_data);
+	return gb_rs_open(&file->private_data, file->f_mode & FMODE_WRITE);
 }
 
 static int gb_release(struct inode *inode, struct file *file)

@@ -41,7 +41,7 @@ struct gb_params {
 };
 
 /* ---- C -> Rust: implemented in kmod/entry.rs (#[no_mangle] extern "C") ---- */
-int gb_rs_open(void **file_priv);
+int gb_rs_open(void **file_priv, bool writable);
 void gb_rs_release(void *file_priv);
 long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);

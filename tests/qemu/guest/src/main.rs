@@ -34,6 +34,7 @@ const MAIN: &[Test] = &[
     t("device_node_mode", 30, alloc::device_node_mode),
     t("dmesg_load_banner", 30, stats::dmesg_banner),
     t("alloc_size_zero_einval", 30, alloc::alloc_size_zero),
+    t("alloc_readonly_open_ebadf", 30, access::readonly_open_cannot_alloc),
     t("alloc_unaligned_rounded_up", 60, alloc::alloc_unaligned),
     t("alloc_one_page", 30, alloc::alloc_one_page),
     t("alloc_2mib", 30, alloc::alloc_2mib),

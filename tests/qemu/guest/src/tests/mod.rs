@@ -1,4 +1,5 @@
 //! The test groups; `main.rs` lists which run under which subcommand.
+pub mod access;
 pub mod alloc;
 pub mod fault;
 pub mod fuzz;
