@@ -19,7 +19,7 @@ use crate::glue_ffi as ffi;
 use crate::pool::{self, Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
 use crate::state::{state, State};
-use crate::{pressure, stats, util};
+use crate::{pressure, proclist, stats, util};
 
 // SAFETY: `GbAlloc` is `#[repr(C)]` with only integer fields (u64, u32, i32) and an
 // explicit `pad0`, so it has no padding bytes (its size is asserted in the ABI file)
@@ -97,6 +97,7 @@ pub(crate) fn ioctl(state: &State, file: &DeviceFile, cmd: u32, arg: usize) -> R
         abi::GB_IOC_PROC_STATS => proc_stats(state, arg),
         abi::GB_IOC_REPORT_T1 => report_t1(file, arg),
         abi::GB_IOC_REGISTER_EVENTFD => register_eventfd(state, file, arg),
+        abi::GB_IOC_LIST_PROCS => proclist::list(state, arg),
         _ => Err(ENOTTY),
     }
 }
@@ -113,7 +114,7 @@ fn info(state: &State, arg: usize) -> Result {
     let limits = state.shared.limits();
     let info = GbInfo {
         abi_version: abi::GB_ABI_VERSION,
-        features: abi::GB_INFO_MMAP | abi::GB_INFO_EVENTFD,
+        features: abi::GB_INFO_MMAP | abi::GB_INFO_EVENTFD | abi::GB_INFO_PROC_LIST,
         chunk_size: abi::GB_CHUNK_SIZE,
         pool_cap: limits.cap,
         reserve: limits.reserve,

@@ -16,6 +16,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/dma-buf.h>
 #include <linux/eventfd.h>
@@ -294,6 +295,17 @@ void gb_pid_put(struct pid *pid)
 int gb_pid_nr(struct pid *pid)
 {
 	return pid_nr(pid);
+}
+
+int gb_pid_vnr(struct pid *pid)
+{
+	return pid_vnr(pid);
+}
+
+bool gb_capable_admin(void)
+{
+	/* root of the initial user namespace: container root sees its own uid only */
+	return capable(CAP_SYS_ADMIN);
 }
 
 int gb_current_tgid_vnr(void)

@@ -86,6 +86,8 @@ void gb_eventfd_put(struct eventfd_ctx *ctx);
 struct pid *gb_current_tgid_get(void);
 void gb_pid_put(struct pid *pid);
 int gb_pid_nr(struct pid *pid);
+int gb_pid_vnr(struct pid *pid);
+bool gb_capable_admin(void);
 int gb_current_tgid_vnr(void);
 u32 gb_current_kuid(void);
 u32 gb_kuid_to_caller(u32 kuid);

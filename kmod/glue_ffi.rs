@@ -82,6 +82,8 @@ extern "C" {
     pub(crate) fn gb_current_tgid_get() -> *mut bindings::pid;
     pub(crate) fn gb_pid_put(pid: *mut bindings::pid);
     pub(crate) fn gb_pid_nr(pid: *mut bindings::pid) -> c_int;
+    pub(crate) fn gb_pid_vnr(pid: *mut bindings::pid) -> c_int;
+    pub(crate) fn gb_capable_admin() -> bool;
     pub(crate) fn gb_current_tgid_vnr() -> c_int;
     pub(crate) fn gb_current_kuid() -> u32;
     pub(crate) fn gb_kuid_to_caller(kuid: u32) -> u32;

@@ -26,6 +26,7 @@ mod entry;
 mod glue_ffi;
 mod pool;
 mod pressure;
+mod proclist;
 mod procs;
 mod shared;
 mod state;

@@ -64,6 +64,7 @@ const MAIN: &[Test] = &[
     t("pinned_pages_not_recycled", 120, pin::pinned_pages_not_recycled),
     t("numa_strict_placement", 120, numa::numa_placement),
     t("sysfs_stats", 30, stats::sysfs_stats),
+    t("proc_rows_only_through_device", 60, access::proc_rows_visibility),
     t("dmesg_on_demand_report", 30, stats::dmesg_report),
     t("pool_cap_cumulative", 60, pressure::pool_cap_cumulative),
     t("uid_cap", 60, pressure::uid_cap),
