@@ -14,6 +14,7 @@
 #include <linux/types.h>
 
 #define GB_ABI_VERSION 1
+/* shared with nsfs and remoteproc; full numbers differ (abi/tests/magic_0xb7.rs) */
 #define GB_IOC_MAGIC 0xB7
 #define GB_CHUNK_SIZE (2ULL << 20)
 #define GB_DEVICE_PATH "/dev/greenboost"

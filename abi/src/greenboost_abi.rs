@@ -14,7 +14,11 @@
 /// module with another major version and falls back to its userspace backend.
 pub const GB_ABI_VERSION: u32 = 1;
 
-/// ioctl type byte ('G' is shared by several drivers; the command numbers below are not).
+/// ioctl type byte. Linux also gives 0xB7 to nsfs (`NS_GET_*`) and remoteproc
+/// (`RPROC_*`); every full command number below (direction, size, number) differs from
+/// all of theirs, which `abi/tests/magic_0xb7.rs` checks, so a command issued on the
+/// wrong kind of fd answers ENOTTY and tools cannot confuse them. New commands must
+/// keep it so.
 pub const GB_IOC_MAGIC: u32 = 0xB7;
 
 /// Granularity of T2 buffers: buffers are built from 2 MiB compound pages (order 9)
