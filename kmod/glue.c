@@ -19,6 +19,9 @@
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/highmem.h>
 #include <linux/eventfd.h>
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -128,19 +131,94 @@ void gb_misc_deregister(void)
 
 /* ---- DMA-BUF exporter ---- */
 
+/*
+ * One importer's view of a buffer (attach->priv), as system_heap.c keeps it: its own
+ * sg table, built at attach with segments within that device's limits (Rust picks
+ * them), DMA-mapped between map_dma_buf and unmap_dma_buf. The core's attachment list
+ * (dmabuf->attachments) and `mapped` are under the reservation lock: attach adds to
+ * the list after our attach callback, detach removes before ours, and map/unmap run
+ * with the lock held.
+ */
+struct gb_attachment {
+	struct sg_table *sgt;
+	bool mapped;
+};
+
+static int gb_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct gb_attachment *a = kzalloc(sizeof(*a), GFP_KERNEL);
+	int ret;
+
+	if (!a)
+		return -ENOMEM;
+	ret = gb_rs_buffer_attach(dmabuf->priv, attach->dev, &a->sgt);
+	if (ret) {
+		kfree(a);
+		return ret;
+	}
+	attach->priv = a;
+	return 0;
+}
+
+static void gb_dmabuf_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct gb_attachment *a = attach->priv;
+
+	gb_sgt_free(a->sgt);
+	kfree(a);
+}
+
 static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
 				       enum dma_data_direction dir)
 {
-	struct sg_table *sgt;
-	int ret = gb_rs_buffer_map(attach->dmabuf->priv, attach->dev, dir, &sgt);
+	struct gb_attachment *a = attach->priv;
+	int ret = dma_map_sgtable(attach->dev, a->sgt, dir, 0);
 
-	return ret ? ERR_PTR(ret) : sgt;
+	if (ret)
+		return ERR_PTR(ret);
+	a->mapped = true;
+	return a->sgt;
 }
 
 static void gb_unmap_dma_buf(struct dma_buf_attachment *attach, struct sg_table *sgt,
 			     enum dma_data_direction dir)
 {
-	gb_rs_buffer_unmap(attach->dmabuf->priv, attach->dev, sgt, dir);
+	struct gb_attachment *a = attach->priv;
+
+	a->mapped = false;
+	dma_unmap_sgtable(attach->dev, sgt, dir, 0);
+}
+
+/*
+ * CPU access brackets: the kernel mapping (vmap) and every DMA-mapped attachment are
+ * made coherent for the CPU (begin) and for the devices (end). Nothing to do on
+ * cache-coherent x86_64 without bouncing, but swiotlb bounce buffers (confidential
+ * VMs, swiotlb=force, devices with small DMA masks) and non-coherent platforms need
+ * these syncs to see each other's writes.
+ */
+static int gb_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir, bool begin)
+{
+	struct dma_buf_attachment *attach;
+	int ret = dma_resv_lock_interruptible(dmabuf->resv, NULL);
+
+	if (ret)
+		return ret;
+	if (begin && dmabuf->vmapping_counter)
+		invalidate_kernel_vmap_range(dmabuf->vmap_ptr.vaddr, dmabuf->size);
+	if (!begin && dmabuf->vmapping_counter)
+		flush_kernel_vmap_range(dmabuf->vmap_ptr.vaddr, dmabuf->size);
+	list_for_each_entry(attach, &dmabuf->attachments, node) {
+		struct gb_attachment *a = attach->priv;
+
+		if (!a->mapped)
+			continue;
+		if (begin)
+			dma_sync_sgtable_for_cpu(attach->dev, a->sgt, dir);
+		else
+			dma_sync_sgtable_for_device(attach->dev, a->sgt, dir);
+	}
+	dma_resv_unlock(dmabuf->resv);
+	return 0;
 }
 
 static void gb_dmabuf_release(struct dma_buf *dmabuf)
@@ -186,10 +264,11 @@ static int gb_dmabuf_mmap(struct dma_buf *dmabuf, struct vm_area_struct *vma)
 
 static int gb_dmabuf_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
 {
-	void *vaddr = gb_rs_buffer_vmap(dmabuf->priv);
+	void *vaddr;
+	int ret = gb_rs_buffer_vmap(dmabuf->priv, &vaddr);
 
-	if (!vaddr)
-		return -ENOMEM;
+	if (ret)
+		return ret;
 	iosys_map_set_vaddr(map, vaddr);
 	return 0;
 }
@@ -201,15 +280,17 @@ static void gb_dmabuf_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
 
 static int gb_begin_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir)
 {
-	return gb_rs_buffer_cpu_access(dmabuf->priv, dir, true);
+	return gb_cpu_access(dmabuf, dir, true);
 }
 
 static int gb_end_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir)
 {
-	return gb_rs_buffer_cpu_access(dmabuf->priv, dir, false);
+	return gb_cpu_access(dmabuf, dir, false);
 }
 
 static const struct dma_buf_ops gb_dmabuf_ops = {
+	.attach = gb_dmabuf_attach,
+	.detach = gb_dmabuf_detach,
 	.map_dma_buf = gb_map_dma_buf,
 	.unmap_dma_buf = gb_unmap_dma_buf,
 	.release = gb_dmabuf_release,

@@ -47,13 +47,9 @@ long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);
 int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
 struct page *gb_rs_buffer_page(void *buf, unsigned long index);
-int gb_rs_buffer_map(void *buf, struct device *dev, enum dma_data_direction dir,
-		     struct sg_table **out);
-void gb_rs_buffer_unmap(void *buf, struct device *dev, struct sg_table *sgt,
-			enum dma_data_direction dir);
-void *gb_rs_buffer_vmap(void *buf);
+int gb_rs_buffer_attach(void *buf, struct device *dev, struct sg_table **out);
+int gb_rs_buffer_vmap(void *buf, void **out);
 void gb_rs_buffer_vunmap(void *buf, void *vaddr);
-int gb_rs_buffer_cpu_access(void *buf, enum dma_data_direction dir, bool begin);
 void gb_rs_watchdog(void);
 void gb_rs_refill(void);
 size_t gb_rs_stats_show(char *buf, size_t len);
@@ -112,11 +108,10 @@ void gb_vma_prepare(struct vm_area_struct *vma);
 int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *head,
 		  unsigned long first, unsigned long npages);
 
-int gb_sgt_create(const struct gb_chunk *chunks, unsigned int nchunks,
-		  struct device *dev, enum dma_data_direction dir,
-		  struct sg_table **out);
-void gb_sgt_destroy(struct device *dev, struct sg_table *sgt,
-		    enum dma_data_direction dir);
+u64 gb_dma_seg_limit(struct device *dev);
+int gb_sgt_build(const struct gb_chunk *chunks, unsigned int nchunks, u64 seg_max,
+		 struct sg_table **out);
+void gb_sgt_free(struct sg_table *sgt);
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages);
 void gb_vunmap(void *vaddr);

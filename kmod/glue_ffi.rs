@@ -123,18 +123,14 @@ extern "C" {
         npages: c_ulong,
     ) -> c_int;
 
-    pub(crate) fn gb_sgt_create(
+    pub(crate) fn gb_dma_seg_limit(dev: *mut bindings::device) -> u64;
+    pub(crate) fn gb_sgt_build(
         chunks: *const Chunk,
         nchunks: c_uint,
-        dev: *mut bindings::device,
-        dir: bindings::dma_data_direction,
+        seg_max: u64,
         out: *mut *mut bindings::sg_table,
     ) -> c_int;
-    pub(crate) fn gb_sgt_destroy(
-        dev: *mut bindings::device,
-        sgt: *mut bindings::sg_table,
-        dir: bindings::dma_data_direction,
-    );
+    pub(crate) fn gb_sgt_free(sgt: *mut bindings::sg_table);
     pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong) -> *mut c_void;
     pub(crate) fn gb_vunmap(vaddr: *mut c_void);
 }

@@ -1,6 +1,7 @@
 //! The test groups; `main.rs` lists which run under which subcommand.
 pub mod access;
 pub mod alloc;
+pub mod attach;
 pub mod fault;
 pub mod fuzz;
 pub mod importer;
