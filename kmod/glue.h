@@ -2,8 +2,9 @@
 /*
  * Contract between the Rust side of greenboost.ko (kmod/greenboost.rs and its
  * submodules, which own all logic) and the C glue: kmod/glue.c (ops tables, module
- * parameters, work items, fd/eventfd/process wrappers) and kmod/glue_mm.c (wrappers
- * of the page and mapping APIs), for what Linux 6.12 has no Rust binding for.
+ * parameters, work items, fd/eventfd/process wrappers), kmod/glue_dmabuf.c (the
+ * dma-buf and user-mapping ops) and kmod/glue_mm.c (wrappers of the page and mapping
+ * APIs), for what Linux 6.12 has no Rust binding for.
  *
  * Every gb_rs_* prototype has its definition in kmod/entry.rs, every other one its
  * extern "C" declaration in kmod/glue_ffi.rs; scripts/check-kmod-glue.py checks that
@@ -71,9 +72,6 @@ u64 gb_now_ms(void);
 
 int gb_fd_reserve(void);
 void gb_fd_discard(int fd);
-int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
-void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
-void gb_dmabuf_put(struct dma_buf *dmabuf);
 
 int gb_eventfd_get(int fd, struct eventfd_ctx **out);
 void gb_eventfd_signal(struct eventfd_ctx *ctx);
@@ -88,6 +86,11 @@ int gb_current_tgid_vnr(void);
 u32 gb_current_kuid(void);
 u32 gb_kuid_to_caller(u32 kuid);
 void gb_current_comm(char *buf, size_t len);
+
+/* ---- Rust -> C: implemented in glue_dmabuf.c ---- */
+int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
+void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
+void gb_dmabuf_put(struct dma_buf *dmabuf);
 
 /* ---- Rust -> C: implemented in glue_mm.c ---- */
 struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
@@ -111,7 +114,6 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 u64 gb_dma_seg_limit(struct device *dev);
 int gb_sgt_build(const struct gb_chunk *chunks, unsigned int nchunks, u64 seg_max,
 		 struct sg_table **out);
-void gb_sgt_free(struct sg_table *sgt);
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages);
 void gb_vunmap(void *vaddr);

@@ -130,7 +130,6 @@ extern "C" {
         seg_max: u64,
         out: *mut *mut bindings::sg_table,
     ) -> c_int;
-    pub(crate) fn gb_sgt_free(sgt: *mut bindings::sg_table);
     pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong) -> *mut c_void;
     pub(crate) fn gb_vunmap(vaddr: *mut c_void);
 }

@@ -183,12 +183,6 @@ free:
 	return ret;
 }
 
-void gb_sgt_free(struct sg_table *sgt)
-{
-	sg_free_table(sgt);
-	kfree(sgt);
-}
-
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages)
 {
