@@ -14,6 +14,7 @@
 #include <linux/types.h>
 
 #define GB_ABI_VERSION 1
+/* shared with nsfs and remoteproc; full numbers differ (abi/tests/magic_0xb7.rs) */
 #define GB_IOC_MAGIC 0xB7
 #define GB_CHUNK_SIZE (2ULL << 20)
 #define GB_DEVICE_PATH "/dev/greenboost"
@@ -21,6 +22,7 @@
 
 #define GB_INFO_MMAP (1U << 0)
 #define GB_INFO_EVENTFD (1U << 1)
+#define GB_INFO_PROC_LIST (1U << 2)
 
 #define GB_ALLOC_NODE_STRICT (1U << 0)
 #define GB_ALLOC_FLAGS_ALL (GB_ALLOC_NODE_STRICT)
@@ -70,6 +72,26 @@ struct gb_proc_stats {
 	__u64 t1_reported;
 };
 
+struct gb_proc_row {
+	__s32 pid;
+	__u32 uid;
+	__u64 t1_used;
+	__u64 t1_budget;
+	__u64 t2_used;
+	__u64 t2_peak;
+	__u64 buffers;
+	__u64 files;
+	char comm[16];
+};
+
+struct gb_proc_list {
+	__u64 rows;
+	__u32 capacity;
+	__u32 count;
+	__u32 total;
+	__u32 flags;
+};
+
 struct gb_t1_report {
 	__u64 vram_used;
 	__u64 vram_budget;
@@ -86,5 +108,6 @@ struct gb_eventfd {
 #define GB_IOC_PROC_STATS _IOR(GB_IOC_MAGIC, 0x03, struct gb_proc_stats)
 #define GB_IOC_REPORT_T1 _IOW(GB_IOC_MAGIC, 0x04, struct gb_t1_report)
 #define GB_IOC_REGISTER_EVENTFD _IOW(GB_IOC_MAGIC, 0x05, struct gb_eventfd)
+#define GB_IOC_LIST_PROCS _IOWR(GB_IOC_MAGIC, 0x06, struct gb_proc_list)
 
 #endif /* GREENBOOST_H */

@@ -12,7 +12,7 @@
 
 use core::sync::atomic::Ordering;
 use kernel::bindings;
-use kernel::ffi::{c_int, c_uint, c_ulong, c_void};
+use kernel::ffi::{c_uint, c_ulong, c_void};
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -111,37 +111,63 @@ impl Buffer {
         Ok(())
     }
 
-    /// The sg table of `map_dma_buf`: one entry per chunk, DMA-mapped for `dev`, stored
-    /// in `*out`. Returns 0 or a negative errno.
+    /// The page at `index` (in pages from the start), or null past the end; for the
+    /// fault handler, which maps a zapped page back (e.g. after `MADV_DONTNEED`).
+    pub(crate) fn page(&self, index: c_ulong) -> *mut bindings::page {
+        let mut skip = index;
+        for chunk in self.chunks.iter() {
+            let chunk_pages: c_ulong = 1 << chunk.order;
+            if skip < chunk_pages {
+                // SAFETY: `skip` lies inside the chunk's block of `2^order` pages, which
+                // the buffer owns (type invariant), so the `struct page` it names exists.
+                return unsafe { ffi::gb_nth_page(chunk.page, skip) };
+            }
+            skip -= chunk_pages;
+        }
+        core::ptr::null_mut()
+    }
+
+    /// The sg table of a new attachment for `dev`, stored in `*out` (not DMA-mapped:
+    /// `map_dma_buf` maps it). Each chunk is split into segments no longer than the
+    /// device accepts in one piece (`dma_get_max_seg_size`, and `dma_max_mapping_size`,
+    /// which swiotlb bouncing limits to 256 KiB), rounded down to whole pages.
     ///
     /// # Safety
     ///
-    /// `dev` and `out` are what the dma-buf core passes to `map_dma_buf` for an
-    /// attachment to this buffer's dma-buf: the importer's device and a writable slot.
-    pub(crate) unsafe fn map(
-        &self,
-        dev: *mut bindings::device,
-        dir: bindings::dma_data_direction,
-        out: *mut *mut bindings::sg_table,
-    ) -> c_int {
-        let Ok(n) = c_uint::try_from(self.chunks.len()) else {
-            return ENOMEM.to_errno();
-        };
+    /// `dev` and `out` are what the dma-buf core passes to `attach` for an attachment
+    /// to this buffer's dma-buf: the importer's device and a writable slot.
+    pub(crate) unsafe fn attach(&self, dev: *mut bindings::device, out: *mut *mut bindings::sg_table) -> Result {
+        let n = c_uint::try_from(self.chunks.len())?;
+        // SAFETY: `dev` is the importer's live device (the function's contract); the
+        // glue only reads its DMA parameters.
+        let limit = unsafe { ffi::gb_dma_seg_limit(dev) };
+        let page = PAGE_SIZE as u64;
+        let seg_max = (limit / page * page).max(page);
         // SAFETY: `chunks` is a valid array of `n` chunks that own their pages for as
-        // long as the buffer lives (the attachment holds a dma-buf reference); `dev` and
-        // `out` are valid (the function's contract).
-        unsafe { ffi::gb_sgt_create(self.chunks.as_ptr(), n, dev, dir, out) }
+        // long as the buffer lives (the attachment holds a dma-buf reference); `out` is
+        // writable (the function's contract); `seg_max` is a non-zero page multiple.
+        let ret = unsafe { ffi::gb_sgt_build(self.chunks.as_ptr(), n, seg_max, out) };
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
     }
 
-    /// A kernel mapping of the whole buffer (`vmap`), or null.
-    pub(crate) fn vmap(&self) -> *mut c_void {
-        let Ok(n) = c_uint::try_from(self.chunks.len()) else {
-            return core::ptr::null_mut();
-        };
+    /// A kernel mapping of the whole buffer (`vmap`). Refused with E2BIG above
+    /// [`VMAP_MAX`]; ENOMEM when the kernel cannot map it.
+    pub(crate) fn vmap(&self) -> Result<*mut c_void> {
+        if self.size > VMAP_MAX {
+            return Err(E2BIG);
+        }
+        let n = c_uint::try_from(self.chunks.len())?;
         let pages = self.pages();
         // SAFETY: `chunks` is a valid array of `n` chunks covering `pages` pages (type
         // invariant: they cover exactly `size` bytes); the glue only reads it.
-        unsafe { ffi::gb_vmap_chunks(self.chunks.as_ptr(), n, pages) }
+        let vaddr = unsafe { ffi::gb_vmap_chunks(self.chunks.as_ptr(), n, pages) };
+        if vaddr.is_null() {
+            return Err(ENOMEM);
+        }
+        Ok(vaddr)
     }
 }
 
@@ -167,6 +193,11 @@ impl Buffer {
         (held, bytes)
     }
 }
+
+/// Largest buffer `vmap` maps: kernel mappings are for importers that touch a buffer
+/// with the CPU (small ones); a huge one would take a page-pointer array of 2 MiB per
+/// GiB and a matching share of the vmalloc space for nothing.
+pub(crate) const VMAP_MAX: u64 = 4 << 30;
 
 impl Drop for Buffer {
     fn drop(&mut self) {

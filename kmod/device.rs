@@ -21,7 +21,7 @@ use crate::pool::{self, Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
 use crate::reserve::Claim;
 use crate::state::{state, State};
-use crate::{stats, util};
+use crate::{proclist, stats, util};
 
 // SAFETY: `GbAlloc` is `#[repr(C)]` with only integer fields (u64, u32, i32) and an
 // explicit `pad0`, so it has no padding bytes (its size is asserted in the ABI file)
@@ -59,6 +59,8 @@ pub(crate) const MAX_ALLOC: u64 = 1 << 40;
 /// among open files and keys this file's eventfd registrations.
 pub(crate) struct DeviceFile {
     pub(crate) id: u64,
+    /// Opened for writing: ALLOC needs it (a read-only open only reads figures).
+    writable: bool,
     entry: Option<Arc<ProcEntry>>,
 }
 
@@ -68,10 +70,10 @@ impl DeviceFile {
     }
 }
 
-/// `open`: a new file of the calling process.
-pub(crate) fn open(state: &State) -> Result<KBox<DeviceFile>> {
+/// `open`: a new file of the calling process; `writable` as its `FMODE_WRITE`.
+pub(crate) fn open(state: &State, writable: bool) -> Result<KBox<DeviceFile>> {
     let entry = state.procs.acquire(Holder::File)?;
-    let file = DeviceFile { id: state.next_file_id.fetch_add(1, Ordering::Relaxed), entry: Some(entry) };
+    let file = DeviceFile { id: state.next_file_id.fetch_add(1, Ordering::Relaxed), writable, entry: Some(entry) };
     // On failure `file` is dropped, which releases its entry.
     KBox::new(file, GFP_KERNEL).map_err(|_| ENOMEM)
 }
@@ -90,11 +92,14 @@ impl Drop for DeviceFile {
 pub(crate) fn ioctl(state: &State, file: &DeviceFile, cmd: u32, arg: usize) -> Result {
     match cmd {
         abi::GB_IOC_INFO => info(state, arg),
+        // As write(2) on a read-only fd, and block devices' BLKDISCARD/BLKZEROOUT.
+        abi::GB_IOC_ALLOC if !file.writable => Err(EBADF),
         abi::GB_IOC_ALLOC => alloc(state, arg),
         abi::GB_IOC_POOL_STATS => pool_stats(state, arg),
         abi::GB_IOC_PROC_STATS => proc_stats(state, arg),
         abi::GB_IOC_REPORT_T1 => report_t1(file, arg),
         abi::GB_IOC_REGISTER_EVENTFD => register_eventfd(state, file, arg),
+        abi::GB_IOC_LIST_PROCS => proclist::list(state, arg),
         _ => Err(ENOTTY),
     }
 }
@@ -111,7 +116,7 @@ fn info(state: &State, arg: usize) -> Result {
     let limits = state.shared.limits();
     let info = GbInfo {
         abi_version: abi::GB_ABI_VERSION,
-        features: abi::GB_INFO_MMAP | abi::GB_INFO_EVENTFD,
+        features: abi::GB_INFO_MMAP | abi::GB_INFO_EVENTFD | abi::GB_INFO_PROC_LIST,
         chunk_size: abi::GB_CHUNK_SIZE,
         pool_cap: limits.cap,
         reserve: limits.reserve,

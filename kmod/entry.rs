@@ -18,7 +18,8 @@ use crate::glue_ffi as ffi;
 use crate::state::state;
 use crate::stats;
 
-/// `open` of `/dev/greenboost`: stores a new [`DeviceFile`] in `*file_priv`.
+/// `open` of `/dev/greenboost`: stores a new [`DeviceFile`] in `*file_priv`;
+/// `writable`: the file was opened for writing (`FMODE_WRITE`).
 ///
 /// # Safety
 ///
@@ -26,8 +27,8 @@ use crate::stats;
 /// holding a [`DeviceFile`]; the module state is published (the device is registered
 /// only while it is).
 #[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_open(file_priv: *mut *mut c_void) -> c_int {
-    match device::open(state()) {
+pub(crate) unsafe extern "C" fn gb_rs_open(file_priv: *mut *mut c_void, writable: bool) -> c_int {
+    match device::open(state(), writable) {
         Ok(file) => {
             // SAFETY: `file_priv` is valid for writes (the function's contract). The
             // `KBox` is turned back by `gb_rs_release`.
@@ -112,55 +113,62 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_mmap(buf: *mut c_void, vma: *mut bi
     }
 }
 
-/// dma-buf `map_dma_buf`: an sg table with one entry per chunk, DMA-mapped for `dev`.
+/// `fault` of a mapping made by [`gb_rs_buffer_mmap`]: the page at `index` (pages
+/// from the buffer's start), or null past its end (the glue answers SIGBUS).
 ///
 /// # Safety
 ///
-/// `buf` is the `priv` of one of our live dma-bufs; `dev` is the device of an
-/// attachment to it and `out` a writable slot for the table, as the dma-buf core's
-/// `map_dma_buf` provides them.
+/// `buf` is the `priv` of one of our live dma-bufs (a mapping's `vm_private_data`:
+/// the mapping holds the dma-buf file, so the buffer outlives it).
 #[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_map(
+pub(crate) unsafe extern "C" fn gb_rs_buffer_page(buf: *mut c_void, index: c_ulong) -> *mut bindings::page {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    b.page(index)
+}
+
+/// dma-buf `attach`: the sg table of the new attachment, with segments within `dev`'s
+/// limits (mapped later by the glue's `map_dma_buf`).
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs; `dev` is the device of the new
+/// attachment and `out` a writable slot for the table, as the dma-buf core's `attach`
+/// provides them.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_attach(
     buf: *mut c_void,
     dev: *mut bindings::device,
-    dir: bindings::dma_data_direction,
     out: *mut *mut bindings::sg_table,
 ) -> c_int {
     // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
     let b = unsafe { buffer(buf) };
-    // SAFETY: `dev` and `out` come from the dma-buf core's `map_dma_buf` for an
-    // attachment to this buffer (the function's contract), as `Buffer::map` requires.
-    unsafe { b.map(dev, dir, out) }
+    // SAFETY: `dev` and `out` come from the dma-buf core's `attach` for this buffer
+    // (the function's contract), as `Buffer::attach` requires.
+    match unsafe { b.attach(dev, out) } {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
 }
 
-/// dma-buf `unmap_dma_buf`.
+/// dma-buf `vmap` (the core counts nested vmaps and calls this once): the mapping in
+/// `*out`, or a negative errno.
 ///
 /// # Safety
 ///
-/// `sgt` was returned by [`gb_rs_buffer_map`] for the same `dev` and `dir` and is not
-/// used afterwards (the dma-buf core's `unmap_dma_buf`).
+/// `buf` is the `priv` of one of our live dma-bufs; `out` is writable.
 #[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_unmap(
-    _buf: *mut c_void,
-    dev: *mut bindings::device,
-    sgt: *mut bindings::sg_table,
-    dir: bindings::dma_data_direction,
-) {
-    // SAFETY: `sgt` was made by `gb_sgt_create` (through `gb_rs_buffer_map`) for this
-    // `dev` and `dir`, and is unmapped and freed once, here (the function's contract).
-    unsafe { ffi::gb_sgt_destroy(dev, sgt, dir) };
-}
-
-/// dma-buf `vmap` (the core counts nested vmaps and calls this once).
-///
-/// # Safety
-///
-/// `buf` is the `priv` of one of our live dma-bufs.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_vmap(buf: *mut c_void) -> *mut c_void {
+pub(crate) unsafe extern "C" fn gb_rs_buffer_vmap(buf: *mut c_void, out: *mut *mut c_void) -> c_int {
     // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
     let b = unsafe { buffer(buf) };
-    b.vmap()
+    match b.vmap() {
+        Ok(vaddr) => {
+            // SAFETY: `out` is writable (the function's contract).
+            unsafe { *out = vaddr };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
 }
 
 /// dma-buf `vunmap`.
@@ -174,25 +182,6 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(_buf: *mut c_void, vaddr: *m
     // SAFETY: `vaddr` is a live mapping made by `gb_vmap_chunks` (through
     // `gb_rs_buffer_vmap`), unmapped once, here (the function's contract).
     unsafe { ffi::gb_vunmap(vaddr) };
-}
-
-/// dma-buf `begin_cpu_access`/`end_cpu_access`.
-///
-/// The pages are ordinary cached RAM, mapped cached everywhere (user mappings and
-/// vmap); on the cache-coherent architectures this module supports (x86_64, arm64
-/// servers with coherent PCIe) there is nothing to flush or invalidate.
-///
-/// # Safety
-///
-/// No requirement: the arguments are not used. It is `unsafe` only as every entry
-/// point from C is.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_cpu_access(
-    _buf: *mut c_void,
-    _dir: bindings::dma_data_direction,
-    _begin: bool,
-) -> c_int {
-    0
 }
 
 /// The watchdog work item.

@@ -2,8 +2,9 @@
 /*
  * greenboost.ko C glue: what Linux 6.12's Rust `kernel` crate cannot express yet.
  *
- *  - ops tables (file_operations, miscdevice, dma_buf_ops, sysfs attributes) whose
- *    entries are trampolines into Rust (gb_rs_*, all in kmod/entry.rs);
+ *  - ops tables (file_operations, miscdevice, sysfs attributes) whose entries are
+ *    trampolines into Rust (gb_rs_*, all in kmod/entry.rs); the dma-buf and mapping
+ *    ops are in glue_dmabuf.c;
  *  - module parameters (6.12's `module!` has none) and MODULE_IMPORT_NS(DMA_BUF);
  *  - delayed/cancellable work items (6.12's Rust workqueue has neither);
  *  - one-line wrappers of static-inline or macro APIs for fds, eventfds and the
@@ -16,8 +17,8 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/capability.h>
 #include <linux/cred.h>
-#include <linux/dma-buf.h>
 #include <linux/eventfd.h>
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -86,7 +87,7 @@ void gb_params_set_defaults(u64 pool_cap, s64 reserve, s64 uid_cap)
 static int gb_open(struct inode *inode, struct file *file)
 {
 	/* misc_open() left the miscdevice in private_data; Rust replaces it. */
-	return gb_rs_open(&file->private_data);
+	return gb_rs_open(&file->private_data, file->f_mode & FMODE_WRITE);
 }
 
 static int gb_release(struct inode *inode, struct file *file)
@@ -128,86 +129,6 @@ void gb_misc_deregister(void)
 	misc_deregister(&gb_misc);
 }
 
-/* ---- DMA-BUF exporter ---- */
-
-static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
-				       enum dma_data_direction dir)
-{
-	struct sg_table *sgt;
-	int ret = gb_rs_buffer_map(attach->dmabuf->priv, attach->dev, dir, &sgt);
-
-	return ret ? ERR_PTR(ret) : sgt;
-}
-
-static void gb_unmap_dma_buf(struct dma_buf_attachment *attach, struct sg_table *sgt,
-			     enum dma_data_direction dir)
-{
-	gb_rs_buffer_unmap(attach->dmabuf->priv, attach->dev, sgt, dir);
-}
-
-static void gb_dmabuf_release(struct dma_buf *dmabuf)
-{
-	gb_rs_buffer_release(dmabuf->priv);
-}
-
-static int gb_dmabuf_mmap(struct dma_buf *dmabuf, struct vm_area_struct *vma)
-{
-	return gb_rs_buffer_mmap(dmabuf->priv, vma);
-}
-
-static int gb_dmabuf_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
-{
-	void *vaddr = gb_rs_buffer_vmap(dmabuf->priv);
-
-	if (!vaddr)
-		return -ENOMEM;
-	iosys_map_set_vaddr(map, vaddr);
-	return 0;
-}
-
-static void gb_dmabuf_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
-{
-	gb_rs_buffer_vunmap(dmabuf->priv, map->vaddr);
-}
-
-static int gb_begin_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir)
-{
-	return gb_rs_buffer_cpu_access(dmabuf->priv, dir, true);
-}
-
-static int gb_end_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir)
-{
-	return gb_rs_buffer_cpu_access(dmabuf->priv, dir, false);
-}
-
-static const struct dma_buf_ops gb_dmabuf_ops = {
-	.map_dma_buf = gb_map_dma_buf,
-	.unmap_dma_buf = gb_unmap_dma_buf,
-	.release = gb_dmabuf_release,
-	.mmap = gb_dmabuf_mmap,
-	.vmap = gb_dmabuf_vmap,
-	.vunmap = gb_dmabuf_vunmap,
-	.begin_cpu_access = gb_begin_cpu_access,
-	.end_cpu_access = gb_end_cpu_access,
-};
-
-int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out)
-{
-	/* sets .owner = THIS_MODULE: each dma-buf pins the module until released */
-	DEFINE_DMA_BUF_EXPORT_INFO(exp);
-	struct dma_buf *dmabuf;
-
-	exp.ops = &gb_dmabuf_ops;
-	exp.size = size;
-	exp.flags = O_RDWR;
-	exp.priv = buf;
-	dmabuf = dma_buf_export(&exp);
-	if (IS_ERR(dmabuf))
-		return PTR_ERR(dmabuf);
-	*out = dmabuf;
-	return 0;
-}
-
 int gb_fd_reserve(void)
 {
 	return get_unused_fd_flags(O_CLOEXEC);
@@ -216,17 +137,6 @@ int gb_fd_reserve(void)
 void gb_fd_discard(int fd)
 {
 	put_unused_fd(fd);
-}
-
-void gb_dmabuf_install(int fd, struct dma_buf *dmabuf)
-{
-	/* what dma_buf_fd() does, split so that ALLOC can copy its reply out first */
-	fd_install(fd, dmabuf->file);
-}
-
-void gb_dmabuf_put(struct dma_buf *dmabuf)
-{
-	dma_buf_put(dmabuf);
 }
 
 /* ---- eventfd ---- */
@@ -266,6 +176,17 @@ void gb_pid_put(struct pid *pid)
 int gb_pid_nr(struct pid *pid)
 {
 	return pid_nr(pid);
+}
+
+int gb_pid_vnr(struct pid *pid)
+{
+	return pid_vnr(pid);
+}
+
+bool gb_capable_admin(void)
+{
+	/* root of the initial user namespace: container root sees its own uid only */
+	return capable(CAP_SYS_ADMIN);
 }
 
 int gb_current_tgid_vnr(void)

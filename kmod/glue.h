@@ -2,8 +2,9 @@
 /*
  * Contract between the Rust side of greenboost.ko (kmod/greenboost.rs and its
  * submodules, which own all logic) and the C glue: kmod/glue.c (ops tables, module
- * parameters, work items, fd/eventfd/process wrappers) and kmod/glue_mm.c (wrappers
- * of the page and mapping APIs), for what Linux 6.12 has no Rust binding for.
+ * parameters, work items, fd/eventfd/process wrappers), kmod/glue_dmabuf.c (the
+ * dma-buf and user-mapping ops) and kmod/glue_mm.c (wrappers of the page and mapping
+ * APIs), for what Linux 6.12 has no Rust binding for.
  *
  * Every gb_rs_* prototype has its definition in kmod/entry.rs, every other one its
  * extern "C" declaration in kmod/glue_ffi.rs; scripts/check-kmod-glue.py checks that
@@ -42,18 +43,15 @@ struct gb_params {
 };
 
 /* ---- C -> Rust: implemented in kmod/entry.rs (#[no_mangle] extern "C") ---- */
-int gb_rs_open(void **file_priv);
+int gb_rs_open(void **file_priv, bool writable);
 void gb_rs_release(void *file_priv);
 long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);
 int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
-int gb_rs_buffer_map(void *buf, struct device *dev, enum dma_data_direction dir,
-		     struct sg_table **out);
-void gb_rs_buffer_unmap(void *buf, struct device *dev, struct sg_table *sgt,
-			enum dma_data_direction dir);
-void *gb_rs_buffer_vmap(void *buf);
+struct page *gb_rs_buffer_page(void *buf, unsigned long index);
+int gb_rs_buffer_attach(void *buf, struct device *dev, struct sg_table **out);
+int gb_rs_buffer_vmap(void *buf, void **out);
 void gb_rs_buffer_vunmap(void *buf, void *vaddr);
-int gb_rs_buffer_cpu_access(void *buf, enum dma_data_direction dir, bool begin);
 void gb_rs_watchdog(void);
 void gb_rs_refill(void);
 size_t gb_rs_stats_show(char *buf, size_t len);
@@ -79,9 +77,6 @@ u64 gb_now_ms(void);
 
 int gb_fd_reserve(void);
 void gb_fd_discard(int fd);
-int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
-void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
-void gb_dmabuf_put(struct dma_buf *dmabuf);
 
 int gb_eventfd_get(int fd, struct eventfd_ctx **out);
 void gb_eventfd_signal(struct eventfd_ctx *ctx);
@@ -90,10 +85,17 @@ void gb_eventfd_put(struct eventfd_ctx *ctx);
 struct pid *gb_current_tgid_get(void);
 void gb_pid_put(struct pid *pid);
 int gb_pid_nr(struct pid *pid);
+int gb_pid_vnr(struct pid *pid);
+bool gb_capable_admin(void);
 int gb_current_tgid_vnr(void);
 u32 gb_current_kuid(void);
 u32 gb_kuid_to_caller(u32 kuid);
 void gb_current_comm(char *buf, size_t len);
+
+/* ---- Rust -> C: implemented in glue_dmabuf.c ---- */
+int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
+void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
+void gb_dmabuf_put(struct dma_buf *dmabuf);
 
 /* ---- Rust -> C: implemented in glue_mm.c ---- */
 struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
@@ -103,6 +105,7 @@ void gb_chunk_zero(struct page *page, unsigned int order);
 bool gb_chunk_charged(struct page *page);
 bool gb_current_memcg_charged(void);
 bool gb_chunk_exclusive(struct page *page);
+struct page *gb_nth_page(struct page *head, unsigned long n);
 int gb_page_nid(struct page *page);
 bool gb_node_online(int nid);
 int gb_numa_node_id(void);
@@ -120,11 +123,9 @@ void gb_vma_prepare(struct vm_area_struct *vma);
 int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *head,
 		  unsigned long first, unsigned long npages);
 
-int gb_sgt_create(const struct gb_chunk *chunks, unsigned int nchunks,
-		  struct device *dev, enum dma_data_direction dir,
-		  struct sg_table **out);
-void gb_sgt_destroy(struct device *dev, struct sg_table *sgt,
-		    enum dma_data_direction dir);
+u64 gb_dma_seg_limit(struct device *dev);
+int gb_sgt_build(const struct gb_chunk *chunks, unsigned int nchunks, u64 seg_max,
+		 struct sg_table **out);
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages);
 void gb_vunmap(void *vaddr);

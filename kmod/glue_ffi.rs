@@ -84,6 +84,8 @@ extern "C" {
     pub(crate) fn gb_current_tgid_get() -> *mut bindings::pid;
     pub(crate) fn gb_pid_put(pid: *mut bindings::pid);
     pub(crate) fn gb_pid_nr(pid: *mut bindings::pid) -> c_int;
+    pub(crate) fn gb_pid_vnr(pid: *mut bindings::pid) -> c_int;
+    pub(crate) fn gb_capable_admin() -> bool;
     pub(crate) fn gb_current_tgid_vnr() -> c_int;
     pub(crate) fn gb_current_kuid() -> u32;
     pub(crate) fn gb_kuid_to_caller(kuid: u32) -> u32;
@@ -103,6 +105,7 @@ extern "C" {
     pub(crate) fn gb_chunk_charged(page: *mut bindings::page) -> bool;
     pub(crate) fn gb_current_memcg_charged() -> bool;
     pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page) -> bool;
+    pub(crate) fn gb_nth_page(head: *mut bindings::page, n: c_ulong) -> *mut bindings::page;
     pub(crate) fn gb_page_nid(page: *mut bindings::page) -> c_int;
     pub(crate) fn gb_node_online(nid: c_int) -> bool;
     pub(crate) fn gb_numa_node_id() -> c_int;
@@ -130,18 +133,13 @@ extern "C" {
         npages: c_ulong,
     ) -> c_int;
 
-    pub(crate) fn gb_sgt_create(
+    pub(crate) fn gb_dma_seg_limit(dev: *mut bindings::device) -> u64;
+    pub(crate) fn gb_sgt_build(
         chunks: *const Chunk,
         nchunks: c_uint,
-        dev: *mut bindings::device,
-        dir: bindings::dma_data_direction,
+        seg_max: u64,
         out: *mut *mut bindings::sg_table,
     ) -> c_int;
-    pub(crate) fn gb_sgt_destroy(
-        dev: *mut bindings::device,
-        sgt: *mut bindings::sg_table,
-        dir: bindings::dma_data_direction,
-    );
     pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong) -> *mut c_void;
     pub(crate) fn gb_vunmap(vaddr: *mut c_void);
 }

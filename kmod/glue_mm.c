@@ -67,6 +67,7 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 		first += n;
 		npages -= n;
 		addr += n << PAGE_SHIFT;
+		/* a 1 GiB mapping is 262144 pages: let others run */
 		cond_resched();
 	}
 	return 0;
@@ -151,6 +152,11 @@ bool gb_chunk_exclusive(struct page *page)
 	return page_count(page) == 1;
 }
 
+struct page *gb_nth_page(struct page *head, unsigned long n)
+{
+	return nth_page(head, n);
+}
+
 int gb_page_nid(struct page *page)
 {
 	return page_to_nid(page);
@@ -226,38 +232,47 @@ void gb_memlock_put(struct user_struct *user)
 
 /* ---- scatter-gather and kernel mappings ---- */
 
-int gb_sgt_create(const struct gb_chunk *chunks, unsigned int nchunks,
-		  struct device *dev, enum dma_data_direction dir, struct sg_table **out)
+u64 gb_dma_seg_limit(struct device *dev)
+{
+	/* swiotlb caps one mapping at its slot run (256 KiB), whatever the device says */
+	return min_t(u64, dma_get_max_seg_size(dev), dma_max_mapping_size(dev));
+}
+
+int gb_sgt_build(const struct gb_chunk *chunks, unsigned int nchunks, u64 seg_max,
+		 struct sg_table **out)
 {
 	struct sg_table *sgt = kmalloc(sizeof(*sgt), GFP_KERNEL);
 	struct scatterlist *sg;
+	unsigned long nents = 0;
 	unsigned int i;
 	int ret;
 
 	if (!sgt)
 		return -ENOMEM;
-	ret = sg_alloc_table(sgt, nchunks, GFP_KERNEL);
+	for (i = 0; i < nchunks; i++)
+		nents += DIV_ROUND_UP_ULL(PAGE_SIZE << chunks[i].order, seg_max);
+	ret = -E2BIG;
+	if (nents > UINT_MAX)
+		goto free;
+	ret = sg_alloc_table(sgt, nents, GFP_KERNEL);
 	if (ret)
 		goto free;
-	for_each_sgtable_sg(sgt, sg, i)
-		sg_set_page(sg, chunks[i].page, PAGE_SIZE << chunks[i].order, 0);
-	ret = dma_map_sgtable(dev, sgt, dir, 0);
-	if (ret)
-		goto table;
+	sg = sgt->sgl;
+	for (i = 0; i < nchunks; i++) {
+		u64 len = PAGE_SIZE << chunks[i].order, off;
+
+		for (off = 0; off < len; off += seg_max) {
+			sg_set_page(sg, nth_page(chunks[i].page, off >> PAGE_SHIFT),
+				    min_t(u64, seg_max, len - off), 0);
+			sg = sg_next(sg);
+		}
+		cond_resched();
+	}
 	*out = sgt;
 	return 0;
-table:
-	sg_free_table(sgt);
 free:
 	kfree(sgt);
 	return ret;
-}
-
-void gb_sgt_destroy(struct device *dev, struct sg_table *sgt, enum dma_data_direction dir)
-{
-	dma_unmap_sgtable(dev, sgt, dir, 0);
-	sg_free_table(sgt);
-	kfree(sgt);
 }
 
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,

@@ -28,6 +28,7 @@ mod held;
 mod memlock;
 mod pool;
 mod pressure;
+mod proclist;
 mod procs;
 mod reserve;
 mod shared;

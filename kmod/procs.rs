@@ -76,6 +76,14 @@ impl Drop for ProcEntry {
 }
 
 impl ProcEntry {
+    /// The thread-group id as the caller's pid namespace numbers it; 0 when the
+    /// process is not visible there.
+    pub(crate) fn pid_for_caller(&self) -> i32 {
+        // SAFETY: `pid` is a valid counted reference (type invariant); `pid_vnr` only
+        // reads it and the caller's pid namespace.
+        unsafe { ffi::gb_pid_vnr(self.pid) }
+    }
+
     /// The command name, up to its first NUL.
     pub(crate) fn comm(&self) -> [u8; COMM_LEN] {
         let mut out = [0u8; COMM_LEN];

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Statistics: the module-wide snapshot (ioctl, sysfs, dmesg), the sysfs `stats` text
-//! and the dmesg reports.
+//! (totals only, see `proclist.rs` for the per-process rows) and the dmesg reports.
 //!
 //! Lock: the registry lock while listing processes, nothing else (see "Lock order" in
 //! kmod/README.md).
@@ -133,34 +133,8 @@ fn format_stats(state: &State, out: &mut SliceWriter<'_>) -> core::fmt::Result {
     writeln!(out, "uid_cap_bytes {}", limits.uid_cap)?;
     writeln!(out, "cache_target_bytes {}", limits.cache_target)?;
     writeln!(out, "pressure {}", s.pressure)?;
-    state.procs.with_slots(|slots| {
-        writeln!(out, "processes {}", slots.len())?;
-        // Keep room for the final "procs_omitted" line.
-        const TAIL: usize = 32;
-        for (i, slot) in slots.iter().enumerate() {
-            let e = slot.entry();
-            let mut line = [0u8; 256];
-            let mut w = SliceWriter::new(&mut line);
-            let _ = writeln!(
-                w,
-                "proc pid={} uid={} t1={} t1_budget={} t2={} t2_peak={} buffers={} files={} comm={}",
-                e.pid_nr,
-                e.kuid.load(Ordering::Relaxed),
-                e.t1_used.load(Ordering::Relaxed),
-                e.t1_budget.load(Ordering::Relaxed),
-                e.t2_used.load(Ordering::Relaxed),
-                e.t2_peak.load(Ordering::Relaxed),
-                e.buffers.load(Ordering::Relaxed),
-                slot.open_files(),
-                Comm(e.comm()),
-            );
-            let len = w.len();
-            if w.full || len + TAIL > out.room() {
-                return writeln!(out, "procs_omitted {}", slots.len() - i);
-            }
-            let text = line.get(..len).and_then(|b| core::str::from_utf8(b).ok()).unwrap_or("");
-            out.write_str(text)?;
-        }
-        Ok(())
-    })
+    // Totals only: the file is world-readable, so who uses the module (pid, uid,
+    // command, usage) is listed through the device (`proclist.rs`), never here.
+    let processes = state.procs.with_slots(|slots| slots.len());
+    writeln!(out, "processes {}", processes)
 }

@@ -48,11 +48,6 @@ impl<'a> SliceWriter<'a> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
-
-    /// Bytes still free.
-    pub(crate) fn room(&self) -> usize {
-        self.buf.len() - self.len
-    }
 }
 
 impl fmt::Write for SliceWriter<'_> {

@@ -14,7 +14,11 @@
 /// module with another major version and falls back to its userspace backend.
 pub const GB_ABI_VERSION: u32 = 1;
 
-/// ioctl type byte ('G' is shared by several drivers; the command numbers below are not).
+/// ioctl type byte. Linux also gives 0xB7 to nsfs (`NS_GET_*`) and remoteproc
+/// (`RPROC_*`); every full command number below (direction, size, number) differs from
+/// all of theirs, which `abi/tests/magic_0xb7.rs` checks, so a command issued on the
+/// wrong kind of fd answers ENOTTY and tools cannot confuse them. New commands must
+/// keep it so.
 pub const GB_IOC_MAGIC: u32 = 0xB7;
 
 /// Granularity of T2 buffers: buffers are built from 2 MiB compound pages (order 9)
@@ -71,6 +75,9 @@ pub struct GbInfo {
 pub const GB_INFO_MMAP: u32 = 1 << 0;
 /// Pressure eventfds are supported (always set in ABI 1).
 pub const GB_INFO_EVENTFD: u32 = 1 << 1;
+/// `GB_IOC_LIST_PROCS` exists (added within ABI 1: modules without this bit answer
+/// ENOTTY, and their sysfs `stats` still lists every process).
+pub const GB_INFO_PROC_LIST: u32 = 1 << 2;
 
 /// `GB_IOC_ALLOC`: allocate a pinned system-RAM buffer, exported as a DMA-BUF.
 #[repr(C)]
@@ -146,6 +153,52 @@ pub struct GbProcStats {
     pub t1_reported: u64,
 }
 
+/// One row of `GB_IOC_LIST_PROCS`: a process with an open `/dev/greenboost` file or a
+/// live buffer it allocated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbProcRow {
+    /// Thread group id, as the caller sees it (its pid namespace).
+    pub pid: i32,
+    /// Real uid as of the process's latest open or ALLOC, as the caller sees it (its
+    /// user namespace; 65534 when unmapped there).
+    pub uid: u32,
+    /// Last T1 (VRAM) figure the process reported.
+    pub t1_used: u64,
+    /// Last VRAM budget the process reported.
+    pub t1_budget: u64,
+    /// T2 bytes held by live buffers the process allocated.
+    pub t2_used: u64,
+    /// Highest `t2_used`.
+    pub t2_peak: u64,
+    /// Live buffers the process allocated.
+    pub buffers: u64,
+    /// Its open `/dev/greenboost` files.
+    pub files: u64,
+    /// Command name of its thread-group leader, NUL-terminated.
+    pub comm: [u8; 16],
+}
+
+/// `GB_IOC_LIST_PROCS`: the per-process rows the caller may see. A caller with
+/// CAP_SYS_ADMIN in the initial user namespace sees every process; anyone else only
+/// the processes of its own real uid. Processes outside the caller's pid namespace
+/// are never listed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbProcList {
+    /// In: user address of an array of `capacity` `GbProcRow`s (may be 0 when
+    /// `capacity` is 0, to ask for `total` only).
+    pub rows: u64,
+    /// In: how many rows the array holds.
+    pub capacity: u32,
+    /// Out: rows written, at most `capacity`.
+    pub count: u32,
+    /// Out: rows the caller may see (more than `count` when the array was too small).
+    pub total: u32,
+    /// In: must be zero.
+    pub flags: u32,
+}
+
 /// `GB_IOC_REPORT_T1`: a process tells the module how much VRAM it uses, so sysfs and
 /// dmesg show all tiers. The figure belongs to the reporting process and disappears
 /// when its last /dev/greenboost fd is closed.
@@ -176,14 +229,23 @@ pub const GB_IOC_POOL_STATS: u32 = ioc(IOC_READ, 0x02, core::mem::size_of::<GbPo
 pub const GB_IOC_PROC_STATS: u32 = ioc(IOC_READ, 0x03, core::mem::size_of::<GbProcStats>());
 pub const GB_IOC_REPORT_T1: u32 = ioc(IOC_WRITE, 0x04, core::mem::size_of::<GbT1Report>());
 pub const GB_IOC_REGISTER_EVENTFD: u32 = ioc(IOC_WRITE, 0x05, core::mem::size_of::<GbEventfd>());
+pub const GB_IOC_LIST_PROCS: u32 = ioc(IOC_READ | IOC_WRITE, 0x06, core::mem::size_of::<GbProcList>());
 
 /// Every command of ABI 1, for tests and tools.
-pub const GB_IOC_ALL: [u32; 6] =
-    [GB_IOC_INFO, GB_IOC_ALLOC, GB_IOC_POOL_STATS, GB_IOC_PROC_STATS, GB_IOC_REPORT_T1, GB_IOC_REGISTER_EVENTFD];
+pub const GB_IOC_ALL: [u32; 7] = [
+    GB_IOC_INFO,
+    GB_IOC_ALLOC,
+    GB_IOC_POOL_STATS,
+    GB_IOC_PROC_STATS,
+    GB_IOC_REPORT_T1,
+    GB_IOC_REGISTER_EVENTFD,
+    GB_IOC_LIST_PROCS,
+];
 
 /// Path of the device node.
 pub const GB_DEVICE_PATH: &str = "/dev/greenboost";
-/// Sysfs file with per-tier totals and per-process lines (see README "Statistics").
+/// Sysfs file with the module-wide totals (see kmod/README.md "Statistics"); the
+/// per-process rows are only in `GB_IOC_LIST_PROCS`.
 pub const GB_SYSFS_STATS: &str = "/sys/kernel/greenboost/stats";
 
 const _: () = assert!(core::mem::size_of::<GbInfo>() == 56);
@@ -192,3 +254,5 @@ const _: () = assert!(core::mem::size_of::<GbPoolStats>() == 88);
 const _: () = assert!(core::mem::size_of::<GbProcStats>() == 40);
 const _: () = assert!(core::mem::size_of::<GbT1Report>() == 16);
 const _: () = assert!(core::mem::size_of::<GbEventfd>() == 8);
+const _: () = assert!(core::mem::size_of::<GbProcRow>() == 72);
+const _: () = assert!(core::mem::size_of::<GbProcList>() == 24);

@@ -37,15 +37,18 @@ layouts! {
     "gb_proc_stats" => GbProcStats { pid, uid, t2_used, t2_peak, buffers, t1_reported }
     "gb_t1_report" => GbT1Report { vram_used, vram_budget }
     "gb_eventfd" => GbEventfd { fd, flags }
+    "gb_proc_row" => GbProcRow { pid, uid, t1_used, t1_budget, t2_used, t2_peak, buffers, files, comm }
+    "gb_proc_list" => GbProcList { rows, capacity, count, total, flags }
 }
 
 fn rust_constants(out: &mut BTreeMap<String, u64>) {
-    let consts: [(&str, u64); 13] = [
+    let consts: [(&str, u64); 15] = [
         ("GB_ABI_VERSION", GB_ABI_VERSION as u64),
         ("GB_IOC_MAGIC", GB_IOC_MAGIC as u64),
         ("GB_CHUNK_SIZE", GB_CHUNK_SIZE),
         ("GB_INFO_MMAP", GB_INFO_MMAP as u64),
         ("GB_INFO_EVENTFD", GB_INFO_EVENTFD as u64),
+        ("GB_INFO_PROC_LIST", GB_INFO_PROC_LIST as u64),
         ("GB_ALLOC_NODE_STRICT", GB_ALLOC_NODE_STRICT as u64),
         ("GB_ALLOC_FLAGS_ALL", GB_ALLOC_FLAGS_ALL as u64),
         ("GB_IOC_INFO", GB_IOC_INFO as u64),
@@ -54,6 +57,7 @@ fn rust_constants(out: &mut BTreeMap<String, u64>) {
         ("GB_IOC_PROC_STATS", GB_IOC_PROC_STATS as u64),
         ("GB_IOC_REPORT_T1", GB_IOC_REPORT_T1 as u64),
         ("GB_IOC_REGISTER_EVENTFD", GB_IOC_REGISTER_EVENTFD as u64),
+        ("GB_IOC_LIST_PROCS", GB_IOC_LIST_PROCS as u64),
     ];
     for (name, value) in consts {
         out.insert(format!("const {name}"), value);
@@ -126,6 +130,7 @@ fn ioctl_numbers_are_distinct_and_encode_their_argument_size() {
         size_of::<GbProcStats>(),
         size_of::<GbT1Report>(),
         size_of::<GbEventfd>(),
+        size_of::<GbProcList>(),
     ];
     for (i, cmd) in GB_IOC_ALL.iter().enumerate() {
         assert_eq!(ioc_size(*cmd), sizes[i], "command {i:#x}");

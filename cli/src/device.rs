@@ -5,7 +5,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use greenboost_abi::{GbInfo, GbPoolStats, GbProcStats, GB_IOC_INFO, GB_IOC_POOL_STATS, GB_IOC_PROC_STATS};
+use greenboost_abi::{
+    GbInfo, GbPoolStats, GbProcList, GbProcRow, GbProcStats, GB_IOC_INFO, GB_IOC_LIST_PROCS, GB_IOC_POOL_STATS,
+    GB_IOC_PROC_STATS,
+};
 
 /// An open `/dev/greenboost`.
 pub struct Device {
@@ -43,6 +46,35 @@ impl Device {
 
     pub fn proc_stats(&self) -> io::Result<GbProcStats> {
         self.read(GB_IOC_PROC_STATS)
+    }
+
+    /// `GB_IOC_LIST_PROCS`: the per-process rows the module lets this caller see (its
+    /// own user's processes, or every one for root). Modules without
+    /// `GB_INFO_PROC_LIST` answer ENOTTY.
+    pub fn list_procs(&self) -> io::Result<Vec<GbProcRow>> {
+        let mut rows: Vec<GbProcRow> = Vec::new();
+        // The list may grow between two calls: ask again until it fits.
+        for _ in 0..8 {
+            let mut list = GbProcList {
+                rows: rows.as_mut_ptr() as u64,
+                capacity: u32::try_from(rows.len()).unwrap_or(u32::MAX),
+                ..GbProcList::default()
+            };
+            // SAFETY: the command reads and writes one `GbProcList`, which lives across
+            // the call, and writes at most `capacity` rows to `rows`, a live array of
+            // exactly that many `GbProcRow`s.
+            let rc =
+                unsafe { libc::ioctl(self.file.as_raw_fd(), GB_IOC_LIST_PROCS as _, &mut list as *mut GbProcList) };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if list.total <= list.capacity {
+                rows.truncate(list.count as usize);
+                return Ok(rows);
+            }
+            rows = vec![GbProcRow::default(); list.total as usize + 8];
+        }
+        Err(io::Error::other("the process list kept growing"))
     }
 }
 

@@ -203,3 +203,23 @@ fn status_text_shows_pressure_and_processes() {
     );
     assert!(text.lines().any(|l| l.contains("123") && l.contains("ollama runner") && l.contains("8.00 GiB")), "{text}");
 }
+
+/// A module whose sysfs file shows totals only (the per-process rows come from
+/// GB_IOC_LIST_PROCS): without the device, status lists no process and says why.
+#[test]
+fn status_says_when_process_rows_need_the_device() {
+    let root = FakeRoot::new("totals-only");
+    let totals_only: String = STATS.lines().filter(|l| !l.starts_with("proc ")).map(|l| format!("{l}\n")).collect();
+    root.write("sys/kernel/greenboost/stats", &totals_only);
+    let (json, stderr, ok) = root.status(&["--json"]);
+    assert!(ok, "status failed: {stderr}");
+    assert!(json.contains("\"processes\": []"), "{json}");
+    let (text, stderr, ok) = root.status(&[]);
+    assert!(ok, "status failed: {stderr}");
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("Processes: 2 of the module's 2 not listed: per-process rows come only from the device: ")
+            && l.contains("does not exist")),
+        "{text}"
+    );
+}

@@ -10,8 +10,20 @@ use crate::stats::StatValue;
 
 /// The sections the text shows, in its order; "" is a blank line. The JSON has every
 /// section, in the order of `Status::describe`.
-pub const TEXT_ORDER: &[&str] =
-    &["module", "pressure", "", "tiers", "", "driver_version", "gpus", "gpu_error", "", "processes", "note"];
+pub const TEXT_ORDER: &[&str] = &[
+    "module",
+    "pressure",
+    "",
+    "tiers",
+    "",
+    "driver_version",
+    "gpus",
+    "gpu_error",
+    "",
+    "processes",
+    "processes_note",
+    "note",
+];
 
 static TIER_COLUMNS: [Column; 6] = [
     Column::left("tier", 5, ""),
@@ -60,6 +72,7 @@ impl Status {
             gpus,
             gpu_error,
             self.processes_section(),
+            section("processes_note", Body::None, self.processes_note.iter().cloned().collect()),
             section(
                 "sources",
                 Body::Cell(Cell::Json(Json::Array(self.sources.iter().map(|s| Json::from(*s)).collect()))),
@@ -171,7 +184,12 @@ impl Status {
 
     fn processes_section(&self) -> Section {
         let rows = self.processes.iter().map(|p| (None, process_row(p))).collect();
-        let empty = Empty::Instead("Processes: none using GreenBoost or the GPU");
+        // With a note, some processes exist that this caller may not see.
+        let empty = Empty::Instead(if self.processes_note.is_some() {
+            "Processes: none listed"
+        } else {
+            "Processes: none using GreenBoost or the GPU"
+        });
         let table = Table { columns: &PROCESS_COLUMNS, rows, empty, hidden: false };
         section("processes", Body::Table(table), vec![])
     }

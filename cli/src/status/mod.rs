@@ -1,6 +1,11 @@
 //! `greenboost status`: tiers per GPU and per process, and the pressure state, from the
 //! module (ioctls on /dev/greenboost, falling back to sysfs) and NVML.
 //!
+//! Per-process rows: the module's sysfs file shows totals only (older modules also
+//! listed every process there, which is still read); the rows come from
+//! `GB_IOC_LIST_PROCS`, which shows a user their own processes and root every one.
+//! When rows are missing, `processes_note` says how many and why.
+//!
 //! `collect` gathers the figures into a `Status`; `describe.rs` turns it into the one
 //! description of what status shows (`view::Section`s), from which both the text
 //! (`print`) and `--json` (`to_json`) are rendered.
@@ -15,6 +20,7 @@ use crate::json::Json;
 use crate::nvml::{self, NvmlReport};
 use crate::paths::SystemPaths;
 use crate::stats::{parse_stats, StatGroup};
+use greenboost_abi::{GbProcRow, GB_INFO_PROC_LIST};
 
 /// Module-wide figures, whichever source gave them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -56,6 +62,8 @@ pub struct Status {
     pub parameters: Vec<(String, String)>,
     pub totals: Totals,
     pub processes: Vec<ProcessRow>,
+    /// Why some or all of the module's processes are not listed (text only).
+    pub processes_note: Option<String>,
     pub nvml: Result<NvmlReport, String>,
     pub sources: Vec<&'static str>,
 }
@@ -112,6 +120,8 @@ struct Sysfs {
     totals: Totals,
     raw: StatGroup,
     processes: Vec<ProcessRow>,
+    /// Its `processes` total: how many processes the module knows.
+    process_count: Option<u64>,
     error: Option<String>,
 }
 
@@ -122,6 +132,7 @@ fn read_sysfs(paths: &SystemPaths) -> Sysfs {
             Sysfs {
                 totals: totals_from_sysfs(&stats.totals),
                 processes: stats.processes.iter().filter_map(process_from_sysfs).collect(),
+                process_count: stats.totals.number(&["processes"]),
                 raw: stats.totals,
                 error: None,
             }
@@ -130,20 +141,55 @@ fn read_sysfs(paths: &SystemPaths) -> Sysfs {
             totals: Totals::default(),
             raw: StatGroup::default(),
             processes: Vec::new(),
+            process_count: None,
             error: Some(format!("cannot read {}: {e}", paths.stats_file().display())),
         },
     }
 }
 
+fn process_from_row(row: &GbProcRow) -> ProcessRow {
+    let comm = row.comm.split(|&b| b == 0).next().unwrap_or(&[]);
+    ProcessRow {
+        pid: u64::try_from(row.pid).unwrap_or(0),
+        uid: Some(u64::from(row.uid)),
+        comm: Some(String::from_utf8_lossy(comm).into_owned()),
+        t1_reported: Some(row.t1_used),
+        t2_used: Some(row.t2_used),
+        t2_peak: Some(row.t2_peak),
+        buffers: Some(row.buffers),
+        gpu_memory: None,
+    }
+}
+
+/// The rows of `GB_IOC_LIST_PROCS`: `None` when the module predates it (its sysfs
+/// file lists the processes), else the rows or why they could not be read.
+fn read_process_rows(device: &Device, features: u32) -> Option<Result<Vec<ProcessRow>, String>> {
+    if features & GB_INFO_PROC_LIST == 0 {
+        return None;
+    }
+    Some(
+        device
+            .list_procs()
+            .map(|rows| rows.iter().map(process_from_row).collect())
+            .map_err(|e| format!("GB_IOC_LIST_PROCS failed: {e}")),
+    )
+}
+
 /// The ioctls give exact figures; they override what the text file said. Returns the
-/// ABI version, whether the pool statistics came through, and why not.
-fn read_ioctls(paths: &SystemPaths, totals: &mut Totals) -> (Option<u32>, bool, Option<String>) {
+/// ABI version, whether the pool statistics came through, and why not; `rows` gets
+/// the per-process rows when the module lists them through the device.
+fn read_ioctls(
+    paths: &SystemPaths,
+    totals: &mut Totals,
+    rows: &mut Option<Result<Vec<ProcessRow>, String>>,
+) -> (Option<u32>, bool, Option<String>) {
     let device = match Device::open(&paths.device) {
         Ok(device) => device,
         Err(e) => return (None, false, Some(explain_open_error(&paths.device, &e))),
     };
     let abi_version = device.info().ok().map(|info| {
         totals.reserve = Some(info.reserve);
+        *rows = read_process_rows(&device, info.features);
         info.abi_version
     });
     let pool = match device.pool_stats() {
@@ -182,17 +228,45 @@ fn add_gpu_processes(report: &NvmlReport, processes: &mut Vec<ProcessRow>) {
     }
 }
 
+/// Why the module's processes are not all listed, from how many it has (sysfs
+/// `processes`) and what was listed.
+fn processes_note(
+    count: Option<u64>,
+    listed: usize,
+    rows: &Option<Result<Vec<ProcessRow>, String>>,
+    device_error: &Option<String>,
+) -> Option<String> {
+    let count = count?;
+    let hidden = count.saturating_sub(listed as u64);
+    if hidden == 0 {
+        return None;
+    }
+    let why = match (rows, device_error) {
+        (Some(Ok(_)), _) => "they belong to other users (only root sees every process)".to_owned(),
+        (Some(Err(e)), _) => e.clone(),
+        (None, Some(e)) => format!("per-process rows come only from the device: {e}"),
+        // An old module lists its processes in sysfs; none were parsed.
+        (None, None) => return None,
+    };
+    Some(format!("Processes: {hidden} of the module's {count} not listed: {why}"))
+}
+
 pub fn collect(paths: &SystemPaths) -> Status {
     let mut sources = Vec::new();
     let parameters = module_parameters(paths);
-    let Sysfs { mut totals, raw, mut processes, error: sysfs_error } = read_sysfs(paths);
+    let Sysfs { mut totals, raw, mut processes, process_count, error: sysfs_error } = read_sysfs(paths);
     if sysfs_error.is_none() {
         sources.push("sysfs");
     }
-    let (abi_version, ioctl, device_error) = read_ioctls(paths, &mut totals);
+    let mut rows = None;
+    let (abi_version, ioctl, device_error) = read_ioctls(paths, &mut totals, &mut rows);
     if ioctl {
         sources.push("ioctl");
     }
+    if let Some(Ok(listed)) = &rows {
+        processes = listed.clone();
+    }
+    let processes_note = processes_note(process_count, processes.len(), &rows, &device_error);
     if totals.reserve.is_none() {
         totals.reserve = parameters
             .iter()
@@ -219,6 +293,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
         parameters,
         totals,
         processes,
+        processes_note,
         nvml,
         sources,
     }

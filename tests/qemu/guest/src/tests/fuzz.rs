@@ -53,6 +53,13 @@ fn randomize(rng: &mut Rng, scratch: &Mapping, cmd: u32, eventfd: i32) {
         // SAFETY: scratch holds 16 words; GbAlloc is 40 bytes at its start.
         unsafe { std::ptr::write_unaligned(scratch.ptr() as *mut GbAlloc, req) };
     }
+    if cmd == GB_IOC_LIST_PROCS && rng.chance(50) {
+        // Rows into the scratch page, after the request: a listing that succeeds.
+        let rows = scratch.ptr() as u64 + 256;
+        let req = GbProcList { rows, capacity: rng.below(8) as u32, flags: if rng.chance(80) { 0 } else { rng.next() as u32 }, ..Default::default() };
+        // SAFETY: in bounds of scratch (24 bytes at its start).
+        unsafe { std::ptr::write_unaligned(scratch.ptr() as *mut GbProcList, req) };
+    }
     if cmd == GB_IOC_REGISTER_EVENTFD && rng.chance(50) {
         let fd = match rng.below(3) {
             0 => eventfd,
@@ -73,6 +80,8 @@ fn allowed(cmd: u32) -> &'static [i32] {
         GB_IOC_REPORT_T1 => &[libc::EINVAL],
         // EEXIST: this eventfd is already registered on this file; ENOSPC: 64 per file.
         GB_IOC_REGISTER_EVENTFD => &[libc::EINVAL, libc::EBADF, libc::ENOSPC, libc::EEXIST],
+        // EFAULT: the row array (a pointer inside the request) is not writable.
+        GB_IOC_LIST_PROCS => &[libc::EINVAL, libc::EFAULT],
         _ => &[],
     }
 }

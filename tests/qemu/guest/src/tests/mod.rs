@@ -1,5 +1,8 @@
 //! The test groups; `main.rs` lists which run under which subcommand.
+pub mod access;
 pub mod alloc;
+pub mod attach;
+pub mod fault;
 pub mod cache;
 pub mod charges;
 pub mod fuzz;

@@ -11,7 +11,8 @@ use std::time::Duration;
 const MIB: u64 = 1 << 20;
 const REPORT: &str = "/sys/kernel/greenboost/report";
 
-/// The sysfs stats: numeric `key value` lines, `proc ...` lines, and the whole text.
+/// The sysfs stats: numeric `key value` lines, `proc ...` lines (older modules listed
+/// processes there; none must appear now), and the whole text.
 struct Sysfs {
     kv: HashMap<String, u64>,
     procs: Vec<String>,
@@ -39,10 +40,6 @@ pub fn has_kernel_address(s: &str) -> bool {
     let lower = s.to_ascii_lowercase();
     lower.as_bytes().windows(16).any(|w| w.starts_with(b"ffff") && w.iter().all(|c| c.is_ascii_hexdigit()))
         || lower.contains("0xffff")
-}
-
-fn proc_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
 }
 
 pub fn sysfs_stats() -> TestResult {
@@ -79,21 +76,29 @@ pub fn sysfs_stats() -> TestResult {
     get("free_ram_bytes")?;
     ensure(pool.t1_reported >= t1, || "POOL_STATS.t1_reported lacks our report".into())?;
     ensure(pool.t2_used >= a.size + b.size, || "POOL_STATS.t2_used lacks our buffers".into())?;
-    // Our own line.
-    let pid = me.pid.to_string();
-    let line = procs.iter().find(|l| proc_field(l, "pid") == Some(pid.as_str()))
-        .ok_or_else(|| format!("no 'proc pid={pid}' line in sysfs stats:\n{text}"))?;
-    for (key, want) in [("uid", me.uid as u64), ("t1", t1), ("t1_budget", budget), ("t2", a.size + b.size), ("buffers", 2), ("files", 1), ("t2_peak", me.t2_peak)] {
-        let got = proc_field(line, key).and_then(|v| v.parse::<u64>().ok());
-        ensure(got == Some(want), || format!("proc line field {key}={got:?}, expected {want}: {line}"))?;
-    }
-    ensure(proc_field(line, "comm") == Some("gb-guest-tests"), || format!("proc line comm: {line}"))?;
+    // Totals only in sysfs; our own row comes from GB_IOC_LIST_PROCS (as root: all).
+    ensure(procs.is_empty() && !text.contains("pid="), || format!("sysfs stats lists processes:\n{text}"))?;
     ensure(!has_kernel_address(&text), || format!("sysfs stats shows a kernel address:\n{text}"))?;
+    let (rows, _) = crate::tests::access::list_procs(dev.raw(), 256).map_err(|e| format!("GB_IOC_LIST_PROCS: {}", errname(e)))?;
+    let row = rows.iter().find(|r| r.pid == me.pid).ok_or_else(|| format!("no row of pid {} in GB_IOC_LIST_PROCS: {rows:?}", me.pid))?;
+    for (key, got, want) in [
+        ("uid", row.uid as u64, me.uid as u64),
+        ("t1", row.t1_used, t1),
+        ("t1_budget", row.t1_budget, budget),
+        ("t2", row.t2_used, a.size + b.size),
+        ("buffers", row.buffers, 2),
+        ("files", row.files, 1),
+        ("t2_peak", row.t2_peak, me.t2_peak),
+    ] {
+        ensure(got == want, || format!("own row field {key}={got}, expected {want}: {row:?}"))?;
+    }
+    let comm = crate::tests::access::comm(row);
+    ensure(comm == "gb-guest-tests", || format!("own row comm {comm:?}"))?;
     // Per-process totals add up to the module totals (nobody else holds buffers now).
-    let sum_t2: u64 = procs.iter().filter_map(|l| proc_field(l, "t2")?.parse::<u64>().ok()).sum();
-    ensure(sum_t2 == pool.t2_used, || format!("proc lines sum to T2 {sum_t2}, total says {}", pool.t2_used))?;
+    let sum_t2: u64 = rows.iter().map(|r| r.t2_used).sum();
+    ensure(sum_t2 == pool.t2_used, || format!("rows sum to T2 {sum_t2}, total says {}", pool.t2_used))?;
     let processes = get("processes")?;
-    ensure(processes == procs.len() as u64, || format!("processes {processes} but {} proc lines", procs.len()))?;
+    ensure(processes == rows.len() as u64, || format!("sysfs processes {processes} but {} rows", rows.len()))?;
     // The figures follow a release.
     drop(a);
     let kv = read_sysfs()?.kv;

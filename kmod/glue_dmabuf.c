@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * greenboost.ko C glue, DMA-BUF half: the dma_buf_ops table (attachments with their
+ * own sg tables, DMA mapping, CPU-access syncs, vmap, mmap) and the vm_operations of
+ * a buffer's user mappings (the fault handler), calling into kmod/entry.rs; exporting,
+ * installing and putting a dma-buf.
+ *
+ * No policy lives here: the page a fault maps, the segment size of an attachment's
+ * table and whether a vmap is allowed are decided in Rust. Contract: glue.h (mirrored
+ * by glue_ffi.rs, checked by scripts/check-kmod-glue.py).
+ */
+#include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/file.h>
+#include <linux/highmem.h>
+#include <linux/iosys-map.h>
+#include <linux/mm.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+
+#include "glue.h"
+
+/*
+ * One importer's view of a buffer (attach->priv), as system_heap.c keeps it: its own
+ * sg table, built at attach with segments within that device's limits (Rust picks
+ * them), DMA-mapped between map_dma_buf and unmap_dma_buf. The core's attachment list
+ * (dmabuf->attachments) and `mapped` are under the reservation lock: attach adds to
+ * the list after our attach callback, detach removes before ours, and map/unmap run
+ * with the lock held.
+ */
+struct gb_attachment {
+	struct sg_table *sgt;
+	bool mapped;
+};
+
+static int gb_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct gb_attachment *a = kzalloc(sizeof(*a), GFP_KERNEL);
+	int ret;
+
+	if (!a)
+		return -ENOMEM;
+	ret = gb_rs_buffer_attach(dmabuf->priv, attach->dev, &a->sgt);
+	if (ret) {
+		kfree(a);
+		return ret;
+	}
+	attach->priv = a;
+	return 0;
+}
+
+static void gb_dmabuf_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct gb_attachment *a = attach->priv;
+
+	/* made by gb_sgt_build (glue_mm.c) */
+	sg_free_table(a->sgt);
+	kfree(a->sgt);
+	kfree(a);
+}
+
+static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
+				       enum dma_data_direction dir)
+{
+	struct gb_attachment *a = attach->priv;
+	int ret = dma_map_sgtable(attach->dev, a->sgt, dir, 0);
+
+	if (ret)
+		return ERR_PTR(ret);
+	a->mapped = true;
+	return a->sgt;
+}
+
+static void gb_unmap_dma_buf(struct dma_buf_attachment *attach, struct sg_table *sgt,
+			     enum dma_data_direction dir)
+{
+	struct gb_attachment *a = attach->priv;
+
+	a->mapped = false;
+	dma_unmap_sgtable(attach->dev, sgt, dir, 0);
+}
+
+/*
+ * CPU access brackets: the vmap and every DMA-mapped attachment made coherent for the
+ * CPU (begin) or the devices (end): no work on coherent x86_64 without bouncing, but
+ * swiotlb bounce buffers and non-coherent platforms need it.
+ */
+static int gb_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir, bool begin)
+{
+	struct dma_buf_attachment *attach;
+	int ret = dma_resv_lock_interruptible(dmabuf->resv, NULL);
+
+	if (ret)
+		return ret;
+	if (begin && dmabuf->vmapping_counter)
+		invalidate_kernel_vmap_range(dmabuf->vmap_ptr.vaddr, dmabuf->size);
+	if (!begin && dmabuf->vmapping_counter)
+		flush_kernel_vmap_range(dmabuf->vmap_ptr.vaddr, dmabuf->size);
+	list_for_each_entry(attach, &dmabuf->attachments, node) {
+		struct gb_attachment *a = attach->priv;
+
+		if (!a->mapped)
+			continue;
+		if (begin)
+			dma_sync_sgtable_for_cpu(attach->dev, a->sgt, dir);
+		else
+			dma_sync_sgtable_for_device(attach->dev, a->sgt, dir);
+	}
+	dma_resv_unlock(dmabuf->resv);
+	return 0;
+}
+
+static void gb_dmabuf_release(struct dma_buf *dmabuf)
+{
+	gb_rs_buffer_release(dmabuf->priv);
+}
+
+/*
+ * A page of a mapping whose PTE was zapped (MADV_DONTNEED, or never populated) is
+ * mapped back on access, as vm_insert_page() maps it at mmap: a normal, refcounted
+ * PTE that pin_user_pages(FOLL_LONGTERM) accepts (vmf_insert_mixed() would make it a
+ * special PTE on x86, which GUP refuses). The vma holds the dma-buf file, so the
+ * buffer in vm_private_data outlives every fault.
+ */
+static vm_fault_t gb_vm_fault(struct vm_fault *vmf)
+{
+	struct page *page = gb_rs_buffer_page(vmf->vma->vm_private_data, vmf->pgoff);
+	int ret;
+
+	if (!page)
+		return VM_FAULT_SIGBUS;
+	ret = vm_insert_page(vmf->vma, vmf->address, page);
+	/* -EBUSY: a racing fault mapped it first */
+	if (!ret || ret == -EBUSY)
+		return VM_FAULT_NOPAGE;
+	return vmf_error(ret);
+}
+
+static const struct vm_operations_struct gb_vm_ops = {
+	.fault = gb_vm_fault,
+};
+
+static int gb_dmabuf_mmap(struct dma_buf *dmabuf, struct vm_area_struct *vma)
+{
+	int ret = gb_rs_buffer_mmap(dmabuf->priv, vma);
+
+	if (ret)
+		return ret;
+	vma->vm_private_data = dmabuf->priv;
+	vma->vm_ops = &gb_vm_ops;
+	return 0;
+}
+
+static int gb_dmabuf_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
+{
+	void *vaddr;
+	int ret = gb_rs_buffer_vmap(dmabuf->priv, &vaddr);
+
+	if (ret)
+		return ret;
+	iosys_map_set_vaddr(map, vaddr);
+	return 0;
+}
+
+static void gb_dmabuf_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
+{
+	gb_rs_buffer_vunmap(dmabuf->priv, map->vaddr);
+}
+
+static int gb_begin_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir)
+{
+	return gb_cpu_access(dmabuf, dir, true);
+}
+
+static int gb_end_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir)
+{
+	return gb_cpu_access(dmabuf, dir, false);
+}
+
+static const struct dma_buf_ops gb_dmabuf_ops = {
+	.attach = gb_dmabuf_attach,
+	.detach = gb_dmabuf_detach,
+	.map_dma_buf = gb_map_dma_buf,
+	.unmap_dma_buf = gb_unmap_dma_buf,
+	.release = gb_dmabuf_release,
+	.mmap = gb_dmabuf_mmap,
+	.vmap = gb_dmabuf_vmap,
+	.vunmap = gb_dmabuf_vunmap,
+	.begin_cpu_access = gb_begin_cpu_access,
+	.end_cpu_access = gb_end_cpu_access,
+};
+
+int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out)
+{
+	/* sets .owner = THIS_MODULE: each dma-buf pins the module until released */
+	DEFINE_DMA_BUF_EXPORT_INFO(exp);
+	struct dma_buf *dmabuf;
+
+	exp.ops = &gb_dmabuf_ops;
+	exp.size = size;
+	exp.flags = O_RDWR;
+	exp.priv = buf;
+	dmabuf = dma_buf_export(&exp);
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+	*out = dmabuf;
+	return 0;
+}
+
+void gb_dmabuf_install(int fd, struct dma_buf *dmabuf)
+{
+	/* what dma_buf_fd() does, split so that ALLOC can copy its reply out first */
+	fd_install(fd, dmabuf->file);
+}
+
+void gb_dmabuf_put(struct dma_buf *dmabuf)
+{
+	dma_buf_put(dmabuf);
+}

@@ -1,0 +1,189 @@
+//! Mappings whose page tables change after mmap: MADV_DONTNEED (the fault handler maps
+//! the buffer's pages back, and they can be pinned again), partial munmap, mremap to
+//! another address, fork (the child uses the inherited mapping) and MADV_DONTFORK.
+//! Every access that could fault runs in a forked child, so that a SIGBUS is reported
+//! as such rather than killing the test.
+
+use crate::gb::*;
+use crate::harness::*;
+use crate::uring::Uring;
+use std::time::Duration;
+
+const MIB: usize = 1 << 20;
+const LEN: usize = 4 * MIB;
+/// Words between two checked ones: a prime, so every page and offset is sampled.
+const STRIDE: usize = 61;
+
+fn madvise(ptr: *mut u8, len: usize, advice: i32) -> Result<(), String> {
+    // SAFETY: advice on a range of a mapping the caller owns; DONTNEED on a shared
+    // mapping drops page-table entries only, never the buffer's contents.
+    let r = unsafe { libc::madvise(ptr as *mut libc::c_void, len, advice) };
+    ensure(r == 0, || format!("madvise({advice}) of {len} bytes: {}", errname(errno())))
+}
+
+/// madvise(2) exists (kernels without CONFIG_ADVISE_SYSCALLS answer ENOSYS).
+fn have_madvise() -> bool {
+    let m = Mapping::anonymous(4096).expect("anonymous page");
+    // SAFETY: advice on our own anonymous page.
+    unsafe { libc::madvise(m.ptr() as *mut libc::c_void, 4096, libc::MADV_NORMAL) == 0 }
+}
+
+const NO_MADVISE: &str = "madvise(2) is ENOSYS here (CONFIG_ADVISE_SYSCALLS off); the stock guest runs it";
+
+/// Checks in a forked child that `words` words from `ptr` hold `pattern(seed, first + i)`
+/// (sampled every STRIDE words); a signal that kills the child is named.
+fn child_verifies(what: &str, ptr: *mut u8, first: usize, words: usize, seed: u64) -> Result<(), String> {
+    let addr = ptr as usize;
+    let mut child = Child::spawn(move || {
+        for i in (0..words).step_by(STRIDE) {
+            // SAFETY: `addr` is a live mapping of at least `words` words in this
+            // (forked) address space; a fault kills only this child.
+            let got = unsafe { std::ptr::read_volatile((addr as *const u64).add(i)) };
+            if got != pattern(seed, first + i) {
+                println!("  # {what}: word {} is {got:#x}, expected {:#x}", first + i, pattern(seed, first + i));
+                return 1;
+            }
+        }
+        0
+    });
+    let st = child.wait();
+    match describe_status(st) {
+        None => Ok(()),
+        Some(_) if libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGBUS => {
+            Err(format!("{what}: SIGBUS (no fault handler maps the page back)"))
+        }
+        Some(d) => Err(format!("{what}: {d}")),
+    }
+}
+
+fn iov(ptr: *mut u8, len: usize) -> libc::iovec {
+    libc::iovec { iov_base: ptr as *mut libc::c_void, iov_len: len }
+}
+
+/// MADV_DONTNEED is accepted; afterwards the range reads the buffer's data (not SIGBUS,
+/// not zeros), writes reach the buffer, and the range can be long-term pinned again.
+pub fn dontneed_refaults() -> TestResult {
+    if !have_madvise() {
+        return Ok(Outcome::Skip(NO_MADVISE.into()));
+    }
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    let buf = dev.alloc(LEN as u64)?;
+    let m = buf.map()?;
+    let other = buf.map()?;
+    m.fill(0x51, 1);
+    // A range across a 2 MiB chunk boundary, not aligned to it.
+    let (off, len) = (MIB + 4096 * 3, 2 * MIB);
+    madvise(m.ptr().wrapping_add(off), len, libc::MADV_DONTNEED)?;
+    child_verifies("reading after MADV_DONTNEED", m.ptr().wrapping_add(off), off / 8, len / 8, 0x51)?;
+    m.verify(0x51, STRIDE)?;
+    // Writes through the re-faulted pages reach the buffer (seen by another mapping).
+    madvise(m.ptr(), LEN, libc::MADV_DONTNEED)?;
+    m.fill(0x52, STRIDE);
+    other.verify(0x52, STRIDE).map_err(|e| format!("after MADV_DONTNEED and a write, another mapping of the buffer: {e}"))?;
+    // Pinning (what cuMemHostRegister does) faults the range in again.
+    madvise(m.ptr(), LEN, libc::MADV_DONTNEED)?;
+    let ring = Uring::new(4)?;
+    ring.register_buffers(&[iov(m.ptr(), LEN)])
+        .map_err(|e| format!("IORING_REGISTER_BUFFERS after MADV_DONTNEED: {} (cuMemHostRegister would fail too)", errname(e)))?;
+    m.verify(0x52, STRIDE).map_err(|e| format!("pinned after MADV_DONTNEED: {e}"))?;
+    ring.unregister_buffers().map_err(|e| format!("unregister: {}", errname(e)))?;
+    drop((ring, m, other, buf));
+    dev.settle_to(&base, Duration::from_secs(5))?;
+    Ok(Outcome::Pass)
+}
+
+/// An address range this test maps and unmaps by hand (mremap moves it).
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the range this object stands for; any part already unmapped
+        // is ignored by munmap.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+fn map_region(fd: i32, offset: usize, len: usize) -> Result<Region, String> {
+    let m = Mapping::of_fd(fd, offset as u64, len, libc::PROT_READ | libc::PROT_WRITE)
+        .map_err(|e| format!("mmap: {}", errname(e)))?;
+    let r = Region { ptr: m.ptr(), len };
+    std::mem::forget(m);
+    Ok(r)
+}
+
+/// Partial munmap, mremap to another address, fork and MADV_DONTFORK; after each the
+/// pages are the buffer's, also once zapped and faulted back.
+pub fn split_move_fork() -> TestResult {
+    if !have_madvise() {
+        return Ok(Outcome::Skip(NO_MADVISE.into()));
+    }
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    let buf = dev.alloc(LEN as u64)?;
+    let whole = buf.map()?;
+    whole.fill(0x61, 1);
+    let fd = buf.raw();
+    // Partial munmap: the middle goes, both remaining pieces keep their pages.
+    let r = map_region(fd, 0, LEN)?;
+    // SAFETY: unmapping the middle MiB of our own region.
+    let rc = unsafe { libc::munmap(r.ptr.wrapping_add(MIB) as *mut libc::c_void, MIB) };
+    ensure(rc == 0, || format!("partial munmap: {}", errname(errno())))?;
+    child_verifies("head piece after partial munmap", r.ptr, 0, MIB / 8, 0x61)?;
+    let tail = r.ptr.wrapping_add(2 * MIB);
+    madvise(tail, 2 * MIB, libc::MADV_DONTNEED)?;
+    child_verifies("tail piece after partial munmap and MADV_DONTNEED", tail, 2 * MIB / 8, 2 * MIB / 8, 0x61)?;
+    drop(r);
+    // mremap: the second half of the buffer moves to another address.
+    let from = map_region(fd, 2 * MIB, 2 * MIB)?;
+    let to = Mapping::anonymous(2 * MIB).map_err(|e| format!("mmap target: {}", errname(e)))?;
+    // SAFETY: moving our own mapping onto our own placeholder (which it replaces).
+    let moved = unsafe {
+        libc::mremap(from.ptr as *mut libc::c_void, 2 * MIB, 2 * MIB, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to.ptr() as *mut libc::c_void)
+    };
+    ensure(moved == to.ptr() as *mut libc::c_void, || format!("mremap move: {}", errname(errno())))?;
+    std::mem::forget(from);
+    child_verifies("moved mapping", to.ptr(), 2 * MIB / 8, 2 * MIB / 8, 0x61)?;
+    madvise(to.ptr(), 2 * MIB, libc::MADV_DONTNEED)?;
+    child_verifies("moved mapping after MADV_DONTNEED", to.ptr(), 2 * MIB / 8, 2 * MIB / 8, 0x61)?;
+    drop(to);
+    // fork: the child writes through the inherited mapping (after zapping it), the
+    // parent sees the writes.
+    let (addr, words) = (whole.ptr() as usize, whole.words());
+    let mut child = Child::spawn(move || {
+        // SAFETY: DONTNEED on the inherited shared mapping (contents stay in the buffer).
+        if unsafe { libc::madvise(addr as *mut libc::c_void, LEN, libc::MADV_DONTNEED) } != 0 {
+            return 2;
+        }
+        for i in (0..words).step_by(STRIDE) {
+            // SAFETY: the inherited live mapping of `words` words.
+            unsafe { std::ptr::write_volatile((addr as *mut u64).add(i), pattern(0x62, i)) };
+        }
+        0
+    });
+    let st = child.wait();
+    ensure(describe_status(st).is_none(), || format!("child writing the inherited mapping: {}", describe_status(st).unwrap_or_default()))?;
+    whole.verify(0x62, STRIDE).map_err(|e| format!("parent after the child wrote the inherited mapping: {e}"))?;
+    // MADV_DONTFORK: the child has no such mapping (SIGSEGV), the parent keeps it.
+    let kept = Mapping::of_fd(fd, 0, MIB, libc::PROT_READ).map_err(|e| format!("mmap: {}", errname(e)))?;
+    madvise(kept.ptr(), MIB, libc::MADV_DONTFORK)?;
+    let kept_addr = kept.ptr() as usize;
+    let mut child = Child::spawn(move || {
+        // SAFETY: in the child, a read of an address that must not be mapped there: it
+        // kills the child, or exits 0 if the mapping wrongly came along.
+        let _ = unsafe { std::ptr::read_volatile(kept_addr as *const u64) };
+        0
+    });
+    let st = child.wait();
+    ensure(libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGSEGV, || {
+        format!("child read a MADV_DONTFORK mapping: {}, expected SIGSEGV", describe_status(st).unwrap_or_else(|| "exit 0".into()))
+    })?;
+    // (in this process: a forked checker would not have the mapping either)
+    kept.verify(0x62, STRIDE).map_err(|e| format!("parent's MADV_DONTFORK mapping: {e}"))?;
+    drop((kept, whole, buf));
+    dev.settle_to(&base, Duration::from_secs(5))?;
+    Ok(Outcome::Pass)
+}
