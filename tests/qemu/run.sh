@@ -145,7 +145,7 @@ complaint_re+='|DEBUG_LOCKS_WARN_ON|suspicious RCU usage|swiotlb buffer is full'
 # counted by kmemleak_failures, attributed): information, not complaints.
 benign_re='kmemleak: Kernel memory leak detector initialized|kmemleak: [0-9]+ new suspected memory leaks'
 benign_re+='|DMA-API: preallocated [0-9]+ debug entries|DMA-API: debugging enabled by kernel config'
-benign_re+='|KernelAddressSanitizer initialized|Lock dependency validator'
+benign_re+='|KernelAddressSanitizer initialized|Lock dependency validator|RCU lockdep checking is enabled'
 
 # kmemleak_failures LOG : one line per kmemleak suspect (between the GUEST-KMEMLEAK
 # markers init prints) whose allocation backtrace has a frame in greenboost or
