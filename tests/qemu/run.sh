@@ -161,10 +161,11 @@ kmemleak_failures() {
       obj = ""; ours = 0; frames = ""
     }
     /^unreferenced object/ { flush(); obj = $0; next }
-    /comm "/ { obj = obj ", " $1 " " $2 " " $3; next }
+    /comm "/ { sub(/:$/, "", obj); obj = obj ", " $1 " " $2 " " $3 " " $4; sub(/,$/, "", obj); next }
     /\[<[0-9a-f]+>\]/ {
       f = $0; sub(/^.*\] /, "", f)
-      if (f ~ /\[(greenboost|gb_importer)\]/ || f ~ /^0xffffffff[a-f][0-9a-f]{7}$/) ours = 1
+      # (no {n} intervals: mawk has none)
+      if (f ~ /\[(greenboost|gb_importer)\]/ || (f ~ /^0xffffffff[a-f][0-9a-f]*$/ && length(f) == 18)) ours = 1
       if (split(frames, _, " <- ") < 6) frames = frames (frames == "" ? "" : " <- ") f
     }
     END { flush() }'
