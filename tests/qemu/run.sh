@@ -160,10 +160,13 @@ kmemleak_failures() {
       else print "NOTE kmemleak (not attributed to greenboost): " obj " (" frames ")"
       obj = ""; ours = 0; frames = ""
     }
-    /^unreferenced object/ { flush(); obj = $0; next }
+    /^GUEST-KMEMLEAK/ { next }
+    /^unreferenced object/ { flush(); obj = $0; bt = 0; next }
     /comm "/ { sub(/:$/, "", obj); obj = obj ", " $1 " " $2 " " $3 " " $4; sub(/,$/, "", obj); next }
-    /\[<[0-9a-f]+>\]/ {
-      f = $0; sub(/^.*\] /, "", f)
+    /^ *backtrace/ { bt = 1; next }
+    bt && obj != "" {
+      # one frame per line, "sym+off/len [module]" (older kernels: "[<addr>] " first)
+      f = $0; sub(/^ */, "", f); sub(/^\[<[0-9a-f]+>\] /, "", f)
       # (no {n} intervals: mawk has none)
       if (f ~ /\[(greenboost|gb_importer)\]/ || (f ~ /^0xffffffff[a-f][0-9a-f]*$/ && length(f) == 18)) ours = 1
       if (split(frames, _, " <- ") < 6) frames = frames (frames == "" ? "" : " <- ") f
