@@ -37,7 +37,12 @@ make -C "$KSRC" O="$KDIR" "${KVARS[@]}" rustavailable >&2
 make -C "$KSRC" O="$KDIR" "${KVARS[@]}" tinyconfig >&2
 "$KSRC/scripts/kconfig/merge_config.sh" -m -O "$KDIR" "$KDIR/.config" "$GB_ROOT/kmod/test-kernel.config" >&2
 make -C "$KSRC" O="$KDIR" "${KVARS[@]}" olddefconfig >&2
-for sym in RUST DMA_SHARED_BUFFER IO_URING EVENTFD BLK_DEV_RAM NUMA PROVE_LOCKING; do
+# The debug options are the point of this guest: a dependency that silently drops one
+# (tinyconfig's SLUB_TINY drops KASAN) fails the build instead.
+for sym in RUST DMA_SHARED_BUFFER IO_URING EVENTFD BLK_DEV_RAM NUMA PROVE_LOCKING DEBUG_FS \
+           KASAN KASAN_GENERIC KASAN_INLINE KASAN_VMALLOC DEBUG_KMEMLEAK DEBUG_VM DMA_API_DEBUG \
+           DMA_API_DEBUG_SG FAULT_INJECTION FAIL_PAGE_ALLOC FAILSLAB FAULT_INJECTION_DEBUG_FS \
+           FAULT_INJECTION_STACKTRACE_FILTER; do
   grep -q "^CONFIG_$sym=y" "$KDIR/.config" || die "test kernel config lost CONFIG_$sym"
 done
 log "building test kernel (about 12 minutes on 2 cores)"

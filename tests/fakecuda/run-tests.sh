@@ -3,11 +3,14 @@
 # puts this script at DIR/run-tests.sh beside lib/ and bin/). Needs only a POSIX sh
 # (busybox is enough), grep and timeout.
 #
-#   run-tests.sh [--kmod] [TEST...]
+#   run-tests.sh [--kmod [--all]] [TEST...]
 #
-#   --kmod   T2 from the real module: GREENBOOST_BACKEND=kmod, /dev/greenboost required.
+#   --kmod   T2 from the real module: GREENBOOST_BACKEND=kmod, /dev/greenboost required;
+#            only the tests kmod-tests.list tags `kmod` (the ones whose outcome depends
+#            on the module; the rest is shim logic the host run covers).
 #            Default: the userspace backend (and a check that auto picks it when the
 #            module is absent).
+#   --all    with --kmod: every test that can run on the module, tagged or not.
 #   TEST     run only these tests (names as printed).
 #
 # Environment: FAKECUDA_VRAM (fake device size, default 128M; the tests size their
@@ -28,10 +31,12 @@ BIN=$dir/bin
 SHIM=$LIB/libgreenboost_cuda.so
 
 backend=userspace
+all=""
 only=""
 for arg in "$@"; do
     case $arg in
     --kmod) backend=kmod ;;
+    --all) all=all ;;
     -*) echo "unknown option $arg" >&2; exit 2 ;;
     *) only="$only $arg" ;;
     esac
@@ -654,15 +659,46 @@ t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2c
 gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"
+kmod_capable="$control_tests kmod_import_and_pin $shim_tests $headroom_tests"
+userspace_tests="$control_tests $shim_tests $headroom_tests $devices_tests backend_auto_userspace backend_kmod_absent"
+
+# kmod-tests.list tags every test kmod or host (see there): each test of either list
+# must be tagged exactly once, and every tagged name must be a test, or the selection
+# itself fails. --kmod runs the kmod-tagged ones (--all: every kmod-capable test).
+selection=$dir/kmod-tests.list
+kmod_tagged=""
+if [ ! -f "$selection" ]; then
+    selection_errors="$selection missing"
+else
+    # One awk over the list and the test names (one process: this runs under TCG too).
+    selection_errors=$(echo "$kmod_capable $userspace_tests" | tr '_' '-' | awk '
+        FNR == NR { for (i = 1; i <= NF; i++) test[$i] = 1; next }
+        { sub(/#.*/, "") }
+        NF { n[$1]++; if (!($1 in test)) err = err "; " $1 " is tagged but no such test"
+             if ($2 != "kmod" && $2 != "host") err = err "; " $1 " has tag \"" $2 "\" (kmod or host)" }
+        END { for (t in test) if (n[t] != 1)
+                  err = err "; " t " is tagged " (n[t] + 0) " times (want once: kmod or host, with the reason)"
+              print substr(err, 3) }' - "$selection")
+    kmod_tagged=" $(sed -e 's/#.*//' "$selection" | awk '$2 == "kmod" { printf "%s ", $1 }') "
+fi
+if [ -n "$selection_errors" ]; then
+    echo "FAIL test-selection: ${selection_errors#; }"
+    failed=$((failed + 1))
+fi
+
 if [ "$backend" = kmod ]; then
     if [ ! -e /dev/greenboost ]; then
         echo "FAIL kmod: --kmod needs /dev/greenboost (load greenboost.ko)"
         echo "0 passed, 1 failed"
         exit 1
     fi
-    tests="$control_tests kmod_import_and_pin $shim_tests $headroom_tests"
+    tests=""
+    for t in $kmod_capable; do
+        printed=$(echo "$t" | tr '_' '-')
+        case "$all$kmod_tagged" in all* | *" $printed "*) tests="$tests $t" ;; esac
+    done
 else
-    tests="$control_tests $shim_tests $headroom_tests $devices_tests backend_auto_userspace backend_kmod_absent"
+    tests=$userspace_tests
 fi
 if [ ! -f "$SHIM" ]; then
     echo "FAIL shim: $SHIM missing"

@@ -4,8 +4,9 @@
 #
 #   tests/fakecuda/run.sh [--kmod] [TEST...]     build into target/fakecuda and run
 #   tests/fakecuda/run.sh --build-only OUTDIR    build a self-contained directory
-#       (lib/ with the fakes and libgreenboost_cuda.so, bin/, run-tests.sh, run.sh) to
-#       copy into a guest; there `OUTDIR/run.sh` runs the suite against the module.
+#       (lib/ with the fakes and libgreenboost_cuda.so, bin/, run-tests.sh,
+#       kmod-tests.list, run.sh) to copy into a guest; there `OUTDIR/run.sh` runs the
+#       kmod-tagged tests against the module.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -16,7 +17,7 @@ build() {
     (cd "$root" && "$cargo" build --release -p greenboost-shim)
     "$here/build.sh" "$out"
     cp "$root/target/release/libgreenboost_cuda.so" "$out/lib/libgreenboost_cuda.so"
-    cp "$here/run-tests.sh" "$out/run-tests.sh"
+    cp "$here/run-tests.sh" "$here/kmod-tests.list" "$out/"
     cp "$here/guest-run.sh" "$out/run.sh"
     chmod +x "$out/run-tests.sh" "$out/run.sh"
     rm -rf "$out/.build"

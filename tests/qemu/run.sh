@@ -10,12 +10,16 @@
 # For each guest: build greenboost.ko and the test-only importer module
 # (tests/qemu/importer) for that kernel, pack an initramfs with busybox, tests/qemu/init,
 # the static guest test binary (tests/qemu/guest) and tests/qemu/guest-suite.sh, boot it
-# under TCG (2 vCPUs, 2 NUMA nodes of 1 GiB, one socket per node: CPUs that share a
-# cache across nodes make the scheduler WARN at boot) and parse the serial log. A guest's result:
+# under multi-threaded TCG (4 vCPUs, 2 NUMA nodes of 1 GiB with 2 CPUs each, one socket
+# per node: CPUs that share a cache across nodes make the scheduler WARN at boot) and
+# parse the serial log. The rust guest's kernel is the debug one (KASAN, kmemleak,
+# lockdep, DEBUG_VM, DMA-API debugging, fault injection; kmod/test-kernel.config): init
+# clears kmemleak before the suite and scans after it. A guest's result:
 # the passed/failed counts of its `GUEST-SUMMARY: N passed, M failed` line(s), plus one
 # failure per distinct kernel complaint in its log (Oops, BUG, WARNING, Call Trace,
-# lockdep, INFO:, version/symbol errors, un-rendered %pA), plus one failure when the
-# summary is missing or the guest timed out. Before each boot, tests/qemu/host-gates.sh
+# lockdep, KASAN, DMA-API, kmemleak, INFO:, version/symbol errors, un-rendered %pA), one
+# per kmemleak suspect allocated by greenboost or the importer, plus one failure when
+# the summary is missing or the guest timed out. Before each boot, tests/qemu/host-gates.sh
 # checks that the build's gates (config, BTF layout, CRCs, rustc, missing packages)
 # refuse planted defects; its counts join the total. On the rust guest's test kernel,
 # scripts/check-kmod-clippy.sh lints the module build (the kernel's clippy lint set, the
@@ -24,12 +28,20 @@
 # Environment:
 #   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
 #   GB_QEMU_TIMEOUT  seconds per guest (default 1200)
+#   GB_QEMU_SMP      vCPUs per guest, split over the 2 NUMA nodes (default 4)
+#   GB_QEMU_TCG      TCG threading, multi or single (default multi: one host thread
+#                    per vCPU, so the race tests really interleave)
+#   GB_QEMU_APPEND   more kernel command-line parameters for every guest (e.g.
+#                    swiotlb=force: every streaming DMA mapping bounces)
+#   GB_RUST_APPEND   the same for the rust guest only (default swiotlb=force)
 #   GB_GUEST_EXTRA   a directory copied to /greenboost/extra in the guests; guest-suite.sh
 #                    runs its run.sh. Default: the shim suite against fake CUDA libraries
 #                    (tests/fakecuda/run.sh --build-only), so the shim is proven against
 #                    the real /dev/greenboost; "none" leaves it out. The
 #                    guest then also gets the host's glibc runtime and the shared
 #                    libraries its ELF files need, so dynamically linked programs run.
+#                    The shim suite runs only its kmod-tagged tests (tests/fakecuda/
+#                    kmod-tests.list); GB_SHIM_ALL=1 runs every kmod-capable one.
 #   GB_GUEST_FILES   more host files to copy into the guests at the same path
 # Logs: build/qemu/<guest>.log (serial console), build/qemu/summary.txt.
 set -uo pipefail
@@ -37,6 +49,11 @@ set -uo pipefail
 
 guests=${GB_QEMU_GUESTS:-stock rust}
 qemu_timeout=${GB_QEMU_TIMEOUT:-1200}
+qemu_smp=${GB_QEMU_SMP:-4}
+qemu_tcg=${GB_QEMU_TCG:-multi}
+rust_append=${GB_RUST_APPEND-swiotlb=force}
+case $qemu_smp in 2 | 4 | 6 | 8) ;; *) die "GB_QEMU_SMP=$qemu_smp: an even count of vCPUs, 2 to 8 (NR_CPUS of the test kernel is 4)" ;; esac
+case $qemu_tcg in multi | single) ;; *) die "GB_QEMU_TCG=$qemu_tcg: multi or single" ;; esac
 work=$GB_ROOT/build/qemu
 mkdir -p "$work"
 need_cmd qemu-system-x86_64 qemu-system-x86; need_cmd cpio cpio; need_cmd xz xz-utils
@@ -93,6 +110,7 @@ make_initramfs() {
   cp "$GB_ROOT/tests/qemu/init" "$root/init"
   cp "$gb_ko" "$importer_ko" "$guest_bin" "$GB_ROOT/tests/qemu/guest-suite.sh" "$root/greenboost/"
   printf 'export GB_GUEST=%s\nexport GB_BUILD_MODE=%s\n' "$guest" "$mode" > "$root/etc/greenboost-guest.env"
+  [ -z "${GB_SHIM_ALL:-}" ] || echo "export GB_SHIM_ALL=1" >> "$root/etc/greenboost-guest.env"
   : > "$root/etc/greenboost-guest-modules"
   if [ -n "$image_root" ]; then
     # brd is a module in Debian's image and built in the test kernel; load it with the
@@ -113,29 +131,86 @@ make_initramfs() {
 }
 
 # Kernel complaints that fail a guest. Only kernel log lines ("[ seconds] ...") are
-# scanned, so test output that names these words cannot trip it.
+# scanned, so test output that names these words cannot trip it. The debug kernel's
+# checkers: KASAN reports start "BUG: KASAN:", lockdep's "WARNING: possible ..." (or
+# "INFO: lockdep is turned off" / "DEBUG_LOCKS_WARN_ON" once it gave up), DMA-API
+# debugging prints "DMA-API: <device>: <what is wrong>", kmemleak "kmemleak: N new
+# suspected memory leaks" (its suspects are judged one by one: kmemleak_failures).
 complaint_re='Oops|BUG:|kernel BUG|WARNING:|Call Trace|possible circular|INFO: |disagrees about version'
 complaint_re+='|Unknown symbol|Kernel panic|general protection fault|UBSAN:|KASAN|refcount_t:'
 complaint_re+='|list_(add|del) corruption|Bad page|Out of memory|oom-kill|\(%pA\?\)'
+complaint_re+='|DMA-API:|kmemleak|lockdep|possible recursive locking|inconsistent lock state'
+complaint_re+='|DEBUG_LOCKS_WARN_ON|suspicious RCU usage|swiotlb buffer is full'
+# What the checkers print when they start, and kmemleak's count line (its suspects are
+# counted by kmemleak_failures, attributed): information, not complaints.
+benign_re='kmemleak: Kernel memory leak detector initialized|kmemleak: [0-9]+ new suspected memory leaks'
+benign_re+='|DMA-API: preallocated [0-9]+ debug entries|DMA-API: debugging enabled by kernel config'
+benign_re+='|KernelAddressSanitizer initialized|Lock dependency validator|RCU lockdep checking is enabled'
 
-# boot_guest GUEST KERNEL INITRD : boots, parses, appends to results
+# kmemleak_failures LOG : one line per kmemleak suspect (between the GUEST-KMEMLEAK
+# markers init prints) whose allocation backtrace has a frame in greenboost or
+# gb_importer: named ("[greenboost]"), or a bare module-space address (the modules are
+# unloaded by the time init scans, and nothing else in the guest is a module). Other
+# suspects are printed as notes (core-kernel objects kmemleak cannot follow), not failed.
+kmemleak_failures() {
+  sed -n '/^GUEST-KMEMLEAK-BEGIN/,/^GUEST-KMEMLEAK-END/p' "$1" | awk '
+    function flush() {
+      if (obj == "") return
+      if (ours) print "FAIL kmemleak: " obj " (" frames ")"
+      else print "NOTE kmemleak (not attributed to greenboost): " obj " (" frames ")"
+      obj = ""; ours = 0; frames = ""
+    }
+    /^GUEST-KMEMLEAK/ { next }
+    /^unreferenced object/ { flush(); obj = $0; bt = 0; next }
+    /comm "/ { sub(/:$/, "", obj); obj = obj ", " $1 " " $2 " " $3 " " $4; sub(/,$/, "", obj); next }
+    /^ *backtrace/ { bt = 1; next }
+    bt && obj != "" {
+      # one frame per line, "sym+off/len [module]" (older kernels: "[<addr>] " first)
+      f = $0; sub(/^ */, "", f); sub(/^\[<[0-9a-f]+>\] /, "", f)
+      # (no {n} intervals: mawk has none)
+      if (f ~ /\[(greenboost|gb_importer)\]/ || (f ~ /^0xffffffff[a-f][0-9a-f]*$/ && length(f) == 18)) ours = 1
+      if (split(frames, _, " <- ") < 6) frames = frames (frames == "" ? "" : " <- ") f
+    }
+    END { flush() }'
+}
+
+# guest_uptime LOG MARKER : the guest's uptime (s) on the first MARKER line, or empty.
+# Under TCG the guest's clock follows the host's, so differences are wall seconds.
+guest_uptime() { sed -n "s/^$2.* uptime=\([0-9]*\).*/\1/p" "$1" | head -1; }
+
+# boot_guest GUEST KERNEL INITRD [APPEND] : boots, parses, appends to results
 boot_guest() {
-  local guest=$1 kernel=$2 initrd=$3 log=$work/$guest.log t0 rc
+  local guest=$1 kernel=$2 initrd=$3 append=${4:-} log=$work/$guest.log t0 rc
+  local per_node=$(( qemu_smp / 2 ))
   t0=$(date +%s)
-  log "booting the $guest guest (TCG; log: $log)"
+  log "booting the $guest guest (TCG $qemu_tcg-threaded, $qemu_smp vCPUs; log: $log)"
+  # shellcheck disable=SC2086
   timeout -k 10 "$qemu_timeout" qemu-system-x86_64 \
-    -accel tcg,thread=single -cpu max -smp 2,sockets=2,cores=1,threads=1 -m 2G \
+    -accel tcg,thread="$qemu_tcg" -cpu max -smp "$qemu_smp",sockets=2,cores="$per_node",threads=1 -m 2G \
     -object memory-backend-ram,id=mem0,size=1G -object memory-backend-ram,id=mem1,size=1G \
-    -numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1 \
+    -numa node,nodeid=0,cpus=0-$(( per_node - 1 )),memdev=mem0 \
+    -numa node,nodeid=1,cpus=$per_node-$(( qemu_smp - 1 )),memdev=mem1 \
     -kernel "$kernel" -initrd "$initrd" \
-    -append "console=ttyS0 panic=-1 oops=panic loglevel=6" \
+    -append "console=ttyS0 panic=-1 oops=panic loglevel=6 ${GB_QEMU_APPEND:-} $append" \
     -nodefaults -no-reboot -display none -serial stdio -monitor none \
     </dev/null 2>&1 | tr -d '\r' > "$log"
   rc=${PIPESTATUS[0]}
   local secs; secs=$(elapsed "$t0")
-  timings+=("$guest guest boot + suite: $secs s")
+  # Stage times from the guest's own markers (init, guest-run.sh): boot to init, the
+  # module suite, the shim suite inside it, kmemleak's scan.
+  local boot suite_begin suite_end shim_begin shim_end scan_begin scan_end stages
+  boot=$(guest_uptime "$log" GUEST-BOOT:); suite_begin=$(guest_uptime "$log" GUEST-SUITE-BEGIN)
+  suite_end=$(guest_uptime "$log" GUEST-SUITE-END); shim_begin=$(guest_uptime "$log" GUEST-SHIM-BEGIN)
+  shim_end=$(guest_uptime "$log" GUEST-SHIM-END); scan_begin=$(guest_uptime "$log" GUEST-KMEMLEAK-SCAN)
+  scan_end=$(guest_uptime "$log" GUEST-KMEMLEAK-BEGIN)
+  stages="boot to init ${boot:-?} s"
+  [ -n "$suite_begin" ] && [ -n "$suite_end" ] && stages+=", module suite $(( suite_end - suite_begin )) s"
+  [ -n "$shim_begin" ] && [ -n "$shim_end" ] && stages+=" (of which shim suite $(( shim_end - shim_begin )) s)"
+  [ -n "$scan_begin" ] && [ -n "$scan_end" ] && stages+=", kmemleak scan $(( scan_end - scan_begin )) s"
+  [ -n "$suite_end" ] && stages+=", boot to summary $suite_end s"
+  timings+=("$guest guest: $secs s in all ($qemu_smp vCPUs, TCG $qemu_tcg): $stages")
 
-  local passed=0 failed=0 problems=()
+  local passed=0 failed=0 problems=() notes=()
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     problems+=("timed out after $qemu_timeout s")
   fi
@@ -147,16 +222,21 @@ boot_guest() {
     failed=$(echo "$summaries" | awk '{s += $2} END {print s}')
   fi
   grep -q "^GUEST-BOOT: .* numa_nodes=2 " "$log" || problems+=("guest does not see 2 NUMA nodes")
+  grep -q "^GUEST-BOOT: .* cpus=$qemu_smp " "$log" || problems+=("guest does not see $qemu_smp CPUs")
   while IFS= read -r l; do problems+=("$l"); done < <(grep '^GUEST-SETUP-ERROR' "$log")
   # The console and the final dmesg dump both carry each kernel line: count it once.
   while IFS= read -r l; do problems+=("kernel: $l"); done < <(
-    grep -E '^\[ *[0-9]+\.[0-9]+\]' "$log" | grep -E "$complaint_re" | sort -u)
+    grep -E '^\[ *[0-9]+\.[0-9]+\]' "$log" | grep -E "$complaint_re" | grep -vE "$benign_re" | sort -u)
+  while IFS= read -r l; do
+    case $l in FAIL*) problems+=("${l#FAIL }") ;; *) notes+=("$l") ;; esac
+  done < <(kmemleak_failures "$log")
 
   echo "--- $guest guest ($(basename "$kernel")): $passed passed, $failed failed in the suite" \
        "(qemu exit $rc, $secs s)"
   grep -E '^(FAIL|not ok)' "$log" | sed 's/^/    /' | head -50
   local p
   for p in "${problems[@]}"; do echo "    FAIL $guest: $p"; done
+  for p in "${notes[@]}"; do echo "    $p"; done
   total_passed=$(( total_passed + passed ))
   total_failed=$(( total_failed + failed + ${#problems[@]} ))
 }
@@ -174,8 +254,9 @@ build_modules() {
 
 # run_host_gates ARGS... : tests/qemu/host-gates.sh, counted into the totals
 run_host_gates() {
-  local out counts
+  local out counts t0; t0=$(date +%s)
   out=$("$GB_ROOT/tests/qemu/host-gates.sh" "$@" 2>&1)
+  timings+=("host build gates ($1): $(elapsed "$t0") s")
   echo "--- host-side build gates ($1): $(echo "$out" | tail -1)"
   echo "$out" | grep '^FAIL' | sed 's/^/    /'
   counts=$(echo "$out" | sed -n 's/^HOST-GATES: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
@@ -188,8 +269,9 @@ run_host_gates() {
 
 # run_kmod_clippy KDIR : scripts/check-kmod-clippy.sh against that kernel, one check
 run_kmod_clippy() {
-  local out counts
+  local out counts t0; t0=$(date +%s)
   out=$("$GB_ROOT/scripts/check-kmod-clippy.sh" --kdir "$1" 2>&1)
+  timings+=("kmod clippy on the test kernel: $(elapsed "$t0") s")
   counts=$(echo "$out" | sed -n 's/^kmod-clippy: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' | tail -1)
   echo "--- kmod clippy: $(echo "$out" | tail -1)"
   if [ -z "$counts" ]; then
@@ -201,7 +283,7 @@ run_kmod_clippy() {
   total_failed=$((total_failed + ${counts#* }))
 }
 
-total_passed=0 total_failed=0
+total_passed=0 total_failed=0 run_t0=$(date +%s)
 if ! build_guest_program; then
   echo "    FAIL: the guest test program (tests/qemu/guest) did not build; no guest can run"
   total_failed=1 guests=
@@ -246,7 +328,7 @@ for guest in $guests; do
       run_kmod_clippy "$kdir"
       make_initramfs rust "$(cat "$kdir/include/config/kernel.release")" "$work/rust.cpio.gz" \
         "$gb_ko" "$importer_ko" "" ordinary
-      boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz"
+      boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz" "$rust_append"
       ;;
     *) die "unknown guest '$guest' (GB_QEMU_GUESTS: stock, rust)" ;;
   esac
@@ -255,7 +337,7 @@ done
 # Build times from the caches, for the record (also when this run reused them).
 [ -f "${tree:-}/build-seconds" ] && timings+=("stock private tree: $(cat "$tree/build-seconds") s to build, of which modules_prepare $(cat "$tree/prepare-seconds") s")
 {
-  echo "timings:"; printf '  %s\n' "${timings[@]}"
+  echo "timings:"; printf '  %s\n' "${timings[@]}" "kmod-test in all: $(elapsed "$run_t0") s"
   echo "$total_passed passed, $total_failed failed"
 } | tee "$work/summary.txt"
 [ "$total_failed" = 0 ]
