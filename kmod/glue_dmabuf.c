@@ -32,6 +32,8 @@
 struct gb_attachment {
 	struct sg_table *sgt;
 	bool mapped;
+	/* the direction it is mapped for: its syncs must keep to it (DMA-API rule) */
+	enum dma_data_direction dir;
 };
 
 static int gb_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
@@ -69,6 +71,7 @@ static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
 	if (ret)
 		return ERR_PTR(ret);
 	a->mapped = true;
+	a->dir = dir;
 	return a->sgt;
 }
 
@@ -100,12 +103,15 @@ static int gb_cpu_access(struct dma_buf *dmabuf, enum dma_data_direction dir, bo
 	list_for_each_entry(attach, &dmabuf->attachments, node) {
 		struct gb_attachment *a = attach->priv;
 
+		/* a one-way mapping is synced its own way; a bidirectional one as asked */
+		enum dma_data_direction sync = a->dir == DMA_BIDIRECTIONAL ? dir : a->dir;
+
 		if (!a->mapped)
 			continue;
 		if (begin)
-			dma_sync_sgtable_for_cpu(attach->dev, a->sgt, dir);
+			dma_sync_sgtable_for_cpu(attach->dev, a->sgt, sync);
 		else
-			dma_sync_sgtable_for_device(attach->dev, a->sgt, dir);
+			dma_sync_sgtable_for_device(attach->dev, a->sgt, sync);
 	}
 	dma_resv_unlock(dmabuf->resv);
 	return 0;

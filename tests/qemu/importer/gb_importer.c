@@ -157,6 +157,16 @@ static int release_held(struct gb_importer_check *out)
 	return 0;
 }
 
+/*
+ * The first attachment is a device that reads and writes; the others only read: two
+ * writable mappings of the same memory for one device are what DMA-API debugging calls
+ * overlapping mappings, and readers are how several importers share a buffer.
+ */
+static enum dma_data_direction map_dir(unsigned int i)
+{
+	return i == 0 ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+}
+
 static int check_dmabuf(struct gb_importer_check *out)
 {
 	struct device *dev = gb_importer_dev.this_device;
@@ -181,7 +191,7 @@ static int check_dmabuf(struct gb_importer_check *out)
 			attach[i] = NULL;
 			goto undo;
 		}
-		sgt[i] = dma_buf_map_attachment_unlocked(attach[i], DMA_BIDIRECTIONAL);
+		sgt[i] = dma_buf_map_attachment_unlocked(attach[i], map_dir(i));
 		if (IS_ERR(sgt[i])) {
 			ret = PTR_ERR(sgt[i]);
 			sgt[i] = NULL;
@@ -223,7 +233,7 @@ undo:
 		if (!ret && k == 0 && (out->flags & GB_IMPORTER_HOLD))
 			continue;
 		if (sgt[k])
-			dma_buf_unmap_attachment_unlocked(attach[k], sgt[k], DMA_BIDIRECTIONAL);
+			dma_buf_unmap_attachment_unlocked(attach[k], sgt[k], map_dir(k));
 		if (attach[k])
 			dma_buf_detach(buf, attach[k]);
 	}
