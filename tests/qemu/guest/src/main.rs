@@ -69,6 +69,8 @@ const MAIN: &[Test] = &[
     t("kill9_uring_pinned_released", 60, held::kill9_uring_pinned_released),
     t("alloc_sigkill_stops", 180, killable::alloc_sigkill_stops),
     t("reserve_concurrent_allocs", 240, killable::reserve_concurrent_allocs),
+    t("alloc_fault_injection_enomem", 120, inject::alloc_fault_injection_enomem),
+    t("alloc_fail_nth_sweep", 600, inject::alloc_fail_nth_sweep),
     t("numa_strict_placement", 120, numa::numa_placement),
     t("sysfs_stats", 30, stats::sysfs_stats),
     t("proc_rows_only_through_device", 60, access::proc_rows_visibility),
