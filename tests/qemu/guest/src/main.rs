@@ -71,6 +71,7 @@ const MAIN: &[Test] = &[
     t("reserve_concurrent_allocs", 240, killable::reserve_concurrent_allocs),
     t("alloc_fault_injection_enomem", 120, inject::alloc_fault_injection_enomem),
     t("alloc_fail_nth_sweep", 600, inject::alloc_fail_nth_sweep),
+    t("alloc_lower_order_fallback", 120, inject::alloc_lower_order_fallback),
     t("numa_strict_placement", 120, numa::numa_placement),
     t("sysfs_stats", 30, stats::sysfs_stats),
     t("proc_rows_only_through_device", 60, access::proc_rows_visibility),

@@ -187,3 +187,42 @@ pub fn alloc_fail_nth_sweep() -> TestResult {
     }
     Err("ALLOC still reached its 400th allocation".into())
 }
+
+/// Fragmented memory, forced: after two 2 MiB chunks every 2 MiB allocation of this task
+/// fails (min-order 9), so the ALLOC falls back to 1 MiB chunks for the rest. The buffer
+/// is whole (every page written and read back through mmap, zero first), the importer's
+/// sg table covers it with mixed segment sizes, and freeing returns to the baseline.
+pub fn alloc_lower_order_fallback() -> TestResult {
+    let Some(inj) = Injection::setup()? else { return Ok(Outcome::Skip(NO_INJECTION.into())) };
+    let imp = crate::tests::importer::importer()?;
+    let _cache = no_cache()?;
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    let size = 16 * MIB;
+    inj.set("fail_page_alloc", "min-order", "9")?;
+    inj.set("fail_page_alloc", "space", &(2 * CHUNK_PAGES + 1).to_string())?;
+    let (r, chunks) = alloc_failing(&dev, &inj, "fail_page_alloc", size)?;
+    drop(inj);
+    let buf = r.map_err(|e| format!("ALLOC({size}) with 2 MiB pages failing: {} (expected a lower-order fallback)", errname(e)))?;
+    // 2 x 2 MiB + 12 x 1 MiB; 8 chunks would mean no fallback happened.
+    ensure(chunks == 14, || format!("{chunks} chunks for 16 MiB, expected 2 of 2 MiB and 12 of 1 MiB"))?;
+    let map = buf.map()?;
+    map.verify_zero(page_words())?;
+    map.fill(0xfa11, page_words());
+    map.verify(0xfa11, page_words())?;
+    let last = map.words() - 1;
+    let c = crate::tests::importer::check(&imp, buf.raw(), 0).map_err(|e| format!("importer attach/map: {}", errname(e)))?;
+    note(&format!("{} CPU segments ({}..{} bytes), {} DMA segments, map limit {}", c.cpu_nents, c.min_seg, c.max_seg, c.dma_nents, c.map_limit));
+    ensure(c.cpu_total == size && c.dma_total == size, || format!("sg table covers {} (DMA {}) of {size} bytes", c.cpu_total, c.dma_total))?;
+    ensure(c.all_page_multiple == 1, || "an sg segment is not page-aligned".into())?;
+    if c.map_limit >= 2 * MIB && c.seg_limit >= 2 * MIB {
+        ensure(c.max_seg >= 2 * MIB && c.min_seg <= MIB, || format!("segments {}..{} bytes, expected 2 MiB and 1 MiB ones", c.min_seg, c.max_seg))?;
+    }
+    ensure(c.sg_first == map.read_u64(0) && c.sg_last == map.read_u64(last), || {
+        format!("through the sg pages the importer reads {:#x}..{:#x}, userspace wrote {:#x}..{:#x}", c.sg_first, c.sg_last, map.read_u64(0), map.read_u64(last))
+    })?;
+    drop(map);
+    drop(buf);
+    dev.settle_to(&base, Duration::from_secs(10))?;
+    Ok(Outcome::Pass)
+}
