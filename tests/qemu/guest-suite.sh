@@ -8,7 +8,8 @@
 #   1. load greenboost.ko with the main parameters and the importer; /dev/ram0 present
 #   2. `gb-guest-tests all`, then /greenboost/extra/run.sh when the runner shipped one
 #   3. rmmod is refused while a buffer (held by another process) or a device file is
-#      alive, and works once they are gone; the final stats line reaches dmesg
+#      alive, and works once they are gone; the final stats line reaches dmesg; reloaded,
+#      rmmod racing the kill of the last holder refuses or unloads cleanly
 #   4. reload with a reserve above the guest's RAM: every ALLOC refused, pressure on
 #   5. reload with the defaults: the module works with no parameters at all
 #   6. the kernel log holds no complaint since the suite started
@@ -142,6 +143,44 @@ if load insmod_main pool_cap_mb=4096 reserve_mb=128 cache_mb=64 watchdog_ms=200;
     run_tests check-unload-log
   else
     fail rmmod_after_release "rmmod still refused after the holder was killed"
+  fi
+  # rmmod racing the last close: a holder of a mapped buffer and a device file is
+  # killed while rmmod runs in a tight loop. Every refused rmmod leaves the module
+  # whole; the first one after the last reference drops unloads it cleanly (any WARN
+  # or oops fails the run through the kernel-log check). Phase 4 loads it again.
+  if ! loaded greenboost && load insmod_rmmod_race cache_mb=16; then
+    sh -c "exec 4<>/dev/greenboost; exec $BIN hold-buffer 4194304" > /tmp/hold2.out 2>&1 &
+    holder=$!
+    i=0
+    while ! grep -q '^HOLDING ' /tmp/hold2.out && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    if grep -q '^HOLDING ' /tmp/hold2.out; then
+      kill -9 "$holder"
+      tries=0; refused_whole=1; gone=0
+      while [ $tries -lt 500 ]; do
+        tries=$((tries + 1))
+        if rmmod greenboost 2>/dev/null; then gone=1; break; fi
+        [ -c /dev/greenboost ] && loaded greenboost || refused_whole=0
+      done
+      wait "$holder" 2>/dev/null
+      if [ $gone = 0 ]; then
+        unload && gone=1
+      fi
+      if [ $refused_whole = 0 ]; then
+        fail rmmod_racing_last_close "a refused rmmod left the module without its device node"
+      elif [ $gone = 0 ]; then
+        fail rmmod_racing_last_close "rmmod still refused after the holder died"
+      elif [ -e /dev/greenboost ] || [ -e /sys/kernel/greenboost ]; then
+        fail rmmod_racing_last_close "device node or sysfs directory left behind"
+      else
+        echo "  # rmmod succeeded on try $tries after kill -9 of the holder"
+        pass rmmod_racing_last_close
+      fi
+    else
+      fail rmmod_racing_last_close "holder did not get a buffer: $(cat /tmp/hold2.out)"
+      kill -9 "$holder" 2>/dev/null
+      wait "$holder" 2>/dev/null
+      unload
+    fi
   fi
 fi
 

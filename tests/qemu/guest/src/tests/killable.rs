@@ -26,7 +26,7 @@ fn mem_available() -> Result<u64, String> {
 
 /// Sets `cache_mb` to 0 and waits until the cache is empty, so that every page an
 /// ALLOC takes is a fresh one out of available RAM.
-fn no_cache() -> Result<ParamGuard, String> {
+pub fn no_cache() -> Result<ParamGuard, String> {
     let guard = ParamGuard::set("cache_mb", "0")?;
     let t0 = Instant::now();
     while sysfs_counter("t2_cached_bytes")? != 0 {

@@ -8,6 +8,7 @@ pub mod charges;
 pub mod fuzz;
 pub mod held;
 pub mod importer;
+pub mod inject;
 pub mod killable;
 pub mod lifecycle;
 pub mod mmap;
