@@ -385,3 +385,11 @@ pub fn meminfo(field: &str) -> Option<u64> {
         .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
         .map(|kb| kb * 1024)
 }
+
+/// A `key value` line of the sysfs stats file.
+pub fn sysfs_counter(key: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string(GB_SYSFS_STATS).map_err(|e| format!("{GB_SYSFS_STATS}: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .ok_or_else(|| format!("no '{key}' in {GB_SYSFS_STATS}"))
+}

@@ -3,7 +3,6 @@
 
 use crate::gb::*;
 use crate::harness::*;
-use crate::tests::killable::sysfs_counter;
 use crate::tests::pressure::ParamGuard;
 use greenboost_abi::GB_CHUNK_SIZE;
 use std::time::{Duration, Instant};

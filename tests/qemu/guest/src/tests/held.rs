@@ -4,7 +4,6 @@
 
 use crate::gb::*;
 use crate::harness::*;
-use crate::tests::killable::sysfs_counter;
 use crate::uring::*;
 use greenboost_abi::GB_CHUNK_SIZE;
 use std::io::{Read, Write};

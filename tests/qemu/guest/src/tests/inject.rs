@@ -6,7 +6,7 @@
 
 use crate::gb::*;
 use crate::harness::*;
-use crate::tests::killable::{no_cache, sysfs_counter};
+use crate::tests::killable::no_cache;
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;

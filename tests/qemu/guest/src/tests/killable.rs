@@ -4,21 +4,13 @@
 use crate::gb::*;
 use crate::harness::*;
 use crate::tests::pressure::ParamGuard;
-use greenboost_abi::{GB_CHUNK_SIZE, GB_SYSFS_STATS};
+use greenboost_abi::GB_CHUNK_SIZE;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-/// A `key value` line of the sysfs stats file.
-pub fn sysfs_counter(key: &str) -> Result<u64, String> {
-    let text = std::fs::read_to_string(GB_SYSFS_STATS).map_err(|e| format!("{GB_SYSFS_STATS}: {e}"))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-        .ok_or_else(|| format!("no '{key}' in {GB_SYSFS_STATS}"))
-}
 
 fn mem_available() -> Result<u64, String> {
     meminfo("MemAvailable").ok_or_else(|| "no MemAvailable in /proc/meminfo".to_string())

@@ -5,20 +5,13 @@
 use crate::gb::*;
 use crate::harness::*;
 use crate::uring::*;
-use greenboost_abi::{GB_CHUNK_SIZE, GB_SYSFS_STATS};
+use greenboost_abi::GB_CHUNK_SIZE;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const LEN: usize = 4 << 20;
 const RAMDISK: &str = "/dev/ram0";
-
-fn sysfs_counter(key: &str) -> Result<u64, String> {
-    let text = std::fs::read_to_string(GB_SYSFS_STATS).map_err(|e| format!("{GB_SYSFS_STATS}: {e}"))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-        .ok_or_else(|| format!("no '{key}' in {GB_SYSFS_STATS}"))
-}
 
 fn ramdisk() -> Result<OwnedFd, String> {
     open_path(RAMDISK, libc::O_RDWR | libc::O_DIRECT)
