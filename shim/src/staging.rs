@@ -164,14 +164,13 @@ impl Slot {
 ///
 /// # Invariants
 /// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
-/// `charge` is `None`), counted against the device's budget, cut into `slot_count`
-/// slots of `slot_bytes` (one, or two with prefetch); `side`, when not null, is a
+/// `charge` is `None`), counted against the device's budget, cut into slots of
+/// `slot_bytes` (one, or two with prefetch); `side`, when not null, is a
 /// non-blocking stream of `context` for prefetch copies.
 struct Scratch {
     context: Context,
     base: CuDevicePtr,
     charge: Option<VramCharge>,
-    slot_count: u64,
     slot_bytes: u64,
     slots: [Slot; 2],
     /// The slot the next product that finds no prefetch of its operand uses.
@@ -252,25 +251,18 @@ pub fn run_staged(
     let base = scratch.slot_base(index);
     let mut placed = originals;
     let mut staged_bytes = 0;
-    if prefetched.is_some() {
-        if cuda::stream_wait_event(stream, scratch.slots[index].copied) != CuResult::SUCCESS {
-            drop(scratches);
-            return product(originals);
-        }
-        for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
-            if let (Some(offset), Some(operand)) = (offset, operand) {
-                *target = Some(base + offset);
-                staged_bytes += operand.bytes;
-            }
-        }
-        stats::bump(&STATS.gemm_prefetched);
-    } else {
-        if !scratch.slots[index].wait_writable(stream) {
-            drop(scratches);
-            return product(originals);
-        }
-        for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
-            let (Some(offset), Some(operand)) = (offset, operand) else { continue };
+    // A prefetched slot is read once its copy has run; any other is written first.
+    let ready = match prefetched {
+        Some(_) => cuda::stream_wait_event(stream, scratch.slots[index].copied) == CuResult::SUCCESS,
+        None => scratch.slots[index].wait_writable(stream),
+    };
+    if !ready {
+        drop(scratches);
+        return product(originals);
+    }
+    for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
+        let (Some(offset), Some(operand)) = (offset, operand) else { continue };
+        if prefetched.is_none() {
             let status = cuda::memcpy_async(base + offset, operand.address, operand.bytes, stream);
             if status != CuResult::SUCCESS {
                 // Nothing was overwritten that a product still reads: the copies run on
@@ -279,9 +271,12 @@ pub fn run_staged(
                 drop(scratches);
                 return product(originals);
             }
-            *target = Some(base + offset);
-            staged_bytes += operand.bytes;
         }
+        *target = Some(base + offset);
+        staged_bytes += operand.bytes;
+    }
+    if prefetched.is_some() {
+        stats::bump(&STATS.gemm_prefetched);
     }
     // Everything the program enqueued so far, and this product's copy, precede the
     // prefetch below; the product itself runs beside it.
@@ -310,6 +305,7 @@ fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: 
     if scratch.side.is_null() {
         scratch.side = cuda::stream_create_non_blocking().unwrap_or(Stream::NULL);
     }
+    let base = scratch.slot_base(index);
     let slot = &mut scratch.slots[index];
     if slot.copied.is_null() {
         slot.copied = cuda::event_create().unwrap_or(Event::NULL);
@@ -323,7 +319,6 @@ fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: 
     let ordered = cuda::event_record(slot.copied, stream) == CuResult::SUCCESS
         && cuda::stream_wait_event(scratch.side, slot.copied) == CuResult::SUCCESS
         && (slot.read_done.is_null() || cuda::stream_wait_event(scratch.side, slot.read_done) == CuResult::SUCCESS);
-    let base = scratch.base + index as u64 * scratch.slot_bytes;
     if !ordered || cuda::memcpy_async(base + offset, address, bytes, scratch.side) != CuResult::SUCCESS {
         return;
     }
@@ -352,7 +347,6 @@ fn scratch_for(
                 context,
                 base: 0,
                 charge: None,
-                slot_count,
                 slot_bytes: 0,
                 slots: [Slot::EMPTY, Slot::EMPTY],
                 next: 0,
@@ -392,7 +386,6 @@ fn scratch_for(
     }
     debug!("GEMM staging scratch: {} slot(s) of {} in VRAM", slot_count, Mib(slot_bytes));
     scratch.base = base;
-    scratch.slot_count = slot_count;
     scratch.slot_bytes = slot_bytes;
     scratch.next = 0;
     scratch.charge = Some(match scratch.charge.take() {
