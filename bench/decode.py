@@ -88,9 +88,10 @@ def shim_loaded():
         return any("libgreenboost_cuda" in line for line in maps)
 
 
-def cpu_breakdown(run, tokens):
-    """The CPU's top self times and the synchronisations while `run` generates `tokens`
-    tokens (torch.profiler, CPU only): where a GPU-bound step waits for the CPU."""
+def cpu_breakdown(run, top=12):
+    """The CPU's `top` self times (each event's own, not its children's) and the
+    synchronisations while `run` runs (torch.profiler, CPU only): a GPU waiting for the
+    CPU shows here as hooks, allocations or synchronisations."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -99,9 +100,9 @@ def cpu_breakdown(run, tokens):
         run()
         torch.cuda.synchronize()
     events = prof.key_averages()
-    top = sorted(((e.self_cpu_time_total / 1e3, e.count, e.key[:60]) for e in events), reverse=True)[:12]
+    heaviest = sorted(((e.self_cpu_time_total / 1e3, e.count, e.key[:60]) for e in events), reverse=True)[:top]
     syncs = {e.key: e.count for e in events if "ynchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense")}
-    return {"tokens": tokens, "cpu_self_top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top],
+    return {"cpu_self_top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in heaviest],
             "synchronisations": syncs}
 
 
@@ -123,18 +124,9 @@ def gpu_time_breakdown(forward, prompt, cache, token):
     result = {}
     for label, run in (("prefill", lambda: forward(prompt)), ("decode_step", lambda: forward(token, cache))):
         torch.cuda.synchronize()
-        started = time.perf_counter()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run()
             torch.cuda.synchronize()
-        wall_ms = (time.perf_counter() - started) * 1e3
-        # Where the CPU's time went, in a second run profiled on the CPU only (self time:
-        # each event's own): a GPU waiting for the CPU shows here as hooks, allocations or
-        # synchronisations.
-        with profile(activities=[ProfilerActivity.CPU]) as cpu_prof:
-            run()
-            torch.cuda.synchronize()
-        cpu = sorted(((e.self_cpu_time_total / 1e3, e.count, e.key[:60]) for e in cpu_prof.key_averages()), reverse=True)
         by_kind, top = {}, []
         for event in prof.key_averages():
             device_us = getattr(event, "device_time_total", None)
@@ -145,11 +137,11 @@ def gpu_time_breakdown(forward, prompt, cache, token):
             by_kind[kind(event.key)] = by_kind.get(kind(event.key), 0) + device_us / 1e3
             top.append((device_us / 1e3, event.count, event.key[:90]))
         top.sort(reverse=True)
+        # Where the CPU's time went, in a second run profiled on the CPU only. (No GPU
+        # idle figure: a profiled run's wall time is mostly the profiler's own.)
         result[label] = {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
-                         "wall_ms": round(wall_ms, 2),
-                         "gpu_idle_ms": round(wall_ms - sum(by_kind.values()), 2),
                          "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top[:8]],
-                         "cpu_self_top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in cpu[:10]]}
+                         "cpu_self_top": cpu_breakdown(run, top=10)["cpu_self_top"]}
     return result
 
 
@@ -401,7 +393,7 @@ def main():
             try:
                 profile = gpu_time_breakdown(forward, prompt, cache, token)
                 if args.generate == "hf":
-                    profile["hf_generate_4_tokens"] = cpu_breakdown(lambda: generate_hf(Clock(), 4), 4)
+                    profile["hf_generate_4_tokens"] = cpu_breakdown(lambda: generate_hf(Clock(), 4))
             except Exception as error:  # the profile explains figures; it never costs them
                 profile = {"error": f"{type(error).__name__}: {error}"[:300]}
 

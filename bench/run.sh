@@ -197,24 +197,30 @@ if want decode; then
             return 1
         fi
     }
+    # decode_greenboost LABEL [VAR=VALUE... --] [DECODE.PY ARGS...]: the GreenBoost
+    # configuration under the budget, with more environment and arguments.
+    decode_greenboost() {
+        local label=$1 env=()
+        shift
+        if [[ " $* " == *" -- "* ]]; then
+            while [[ $1 != -- ]]; do env+=("$1"); shift; done
+            shift
+        fi
+        run "$label" 240 with-shim "${env[@]}" GREENBOOST_VRAM_BUDGET="$budget" -- \
+            python3 bench/decode.py --config greenboost "${common[@]}" --max-seconds "$decode_max_s" --profile \
+            --new-tokens "$new_tokens" --budget-bytes "$budget" "$@"
+    }
     for config in $decode_configs; do
         case $config in
             vram) run decode-vram 150 -- python3 bench/decode.py --config vram "${common[@]}" --max-seconds "$decode_max_s" \
                 --new-tokens "$new_tokens" --repeat-check --profile ;;
-            greenboost) run decode-greenboost 240 with-shim GREENBOOST_VRAM_BUDGET="$budget" -- \
-                python3 bench/decode.py --config greenboost "${common[@]}" --max-seconds "$decode_max_s" --profile \
-                --new-tokens "$new_tokens" --budget-bytes "$budget"
-                if [[ -n $baseline_shim ]]; then
-                    # The same process with the earlier shim (LD_PRELOAD given last wins).
-                    run decode-greenboost_baseline 240 with-shim LD_PRELOAD="$baseline_shim" GREENBOOST_VRAM_BUDGET="$budget" -- \
-                        python3 bench/decode.py --config greenboost "${common[@]}" --max-seconds "$decode_max_s" --profile \
-                        --new-tokens "$new_tokens" --budget-bytes "$budget"
-                fi ;;
+            greenboost)
+                decode_greenboost decode-greenboost
+                # The same process with the earlier shim (LD_PRELOAD given last wins).
+                [[ -n $baseline_shim ]] && decode_greenboost decode-greenboost_baseline LD_PRELOAD="$baseline_shim" -- ;;
             hf_vram) run decode-hf_vram 150 -- python3 bench/decode.py --config vram --generate hf "${common[@]}" \
                 --max-seconds "$decode_max_s" --new-tokens "$new_tokens" --profile ;;
-            hf_greenboost) run decode-hf_greenboost 240 with-shim GREENBOOST_VRAM_BUDGET="$budget" -- \
-                python3 bench/decode.py --config greenboost --generate hf "${common[@]}" --max-seconds "$decode_max_s" \
-                --profile --new-tokens "$new_tokens" --budget-bytes "$budget" ;;
+            hf_greenboost) decode_greenboost decode-hf_greenboost -- --generate hf ;;
             cpu_offload) run decode-cpu_offload 150 -- python3 bench/decode.py --config cpu_offload "${common[@]}" "${slow[@]}" ;;
             uvm|uvm_split) uvm_room "$config" && run "decode-$config" 150 -- python3 bench/decode.py --config "$config" \
                 "${common[@]}" "${slow[@]}" --uvm-lib "$work/uvm_alloc.so" ;;
