@@ -19,6 +19,7 @@ use kernel::sync::Arc;
 
 use crate::glue_ffi::{self as ffi, Chunk};
 use crate::memlock::Memlock;
+use crate::pool::order_bytes;
 use crate::procs::{Holder, ProcEntry};
 use crate::state::{state, State};
 use crate::util;
@@ -169,9 +170,7 @@ impl Buffer {
         }
         Ok(vaddr)
     }
-}
 
-impl Buffer {
     /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of the
     /// dying buffer; returns them and their bytes.
     fn take_referenced(&mut self) -> (KVVec<Chunk>, u64) {
@@ -185,7 +184,7 @@ impl Buffer {
             // A chunk that does not fit the list stays; `recycle` drops our reference.
             if !exclusive && held.push(chunk, GFP_KERNEL).is_ok() {
                 let _ = util::vec_swap_remove(&mut self.chunks, i);
-                bytes += (PAGE_SIZE as u64) << chunk.order;
+                bytes += order_bytes(chunk.order);
             } else {
                 i += 1;
             }
