@@ -271,8 +271,16 @@ else
 fi
 
 # --- the scripts themselves ------------------------------------------------------------
+# Run from a world-readable copy: the checkout itself may sit in a directory that user
+# 65534 cannot enter (a clone under `mktemp -d`), which would fail before the root check.
+unprivileged_copy=$(mktemp -d)
+chmod 755 "$unprivileged_copy"
+mkdir "$unprivileged_copy/scripts"
+cp scripts/install.sh "$unprivileged_copy/scripts/"
+cp Cargo.toml "$unprivileged_copy/"
 check "install.sh refuses a system install without root" bash -c \
-  "out=\$(setpriv --reuid=65534 --regid=65534 --clear-groups scripts/install.sh 2>&1); [ \$? -ne 0 ] && grep -q 'sudo make install' <<<\"\$out\""
+  "out=\$(setpriv --reuid=65534 --regid=65534 --clear-groups $unprivileged_copy/scripts/install.sh 2>&1); [ \$? -ne 0 ] && grep -q 'sudo make install' <<<\"\$out\""
+rm -rf "$unprivileged_copy"
 check "install/uninstall scripts parse" bash -c "bash -n scripts/install.sh && bash -n scripts/uninstall.sh"
 check "no system command was run in any staged case" no_system_calls
 system_snapshot > "$work/system-after"
