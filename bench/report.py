@@ -262,7 +262,7 @@ def decode(runs):
         if r is None:
             table[config] = {"missing": runs["decode-" + config]["problem"]}
             continue
-        table[config] = {k: r[k] for k in ("prefill_tok_s", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
+        table[config] = {k: r[k] for k in ("prefill_tok_s", "prefill_s_each", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
                                            "new_tokens", "same_tokens_when_repeated", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
                                            "setup_s", "shim_loaded", "profile") if k in r}
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
@@ -551,7 +551,8 @@ def markdown(report):
                       "| configuration | step | copies | GEMM kernels | other kernels | top kernels |",
                       "| --- | --- | --- | --- | --- | --- |"]
             for config, prof in profiled.items():
-                for step, part in prof.items():
+            # A CPU-only part (generate's synchronisation count) has no GPU kinds.
+                for step, part in ((s, p) for s, p in prof.items() if "ms_by_kind" in p):
                     kinds = part["ms_by_kind"]
                     top = "; ".join(f"{t['name']} {t['ms']} ms x{t['calls']}" for t in part["top"][:3])
                     lines.append(f"| {config} | {step} | {kinds.get('copy', 0)} | {kinds.get('gemm', 0)} "
