@@ -170,8 +170,19 @@ bool gb_node_online(int nid)
 
 int gb_numa_node_id(void)
 {
-	/* the nearest node with memory to this CPU (its own unless memoryless) */
-	return numa_mem_id();
+	int nid = numa_mem_id(), n, best = NUMA_NO_NODE;
+
+	/*
+	 * The nearest node with memory to this CPU. numa_mem_id() is that only where the
+	 * architecture supports memoryless nodes (not x86, where a CPU of a memoryless
+	 * node gets its own node and a strict ALLOC there could never succeed).
+	 */
+	if (node_state(nid, N_MEMORY))
+		return nid;
+	for_each_node_state(n, N_MEMORY)
+		if (best == NUMA_NO_NODE || node_distance(nid, n) < node_distance(nid, best))
+			best = n;
+	return best;
 }
 
 u64 gb_mem_available(void)

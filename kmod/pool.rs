@@ -198,6 +198,7 @@ impl Pool<'_> {
         // same totals as if it had used the cache.
         // SAFETY: `gb_current_memcg_charged` only reads the current task's cgroup.
         let charged = unsafe { ffi::gb_current_memcg_charged() };
+        let cap = self.shared.limits().cap;
         let mut remaining = size;
         // Once 2 MiB blocks run out, lower orders are used for the rest of this buffer
         // rather than failing again at every chunk.
@@ -244,6 +245,7 @@ impl Pool<'_> {
             let chunk = match cached {
                 Some(chunk) => chunk,
                 None => {
+                    self.trim_to_cap(cap);
                     claim.before_fresh(order_bytes(order))?;
                     let chunk = fresh_chunk(order, 0, placement, true).ok_or(ENOMEM)?;
                     claim.taken(order_bytes(chunk.order));
@@ -391,6 +393,19 @@ impl Pool<'_> {
                 break;
             }
         }
+    }
+
+    /// Frees cached chunks while the buffers (admitted ALLOCs included) and the cache
+    /// together exceed `cap`. Admission ([`dirty_claim`]) counts on an ALLOC taking
+    /// cached pages; where it takes a fresh chunk instead (the cached pages are on
+    /// another node than a placed ALLOC wants, or this part of the buffer is below
+    /// 2 MiB), the cache makes the room first, so that the pool never holds more pages
+    /// than its cap (give or take the chunk being added).
+    fn trim_to_cap(self, cap: u64) {
+        let c = &self.shared.counters;
+        while c.t2_used.load(Ordering::Relaxed).saturating_add(c.t2_cached.load(Ordering::Relaxed)) > cap
+            && self.trim_one()
+        {}
     }
 
     /// Frees one cached chunk (clean first). Returns false when the cache is empty.

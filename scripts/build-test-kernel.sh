@@ -39,7 +39,7 @@ make -C "$KSRC" O="$KDIR" "${KVARS[@]}" tinyconfig >&2
 make -C "$KSRC" O="$KDIR" "${KVARS[@]}" olddefconfig >&2
 # The debug options are the point of this guest: a dependency that silently drops one
 # (tinyconfig's SLUB_TINY drops KASAN) fails the build instead.
-for sym in RUST DMA_SHARED_BUFFER IO_URING EVENTFD BLK_DEV_RAM NUMA PROVE_LOCKING DEBUG_FS \
+for sym in RUST DMA_SHARED_BUFFER IO_URING ADVISE_SYSCALLS EVENTFD BLK_DEV_RAM NUMA PROVE_LOCKING DEBUG_FS \
            KASAN KASAN_GENERIC KASAN_INLINE KASAN_VMALLOC DEBUG_KMEMLEAK DEBUG_VM DMA_API_DEBUG \
            DMA_API_DEBUG_SG FAULT_INJECTION FAIL_PAGE_ALLOC FAILSLAB FAULT_INJECTION_DEBUG_FS \
            FAULT_INJECTION_STACKTRACE_FILTER; do

@@ -10,8 +10,9 @@
 # For each guest: build greenboost.ko and the test-only importer module
 # (tests/qemu/importer) for that kernel, pack an initramfs with busybox, tests/qemu/init,
 # the static guest test binary (tests/qemu/guest) and tests/qemu/guest-suite.sh, boot it
-# under multi-threaded TCG (4 vCPUs, 2 NUMA nodes of 1 GiB with 2 CPUs each, one socket
-# per node: CPUs that share a cache across nodes make the scheduler WARN at boot) and
+# under multi-threaded TCG (4 vCPUs, each its own socket: CPUs that share a cache across
+# nodes make the scheduler WARN at boot; NUMA nodes 0 and 1 of 1 GiB, node 2 a CPU
+# without memory) and
 # parse the serial log. The rust guest's kernel is the debug one (KASAN, kmemleak,
 # lockdep, DEBUG_VM, DMA-API debugging, fault injection; kmod/test-kernel.config): init
 # clears kmemleak before the suite and scans after it. A guest's result:
@@ -28,7 +29,8 @@
 # Environment:
 #   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
 #   GB_QEMU_TIMEOUT  seconds per guest (default 1200)
-#   GB_QEMU_SMP      vCPUs per guest, split over the 2 NUMA nodes (default 4)
+#   GB_QEMU_SMP      vCPUs per guest (default 4): the first half on NUMA node 0, the rest on
+#                    node 1 except the last, which forms node 2 without memory
 #   GB_QEMU_TCG      TCG threading, multi or single (default multi: one host thread
 #                    per vCPU, so the race tests really interleave)
 #   GB_QEMU_APPEND   more kernel command-line parameters for every guest (e.g.
@@ -187,14 +189,21 @@ boot_guest() {
   # (with 2x1 GiB its ALLOC met the reserve after 886 MiB; the stock guest's did not).
   local node_mib=1024
   [ "$guest" = rust ] && node_mib=${GB_RUST_NODE_MIB:-1536}
+  # Node 1 gets the second socket's CPUs; with more than 2 vCPUs its last one forms
+  # node 2, which has no memory (numa_memoryless_node: such a node cannot be asked for).
+  local numa_rest=(-numa "node,nodeid=1,cpus=$per_node-$(( qemu_smp - 1 )),memdev=mem1")
+  if (( qemu_smp > 2 )); then
+    numa_rest=(-numa "node,nodeid=1,cpus=$per_node-$(( qemu_smp - 2 )),memdev=mem1"
+               -numa "node,nodeid=2,cpus=$(( qemu_smp - 1 ))")
+  fi
   t0=$(date +%s)
   log "booting the $guest guest (TCG $qemu_tcg-threaded, $qemu_smp vCPUs; log: $log)"
   # shellcheck disable=SC2086
   timeout -k 10 "$qemu_timeout" qemu-system-x86_64 \
-    -accel tcg,thread="$qemu_tcg" -cpu max -smp "$qemu_smp",sockets=2,cores="$per_node",threads=1 -m $(( 2 * node_mib ))M \
+    -accel tcg,thread="$qemu_tcg" -cpu max -smp "$qemu_smp",sockets="$qemu_smp",cores=1,threads=1 -m $(( 2 * node_mib ))M \
     -object memory-backend-ram,id=mem0,size=${node_mib}M -object memory-backend-ram,id=mem1,size=${node_mib}M \
     -numa node,nodeid=0,cpus=0-$(( per_node - 1 )),memdev=mem0 \
-    -numa node,nodeid=1,cpus=$per_node-$(( qemu_smp - 1 )),memdev=mem1 \
+    "${numa_rest[@]}" \
     -kernel "$kernel" -initrd "$initrd" \
     -append "console=ttyS0 panic=-1 oops=panic loglevel=6 ${GB_QEMU_APPEND:-} $append" \
     -nodefaults -no-reboot -display none -serial stdio -monitor none \
@@ -226,7 +235,8 @@ boot_guest() {
     passed=$(echo "$summaries" | awk '{s += $1} END {print s}')
     failed=$(echo "$summaries" | awk '{s += $2} END {print s}')
   fi
-  grep -q "^GUEST-BOOT: .* numa_nodes=2 " "$log" || problems+=("guest does not see 2 NUMA nodes")
+  local want_nodes=$(( qemu_smp > 2 ? 3 : 2 ))
+  grep -q "^GUEST-BOOT: .* numa_nodes=$want_nodes " "$log" || problems+=("guest does not see $want_nodes NUMA nodes")
   grep -q "^GUEST-BOOT: .* cpus=$qemu_smp " "$log" || problems+=("guest does not see $qemu_smp CPUs")
   while IFS= read -r l; do problems+=("$l"); done < <(grep '^GUEST-SETUP-ERROR' "$log")
   # The console and the final dmesg dump both carry each kernel line: count it once.

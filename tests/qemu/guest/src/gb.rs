@@ -361,9 +361,9 @@ pub fn wait_eventfd(fd: RawFd, timeout: Duration) -> Result<Option<u64>, String>
     Ok(Some(v))
 }
 
-/// Online NUMA nodes, from sysfs.
-pub fn online_nodes() -> Vec<i32> {
-    let s = std::fs::read_to_string("/sys/devices/system/node/online").unwrap_or_else(|_| "0".into());
+/// A node list file of /sys/devices/system/node ("0-1,3"); `fallback` when unreadable.
+fn node_list(file: &str, fallback: &str) -> Vec<i32> {
+    let s = std::fs::read_to_string(format!("/sys/devices/system/node/{file}")).unwrap_or_else(|_| fallback.into());
     let mut nodes = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -375,6 +375,21 @@ pub fn online_nodes() -> Vec<i32> {
         }
     }
     nodes
+}
+
+/// Online NUMA nodes, memoryless ones included.
+pub fn online_nodes() -> Vec<i32> {
+    node_list("online", "0")
+}
+
+/// Online NUMA nodes that have memory (an ALLOC can be placed on these only).
+pub fn memory_nodes() -> Vec<i32> {
+    node_list("has_memory", "0")
+}
+
+/// CPUs of `node`, from its cpulist.
+pub fn node_cpus(node: i32) -> Vec<i32> {
+    node_list(&format!("node{node}/cpulist"), "")
 }
 
 /// A /proc/meminfo field in bytes.

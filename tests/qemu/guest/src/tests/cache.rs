@@ -3,8 +3,8 @@
 
 use crate::gb::*;
 use crate::harness::*;
-use crate::tests::pressure::ParamGuard;
-use greenboost_abi::GB_CHUNK_SIZE;
+use crate::tests::pressure::{write_param, ParamGuard};
+use greenboost_abi::{GB_ALLOC_NODE_STRICT, GB_CHUNK_SIZE};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -71,5 +71,75 @@ pub fn cache_shrinker() -> TestResult {
     note(&format!("cache {} MiB before reclaim, {} MiB right after, {} MiB 0.5 s later", target / MIB, after / MIB, later / MIB));
     ensure(after == 0, || format!("{after} bytes still cached after drop_caches=2 (no shrinker?)"))?;
     ensure(later < target, || "the cache refilled to its target right behind reclaim".into())?;
+    Ok(Outcome::Pass)
+}
+
+/// Waits until the cache is empty (the worker trims it to a lowered target).
+fn cache_empty() -> Result<(), String> {
+    let t0 = Instant::now();
+    while sysfs_counter("t2_cached_bytes")? != 0 {
+        ensure(t0.elapsed() < Duration::from_secs(20), || "cache not emptied 20 s after cache_mb=0".into())?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The pool cap holds when the cache's pages are on another node than a placed ALLOC
+/// wants. Admission counts on the ALLOC taking cached pages; it cannot take these, so
+/// without the cache giving that room back the pool holds its cache and the new buffer,
+/// past the cap. Measured as RAM the ALLOC takes (lowest MemFree while it runs, sampled
+/// by a second thread), since the worker trims the cache right after the ALLOC returns
+/// (a watchdog tick during the ALLOC may do so earlier: without the fix the pool still
+/// grew 88 MiB past the cap here).
+pub fn cap_holds_with_cache_on_another_node() -> TestResult {
+    const CAP: u64 = 128 * MIB;
+    const ALLOC: u64 = 96 * MIB;
+    const SLACK: u64 = 16 * MIB;
+    let nodes = memory_nodes();
+    if nodes.len() < 2 {
+        return Ok(Outcome::Skip(format!("{} NUMA node(s) with memory; the test needs 2", nodes.len())));
+    }
+    let (near, far) = (nodes[0], nodes[1]);
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    ensure(base.t2_used == 0, || format!("{} bytes of buffers left by earlier tests", base.t2_used))?;
+    // An empty cache, then the cap: the worker may not refill behind the test's back.
+    let _target = ParamGuard::set("cache_mb", "0")?;
+    cache_empty()?;
+    let _cap = ParamGuard::set("pool_cap_mb", &(CAP / MIB).to_string())?;
+    // A full-cap buffer on `near`; its pages become the cache when it dies (the cap
+    // leaves the worker no room to add pages of its own while it lives).
+    let filler = dev.try_alloc_on(CAP, GB_ALLOC_NODE_STRICT, near).map_err(|e| format!("ALLOC({CAP}) on node {near}: {}", errname(e)))?;
+    write_param("cache_mb", &(CAP / MIB).to_string())?;
+    drop(filler);
+    cache_full(CAP)?;
+    let free0 = meminfo("MemFree").ok_or("no MemFree")?;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut lowest = u64::MAX;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                lowest = lowest.min(meminfo("MemFree").unwrap_or(u64::MAX));
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            lowest
+        })
+    };
+    let placed = dev.try_alloc_on(ALLOC, GB_ALLOC_NODE_STRICT, far);
+    let (used, cached) = (sysfs_counter("t2_used_bytes")?, sysfs_counter("t2_cached_bytes")?);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let lowest = sampler.join().map_err(|_| "sampler panicked")?.min(meminfo("MemFree").unwrap_or(u64::MAX));
+    let buf = placed.map_err(|e| format!("ALLOC({ALLOC}) on node {far} with {CAP} cached on node {near}: {}", errname(e)))?;
+    let taken = free0.saturating_sub(lowest);
+    note(&format!(
+        "cap {} MiB, {} MiB cached on node {near}; ALLOC of {} MiB on node {far}: RAM taken at most {} MiB while it ran, \
+         then buffers {} + cache {} MiB",
+        CAP / MIB, CAP / MIB, ALLOC / MIB, taken / MIB, used / MIB, cached / MIB
+    ));
+    // The pool held the whole cap before the ALLOC: any RAM it takes is past the cap.
+    ensure(taken <= SLACK, || format!("the pool grew {} MiB past its {} MiB cap while the ALLOC ran", taken / MIB, CAP / MIB))?;
+    ensure(used + cached <= CAP + SLACK, || format!("buffers {used} + cache {cached} bytes above the {CAP}-byte cap after the ALLOC"))?;
+    drop(buf);
     Ok(Outcome::Pass)
 }

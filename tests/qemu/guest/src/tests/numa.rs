@@ -42,9 +42,9 @@ fn page_nodes(m: &Mapping) -> Result<Vec<i32>, String> {
 }
 
 pub fn numa_placement() -> TestResult {
-    let nodes = online_nodes();
+    let nodes = memory_nodes();
     if nodes.len() < 2 {
-        return Ok(Outcome::Skip(format!("guest has {} NUMA node(s); placement needs 2 (the runner boots with 2)", nodes.len())));
+        return Ok(Outcome::Skip(format!("guest has {} NUMA node(s) with memory; placement needs 2 (the runner boots with 2)", nodes.len())));
     }
     let dev = Dev::open()?;
     for &node in &nodes {
@@ -62,5 +62,45 @@ pub fn numa_placement() -> TestResult {
         }
     }
     note(&format!("nodes {nodes:?}: every page where asked"));
+    Ok(Outcome::Pass)
+}
+
+/// A node without memory (online for its CPU) cannot be asked for: EINVAL, strict or
+/// not, nothing allocated. A strict ALLOC for "this CPU's node" from that node's CPU
+/// gets the nearest node with memory instead (the kernel's numa_mem_id).
+pub fn numa_memoryless_node() -> TestResult {
+    let with_memory = memory_nodes();
+    let Some(node) = online_nodes().into_iter().find(|n| !with_memory.contains(n)) else {
+        return Ok(Outcome::Skip("no memoryless node online (the runner boots node 2 with a CPU and no memory)".into()));
+    };
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    for flags in [0, GB_ALLOC_NODE_STRICT] {
+        expect_errno(&format!("ALLOC on memoryless node {node} (flags {flags})"), dev.try_alloc_on(4 * MIB, flags, node).map(|_| ()), libc::EINVAL)?;
+    }
+    let Some(&cpu) = node_cpus(node).first() else {
+        return Ok(Outcome::Skip(format!("memoryless node {node} has no CPU to run on")));
+    };
+    let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+    let mut old = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: both sets are zeroed cpu_set_t values of the right size; CPU_SET writes
+    // inside `set`; the affinity calls only read or write these sets.
+    unsafe {
+        libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), old.as_mut_ptr());
+        libc::CPU_SET(cpu as usize, &mut *set.as_mut_ptr());
+        ensure(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set.as_ptr()) == 0, || format!("pinning to CPU {cpu}: {}", errname(errno())))?;
+    }
+    let placed = dev.try_alloc_on(4 * MIB, GB_ALLOC_NODE_STRICT, -1).map_err(|e| format!("strict ALLOC for this CPU's node from CPU {cpu} of memoryless node {node}: {}", errname(e)));
+    // SAFETY: restores the affinity read above.
+    unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), old.as_ptr()) };
+    let buf = placed?;
+    let m = buf.map()?;
+    m.fill(7, page_words());
+    let nodes = page_nodes(&m)?;
+    ensure(nodes.iter().all(|n| with_memory.contains(n)), || format!("pages on nodes {nodes:?}, expected nodes with memory {with_memory:?}"))?;
+    note(&format!("node {node} is memoryless: EINVAL when named; from its CPU {cpu} a strict ALLOC landed on node {}", nodes[0]));
+    drop(m);
+    drop(buf);
+    dev.settle_to(&base, std::time::Duration::from_secs(5))?;
     Ok(Outcome::Pass)
 }

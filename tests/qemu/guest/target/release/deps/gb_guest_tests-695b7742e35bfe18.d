@@ -1,0 +1,31 @@
+/work/main/tests/qemu/guest/target/release/deps/gb_guest_tests-695b7742e35bfe18.d: src/main.rs src/gb.rs src/harness.rs src/tests/mod.rs src/tests/access.rs src/tests/alloc.rs src/tests/attach.rs src/tests/fault.rs src/tests/cache.rs src/tests/charges.rs src/tests/fuzz.rs src/tests/held.rs src/tests/importer.rs src/tests/inject.rs src/tests/killable.rs src/tests/lifecycle.rs src/tests/mmap.rs src/tests/numa.rs src/tests/pin.rs src/tests/pressure.rs src/tests/stats.rs src/tests/stress.rs src/uring.rs Cargo.toml
+
+/work/main/tests/qemu/guest/target/release/deps/libgb_guest_tests-695b7742e35bfe18.rmeta: src/main.rs src/gb.rs src/harness.rs src/tests/mod.rs src/tests/access.rs src/tests/alloc.rs src/tests/attach.rs src/tests/fault.rs src/tests/cache.rs src/tests/charges.rs src/tests/fuzz.rs src/tests/held.rs src/tests/importer.rs src/tests/inject.rs src/tests/killable.rs src/tests/lifecycle.rs src/tests/mmap.rs src/tests/numa.rs src/tests/pin.rs src/tests/pressure.rs src/tests/stats.rs src/tests/stress.rs src/uring.rs Cargo.toml
+
+src/main.rs:
+src/gb.rs:
+src/harness.rs:
+src/tests/mod.rs:
+src/tests/access.rs:
+src/tests/alloc.rs:
+src/tests/attach.rs:
+src/tests/fault.rs:
+src/tests/cache.rs:
+src/tests/charges.rs:
+src/tests/fuzz.rs:
+src/tests/held.rs:
+src/tests/importer.rs:
+src/tests/inject.rs:
+src/tests/killable.rs:
+src/tests/lifecycle.rs:
+src/tests/mmap.rs:
+src/tests/numa.rs:
+src/tests/pin.rs:
+src/tests/pressure.rs:
+src/tests/stats.rs:
+src/tests/stress.rs:
+src/uring.rs:
+Cargo.toml:
+
+# env-dep:CLIPPY_ARGS=
+# env-dep:CLIPPY_CONF_DIR
