@@ -154,12 +154,11 @@ impl Buffer {
         Ok(())
     }
 
-    /// A kernel mapping of the whole buffer (`vmap`). Refused with E2BIG above
-    /// [`VMAP_MAX`]; ENOMEM when the kernel cannot map it.
+    /// A kernel mapping of the whole buffer (`vmap`), of any size: the dma-buf core
+    /// WARNs on every vmap an exporter refuses, so there is no size limit here (the
+    /// page-pointer array is kvmalloc'ed, 2 MiB per GiB, and freed once mapped).
+    /// ENOMEM when the kernel cannot map it.
     pub(crate) fn vmap(&self) -> Result<*mut c_void> {
-        if self.size > VMAP_MAX {
-            return Err(E2BIG);
-        }
         let n = c_uint::try_from(self.chunks.len())?;
         let pages = self.pages();
         // SAFETY: `chunks` is a valid array of `n` chunks covering `pages` pages (type
@@ -192,11 +191,6 @@ impl Buffer {
         (held, bytes)
     }
 }
-
-/// Largest buffer `vmap` maps: kernel mappings are for importers that touch a buffer
-/// with the CPU (small ones); a huge one would take a page-pointer array of 2 MiB per
-/// GiB and a matching share of the vmalloc space for nothing.
-pub(crate) const VMAP_MAX: u64 = 4 << 30;
 
 impl Drop for Buffer {
     fn drop(&mut self) {

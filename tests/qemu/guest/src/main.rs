@@ -60,6 +60,7 @@ const MAIN: &[Test] = &[
     t("kill9_releases_to_baseline", 60, lifecycle::kill9_releases),
     t("dmabuf_sync_ioctl", 30, fuzz::dmabuf_sync),
     t("importer_sg_table", 60, importer::importer_sg_table),
+    t("importer_vmap_large", 120, importer::importer_vmap_large),
     t("importer_segments_within_limits", 60, attach::segments_within_limits),
     t("importer_attachments_and_cpu_syncs", 60, attach::attachments_and_cpu_syncs),
     t("importer_held_past_close", 120, attach::held_past_close),

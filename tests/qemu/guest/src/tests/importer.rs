@@ -100,3 +100,26 @@ pub fn importer_sg_table() -> TestResult {
     expect_errno("importer with a pipe fd", raw_ioctl(std::os::fd::AsRawFd::as_raw_fd(&imp), GB_IMPORTER_IOC_CHECK, &mut c as *mut ImporterCheck as usize), libc::EINVAL)?;
     Ok(Outcome::Pass)
 }
+
+/// An importer's vmap of a large buffer (a fifth of RAM, within the default per-user
+/// cap) maps it whole, read through at both ends, with no kernel complaint: the
+/// dma-buf core WARNs on any vmap the exporter refuses, so a size limit would WARN.
+pub fn importer_vmap_large() -> TestResult {
+    let imp = importer()?;
+    let dev = Dev::open()?;
+    let ram = meminfo("MemTotal").ok_or("no MemTotal")?;
+    let size = round_up(ram / 5, 2 * MIB);
+    let buf = dev.alloc(size)?;
+    let map = buf.map()?;
+    let last = map.words() - 1;
+    map.write_u64(0, 0x7a57_0000);
+    map.write_u64(last, 0x7a57_0001);
+    let c = check(&imp, buf.raw(), 0).map_err(|e| format!("importer attach/map of a {size}-byte buffer: {}", errname(e)))?;
+    note(&format!("RAM {} MiB: vmap of a {} MiB buffer: {}", ram / MIB, size / MIB,
+        if c.vmap_ok == 1 { "ok".to_string() } else { errname(-c.vmap_err) }));
+    ensure(c.vmap_ok == 1, || format!("vmap of {size} bytes: {}", errname(-c.vmap_err)))?;
+    ensure(c.vmap_first == 0x7a57_0000 && c.vmap_last == 0x7a57_0001, || {
+        format!("through the vmap the importer reads {:#x}..{:#x}", c.vmap_first, c.vmap_last)
+    })?;
+    Ok(Outcome::Pass)
+}
