@@ -243,6 +243,8 @@ fi
     # The device gets no .git: bench/prepare.sh stages the commit in build/bench-carry/.
     commit=${BENCH_COMMIT:-}
     [[ -z $commit && -f build/bench-carry/commit ]] && commit=$(cat build/bench-carry/commit)
+    # The GPU suite's carry names the commit it was built from; a copied .git can be stale.
+    [[ -z $commit && -f build/gpu-carry/COMMIT ]] && commit=$(cat build/gpu-carry/COMMIT)
     [[ -z $commit ]] && commit=$(git rev-parse --short=12 HEAD 2>/dev/null)
     echo "commit: ${commit:-unknown}"
     if [[ -n $shim ]]; then

@@ -102,6 +102,8 @@ pub struct ShimStats {
     pub gemm_staged: u64,
     pub gemm_staged_bytes: u64,
     pub headroom_spills: u64,
+    /// From here on, only through `greenboost_shim_stats_sized` (see exports.rs).
+    pub gemm_prefetched: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -128,6 +130,7 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         gemm_staged: load(&STATS.gemm_staged),
         gemm_staged_bytes: load(&STATS.gemm_staged_bytes),
         headroom_spills: load(&STATS.headroom_spills),
+        gemm_prefetched: load(&STATS.gemm_prefetched),
     }
 }
 

@@ -709,25 +709,25 @@ static int test_expandable(int argc, char **argv)
 /* ---- split placement: one allocation larger than the VRAM left under the budget gets
  * a VRAM head and a host tail in one address range (GREENBOOST_SPLIT_MIN) ---- */
 
-/* The shim's counters (`greenboost_shim_stats`, shim/src/stats.rs): the fields read
- * here, then room for those appended after them. */
+/* The shim's counters (`greenboost_shim_stats_sized`, shim/src/stats.rs): the fields
+ * read here, then room for those appended after them. */
 struct shim_stats {
     unsigned long long t1_used, t1_peak, t2_used, t2_peak, t1_allocs, t2_allocs, t2_after_vram_oom, oom_returned,
         vmm_host, deferred_frees;
     unsigned backend;
     int import_dmabuf_result, import_opaque_result;
     unsigned reserved;
-    unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills;
+    unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills, gemm_prefetched;
     unsigned long long appended[16];
 };
 
 /* All zero without the shim, so that a control run fails at the placement checks. */
 static struct shim_stats shim_stats(void)
 {
-    int (*get)(struct shim_stats *) = (int (*)(struct shim_stats *))dlsym(RTLD_DEFAULT, "greenboost_shim_stats");
+    long (*get)(void *, size_t) = (long (*)(void *, size_t))dlsym(RTLD_DEFAULT, "greenboost_shim_stats_sized");
     struct shim_stats s;
     memset(&s, 0, sizeof s);
-    CHECK(!get || get(&s) == 0, "greenboost_shim_stats failed\n");
+    CHECK(!get || get(&s, sizeof s) > 0, "greenboost_shim_stats_sized failed\n");
     return s;
 }
 

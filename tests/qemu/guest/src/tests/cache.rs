@@ -89,12 +89,14 @@ fn cache_empty() -> Result<(), String> {
 /// without the cache giving that room back the pool holds its cache and the new buffer,
 /// past the cap. Measured as RAM the ALLOC takes (lowest MemFree while it runs, sampled
 /// by a second thread), since the worker trims the cache right after the ALLOC returns
-/// (a watchdog tick during the ALLOC may do so earlier: without the fix the pool still
-/// grew 88 MiB past the cap here).
+/// (a watchdog tick during the ALLOC may do so earlier).
 pub fn cap_holds_with_cache_on_another_node() -> TestResult {
-    const CAP: u64 = 128 * MIB;
-    const ALLOC: u64 = 96 * MIB;
-    const SLACK: u64 = 16 * MIB;
+    const CAP: u64 = 256 * MIB;
+    const ALLOC: u64 = 192 * MIB;
+    // MemFree misses freed pages still on the per-CPU lists (2 MiB ones go there too):
+    // a few chunks of noise (7-16 MiB seen with the fix, 88 MiB past a 128 MiB cap
+    // without it).
+    const SLACK: u64 = 32 * MIB;
     let nodes = memory_nodes();
     if nodes.len() < 2 {
         return Ok(Outcome::Skip(format!("{} NUMA node(s) with memory; the test needs 2", nodes.len())));
