@@ -6,6 +6,9 @@ GGUF with the carried gguf-py package.
   analyze.py fit-ngl MODEL --budget-mib B --compute-mib C --ctx N [--gguf-py DIR]
       prints a JSON plan: per-layer weight and KV bytes, and the most layers whose
       weights + KV cache + compute buffer fit the budget
+  analyze.py fit-ncmoe MODEL --budget-mib B --compute-mib C --ctx N [--gguf-py DIR]
+      the same for a mixture-of-experts model run with -ngl 99: the fewest layers whose
+      experts go to the CPU (--n-cpu-moe) so that the rest fits the budget
   analyze.py buffers STDERR_LOG
       prints the device buffers llama.cpp reported (-v log) as JSON, in MiB
   analyze.py report RAW_DIR OUT_DIR
@@ -31,8 +34,11 @@ KV_PAD = 256
 CONFIGS = {
     "vram": "all in VRAM (-ngl 99, no shim)",
     "partial": "llama.cpp partial offload (-ngl N fitted to the budget)",
+    "cpu_moe": "llama.cpp experts on the CPU (-ngl 99 --n-cpu-moe N fitted to the budget)",
     "greenboost": "GreenBoost (-ngl 99, LD_PRELOAD shim, GREENBOOST_VRAM_BUDGET)",
 }
+
+EXPERT_RE = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)_exps\.")
 
 BUFFER_RE = re.compile(r"\b(\w+) (model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
 
@@ -66,6 +72,43 @@ def fit_ngl(args: argparse.Namespace) -> int:
         "kv_cells": kv_cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib,
         "ngl": int(ngl),
         "planned_mib": round((ngl * (per_layer + kv_per_layer)) / MIB + args.compute_mib, 1),
+    }))
+    return 0
+
+
+def fit_ncmoe(args: argparse.Namespace) -> int:
+    if args.gguf_py:
+        sys.path.insert(0, args.gguf_py)
+    from gguf import GGUFReader  # noqa: E402
+
+    reader = GGUFReader(args.model)
+    experts: dict[int, int] = {}
+    on_gpu = 0  # with -ngl 99: every block tensor and the output; token_embd stays on the CPU
+    kv_dim = None
+    for t in reader.tensors:
+        m = EXPERT_RE.match(t.name)
+        if m:
+            experts[int(m.group(1))] = experts.get(int(m.group(1)), 0) + int(t.n_bytes)
+        elif t.name != "token_embd.weight":
+            on_gpu += int(t.n_bytes)
+        if t.name == "blk.0.attn_k.weight":
+            kv_dim = int(t.shape[1])
+    if not experts or kv_dim is None:
+        print(f"fit-ncmoe: {args.model} has no expert tensors", file=sys.stderr)
+        return 1
+    n_layer = len(experts)
+    per_layer = max(experts.values())
+    kv_cells = math.ceil(args.ctx / KV_PAD) * KV_PAD
+    kv = n_layer * 2 * kv_cells * kv_dim * 2
+    room = args.budget_mib * MIB - args.compute_mib * MIB - on_gpu - kv
+    # --n-cpu-moe N keeps the experts of the first N layers on the CPU.
+    on_device_layers = max(0, min(n_layer, room // per_layer))
+    ncmoe = n_layer - on_device_layers
+    print(json.dumps({
+        "n_layer": n_layer, "expert_bytes_per_layer": per_layer, "other_gpu_bytes": on_gpu, "kv_bytes": kv,
+        "kv_cells": kv_cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib, "ncmoe": int(ncmoe),
+        "planned_mib": round((on_gpu + kv + on_device_layers * per_layer) / MIB + args.compute_mib, 1),
+        "fits": room >= 0,
     }))
     return 0
 
@@ -151,6 +194,8 @@ def report(args: argparse.Namespace) -> int:
     configs = {}
     for stem, title in CONFIGS.items():
         rc_text = read_text(raw / f"{stem}.rc").strip()
+        if not rc_text and stem in ("partial", "cpu_moe"):
+            continue  # the other model kind's comparison
         if not rc_text:
             configs[stem] = {"title": title, "status": "not run"}
             continue
@@ -189,14 +234,10 @@ def report(args: argparse.Namespace) -> int:
         return configs.get(stem, {}).get("results", {}).get(test, {}).get("tok_s")
 
     pp, tg = f"pp{meta.get('n_prompt', 512)}", f"tg{meta.get('n_gen', 128)}"
-    ratios = {
-        f"greenboost_vs_partial_{tg}": ratio(ts("greenboost", tg), ts("partial", tg)),
-        f"greenboost_vs_partial_{pp}": ratio(ts("greenboost", pp), ts("partial", pp)),
-        f"greenboost_vs_vram_{tg}": ratio(ts("greenboost", tg), ts("vram", tg)),
-        f"greenboost_vs_vram_{pp}": ratio(ts("greenboost", pp), ts("vram", pp)),
-        f"partial_vs_vram_{tg}": ratio(ts("partial", tg), ts("vram", tg)),
-        f"partial_vs_vram_{pp}": ratio(ts("partial", pp), ts("vram", pp)),
-    }
+    pairs = [("greenboost", "cpu_moe"), ("greenboost", "partial"), ("greenboost", "vram"), ("cpu_moe", "vram"),
+             ("partial", "vram")]
+    ratios = {f"{a}_vs_{b}_{test}": ratio(ts(a, test), ts(b, test))
+              for a, b in pairs if a in configs and b in configs for test in (tg, pp)}
     date = meta.get("date") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     commit = meta.get("greenboost_commit", "unknown")
     doc = {"kind": "llamacpp", "date": date, "meta": meta, "configs": configs, "ratios": ratios}
@@ -224,6 +265,12 @@ def bench_identity(configs: dict) -> str:
 def plan_text(plan: dict | None) -> str:
     if not plan:
         return "-"
+    if "ncmoe" in plan:
+        return (f"--n-cpu-moe {plan['ncmoe']} of {plan['n_layer']} layers: "
+                f"{plan['expert_bytes_per_layer'] / MIB:.1f} MiB of experts per layer, "
+                f"{plan['other_gpu_bytes'] / MIB:.0f} MiB of other weights, {plan['kv_bytes'] / MIB:.0f} MiB KV "
+                f"({plan['kv_cells']} cells), compute buffer {plan['compute_mib']} MiB (probe run) -> "
+                f"{plan['planned_mib']} MiB of {plan['budget_mib']} MiB")
     return (f"-ngl {plan['ngl']} of {plan['n_layer']} layers: "
             f"{plan['layer_bytes'] / MIB:.1f} MiB weights + {plan['kv_bytes_per_layer'] / MIB:.1f} MiB "
             f"KV ({plan['kv_cells']} cells) per layer, compute buffer {plan['compute_mib']} MiB "
@@ -242,15 +289,18 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
         f"{m.get('llama_build', '?')}",
         f"- shim: {m.get('shim') or '?'} (shim commit {m.get('shim_commit') or '?'})",
         f"- llama-bench reports: {bench_identity(c)}",
-        f"- model: random-weight Llama, shape {model.get('shape', '?')} (hidden "
-        f"{model.get('hidden')}, {model.get('layers')} layers, ffn {model.get('ffn')}, "
-        f"{model.get('heads')}/{model.get('kv_heads')} heads, vocab {model.get('vocab')}), F16, "
+        f"- model: random-weight {model.get('arch', 'llama')}, shape {model.get('shape', '?')} (hidden "
+        f"{model.get('hidden')}, {model.get('layers')} layers, "
+        + (f"{model['experts']} experts of ffn {model.get('expert_ffn')}, {model.get('experts_used')} used per "
+           f"token, " if model.get("experts") else f"ffn {model.get('ffn')}, ")
+        + f"{model.get('heads')}/{model.get('kv_heads')} heads, vocab {model.get('vocab')}), F16, "
         f"{fmt(model.get('file_bytes'))} bytes; written in {fmt(model.get('seconds'))} s",
         f"- VRAM budget: {m.get('budget_mib', '?')} MiB; llama-bench {pp} and {tg}, "
         f"-r {m.get('reps', '?')}, same binary and flags for every configuration",
-        f"- partial-offload plan: {plan_text(m.get('ngl_plan'))}",
+        f"- {'experts-on-CPU' if (m.get('ngl_plan') or {}).get('ncmoe') is not None else 'partial-offload'} "
+        f"plan: {plan_text(m.get('ngl_plan'))}",
         "",
-        f"| configuration | -ngl | {pp} tok/s | {tg} tok/s | llama.cpp GPU buffers MiB "
+        f"| configuration | placement flags | {pp} tok/s | {tg} tok/s | llama.cpp GPU buffers MiB "
         f"| process peak VRAM MiB | GPU used peak - idle MiB | status |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -299,6 +349,11 @@ def main() -> int:
     f.add_argument("--compute-mib", type=float, required=True)
     f.add_argument("--ctx", type=int, required=True)
     f.add_argument("--gguf-py")
+    e = sub.add_parser("fit-ncmoe")
+    for name, kind in (("--budget-mib", int), ("--compute-mib", float), ("--ctx", int)):
+        e.add_argument(name, type=kind, required=True)
+    e.add_argument("model")
+    e.add_argument("--gguf-py")
     b = sub.add_parser("buffers")
     b.add_argument("log")
     r = sub.add_parser("report")
@@ -307,6 +362,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.cmd == "fit-ngl":
         return fit_ngl(args)
+    if args.cmd == "fit-ncmoe":
+        return fit_ncmoe(args)
     if args.cmd == "buffers":
         print(json.dumps(device_buffers(read_text(Path(args.log)))))
         return 0

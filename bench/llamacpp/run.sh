@@ -3,6 +3,9 @@
 # Llama-3-8B-shaped F16 GGUF (~16 GB) that does not fit an 8 GiB VRAM budget, in three
 # configurations: (a) all in VRAM, the reference; (b) llama.cpp's own partial offload,
 # -ngl fitted to the budget; (c) -ngl 99 under the GreenBoost shim with that budget.
+# With a mixture-of-experts shape (LLAMACPP_SHAPE=qwen3moe-30b-a3b-24l, 31 GB), (b) is
+# llama.cpp's answer for experts that do not fit: -ngl 99 --n-cpu-moe N, the fewest
+# layers' experts on the CPU that let the rest fit the budget (cpu_moe).
 #
 # Run from the repository root with build/llama-carry (bench/llamacpp/prepare.sh) and
 # build/gpu-carry (the shim) carried:
@@ -15,7 +18,8 @@
 # copy of them plus the raw logs under $OUT when it is set. A failing step is reported
 # and the others still run. Environment (defaults in brackets):
 #   LLAMACPP_BUDGET_MIB [8192]  VRAM budget of (b) and (c)
-#   LLAMACPP_SHAPE [llama3-8b]  make_gguf.py shape (tiny: local smoke test)
+#   LLAMACPP_SHAPE [llama3-8b]  make_gguf.py shape (tiny, qwen3moe-tiny: local smoke tests;
+#                               qwen3moe-*: the experts-on-CPU comparison)
 #   LLAMACPP_BIN                llama-bench to use instead of the built/carried one
 #   LLAMACPP_REPS [2]           llama-bench -r
 #   LLAMACPP_CUDA_FA [OFF]      build: compile the CUDA flash-attention kernels
@@ -24,7 +28,7 @@
 #   LLAMACPP_BUILD_TIMEOUT_S [540]  build: stop there (a device call has 600 s); the
 #                               next 'build' call continues from the objects already built
 #   GREENBOOST_SHIM [build/gpu-carry/libgreenboost_cuda.so]
-#   LLAMACPP_TIMEOUT_{VRAM,PARTIAL,GREENBOOST} [120,150,240]  seconds per configuration
+#   LLAMACPP_TIMEOUT_{VRAM,PARTIAL,CPU_MOE,GREENBOOST} [120,150,150,240]  seconds per configuration
 #   LLAMACPP_DEADLINE_S [470]   the whole bench phase, model writing included; later
 #                               configurations get what is left (the report is always written)
 set -uo pipefail
@@ -188,8 +192,8 @@ poll_vram() {
     done
 }
 
-# run_config NAME TIMEOUT NGL [ENV=VALUE...]: one llama-bench run (pp and tg), its logs,
-# exit status, wall time and VRAM samples in $raw/NAME.*.
+# run_config NAME TIMEOUT "NGL [MORE PLACEMENT FLAGS]" [ENV=VALUE...]: one llama-bench
+# run (pp and tg), its logs, exit status, wall time and VRAM samples in $raw/NAME.*.
 run_config() {
     local name=$1 limit=$2 ngl=$3 started poller rc
     shift 3
@@ -206,8 +210,9 @@ run_config() {
     poller=$!
     started=$(date +%s.%N)
     # env inside timeout: the preload reaches llama-bench alone, not timeout itself.
+    # shellcheck disable=SC2086  # $ngl is "-ngl's value [flags...]", split on purpose
     timeout -k 10 "$limit" env "$@" "$bin" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" \
-        -ngl "$ngl" -o jsonl -v >"$raw/$name.jsonl" 2>"$raw/$name.err"
+        -ngl $ngl -o jsonl -v >"$raw/$name.jsonl" 2>"$raw/$name.err"
     rc=$?
     awk -v end="$(date +%s.%N)" -v start="$started" 'BEGIN { printf "%.1f\n", end - start }' >"$raw/$name.wall"
     kill "$poller" 2>/dev/null
@@ -240,20 +245,41 @@ plan_partial_ngl() {
     guess=$("$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
         --compute-mib 512 --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py") || return 1
     guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["ngl"])')
-    # -d makes the context as large as the measured runs' (n_ctx and n_ubatch, which size
-    # the compute buffer, follow n_prompt + n_gen + depth); one token is generated after it.
-    timeout -k 10 60 "$bin" -m "$model" -p 0 -n 1 -d $((n_prompt + n_gen - 1)) -r 1 --no-warmup \
-        -ngl "$guess" -o jsonl -v \
-        >"$raw/probe.jsonl" 2>"$raw/probe.err"
-    echo $? >"$raw/probe.rc"
-    compute=$("$python" "$here/analyze.py" buffers "$raw/probe.err" | "$python" -c '
-import json, re, sys
-b = json.load(sys.stdin)
-print(max([v for k, v in b.items() if re.fullmatch(r"CUDA\d+ compute", k)] or [512]))')
+    compute=$(probe_compute_mib "$guess")
     "$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
         --compute-mib "$compute" --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py" \
         >"$raw/ngl-plan.json" || return 1
     "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ngl"])' "$raw/ngl-plan.json"
+}
+
+# The compute buffer llama.cpp reports for placement flags "$1" (MiB; 512 without a
+# report), from a short probe run with the measured runs' context.
+probe_compute_mib() {
+    # -d makes the context as large as the measured runs' (n_ctx and n_ubatch, which size
+    # the compute buffer, follow n_prompt + n_gen + depth); one token is generated after it.
+    # shellcheck disable=SC2086  # placement flags, split on purpose
+    timeout -k 10 60 "$bin" -m "$model" -p 0 -n 1 -d $((n_prompt + n_gen - 1)) -r 1 --no-warmup \
+        -ngl $1 -o jsonl -v \
+        >"$raw/probe.jsonl" 2>"$raw/probe.err"
+    echo $? >"$raw/probe.rc"
+    "$python" "$here/analyze.py" buffers "$raw/probe.err" | "$python" -c '
+import json, re, sys
+b = json.load(sys.stdin)
+print(max([v for k, v in b.items() if re.fullmatch(r"CUDA\d+ compute", k)] or [512]))'
+}
+
+# For a mixture-of-experts model: "99 -ncmoe N", N the fewest layers whose experts stay
+# on the CPU so that everything else fits the budget (compute buffer from a probe run).
+plan_cpu_moe() {
+    local guess compute
+    guess=$("$python" "$here/analyze.py" fit-ncmoe "$model" --budget-mib "$budget_mib" \
+        --compute-mib 512 --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py") || return 1
+    guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["ncmoe"])')
+    compute=$(probe_compute_mib "99 -ncmoe $guess")
+    "$python" "$here/analyze.py" fit-ncmoe "$model" --budget-mib "$budget_mib" \
+        --compute-mib "$compute" --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py" \
+        >"$raw/ngl-plan.json" || return 1
+    "$python" -c 'import json,sys; print("99 -ncmoe", json.load(open(sys.argv[1]))["ncmoe"])' "$raw/ngl-plan.json"
 }
 
 # Facts about the machine and the inputs, as JSON in $raw/meta.json.
@@ -335,7 +361,13 @@ bench() {
 
     run_config vram "${LLAMACPP_TIMEOUT_VRAM:-120}" 99
 
-    if ngl=$(plan_partial_ngl); then
+    if grep -q '"experts"' "$work/model/$shape.json" 2>/dev/null; then
+        if ngl=$(plan_cpu_moe); then
+            run_config cpu_moe "${LLAMACPP_TIMEOUT_CPU_MOE:-150}" "$ngl"
+        else
+            notes+=("planning --n-cpu-moe failed (see probe.err); (b) not run")
+        fi
+    elif ngl=$(plan_partial_ngl); then
         run_config partial "${LLAMACPP_TIMEOUT_PARTIAL:-150}" "$ngl"
     else
         notes+=("planning the partial-offload -ngl failed (see probe.err); (b) not run")

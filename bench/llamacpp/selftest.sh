@@ -2,7 +2,8 @@
 # Local check of the llama.cpp benchmark, on a machine without a GPU (run it here before
 # spending device time): stages the carry, builds a CPU-only llama-bench from the same
 # carried source (cached), writes a tiny-shape GGUF with make_gguf.py and runs the whole
-# `run.sh bench` phase on it (three configurations, -v logs, JSONL, report), then feeds
+# `run.sh bench` phase on it (three configurations, -v logs, JSONL, report), the same on
+# a tiny mixture-of-experts GGUF (the experts-on-CPU configuration), then feeds
 # the report code a captured GPU-style run (CUDA buffer lines, VRAM samples, a shim
 # summary, a timed-out configuration). Ends with "N passed, M failed".
 # Environment: LLAMACPP_CPU_BIN  a CPU llama-bench to use instead of building one.
@@ -81,6 +82,29 @@ m = json.load(open(sys.argv[1]))["meta"]
 assert m["model"]["shape"] == "tiny" and m["model"]["file_bytes"] > 0, m
 assert "llama.cpp" in m["llama_version"], m' "$json"
 
+# The same for the mixture-of-experts shape: the experts-on-CPU configuration replaces
+# partial offload, --n-cpu-moe planned from the GGUF's expert tensors (a 6 MiB budget
+# leaves room for one of the two layers' experts).
+mkdir -p "$tmp/moe-out"
+OUT=$tmp/moe-out LLAMACPP_BIN=$bin LLAMACPP_SHAPE=qwen3moe-tiny LLAMACPP_BUDGET_MIB=6 LLAMACPP_REPS=1 \
+    LLAMACPP_RESULTS_DIR=$tmp/moe-results GREENBOOST_SHIM=$shim \
+    "$here/run.sh" bench >"$tmp/moe-bench.log" 2>&1
+mjson=$tmp/moe-results/llamacpp-latest.json
+check "moe: vram and cpu_moe measured, no partial configuration" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["configs"]
+assert "partial" not in c, c.keys()
+for name in ("vram", "cpu_moe"):
+    assert c[name]["status"] == "ok", c[name]
+    assert c[name]["results"]["pp512"]["tok_s"] > 0 and c[name]["results"]["tg128"]["tok_s"] > 0' "$mjson"
+check "moe: --n-cpu-moe planned from the expert tensors and passed to llama-bench" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+plan = d["meta"]["ngl_plan"]
+assert plan["n_layer"] == 2 and plan["expert_bytes_per_layer"] == 3 * 8 * 128 * 256 * 2, plan
+assert d["configs"]["cpu_moe"]["ngl"] == f"99 -ncmoe {plan[\"ncmoe\"]}", d["configs"]["cpu_moe"]["ngl"]
+assert d["meta"]["model"]["arch"] == "qwen3moe" and "greenboost_vs_cpu_moe_tg128" in d["ratios"], d["ratios"]' "$mjson"
+
 # A captured GPU-style run: what the device produces, fed to the report code.
 raw=$tmp/gpu-raw
 mkdir -p "$raw"
@@ -124,6 +148,7 @@ assert r["partial_vs_vram_tg128"] == 0.04, r' "$gjson"
 
 if ((failed)); then
     echo "--- run.sh bench log (tail)"; tail -40 "$tmp/bench.log"
+    echo "--- moe bench log (tail)"; tail -20 "$tmp/moe-bench.log"
 fi
 echo "$passed passed, $failed failed"
 ((failed == 0))
