@@ -429,16 +429,11 @@ def limits(report):
                        if detail["pair_ratio_min"] > 1 else "the goal lies within the run-to-run spread")
             out[name] = f"{(value - baseline) * 1e3:.0f} ns per call ({fmt(value)} vs {fmt(baseline)} us); {spread}: {verdict}."
     prefill = figures.get("prefill_vs_vram", {})
-    dec = report.get("decode") or {}
-    gb = (dec.get("configs") or {}).get("greenboost") or {}
-    in_t2 = (gb.get("weights_by_placement") or {}).get("host")
-    copy_rates = [row.get("pinned_memcpy_h2d_GBps") for row in read.get("detail", {}).get("sizes_gib", {}).values()]
-    copy_rate = max((r for r in copy_rates if r), default=None)
-    prompt = (dec.get("model") or {}).get("prompt_tokens")
-    if unmet("prefill_vs_vram") and in_t2 and copy_rate and prompt and prefill.get("baseline") and prefill.get("value"):
-        floor_ms = in_t2 / (copy_rate * 1e9) * 1e3
-        vram_ms = prompt / prefill["baseline"] * 1e3
-        gb_ms = prompt / prefill["value"] * 1e3
+    # prefill_vs_bound's detail has the copy floor and both prefill times of this run.
+    bound = figures.get("prefill_vs_bound", {}).get("detail") or {}
+    if unmet("prefill_vs_vram") and bound:
+        in_t2, copy_rate = bound["t2_weight_bytes"], bound["pinned_copy_GBps"]
+        floor_ms, vram_ms, gb_ms = bound["copy_ms"], bound["all_vram_ms"], bound["measured_ms"]
         out["prefill_vs_vram"] = (
             f"PCIe: a prefill reads each of the {in_t2 / 1e9:.2f} GB of T2 weights once (staged by the copy engine); "
             f"at the run's best pinned copy rate ({copy_rate:.1f} GB/s) that alone takes {floor_ms:.0f} ms, against "

@@ -43,33 +43,45 @@ EXPERT_RE = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)_exps\.")
 BUFFER_RE = re.compile(r"\b(\w+) (model|KV|compute|RS|output) buffer size =\s*([\d.]+) MiB")
 
 
-def fit_ngl(args: argparse.Namespace) -> int:
+def gguf_tensors(args: argparse.Namespace) -> tuple[list[tuple[str, int]], int | None]:
+    """(name, bytes) of every tensor of `args.model`, and the width of a layer's K (and V)
+    rows, which sizes the KV cache (None without attention blocks)."""
     if args.gguf_py:
         sys.path.insert(0, args.gguf_py)
     from gguf import GGUFReader  # noqa: E402
 
-    reader = GGUFReader(args.model)
-    layer_bytes: dict[int, int] = {}
-    kv_dim = None
-    for t in reader.tensors:
-        m = re.match(r"blk\.(\d+)\.", t.name)
-        if m:
-            layer_bytes[int(m.group(1))] = layer_bytes.get(int(m.group(1)), 0) + int(t.n_bytes)
+    tensors, kv_dim = [], None
+    for t in GGUFReader(args.model).tensors:
+        tensors.append((t.name, int(t.n_bytes)))
         if t.name == "blk.0.attn_k.weight":
             kv_dim = int(t.shape[1])  # GGUF order: (n_embd, n_embd_k_gqa)
+    return tensors, kv_dim
+
+
+def kv_cells(ctx: int) -> int:
+    return math.ceil(ctx / KV_PAD) * KV_PAD
+
+
+def fit_ngl(args: argparse.Namespace) -> int:
+    tensors, kv_dim = gguf_tensors(args)
+    layer_bytes: dict[int, int] = {}
+    for name, n_bytes in tensors:
+        m = re.match(r"blk\.(\d+)\.", name)
+        if m:
+            layer_bytes[int(m.group(1))] = layer_bytes.get(int(m.group(1)), 0) + n_bytes
     if not layer_bytes or kv_dim is None:
         print(f"fit-ngl: {args.model} has no llama blocks", file=sys.stderr)
         return 1
     n_layer = len(layer_bytes)
     per_layer = max(layer_bytes.values())
-    kv_cells = math.ceil(args.ctx / KV_PAD) * KV_PAD
-    kv_per_layer = 2 * kv_cells * kv_dim * 2  # K and V, f16
+    cells = kv_cells(args.ctx)
+    kv_per_layer = 2 * cells * kv_dim * 2  # K and V, f16
     budget = args.budget_mib * MIB
     room = budget - args.compute_mib * MIB
     ngl = max(0, min(n_layer, room // (per_layer + kv_per_layer)))
     print(json.dumps({
         "n_layer": n_layer, "layer_bytes": per_layer, "kv_bytes_per_layer": kv_per_layer,
-        "kv_cells": kv_cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib,
+        "kv_cells": cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib,
         "ngl": int(ngl),
         "planned_mib": round((ngl * (per_layer + kv_per_layer)) / MIB + args.compute_mib, 1),
     }))
@@ -77,36 +89,29 @@ def fit_ngl(args: argparse.Namespace) -> int:
 
 
 def fit_ncmoe(args: argparse.Namespace) -> int:
-    if args.gguf_py:
-        sys.path.insert(0, args.gguf_py)
-    from gguf import GGUFReader  # noqa: E402
-
-    reader = GGUFReader(args.model)
+    tensors, kv_dim = gguf_tensors(args)
     experts: dict[int, int] = {}
     on_gpu = 0  # with -ngl 99: every block tensor and the output; token_embd stays on the CPU
-    kv_dim = None
-    for t in reader.tensors:
-        m = EXPERT_RE.match(t.name)
+    for name, n_bytes in tensors:
+        m = EXPERT_RE.match(name)
         if m:
-            experts[int(m.group(1))] = experts.get(int(m.group(1)), 0) + int(t.n_bytes)
-        elif t.name != "token_embd.weight":
-            on_gpu += int(t.n_bytes)
-        if t.name == "blk.0.attn_k.weight":
-            kv_dim = int(t.shape[1])
+            experts[int(m.group(1))] = experts.get(int(m.group(1)), 0) + n_bytes
+        elif name != "token_embd.weight":
+            on_gpu += n_bytes
     if not experts or kv_dim is None:
         print(f"fit-ncmoe: {args.model} has no expert tensors", file=sys.stderr)
         return 1
     n_layer = len(experts)
     per_layer = max(experts.values())
-    kv_cells = math.ceil(args.ctx / KV_PAD) * KV_PAD
-    kv = n_layer * 2 * kv_cells * kv_dim * 2
+    cells = kv_cells(args.ctx)
+    kv = n_layer * 2 * cells * kv_dim * 2  # K and V, f16
     room = args.budget_mib * MIB - args.compute_mib * MIB - on_gpu - kv
     # --n-cpu-moe N keeps the experts of the first N layers on the CPU.
     on_device_layers = max(0, min(n_layer, room // per_layer))
     ncmoe = n_layer - on_device_layers
     print(json.dumps({
         "n_layer": n_layer, "expert_bytes_per_layer": per_layer, "other_gpu_bytes": on_gpu, "kv_bytes": kv,
-        "kv_cells": kv_cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib, "ncmoe": int(ncmoe),
+        "kv_cells": cells, "budget_mib": args.budget_mib, "compute_mib": args.compute_mib, "ncmoe": int(ncmoe),
         "planned_mib": round((on_gpu + kv + on_device_layers * per_layer) / MIB + args.compute_mib, 1),
         "fits": room >= 0,
     }))

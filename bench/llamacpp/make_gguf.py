@@ -61,17 +61,12 @@ def tensor_plan(s: dict) -> list[tuple[str, tuple[int, ...], str]]:
     if s["arch"] == "qwen3moe":
         return moe_tensor_plan(s)
     head_dim = s["hidden"] // s["heads"]
-    kv_dim = s["kv_heads"] * head_dim
     h, f = s["hidden"], s["ffn"]
     plan = [("token_embd.weight", (s["vocab"], h), "f16")]
     for i in range(s["layers"]):
         b = f"blk.{i}."
+        plan += attention_tensors(b, h, s["heads"] * head_dim, s["kv_heads"] * head_dim)
         plan += [
-            (b + "attn_norm.weight", (h,), "f32"),
-            (b + "attn_q.weight", (h, h), "f16"),
-            (b + "attn_k.weight", (kv_dim, h), "f16"),
-            (b + "attn_v.weight", (kv_dim, h), "f16"),
-            (b + "attn_output.weight", (h, h), "f16"),
             (b + "ffn_norm.weight", (h,), "f32"),
             (b + "ffn_gate.weight", (f, h), "f16"),
             (b + "ffn_up.weight", (f, h), "f16"),
@@ -79,6 +74,17 @@ def tensor_plan(s: dict) -> list[tuple[str, tuple[int, ...], str]]:
         ]
     plan += [("output_norm.weight", (h,), "f32"), ("output.weight", (s["vocab"], h), "f16")]
     return plan
+
+
+def attention_tensors(b: str, h: int, q_dim: int, kv_dim: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """A layer's norm and attention projections (`b`: its name prefix)."""
+    return [
+        (b + "attn_norm.weight", (h,), "f32"),
+        (b + "attn_q.weight", (q_dim, h), "f16"),
+        (b + "attn_k.weight", (kv_dim, h), "f16"),
+        (b + "attn_v.weight", (kv_dim, h), "f16"),
+        (b + "attn_output.weight", (h, q_dim), "f16"),
+    ]
 
 
 def moe_tensor_plan(s: dict) -> list[tuple[str, tuple[int, ...], str]]:
@@ -89,12 +95,8 @@ def moe_tensor_plan(s: dict) -> list[tuple[str, tuple[int, ...], str]]:
     plan = [("token_embd.weight", (s["vocab"], h), "f16")]
     for i in range(s["layers"]):
         b = f"blk.{i}."
+        plan += attention_tensors(b, h, q_dim, kv_dim)
         plan += [
-            (b + "attn_norm.weight", (h,), "f32"),
-            (b + "attn_q.weight", (q_dim, h), "f16"),
-            (b + "attn_k.weight", (kv_dim, h), "f16"),
-            (b + "attn_v.weight", (kv_dim, h), "f16"),
-            (b + "attn_output.weight", (h, q_dim), "f16"),
             (b + "attn_k_norm.weight", (d,), "f32"),
             (b + "attn_q_norm.weight", (d,), "f32"),
             (b + "ffn_norm.weight", (h,), "f32"),

@@ -237,19 +237,22 @@ write_model() {
         >"$dir/$shape.json.part" && mv "$dir/$shape.json.part" "$dir/$shape.json"
 }
 
-# The most layers whose weights + KV cache + compute buffer fit the budget. The compute
-# buffer size comes from a short probe run at a first guess, as llama.cpp
-# reports it; 512 MiB is assumed where no probe result is available.
-plan_partial_ngl() {
-    local guess compute
-    guess=$("$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
+# plan_placement FIT KEY PREFIX: the placement flags for the budget, "PREFIX<value>",
+# the value KEY of `analyze.py FIT` (fit-ngl: the most layers whose weights + KV cache +
+# compute buffer fit; fit-ncmoe, for a mixture-of-experts model: the fewest layers whose
+# experts stay on the CPU so that everything else fits). The compute buffer comes from a
+# probe run at a first guess, as llama.cpp reports it; 512 MiB where it reports none.
+plan_placement() {
+    local fit=$1 key=$2 prefix=$3 guess compute
+    guess=$("$python" "$here/analyze.py" "$fit" "$model" --budget-mib "$budget_mib" \
         --compute-mib 512 --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py") || return 1
-    guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["ngl"])')
-    compute=$(probe_compute_mib "$guess")
-    "$python" "$here/analyze.py" fit-ngl "$model" --budget-mib "$budget_mib" \
+    guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$key")
+    compute=$(probe_compute_mib "$prefix$guess")
+    "$python" "$here/analyze.py" "$fit" "$model" --budget-mib "$budget_mib" \
         --compute-mib "$compute" --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py" \
         >"$raw/ngl-plan.json" || return 1
-    "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ngl"])' "$raw/ngl-plan.json"
+    "$python" -c 'import json,sys; print(sys.argv[3] + str(json.load(open(sys.argv[1]))[sys.argv[2]]))' \
+        "$raw/ngl-plan.json" "$key" "$prefix"
 }
 
 # The compute buffer llama.cpp reports for placement flags "$1" (MiB; 512 without a
@@ -266,20 +269,6 @@ probe_compute_mib() {
 import json, re, sys
 b = json.load(sys.stdin)
 print(max([v for k, v in b.items() if re.fullmatch(r"CUDA\d+ compute", k)] or [512]))'
-}
-
-# For a mixture-of-experts model: "99 -ncmoe N", N the fewest layers whose experts stay
-# on the CPU so that everything else fits the budget (compute buffer from a probe run).
-plan_cpu_moe() {
-    local guess compute
-    guess=$("$python" "$here/analyze.py" fit-ncmoe "$model" --budget-mib "$budget_mib" \
-        --compute-mib 512 --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py") || return 1
-    guess=$(echo "$guess" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["ncmoe"])')
-    compute=$(probe_compute_mib "99 -ncmoe $guess")
-    "$python" "$here/analyze.py" fit-ncmoe "$model" --budget-mib "$budget_mib" \
-        --compute-mib "$compute" --ctx $((n_prompt + n_gen)) --gguf-py "$carry/gguf-py" \
-        >"$raw/ngl-plan.json" || return 1
-    "$python" -c 'import json,sys; print("99 -ncmoe", json.load(open(sys.argv[1]))["ncmoe"])' "$raw/ngl-plan.json"
 }
 
 # Facts about the machine and the inputs, as JSON in $raw/meta.json.
@@ -362,12 +351,12 @@ bench() {
     run_config vram "${LLAMACPP_TIMEOUT_VRAM:-120}" 99
 
     if grep -q '"experts"' "$work/model/$shape.json" 2>/dev/null; then
-        if ngl=$(plan_cpu_moe); then
+        if ngl=$(plan_placement fit-ncmoe ncmoe "99 -ncmoe "); then
             run_config cpu_moe "${LLAMACPP_TIMEOUT_CPU_MOE:-150}" "$ngl"
         else
             notes+=("planning --n-cpu-moe failed (see probe.err); (b) not run")
         fi
-    elif ngl=$(plan_partial_ngl); then
+    elif ngl=$(plan_placement fit-ngl ngl ""); then
         run_config partial "${LLAMACPP_TIMEOUT_PARTIAL:-150}" "$ngl"
     else
         notes+=("planning the partial-offload -ngl failed (see probe.err); (b) not run")
