@@ -392,6 +392,22 @@ pub fn node_cpus(node: i32) -> Vec<i32> {
     node_list(&format!("node{node}/cpulist"), "")
 }
 
+/// Runs the calling thread on `cpu` only (affinity is per thread).
+pub fn pin_to_cpu(cpu: usize) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds (`cpu` is
+    // an online CPU, far below CPU_SETSIZE); sched_setaffinity only reads the set.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("pinning to CPU {cpu}: {}", errname(errno())))
+    }
+}
+
 /// A /proc/meminfo field in bytes.
 pub fn meminfo(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;

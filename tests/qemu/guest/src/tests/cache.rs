@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-/// Waits until the cache holds `bytes`, all zeroed.
+/// Waits until the cache holds `bytes`, all zeroed (0: until the worker has emptied it).
 fn cache_full(bytes: u64) -> Result<(), String> {
     let t0 = Instant::now();
     loop {
@@ -74,16 +74,6 @@ pub fn cache_shrinker() -> TestResult {
     Ok(Outcome::Pass)
 }
 
-/// Waits until the cache is empty (the worker trims it to a lowered target).
-fn cache_empty() -> Result<(), String> {
-    let t0 = Instant::now();
-    while sysfs_counter("t2_cached_bytes")? != 0 {
-        ensure(t0.elapsed() < Duration::from_secs(20), || "cache not emptied 20 s after cache_mb=0".into())?;
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
 /// The pool cap holds when the cache's pages are on another node than a placed ALLOC
 /// wants. Admission counts on the ALLOC taking cached pages; it cannot take these, so
 /// without the cache giving that room back the pool holds its cache and the new buffer,
@@ -107,7 +97,7 @@ pub fn cap_holds_with_cache_on_another_node() -> TestResult {
     ensure(base.t2_used == 0, || format!("{} bytes of buffers left by earlier tests", base.t2_used))?;
     // An empty cache, then the cap: the worker may not refill behind the test's back.
     let _target = ParamGuard::set("cache_mb", "0")?;
-    cache_empty()?;
+    cache_full(0)?;
     let _cap = ParamGuard::set("pool_cap_mb", &(CAP / MIB).to_string())?;
     // A full-cap buffer on `near`; its pages become the cache when it dies (the cap
     // leaves the worker no room to add pages of its own while it lives).

@@ -14,7 +14,7 @@ const LEN: usize = 4 * MIB;
 /// Words between two checked ones: a prime, so every page and offset is sampled.
 const STRIDE: usize = 61;
 
-fn madvise(ptr: *mut u8, len: usize, advice: i32) -> Result<(), String> {
+pub fn madvise(ptr: *mut u8, len: usize, advice: i32) -> Result<(), String> {
     // SAFETY: advice on a range of a mapping the caller owns; DONTNEED on a shared
     // mapping drops page-table entries only, never the buffer's contents.
     let r = unsafe { libc::madvise(ptr as *mut libc::c_void, len, advice) };
@@ -22,7 +22,7 @@ fn madvise(ptr: *mut u8, len: usize, advice: i32) -> Result<(), String> {
 }
 
 /// madvise(2) exists (kernels without CONFIG_ADVISE_SYSCALLS answer ENOSYS).
-fn have_madvise() -> bool {
+pub fn have_madvise() -> bool {
     let m = Mapping::anonymous(4096).expect("anonymous page");
     // SAFETY: advice on our own anonymous page.
     unsafe { libc::madvise(m.ptr() as *mut libc::c_void, 4096, libc::MADV_NORMAL) == 0 }

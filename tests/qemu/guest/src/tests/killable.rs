@@ -37,13 +37,8 @@ pub fn no_cache() -> Result<ParamGuard, String> {
 fn allocator(size: u64, go: std::fs::File, cpu: Option<usize>) -> (Child, std::fs::File) {
     spawn_with_pipe(move |mut w| {
         if let Some(cpu) = cpu {
-            // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in bounds
-            // (cpu is below the online count, far below CPU_SETSIZE).
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-            }
+            // Unpinned, the children still race, only less.
+            let _ = pin_to_cpu(cpu);
         }
         let Ok(dev) = Dev::open() else { return 1 };
         let _ = w.write_all(b"o");

@@ -81,19 +81,17 @@ pub fn numa_memoryless_node() -> TestResult {
     let Some(&cpu) = node_cpus(node).first() else {
         return Ok(Outcome::Skip(format!("memoryless node {node} has no CPU to run on")));
     };
-    let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
-    let mut old = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: both sets are zeroed cpu_set_t values of the right size; CPU_SET writes
-    // inside `set`; the affinity calls only read or write these sets.
-    unsafe {
-        libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), old.as_mut_ptr());
-        libc::CPU_SET(cpu as usize, &mut *set.as_mut_ptr());
-        ensure(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set.as_ptr()) == 0, || format!("pinning to CPU {cpu}: {}", errname(errno())))?;
-    }
-    let placed = dev.try_alloc_on(4 * MIB, GB_ALLOC_NODE_STRICT, -1).map_err(|e| format!("strict ALLOC for this CPU's node from CPU {cpu} of memoryless node {node}: {}", errname(e)));
-    // SAFETY: restores the affinity read above.
-    unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), old.as_ptr()) };
-    let buf = placed?;
+    // From a thread of its own pinned to that CPU (affinity is per thread).
+    let buf = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            pin_to_cpu(cpu as usize)?;
+            dev.try_alloc_on(4 * MIB, GB_ALLOC_NODE_STRICT, -1).map_err(|e| {
+                format!("strict ALLOC for this CPU's node from CPU {cpu} of memoryless node {node}: {}", errname(e))
+            })
+        })
+        .join()
+        .map_err(|_| "the pinned thread panicked".to_string())?
+    })?;
     let m = buf.map()?;
     m.fill(7, page_words());
     let nodes = page_nodes(&m)?;
