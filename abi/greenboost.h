@@ -23,9 +23,15 @@
 #define GB_INFO_MMAP (1U << 0)
 #define GB_INFO_EVENTFD (1U << 1)
 #define GB_INFO_PROC_LIST (1U << 2)
+#define GB_INFO_T3 (1U << 3)
 
 #define GB_ALLOC_NODE_STRICT (1U << 0)
-#define GB_ALLOC_FLAGS_ALL (GB_ALLOC_NODE_STRICT)
+#define GB_ALLOC_T3 (1U << 1)
+#define GB_ALLOC_FLAGS_ALL (GB_ALLOC_NODE_STRICT | GB_ALLOC_T3)
+
+#define GB_TIER_T2 2
+#define GB_TIER_T3 3
+#define GB_PROC_LIST_T3 (1U << 0)
 
 struct gb_info {
 	__u32 abi_version;
@@ -92,6 +98,38 @@ struct gb_proc_list {
 	__u32 flags;
 };
 
+struct gb_proc_row_t3 {
+	struct gb_proc_row row;
+	__u64 t3_used;
+	__u64 t3_resident;
+	__u64 t3_swapped;
+	__u64 t3_buffers;
+};
+
+struct gb_move {
+	__s32 fd;
+	__u32 tier;
+	__u32 flags;
+	__u32 pad0;
+	__u64 buffer_id;
+	__u64 moved;
+};
+
+struct gb_t3_stats {
+	__u64 t3_used;
+	__u64 t3_resident;
+	__u64 t3_swapped;
+	__u64 t3_buffers;
+	__u64 t3_cap;
+	__u64 swap_total;
+	__u64 swap_free;
+	__u64 moves_to_t3;
+	__u64 moves_to_t2;
+	__u64 moved_bytes;
+	__u64 move_ns;
+	__u64 move_refusals;
+};
+
 struct gb_t1_report {
 	__u64 vram_used;
 	__u64 vram_budget;
@@ -109,5 +147,7 @@ struct gb_eventfd {
 #define GB_IOC_REPORT_T1 _IOW(GB_IOC_MAGIC, 0x04, struct gb_t1_report)
 #define GB_IOC_REGISTER_EVENTFD _IOW(GB_IOC_MAGIC, 0x05, struct gb_eventfd)
 #define GB_IOC_LIST_PROCS _IOWR(GB_IOC_MAGIC, 0x06, struct gb_proc_list)
+#define GB_IOC_MOVE _IOWR(GB_IOC_MAGIC, 0x07, struct gb_move)
+#define GB_IOC_T3_STATS _IOR(GB_IOC_MAGIC, 0x08, struct gb_t3_stats)
 
 #endif /* GREENBOOST_H */

@@ -78,6 +78,10 @@ pub const GB_INFO_EVENTFD: u32 = 1 << 1;
 /// `GB_IOC_LIST_PROCS` exists (added within ABI 1: modules without this bit answer
 /// ENOTTY, and their sysfs `stats` still lists every process).
 pub const GB_INFO_PROC_LIST: u32 = 1 << 2;
+/// T3 exists: `GB_ALLOC_T3`, `GB_IOC_MOVE`, `GB_IOC_T3_STATS` and `GB_PROC_LIST_T3`
+/// (added within ABI 1: modules without this bit answer EINVAL to the flags and
+/// ENOTTY to the commands).
+pub const GB_INFO_T3: u32 = 1 << 3;
 
 /// `GB_IOC_ALLOC`: allocate a pinned system-RAM buffer, exported as a DMA-BUF.
 #[repr(C)]
@@ -102,8 +106,84 @@ pub struct GbAlloc {
 
 /// Fail with ENOMEM instead of falling back to another NUMA node.
 pub const GB_ALLOC_NODE_STRICT: u32 = 1 << 0;
+/// The buffer starts in T3: swappable pages the kernel may write to swap under
+/// pressure, allocated on first touch, never pinned (see `GB_IOC_MOVE`). The NUMA
+/// fields apply to its T2 pages once it is moved there.
+pub const GB_ALLOC_T3: u32 = 1 << 1;
 /// All flag bits ABI 1 knows.
-pub const GB_ALLOC_FLAGS_ALL: u32 = GB_ALLOC_NODE_STRICT;
+pub const GB_ALLOC_FLAGS_ALL: u32 = GB_ALLOC_NODE_STRICT | GB_ALLOC_T3;
+
+/// Tier numbers of `GB_IOC_MOVE`.
+pub const GB_TIER_T2: u32 = 2;
+pub const GB_TIER_T3: u32 = 3;
+
+/// `GB_IOC_MOVE`: move a buffer between T2 (pinned 2 MiB pages) and T3 (swappable
+/// pages), keeping its contents, its fd and its mappings (they fault the new pages in).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbMove {
+    /// In: a DMA-BUF fd of one of this module's buffers.
+    pub fd: i32,
+    /// In: `GB_TIER_T2` or `GB_TIER_T3`.
+    pub tier: u32,
+    /// In: must be zero.
+    pub flags: u32,
+    /// Must be zero.
+    pub pad0: u32,
+    /// Out: the buffer's id.
+    pub buffer_id: u64,
+    /// Out: bytes copied (0 when the buffer was already in `tier`).
+    pub moved: u64,
+}
+
+/// `GB_IOC_T3_STATS`: the T3 tier and the swap behind it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbT3Stats {
+    /// Bytes of live buffers in T3 (their full size, touched or not).
+    pub t3_used: u64,
+    /// Of those, bytes in RAM now.
+    pub t3_resident: u64,
+    /// Of those, bytes written out to swap now.
+    pub t3_swapped: u64,
+    /// Live buffers in T3.
+    pub t3_buffers: u64,
+    /// Most T3 bytes at once now: the swap not used by others, within `t3_cap_mb`.
+    pub t3_cap: u64,
+    /// Swap space, all devices.
+    pub swap_total: u64,
+    /// Free swap space.
+    pub swap_free: u64,
+    /// Moves T2 -> T3 since load.
+    pub moves_to_t3: u64,
+    /// Moves T3 -> T2 since load.
+    pub moves_to_t2: u64,
+    /// Bytes copied by moves since load.
+    pub moved_bytes: u64,
+    /// Time spent copying them, nanoseconds.
+    pub move_ns: u64,
+    /// Moves refused since load (EBUSY, ENOMEM).
+    pub move_refusals: u64,
+}
+
+/// `GbProcList::flags`: the rows are `GbProcRowT3` (needs `GB_INFO_T3`).
+pub const GB_PROC_LIST_T3: u32 = 1 << 0;
+
+/// A `GB_IOC_LIST_PROCS` row with its T3 figures (`GB_PROC_LIST_T3`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GbProcRowT3 {
+    /// The row as without the flag.
+    pub row: GbProcRow,
+    /// Bytes of the process's live T3 buffers.
+    pub t3_used: u64,
+    /// Of those, bytes in RAM now.
+    pub t3_resident: u64,
+    /// Of those, bytes in swap now.
+    pub t3_swapped: u64,
+    /// Its live T3 buffers.
+    pub t3_buffers: u64,
+}
 
 /// `GB_IOC_POOL_STATS`: module-wide tier totals.
 #[repr(C)]
@@ -119,7 +199,7 @@ pub struct GbPoolStats {
     pub t2_peak: u64,
     /// Sum of the T1 (VRAM) usage reported by processes.
     pub t1_reported: u64,
-    /// T3 (NVMe) bytes in use; 0 until T3 exists.
+    /// Bytes of live buffers in T3 (`GbT3Stats` has the rest).
     pub t3_used: u64,
     /// Live buffers.
     pub buffers: u64,
@@ -195,7 +275,7 @@ pub struct GbProcList {
     pub count: u32,
     /// Out: rows the caller may see (more than `count` when the array was too small).
     pub total: u32,
-    /// In: must be zero.
+    /// In: 0 or `GB_PROC_LIST_T3` (rows are then `GbProcRowT3`).
     pub flags: u32,
 }
 
@@ -230,9 +310,11 @@ pub const GB_IOC_PROC_STATS: u32 = ioc(IOC_READ, 0x03, core::mem::size_of::<GbPr
 pub const GB_IOC_REPORT_T1: u32 = ioc(IOC_WRITE, 0x04, core::mem::size_of::<GbT1Report>());
 pub const GB_IOC_REGISTER_EVENTFD: u32 = ioc(IOC_WRITE, 0x05, core::mem::size_of::<GbEventfd>());
 pub const GB_IOC_LIST_PROCS: u32 = ioc(IOC_READ | IOC_WRITE, 0x06, core::mem::size_of::<GbProcList>());
+pub const GB_IOC_MOVE: u32 = ioc(IOC_READ | IOC_WRITE, 0x07, core::mem::size_of::<GbMove>());
+pub const GB_IOC_T3_STATS: u32 = ioc(IOC_READ, 0x08, core::mem::size_of::<GbT3Stats>());
 
 /// Every command of ABI 1, for tests and tools.
-pub const GB_IOC_ALL: [u32; 7] = [
+pub const GB_IOC_ALL: [u32; 9] = [
     GB_IOC_INFO,
     GB_IOC_ALLOC,
     GB_IOC_POOL_STATS,
@@ -240,6 +322,8 @@ pub const GB_IOC_ALL: [u32; 7] = [
     GB_IOC_REPORT_T1,
     GB_IOC_REGISTER_EVENTFD,
     GB_IOC_LIST_PROCS,
+    GB_IOC_MOVE,
+    GB_IOC_T3_STATS,
 ];
 
 /// Path of the device node.
@@ -256,3 +340,6 @@ const _: () = assert!(core::mem::size_of::<GbT1Report>() == 16);
 const _: () = assert!(core::mem::size_of::<GbEventfd>() == 8);
 const _: () = assert!(core::mem::size_of::<GbProcRow>() == 72);
 const _: () = assert!(core::mem::size_of::<GbProcList>() == 24);
+const _: () = assert!(core::mem::size_of::<GbMove>() == 32);
+const _: () = assert!(core::mem::size_of::<GbT3Stats>() == 96);
+const _: () = assert!(core::mem::size_of::<GbProcRowT3>() == 104);

@@ -39,10 +39,14 @@ layouts! {
     "gb_eventfd" => GbEventfd { fd, flags }
     "gb_proc_row" => GbProcRow { pid, uid, t1_used, t1_budget, t2_used, t2_peak, buffers, files, comm }
     "gb_proc_list" => GbProcList { rows, capacity, count, total, flags }
+    "gb_proc_row_t3" => GbProcRowT3 { row, t3_used, t3_resident, t3_swapped, t3_buffers }
+    "gb_move" => GbMove { fd, tier, flags, pad0, buffer_id, moved }
+    "gb_t3_stats" => GbT3Stats { t3_used, t3_resident, t3_swapped, t3_buffers, t3_cap, swap_total, swap_free,
+                                 moves_to_t3, moves_to_t2, moved_bytes, move_ns, move_refusals }
 }
 
 fn rust_constants(out: &mut BTreeMap<String, u64>) {
-    let consts: [(&str, u64); 15] = [
+    let consts: [(&str, u64); 22] = [
         ("GB_ABI_VERSION", GB_ABI_VERSION as u64),
         ("GB_IOC_MAGIC", GB_IOC_MAGIC as u64),
         ("GB_CHUNK_SIZE", GB_CHUNK_SIZE),
@@ -51,6 +55,13 @@ fn rust_constants(out: &mut BTreeMap<String, u64>) {
         ("GB_INFO_PROC_LIST", GB_INFO_PROC_LIST as u64),
         ("GB_ALLOC_NODE_STRICT", GB_ALLOC_NODE_STRICT as u64),
         ("GB_ALLOC_FLAGS_ALL", GB_ALLOC_FLAGS_ALL as u64),
+        ("GB_INFO_T3", GB_INFO_T3 as u64),
+        ("GB_ALLOC_T3", GB_ALLOC_T3 as u64),
+        ("GB_TIER_T2", GB_TIER_T2 as u64),
+        ("GB_TIER_T3", GB_TIER_T3 as u64),
+        ("GB_PROC_LIST_T3", GB_PROC_LIST_T3 as u64),
+        ("GB_IOC_MOVE", GB_IOC_MOVE as u64),
+        ("GB_IOC_T3_STATS", GB_IOC_T3_STATS as u64),
         ("GB_IOC_INFO", GB_IOC_INFO as u64),
         ("GB_IOC_ALLOC", GB_IOC_ALLOC as u64),
         ("GB_IOC_POOL_STATS", GB_IOC_POOL_STATS as u64),
@@ -131,6 +142,8 @@ fn ioctl_numbers_are_distinct_and_encode_their_argument_size() {
         size_of::<GbT1Report>(),
         size_of::<GbEventfd>(),
         size_of::<GbProcList>(),
+        size_of::<GbMove>(),
+        size_of::<GbT3Stats>(),
     ];
     for (i, cmd) in GB_IOC_ALL.iter().enumerate() {
         assert_eq!(ioc_size(*cmd), sizes[i], "command {i:#x}");
