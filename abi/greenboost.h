@@ -121,7 +121,7 @@ struct gb_t3_stats {
 	__u64 t3_swapped;
 	__u64 t3_buffers;
 	__u64 t3_cap;
-	__u64 swap_total;
+	__u64 t3_peak;
 	__u64 swap_free;
 	__u64 moves_to_t3;
 	__u64 moves_to_t2;

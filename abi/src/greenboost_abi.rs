@@ -150,9 +150,10 @@ pub struct GbT3Stats {
     pub t3_buffers: u64,
     /// Most T3 bytes at once now: the swap not used by others, within `t3_cap_mb`.
     pub t3_cap: u64,
-    /// Swap space, all devices.
-    pub swap_total: u64,
-    /// Free swap space.
+    /// Highest `t3_used` since load.
+    pub t3_peak: u64,
+    /// Free swap space, all devices (the module cannot read the total; /proc/swaps
+    /// has it).
     pub swap_free: u64,
     /// Moves T2 -> T3 since load.
     pub moves_to_t3: u64,

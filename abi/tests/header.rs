@@ -41,7 +41,7 @@ layouts! {
     "gb_proc_list" => GbProcList { rows, capacity, count, total, flags }
     "gb_proc_row_t3" => GbProcRowT3 { row, t3_used, t3_resident, t3_swapped, t3_buffers }
     "gb_move" => GbMove { fd, tier, flags, pad0, buffer_id, moved }
-    "gb_t3_stats" => GbT3Stats { t3_used, t3_resident, t3_swapped, t3_buffers, t3_cap, swap_total, swap_free,
+    "gb_t3_stats" => GbT3Stats { t3_used, t3_resident, t3_swapped, t3_buffers, t3_cap, t3_peak, swap_free,
                                  moves_to_t3, moves_to_t2, moved_bytes, move_ns, move_refusals }
 }
 
