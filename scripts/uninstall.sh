@@ -4,14 +4,21 @@
 # changed since (an edited modprobe.d option, say) is removed too, since install put
 # it there; directories go only when empty, so files of others in them stay.
 #
+# It also removes the swap files `greenboost swap add` created, which it records in
+# /var/lib/greenboost/swapfiles (one absolute path a line): each active one is turned
+# off with swapoff (after the module is unloaded, so no T3 buffer has pages in it any
+# more), then deleted; a file whose swapoff fails is kept, with its record.
+#
 # Environment: DESTDIR and PREFIX as for install.sh (the same values). With DESTDIR
-# set, only files under it are touched: no rmmod, dkms, groupdel or systemctl.
+# set, only files under it are touched: no rmmod, dkms, groupdel, swapoff or systemctl.
 set -euo pipefail
 
 DESTDIR=${DESTDIR:-}
 DESTDIR=${DESTDIR%/}
 PREFIX=${PREFIX:-/usr/local}
 manifest=$PREFIX/share/greenboost/install-manifest
+state_dir=/var/lib/greenboost
+swap_record=$state_dir/swapfiles
 
 say() { echo "greenboost uninstall: $*"; }
 warn() { echo "greenboost uninstall: warning: $*" >&2; }
@@ -42,7 +49,37 @@ if ! staged; then
   done < <(field dkms)
 fi
 
-# 2. Files.
+# 2. Swap files `greenboost swap add` made (cli/src/swap/record.rs writes the record).
+# /proc/swaps escapes space, tab and backslash as octal; compare in that form.
+swap_active() {
+  local escaped
+  escaped=$(printf '%s' "$1" | sed 's/\\/\\134/g; s/ /\\040/g; s/\t/\\011/g')
+  awk 'NR > 1 { print $1 }' /proc/swaps 2>/dev/null | grep -qxF -- "$escaped"
+}
+if [ -f "$DESTDIR$swap_record" ]; then
+  kept=()
+  while IFS= read -r swapfile; do
+    case $swapfile in /*) ;; *) continue ;; esac
+    if ! staged && swap_active "$swapfile" && ! swapoff "$swapfile"; then
+      warn "swapoff $swapfile failed (it needs free RAM for the pages in it): kept it; free memory, then \`sudo swapoff '$swapfile' && sudo rm '$swapfile'\`"
+      kept+=("$swapfile")
+    elif [ -L "$DESTDIR$swapfile" ] || { [ -e "$DESTDIR$swapfile" ] && [ ! -f "$DESTDIR$swapfile" ]; }; then
+      warn "$swapfile is not a regular file any more: not removing it"
+    elif [ -e "$DESTDIR$swapfile" ]; then
+      rm -f "$DESTDIR$swapfile"
+      say "removed the swap file $swapfile"
+    fi
+  done < <(grep -v '^#' "$DESTDIR$swap_record")
+  if [ ${#kept[@]} -eq 0 ]; then
+    rm -f "$DESTDIR$swap_record"
+    rmdir "$DESTDIR$state_dir" 2>/dev/null || true
+  else
+    { grep '^#' "$DESTDIR$swap_record" || true; printf '%s\n' "${kept[@]}"; } > "$DESTDIR$swap_record.new"
+    mv "$DESTDIR$swap_record.new" "$DESTDIR$swap_record"
+  fi
+fi
+
+# 3. Files.
 ollama_dropin=0 module_kernels=()
 while IFS= read -r path; do
   [ -n "$path" ] || continue
@@ -54,7 +91,7 @@ while IFS= read -r path; do
 done < <(field file)
 rm -f "$DESTDIR$manifest"
 
-# 3. Trees created as a whole (the module build cache), then directories, deepest first.
+# 4. Trees created as a whole (the module build cache), then directories, deepest first.
 while IFS= read -r tree; do
   [ -n "$tree" ] && ! staged && rm -rf "$tree"
 done < <(field tree)
@@ -63,7 +100,7 @@ while IFS= read -r dir; do
   rmdir "$DESTDIR$dir" 2>/dev/null || [ ! -d "$DESTDIR$dir" ] || say "kept $dir: it holds files that are not GreenBoost's"
 done < <(field dir | awk '{ print gsub("/", "/"), $0 }' | sort -rn | cut -d' ' -f2-)
 
-# 4. Group membership and the group, when install created them; refresh the system.
+# 5. Group membership and the group, when install created them; refresh the system.
 if ! staged; then
   while read -r group user; do
     [ -n "$user" ] && gpasswd -d "$user" "$group" >/dev/null 2>&1 || true

@@ -6,9 +6,22 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use greenboost_abi::{
-    GbInfo, GbPoolStats, GbProcList, GbProcRow, GbProcStats, GB_IOC_INFO, GB_IOC_LIST_PROCS, GB_IOC_POOL_STATS,
-    GB_IOC_PROC_STATS,
+    GbInfo, GbPoolStats, GbProcList, GbProcRow, GbProcRowT3, GbProcStats, GbT3Stats, GB_IOC_INFO, GB_IOC_LIST_PROCS,
+    GB_IOC_POOL_STATS, GB_IOC_PROC_STATS, GB_IOC_T3_STATS, GB_PROC_LIST_T3,
 };
+
+/// A row type `GB_IOC_LIST_PROCS` can fill, with the `GbProcList::flags` that asks for it.
+trait ListRow: Copy + Default {
+    const FLAGS: u32;
+}
+
+impl ListRow for GbProcRow {
+    const FLAGS: u32 = 0;
+}
+
+impl ListRow for GbProcRowT3 {
+    const FLAGS: u32 = GB_PROC_LIST_T3;
+}
 
 /// An open `/dev/greenboost`.
 pub struct Device {
@@ -48,21 +61,37 @@ impl Device {
         self.read(GB_IOC_PROC_STATS)
     }
 
+    /// `GB_IOC_T3_STATS` (modules with `GB_INFO_T3`; others answer ENOTTY).
+    pub fn t3_stats(&self) -> io::Result<GbT3Stats> {
+        self.read(GB_IOC_T3_STATS)
+    }
+
     /// `GB_IOC_LIST_PROCS`: the per-process rows the module lets this caller see (its
     /// own user's processes, or every one for root). Modules without
     /// `GB_INFO_PROC_LIST` answer ENOTTY.
     pub fn list_procs(&self) -> io::Result<Vec<GbProcRow>> {
-        let mut rows: Vec<GbProcRow> = Vec::new();
+        self.list()
+    }
+
+    /// The rows with their T3 figures (`GB_PROC_LIST_T3`); modules without
+    /// `GB_INFO_T3` answer EINVAL.
+    pub fn list_procs_t3(&self) -> io::Result<Vec<GbProcRowT3>> {
+        self.list()
+    }
+
+    fn list<R: ListRow>(&self) -> io::Result<Vec<R>> {
+        let mut rows: Vec<R> = Vec::new();
         // The list may grow between two calls: ask again until it fits.
         for _ in 0..8 {
             let mut list = GbProcList {
                 rows: rows.as_mut_ptr() as u64,
                 capacity: u32::try_from(rows.len()).unwrap_or(u32::MAX),
+                flags: R::FLAGS,
                 ..GbProcList::default()
             };
             // SAFETY: the command reads and writes one `GbProcList`, which lives across
             // the call, and writes at most `capacity` rows to `rows`, a live array of
-            // exactly that many `GbProcRow`s.
+            // exactly that many `R`s, the row type `flags` asks for.
             let rc =
                 unsafe { libc::ioctl(self.file.as_raw_fd(), GB_IOC_LIST_PROCS as _, &mut list as *mut GbProcList) };
             if rc < 0 {
@@ -72,7 +101,7 @@ impl Device {
                 rows.truncate(list.count as usize);
                 return Ok(rows);
             }
-            rows = vec![GbProcRow::default(); list.total as usize + 8];
+            rows = vec![R::default(); list.total as usize + 8];
         }
         Err(io::Error::other("the process list kept growing"))
     }

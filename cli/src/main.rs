@@ -1,5 +1,6 @@
 //! `greenboost`: see what GreenBoost is doing (`status`), run a program under it
-//! (`run`), find out why it is not working (`doctor`) and watch it work (`demo`).
+//! (`run`), find out why it is not working (`doctor`), watch it work (`demo`) and give
+//! T3 a swap file (`swap`).
 
 mod cuda;
 mod demo;
@@ -13,6 +14,10 @@ mod run;
 mod size;
 mod stats;
 mod status;
+mod swap;
+
+#[cfg(test)]
+mod fake_root;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -24,7 +29,7 @@ use clap::{Parser, Subcommand};
     name = "greenboost",
     version,
     about = "GreenBoost: CUDA allocations that do not fit in VRAM, backed by pinned system RAM",
-    after_help = "Paths can be redirected for tests: GREENBOOST_SYSFS_ROOT (/sys), GREENBOOST_PROC_ROOT (/proc), GREENBOOST_DEVICE (/dev/greenboost), GREENBOOST_NVML_LIBRARY (libnvidia-ml.so.1, or `none`), GREENBOOST_SHIM (the shim)."
+    after_help = "Paths can be redirected for tests: GREENBOOST_SYSFS_ROOT (/sys), GREENBOOST_PROC_ROOT (/proc), GREENBOOST_DEVICE (/dev/greenboost), GREENBOOST_STATE_DIR (/var/lib/greenboost), GREENBOOST_NVML_LIBRARY (libnvidia-ml.so.1, or `none`), GREENBOOST_SHIM (the shim)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,7 +38,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Tiers (T1 VRAM, T2 pinned RAM, T3 NVMe) per GPU and per process, and memory pressure.
+    /// Tiers (T1 VRAM, T2 pinned RAM, T3 swappable RAM and swap) per GPU and per process, and memory pressure.
     Status {
         /// Machine-readable output.
         #[arg(long)]
@@ -58,6 +63,8 @@ enum Command {
     },
     /// Allocate past VRAM under the shim, run a GPU kernel over all of it, verify it and show the tier split.
     Demo(demo::DemoArgs),
+    /// A swap file for T3 (T3 needs swap, ideally on NVMe): add, remove, status.
+    Swap(swap::SwapArgs),
     /// The GPU side of `demo`, run as a child under LD_PRELOAD.
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -81,6 +88,7 @@ fn main() -> ExitCode {
         Command::Run { policy, quiet, command } => run::run(&policy, &command, quiet).map(|()| ExitCode::SUCCESS),
         Command::Doctor { json } => Ok(doctor::doctor(json)),
         Command::Demo(args) => demo::demo(&args),
+        Command::Swap(args) => swap::swap(&args),
         Command::DemoWorker(args) => demo::worker(&args),
     };
     result.unwrap_or_else(|message| {

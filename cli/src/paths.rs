@@ -6,13 +6,18 @@ use std::env;
 use std::path::{Path, PathBuf};
 
 /// `GREENBOOST_SYSFS_ROOT` replaces `/sys`, `GREENBOOST_PROC_ROOT` replaces `/proc`,
-/// `GREENBOOST_DEVICE` replaces `/dev/greenboost`.
+/// `GREENBOOST_DEVICE` replaces `/dev/greenboost`, `GREENBOOST_STATE_DIR` replaces
+/// `/var/lib/greenboost` (where `greenboost swap add` records its swap files).
 #[derive(Clone, Debug)]
 pub struct SystemPaths {
     pub sys: PathBuf,
     pub proc: PathBuf,
     pub device: PathBuf,
+    pub state: PathBuf,
 }
+
+/// The directory scripts/uninstall.sh reads the swap-file record from.
+pub const STATE_DIR: &str = "/var/lib/greenboost";
 
 impl SystemPaths {
     pub fn from_env() -> Self {
@@ -21,6 +26,7 @@ impl SystemPaths {
             sys: var("GREENBOOST_SYSFS_ROOT", "/sys"),
             proc: var("GREENBOOST_PROC_ROOT", "/proc"),
             device: var("GREENBOOST_DEVICE", greenboost_abi::GB_DEVICE_PATH),
+            state: var("GREENBOOST_STATE_DIR", STATE_DIR),
         }
     }
 
@@ -41,6 +47,12 @@ impl SystemPaths {
 
     pub fn sys_path(&self, relative: &str) -> PathBuf {
         self.sys.join(relative)
+    }
+
+    /// The swap files `greenboost swap add` created, one path a line (scripts/uninstall.sh
+    /// removes them).
+    pub fn swap_record(&self) -> PathBuf {
+        self.state.join("swapfiles")
     }
 
     pub fn proc_path(&self, relative: impl AsRef<Path>) -> PathBuf {

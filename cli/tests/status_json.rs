@@ -93,7 +93,20 @@ const EXPECTED_JSON: &str = r#"{
       "buffers": 2
     },
     "t3": {
-      "used": 0
+      "supported": false,
+      "used": 0,
+      "resident": null,
+      "swapped": null,
+      "buffers": null,
+      "cap": null,
+      "peak": null,
+      "swap_total": null,
+      "swap_free": null,
+      "moves_to_t3": null,
+      "moves_to_t2": null,
+      "moved_bytes": null,
+      "move_ns": null,
+      "move_refusals": null
     }
   },
   "pressure": {
@@ -114,6 +127,10 @@ const EXPECTED_JSON: &str = r#"{
       "t2_used": 0,
       "t2_peak": 0,
       "buffers": 0,
+      "t3_used": null,
+      "t3_resident": null,
+      "t3_swapped": null,
+      "t3_buffers": null,
       "gpu_memory": null
     },
     {
@@ -124,6 +141,10 @@ const EXPECTED_JSON: &str = r#"{
       "t2_used": 6291456,
       "t2_peak": 71303168,
       "buffers": 2,
+      "t3_used": null,
+      "t3_resident": null,
+      "t3_swapped": null,
+      "t3_buffers": null,
       "gpu_memory": null
     }
   ],
@@ -220,6 +241,105 @@ fn status_says_when_process_rows_need_the_device() {
         text.lines().any(|l| l
             .starts_with("Processes: 2 of the module's 2 not listed: per-process rows come only from the device: ")
             && l.contains("does not exist")),
+        "{text}"
+    );
+}
+
+/// A module with T3 (kmod/stats.rs's keys): status shows exactly its figures, and the
+/// swap total from /proc/meminfo (the module cannot read that one).
+const T3_KEYS: &str = "t3_used_bytes 1073741824
+t3_resident_bytes 805306368
+t3_swapped_bytes 268435456
+t3_buffers 3
+t3_cap_bytes 3758096384
+t3_peak_bytes 1342177280
+swap_free_bytes 4026531840
+t3_moves_to_t3 2
+t3_moves_to_t2 1
+t3_moved_bytes 1073741824
+t3_move_ns 523400000
+t3_move_refusals 0
+";
+
+#[test]
+fn status_shows_the_modules_t3_figures() {
+    let root = FakeRoot::new("t3");
+    let with_t3 = STATS.replace("t3_used_bytes 0\n", T3_KEYS);
+    root.write("sys/kernel/greenboost/stats", &with_t3);
+    root.write(
+        "proc/meminfo",
+        "MemTotal:       16384000 kB\nSwapTotal:       4194304 kB\nSwapFree:        3932160 kB\n",
+    );
+    let (json, stderr, ok) = root.status(&["--json"]);
+    assert!(ok, "status failed: {stderr}");
+    let t3 = r#"    "t3": {
+      "supported": true,
+      "used": 1073741824,
+      "resident": 805306368,
+      "swapped": 268435456,
+      "buffers": 3,
+      "cap": 3758096384,
+      "peak": 1342177280,
+      "swap_total": 4294967296,
+      "swap_free": 4026531840,
+      "moves_to_t3": 2,
+      "moves_to_t2": 1,
+      "moved_bytes": 1073741824,
+      "move_ns": 523400000,
+      "move_refusals": 0
+    }
+  },"#;
+    assert!(json.contains(t3), "{json}");
+    assert!(json.contains("\"t3_move_refusals\": 0"), "the raw sysfs keys are kept: {json}");
+
+    let (text, stderr, ok) = root.status(&[]);
+    assert!(ok, "status failed: {stderr}");
+    let row = text.lines().find(|l| l.starts_with("T3 ")).unwrap_or_else(|| panic!("no T3 row: {text}"));
+    assert!(
+        row.contains("1.00 GiB")
+            && row.contains("3.50 GiB")
+            && row.contains("1.25 GiB")
+            && row.ends_with("swappable RAM: 768.00 MiB resident, 256.00 MiB in swap, 3 buffers"),
+        "{row}"
+    );
+    assert!(
+        text.lines().any(|l| l
+            == "T3: cap 3.50 GiB; swap 3.75 GiB free of 4.00 GiB; moves: 2 to T3, 1 to T2, 1.00 GiB copied in 523.4 ms, 0 refused"),
+        "{text}"
+    );
+}
+
+#[test]
+fn status_says_when_the_module_has_no_t3() {
+    let root = FakeRoot::new("no-t3");
+    root.write("sys/kernel/greenboost/stats", STATS);
+    let (text, stderr, ok) = root.status(&[]);
+    assert!(ok, "status failed: {stderr}");
+    assert!(text.lines().any(|l| l == "T3: not supported by this module"), "{text}");
+    assert!(!text.contains("T3 used"), "no per-process T3 columns without T3 rows: {text}");
+
+    // No statistics at all: nothing is claimed about T3.
+    let absent = FakeRoot::new("no-t3-absent");
+    absent.write("proc/.keep", "");
+    let (text, _, ok) = absent.status(&[]);
+    assert!(ok);
+    assert!(!text.contains("T3:"), "{text}");
+    let (json, _, _) = absent.status(&["--json"]);
+    assert!(json.contains("\"supported\": null"), "{json}");
+}
+
+#[test]
+fn status_says_when_t3_has_no_swap() {
+    let root = FakeRoot::new("t3-noswap");
+    let no_swap = STATS.replace("t3_used_bytes 0\n", &T3_KEYS.replace("4026531840", "0"));
+    root.write("sys/kernel/greenboost/stats", &no_swap);
+    root.write("proc/meminfo", "SwapTotal:             0 kB\n");
+    let (text, stderr, ok) = root.status(&[]);
+    assert!(ok, "status failed: {stderr}");
+    assert!(
+        text.lines()
+            .any(|l| l
+                .starts_with("T3: no swap: T3 buffers cannot be allocated (T3 needs swap): sudo greenboost swap add")),
         "{text}"
     );
 }

@@ -58,7 +58,8 @@ Pressure: none (free RAM 775.00 MiB, reserve 64.00 MiB)
 tier          used       cached          cap         peak  note
 T1        8.00 GiB                                         VRAM reported by processes under the shim
 T2        6.00 MiB   128.00 MiB   512.00 MiB    68.00 MiB  pinned system RAM, 2 buffers
-T3             0 B                                         NVMe overflow
+T3             0 B                         -            -  swappable RAM, written to swap under pressure
+T3: not supported by this module
 
 NVIDIA driver 550.54.15
 gpu  name                              T1 used         VRAM  PCIe now/max   bus
@@ -124,6 +125,10 @@ const JSON_NVML_PROCESS: &str = r#"    {
       "t2_used": null,
       "t2_peak": null,
       "buffers": null,
+      "t3_used": null,
+      "t3_resident": null,
+      "t3_swapped": null,
+      "t3_buffers": null,
       "gpu_memory": null
     }
   ],

@@ -35,7 +35,7 @@ real_dkms=$(command -v dkms || true)
 fakebin=$work/fakebin
 mkdir -p "$fakebin"
 for cmd in modprobe rmmod insmod depmod udevadm systemctl groupadd groupdel usermod gpasswd \
-           dkms apt-get apt mokutil ldconfig runuser; do
+           dkms apt-get apt mokutil ldconfig runuser swapon swapoff mkswap; do
   printf '#!/bin/sh\necho "%s $*" >> "%s/system-calls"\nexit 0\n' "$cmd" "$work" > "$fakebin/$cmd"
   chmod +x "$fakebin/$cmd"
 done
@@ -50,7 +50,8 @@ system_snapshot() {
   done
   for d in /etc/udev/rules.d /etc/modprobe.d /etc/modules-load.d /etc/security/limits.d \
            /etc/systemd/system /usr/local/bin /usr/local/lib /usr/local/include /usr/local/share \
-           /usr/src "/lib/modules/$(uname -r)" "/lib/modules/$(uname -r)/extra" /var/cache/greenboost /var/lib/dkms; do
+           /usr/src "/lib/modules/$(uname -r)" "/lib/modules/$(uname -r)/extra" /var/cache/greenboost /var/lib/dkms \
+           /var/lib/greenboost; do
     echo "== $d"; ls -A "$d" 2>&1
   done
 }
@@ -129,7 +130,7 @@ check "udev rule is commented (what it does, how to join the group)" \
 modprobe_conf=$stage/etc/modprobe.d/greenboost.conf
 check "modprobe.d options are all commented out (module defaults apply)" \
   bash -c "[ -z \"\$(grep -v '^[[:space:]]*#' '$modprobe_conf' | grep -v '^[[:space:]]*\$')\" ] && grep -q '^# options greenboost ' '$modprobe_conf'"
-params=$(sed -n 's/^module_param(\([a-z_]*\),.*/\1/p' kmod/glue.c | sort)
+params=$(sed -n 's/^module_param(\([a-z0-9_]*\),.*/\1/p' kmod/glue.c | sort)
 check "modprobe.d documents exactly the module's parameters (kmod/glue.c)" \
   diff <(echo "$params") <(grep '^# options greenboost' "$modprobe_conf" | tr ' ' '\n' | sed -n 's/=.*//p' | sort)
 if [ $build_kmod = 1 ]; then
@@ -230,6 +231,29 @@ check "it installs no module and no boot-time load, everything else" bash -c \
   "[ ! -e '$stage3/lib' ] && [ ! -e '$stage3/etc/modules-load.d' ] && [ -f '$stage3/usr/local/lib/libgreenboost_cuda.so' ] && [ -f '$stage3/etc/udev/rules.d/70-greenboost.rules' ]"
 check "uninstall after it leaves the stage empty" bash -c \
   "DESTDIR='$stage3' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage3' -mindepth 1)\" ]"
+
+# --- case 3b: swap files recorded by `greenboost swap add` ------------------------------
+# The record is written as the CLI writes it (cli/src/swap/record.rs: a comment, then one
+# absolute path a line). A staged uninstall deletes the recorded files under DESTDIR
+# (swapoff is for the system only), keeps what is not a regular file any more, and
+# leaves the directories the test made itself.
+stage_swap=$work/stage-swap
+mkdir -p "$stage_swap/var/lib/greenboost" "$stage_swap/srv/nvme"
+check "staged install for the swap-file case succeeds" stage_install "$stage_swap" GREENBOOST_SKIP_KMOD=1
+printf '%s\n' "# Swap files created by \`greenboost swap add\`; \`greenboost swap remove\` and scripts/uninstall.sh remove them." \
+  /var/lib/greenboost/t3.swap "/srv/nvme/t3 swap" /srv/nvme/gone.swap /srv/nvme/link.swap \
+  > "$stage_swap/var/lib/greenboost/swapfiles"
+head -c 65536 /dev/zero > "$stage_swap/var/lib/greenboost/t3.swap"
+head -c 65536 /dev/zero > "$stage_swap/srv/nvme/t3 swap"
+echo "not ours" > "$stage_swap/srv/nvme/other"
+ln -s other "$stage_swap/srv/nvme/link.swap"
+check "uninstall with recorded swap files succeeds" stage_uninstall "$stage_swap"
+check "it says which swap files it removed" bash -c \
+  "grep -q 'removed the swap file /var/lib/greenboost/t3.swap' '$stage_swap.log' && grep -q 'removed the swap file /srv/nvme/t3 swap' '$stage_swap.log'"
+check "it removes the recorded files, the record and its directory, keeps a recorded symlink and everything else" \
+  diff <(cd "$stage_swap" && find . | sort) <(printf '%s\n' . ./srv ./srv/nvme ./srv/nvme/link.swap ./srv/nvme/other ./var ./var/lib)
+check "it warns about the symlink instead of following it" grep -q 'link.swap is not a regular file any more' "$stage_swap.log"
+check "the file the symlink points to is untouched" test "$(cat "$stage_swap/srv/nvme/other")" = "not ours"
 
 # --- case 4: the module for Debian's stock kernel, from the QEMU suite's headers ---------
 # `make kmod-test` unpacks linux-headers of the stock kernel into the build cache; when

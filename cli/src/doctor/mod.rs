@@ -1,12 +1,14 @@
 //! `greenboost doctor`: everything GreenBoost needs on this machine, each finding with
 //! the command that fixes it. The checks, by concern: `kernel` (can the module be built
 //! for the running kernel), `module` (is it installed, loaded and open to you),
-//! `system` (memlock, the shim, /etc/ld.so.preload) and `gpu` (driver, NVML, HMM, PCIe).
+//! `system` (memlock, the shim, /etc/ld.so.preload), `swap` (T3's swap areas and their
+//! disks) and `gpu` (driver, NVML, HMM, PCIe).
 
 mod gpu;
 mod kernel;
 mod module;
 mod probe;
+mod swap;
 mod system;
 
 use std::process::ExitCode;
@@ -98,6 +100,7 @@ pub fn doctor(json: bool) -> ExitCode {
     kernel::check(&mut findings, &paths, &release);
     module::check(&mut findings, &paths, &release);
     system::check(&mut findings);
+    swap::check(&mut findings, &paths);
     gpu::check(&mut findings, &paths);
     if json {
         print_json(&release, &findings);

@@ -2,7 +2,7 @@
 //! its text column, and the sentences the text prints for the module and pressure.
 
 use super::view::{both, json, shown, Body, Cell, Column, Empty, Field, Section, Table};
-use super::{ProcessRow, Status};
+use super::{t3, ProcessRow, Status};
 use crate::json::Json;
 use crate::nvml::{Gpu, NvmlReport};
 use crate::size::format_bytes;
@@ -15,6 +15,7 @@ pub const TEXT_ORDER: &[&str] = &[
     "pressure",
     "",
     "tiers",
+    "t3",
     "",
     "driver_version",
     "gpus",
@@ -52,6 +53,18 @@ static PROCESS_COLUMNS: [Column; 6] = [
     Column::right("buffers", 8, " "),
 ];
 
+/// The process table of a module that gives T3 rows.
+static PROCESS_COLUMNS_T3: [Column; 8] = [
+    Column::right("pid", 8, ""),
+    Column::left("command", 16, " ").missing("?"),
+    Column::right("T1 reported", 12, " "),
+    Column::right("T2 used", 12, " "),
+    Column::right("T3 used", 12, " "),
+    Column::right("T3 swapped", 12, " "),
+    Column::right("GPU (NVML)", 12, " "),
+    Column::right("buffers", 8, " "),
+];
+
 fn bytes(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), format_bytes)
 }
@@ -67,6 +80,7 @@ impl Status {
         vec![
             self.module_section(),
             self.tiers_section(),
+            t3::section(&self.totals.t3),
             self.pressure_section(),
             driver,
             gpus,
@@ -129,14 +143,7 @@ impl Status {
                     shown("note", Cell::text(format!("pinned system RAM{buffers}"))),
                 ],
             ),
-            (
-                Some("t3"),
-                vec![
-                    shown("tier", Cell::text("T3")),
-                    both("used", "used", Cell::Bytes(t.t3_used)),
-                    shown("note", Cell::text("NVMe overflow")),
-                ],
-            ),
+            (Some("t3"), t3::tier_row(&t.t3)),
         ];
         let table = Table { columns: &TIER_COLUMNS, rows, empty: Empty::Header(""), hidden: false };
         section("tiers", Body::Table(table), vec![])
@@ -190,7 +197,9 @@ impl Status {
         } else {
             "Processes: none using GreenBoost or the GPU"
         });
-        let table = Table { columns: &PROCESS_COLUMNS, rows, empty, hidden: false };
+        let columns: &'static [Column] =
+            if self.processes.iter().any(|p| p.t3_used.is_some()) { &PROCESS_COLUMNS_T3 } else { &PROCESS_COLUMNS };
+        let table = Table { columns, rows, empty, hidden: false };
         section("processes", Body::Table(table), vec![])
     }
 
@@ -233,7 +242,7 @@ fn gpu_row(g: &Gpu) -> Vec<Field> {
 }
 
 fn process_row(p: &ProcessRow) -> Vec<Field> {
-    vec![
+    let mut fields = vec![
         both("pid", "pid", Cell::Count(Some(p.pid))),
         json("uid", Cell::Count(p.uid)),
         both("comm", "command", Cell::Text(p.comm.clone())),
@@ -241,6 +250,66 @@ fn process_row(p: &ProcessRow) -> Vec<Field> {
         both("t2_used", "T2 used", Cell::Bytes(p.t2_used)),
         json("t2_peak", Cell::Bytes(p.t2_peak)),
         both("buffers", "buffers", Cell::Count(p.buffers)),
-        both("gpu_memory", "GPU (NVML)", Cell::Bytes(p.gpu_memory)),
-    ]
+    ];
+    fields.extend(t3::process_fields(p.t3_used, p.t3_resident, p.t3_swapped, p.t3_buffers));
+    fields.push(both("gpu_memory", "GPU (NVML)", Cell::Bytes(p.gpu_memory)));
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::view;
+    use super::*;
+    use crate::stats::StatGroup;
+
+    fn status_with(processes: Vec<ProcessRow>) -> Status {
+        Status {
+            module_loaded: true,
+            device_path: "/dev/greenboost".into(),
+            device_error: None,
+            abi_version: Some(1),
+            sysfs_error: None,
+            sysfs_raw: StatGroup::default(),
+            parameters: vec![],
+            totals: Default::default(),
+            processes,
+            processes_note: None,
+            nvml: Err("NVML disabled".into()),
+            sources: vec!["ioctl"],
+        }
+    }
+
+    #[test]
+    fn process_rows_gain_t3_columns_when_the_module_gives_them() {
+        let row = ProcessRow { pid: 42, comm: Some("llm".into()), t2_used: Some(1 << 20), ..ProcessRow::default() };
+        let plain = view::text(&status_with(vec![row.clone()]).describe(), &["processes"]);
+        assert!(
+            plain.starts_with("     pid command           T1 reported      T2 used   GPU (NVML)  buffers\n"),
+            "{plain}"
+        );
+
+        let t3 = ProcessRow {
+            t3_used: Some(3 << 30),
+            t3_resident: Some(1 << 30),
+            t3_swapped: Some(2 << 30),
+            t3_buffers: Some(2),
+            ..row
+        };
+        let status = status_with(vec![t3]);
+        let text = view::text(&status.describe(), &["processes"]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "     pid command           T1 reported      T2 used      T3 used   T3 swapped   GPU (NVML)  buffers"
+        );
+        assert_eq!(
+            lines[1],
+            "      42 llm                         -     1.00 MiB     3.00 GiB     2.00 GiB            -        -"
+        );
+        let json = status.to_json().to_string();
+        assert!(
+            json.contains(r#""t3_used":3221225472,"t3_resident":1073741824,"t3_swapped":2147483648,"t3_buffers":2"#),
+            "{json}"
+        );
+    }
 }

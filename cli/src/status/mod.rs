@@ -4,13 +4,16 @@
 //! Per-process rows: the module's sysfs file shows totals only (older modules also
 //! listed every process there, which is still read); the rows come from
 //! `GB_IOC_LIST_PROCS`, which shows a user their own processes and root every one.
-//! When rows are missing, `processes_note` says how many and why.
+//! When rows are missing, `processes_note` says how many and why. A module with T3
+//! (`GB_INFO_T3`) gives its T3 totals through `GB_IOC_T3_STATS` and per-process T3
+//! figures in `GB_PROC_LIST_T3` rows; `t3.rs` reads and describes them.
 //!
 //! `collect` gathers the figures into a `Status`; `describe.rs` turns it into the one
 //! description of what status shows (`view::Section`s), from which both the text
 //! (`print`) and `--json` (`to_json`) are rendered.
 
 mod describe;
+mod t3;
 mod view;
 
 use std::fs;
@@ -20,7 +23,8 @@ use crate::json::Json;
 use crate::nvml::{self, NvmlReport};
 use crate::paths::SystemPaths;
 use crate::stats::{parse_stats, StatGroup};
-use greenboost_abi::{GbProcRow, GB_INFO_PROC_LIST};
+use greenboost_abi::{GbProcRow, GbProcRowT3, GB_INFO_PROC_LIST, GB_INFO_T3};
+use t3::T3Totals;
 
 /// Module-wide figures, whichever source gave them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -30,7 +34,7 @@ pub struct Totals {
     pub t2_cached: Option<u64>,
     pub t2_cap: Option<u64>,
     pub t2_peak: Option<u64>,
-    pub t3_used: Option<u64>,
+    pub t3: T3Totals,
     pub buffers: Option<u64>,
     pub allocs: Option<u64>,
     pub alloc_failures: Option<u64>,
@@ -48,6 +52,11 @@ pub struct ProcessRow {
     pub t2_used: Option<u64>,
     pub t2_peak: Option<u64>,
     pub buffers: Option<u64>,
+    /// The process's T3 buffers (`GB_PROC_LIST_T3` rows; `None` from older modules).
+    pub t3_used: Option<u64>,
+    pub t3_resident: Option<u64>,
+    pub t3_swapped: Option<u64>,
+    pub t3_buffers: Option<u64>,
     /// VRAM the driver says the process holds, summed over GPUs (NVML).
     pub gpu_memory: Option<u64>,
 }
@@ -79,7 +88,7 @@ fn totals_from_sysfs(group: &StatGroup) -> Totals {
         t2_cached: group.number(&["t2_cached_bytes"]),
         t2_cap: group.number(&["t2_cap_bytes"]),
         t2_peak: group.number(&["t2_peak_bytes"]),
-        t3_used: group.number(&["t3_used_bytes"]),
+        t3: t3::from_sysfs(group),
         buffers: group.number(&["buffers"]),
         allocs: group.number(&["allocs"]),
         alloc_failures: group.number(&["alloc_failures"]),
@@ -98,7 +107,8 @@ fn process_from_sysfs(group: &StatGroup) -> Option<ProcessRow> {
         t2_used: group.number(&["t2"]),
         t2_peak: group.number(&["t2_peak"]),
         buffers: group.number(&["buffers"]),
-        gpu_memory: None,
+        // Only modules older than T3 list their processes in sysfs.
+        ..ProcessRow::default()
     })
 }
 
@@ -123,6 +133,13 @@ struct Sysfs {
     /// Its `processes` total: how many processes the module knows.
     process_count: Option<u64>,
     error: Option<String>,
+}
+
+/// /proc/meminfo's `SwapTotal`, bytes (the module cannot read it).
+fn swap_total(paths: &SystemPaths) -> Option<u64> {
+    let meminfo = fs::read_to_string(paths.proc_path("meminfo")).ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("SwapTotal:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
 }
 
 fn read_sysfs(paths: &SystemPaths) -> Sysfs {
@@ -158,6 +175,17 @@ fn process_from_row(row: &GbProcRow) -> ProcessRow {
         t2_peak: Some(row.t2_peak),
         buffers: Some(row.buffers),
         gpu_memory: None,
+        ..ProcessRow::default()
+    }
+}
+
+fn process_from_row_t3(row: &GbProcRowT3) -> ProcessRow {
+    ProcessRow {
+        t3_used: Some(row.t3_used),
+        t3_resident: Some(row.t3_resident),
+        t3_swapped: Some(row.t3_swapped),
+        t3_buffers: Some(row.t3_buffers),
+        ..process_from_row(&row.row)
     }
 }
 
@@ -167,12 +195,27 @@ fn read_process_rows(device: &Device, features: u32) -> Option<Result<Vec<Proces
     if features & GB_INFO_PROC_LIST == 0 {
         return None;
     }
-    Some(
-        device
-            .list_procs()
-            .map(|rows| rows.iter().map(process_from_row).collect())
-            .map_err(|e| format!("GB_IOC_LIST_PROCS failed: {e}")),
-    )
+    let failed = |e: std::io::Error| format!("GB_IOC_LIST_PROCS failed: {e}");
+    if features & GB_INFO_T3 != 0 {
+        match device.list_procs_t3() {
+            Ok(rows) => return Some(Ok(rows.iter().map(process_from_row_t3).collect())),
+            // A module that does not take GB_PROC_LIST_T3 after all: its plain rows.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Some(Err(failed(e))),
+        }
+    }
+    Some(device.list_procs().map(|rows| rows.iter().map(process_from_row).collect()).map_err(failed))
+}
+
+/// `GB_IOC_T3_STATS` when the module has T3: the figures replace sysfs's. A module
+/// without `GB_INFO_T3` has no T3, whatever its file says; a failed call keeps the
+/// file's figures.
+fn read_t3(device: &Device, features: u32, totals: &mut Totals) {
+    if features & GB_INFO_T3 == 0 {
+        totals.t3 = T3Totals { support: t3::Support::Absent, used: totals.t3.used, ..T3Totals::default() };
+    } else if let Ok(stats) = device.t3_stats() {
+        totals.t3 = t3::from_ioctl(&stats);
+    }
 }
 
 /// The ioctls give exact figures; they override what the text file said. Returns the
@@ -187,15 +230,24 @@ fn read_ioctls(
         Ok(device) => device,
         Err(e) => return (None, false, Some(explain_open_error(&paths.device, &e))),
     };
-    let abi_version = device.info().ok().map(|info| {
+    let info = device.info().ok();
+    if let Some(info) = &info {
         totals.reserve = Some(info.reserve);
         *rows = read_process_rows(&device, info.features);
-        info.abi_version
-    });
-    let pool = match device.pool_stats() {
+    }
+    let abi_version = info.map(|info| info.abi_version);
+    let pool = device.pool_stats();
+    // After the pool's figures, so T3's used agrees with its resident and swapped.
+    let set_t3 = |totals: &mut Totals| {
+        if let Some(info) = &info {
+            read_t3(&device, info.features, totals);
+        }
+    };
+    let pool = match pool {
         Ok(pool) => pool,
         Err(e) => {
-            return (abi_version, false, Some(format!("GB_IOC_POOL_STATS on {} failed: {e}", paths.device.display())))
+            set_t3(totals);
+            return (abi_version, false, Some(format!("GB_IOC_POOL_STATS on {} failed: {e}", paths.device.display())));
         }
     };
     totals.t1_reported = Some(pool.t1_reported);
@@ -203,12 +255,13 @@ fn read_ioctls(
     totals.t2_cached = Some(pool.t2_cached);
     totals.t2_cap = Some(pool.t2_cap);
     totals.t2_peak = Some(pool.t2_peak);
-    totals.t3_used = Some(pool.t3_used);
+    totals.t3.used = Some(pool.t3_used);
     totals.buffers = Some(pool.buffers);
     totals.allocs = Some(pool.allocs);
     totals.alloc_failures = Some(pool.alloc_failures);
     totals.free_ram = Some(pool.free_ram);
     totals.pressure = Some(pool.pressure != 0);
+    set_t3(totals);
     (abi_version, true, None)
 }
 
@@ -267,6 +320,9 @@ pub fn collect(paths: &SystemPaths) -> Status {
         processes = listed.clone();
     }
     let processes_note = processes_note(process_count, processes.len(), &rows, &device_error);
+    if totals.t3.support == t3::Support::Present {
+        totals.t3.swap_total = swap_total(paths);
+    }
     if totals.reserve.is_none() {
         totals.reserve = parameters
             .iter()

@@ -109,7 +109,7 @@ pub fn shown(column: &'static str, cell: Cell) -> Field {
     Field { key: None, column: Some(column), cell }
 }
 
-fn object(fields: &[Field]) -> Json {
+pub(super) fn object(fields: &[Field]) -> Json {
     Json::Object(fields.iter().filter_map(|f| f.key.map(|key| (key.to_owned(), f.cell.json()))).collect())
 }
 
