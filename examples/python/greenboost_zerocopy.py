@@ -1,5 +1,6 @@
 """Zero-copy GreenBoost buffers in Python: numpy arrays and PyTorch tensors whose memory
-is pinned system RAM handed out by the greenboost kernel module (tier T2).
+is pinned system RAM handed out by the greenboost kernel module (tier T2), or swappable
+pages (tier T3) for data the GPU does not need now.
 
 A KV cache that does not fit in VRAM (ExLlamaV3-style: preallocated K and V tensors per
 layer) can live in such buffers: the CPU writes and reads them as ordinary numpy/torch
@@ -11,20 +12,31 @@ pages over PCIe, with no copy in either direction.
         cache = KVCache(gb, layers=32, max_tokens=32768, kv_heads=8, head_dim=128)
         k, v = cache.layer(0)           # torch tensors (or numpy arrays without torch)
 
+``TieredKVCache`` is the paged variant: its pages are separate buffers, the least
+recently used ones wait in T3 and a page is moved back to T2 when it is used.
+
 The ioctl ABI is abi/greenboost.h (the Rust crate abi/ is the one definition);
 examples/python/test_zerocopy.py checks this file against it.
 """
 
+import errno
 import fcntl
 import mmap
 import os
 import struct
-from collections import namedtuple
+import warnings
+from collections import OrderedDict, namedtuple
 
 ABI_VERSION = 1
 DEVICE_PATH = "/dev/greenboost"
 CHUNK_SIZE = 2 << 20
 ALLOC_NODE_STRICT = 1 << 0
+ALLOC_T3 = 1 << 1
+INFO_T3 = 1 << 3
+TIER_T2 = 2
+TIER_T3 = 3
+# ExLlamaV3's page: the unit its block tables hand out, in tokens.
+PAGE_TOKENS = 256
 
 # --- ioctl encoding (asm-generic: x86_64, arm64, riscv) --------------------------------
 _IOC_MAGIC = 0xB7
@@ -51,6 +63,10 @@ STRUCTS = {
                       ("buffers", "Q"), ("t1_reported", "Q")),
     "gb_t1_report": (("vram_used", "Q"), ("vram_budget", "Q")),
     "gb_eventfd": (("fd", "i"), ("flags", "I")),
+    "gb_move": (("fd", "i"), ("tier", "I"), ("flags", "I"), ("pad0", "I"), ("buffer_id", "Q"), ("moved", "Q")),
+    "gb_t3_stats": (("t3_used", "Q"), ("t3_resident", "Q"), ("t3_swapped", "Q"), ("t3_buffers", "Q"),
+                    ("t3_cap", "Q"), ("t3_peak", "Q"), ("swap_free", "Q"), ("moves_to_t3", "Q"),
+                    ("moves_to_t2", "Q"), ("moved_bytes", "Q"), ("move_ns", "Q"), ("move_refusals", "Q")),
 }
 LAYOUTS = {name: struct.Struct("=" + "".join(code for _, code in fields)) for name, fields in STRUCTS.items()}
 RECORDS = {name: namedtuple(name, [f for f, _ in fields]) for name, fields in STRUCTS.items()}
@@ -72,6 +88,8 @@ IOCTLS = {
     "GB_IOC_PROC_STATS": _ioc(_IOC_READ, 0x03, LAYOUTS["gb_proc_stats"].size),
     "GB_IOC_REPORT_T1": _ioc(_IOC_WRITE, 0x04, LAYOUTS["gb_t1_report"].size),
     "GB_IOC_REGISTER_EVENTFD": _ioc(_IOC_WRITE, 0x05, LAYOUTS["gb_eventfd"].size),
+    "GB_IOC_MOVE": _ioc(_IOC_READ | _IOC_WRITE, 0x07, LAYOUTS["gb_move"].size),
+    "GB_IOC_T3_STATS": _ioc(_IOC_READ, 0x08, LAYOUTS["gb_t3_stats"].size),
 }
 
 
@@ -79,32 +97,80 @@ class GreenBoostError(OSError):
     """An ioctl or open failed; the message says what to do about it."""
 
 
-def _explain(error, what):
-    hints = {
-        2: "the greenboost module is not loaded (sudo modprobe greenboost; `greenboost doctor` says why it may not load)",
-        13: "you may not open /dev/greenboost: join the greenboost group (sudo usermod -aG greenboost $USER) and log in again",
-        12: "the module refused the allocation: T2 cap, per-user cap, or free RAM below the module's reserve (greenboost status shows which)",
-        22: "invalid argument (size 0, unknown flag, or a NUMA node that is not online)",
-        7: "larger than the module's largest allocation (see Device.info().max_alloc)",
-    }
-    hint = hints.get(error.errno, os.strerror(error.errno or 0))
+_HINTS = {
+    errno.ENOENT: "the greenboost module is not loaded (sudo modprobe greenboost; `greenboost doctor` says why it may not load)",
+    errno.EACCES: "you may not open /dev/greenboost: join the greenboost group (sudo usermod -aG greenboost $USER) and log in again",
+    errno.ENOMEM: "the module refused the allocation: T2 cap, per-user cap, or free RAM below the module's reserve (greenboost status shows which)",
+    errno.EINVAL: "invalid argument (size 0, unknown flag, or a NUMA node that is not online)",
+    errno.E2BIG: "larger than the module's largest allocation (see Device.info().max_alloc)",
+}
+_NO_T3 = "this greenboost module has no T3 (GB_INFO_T3 is not set: Device.has_t3 is False); load a newer module"
+_T3_FULL = ("T3 has no room: T3 pages are backed by swap, and the bytes of all T3 buffers must fit in the swap "
+            "that others do not use (add swap with `greenboost swap add`; Device.t3_stats().t3_cap is the room)")
+_MOVE_HINTS = {
+    errno.EBUSY: ("the buffer is in use: attached for DMA, vmapped, or its pages pinned by someone else "
+                  "(cudaHostRegister, io_uring); unregister it first (cudaHostUnregister) and move again"),
+    errno.EINVAL: "not a greenboost buffer, or a tier other than TIER_T2 and TIER_T3",
+    errno.EBADF: "the buffer's fd is closed, or /dev/greenboost was opened read-only",
+    errno.EINTR: "interrupted by a signal; move again",
+    errno.ENOTTY: _NO_T3,
+}
+
+
+def _explain(error, what, hints=None):
+    """A GreenBoostError for a failed call: ``hints`` (errno -> advice) are specific to
+    the call and take precedence over the general ones."""
+    hint = (hints or {}).get(error.errno) or _HINTS.get(error.errno) or os.strerror(error.errno or 0)
     return GreenBoostError(error.errno, f"{what}: {hint}")
 
 
 class Buffer:
-    """One pinned T2 buffer: a DMA-BUF fd and its shared mapping.
+    """One GreenBoost buffer: a DMA-BUF fd and its shared mapping, in T2 (pinned) or T3
+    (swappable), see ``move``.
 
     Views (``numpy``, ``torch``) share the memory; keep the Buffer alive while they are
     in use. ``close`` fails with BufferError while views still exist (Python's mmap
     refuses to unmap memory that is still exported), which is what keeps it safe.
+    ``device`` is the Device that allocated it, through which it moves (None for a
+    buffer made from some other fd, which cannot move).
     """
 
-    def __init__(self, fd, buffer_id, size):
+    def __init__(self, fd, buffer_id, size, device=None, tier=TIER_T2):
         self.fd = fd
         self.id = buffer_id
         self.size = size
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._cuda_registered = False
+        self._device = device
+        self._tier = tier
+
+    @property
+    def tier(self):
+        """TIER_T2 or TIER_T3: where the buffer was allocated or last moved."""
+        return self._tier
+
+    def move(self, tier):
+        """Moves the buffer to ``tier`` and returns the bytes the kernel copied (0 when it
+        was there already). The contents, the fd and this mapping survive: numpy and
+        torch views taken before the move stay valid and see the same data (the mapping
+        faults the new pages in).
+
+        TIER_T2 is pinned RAM, the only tier the GPU reads; TIER_T3 is swappable, for
+        data only the CPU touches or nobody touches for a while. The kernel refuses to
+        move pages someone has pinned, so a buffer that ``register_with_cuda`` registered
+        is unregistered from CUDA before it moves to T3: its ``cuda_tensor`` views must
+        not be used after that, and after moving back to T2 it must be registered again.
+        (If the move then fails, it stays unregistered.) Pins made by others are not
+        this object's to drop: the move fails with EBUSY and the buffer stays where it
+        was. Failures are GreenBoostErrors that say why (ENOMEM: no room in the tier).
+        """
+        if self._device is None:
+            raise GreenBoostError(errno.EINVAL, f"buffer {self.id} was not allocated from a Device: it cannot move")
+        if tier == TIER_T3 and self._cuda_registered:
+            self._unregister_from_cuda()
+        reply = self._device._move(self.fd, tier, f"GB_IOC_MOVE of buffer {self.id} to T{tier}")
+        self._tier = tier
+        return reply.moved
 
     def memoryview(self):
         return memoryview(self._map)
@@ -138,7 +204,10 @@ class Buffer:
     def register_with_cuda(self):
         """Pins the mapping for the GPU (cudaHostRegister, portable + mapped), so that CUDA
         kernels read it over PCIe. The module's mapping consists of real pages, which
-        the driver accepts (the same path the GreenBoost shim takes)."""
+        the driver accepts (the same path the GreenBoost shim takes). A T3 buffer is
+        refused: pinning it for the GPU is what T2 is for (``move(TIER_T2)`` first)."""
+        if self._tier == TIER_T3:
+            raise GreenBoostError(0, f"buffer {self.id} is in T3, which the GPU does not read: move(TIER_T2) first")
         import torch
 
         cudart = torch.cuda.cudart()
@@ -177,12 +246,15 @@ class Buffer:
         # bfloat16 has no array-interface type code: it travels as int16 bits.
         return tensor.view(dtype) if dtype is torch.bfloat16 else tensor
 
+    def _unregister_from_cuda(self):
+        import torch
+
+        torch.cuda.cudart().cudaHostUnregister(self.address())
+        self._cuda_registered = False
+
     def close(self):
         if self._cuda_registered:
-            import torch
-
-            torch.cuda.cudart().cudaHostUnregister(self.address())
-            self._cuda_registered = False
+            self._unregister_from_cuda()
         self._map.close()
         os.close(self.fd)
 
@@ -201,9 +273,16 @@ def _product(shape):
 
 
 class Device:
-    """An open /dev/greenboost. Buffers outlive it (each is its own DMA-BUF fd)."""
+    """An open /dev/greenboost. Buffers outlive it (each is its own DMA-BUF fd), but
+    they move through it, so keep it open while buffers may move.
 
-    def __init__(self, path=DEVICE_PATH):
+    ``ioctl`` is the call that reaches the kernel, ``fcntl.ioctl``'s signature; tests
+    pass a fake to exercise everything above it without the module. ``has_t3`` says
+    whether the module has T3 (``alloc(t3=True)``, ``Buffer.move``, ``t3_stats``).
+    """
+
+    def __init__(self, path=DEVICE_PATH, ioctl=fcntl.ioctl):
+        self._ioctl = ioctl
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as error:
@@ -215,15 +294,21 @@ class Device:
         except BaseException:
             os.close(self.fd)
             raise
+        self.has_t3 = bool(info.features & INFO_T3)
 
-    def _read(self, name, command):
+    def _call(self, command, name, fields, what, hints=None):
+        """Issues ``command`` with struct ``name`` packed from ``fields`` and returns the
+        struct the kernel wrote back, as a record."""
         layout = LAYOUTS[name]
-        buffer = bytearray(layout.size)
+        request = bytearray(layout.pack(*fields))
         try:
-            fcntl.ioctl(self.fd, IOCTLS[command], buffer, True)
+            self._ioctl(self.fd, IOCTLS[command], request, True)
         except OSError as error:
-            raise _explain(error, command) from None
-        return RECORDS[name]._make(layout.unpack(buffer))
+            raise _explain(error, what, hints) from None
+        return RECORDS[name]._make(layout.unpack(request))
+
+    def _read(self, name, command, hints=None):
+        return self._call(command, name, [0] * len(STRUCTS[name]), command, hints)
 
     def info(self):
         return self._read("gb_info", "GB_IOC_INFO")
@@ -234,20 +319,33 @@ class Device:
     def proc_stats(self):
         return self._read("gb_proc_stats", "GB_IOC_PROC_STATS")
 
-    def alloc(self, size, numa_node=-1, strict=False):
-        """Allocates ``size`` bytes (rounded up to the page size) of pinned RAM."""
-        layout = LAYOUTS["gb_alloc"]
-        request = bytearray(layout.pack(size, ALLOC_NODE_STRICT if strict else 0, numa_node, -1, 0, 0, 0))
+    def t3_stats(self):
+        """The T3 tier and the swap behind it (module-wide)."""
+        return self._read("gb_t3_stats", "GB_IOC_T3_STATS", {errno.ENOTTY: _NO_T3})
+
+    def alloc(self, size, numa_node=-1, strict=False, t3=False):
+        """Allocates ``size`` bytes (rounded up to the page size) of pinned RAM, or with
+        ``t3`` of swappable T3 pages (allocated on first touch; the NUMA arguments then
+        apply once the buffer moves to T2)."""
+        flags = (ALLOC_NODE_STRICT if strict else 0) | (ALLOC_T3 if t3 else 0)
+        hints = None
+        if t3:
+            hints = {errno.ENOMEM: _T3_FULL,
+                     errno.EINVAL: f"invalid argument (size 0, a NUMA node that is not online, or {_NO_T3})"}
+        reply = self._call("GB_IOC_ALLOC", "gb_alloc", (size, flags, numa_node, -1, 0, 0, 0),
+                           f"GB_IOC_ALLOC of {size} bytes{' in T3' if t3 else ''}", hints)
         try:
-            fcntl.ioctl(self.fd, IOCTLS["GB_IOC_ALLOC"], request, True)
-        except OSError as error:
-            raise _explain(error, f"GB_IOC_ALLOC of {size} bytes") from None
-        reply = RECORDS["gb_alloc"]._make(layout.unpack(request))
-        try:
-            return Buffer(reply.fd, reply.buffer_id, reply.alloc_size)
+            return Buffer(reply.fd, reply.buffer_id, reply.alloc_size, self, TIER_T3 if t3 else TIER_T2)
         except BaseException:
             os.close(reply.fd)
             raise
+
+    def _move(self, buffer_fd, tier, what):
+        """GB_IOC_MOVE of the buffer behind ``buffer_fd``; ``Buffer.move`` is the API."""
+        no_room = _T3_FULL if tier == TIER_T3 else (
+            "T2 has no room: T2 cap, per-user cap, or free RAM below the module's reserve (greenboost status shows which)")
+        return self._call("GB_IOC_MOVE", "gb_move", (buffer_fd, tier, 0, 0, 0, 0), what,
+                          {**_MOVE_HINTS, errno.ENOMEM: no_room})
 
     def close(self):
         os.close(self.fd)
@@ -259,22 +357,37 @@ class Device:
         self.close()
 
 
+def _cache_dtype(dtype):
+    """(dtype, bytes per element) of a cache's views: a torch dtype (float16 unless
+    given) when PyTorch is installed, a numpy one otherwise."""
+    try:
+        import torch
+
+        dtype = dtype or torch.float16
+        return dtype, torch.empty((), dtype=dtype).element_size()
+    except ImportError:
+        import numpy as np
+
+        dtype = np.dtype(dtype or "float16")
+        return dtype, dtype.itemsize
+
+
+def _cache_view(buffer, dtype, shape):
+    """A torch tensor over ``buffer`` when PyTorch is installed, a numpy array otherwise."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return buffer.numpy(dtype, shape)
+    return buffer.torch(dtype, shape)
+
+
 class KVCache:
     """Per-layer K and V tensors in GreenBoost buffers, shaped like ExLlamaV3's cache
     layers: ``[2, max_tokens, kv_heads, head_dim]`` (K at index 0, V at 1). One buffer
     per layer, so layers can be freed or moved independently."""
 
     def __init__(self, device, layers, max_tokens, kv_heads, head_dim, dtype=None):
-        try:
-            import torch
-
-            self._dtype = dtype or torch.float16
-            itemsize = torch.empty((), dtype=self._dtype).element_size()
-        except ImportError:
-            import numpy as np
-
-            self._dtype = np.dtype(dtype or "float16")
-            itemsize = self._dtype.itemsize
+        self._dtype, itemsize = _cache_dtype(dtype)
         self.shape = (2, max_tokens, kv_heads, head_dim)
         self.layer_bytes = 2 * max_tokens * kv_heads * head_dim * itemsize
         self.buffers = []
@@ -287,16 +400,117 @@ class KVCache:
 
     def layer(self, index):
         """(K, V) views of layer ``index``: torch tensors, or numpy arrays without torch."""
-        buffer = self.buffers[index]
-        try:
-            import torch  # noqa: F401
-
-            kv = buffer.torch(self._dtype, self.shape)
-        except ImportError:
-            kv = buffer.numpy(self._dtype, self.shape)
+        kv = _cache_view(self.buffers[index], self._dtype, self.shape)
         return kv[0], kv[1]
 
     def close(self):
+        while self.buffers:
+            self.buffers.pop().close()
+
+
+class TieredKVCache:
+    """A paged KV cache whose hot pages are in T2, where the GPU can read them, and whose
+    cold pages wait in T3, which costs no pinned RAM and may go to swap.
+
+    The page is the unit of ExLlamaV3's and vLLM's paged caches: a sequence's block
+    table lists its pages, and one page index stands for the same ``block_tokens``
+    token slots in every layer. A sequence that is being decoded reads its pages in
+    all layers, and one that is paused reads none, so a page goes hot or cold in every
+    layer at once. Each block is therefore one buffer holding its page of every layer,
+    ``[layers, 2, block_tokens, kv_heads, head_dim]`` (``kv[layer, 0]`` is K, as
+    ExLlamaV3's ``k[page]``, and ``kv[layer, 1]`` is V): one move per page instead of
+    one per layer.
+
+    At most ``hot_blocks`` blocks are in T2. ``block(i)`` is a use: it promotes block
+    ``i`` to T2, first demoting the least recently used hot block to T3 when the hot set
+    is full (demoting first keeps T2 within ``hot_blocks``; T3 briefly holds one block
+    more). The first ``hot_blocks`` blocks start in T2 and the others in T3, so T3 never
+    needs room for more than ``blocks - hot_blocks + 1`` of them.
+
+    Without T3 in the module, or without room in it (no swap, or the swap filled up), the
+    cache warns once and runs in T2 only: it demotes nothing more, allocates the rest in
+    T2, and blocks already in T3 are promoted when used. ``degraded`` says why, or is
+    None while tiering works. A move the kernel refuses otherwise (EBUSY: someone else
+    pinned the block) raises a GreenBoostError that names the block, which stays where
+    it was; when that was the demote, the block asked for stays in T3 as well.
+    """
+
+    def __init__(self, device, blocks, hot_blocks, layers, kv_heads, head_dim, block_tokens=PAGE_TOKENS, dtype=None):
+        if hot_blocks < 1:
+            raise ValueError("hot_blocks must be at least 1: a block must be in T2 to be used")
+        self.hot_blocks = hot_blocks
+        self.shape = (layers, 2, block_tokens, kv_heads, head_dim)
+        self._dtype, itemsize = _cache_dtype(dtype)
+        self.block_bytes = _product(self.shape) * itemsize
+        self.degraded = None
+        self.buffers = []
+        # Hot block indices, least recently used first.
+        self._hot = OrderedDict()
+        if not device.has_t3:
+            self._degrade(_NO_T3)
+        try:
+            for index in range(blocks):
+                self.buffers.append(self._allocate(device, cold=index >= hot_blocks))
+                if self.buffers[-1].tier == TIER_T2:
+                    self._hot[index] = None
+        except BaseException:
+            self.close()
+            raise
+        # One view per block, made once: block() hands out the same object every time.
+        self._views = [_cache_view(buffer, self._dtype, self.shape) for buffer in self.buffers]
+
+    def _allocate(self, device, cold):
+        if cold and self.degraded is None:
+            try:
+                return device.alloc(self.block_bytes, t3=True)
+            except GreenBoostError as error:
+                if error.errno != errno.ENOMEM:
+                    raise
+                self._degrade(error.strerror)
+        return device.alloc(self.block_bytes)
+
+    def _degrade(self, reason):
+        if self.degraded is None:
+            self.degraded = reason
+            warnings.warn(f"TieredKVCache keeps every block in T2 from now on: {reason}", RuntimeWarning)
+
+    @property
+    def hot(self):
+        """Indices of the blocks in T2, least recently used first."""
+        return list(self._hot)
+
+    def block(self, index):
+        """The view of block ``index``, promoted to T2 first (using a block is what makes
+        it hot). The same view object every call, valid across the block's moves."""
+        if not 0 <= index < len(self.buffers):
+            raise IndexError(f"block {index} of a cache of {len(self.buffers)} blocks")
+        if index in self._hot:
+            self._hot.move_to_end(index)
+            return self._views[index]
+        if self.degraded is None and len(self._hot) >= self.hot_blocks:
+            self._demote_least_recent(index)
+        try:
+            self.buffers[index].move(TIER_T2)
+        except GreenBoostError as error:
+            raise GreenBoostError(error.errno, f"block {index} cannot be promoted to T2: {error.strerror}") from None
+        self._hot[index] = None
+        return self._views[index]
+
+    def _demote_least_recent(self, needed_by):
+        victim = next(iter(self._hot))
+        try:
+            self.buffers[victim].move(TIER_T3)
+        except GreenBoostError as error:
+            if error.errno != errno.ENOMEM:
+                raise GreenBoostError(error.errno, f"block {victim}, the least recently used, cannot be demoted "
+                                                   f"to make room for block {needed_by}: {error.strerror}") from None
+            self._degrade(error.strerror)
+            return
+        del self._hot[victim]
+
+    def close(self):
+        self._views = []
+        self._hot.clear()
         while self.buffers:
             self.buffers.pop().close()
 
@@ -311,3 +525,12 @@ if __name__ == "__main__":
             print(f"buffer {buffer.id}: {buffer.size >> 20} MiB mapped at {buffer.address():#x}, starts with {bytes(view[:5])!r}")
             view.release()
             print("this process now holds", gb.proc_stats().t2_used >> 20, "MiB of T2")
+            if not gb.has_t3:
+                print("this module has no T3")
+            else:
+                try:
+                    print(f"moved to T3: {buffer.move(TIER_T3) >> 20} MiB copied; back to T2: {buffer.move(TIER_T2) >> 20} MiB")
+                except GreenBoostError as error:
+                    print(error)
+                stats = gb.t3_stats()
+                print(f"T3: {stats.t3_used >> 20} MiB used of {stats.t3_cap >> 20} MiB room, swap {stats.swap_free >> 20} MiB free")
