@@ -1,85 +1,176 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A T2 buffer and its DMA-BUF exporter callbacks.
+//! A buffer (in T2 or T3) and what its DMA-BUF exporter callbacks do.
 //!
 //! The dma-buf owns the [`Buffer`] (its `priv`) from a successful export until the
 //! dma-buf's release callback, which runs when the last reference goes (every fd
-//! closed, every mapping gone, every importer detached): it returns the pages to the
-//! pool. Each dma-buf also holds a reference on this module.
+//! closed, every mapping gone, every importer detached): it gives its pages back. Each
+//! dma-buf also holds a reference on this module.
 //!
-//! The C entry points of the callbacks are in `entry.rs`; this file holds what they do.
-//! No lock of ours is taken here except through `Pool::recycle` and
-//! `Registry::release` in `drop` (see "Lock order" in kmod/README.md).
+//! Where the contents live is the buffer's [`Backing`], behind its backing lock: every
+//! fault, attachment, pin and kernel mapping looks at it under the lock, and a move
+//! (`mover.rs`) changes it under the lock, so none of them sees a buffer halfway
+//! between tiers. The C entry points of the callbacks are in `entry.rs`.
+//!
+//! Locks: the backing lock; within it the kernel's (mmap, page cache, reclaim, which
+//! may call the cache's shrinker and so the cache lock). `drop` takes the T3 list,
+//! cache, held and registry locks one after the other, none within another (see "Lock
+//! order" in kmod/README.md).
 
+use core::pin::Pin;
 use core::sync::atomic::Ordering;
 use kernel::bindings;
-use kernel::ffi::{c_uint, c_ulong, c_void};
+use kernel::ffi::{c_ulong, c_void};
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
-use kernel::sync::Arc;
+use kernel::sync::lock::{mutex::MutexBackend, Guard};
+use kernel::sync::{new_mutex, Arc, Mutex};
 
-use crate::glue_ffi::{self as ffi, Chunk};
+use crate::chunks::{page_count, Chunks};
+use crate::glue_ffi as ffi;
 use crate::memlock::Memlock;
-use crate::pool::order_bytes;
+use crate::pool::Placement;
 use crate::procs::{Holder, ProcEntry};
+use crate::shmem::{PinnedPages, Shmem};
 use crate::state::{state, State};
-use crate::util;
+use crate::tier3::Tier3;
 
-/// A pinned system-RAM buffer.
+/// Where a buffer's contents are.
+pub(crate) enum Tier {
+    /// Pinned 2 MiB pages (RAM the GPU can read), charged in `memlock`.
+    T2 { chunks: Chunks, memlock: Memlock },
+    /// The pages of the buffer's shmem file, which the kernel may write to swap.
+    T3,
+}
+
+/// A buffer's backing, behind its backing lock.
 ///
 /// # Invariants
 ///
-/// `chunks` own their pages (see [`Chunk`]) and cover exactly `size` bytes, a multiple
-/// of the page size; `orders_descend` says whether their orders never increase along
-/// the list (what `Pool::alloc_chunks` builds); `size` has been added to `Counters::t2_used`, to `owner.t2_used`
-/// and one to both buffer counts, and is charged in `memlock`; `owner` holds its entry
-/// as a [`Holder::Buffer`].
+/// `attachments` counts the buffer's dma-buf attachments, `dma_pins` those of them
+/// mapped while in T3 (each holding page references, see [`Buffer::pin`]);
+/// `vmap_pages` holds the pages of a T3 kernel mapping, `vmapped` says whether a
+/// kernel mapping exists. The tier never changes while any of them is non-zero/set.
+/// The shmem file's pages are kept from reclaim exactly while `dma_pins` or
+/// `vmap_pages` hold T3 pages.
+pub(crate) struct Backing {
+    pub(crate) tier: Tier,
+    pub(crate) attachments: u32,
+    dma_pins: u32,
+    vmapped: bool,
+    vmap_pages: Option<PinnedPages>,
+}
+
+impl Backing {
+    /// A backing in `tier` with nothing attached.
+    pub(crate) fn new(tier: Tier) -> Self {
+        Backing { tier, attachments: 0, dma_pins: 0, vmapped: false, vmap_pages: None }
+    }
+
+    /// Whether an importer or a kernel mapping uses the buffer's pages (a move must
+    /// wait until they are gone: EBUSY).
+    pub(crate) fn in_use(&self) -> bool {
+        self.attachments > 0 || self.vmapped
+    }
+
+    fn t3_pinned(&self) -> bool {
+        self.dma_pins > 0 || self.vmap_pages.is_some()
+    }
+}
+
+/// A buffer.
+///
+/// # Invariants
+///
+/// `size` is a multiple of the page size; `shmem` has that size and every user mapping
+/// of the buffer belongs to it. In T2 `size` has been added to `Counters::t2_used` and
+/// `owner.t2_used` and the chunks cover it; in T3 to `Counters::t3_used` and
+/// `owner.t3_used`, and one to both T3 buffer counts. One to both buffer counts either
+/// way. `owner` holds its entry as a [`Holder::Buffer`]; the shmem file is in the T3
+/// list under `id` from [`Buffer::new`] until `drop`.
 /// Once exported, the dma-buf's `priv` points to it (see [`export`]).
 pub(crate) struct Buffer {
     /// Unique id, shown to userspace instead of any address.
     pub(crate) id: u64,
     /// Size in bytes.
     pub(crate) size: u64,
-    chunks: KVVec<Chunk>,
-    /// The chunks come in runs of one order, highest first (checked once, here rather
-    /// than trusted): [`Buffer::page`] then skips a run at a time.
-    orders_descend: bool,
+    /// Where its T2 pages come from (the ALLOC's placement, again at every promote).
+    pub(crate) placement: Placement,
+    pub(crate) shmem: Shmem,
+    backing: Pin<KBox<Mutex<Backing>>>,
     owner: Option<Arc<ProcEntry>>,
-    memlock: Option<Memlock>,
+}
+
+/// A backing lock, before the buffer exists (so that its allocation is not a failure
+/// after the pages are reserved).
+pub(crate) fn new_backing_lock() -> Result<Pin<KBox<Mutex<Backing>>>> {
+    KBox::pin_init(new_mutex!(Backing::new(Tier::T3), "greenboost::backing"), GFP_KERNEL)
 }
 
 impl Buffer {
-    /// Wraps freshly allocated chunks whose `size` bytes are already accounted.
-    pub(crate) fn new(state: &State, size: u64, chunks: KVVec<Chunk>, owner: Arc<ProcEntry>, memlock: Memlock) -> Self {
+    /// Wraps a buffer whose `size` bytes are already accounted in `tier` (see the type
+    /// invariant), listing its shmem file; on failure it is dropped, which undoes it.
+    pub(crate) fn new(
+        state: &State,
+        size: u64,
+        placement: Placement,
+        shmem: Shmem,
+        lock: Pin<KBox<Mutex<Backing>>>,
+        tier: Tier,
+        owner: Arc<ProcEntry>,
+    ) -> Result<KBox<Self>> {
         let c = &state.shared.counters;
         c.buffers.fetch_add(1, Ordering::Relaxed);
         owner.buffers.fetch_add(1, Ordering::Relaxed);
-        let orders_descend = chunks.as_slice().windows(2).all(|pair| pair[0].order >= pair[1].order);
-        Buffer {
-            id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed),
-            size,
-            orders_descend,
-            chunks,
-            owner: Some(owner),
-            memlock: Some(memlock),
+        if matches!(tier, Tier::T3) {
+            c.t3_buffers.fetch_add(1, Ordering::Relaxed);
+            owner.t3_buffers.fetch_add(1, Ordering::Relaxed);
         }
+        lock.lock().tier = tier;
+        // On failure the value is dropped, and `drop` undoes the above.
+        let buf = KBox::new(
+            Buffer {
+                id: state.next_buffer_id.fetch_add(1, Ordering::Relaxed),
+                size,
+                placement,
+                shmem,
+                backing: lock,
+                owner: Some(owner),
+            },
+            GFP_KERNEL,
+        )?;
+        // SAFETY: the file and the owner's entry live as long as the buffer, which
+        // removes its id from the list first thing in `drop`.
+        unsafe { state.tier3.add(buf.id, buf.shmem.as_ptr(), buf.owner_ptr())? };
+        Ok(buf)
+    }
+
+    fn owner_ptr(&self) -> *const ProcEntry {
+        self.owner.as_ref().map_or(core::ptr::null(), |o| &**o as *const ProcEntry)
+    }
+
+    /// The owner's entry (accounting of moves).
+    pub(crate) fn owner(&self) -> Result<&Arc<ProcEntry>> {
+        self.owner.as_ref().ok_or(EINVAL)
+    }
+
+    /// The backing lock.
+    pub(crate) fn backing(&self) -> Guard<'_, Backing, MutexBackend> {
+        self.backing.lock()
     }
 
     fn pages(&self) -> c_ulong {
-        // `size` fits a `size_t` (checked at export), so the page count fits too.
-        (self.size / PAGE_SIZE as u64) as c_ulong
+        page_count(self.size)
     }
 
-    /// Maps the buffer into `vma` with real pages; `vm_pgoff` selects the first page.
+    /// Sets `vma` up as a mapping of the buffer: checks, flags, and the buffer's shmem
+    /// file as its file. No page is inserted here: faults fill it (see `gb_vm_fault`).
     ///
     /// # Safety
     ///
     /// `vma` is the VMA that an mmap of this buffer's dma-buf is setting up (the
     /// dma-buf core's `mmap` callback), with its mmap lock held for writing.
     pub(crate) unsafe fn mmap(&self, vma: *mut bindings::vm_area_struct) -> Result {
-        let (mut start, mut npages, mut pgoff, mut shared): (c_ulong, c_ulong, c_ulong, bool) = (0, 0, 0, false);
-        // SAFETY: `vma` is valid (the function's contract); the four outputs are locals
-        // that the glue only writes.
-        unsafe { ffi::gb_vma_info(vma, &mut start, &mut npages, &mut pgoff, &mut shared) };
+        let (_, npages, pgoff, shared) = vma_info(vma);
         // A private mapping would copy on write and never reach the buffer.
         if !shared {
             return Err(EINVAL);
@@ -89,159 +180,240 @@ impl Buffer {
             return Err(EINVAL);
         }
         // SAFETY: `vma` is valid and its mmap lock is held for writing (the function's
-        // contract), as `vm_flags_set` requires.
-        unsafe { ffi::gb_vma_prepare(vma) };
-        let mut skip = pgoff;
-        let mut left = npages;
-        let mut addr = start;
-        for chunk in self.chunks.iter() {
-            if left == 0 {
-                break;
-            }
-            let chunk_pages: c_ulong = 1 << chunk.order;
-            if skip >= chunk_pages {
-                skip -= chunk_pages;
-                continue;
-            }
-            let count = (chunk_pages - skip).min(left);
-            // SAFETY: `[skip, skip + count)` lies inside the chunk's block of pages, which
-            // stays allocated while the mapping exists (it holds a reference to the
-            // dma-buf file); `[addr, addr + count pages)` lies inside the vma.
-            let ret = unsafe { ffi::gb_vma_insert(vma, addr, chunk.page, skip, count) };
-            if ret != 0 {
-                return Err(Error::from_errno(ret));
-            }
-            addr += count * PAGE_SIZE as c_ulong;
-            left -= count;
-            skip = 0;
+        // contract), as `vm_flags_set` and `vma_set_file` require.
+        unsafe {
+            ffi::gb_vma_prepare(vma);
+            self.shmem.adopt(vma);
         }
         Ok(())
     }
 
-    /// The page at `index` (in pages from the start), or null past the end; for the
-    /// fault handler, which maps a zapped page back (e.g. after `MADV_DONTNEED`).
+    /// Handles a fault at `addr` (page `index` of the buffer) in `vma`: in T2 maps the
+    /// whole chunk holding the page (as far as the vma reaches), in T3 the file's page.
+    /// EFAULT past the end, ENOSPC when a T3 page cannot be had (both SIGBUS).
     ///
-    /// A fault costs one step per run of chunks of one order (at most one per order)
-    /// plus a binary search, not one per chunk: a fully fragmented 1 GiB buffer has
-    /// 262144 chunks, and re-faulting it page by page would otherwise walk them all for
-    /// every page.
-    pub(crate) fn page(&self, index: c_ulong) -> *mut bindings::page {
-        let chunks = self.chunks.as_slice();
-        let mut first = 0;
-        let mut skip = index;
-        while let Some(head) = chunks.get(first) {
-            let rest = chunks.get(first..).unwrap_or_default();
-            // With descending orders the chunks of this order end where a lower order
-            // starts; otherwise each chunk is its own run.
-            let run = if self.orders_descend { rest.partition_point(|c| c.order == head.order) } else { 1 };
-            let chunk_pages: c_ulong = 1 << head.order;
-            let run_pages = run as c_ulong * chunk_pages;
-            if skip < run_pages {
-                let Some(chunk) = rest.get((skip / chunk_pages) as usize) else { break };
-                // SAFETY: `skip % chunk_pages` lies inside this chunk's block of
-                // `2^order` pages (every chunk of the run has `head`'s order), which the
-                // buffer owns (type invariant), so the `struct page` it names exists.
-                return unsafe { ffi::gb_nth_page(chunk.page, skip % chunk_pages) };
+    /// # Safety
+    ///
+    /// `vma` is a live mapping of this buffer (made by [`Buffer::mmap`]) whose fault at
+    /// `addr` is being handled, with its mmap or vma lock held.
+    pub(crate) unsafe fn fault(&self, vma: *mut bindings::vm_area_struct, addr: c_ulong, index: c_ulong) -> Result {
+        let backing = self.backing();
+        match &backing.tier {
+            Tier::T2 { chunks, .. } => {
+                let (chunk, first) = chunks.locate(index).ok_or(EFAULT)?;
+                let (start, npages, pgoff, _) = vma_info(vma);
+                let from = first.max(pgoff);
+                let to = (first + (1 << chunk.order)).min(pgoff + npages);
+                let at = start + (from - pgoff) * PAGE_SIZE as c_ulong;
+                // SAFETY: pages `[from - first, to - first)` of the chunk lie inside its
+                // block (it covers `[first, first + 2^order)`) and `[at, at + (to -
+                // from) pages)` inside the vma; the chunk stays ours while mapped (the
+                // mapping holds the dma-buf, and a move zaps it under this lock first).
+                let ret = unsafe { ffi::gb_vma_fill(vma, at, chunk.page, from - first, to - from) };
+                if ret != 0 {
+                    return Err(Error::from_errno(ret));
+                }
+                Ok(())
             }
-            skip -= run_pages;
-            first += run;
+            Tier::T3 => {
+                if index >= self.pages() {
+                    return Err(EFAULT);
+                }
+                // SAFETY: `vma` is a live mapping of the shmem file (made by `mmap`)
+                // in its fault, `addr` the address of `index`; the backing lock is held
+                // with the buffer in T3.
+                unsafe { self.shmem.fault(vma, addr, index) }
+            }
         }
-        core::ptr::null_mut()
     }
 
-    /// The sg table of a new attachment for `dev`, stored in `*out` (not DMA-mapped:
-    /// `map_dma_buf` maps it). Each chunk is split into segments no longer than the
-    /// device accepts in one piece (`dma_get_max_seg_size`, and `dma_max_mapping_size`,
-    /// which swiotlb bouncing limits to 256 KiB), rounded down to whole pages.
+    /// A new attachment for `dev`: in T2 its sg table in `*out` (not DMA-mapped:
+    /// `map_dma_buf` maps it), in T3 none (built and pinned at map, [`Buffer::pin`]).
+    /// Segments are no longer than the device accepts in one piece
+    /// (`dma_get_max_seg_size`, and `dma_max_mapping_size`, which swiotlb bouncing
+    /// limits to 256 KiB), rounded down to whole pages.
     ///
     /// # Safety
     ///
     /// `dev` and `out` are what the dma-buf core passes to `attach` for an attachment
     /// to this buffer's dma-buf: the importer's device and a writable slot.
     pub(crate) unsafe fn attach(&self, dev: *mut bindings::device, out: *mut *mut bindings::sg_table) -> Result {
-        let n = c_uint::try_from(self.chunks.len())?;
-        // SAFETY: `dev` is the importer's live device (the function's contract); the
-        // glue only reads its DMA parameters.
-        let limit = unsafe { ffi::gb_dma_seg_limit(dev) };
-        let page = PAGE_SIZE as u64;
-        let seg_max = (limit / page * page).max(page);
-        // SAFETY: `chunks` is a valid array of `n` chunks that own their pages for as
-        // long as the buffer lives (the attachment holds a dma-buf reference); `out` is
-        // writable (the function's contract); `seg_max` is a non-zero page multiple.
-        let ret = unsafe { ffi::gb_sgt_build(self.chunks.as_ptr(), n, seg_max, out) };
-        if ret != 0 {
-            return Err(Error::from_errno(ret));
+        let mut backing = self.backing();
+        if let Tier::T2 { chunks, .. } = &backing.tier {
+            // SAFETY: `out` is writable (the function's contract).
+            unsafe { chunks.sg_table(seg_max(dev), out)? };
+        } else {
+            // SAFETY: `out` is writable (the function's contract).
+            unsafe { *out = core::ptr::null_mut() };
         }
+        backing.attachments += 1;
         Ok(())
     }
 
-    /// A kernel mapping of the whole buffer (`vmap`), of any size: the dma-buf core
-    /// WARNs on every vmap an exporter refuses, so there is no size limit here (the
-    /// page-pointer array is kvmalloc'ed, 2 MiB per GiB, and freed once mapped).
-    /// ENOMEM when the kernel cannot map it.
-    pub(crate) fn vmap(&self) -> Result<*mut c_void> {
-        let n = c_uint::try_from(self.chunks.len())?;
-        let pages = self.pages();
-        // SAFETY: `chunks` is a valid array of `n` chunks covering `pages` pages (type
-        // invariant: they cover exactly `size` bytes); the glue only reads it.
-        let vaddr = unsafe { ffi::gb_vmap_chunks(self.chunks.as_ptr(), n, pages) };
-        if vaddr.is_null() {
-            return Err(ENOMEM);
+    /// An attachment is gone.
+    pub(crate) fn detach(&self) {
+        let mut backing = self.backing();
+        backing.attachments = backing.attachments.saturating_sub(1);
+    }
+
+    /// Mapping a T3 attachment for `dev`: references to every page of the file (kept
+    /// from reclaim while any such pin exists), their sg table in `*out`.
+    ///
+    /// # Safety
+    ///
+    /// `dev` is the live device of one of this buffer's attachments; `out` is writable.
+    pub(crate) unsafe fn pin(
+        &self,
+        dev: *mut bindings::device,
+        out: *mut *mut bindings::sg_table,
+    ) -> Result<PinnedPages> {
+        let mut backing = self.backing();
+        if !matches!(backing.tier, Tier::T3) {
+            // An attachment made in T2 has its table; the tier cannot change under it.
+            return Err(EINVAL);
         }
+        let pages = self.pin_t3(&backing)?;
+        let (array, n) = pages.raw();
+        // SAFETY: `array` holds `n` referenced pages (owned by `pages`); `out` is
+        // writable (the function's contract).
+        let ret = unsafe { ffi::gb_sgt_build_pages(array, n, seg_max(dev), out) };
+        if ret != 0 {
+            drop(pages);
+            self.unpinned(&backing);
+            return Err(Error::from_errno(ret));
+        }
+        backing.dma_pins += 1;
+        Ok(pages)
+    }
+
+    /// A T3 attachment was unmapped: its page references go.
+    pub(crate) fn unpin(&self, pages: PinnedPages) {
+        let mut backing = self.backing();
+        drop(pages);
+        backing.dma_pins = backing.dma_pins.saturating_sub(1);
+        self.unpinned(&backing);
+    }
+
+    /// References to every page of the file, after keeping them from reclaim.
+    fn pin_t3(&self, backing: &Backing) -> Result<PinnedPages> {
+        if !backing.t3_pinned() {
+            self.shmem.set_unevictable(true);
+        }
+        let pinned = self.shmem.pin(self.pages());
+        if pinned.is_err() {
+            self.unpinned(backing);
+        }
+        pinned
+    }
+
+    fn unpinned(&self, backing: &Backing) {
+        if !backing.t3_pinned() {
+            self.shmem.set_unevictable(false);
+        }
+    }
+
+    /// A kernel mapping of the whole buffer (`vmap`), of any size: the dma-buf core
+    /// WARNs on every vmap an exporter refuses, so there is no size limit here. ENOMEM
+    /// when the kernel cannot map it.
+    pub(crate) fn vmap(&self) -> Result<*mut c_void> {
+        let mut backing = self.backing();
+        let vaddr = match &backing.tier {
+            Tier::T2 { chunks, .. } => chunks.vmap(self.pages())?,
+            Tier::T3 => {
+                let pages = self.pin_t3(&backing)?;
+                let (array, n) = pages.raw();
+                // SAFETY: `array` holds `n` referenced pages, kept until `vunmap`.
+                let vaddr = unsafe { ffi::gb_vmap_pages(array, n) };
+                if vaddr.is_null() {
+                    drop(pages);
+                    self.unpinned(&backing);
+                    return Err(ENOMEM);
+                }
+                backing.vmap_pages = Some(pages);
+                vaddr
+            }
+        };
+        backing.vmapped = true;
         Ok(vaddr)
     }
 
-    /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of the
-    /// dying buffer; returns them and their bytes.
-    fn take_referenced(&mut self) -> (KVVec<Chunk>, u64) {
-        let mut held = KVVec::new();
-        let mut bytes = 0;
-        let mut i = 0;
-        while let Some(&chunk) = self.chunks.as_slice().get(i) {
-            // SAFETY: the chunk is ours (type invariant); the buffer is dying, so no
-            // mapping or attachment of ours refers to it any more.
-            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
-            // A chunk that does not fit the list stays; `recycle` drops our reference.
-            if !exclusive && held.push(chunk, GFP_KERNEL).is_ok() {
-                let _ = util::vec_swap_remove(&mut self.chunks, i);
-                bytes += order_bytes(chunk.order);
-            } else {
-                i += 1;
-            }
+    /// Removes the kernel mapping made by [`Buffer::vmap`].
+    ///
+    /// # Safety
+    ///
+    /// `vaddr` was returned by [`Buffer::vmap`] of this buffer and is not used again.
+    pub(crate) unsafe fn vunmap(&self, vaddr: *mut c_void) {
+        let mut backing = self.backing();
+        // SAFETY: a live mapping made by `vmap` (the function's contract), unmapped once.
+        unsafe { ffi::gb_vunmap(vaddr) };
+        backing.vmapped = false;
+        if backing.vmap_pages.take().is_some() {
+            self.unpinned(&backing);
         }
-        (held, bytes)
     }
+}
+
+/// The largest segment `dev` takes, in whole pages.
+fn seg_max(dev: *mut bindings::device) -> u64 {
+    // SAFETY: `dev` is an importer's live device (callers' contracts); the glue only
+    // reads its DMA parameters.
+    let limit = unsafe { ffi::gb_dma_seg_limit(dev) };
+    let page = PAGE_SIZE as u64;
+    (limit / page * page).max(page)
+}
+
+/// A vma's start, pages, page offset and whether it is shared.
+fn vma_info(vma: *mut bindings::vm_area_struct) -> (c_ulong, c_ulong, c_ulong, bool) {
+    let (mut start, mut npages, mut pgoff, mut shared): (c_ulong, c_ulong, c_ulong, bool) = (0, 0, 0, false);
+    // SAFETY: callers pass a vma being set up or faulted under its lock; the four
+    // outputs are locals that the glue only writes.
+    unsafe { ffi::gb_vma_info(vma, &mut start, &mut npages, &mut pgoff, &mut shared) };
+    (start, npages, pgoff, shared)
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
+        state.tier3.remove(self.id);
         let c = &state.shared.counters;
-        let (held, held_bytes) = self.take_referenced();
-        let freed = self.size - held_bytes;
-        // Unaccount first, so that the cache may take the pages within the cap.
-        c.t2_used.fetch_sub(freed, Ordering::Relaxed);
-        state.pool().recycle(&self.chunks, true);
         c.buffers.fetch_sub(1, Ordering::Relaxed);
-        let (Some(owner), Some(mut memlock)) = (self.owner.take(), self.memlock.take()) else {
-            return;
-        };
-        owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        let Some(owner) = self.owner.take() else { return };
         owner.buffers.fetch_sub(1, Ordering::Relaxed);
-        memlock.uncharge(freed);
-        if held.is_empty() {
-            state.procs.release(owner, Holder::Buffer);
-            return;
+        let tier = core::mem::replace(&mut self.backing().tier, Tier::T3);
+        match tier {
+            Tier::T3 => {
+                c.t3_buffers.fetch_sub(1, Ordering::Relaxed);
+                owner.t3_buffers.fetch_sub(1, Ordering::Relaxed);
+                Tier3::unadmit(&state.shared, &owner, self.size);
+                state.procs.release(owner, Holder::Buffer);
+            }
+            Tier::T2 { chunks, memlock } => release_t2(state, self.size, chunks, memlock, owner),
         }
-        // The held chunks stay charged to the pool, the owner and its user's memlock
-        // until released.
-        if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
-            // No room to remember them: drop our references and the charge.
-            c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
-            owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
-            state.pool().recycle(&held, true);
-            state.procs.release(owner, Holder::Buffer);
-        }
+        // The shmem file (pages, swap slots) goes with `self.shmem`.
+    }
+}
+
+/// Gives a dying T2 buffer's pages back: the chunks still referenced elsewhere stay
+/// charged to the pool, the owner and its user's memlock until released (`held.rs`).
+fn release_t2(state: &State, size: u64, mut chunks: Chunks, mut memlock: Memlock, owner: Arc<ProcEntry>) {
+    let c = &state.shared.counters;
+    let (held, held_bytes) = chunks.take_referenced();
+    let freed = size - held_bytes;
+    // Unaccount first, so that the cache may take the pages within the cap.
+    c.t2_used.fetch_sub(freed, Ordering::Relaxed);
+    state.pool().recycle(chunks.as_slice(), true);
+    owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+    memlock.uncharge(freed);
+    if held.is_empty() {
+        state.procs.release(owner, Holder::Buffer);
+        return;
+    }
+    if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
+        // No room to remember them: drop our references and the charge.
+        c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+        owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+        state.pool().recycle(&held, true);
+        state.procs.release(owner, Holder::Buffer);
     }
 }
 

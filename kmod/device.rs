@@ -14,14 +14,14 @@ use kernel::types::{AsBytes, FromBytes};
 use kernel::uaccess::UserSlice;
 
 use crate::abi::{self, GbAlloc, GbEventfd, GbInfo, GbProcStats, GbT1Report};
-use crate::buffer::{self, Buffer};
+use crate::buffer::{self, Buffer, Tier};
+use crate::chunks::Chunks;
 use crate::glue_ffi as ffi;
-use crate::memlock::Memlock;
-use crate::pool::{self, Placement, ANY_NODE};
+use crate::pool::{Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
-use crate::reserve::Claim;
+use crate::shmem::Shmem;
 use crate::state::{state, State};
-use crate::{proclist, stats, util};
+use crate::{admission, mover, proclist, stats};
 
 // SAFETY: `GbAlloc` is `#[repr(C)]` with only integer fields (u64, u32, i32) and an
 // explicit `pad0`, so it has no padding bytes (its size is asserted in the ABI file)
@@ -45,6 +45,8 @@ unsafe impl FromBytes for GbT1Report {}
 // SAFETY: `GbEventfd` is `#[repr(C)]` with an i32 and a u32: no padding, and every bit
 // pattern is a valid value.
 unsafe impl FromBytes for GbEventfd {}
+// SAFETY: `GbT3Stats` is `#[repr(C)]` with twelve u64 fields: no padding bytes.
+unsafe impl AsBytes for abi::GbT3Stats {}
 
 /// Largest single allocation: 1 TiB, a structural limit (chunk list and sg table
 /// sizes), far above any cap a machine can grant. Larger requests fail with E2BIG;
@@ -100,15 +102,18 @@ pub(crate) fn ioctl(state: &State, file: &DeviceFile, cmd: u32, arg: usize) -> R
         abi::GB_IOC_REPORT_T1 => report_t1(file, arg),
         abi::GB_IOC_REGISTER_EVENTFD => register_eventfd(state, file, arg),
         abi::GB_IOC_LIST_PROCS => proclist::list(state, arg),
+        abi::GB_IOC_MOVE if !file.writable => Err(EBADF),
+        abi::GB_IOC_MOVE => mover::move_buffer(state, arg),
+        abi::GB_IOC_T3_STATS => write_out(arg, &stats::t3_snapshot(state)),
         _ => Err(ENOTTY),
     }
 }
 
-fn write_out<T: AsBytes>(arg: usize, value: &T) -> Result {
+pub(crate) fn write_out<T: AsBytes>(arg: usize, value: &T) -> Result {
     UserSlice::new(arg, size_of::<T>()).writer().write(value)
 }
 
-fn read_in<T: FromBytes>(arg: usize) -> Result<T> {
+pub(crate) fn read_in<T: FromBytes>(arg: usize) -> Result<T> {
     UserSlice::new(arg, size_of::<T>()).reader().read()
 }
 
@@ -116,7 +121,7 @@ fn info(state: &State, arg: usize) -> Result {
     let limits = state.shared.limits();
     let info = GbInfo {
         abi_version: abi::GB_ABI_VERSION,
-        features: abi::GB_INFO_MMAP | abi::GB_INFO_EVENTFD | abi::GB_INFO_PROC_LIST,
+        features: abi::GB_INFO_MMAP | abi::GB_INFO_EVENTFD | abi::GB_INFO_PROC_LIST | abi::GB_INFO_T3,
         chunk_size: abi::GB_CHUNK_SIZE,
         pool_cap: limits.cap,
         reserve: limits.reserve,
@@ -197,68 +202,6 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
     Ok((size, Placement { nid, strict }))
 }
 
-/// What an admitted ALLOC holds before its pages exist.
-struct Reservation<'a> {
-    /// Bytes of dirty cache pages the allocation must take (and zero) to stay within
-    /// the cap (see [`pool::dirty_claim`]).
-    dirty_bytes: u64,
-    /// The claim of its fresh pages against the RAM reserve (see `reserve.rs`).
-    claim: Claim<'a>,
-    /// Its RLIMIT_MEMLOCK charge (see `memlock.rs`).
-    memlock: Memlock,
-}
-
-/// Reserves `size` against the pool cap, the per-user cap, the caller's memlock limit
-/// and the RAM reserve.
-fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reservation<'a>> {
-    let limits = state.shared.limits();
-    let c = &state.shared.counters;
-    // Pages kept alive by other holders past their buffers (see `held.rs`) are counted
-    // in the caps already; beyond a quarter of the pool cap, nobody gets more until
-    // some are let go.
-    if c.held_bytes.load(Ordering::Relaxed) > limits.cap / 4 {
-        return Err(ENOMEM);
-    }
-    let mut dirty_bytes = 0;
-    c.t2_used
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-            let cached = c.t2_cached.load(Ordering::Relaxed);
-            let clean = c.t2_clean.load(Ordering::Relaxed);
-            dirty_bytes = pool::dirty_claim(used, size, cached, clean, limits.cap)?;
-            used.checked_add(size)
-        })
-        .map_err(|_| ENOMEM)?;
-    let unreserve = || {
-        c.t2_used.fetch_sub(size, Ordering::Relaxed);
-    };
-    if let Err(e) = state.procs.reserve(entry, size, limits.uid_cap) {
-        unreserve();
-        return Err(e);
-    }
-    let memlock = match Memlock::charge(size) {
-        Ok(m) => m,
-        Err(e) => {
-            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
-            unreserve();
-            return Err(e);
-        }
-    };
-    // Pages the cache cannot supply come out of available RAM.
-    let from_cache = c.t2_clean.load(Ordering::Relaxed).saturating_add(dirty_bytes);
-    let fresh = size.saturating_sub(from_cache);
-    let claim = match Claim::admit(&state.shared, limits.reserve, fresh) {
-        Ok(claim) => claim,
-        Err(e) => {
-            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
-            unreserve();
-            // Let the watchdog see the crossing now rather than at its next tick.
-            state.watchdog.kick_for_refusal(&state.shared);
-            return Err(e);
-        }
-    };
-    Ok(Reservation { dirty_bytes, claim, memlock })
-}
-
 fn alloc(state: &State, arg: usize) -> Result {
     let (mut reader, mut writer) = UserSlice::new(arg, size_of::<GbAlloc>()).reader_writer();
     let mut req: GbAlloc = reader.read()?;
@@ -268,35 +211,30 @@ fn alloc(state: &State, arg: usize) -> Result {
     // Chunks that outlived their buffers and have been let go since the last watchdog
     // tick give their room back now.
     state.held.scan(&state.shared, &state.procs);
+    let t3 = req.flags & abi::GB_ALLOC_T3 != 0;
+    // Made before anything is reserved, so that they are not a failure to undo.
+    let shmem = Shmem::new(size)?;
+    let lock = buffer::new_backing_lock()?;
     let owner = state.procs.acquire(Holder::Buffer)?;
-    let (chunks, memlock) = match reserve(state, &owner, size).and_then(|mut r| {
-        match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
-            Ok(chunks) => Ok((chunks, r.memlock)),
-            Err(e) => {
-                state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
-                owner.t2_used.fetch_sub(size, Ordering::Relaxed);
-                Err(e)
-            }
-        }
-    }) {
-        Ok(done) => {
-            // Peaks count what was really allocated, never a refused or killed ALLOC.
-            let c = &state.shared.counters;
-            util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
-            util::raise_peak(&owner.t2_peak, owner.t2_used.load(Ordering::Relaxed));
-            done
-        }
+    let taken = if t3 {
+        state.tier3.admit(&state.shared, &owner, size).map(|()| Tier::T3)
+    } else {
+        admission::take_t2(state, &owner, size, placement)
+            .map(|(chunks, memlock)| Tier::T2 { chunks: Chunks::new(chunks), memlock })
+    };
+    let tier = match taken {
+        Ok(tier) => tier,
         Err(e) => {
             if e == ENOMEM {
                 state.shared.counters.alloc_failures.fetch_add(1, Ordering::Relaxed);
-                stats::log_alloc_failure(state, size);
+                stats::log_alloc_failure(state, size, t3);
             }
             state.procs.release(owner, Holder::Buffer);
             return Err(e);
         }
     };
     // From here on the `Buffer` undoes all of the above when dropped.
-    let buf = KBox::new(Buffer::new(state, size, chunks, owner, memlock), GFP_KERNEL)?;
+    let buf = Buffer::new(state, size, placement, shmem, lock, tier, owner)?;
     let id = buf.id;
     // SAFETY: `gb_fd_reserve` has no precondition; the fd number it reserves in the
     // caller's table is installed or discarded below, on every path.

@@ -14,7 +14,7 @@ use kernel::prelude::*;
 
 use crate::buffer::Buffer;
 use crate::device::{self, DeviceFile};
-use crate::glue_ffi as ffi;
+use crate::shmem::PinnedPages;
 use crate::state::state;
 use crate::stats;
 
@@ -113,18 +113,29 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_mmap(buf: *mut c_void, vma: *mut bi
     }
 }
 
-/// `fault` of a mapping made by [`gb_rs_buffer_mmap`]: the page at `index` (pages
-/// from the buffer's start), or null past its end (the glue answers SIGBUS).
+/// `fault` of a mapping made by [`gb_rs_buffer_mmap`] at `addr` (page `index` of the
+/// buffer): 0 when the page is mapped, or a negative errno (the glue answers SIGBUS,
+/// or OOM for ENOMEM).
 ///
 /// # Safety
 ///
-/// `buf` is the `priv` of one of our live dma-bufs (a mapping's `vm_private_data`:
-/// the mapping holds the dma-buf file, so the buffer outlives it).
+/// `buf` is the `priv` of one of our live dma-bufs (the mapping holds a reference to
+/// it) and `vma` that mapping, in a fault at `addr` with its mmap or vma lock held.
 #[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_page(buf: *mut c_void, index: c_ulong) -> *mut bindings::page {
+pub(crate) unsafe extern "C" fn gb_rs_buffer_fault(
+    buf: *mut c_void,
+    vma: *mut bindings::vm_area_struct,
+    addr: c_ulong,
+    index: c_ulong,
+) -> c_int {
     // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
     let b = unsafe { buffer(buf) };
-    b.page(index)
+    // SAFETY: `vma` is a live mapping of this buffer in its fault at `addr` (the
+    // function's contract), as `Buffer::fault` requires.
+    match unsafe { b.fault(vma, addr, index) } {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
 }
 
 /// dma-buf `attach`: the sg table of the new attachment, with segments within `dev`'s
@@ -151,6 +162,66 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_attach(
     }
 }
 
+/// dma-buf `detach`: an attachment made by [`gb_rs_buffer_attach`] is gone.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_detach(buf: *mut c_void) {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    unsafe { buffer(buf) }.detach();
+}
+
+/// `map_dma_buf` of an attachment without a table (the buffer is in T3): references to
+/// every page in `*pages` (`*npages` of them), their sg table in `*out`.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs, `dev` the device of one of its
+/// attachments; `pages`, `npages` and `out` are writable (the attachment's fields).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_pin(
+    buf: *mut c_void,
+    dev: *mut bindings::device,
+    pages: *mut *mut *mut bindings::page,
+    npages: *mut c_ulong,
+    out: *mut *mut bindings::sg_table,
+) -> c_int {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    // SAFETY: `dev` is an attachment's device and `out` writable (the function's
+    // contract), as `Buffer::pin` requires.
+    match unsafe { b.pin(dev, out) } {
+        Ok(pinned) => {
+            let (array, n) = pinned.into_raw();
+            // SAFETY: `pages` and `npages` are writable (the function's contract); the
+            // references move to the attachment until `gb_rs_buffer_unpin`.
+            unsafe {
+                *pages = array;
+                *npages = n;
+            }
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `unmap_dma_buf` of an attachment pinned by [`gb_rs_buffer_pin`]: its references go.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs; `pages` and `npages` are what
+/// [`gb_rs_buffer_pin`] stored for it, not used afterwards.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_unpin(buf: *mut c_void, pages: *mut *mut bindings::page, npages: c_ulong) {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    // SAFETY: the array and its references came from one `into_raw` in
+    // `gb_rs_buffer_pin` and are given back once (the function's contract).
+    b.unpin(unsafe { PinnedPages::from_raw(pages, npages) });
+}
+
 /// dma-buf `vmap` (the core counts nested vmaps and calls this once): the mapping in
 /// `*out`, or a negative errno.
 ///
@@ -175,13 +246,16 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_vmap(buf: *mut c_void, out: *mut *m
 ///
 /// # Safety
 ///
-/// `vaddr` was returned by [`gb_rs_buffer_vmap`] and is not used afterwards (the
-/// dma-buf core's `vunmap`, once per successful `vmap`).
+/// `buf` is the `priv` of one of our live dma-bufs; `vaddr` was returned by
+/// [`gb_rs_buffer_vmap`] for it and is not used afterwards (the dma-buf core's
+/// `vunmap`, once per successful `vmap`).
 #[no_mangle]
-pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(_buf: *mut c_void, vaddr: *mut c_void) {
-    // SAFETY: `vaddr` is a live mapping made by `gb_vmap_chunks` (through
-    // `gb_rs_buffer_vmap`), unmapped once, here (the function's contract).
-    unsafe { ffi::gb_vunmap(vaddr) };
+pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(buf: *mut c_void, vaddr: *mut c_void) {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    let b = unsafe { buffer(buf) };
+    // SAFETY: `vaddr` is this buffer's live kernel mapping, unmapped once (the
+    // function's contract).
+    unsafe { b.vunmap(vaddr) };
 }
 
 /// The watchdog work item.

@@ -66,6 +66,11 @@ static unsigned long watchdog_ms = 1000;
 module_param(watchdog_ms, ulong, 0644);
 MODULE_PARM_DESC(watchdog_ms, "Free-RAM watchdog period in ms (clamped to 100..60000)");
 
+static long t3_cap_mb = -1;
+module_param(t3_cap_mb, long, 0644);
+MODULE_PARM_DESC(t3_cap_mb,
+		 "Most T3 (swappable) memory (MiB) in buffers at once, within the free swap (-1: all of it; 0: no T3)");
+
 void gb_params_read(struct gb_params *out)
 {
 	out->pool_cap_mb = READ_ONCE(pool_cap_mb);
@@ -73,6 +78,7 @@ void gb_params_read(struct gb_params *out)
 	out->uid_cap_mb = READ_ONCE(uid_cap_mb);
 	out->cache_mb = READ_ONCE(cache_mb);
 	out->watchdog_ms = READ_ONCE(watchdog_ms);
+	out->t3_cap_mb = READ_ONCE(t3_cap_mb);
 }
 
 void gb_params_set_defaults(u64 pool_cap, s64 reserve, s64 uid_cap)
@@ -214,6 +220,11 @@ void gb_current_comm(char *buf, size_t len)
 u64 gb_now_ms(void)
 {
 	return jiffies64_to_msecs(get_jiffies_64());
+}
+
+u64 gb_now_ns(void)
+{
+	return ktime_get_ns();
 }
 
 /* ---- background work ---- */

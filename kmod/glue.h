@@ -40,6 +40,7 @@ struct gb_params {
 	s64 uid_cap_mb;
 	u64 cache_mb;
 	u64 watchdog_ms;
+	s64 t3_cap_mb;
 };
 
 /* ---- C -> Rust: implemented in kmod/entry.rs (#[no_mangle] extern "C") ---- */
@@ -48,8 +49,13 @@ void gb_rs_release(void *file_priv);
 long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);
 int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
-struct page *gb_rs_buffer_page(void *buf, unsigned long index);
+int gb_rs_buffer_fault(void *buf, struct vm_area_struct *vma, unsigned long addr,
+		       unsigned long index);
 int gb_rs_buffer_attach(void *buf, struct device *dev, struct sg_table **out);
+void gb_rs_buffer_detach(void *buf);
+int gb_rs_buffer_pin(void *buf, struct device *dev, struct page ***pages,
+		     unsigned long *npages, struct sg_table **out);
+void gb_rs_buffer_unpin(void *buf, struct page **pages, unsigned long npages);
 int gb_rs_buffer_vmap(void *buf, void **out);
 void gb_rs_buffer_vunmap(void *buf, void *vaddr);
 void gb_rs_watchdog(void);
@@ -74,6 +80,7 @@ void gb_works_cancel(void);
 int gb_shrinker_register(void);
 void gb_shrinker_unregister(void);
 u64 gb_now_ms(void);
+u64 gb_now_ns(void);
 
 int gb_fd_reserve(void);
 void gb_fd_discard(int fd);
@@ -96,6 +103,7 @@ void gb_current_comm(char *buf, size_t len);
 int gb_dmabuf_export(void *buf, size_t size, struct dma_buf **out);
 void gb_dmabuf_install(int fd, struct dma_buf *dmabuf);
 void gb_dmabuf_put(struct dma_buf *dmabuf);
+int gb_dmabuf_lookup(int fd, void **buf, struct dma_buf **out);
 
 /* ---- Rust -> C: implemented in glue_mm.c ---- */
 struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
@@ -120,8 +128,8 @@ void gb_memlock_put(struct user_struct *user);
 void gb_vma_info(struct vm_area_struct *vma, unsigned long *start, unsigned long *pages,
 		 unsigned long *pgoff, bool *shared);
 void gb_vma_prepare(struct vm_area_struct *vma);
-int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *head,
-		  unsigned long first, unsigned long npages);
+int gb_vma_fill(struct vm_area_struct *vma, unsigned long addr, struct page *head,
+		unsigned long first, unsigned long npages);
 
 u64 gb_dma_seg_limit(struct device *dev);
 int gb_sgt_build(const struct gb_chunk *chunks, unsigned int nchunks, u64 seg_max,
@@ -129,5 +137,26 @@ int gb_sgt_build(const struct gb_chunk *chunks, unsigned int nchunks, u64 seg_ma
 void *gb_vmap_chunks(const struct gb_chunk *chunks, unsigned int nchunks,
 		     unsigned long npages);
 void gb_vunmap(void *vaddr);
+
+/* ---- Rust -> C: implemented in glue_shmem.c ---- */
+int gb_shmem_create(u64 size, struct file **out);
+void gb_file_put(struct file *file);
+void gb_shmem_counts(struct file *shm, u64 *resident, u64 *swapped);
+u64 gb_swap_free(void);
+void gb_vma_use_file(struct vm_area_struct *vma, struct file *shm);
+void gb_user_unmap(struct file *shm);
+int gb_shmem_fault(struct file *shm, struct vm_area_struct *vma, unsigned long addr,
+		   unsigned long index);
+int gb_shmem_store(struct file *shm, unsigned long index, struct page *head,
+		   unsigned int order);
+int gb_shmem_load(struct file *shm, unsigned long index, struct page *head,
+		  unsigned int order);
+void gb_shmem_truncate(struct file *shm);
+struct page **gb_shmem_pin(struct file *shm, unsigned long npages);
+void gb_shmem_unpin(struct page **pages, unsigned long npages);
+void gb_shmem_set_unevictable(struct file *shm, bool unevictable);
+int gb_sgt_build_pages(struct page **pages, unsigned long npages, u64 seg_max,
+		       struct sg_table **out);
+void *gb_vmap_pages(struct page **pages, unsigned long npages);
 
 #endif /* GREENBOOST_GLUE_H */

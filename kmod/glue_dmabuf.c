@@ -34,6 +34,9 @@ struct gb_attachment {
 	bool mapped;
 	/* the direction it is mapped for: its syncs must keep to it (DMA-API rule) */
 	enum dma_data_direction dir;
+	/* T3: the pages pinned while mapped (the table is built at map, freed at unmap) */
+	struct page **pages;
+	unsigned long npages;
 };
 
 static int gb_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
@@ -43,6 +46,7 @@ static int gb_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *a
 
 	if (!a)
 		return -ENOMEM;
+	/* a T2 buffer's table now; a T3 buffer's none until mapped */
 	ret = gb_rs_buffer_attach(dmabuf->priv, attach->dev, &a->sgt);
 	if (ret) {
 		kfree(a);
@@ -52,24 +56,52 @@ static int gb_dmabuf_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *a
 	return 0;
 }
 
+/* made by gb_sgt_build or gb_sgt_build_pages */
+static void gb_sgt_free(struct sg_table *sgt)
+{
+	sg_free_table(sgt);
+	kfree(sgt);
+}
+
 static void gb_dmabuf_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 {
 	struct gb_attachment *a = attach->priv;
 
-	/* made by gb_sgt_build (glue_mm.c) */
-	sg_free_table(a->sgt);
-	kfree(a->sgt);
+	/* an importer that detaches while still mapped leaks its DMA mapping, not our pins */
+	if (a->pages) {
+		gb_sgt_free(a->sgt);
+		gb_rs_buffer_unpin(dmabuf->priv, a->pages, a->npages);
+	} else if (a->sgt) {
+		gb_sgt_free(a->sgt);
+	}
 	kfree(a);
+	gb_rs_buffer_detach(dmabuf->priv);
 }
 
 static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
 				       enum dma_data_direction dir)
 {
 	struct gb_attachment *a = attach->priv;
-	int ret = dma_map_sgtable(attach->dev, a->sgt, dir, 0);
+	bool pinned = false;
+	int ret;
 
-	if (ret)
+	if (!a->sgt) {
+		ret = gb_rs_buffer_pin(attach->dmabuf->priv, attach->dev, &a->pages,
+				       &a->npages, &a->sgt);
+		if (ret)
+			return ERR_PTR(ret);
+		pinned = true;
+	}
+	ret = dma_map_sgtable(attach->dev, a->sgt, dir, 0);
+	if (ret) {
+		if (pinned) {
+			gb_sgt_free(a->sgt);
+			gb_rs_buffer_unpin(attach->dmabuf->priv, a->pages, a->npages);
+			a->sgt = NULL;
+			a->pages = NULL;
+		}
 		return ERR_PTR(ret);
+	}
 	a->mapped = true;
 	a->dir = dir;
 	return a->sgt;
@@ -82,6 +114,12 @@ static void gb_unmap_dma_buf(struct dma_buf_attachment *attach, struct sg_table 
 
 	a->mapped = false;
 	dma_unmap_sgtable(attach->dev, sgt, dir, 0);
+	if (a->pages) {
+		gb_sgt_free(a->sgt);
+		gb_rs_buffer_unpin(attach->dmabuf->priv, a->pages, a->npages);
+		a->sgt = NULL;
+		a->pages = NULL;
+	}
 }
 
 /*
@@ -123,27 +161,40 @@ static void gb_dmabuf_release(struct dma_buf *dmabuf)
 }
 
 /*
- * A page of a mapping whose PTE was zapped (MADV_DONTNEED, or never populated) is
- * mapped back on access, as vm_insert_page() maps it at mmap: a normal, refcounted
- * PTE that pin_user_pages(FOLL_LONGTERM) accepts (vmf_insert_mixed() would make it a
- * special PTE on x86, which GUP refuses). The vma holds the dma-buf file, so the
- * buffer in vm_private_data outlives every fault.
+ * Every mapping holds a reference to its dma-buf (its vm_file is the buffer's shmem
+ * file, see glue_shmem.c), taken at mmap and for every copy of the vma (fork, split,
+ * mremap), dropped when the vma goes: the buffer outlives every mapping.
+ */
+static void gb_vm_open(struct vm_area_struct *vma)
+{
+	get_dma_buf(vma->vm_private_data);
+}
+
+static void gb_vm_close(struct vm_area_struct *vma)
+{
+	dma_buf_put(vma->vm_private_data);
+}
+
+/*
+ * Mappings are filled on fault, never at mmap: a move between tiers zaps every
+ * mapping of the file, and a vma is linked to the file only after mmap returns, so
+ * pages inserted at mmap could escape the zap. Rust inserts the pages (the whole T2
+ * chunk, or the T3 page) under the buffer's backing lock, so that no move runs between
+ * the lookup and the PTE: a normal, refcounted PTE that pin_user_pages(FOLL_LONGTERM)
+ * accepts (vmf_insert_mixed() would make it a special PTE on x86, which GUP refuses).
  */
 static vm_fault_t gb_vm_fault(struct vm_fault *vmf)
 {
-	struct page *page = gb_rs_buffer_page(vmf->vma->vm_private_data, vmf->pgoff);
-	int ret;
+	struct dma_buf *dmabuf = vmf->vma->vm_private_data;
+	int ret = gb_rs_buffer_fault(dmabuf->priv, vmf->vma, vmf->address, vmf->pgoff);
 
-	if (!page)
-		return VM_FAULT_SIGBUS;
-	ret = vm_insert_page(vmf->vma, vmf->address, page);
-	/* -EBUSY: a racing fault mapped it first */
-	if (!ret || ret == -EBUSY)
-		return VM_FAULT_NOPAGE;
-	return vmf_error(ret);
+	/* past the end: -EFAULT; T3 page not allocatable: -ENOSPC; both SIGBUS */
+	return ret ? vmf_error(ret) : VM_FAULT_NOPAGE;
 }
 
 static const struct vm_operations_struct gb_vm_ops = {
+	.open = gb_vm_open,
+	.close = gb_vm_close,
 	.fault = gb_vm_fault,
 };
 
@@ -153,7 +204,8 @@ static int gb_dmabuf_mmap(struct dma_buf *dmabuf, struct vm_area_struct *vma)
 
 	if (ret)
 		return ret;
-	vma->vm_private_data = dmabuf->priv;
+	get_dma_buf(dmabuf);
+	vma->vm_private_data = dmabuf;
 	vma->vm_ops = &gb_vm_ops;
 	return 0;
 }
@@ -223,4 +275,20 @@ void gb_dmabuf_install(int fd, struct dma_buf *dmabuf)
 void gb_dmabuf_put(struct dma_buf *dmabuf)
 {
 	dma_buf_put(dmabuf);
+}
+
+int gb_dmabuf_lookup(int fd, void **buf, struct dma_buf **out)
+{
+	struct dma_buf *dmabuf = dma_buf_get(fd);
+
+	/* -EBADF: not open; -EINVAL: not a dma-buf */
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+	if (dmabuf->ops != &gb_dmabuf_ops) {
+		dma_buf_put(dmabuf);
+		return -EINVAL;
+	}
+	*buf = dmabuf->priv;
+	*out = dmabuf;
+	return 0;
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Declarations of the C glue (`kmod/glue.c`, `kmod/glue_mm.c`), mirroring the
+//! Declarations of the C glue (`kmod/glue.c`, `kmod/glue_dmabuf.c`, `kmod/glue_mm.c`,
+//! `kmod/glue_shmem.c`), mirroring the
 //! Rust -> C half of `kmod/glue.h` (the C -> Rust half is `entry.rs`);
 //! `scripts/check-kmod-glue.py` checks that the two agree.
 //!
@@ -49,6 +50,7 @@ pub(crate) struct Params {
     pub(crate) uid_cap_mb: i64,
     pub(crate) cache_mb: u64,
     pub(crate) watchdog_ms: u64,
+    pub(crate) t3_cap_mb: i64,
 }
 
 // `bindings` structs contain zero-sized lockdep fields; the kernel's own bindings
@@ -70,12 +72,14 @@ extern "C" {
     pub(crate) fn gb_shrinker_register() -> c_int;
     pub(crate) fn gb_shrinker_unregister();
     pub(crate) fn gb_now_ms() -> u64;
+    pub(crate) fn gb_now_ns() -> u64;
 
     pub(crate) fn gb_fd_reserve() -> c_int;
     pub(crate) fn gb_fd_discard(fd: c_int);
     pub(crate) fn gb_dmabuf_export(buf: *mut c_void, size: usize, out: *mut *mut DmaBuf) -> c_int;
     pub(crate) fn gb_dmabuf_install(fd: c_int, dmabuf: *mut DmaBuf);
     pub(crate) fn gb_dmabuf_put(dmabuf: *mut DmaBuf);
+    pub(crate) fn gb_dmabuf_lookup(fd: c_int, buf: *mut *mut c_void, out: *mut *mut DmaBuf) -> c_int;
 
     pub(crate) fn gb_eventfd_get(fd: c_int, out: *mut *mut EventfdCtx) -> c_int;
     pub(crate) fn gb_eventfd_signal(ctx: *mut EventfdCtx);
@@ -125,7 +129,7 @@ extern "C" {
         shared: *mut bool,
     );
     pub(crate) fn gb_vma_prepare(vma: *mut bindings::vm_area_struct);
-    pub(crate) fn gb_vma_insert(
+    pub(crate) fn gb_vma_fill(
         vma: *mut bindings::vm_area_struct,
         addr: c_ulong,
         head: *mut bindings::page,
@@ -142,4 +146,41 @@ extern "C" {
     ) -> c_int;
     pub(crate) fn gb_vmap_chunks(chunks: *const Chunk, nchunks: c_uint, npages: c_ulong) -> *mut c_void;
     pub(crate) fn gb_vunmap(vaddr: *mut c_void);
+
+    // glue_shmem.c
+    pub(crate) fn gb_shmem_create(size: u64, out: *mut *mut bindings::file) -> c_int;
+    pub(crate) fn gb_file_put(file: *mut bindings::file);
+    pub(crate) fn gb_shmem_counts(shm: *mut bindings::file, resident: *mut u64, swapped: *mut u64);
+    pub(crate) fn gb_swap_free() -> u64;
+    pub(crate) fn gb_vma_use_file(vma: *mut bindings::vm_area_struct, shm: *mut bindings::file);
+    pub(crate) fn gb_user_unmap(shm: *mut bindings::file);
+    pub(crate) fn gb_shmem_fault(
+        shm: *mut bindings::file,
+        vma: *mut bindings::vm_area_struct,
+        addr: c_ulong,
+        index: c_ulong,
+    ) -> c_int;
+    pub(crate) fn gb_shmem_store(
+        shm: *mut bindings::file,
+        index: c_ulong,
+        head: *mut bindings::page,
+        order: c_uint,
+    ) -> c_int;
+    pub(crate) fn gb_shmem_load(
+        shm: *mut bindings::file,
+        index: c_ulong,
+        head: *mut bindings::page,
+        order: c_uint,
+    ) -> c_int;
+    pub(crate) fn gb_shmem_truncate(shm: *mut bindings::file);
+    pub(crate) fn gb_shmem_pin(shm: *mut bindings::file, npages: c_ulong) -> *mut *mut bindings::page;
+    pub(crate) fn gb_shmem_unpin(pages: *mut *mut bindings::page, npages: c_ulong);
+    pub(crate) fn gb_shmem_set_unevictable(shm: *mut bindings::file, unevictable: bool);
+    pub(crate) fn gb_sgt_build_pages(
+        pages: *mut *mut bindings::page,
+        npages: c_ulong,
+        seg_max: u64,
+        out: *mut *mut bindings::sg_table,
+    ) -> c_int;
+    pub(crate) fn gb_vmap_pages(pages: *mut *mut bindings::page, npages: c_ulong) -> *mut c_void;
 }

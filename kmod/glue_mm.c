@@ -47,8 +47,8 @@ void gb_vma_prepare(struct vm_area_struct *vma)
 	vm_flags_set(vma, VM_MIXEDMAP | VM_DONTEXPAND | VM_DONTDUMP);
 }
 
-int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *head,
-		  unsigned long first, unsigned long npages)
+int gb_vma_fill(struct vm_area_struct *vma, unsigned long addr, struct page *head,
+		unsigned long first, unsigned long npages)
 {
 	struct page *batch[32];
 
@@ -60,15 +60,14 @@ int gb_vma_insert(struct vm_area_struct *vma, unsigned long addr, struct page *h
 		for (i = 0; i < n; i++)
 			batch[i] = nth_page(head, first + i);
 		ret = vm_insert_pages(vma, addr, batch, &left);
-		if (ret)
+		/* -EBUSY: that page is mapped already (the rest of a partly zapped chunk) */
+		if (ret && ret != -EBUSY)
 			return ret;
-		if (left)
-			return -EFAULT;
+		if (ret)
+			n = n - left + 1;
 		first += n;
 		npages -= n;
 		addr += n << PAGE_SHIFT;
-		/* a 1 GiB mapping is 262144 pages: let others run */
-		cond_resched();
 	}
 	return 0;
 }

@@ -20,20 +20,25 @@ use kernel::prelude::*;
 #[path = "../abi/src/greenboost_abi.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod abi;
+mod admission;
 mod buffer;
+mod chunks;
 mod device;
 mod entry;
 mod glue_ffi;
 mod held;
 mod memlock;
+mod mover;
 mod pool;
 mod pressure;
 mod proclist;
 mod procs;
 mod reserve;
 mod shared;
+mod shmem;
 mod state;
 mod stats;
+mod tier3;
 mod util;
 
 use crate::glue_ffi as ffi;

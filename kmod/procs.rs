@@ -56,6 +56,10 @@ pub(crate) struct ProcEntry {
     pub(crate) t1_used: AtomicU64,
     /// Last reported VRAM budget.
     pub(crate) t1_budget: AtomicU64,
+    /// Bytes of its live buffers in T3.
+    pub(crate) t3_used: AtomicU64,
+    /// Its live buffers in T3.
+    pub(crate) t3_buffers: AtomicU64,
 }
 
 // SAFETY: the only non-`Send` field is `pid`, a counted reference to a `struct pid`;
@@ -141,6 +145,11 @@ impl Slot {
         &self.entry
     }
 
+    /// A reference to the process's figures that outlives the registry lock.
+    pub(crate) fn entry_arc(&self) -> Arc<ProcEntry> {
+        self.entry.clone()
+    }
+
     /// Files of this process still open.
     pub(crate) fn open_files(&self) -> usize {
         self.files
@@ -188,6 +197,8 @@ impl Registry {
                     buffers: AtomicU64::new(0),
                     t1_used: AtomicU64::new(0),
                     t1_budget: AtomicU64::new(0),
+                    t3_used: AtomicU64::new(0),
+                    t3_buffers: AtomicU64::new(0),
                 };
                 // On failure `entry` is dropped, which puts `pid`.
                 let entry = Arc::new(entry, GFP_KERNEL)?;

@@ -6,13 +6,19 @@
 //! every fresh chunk ([`Claim::before_fresh`]), since available RAM also falls for
 //! reasons of its own.
 //!
-//! Takes no lock: one atomic counter (`Counters::in_flight`).
+//! Available RAM is `MemAvailable` plus the T3 pages in RAM that the free swap can
+//! take (`Tier3::pushable`): the kernel writes those out when the fresh pages need
+//! their room, and never anything else of ours (kmod/README.md, "T3 and swap").
+//!
+//! Takes one atomic counter (`Counters::in_flight`) and, to sum the T3 pages, the T3
+//! list lock (never with another of ours).
 
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 use crate::glue_ffi as ffi;
 use crate::shared::Shared;
+use crate::tier3::Tier3;
 
 /// Fresh bytes one ALLOC has claimed against the reserve and not allocated yet.
 ///
@@ -22,6 +28,7 @@ use crate::shared::Shared;
 /// pages are allocated ([`Claim::taken`]) or when the claim is dropped.
 pub(crate) struct Claim<'a> {
     shared: &'a Shared,
+    tier3: &'a Tier3,
     reserve: u64,
     held: u64,
 }
@@ -29,8 +36,8 @@ pub(crate) struct Claim<'a> {
 impl<'a> Claim<'a> {
     /// Claims `fresh` bytes: ENOMEM unless available RAM minus every claim in flight
     /// stays at or above `reserve` with them. A `reserve` of 0 disables the check.
-    pub(crate) fn admit(shared: &'a Shared, reserve: u64, fresh: u64) -> Result<Self> {
-        let mut claim = Claim { shared, reserve, held: 0 };
+    pub(crate) fn admit(shared: &'a Shared, tier3: &'a Tier3, reserve: u64, fresh: u64) -> Result<Self> {
+        let mut claim = Claim { shared, tier3, reserve, held: 0 };
         claim.grow(fresh)?;
         Ok(claim)
     }
@@ -54,7 +61,7 @@ impl<'a> Claim<'a> {
             return Ok(());
         }
         // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
-        let available = unsafe { ffi::gb_mem_available() };
+        let available = unsafe { ffi::gb_mem_available() }.saturating_add(self.tier3.pushable());
         let reserve = self.reserve;
         self.shared
             .counters

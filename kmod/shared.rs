@@ -49,6 +49,20 @@ pub(crate) struct Counters {
     pub(crate) watchdog_ticks: AtomicU64,
     /// MemAvailable in bytes at the last watchdog tick.
     pub(crate) free_ram: AtomicU64,
+    /// Bytes of live buffers in T3 (reserved before the buffer exists or moves).
+    pub(crate) t3_used: AtomicU64,
+    /// Highest `t3_used`.
+    pub(crate) t3_peak: AtomicU64,
+    /// Live buffers in T3.
+    pub(crate) t3_buffers: AtomicU64,
+    /// Moves T2 -> T3 and T3 -> T2 since load.
+    pub(crate) moves_to_t3: AtomicU64,
+    pub(crate) moves_to_t2: AtomicU64,
+    /// Bytes those moves copied, and the time the copies took (ns).
+    pub(crate) moved_bytes: AtomicU64,
+    pub(crate) move_ns: AtomicU64,
+    /// Moves refused (EBUSY, ENOMEM) since load.
+    pub(crate) move_refusals: AtomicU64,
 }
 
 /// Current module parameters, with the load-time defaults applied.
@@ -64,6 +78,8 @@ pub(crate) struct Limits {
     pub(crate) cache_target: u64,
     /// Watchdog period.
     pub(crate) watchdog_ms: u64,
+    /// Most T3 bytes (`t3_cap_mb`), `None`: as much as the swap holds.
+    pub(crate) t3_cap: Option<u64>,
 }
 
 /// The lock-free part of the module state.
@@ -140,6 +156,7 @@ impl Shared {
             },
             cache_target: cache - cache % abi::GB_CHUNK_SIZE,
             watchdog_ms: p.watchdog_ms.clamp(100, 60_000),
+            t3_cap: u64::try_from(p.t3_cap_mb).ok().map(|mb| mb.saturating_mul(MIB)),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! The module state: one [`State`] made at load, published for the C entry points
 //! through [`state`] until unload.
 //!
-//! Holds the four locks of the module (see "Lock order" in kmod/README.md) and takes
+//! Holds the five module-wide locks (see "Lock order" in kmod/README.md) and takes
 //! none of them itself.
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -14,6 +14,7 @@ use crate::pool::{Cache, Pool};
 use crate::pressure::Watchdog;
 use crate::procs::Registry;
 use crate::shared::Shared;
+use crate::tier3::Tier3;
 use crate::util::RateLimit;
 
 /// Module-wide state, shared by the device, the dma-buf callbacks, sysfs and the work
@@ -35,6 +36,8 @@ pub(crate) struct State {
     pub(crate) refusal_log_limit: RateLimit,
     /// Rate limit of on-demand reports.
     pub(crate) report_limit: RateLimit,
+    /// Rate limit of the lines logged for moves between tiers.
+    pub(crate) move_log_limit: RateLimit,
     /// Pre-zeroed cache (the cache lock).
     #[pin]
     pub(crate) cache: Mutex<Cache>,
@@ -47,6 +50,9 @@ pub(crate) struct State {
     /// Pressure eventfd registrations (the eventfd lock) and the watchdog's log limit.
     #[pin]
     pub(crate) watchdog: Watchdog,
+    /// Every live buffer's shmem file, for the T3 figures (the T3 list lock).
+    #[pin]
+    pub(crate) tier3: Tier3,
 }
 
 impl State {
@@ -58,10 +64,12 @@ impl State {
             next_file_id: AtomicU64::new(1),
             refusal_log_limit: RateLimit::new(5000, 5),
             report_limit: RateLimit::new(5000, 10),
+            move_log_limit: RateLimit::new(5000, 10),
             cache <- new_mutex!(Cache::new(), "greenboost::cache"),
             procs <- Registry::new(),
             held <- Held::new(),
             watchdog <- Watchdog::new(),
+            tier3 <- Tier3::new(),
         })
     }
 

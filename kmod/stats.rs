@@ -2,17 +2,18 @@
 //! Statistics: the module-wide snapshot (ioctl, sysfs, dmesg), the sysfs `stats` text
 //! (totals only, see `proclist.rs` for the per-process rows) and the dmesg reports.
 //!
-//! Lock: the registry lock while listing processes, nothing else (see "Lock order" in
-//! kmod/README.md).
+//! Locks: the registry lock while listing processes, the T3 list lock for the T3
+//! figures, one after the other (see "Lock order" in kmod/README.md).
 
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
-use crate::abi::{self, GbPoolStats};
+use crate::abi::{self, GbPoolStats, GbT3Stats};
 use crate::glue_ffi as ffi;
 use crate::procs::Comm;
 use crate::state::State;
+use crate::tier3;
 use crate::util::{Size, SliceWriter};
 
 /// Most per-process lines in a dmesg report.
@@ -27,7 +28,7 @@ pub(crate) fn pool_snapshot(state: &State) -> GbPoolStats {
         t2_cap: state.shared.limits().cap,
         t2_peak: c.t2_peak.load(Ordering::Relaxed),
         t1_reported: state.procs.t1_total(),
-        t3_used: 0,
+        t3_used: c.t3_used.load(Ordering::Relaxed),
         buffers: c.buffers.load(Ordering::Relaxed),
         allocs: c.allocs.load(Ordering::Relaxed),
         alloc_failures: c.alloc_failures.load(Ordering::Relaxed),
@@ -37,8 +38,41 @@ pub(crate) fn pool_snapshot(state: &State) -> GbPoolStats {
     }
 }
 
-/// Logs an ALLOC refusal (rate-limited).
-pub(crate) fn log_alloc_failure(state: &State, size: u64) {
+/// The T3 figures (ioctl, sysfs, dmesg).
+pub(crate) fn t3_snapshot(state: &State) -> GbT3Stats {
+    let c = &state.shared.counters;
+    let residency = state.tier3.totals();
+    GbT3Stats {
+        t3_used: c.t3_used.load(Ordering::Relaxed),
+        t3_resident: residency.resident,
+        t3_swapped: residency.swapped,
+        t3_buffers: c.t3_buffers.load(Ordering::Relaxed),
+        t3_cap: state.tier3.limit(&state.shared),
+        t3_peak: c.t3_peak.load(Ordering::Relaxed),
+        swap_free: tier3::swap_free(),
+        moves_to_t3: c.moves_to_t3.load(Ordering::Relaxed),
+        moves_to_t2: c.moves_to_t2.load(Ordering::Relaxed),
+        moved_bytes: c.moved_bytes.load(Ordering::Relaxed),
+        move_ns: c.move_ns.load(Ordering::Relaxed),
+        move_refusals: c.move_refusals.load(Ordering::Relaxed),
+    }
+}
+
+/// Logs an ALLOC refusal (rate-limited); `t3`: a T3 ALLOC.
+pub(crate) fn log_alloc_failure(state: &State, size: u64, t3: bool) {
+    if t3 {
+        if state.refusal_log_limit.allow() {
+            let t = t3_snapshot(state);
+            pr_info!(
+                "T3 ALLOC of {} refused (ENOMEM): T3 used {} of {} (free swap {}; T3 needs swap)\n",
+                Size(size),
+                Size(t.t3_used),
+                Size(t.t3_cap),
+                Size(t.swap_free),
+            );
+        }
+        return;
+    }
     if state.refusal_log_limit.allow() {
         let s = pool_snapshot(state);
         pr_info!(
@@ -56,17 +90,22 @@ pub(crate) fn log_alloc_failure(state: &State, size: u64) {
 /// Logs the tier totals and the per-process lines, prefixed by `why`.
 pub(crate) fn log_report(state: &State, why: &str) {
     let s = pool_snapshot(state);
+    let t = t3_snapshot(state);
     let limits = state.shared.limits();
     pr_info!(
-        "{} stats: T1 {} reported | T2 {} used (peak {}), {} cached, cap {} | T3 {} | \
-         available {}, reserve {}, pressure {} | {} buffers, {} allocs, {} refused\n",
+        "{} stats: T1 {} reported | T2 {} used (peak {}), {} cached, cap {} | T3 {} used \
+         ({} in RAM, {} in swap), cap {} | available {}, reserve {}, pressure {} | {} \
+         buffers, {} allocs, {} refused\n",
         why,
         Size(s.t1_reported),
         Size(s.t2_used),
         Size(s.t2_peak),
         Size(s.t2_cached),
         Size(s.t2_cap),
-        Size(s.t3_used),
+        Size(t.t3_used),
+        Size(t.t3_resident),
+        Size(t.t3_swapped),
+        Size(t.t3_cap),
         Size(s.free_ram),
         Size(limits.reserve),
         if s.pressure != 0 { "on" } else { "off" },
@@ -77,13 +116,14 @@ pub(crate) fn log_report(state: &State, why: &str) {
     state.procs.with_slots(|slots| {
         for e in slots.iter().take(MAX_REPORT_PROCS).map(|s| s.entry()) {
             pr_info!(
-                "  pid {} ({}) uid {}: T1 {}, T2 {} (peak {}) in {} buffers\n",
+                "  pid {} ({}) uid {}: T1 {}, T2 {} (peak {}), T3 {} in {} buffers\n",
                 e.pid_nr,
                 Comm(e.comm()),
                 e.kuid.load(Ordering::Relaxed),
                 Size(e.t1_used.load(Ordering::Relaxed)),
                 Size(e.t2_used.load(Ordering::Relaxed)),
                 Size(e.t2_peak.load(Ordering::Relaxed)),
+                Size(e.t3_used.load(Ordering::Relaxed)),
                 e.buffers.load(Ordering::Relaxed),
             );
         }
@@ -120,7 +160,19 @@ fn format_stats(state: &State, out: &mut SliceWriter<'_>) -> core::fmt::Result {
     writeln!(out, "t2_zeroed_bytes {}", c.t2_clean.load(Ordering::Relaxed))?;
     writeln!(out, "t2_cap_bytes {}", s.t2_cap)?;
     writeln!(out, "t2_peak_bytes {}", s.t2_peak)?;
-    writeln!(out, "t3_used_bytes {}", s.t3_used)?;
+    let t = t3_snapshot(state);
+    writeln!(out, "t3_used_bytes {}", t.t3_used)?;
+    writeln!(out, "t3_resident_bytes {}", t.t3_resident)?;
+    writeln!(out, "t3_swapped_bytes {}", t.t3_swapped)?;
+    writeln!(out, "t3_buffers {}", t.t3_buffers)?;
+    writeln!(out, "t3_cap_bytes {}", t.t3_cap)?;
+    writeln!(out, "t3_peak_bytes {}", t.t3_peak)?;
+    writeln!(out, "swap_free_bytes {}", t.swap_free)?;
+    writeln!(out, "t3_moves_to_t3 {}", t.moves_to_t3)?;
+    writeln!(out, "t3_moves_to_t2 {}", t.moves_to_t2)?;
+    writeln!(out, "t3_moved_bytes {}", t.moved_bytes)?;
+    writeln!(out, "t3_move_ns {}", t.move_ns)?;
+    writeln!(out, "t3_move_refusals {}", t.move_refusals)?;
     writeln!(out, "buffers {}", s.buffers)?;
     writeln!(out, "allocs {}", s.allocs)?;
     writeln!(out, "alloc_failures {}", s.alloc_failures)?;

@@ -4,7 +4,7 @@
 # gb_importer.ko (test-only importer) and gb-guest-tests (tests/qemu/guest).
 #
 # Phases (each test prints `PASS name` or `FAIL name: reason`; SKIP lines are not
-# counted):
+# counted; the t3 guest runs tests/qemu/t3-suite.sh's phases instead of 1-5):
 #   1. load greenboost.ko with the main parameters and the importer; /dev/ram0 present
 #   2. `gb-guest-tests all`, then /greenboost/extra/run.sh when the runner shipped one
 #   3. rmmod is refused while a buffer (held by another process) or a device file is
@@ -83,6 +83,7 @@ done
 echo "guest: $(uname -r), $(nproc) cpus, nodes: $(cat /sys/devices/system/node/online 2>/dev/null)," \
      "$(grep MemAvailable /proc/meminfo)"
 
+main_phases() {
 # --- 1. main load -----------------------------------------------------------------
 # Cap above RAM (so the over-RAM test meets the reserve, not the cap), a small
 # reserve and cache (1 GiB must fit in a 2 GiB guest; zeroing is slow under TCG).
@@ -198,6 +199,16 @@ if ! loaded greenboost && load insmod_defaults; then
   run_tests run alloc_2mib
   run_tests run close_releases_to_baseline
   unload && pass rmmod_defaults || fail rmmod_defaults "rmmod failed"
+fi
+
+}
+
+# The t3 guest (tests/qemu/run.sh): its own phases, the same kernel log check.
+if [ "${GB_GUEST:-}" = t3 ]; then
+  . $GB/t3-suite.sh
+  t3_phases
+else
+  main_phases
 fi
 
 # --- 6. kernel log ----------------------------------------------------------------

@@ -6,6 +6,9 @@
 #          fetched into the cache, never installed) with the self-contained module
 #   rust   the minimal Rust-enabled 6.12 test kernel (scripts/build-test-kernel.sh)
 #          with the ordinary out-of-tree module
+#   t3     the same debug kernel in a small guest (640 MiB, one node, 2 vCPUs) with an
+#          emulated NVMe disk (QEMU -device nvme) as swap: T3 and the pressure rule
+#          (tests/qemu/t3-suite.sh)
 #
 # For each guest: build greenboost.ko and the test-only importer module
 # (tests/qemu/importer) for that kernel, pack an initramfs with busybox, tests/qemu/init,
@@ -27,7 +30,7 @@
 # clippy of the kernel's rustc): one more check, failed on any finding.
 #
 # Environment:
-#   GB_QEMU_GUESTS   which guests, in order (default "stock rust")
+#   GB_QEMU_GUESTS   which guests, in order (default "stock rust t3")
 #   GB_QEMU_TIMEOUT  seconds per guest (default 1200)
 #   GB_QEMU_SMP      vCPUs per guest (default 4): the first half on NUMA node 0, the rest on
 #                    node 1 except the last, which forms node 2 without memory
@@ -49,7 +52,7 @@
 set -uo pipefail
 . "$(dirname "$0")/../../scripts/lib.sh"
 
-guests=${GB_QEMU_GUESTS:-stock rust}
+guests=${GB_QEMU_GUESTS:-stock rust t3}
 qemu_timeout=${GB_QEMU_TIMEOUT:-1200}
 qemu_smp=${GB_QEMU_SMP:-4}
 qemu_tcg=${GB_QEMU_TCG:-multi}
@@ -110,7 +113,7 @@ make_initramfs() {
   mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,tmp,run,root,etc,greenboost,lib/modules/"$krel"}
   cp /bin/busybox "$root/bin/busybox"
   cp "$GB_ROOT/tests/qemu/init" "$root/init"
-  cp "$gb_ko" "$importer_ko" "$guest_bin" "$GB_ROOT/tests/qemu/guest-suite.sh" "$root/greenboost/"
+  cp "$gb_ko" "$importer_ko" "$guest_bin" "$GB_ROOT/tests/qemu/guest-suite.sh" "$GB_ROOT/tests/qemu/t3-suite.sh" "$root/greenboost/"
   printf 'export GB_GUEST=%s\nexport GB_BUILD_MODE=%s\n' "$guest" "$mode" > "$root/etc/greenboost-guest.env"
   [ -z "${GB_SHIM_ALL:-}" ] || echo "export GB_SHIM_ALL=1" >> "$root/etc/greenboost-guest.env"
   : > "$root/etc/greenboost-guest-modules"
@@ -122,7 +125,8 @@ make_initramfs() {
     xz -dc "$brd" > "$root/lib/modules/$krel/brd.ko"
     echo "/lib/modules/$krel/brd.ko rd_nr=1 rd_size=65536" >> "$root/etc/greenboost-guest-modules"
   fi
-  if [ -n "${GB_GUEST_EXTRA:-}" ]; then
+  # (not for the t3 guest: it runs no extra suite, and its RAM is small)
+  if [ -n "${GB_GUEST_EXTRA:-}" ] && [ "$guest" != t3 ]; then
     [ -d "$GB_GUEST_EXTRA" ] || die "GB_GUEST_EXTRA=$GB_GUEST_EXTRA is not a directory"
     cp -a "$GB_GUEST_EXTRA" "$root/greenboost/extra"
     pack_shared_libraries "$root" "$GB_GUEST_EXTRA"
@@ -183,27 +187,40 @@ guest_uptime() { sed -n "s/^$2.* uptime=\([0-9]*\).*/\1/p" "$1" | head -1; }
 # boot_guest GUEST KERNEL INITRD [APPEND] : boots, parses, appends to results
 boot_guest() {
   local guest=$1 kernel=$2 initrd=$3 append=${4:-} log=$work/$guest.log t0 rc
-  local per_node=$(( qemu_smp / 2 ))
-  # MiB per NUMA node. The debug kernel gets more: KASAN's shadow takes an eighth of
-  # RAM and its quarantine and kmemleak more, and the 1 GiB ALLOC test must still fit
-  # (with 2x1 GiB its ALLOC met the reserve after 886 MiB; the stock guest's did not).
-  local node_mib=1024
-  [ "$guest" = rust ] && node_mib=${GB_RUST_NODE_MIB:-1536}
-  # Node 1 gets the second socket's CPUs; with more than 2 vCPUs its last one forms
-  # node 2, which has no memory (numa_memoryless_node: such a node cannot be asked for).
-  local numa_rest=(-numa "node,nodeid=1,cpus=$per_node-$(( qemu_smp - 1 )),memdev=mem1")
-  if (( qemu_smp > 2 )); then
-    numa_rest=(-numa "node,nodeid=1,cpus=$per_node-$(( qemu_smp - 2 )),memdev=mem1"
-               -numa "node,nodeid=2,cpus=$(( qemu_smp - 1 ))")
+  local smp=$qemu_smp per_node=$(( qemu_smp / 2 )) want_nodes=$(( qemu_smp > 2 ? 3 : 2 )) machine=()
+  if [ "$guest" = t3 ]; then
+    # Little RAM, one node, two vCPUs, and an emulated NVMe disk to swap to: a T3
+    # buffer larger than RAM is cheap to write, and swap really is an NVMe device.
+    smp=2 want_nodes=1
+    rm -f "$work/t3-swap.img"
+    truncate -s "${GB_T3_SWAP_MIB:-1536}M" "$work/t3-swap.img"
+    machine=(-m "${GB_T3_MIB:-640}M"
+             -drive "file=$work/t3-swap.img,format=raw,if=none,id=t3swap,cache=unsafe"
+             -device nvme,serial=gbt3swap,drive=t3swap)
+  else
+    # MiB per NUMA node. The debug kernel gets more: KASAN's shadow takes an eighth of
+    # RAM and its quarantine and kmemleak more, and the 1 GiB ALLOC test must still fit
+    # (with 2x1 GiB its ALLOC met the reserve after 886 MiB; the stock guest's did not).
+    local node_mib=1024
+    [ "$guest" = rust ] && node_mib=${GB_RUST_NODE_MIB:-1536}
+    # Node 1 gets the second socket's CPUs; with more than 2 vCPUs its last one forms
+    # node 2, which has no memory (numa_memoryless_node: such a node cannot be asked for).
+    local numa_rest=(-numa "node,nodeid=1,cpus=$per_node-$(( qemu_smp - 1 )),memdev=mem1")
+    if (( qemu_smp > 2 )); then
+      numa_rest=(-numa "node,nodeid=1,cpus=$per_node-$(( qemu_smp - 2 )),memdev=mem1"
+                 -numa "node,nodeid=2,cpus=$(( qemu_smp - 1 ))")
+    fi
+    machine=(-m $(( 2 * node_mib ))M
+             -object memory-backend-ram,id=mem0,size=${node_mib}M -object memory-backend-ram,id=mem1,size=${node_mib}M
+             -numa node,nodeid=0,cpus=0-$(( per_node - 1 )),memdev=mem0
+             "${numa_rest[@]}")
   fi
   t0=$(date +%s)
-  log "booting the $guest guest (TCG $qemu_tcg-threaded, $qemu_smp vCPUs; log: $log)"
+  log "booting the $guest guest (TCG $qemu_tcg-threaded, $smp vCPUs; log: $log)"
   # shellcheck disable=SC2086
   timeout -k 10 "$qemu_timeout" qemu-system-x86_64 \
-    -accel tcg,thread="$qemu_tcg" -cpu max -smp "$qemu_smp",sockets="$qemu_smp",cores=1,threads=1 -m $(( 2 * node_mib ))M \
-    -object memory-backend-ram,id=mem0,size=${node_mib}M -object memory-backend-ram,id=mem1,size=${node_mib}M \
-    -numa node,nodeid=0,cpus=0-$(( per_node - 1 )),memdev=mem0 \
-    "${numa_rest[@]}" \
+    -accel tcg,thread="$qemu_tcg" -cpu max -smp "$smp",sockets="$smp",cores=1,threads=1 \
+    "${machine[@]}" \
     -kernel "$kernel" -initrd "$initrd" \
     -append "console=ttyS0 panic=-1 oops=panic loglevel=6 ${GB_QEMU_APPEND:-} $append" \
     -nodefaults -no-reboot -display none -serial stdio -monitor none \
@@ -222,7 +239,7 @@ boot_guest() {
   [ -n "$shim_begin" ] && [ -n "$shim_end" ] && stages+=" (of which shim suite $(( shim_end - shim_begin )) s)"
   [ -n "$scan_begin" ] && [ -n "$scan_end" ] && stages+=", kmemleak scan $(( scan_end - scan_begin )) s"
   [ -n "$suite_end" ] && stages+=", boot to summary $suite_end s"
-  timings+=("$guest guest: $secs s in all ($qemu_smp vCPUs, TCG $qemu_tcg): $stages")
+  timings+=("$guest guest: $secs s in all ($smp vCPUs, TCG $qemu_tcg): $stages")
 
   local passed=0 failed=0 problems=() notes=()
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
@@ -235,9 +252,10 @@ boot_guest() {
     passed=$(echo "$summaries" | awk '{s += $1} END {print s}')
     failed=$(echo "$summaries" | awk '{s += $2} END {print s}')
   fi
-  local want_nodes=$(( qemu_smp > 2 ? 3 : 2 ))
   grep -q "^GUEST-BOOT: .* numa_nodes=$want_nodes " "$log" || problems+=("guest does not see $want_nodes NUMA nodes")
-  grep -q "^GUEST-BOOT: .* cpus=$qemu_smp " "$log" || problems+=("guest does not see $qemu_smp CPUs")
+  grep -q "^GUEST-BOOT: .* cpus=$smp " "$log" || problems+=("guest does not see $smp CPUs")
+  [ "$guest" != t3 ] || rm -f "$work/t3-swap.img"
+  grep '^T3-MOVE-RATE:' "$log" | head -1 | sed "s/^/    /"
   while IFS= read -r l; do problems+=("$l"); done < <(grep '^GUEST-SETUP-ERROR' "$log")
   # The console and the final dmesg dump both carry each kernel line: count it once.
   while IFS= read -r l; do problems+=("kernel: $l"); done < <(
@@ -330,22 +348,29 @@ for guest in $guests; do
       make_initramfs stock "$GB_STOCK_KREL" "$work/stock.cpio.gz" "$gb_ko" "$importer_ko" "$image_root" self-contained
       boot_guest stock "$image_root/boot/vmlinuz-$GB_STOCK_KREL" "$work/stock.cpio.gz"
       ;;
-    rust)
+    rust | t3)
       t0=$(date +%s)
       if ! kdir=$("$GB_ROOT/scripts/build-test-kernel.sh"); then
-        echo "    FAIL rust: test kernel build failed"; total_failed=$((total_failed + 1)); continue
+        echo "    FAIL $guest: test kernel build failed"; total_failed=$((total_failed + 1)); continue
       fi
       timings+=("test kernel: $(cat "$kdir/build-seconds" 2>/dev/null || echo '?') s to build ($(elapsed "$t0") s now)")
-      if ! build_modules rust --kdir "$kdir"; then
-        echo "    FAIL rust: module build failed"; total_failed=$((total_failed + 1)); continue
+      if ! build_modules "$guest" --kdir "$kdir"; then
+        echo "    FAIL $guest: module build failed"; total_failed=$((total_failed + 1)); continue
       fi
-      run_host_gates rust "$kdir"
-      run_kmod_clippy "$kdir"
-      make_initramfs rust "$(cat "$kdir/include/config/kernel.release")" "$work/rust.cpio.gz" \
-        "$gb_ko" "$importer_ko" "" ordinary
-      boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz" "$rust_append"
+      krel=$(cat "$kdir/include/config/kernel.release")
+      if [ "$guest" = rust ]; then
+        run_host_gates rust "$kdir"
+        run_kmod_clippy "$kdir"
+        make_initramfs rust "$krel" "$work/rust.cpio.gz" "$gb_ko" "$importer_ko" "" ordinary
+        boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz" "$rust_append"
+      else
+        # The debug kernel again (KASAN, lockdep, kmemleak), without swiotlb=force: the
+        # NVMe disk's swap I/O would bounce through it.
+        make_initramfs t3 "$krel" "$work/t3.cpio.gz" "$gb_ko" "$importer_ko" "" ordinary
+        boot_guest t3 "$kdir/arch/x86/boot/bzImage" "$work/t3.cpio.gz"
+      fi
       ;;
-    *) die "unknown guest '$guest' (GB_QEMU_GUESTS: stock, rust)" ;;
+    *) die "unknown guest '$guest' (GB_QEMU_GUESTS: stock, rust, t3)" ;;
   esac
 done
 

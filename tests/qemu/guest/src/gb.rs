@@ -152,18 +152,37 @@ impl Dev {
         self.try_alloc(size).map_err(|e| format!("ALLOC({size}): {}", errname(e)))
     }
 
+    /// A buffer in T3 (`GB_ALLOC_T3`).
+    pub fn try_alloc_t3(&self, size: u64) -> Result<Buffer, i32> {
+        self.try_alloc_on(size, GB_ALLOC_T3, -1)
+    }
+
+    /// `GB_IOC_MOVE` of the buffer behind `fd` to `tier`; returns the filled request.
+    pub fn move_fd(&self, fd: RawFd, tier: u32) -> Result<GbMove, i32> {
+        let mut req = GbMove { fd, tier, ..Default::default() };
+        self.ioctl(GB_IOC_MOVE, &mut req)?;
+        Ok(req)
+    }
+
+    pub fn t3(&self) -> Result<GbT3Stats, String> {
+        let mut st = GbT3Stats::default();
+        self.ioctl(GB_IOC_T3_STATS, &mut st)
+            .map_err(|e| format!("GB_IOC_T3_STATS: {}", errname(e)))?;
+        Ok(st)
+    }
+
     /// Waits until the pool holds exactly what `base` held (live bytes and buffers).
     pub fn settle_to(&self, base: &GbPoolStats, timeout: Duration) -> Result<(), String> {
         let t0 = Instant::now();
         loop {
             let st = self.pool()?;
-            if st.t2_used == base.t2_used && st.buffers == base.buffers {
+            if st.t2_used == base.t2_used && st.buffers == base.buffers && st.t3_used == base.t3_used {
                 return Ok(());
             }
             if t0.elapsed() > timeout {
                 return Err(format!(
-                    "pool not back to baseline after {:?}: t2_used {} buffers {} (baseline {} / {})",
-                    timeout, st.t2_used, st.buffers, base.t2_used, base.buffers
+                    "pool not back to baseline after {:?}: t2_used {} t3_used {} buffers {} (baseline {} / {} / {})",
+                    timeout, st.t2_used, st.t3_used, st.buffers, base.t2_used, base.t3_used, base.buffers
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -423,4 +442,10 @@ pub fn sysfs_counter(key: &str) -> Result<u64, String> {
     text.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
         .ok_or_else(|| format!("no '{key}' in {GB_SYSFS_STATS}"))
+}
+
+/// A `/proc/vmstat` counter.
+pub fn vmstat(key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/vmstat").ok()?;
+    s.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }

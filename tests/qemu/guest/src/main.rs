@@ -10,6 +10,7 @@
 //!   list                   names of all tests
 //!   reserve-refusal        with the module loaded with a reserve above RAM
 //!   check-unload-log       after rmmod: the final stats line is in dmesg
+//!   t3-noswap, t3          the t3 guest's tests, before and after `swapon`
 //!   hold-buffer SIZE       allocate, map, print `HOLDING id size`, sleep until killed
 //!
 //! Environment: GB_STRESS_SECONDS (default 10), GB_FUZZ_SEED.
@@ -92,6 +93,20 @@ const MAIN: &[Test] = &[
 ];
 
 const RESERVE: &[Test] = &[t("reserve_above_ram_refuses", 60, pressure::reserve_above_ram)];
+/// The t3 guest (little RAM, an NVMe disk for swap), before `swapon`.
+const T3_NOSWAP: &[Test] = &[
+    t("t3_needs_swap", 30, t3::t3_needs_swap),
+    t("pressure_rule_no_swap", 180, t3_pressure::pressure_rule_no_swap),
+];
+/// The t3 guest with the NVMe swap on.
+const T3: &[Test] = &[
+    t("t3_swap_is_nvme", 30, t3_pressure::swap_is_nvme),
+    t("t3_demote_promote", 120, t3::t3_demote_promote),
+    t("t3_move_refusals", 60, t3::t3_move_refusals),
+    t("t3_larger_than_ram", 300, t3::t3_larger_than_ram),
+    t("t3_kill9_holder", 180, t3::t3_kill9_holder),
+    t("pressure_rule_with_swap", 300, t3_pressure::pressure_rule_with_swap),
+];
 const UNLOAD: &[Test] = &[t("unload_final_stats_logged", 30, stats::unload_logged)];
 
 fn summary(tally: harness::Tally) -> i32 {
@@ -101,11 +116,13 @@ fn summary(tally: harness::Tally) -> i32 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let all = || MAIN.iter().chain(RESERVE).chain(UNLOAD);
+    let all = || MAIN.iter().chain(RESERVE).chain(UNLOAD).chain(T3_NOSWAP).chain(T3);
     let code = match args.first().map(String::as_str) {
         Some("all") => summary(run_tests(MAIN, None)),
         Some("reserve-refusal") => summary(run_tests(RESERVE, None)),
         Some("check-unload-log") => summary(run_tests(UNLOAD, None)),
+        Some("t3-noswap") => summary(run_tests(T3_NOSWAP, None)),
+        Some("t3") => summary(run_tests(T3, None)),
         Some("run") if args.len() == 2 => match all().find(|t| t.name == args[1]) {
             Some(test) => summary(run_tests(std::slice::from_ref(test), None)),
             None => {
@@ -125,7 +142,7 @@ fn main() {
             }
         },
         _ => {
-            eprintln!("usage: gb-guest-tests all | run NAME | list | reserve-refusal | check-unload-log | hold-buffer SIZE");
+            eprintln!("usage: gb-guest-tests all | run NAME | list | reserve-refusal | check-unload-log | t3-noswap | t3 | hold-buffer SIZE");
             2
         }
     };

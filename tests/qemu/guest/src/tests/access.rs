@@ -44,6 +44,16 @@ pub fn list_procs(fd: i32, capacity: u32) -> Result<(Vec<GbProcRow>, u32), i32> 
     Ok((rows, req.total))
 }
 
+/// GB_IOC_LIST_PROCS with `GB_PROC_LIST_T3`: every visible row with its T3 figures.
+pub fn list_procs_t3(fd: i32) -> Result<Vec<GbProcRowT3>, String> {
+    let mut rows = vec![GbProcRowT3::default(); 64];
+    let mut req = GbProcList { rows: rows.as_mut_ptr() as u64, capacity: 64, flags: GB_PROC_LIST_T3, ..Default::default() };
+    raw_ioctl(fd, GB_IOC_LIST_PROCS, &mut req as *mut GbProcList as usize)
+        .map_err(|e| format!("LIST_PROCS with GB_PROC_LIST_T3: {}", errname(e)))?;
+    rows.truncate(req.count as usize);
+    Ok(rows)
+}
+
 /// A row's command name as text.
 pub fn comm(row: &GbProcRow) -> String {
     String::from_utf8_lossy(row.comm.split(|&b| b == 0).next().unwrap_or(&[])).into_owned()
@@ -79,8 +89,8 @@ fn user_view(me: i32, root_pid: i32) -> Result<(), String> {
     ensure(own.t2_used == 2 << 20 && own.buffers == 1 && own.files >= 1 && comm(own) == "gb-guest-tests", || format!("own row: {own:?}"))?;
     let (none, total0) = list_procs(dev.raw(), 0).map_err(|e| format!("LIST_PROCS with capacity 0: {}", errname(e)))?;
     ensure(none.is_empty() && total0 == total, || format!("capacity 0: {} rows, total {total0} (expected {total})", none.len()))?;
-    let mut bad = GbProcList { flags: 1, ..Default::default() };
-    expect_errno("LIST_PROCS with flags 1", raw_ioctl(dev.raw(), GB_IOC_LIST_PROCS, &mut bad as *mut GbProcList as usize), libc::EINVAL)?;
+    let mut bad = GbProcList { flags: 2, ..Default::default() };
+    expect_errno("LIST_PROCS with an unknown flag", raw_ioctl(dev.raw(), GB_IOC_LIST_PROCS, &mut bad as *mut GbProcList as usize), libc::EINVAL)?;
     Ok(())
 }
 

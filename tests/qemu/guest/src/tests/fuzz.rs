@@ -49,7 +49,7 @@ fn randomize(rng: &mut Rng, scratch: &Mapping, cmd: u32, eventfd: i32) {
             2 => 1u64 << rng.below(64),
             _ => rng.next(),
         };
-        let req = GbAlloc { size, flags: (rng.below(2) as u32) & GB_ALLOC_NODE_STRICT, numa_node: rng.below(4) as i32 - 2, ..Default::default() };
+        let req = GbAlloc { size, flags: (rng.below(4) as u32) & GB_ALLOC_FLAGS_ALL, numa_node: rng.below(4) as i32 - 2, ..Default::default() };
         // SAFETY: scratch holds 16 words; GbAlloc is 40 bytes at its start.
         unsafe { std::ptr::write_unaligned(scratch.ptr() as *mut GbAlloc, req) };
     }
@@ -59,6 +59,12 @@ fn randomize(rng: &mut Rng, scratch: &Mapping, cmd: u32, eventfd: i32) {
         let req = GbProcList { rows, capacity: rng.below(8) as u32, flags: if rng.chance(80) { 0 } else { rng.next() as u32 }, ..Default::default() };
         // SAFETY: in bounds of scratch (24 bytes at its start).
         unsafe { std::ptr::write_unaligned(scratch.ptr() as *mut GbProcList, req) };
+    }
+    if cmd == GB_IOC_MOVE && rng.chance(60) {
+        // A small fd (often one of the buffers earlier ALLOCs returned) and a real tier.
+        let req = GbMove { fd: rng.below(64) as i32, tier: 2 + rng.below(2) as u32, ..Default::default() };
+        // SAFETY: in bounds of scratch (32 bytes at its start).
+        unsafe { std::ptr::write_unaligned(scratch.ptr() as *mut GbMove, req) };
     }
     if cmd == GB_IOC_REGISTER_EVENTFD && rng.chance(50) {
         let fd = match rng.below(3) {
@@ -74,7 +80,7 @@ fn randomize(rng: &mut Rng, scratch: &Mapping, cmd: u32, eventfd: i32) {
 /// The errnos the ABI allows for a valid command whose argument is readable and writable.
 fn allowed(cmd: u32) -> &'static [i32] {
     match cmd {
-        GB_IOC_INFO | GB_IOC_POOL_STATS | GB_IOC_PROC_STATS => &[],
+        GB_IOC_INFO | GB_IOC_POOL_STATS | GB_IOC_PROC_STATS | GB_IOC_T3_STATS => &[],
         // E2BIG: above INFO.max_alloc (1 TiB), the module's structural limit.
         GB_IOC_ALLOC => &[libc::EINVAL, libc::ENOMEM, libc::E2BIG],
         GB_IOC_REPORT_T1 => &[libc::EINVAL],
@@ -82,6 +88,9 @@ fn allowed(cmd: u32) -> &'static [i32] {
         GB_IOC_REGISTER_EVENTFD => &[libc::EINVAL, libc::EBADF, libc::ENOSPC, libc::EEXIST],
         // EFAULT: the row array (a pointer inside the request) is not writable.
         GB_IOC_LIST_PROCS => &[libc::EINVAL, libc::EFAULT],
+        // EBADF: no such fd; EINVAL: not a buffer of ours or a bad field; EBUSY:
+        // attached or pinned; ENOMEM: no room in the tier asked for.
+        GB_IOC_MOVE => &[libc::EINVAL, libc::EBADF, libc::EBUSY, libc::ENOMEM],
         _ => &[],
     }
 }

@@ -17,3 +17,5 @@ pub mod pin;
 pub mod pressure;
 pub mod stats;
 pub mod stress;
+pub mod t3;
+pub mod t3_pressure;

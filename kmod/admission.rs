@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Admission of new T2 pages, for an ALLOC and for a move to T2: the pool cap, the
+//! per-user cap, the caller's memlock limit and the RAM reserve, then the pages.
+//!
+//! Locks: the registry lock (per-user cap), the T3 list lock (the reserve's figures)
+//! and the cache lock (the pages), one after the other (see "Lock order" in
+//! kmod/README.md).
+
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+
+use crate::glue_ffi::Chunk;
+use crate::memlock::Memlock;
+use crate::pool::{self, Placement};
+use crate::procs::ProcEntry;
+use crate::reserve::Claim;
+use crate::state::State;
+use crate::util;
+
+/// What an admitted ALLOC holds before its pages exist.
+struct Reservation<'a> {
+    /// Bytes of dirty cache pages the allocation must take (and zero) to stay within
+    /// the cap (see [`pool::dirty_claim`]).
+    dirty_bytes: u64,
+    /// The claim of its fresh pages against the RAM reserve (see `reserve.rs`).
+    claim: Claim<'a>,
+    /// Its RLIMIT_MEMLOCK charge (see `memlock.rs`).
+    memlock: Memlock,
+}
+
+/// Reserves `size` against the pool cap, the per-user cap, the caller's memlock limit
+/// and the RAM reserve.
+fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reservation<'a>> {
+    let limits = state.shared.limits();
+    let c = &state.shared.counters;
+    // Pages kept alive by other holders past their buffers (see `held.rs`) are counted
+    // in the caps already; beyond a quarter of the pool cap, nobody gets more until
+    // some are let go.
+    if c.held_bytes.load(Ordering::Relaxed) > limits.cap / 4 {
+        return Err(ENOMEM);
+    }
+    let mut dirty_bytes = 0;
+    c.t2_used
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            let cached = c.t2_cached.load(Ordering::Relaxed);
+            let clean = c.t2_clean.load(Ordering::Relaxed);
+            dirty_bytes = pool::dirty_claim(used, size, cached, clean, limits.cap)?;
+            used.checked_add(size)
+        })
+        .map_err(|_| ENOMEM)?;
+    let unreserve = || {
+        c.t2_used.fetch_sub(size, Ordering::Relaxed);
+    };
+    if let Err(e) = state.procs.reserve(entry, size, limits.uid_cap) {
+        unreserve();
+        return Err(e);
+    }
+    let memlock = match Memlock::charge(size) {
+        Ok(m) => m,
+        Err(e) => {
+            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            unreserve();
+            return Err(e);
+        }
+    };
+    // Pages the cache cannot supply come out of available RAM.
+    let from_cache = c.t2_clean.load(Ordering::Relaxed).saturating_add(dirty_bytes);
+    let fresh = size.saturating_sub(from_cache);
+    let claim = match Claim::admit(&state.shared, &state.tier3, limits.reserve, fresh) {
+        Ok(claim) => claim,
+        Err(e) => {
+            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            unreserve();
+            // Let the watchdog see the crossing now rather than at its next tick.
+            state.watchdog.kick_for_refusal(&state.shared);
+            return Err(e);
+        }
+    };
+    Ok(Reservation { dirty_bytes, claim, memlock })
+}
+
+/// `size` bytes of new T2 pages for `owner`: admitted (see [`reserve`]) and allocated
+/// at `placement`, with their memlock charge, accounted in `Counters::t2_used` and
+/// `owner.t2_used` (peaks raised). On failure nothing stays reserved.
+pub(crate) fn take_t2(
+    state: &State,
+    owner: &ProcEntry,
+    size: u64,
+    placement: Placement,
+) -> Result<(KVVec<Chunk>, Memlock)> {
+    let mut r = reserve(state, owner, size)?;
+    match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
+        Ok(chunks) => {
+            // Peaks count what was really allocated, never a refused or killed request.
+            let c = &state.shared.counters;
+            util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
+            util::raise_peak(&owner.t2_peak, owner.t2_used.load(Ordering::Relaxed));
+            Ok((chunks, r.memlock))
+        }
+        Err(e) => {
+            state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
+            owner.t2_used.fetch_sub(size, Ordering::Relaxed);
+            Err(e)
+        }
+    }
+}
+
+/// Gives back pages [`take_t2`] took that never became a buffer's (a refused move):
+/// unaccounted, uncharged (`memlock` dropped) and recycled (`exposed`: written).
+pub(crate) fn give_back_t2(state: &State, owner: &ProcEntry, size: u64, chunks: &[Chunk], exposed: bool) {
+    state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
+    owner.t2_used.fetch_sub(size, Ordering::Relaxed);
+    state.pool().recycle(chunks, exposed);
+}

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A buffer's shmem file: the address space of all of its user mappings, and in T3
+//! the pages that hold its contents (swappable: the kernel writes them to swap under
+//! pressure and reads them back on access).
+//!
+//! Every mapping of a buffer belongs to this file (see `Buffer::mmap`), so that a move
+//! between tiers can zap all of them at once and reclaim's reverse map finds the
+//! mappings of a T3 page. Callers that change what the file holds (store, load,
+//! truncate, fault) hold the buffer's backing lock. Takes no lock of ours.
+
+use kernel::bindings;
+use kernel::ffi::c_ulong;
+use kernel::page::PAGE_SIZE;
+use kernel::prelude::*;
+
+use crate::glue_ffi::{self as ffi, Chunk};
+
+/// An owned reference to a shmem file of `size` bytes.
+///
+/// # Invariants
+///
+/// `file` is a counted reference to a shmem file made by `gb_shmem_create`, put in
+/// `drop`.
+pub(crate) struct Shmem {
+    file: *mut bindings::file,
+}
+
+// SAFETY: a `struct file` reference may be used and put from any thread; what changes
+// the file's pages is serialised by the buffer's backing lock (see the module comment).
+unsafe impl Send for Shmem {}
+// SAFETY: as for `Send`; shared access only calls the glue's file and page-cache
+// wrappers, which do their own locking.
+unsafe impl Sync for Shmem {}
+
+impl Shmem {
+    /// A new, empty shmem file of `size` bytes (no page is allocated until touched).
+    pub(crate) fn new(size: u64) -> Result<Self> {
+        let mut file = core::ptr::null_mut();
+        // SAFETY: `file` is a local the glue writes only on success.
+        let ret = unsafe { ffi::gb_shmem_create(size, &mut file) };
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(Shmem { file })
+    }
+
+    /// The file, for the T3 list's statistics (valid while `self` lives).
+    pub(crate) fn as_ptr(&self) -> *mut bindings::file {
+        self.file
+    }
+
+    /// Makes `vma` (being set up by an mmap of the buffer) a mapping of this file.
+    ///
+    /// # Safety
+    ///
+    /// `vma` is the VMA an mmap of the buffer's dma-buf is setting up, with its mmap
+    /// lock held for writing.
+    pub(crate) unsafe fn adopt(&self, vma: *mut bindings::vm_area_struct) {
+        // SAFETY: `vma` is being set up under its mmap lock (the function's contract);
+        // the file is live (type invariant) and the glue takes its own reference.
+        unsafe { ffi::gb_vma_use_file(vma, self.file) };
+    }
+
+    /// Removes every user mapping's page-table entries (the mappings stay and fault
+    /// the buffer's pages in again).
+    pub(crate) fn unmap_users(&self) {
+        // SAFETY: the file is live (type invariant); zapping takes the kernel's own
+        // locks, none of ours.
+        unsafe { ffi::gb_user_unmap(self.file) };
+    }
+
+    /// Maps page `index` of the file at `addr` in `vma`, reading it back from swap
+    /// or allocating it first if needed. ENOSPC when no page can be had (the fault
+    /// answers SIGBUS, as tmpfs does when full).
+    ///
+    /// # Safety
+    ///
+    /// `vma` is a live mapping of this file (made by [`Shmem::adopt`]) whose fault is
+    /// being handled, `addr` the address of `index` in it; the caller holds the
+    /// buffer's backing lock with the buffer in T3.
+    pub(crate) unsafe fn fault(&self, vma: *mut bindings::vm_area_struct, addr: c_ulong, index: c_ulong) -> Result {
+        // SAFETY: the contract above: a live vma of this file during its fault.
+        let ret = unsafe { ffi::gb_shmem_fault(self.file, vma, addr, index) };
+        match ret {
+            0 => Ok(()),
+            e if e == ENOMEM.to_errno() => Err(ENOSPC),
+            e => Err(Error::from_errno(e)),
+        }
+    }
+
+    /// Copies `chunk` into the file at page `index` (pages dirty: they go to swap,
+    /// never dropped). ENOMEM when no page can be had even after reclaim.
+    pub(crate) fn store(&self, index: c_ulong, chunk: &Chunk) -> Result {
+        // SAFETY: the chunk's block of `2^order` pages is owned by the caller's buffer
+        // (`Chunk` invariant) and only read; the file is live (type invariant).
+        errno(unsafe { ffi::gb_shmem_store(self.file, index, chunk.page, chunk.order) })
+    }
+
+    /// Copies the file's pages at `index` into `chunk`. EBUSY when one of them is
+    /// pinned for DMA through a mapping (its pinner would keep using the old page).
+    pub(crate) fn load(&self, index: c_ulong, chunk: &Chunk) -> Result {
+        // SAFETY: the chunk's pages are owned by the caller and not yet visible to
+        // anyone else (`Chunk` invariant); the file is live (type invariant).
+        errno(unsafe { ffi::gb_shmem_load(self.file, index, chunk.page, chunk.order) })
+    }
+
+    /// Frees every page of the file and its swap slots.
+    pub(crate) fn truncate(&self) {
+        // SAFETY: the file is live (type invariant); its mappings have been zapped by
+        // the caller, which holds the backing lock, so no page is mapped through us.
+        unsafe { ffi::gb_shmem_truncate(self.file) };
+    }
+
+    /// Keeps the file's pages from reclaim (`true`) while a device or a kernel mapping
+    /// uses them, or lets reclaim have them again (`false`).
+    pub(crate) fn set_unevictable(&self, unevictable: bool) {
+        // SAFETY: the file is live (type invariant); a flag on its address space.
+        unsafe { ffi::gb_shmem_set_unevictable(self.file, unevictable) };
+    }
+
+    /// A reference to each of the file's first `npages` pages (read back from swap or
+    /// allocated as needed), held until the returned value is dropped.
+    pub(crate) fn pin(&self, npages: c_ulong) -> Result<PinnedPages> {
+        // SAFETY: the file is live (type invariant); the array and its references are
+        // owned by the returned value.
+        let pages = unsafe { ffi::gb_shmem_pin(self.file, npages) };
+        if pages.is_null() {
+            return Err(ENOMEM);
+        }
+        Ok(PinnedPages { pages, npages })
+    }
+}
+
+impl Drop for Shmem {
+    fn drop(&mut self) {
+        // SAFETY: our counted reference (type invariant), put once; mappings hold
+        // their own.
+        unsafe { ffi::gb_file_put(self.file) };
+    }
+}
+
+/// Page references taken by [`Shmem::pin`].
+///
+/// # Invariants
+///
+/// `pages` is a kvmalloc'ed array of `npages` page pointers made by `gb_shmem_pin`,
+/// each holding one reference; all are given back by `gb_shmem_unpin`.
+pub(crate) struct PinnedPages {
+    pages: *mut *mut bindings::page,
+    npages: c_ulong,
+}
+
+// SAFETY: page references may be dropped from any thread; the array is owned.
+unsafe impl Send for PinnedPages {}
+
+impl PinnedPages {
+    /// The array and its length, for an sg table or a vmap.
+    pub(crate) fn raw(&self) -> (*mut *mut bindings::page, c_ulong) {
+        (self.pages, self.npages)
+    }
+
+    /// Hands the references to C (an attachment keeps them while mapped).
+    pub(crate) fn into_raw(self) -> (*mut *mut bindings::page, c_ulong) {
+        let raw = self.raw();
+        core::mem::forget(self);
+        raw
+    }
+
+    /// Takes back references handed out by [`PinnedPages::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// `pages` and `npages` come from one `into_raw` and are not used afterwards.
+    pub(crate) unsafe fn from_raw(pages: *mut *mut bindings::page, npages: c_ulong) -> Self {
+        PinnedPages { pages, npages }
+    }
+}
+
+impl Drop for PinnedPages {
+    fn drop(&mut self) {
+        // SAFETY: the array and its references are ours (type invariant), given back
+        // once here; the pages are marked dirty, since a device may have written them.
+        unsafe { ffi::gb_shmem_unpin(self.pages, self.npages) };
+    }
+}
+
+/// Pages in `bytes` (a buffer is at most 1 TiB, so the count fits).
+pub(crate) fn pages_of(bytes: u64) -> c_ulong {
+    (bytes / PAGE_SIZE as u64) as c_ulong
+}
+
+fn errno(ret: kernel::ffi::c_int) -> Result {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Error::from_errno(ret))
+    }
+}

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The t3 guest's phases, sourced by guest-suite.sh (which defines pass/fail/check,
+# run_tests, load and unload, and checks the kernel log afterwards). The guest has
+# little RAM (so that a T3 buffer larger than it is cheap to write) and an emulated
+# NVMe disk (QEMU -device nvme) to swap to:
+#   1. load greenboost.ko and the importer
+#   2. `gb-guest-tests t3-noswap`: without swap there is no T3, and T2 still stops at
+#      the reserve without the OOM killer
+#   3. mkswap + swapon the NVMe disk, `gb-guest-tests t3`, swapoff
+#   4. unload
+
+t3_phases() {
+  load insmod_t3 pool_cap_mb=4096 reserve_mb=48 cache_mb=16 watchdog_ms=200 || return
+  if insmod $GB/gb_importer.ko 2>/tmp/insmod.err && [ -c /dev/gb_importer ]; then
+    pass insmod_importer
+  else
+    fail insmod_importer "$(cat /tmp/insmod.err)"
+  fi
+  run_tests t3-noswap
+  disk=$(ls /dev/nvme*n1 2>/dev/null | head -1)
+  if [ -b "$disk" ] && mkswap "$disk" > /tmp/mkswap.out 2>&1 && swapon "$disk" 2> /tmp/swapon.err; then
+    pass swapon_nvme
+    echo "  # swap: $(tail -n +2 /proc/swaps | tr -s ' ')"
+    run_tests t3
+    check swapoff_nvme "swapoff $disk failed" swapoff "$disk"
+  else
+    fail swapon_nvme "no NVMe disk to swap to ($disk): $(cat /tmp/mkswap.out /tmp/swapon.err 2>/dev/null | tr '\n' ' ')"
+  fi
+  rmmod gb_importer 2>/dev/null || fail rmmod_importer "rmmod gb_importer failed"
+  if unload; then pass rmmod_t3; else fail rmmod_t3 "rmmod failed"; fi
+}
