@@ -81,6 +81,12 @@ pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Regi
     let backend = backend::get().ok_or(HostFailure::Internal)?;
     let len_bytes = usize::try_from(len).map_err(|_| HostFailure::Exhausted)?;
     let numa_node = cuda::host_numa_node(device);
+    // Under pressure the cache's pinned pages go back first, before the module is asked
+    // for more (and before anyone demotes a buffer to T3 for want of RAM).
+    if backend.memory_pressure() && cached_bytes() > 0 {
+        info!("memory pressure: the T2 cache gives back {}", Mib(cached_bytes()));
+        drain_cache();
+    }
     // The module or the kernel may be short of memory that the T2 cache holds: the
     // cache goes before the allocation is refused.
     let allocated = match backend.alloc(len_bytes, numa_node) {
@@ -163,6 +169,12 @@ impl HostAllocation {
         debug!("T2 {:#x}: {} freed", registered.device_ptr, Mib(registered.len()));
         drop(charge);
         let (len, context) = (registered.len(), registered.context);
+        // Under pressure nothing is kept, and what is kept goes.
+        if backend::get().is_some_and(|b| b.memory_pressure()) {
+            unregister_and_release(registered);
+            drain_cache();
+            return;
+        }
         CACHE.keep(len, context, registered, config::get().t2_cache).into_iter().for_each(unregister_and_release);
     }
 }

@@ -42,6 +42,12 @@ pub trait Backend: Send + Sync {
     fn report_t1(&self, _vram_used: u64, _vram_budget: u64, _now: bool) {}
     /// Sends a report that throttling held back, when it is due.
     fn flush_t1_report(&self) {}
+    /// Whether the system is short of RAM now, as the module sees it (its reserve): the
+    /// T2 cache then gives its pinned pages back rather than keep them. Cheap enough for
+    /// every T2 allocation and free. Always false for userspace.
+    fn memory_pressure(&self) -> bool {
+        false
+    }
 }
 
 /// T2 allocations are whole 2 MiB chunks.

@@ -291,6 +291,12 @@ t_t2cache() {
         "$BIN/gbtest-rt13" t2cache "$VRAM" $(( VRAM * 2 )) || return 1
     out_has "reused from the T2 cache" "the shim's debug log does not show a cached buffer reused"
 }
+# Module only: raises the module's reserve above RAM (root) to make pressure, frees a
+# T2 buffer, and wants nothing kept in the cache; restores the reserve.
+t_t2cache_pressure() {
+    shim t2cache-pressure $CACHEENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) GREENBOOST_T2_CAP=$(( VRAM * 2 )) \
+        "$BIN/gbtest-rt13" t2cache-pressure
+}
 t_control_t2cache_off_fails() {
     run_fails control-t2cache-off-fails "was not kept registered" $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) \
         GREENBOOST_T2_CAP=$(( VRAM * 2 )) "$BIN/gbtest-rt13" t2cache "$VRAM" $(( VRAM * 2 ))
@@ -659,7 +665,7 @@ t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2c
 gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"
-kmod_capable="$control_tests kmod_import_and_pin $shim_tests $headroom_tests"
+kmod_capable="$control_tests kmod_import_and_pin t2cache_pressure $shim_tests $headroom_tests"
 userspace_tests="$control_tests $shim_tests $headroom_tests $devices_tests backend_auto_userspace backend_kmod_absent"
 
 # kmod-tests.list tags every test kmod or host (see there): each test of either list

@@ -984,6 +984,73 @@ static void *t2_alloc(size_t n)
     return p;
 }
 
+/* ---- under memory pressure the T2 cache keeps nothing: a buffer freed while the
+ * module reports pressure goes back to the module at once, and the cache's other
+ * buffers with it (the kmod backend only; the test raises the module's reserve above
+ * RAM to cause pressure, then restores it). Run as t2cache, with the module's watchdog
+ * at 200 ms as the guests load it. ---- */
+#define GB_PARAM_RESERVE "/sys/module/greenboost/parameters/reserve_mb"
+#define GB_SYSFS_STATS "/sys/kernel/greenboost/stats"
+
+static long read_long(const char *path, const char *key)
+{
+    char line[128];
+    long value = -1;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f)) {
+        size_t k = key ? strlen(key) : 0;
+        if (!key || (!strncmp(line, key, k) && line[k] == ' ')) {
+            value = strtol(line + k, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return value;
+}
+
+static int write_reserve(long mb)
+{
+    FILE *f = fopen(GB_PARAM_RESERVE, "w");
+    if (!f)
+        return -1;
+    int ok = fprintf(f, "%ld\n", mb) > 0;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* Waits up to 5 s for the module's `pressure` line to read `want`. */
+static int wait_pressure(long want)
+{
+    for (int i = 0; i < 250; i++) {
+        if (read_long(GB_SYSFS_STATS, "pressure") == want)
+            return 0;
+        usleep(20000);
+    }
+    return -1;
+}
+
+static int test_t2cache_pressure(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    size_t n = vram / 2;
+    long reserve = read_long(GB_PARAM_RESERVE, NULL);
+    CHECK(reserve >= 0, "cannot read %s: this test needs the module\n", GB_PARAM_RESERVE);
+    void *a = t2_alloc(n), *b = t2_alloc(n);
+    fill_and_verify(a, n, 91, 0);
+    OK(cudaFree(a));
+    CHECK(fakegpu_hostreg_bytes() == 2 * n, "without pressure a freed T2 buffer stays cached: %zu bytes registered, "
+          "want %zu\n", fakegpu_hostreg_bytes(), 2 * n);
+    CHECK(write_reserve(1000000) == 0 && wait_pressure(1) == 0, "the module did not enter pressure\n");
+    OK(cudaFree(b));
+    size_t left = fakegpu_hostreg_bytes();
+    int restored = write_reserve(reserve) == 0 && wait_pressure(0) == 0;
+    CHECK(left == 0, "freed under pressure, %zu bytes stay registered in the T2 cache\n", left);
+    CHECK(restored, "could not restore reserve_mb=%ld\n", reserve);
+    return 0;
+}
+
 static int test_t2cache(int argc, char **argv)
 {
     CHECK(argc >= 4, "usage: t2cache CACHE_BYTES T2_CAP_BYTES\n");
@@ -1355,6 +1422,7 @@ int gbtests_main(int argc, char **argv)
         { "no-t2", test_no_t2 }, { "expandable", test_expandable }, { "lasterror", test_lasterror },
         { "forkexit", test_forkexit },
         { "split", test_split }, { "split-async", test_split_async }, { "t2cache", test_t2cache },
+        { "t2cache-pressure", test_t2cache_pressure },
         { "headroom", test_headroom }, { "headroom-report", test_headroom_report },
         { "devices", test_devices },
     };
