@@ -6,7 +6,7 @@
 #          fetched into the cache, never installed) with the self-contained module
 #   rust   the minimal Rust-enabled 6.12 test kernel (scripts/build-test-kernel.sh)
 #          with the ordinary out-of-tree module
-#   t3     the same debug kernel in a small guest (640 MiB, one node, 2 vCPUs) with an
+#   t3     the same debug kernel in a small guest (448 MiB, one node, 2 vCPUs) with an
 #          emulated NVMe disk (QEMU -device nvme) as swap: T3 and the pressure rule
 #          (tests/qemu/t3-suite.sh)
 #
@@ -194,7 +194,7 @@ boot_guest() {
     smp=2 want_nodes=1
     rm -f "$work/t3-swap.img"
     truncate -s "${GB_T3_SWAP_MIB:-1536}M" "$work/t3-swap.img"
-    machine=(-m "${GB_T3_MIB:-640}M"
+    machine=(-m "${GB_T3_MIB:-448}M"
              -drive "file=$work/t3-swap.img,format=raw,if=none,id=t3swap,cache=unsafe"
              -device nvme,serial=gbt3swap,drive=t3swap)
   else

