@@ -39,11 +39,6 @@ impl Chunks {
         self.list.as_slice()
     }
 
-    /// Gives the list up (to be recycled by the pool).
-    pub(crate) fn into_list(self) -> KVVec<Chunk> {
-        self.list
-    }
-
     /// The chunk holding page `index` (in pages from the start) and the index of its
     /// first page, or `None` past the end.
     ///

@@ -113,7 +113,6 @@ void gb_chunk_zero(struct page *page, unsigned int order);
 bool gb_chunk_charged(struct page *page);
 bool gb_current_memcg_charged(void);
 bool gb_chunk_exclusive(struct page *page);
-struct page *gb_nth_page(struct page *head, unsigned long n);
 int gb_page_nid(struct page *page);
 bool gb_node_online(int nid);
 int gb_numa_node_id(void);

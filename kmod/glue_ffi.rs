@@ -109,7 +109,6 @@ extern "C" {
     pub(crate) fn gb_chunk_charged(page: *mut bindings::page) -> bool;
     pub(crate) fn gb_current_memcg_charged() -> bool;
     pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page) -> bool;
-    pub(crate) fn gb_nth_page(head: *mut bindings::page, n: c_ulong) -> *mut bindings::page;
     pub(crate) fn gb_page_nid(page: *mut bindings::page) -> c_int;
     pub(crate) fn gb_node_online(nid: c_int) -> bool;
     pub(crate) fn gb_numa_node_id() -> c_int;

@@ -151,11 +151,6 @@ bool gb_chunk_exclusive(struct page *page)
 	return page_count(page) == 1;
 }
 
-struct page *gb_nth_page(struct page *head, unsigned long n)
-{
-	return nth_page(head, n);
-}
-
 int gb_page_nid(struct page *page)
 {
 	return page_to_nid(page);

@@ -10,7 +10,6 @@
 
 use kernel::bindings;
 use kernel::ffi::c_ulong;
-use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 
 use crate::glue_ffi::{self as ffi, Chunk};
@@ -182,11 +181,6 @@ impl Drop for PinnedPages {
         // once here; the pages are marked dirty, since a device may have written them.
         unsafe { ffi::gb_shmem_unpin(self.pages, self.npages) };
     }
-}
-
-/// Pages in `bytes` (a buffer is at most 1 TiB, so the count fits).
-pub(crate) fn pages_of(bytes: u64) -> c_ulong {
-    (bytes / PAGE_SIZE as u64) as c_ulong
 }
 
 fn errno(ret: kernel::ffi::c_int) -> Result {
