@@ -33,14 +33,17 @@ unsafe impl Sync for Shmem {}
 
 impl Shmem {
     /// A new, empty shmem file of `size` bytes (no page is allocated until touched).
+    /// ENOMEM when the kernel cannot make it: shmem answers a failed inode allocation
+    /// with ENOSPC (a full tmpfs), which for an ALLOC is a lack of memory.
     pub(crate) fn new(size: u64) -> Result<Self> {
         let mut file = core::ptr::null_mut();
         // SAFETY: `file` is a local the glue writes only on success.
         let ret = unsafe { ffi::gb_shmem_create(size, &mut file) };
-        if ret != 0 {
-            return Err(Error::from_errno(ret));
+        match ret {
+            0 => Ok(Shmem { file }),
+            e if e == ENOSPC.to_errno() => Err(ENOMEM),
+            e => Err(Error::from_errno(e)),
         }
-        Ok(Shmem { file })
     }
 
     /// The file, for the T3 list's statistics (valid while `self` lives).
