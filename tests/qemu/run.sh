@@ -70,6 +70,17 @@ is_static() { ! readelf -lW "$1" 2>/dev/null | grep -q INTERP; }
 timings=()
 elapsed() { echo $(( $(date +%s) - $1 )); }
 
+# --- the greenboost command, static, for the t3 guest ---------------------------------
+build_cli_static() {
+  local t0; t0=$(date +%s)
+  CARGO_TARGET_DIR=$work/cli-target RUSTFLAGS='-C target-feature=+crt-static' \
+    cargo build --release -p greenboost-cli --manifest-path "$GB_ROOT/Cargo.toml" \
+    --target x86_64-unknown-linux-gnu >&2 || return 1
+  cli_bin=$work/cli-target/x86_64-unknown-linux-gnu/release/greenboost
+  is_static "$cli_bin" || { log "$cli_bin is not statically linked"; return 1; }
+  timings+=("greenboost command (static): $(elapsed "$t0") s")
+}
+
 # --- the guest test program: one static binary, the same for both kernels ------------
 build_guest_program() {
   local t0; t0=$(date +%s)
@@ -114,6 +125,8 @@ make_initramfs() {
   cp /bin/busybox "$root/bin/busybox"
   cp "$GB_ROOT/tests/qemu/init" "$root/init"
   cp "$gb_ko" "$importer_ko" "$guest_bin" "$GB_ROOT/tests/qemu/guest-suite.sh" "$GB_ROOT/tests/qemu/t3-suite.sh" "$root/greenboost/"
+  # The t3 guest checks `greenboost status` against the module.
+  [ "$guest" != t3 ] || cp "$cli_bin" "$root/greenboost/greenboost"
   printf 'export GB_GUEST=%s\nexport GB_BUILD_MODE=%s\n' "$guest" "$mode" > "$root/etc/greenboost-guest.env"
   [ -z "${GB_SHIM_ALL:-}" ] || echo "export GB_SHIM_ALL=1" >> "$root/etc/greenboost-guest.env"
   : > "$root/etc/greenboost-guest-modules"
@@ -363,6 +376,8 @@ for guest in $guests; do
         run_kmod_clippy "$kdir"
         make_initramfs rust "$krel" "$work/rust.cpio.gz" "$gb_ko" "$importer_ko" "" ordinary
         boot_guest rust "$kdir/arch/x86/boot/bzImage" "$work/rust.cpio.gz" "$rust_append"
+      elif ! build_cli_static; then
+        echo "    FAIL t3: the greenboost command did not build statically"; total_failed=$((total_failed + 1))
       else
         # The debug kernel again (KASAN, lockdep, kmemleak), without swiotlb=force: the
         # NVMe disk's swap I/O would bounce through it.

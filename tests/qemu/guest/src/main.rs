@@ -103,6 +103,7 @@ const T3: &[Test] = &[
     t("t3_swap_is_nvme", 30, t3_pressure::swap_is_nvme),
     t("t3_demote_promote", 120, t3::t3_demote_promote),
     t("t3_move_refusals", 60, t3::t3_move_refusals),
+    t("t3_status_agrees", 60, t3::t3_status_agrees),
     t("t3_larger_than_ram", 300, t3::t3_larger_than_ram),
     t("t3_kill9_holder", 180, t3::t3_kill9_holder),
     t("pressure_rule_with_swap", 300, t3_pressure::pressure_rule_with_swap),

@@ -275,6 +275,61 @@ pub fn t3_kill9_holder() -> TestResult {
     Ok(Outcome::Pass)
 }
 
+/// The number after `"key": ` in `text`.
+fn json_number(text: &str, key: &str) -> Option<u64> {
+    let rest = text.split(&format!("\"{key}\": ")).nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// `greenboost status --json` and the dmesg report show exactly what the module holds
+/// (T3 totals, moves, this process's T3 row).
+pub fn t3_status_agrees() -> TestResult {
+    let cli = "/greenboost/greenboost";
+    ensure(std::path::Path::new(cli).exists(), || format!("{cli} missing (run.sh ships the CLI into the t3 guest)"))?;
+    let dev = Dev::open()?;
+    let t3_buf = dev.try_alloc_t3(16 * MIB).map_err(|e| format!("T3 ALLOC: {}", errname(e)))?;
+    let m3 = t3_buf.map()?;
+    m3.fill(0x51, page_stride());
+    let t2_buf = dev.alloc(8 * MIB)?;
+    let m2 = t2_buf.map()?;
+    m2.fill(0x52, page_stride());
+    dev.move_fd(t2_buf.raw(), GB_TIER_T3).map_err(|e| format!("move: {}", errname(e)))?;
+    let t = dev.t3()?;
+    let out = std::process::Command::new(cli)
+        .args(["status", "--json"])
+        .env("GREENBOOST_NVML_LIBRARY", "none")
+        .output()
+        .map_err(|e| format!("{cli}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let t3 = text.split("\"t3\": {").nth(1).ok_or_else(|| format!("no \"t3\" object in: {}", text.chars().take(400).collect::<String>()))?;
+    ensure(t3.trim_start().starts_with("\"supported\": true"), || format!("status says T3 is not supported: {}", t3.chars().take(80).collect::<String>()))?;
+    for (key, want) in [
+        ("used", t.t3_used),
+        ("resident", t.t3_resident),
+        ("swapped", t.t3_swapped),
+        ("buffers", t.t3_buffers),
+        ("peak", t.t3_peak),
+        ("moves_to_t3", t.moves_to_t3),
+        ("moves_to_t2", t.moves_to_t2),
+        ("moved_bytes", t.moved_bytes),
+    ] {
+        let got = json_number(t3, key);
+        ensure(got == Some(want), || format!("status --json t3.{key} is {got:?}, the module says {want}"))?;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let row = text.split(&format!("\"pid\": {me},")).nth(1).ok_or_else(|| format!("no process row for pid {me}"))?;
+    let used = json_number(row, "t3_used");
+    ensure(used == Some(24 * MIB), || format!("status --json: this process's t3_used is {used:?}, want {}", 24 * MIB))?;
+    std::fs::write("/sys/kernel/greenboost/report", "1").map_err(|e| format!("report: {e}"))?;
+    std::thread::sleep(Duration::from_millis(100));
+    let log = crate::tests::stats::whole_log();
+    let line = log.iter().rev().find(|l| l.contains("report: stats:")).ok_or("no report line in dmesg")?;
+    ensure(line.contains("T3 24 MiB used (24 MiB in RAM, 0 B in swap)"), || format!("dmesg report: {line}"))?;
+    drop((m2, m3, t2_buf, t3_buf));
+    Ok(Outcome::Pass)
+}
+
 /// One line from a child's pipe, or an error after `limit`.
 pub fn read_line_timeout(out: &mut std::fs::File, limit: Duration) -> Result<String, String> {
     let mut pfd = libc::pollfd { fd: out.as_raw_fd(), events: libc::POLLIN, revents: 0 };
