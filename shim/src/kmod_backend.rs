@@ -18,10 +18,6 @@ use crate::userspace::UserspaceBackend;
 pub struct KmodBackend {
     fd: c_int,
     info: abi::GbInfo,
-    /// An eventfd the module signals on every pressure crossing (-1: none registered).
-    pressure_fd: c_int,
-    /// Pressure as of the last crossing seen on `pressure_fd`.
-    pressure_on: AtomicBool,
     last_report_ns: AtomicU64,
     latest_t1: AtomicU64,
     latest_budget: AtomicU64,
@@ -59,12 +55,9 @@ impl KmodBackend {
                 abi::GB_ABI_VERSION
             ));
         }
-        let pressure_fd = register_pressure_eventfd(fd);
         Ok(KmodBackend {
             fd,
             info,
-            pressure_fd,
-            pressure_on: AtomicBool::new(false),
             last_report_ns: AtomicU64::new(0),
             latest_t1: AtomicU64::new(0),
             latest_budget: AtomicU64::new(0),
@@ -114,44 +107,10 @@ impl KmodBackend {
     }
 }
 
-/// An eventfd registered for the module's pressure crossings on the device file `fd`
-/// (signalled at once when pressure is already on), or -1 when that fails: the T2 cache
-/// then only gives its pages back when an allocation is refused.
-fn register_pressure_eventfd(fd: c_int) -> c_int {
-    // SAFETY: plain syscall; the fd, if any, is ours.
-    let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if efd < 0 {
-        return -1;
-    }
-    let request = abi::GbEventfd { fd: efd, flags: 0 };
-    // SAFETY: GB_IOC_REGISTER_EVENTFD reads a GbEventfd.
-    if unsafe { libc::ioctl(fd, abi::GB_IOC_REGISTER_EVENTFD as _, &request as *const abi::GbEventfd) } != 0 {
-        // SAFETY: our eventfd, not registered.
-        unsafe { libc::close(efd) };
-        return -1;
-    }
-    efd
-}
-
-impl KmodBackend {
-    /// Whether the module reports pressure now (one GB_IOC_POOL_STATS).
-    fn pressure_now(&self) -> bool {
-        let mut stats = abi::GbPoolStats::default();
-        // SAFETY: GB_IOC_POOL_STATS writes a GbPoolStats.
-        let ok = unsafe { libc::ioctl(self.fd, abi::GB_IOC_POOL_STATS as _, &mut stats as *mut abi::GbPoolStats) } == 0;
-        ok && stats.pressure != 0
-    }
-}
-
 impl Drop for KmodBackend {
     fn drop(&mut self) {
-        // SAFETY: our fds; closing the device file ends the eventfd's registration.
-        unsafe {
-            libc::close(self.fd);
-            if self.pressure_fd >= 0 {
-                libc::close(self.pressure_fd);
-            }
-        }
+        // SAFETY: our fd.
+        unsafe { libc::close(self.fd) };
     }
 }
 
@@ -236,16 +195,12 @@ impl Backend for KmodBackend {
     }
 
     fn memory_pressure(&self) -> bool {
-        if self.pressure_fd < 0 {
-            return false;
-        }
-        let mut crossings = 0u64;
-        // SAFETY: a non-blocking read of 8 bytes into a local from our eventfd: EAGAIN
-        // when nothing crossed since the last read.
-        let read = unsafe { libc::read(self.pressure_fd, &mut crossings as *mut u64 as *mut libc::c_void, 8) };
-        if read == 8 {
-            self.pressure_on.store(self.pressure_now(), Ordering::Relaxed);
-        }
-        self.pressure_on.load(Ordering::Relaxed)
+        // The module's own flag (one ioctl, a microsecond beside a T2 allocation or
+        // free): an eventfd would say the same a moment later, after the module has
+        // emptied its cache.
+        let mut stats = abi::GbPoolStats::default();
+        // SAFETY: GB_IOC_POOL_STATS writes a GbPoolStats.
+        let ok = unsafe { libc::ioctl(self.fd, abi::GB_IOC_POOL_STATS as _, &mut stats as *mut abi::GbPoolStats) } == 0;
+        ok && stats.pressure != 0
     }
 }
