@@ -316,6 +316,9 @@ make_report() {
     log "report: $md"
     if [[ -n ${OUT:-} ]]; then
         cp "$md" "$results/llamacpp-latest.json" "$OUT/" 2>/dev/null
+        # The device tool brings back a few files only: the raw logs as one tarball.
+        tar -C "$(dirname "$raw")" -czf "$OUT/llamacpp-raw.tar.gz" "$(basename "$raw")" 2>/dev/null \
+            && rm -rf "$raw"
     fi
     cat "$md"
 }
