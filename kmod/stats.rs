@@ -8,10 +8,11 @@
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
+use kernel::sync::Arc;
 
 use crate::abi::{self, GbPoolStats, GbT3Stats};
 use crate::glue_ffi as ffi;
-use crate::procs::Comm;
+use crate::procs::{Comm, ProcEntry};
 use crate::state::State;
 use crate::tier3;
 use crate::util::{Size, SliceWriter};
@@ -113,24 +114,35 @@ pub(crate) fn log_report(state: &State, why: &str) {
         s.allocs,
         s.alloc_failures,
     );
-    state.procs.with_slots(|slots| {
-        for e in slots.iter().take(MAX_REPORT_PROCS).map(|s| s.entry()) {
-            pr_info!(
-                "  pid {} ({}) uid {}: T1 {}, T2 {} (peak {}), T3 {} in {} buffers\n",
-                e.pid_nr,
-                Comm(e.comm()),
-                e.kuid.load(Ordering::Relaxed),
-                Size(e.t1_used.load(Ordering::Relaxed)),
-                Size(e.t2_used.load(Ordering::Relaxed)),
-                Size(e.t2_peak.load(Ordering::Relaxed)),
-                Size(e.t3_used.load(Ordering::Relaxed)),
-                e.buffers.load(Ordering::Relaxed),
-            );
+    // The entries are taken under the registry lock and printed after it, since their
+    // T3 figures need the T3 list lock (never two of ours at once).
+    let mut entries: KVec<Arc<ProcEntry>> = KVec::new();
+    let total = state.procs.with_slots(|slots| {
+        for slot in slots.iter().take(MAX_REPORT_PROCS) {
+            // On no memory for the list the report has fewer lines, nothing worse.
+            let _ = entries.push(slot.entry_arc(), GFP_KERNEL);
         }
-        if slots.len() > MAX_REPORT_PROCS {
-            pr_info!("  ... and {} more processes\n", slots.len() - MAX_REPORT_PROCS);
-        }
+        slots.len()
     });
+    for e in entries.iter() {
+        let t3 = state.tier3.of_owner(&**e as *const ProcEntry);
+        pr_info!(
+            "  pid {} ({}) uid {}: T1 {}, T2 {} (peak {}), T3 {} ({} in RAM, {} in swap) in {} buffers\n",
+            e.pid_nr,
+            Comm(e.comm()),
+            e.kuid.load(Ordering::Relaxed),
+            Size(e.t1_used.load(Ordering::Relaxed)),
+            Size(e.t2_used.load(Ordering::Relaxed)),
+            Size(e.t2_peak.load(Ordering::Relaxed)),
+            Size(e.t3_used.load(Ordering::Relaxed)),
+            Size(t3.resident),
+            Size(t3.swapped),
+            e.buffers.load(Ordering::Relaxed),
+        );
+    }
+    if total > entries.len() {
+        pr_info!("  ... and {} more processes\n", total - entries.len());
+    }
 }
 
 /// The sysfs `report` store: logs the stats to dmesg (rate-limited: 10 per 5 s).

@@ -326,6 +326,9 @@ pub fn t3_status_agrees() -> TestResult {
     let log = crate::tests::stats::whole_log();
     let line = log.iter().rev().find(|l| l.contains("report: stats:")).ok_or("no report line in dmesg")?;
     ensure(line.contains("T3 24 MiB used (24 MiB in RAM, 0 B in swap)"), || format!("dmesg report: {line}"))?;
+    let mine = format!("pid {me} (gb-guest-tests)");
+    let own = log.iter().rev().find(|l| l.contains(&mine)).ok_or_else(|| format!("no '{mine}' line in the report"))?;
+    ensure(own.contains("T3 24 MiB (24 MiB in RAM, 0 B in swap) in 2 buffers"), || format!("our report line: {own}"))?;
     drop((m2, m3, t2_buf, t3_buf));
     Ok(Outcome::Pass)
 }
