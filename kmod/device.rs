@@ -109,11 +109,11 @@ pub(crate) fn ioctl(state: &State, file: &DeviceFile, cmd: u32, arg: usize) -> R
     }
 }
 
-pub(crate) fn write_out<T: AsBytes>(arg: usize, value: &T) -> Result {
+fn write_out<T: AsBytes>(arg: usize, value: &T) -> Result {
     UserSlice::new(arg, size_of::<T>()).writer().write(value)
 }
 
-pub(crate) fn read_in<T: FromBytes>(arg: usize) -> Result<T> {
+fn read_in<T: FromBytes>(arg: usize) -> Result<T> {
     UserSlice::new(arg, size_of::<T>()).reader().read()
 }
 

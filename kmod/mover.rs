@@ -27,7 +27,7 @@ use crate::abi::{self, GbMove};
 use crate::admission;
 use crate::buffer::{Buffer, Tier};
 use crate::chunks::Chunks;
-use crate::glue_ffi as ffi;
+use crate::glue_ffi::{self as ffi, Chunk};
 use crate::state::State;
 use crate::tier3::Tier3;
 use crate::util::Size;
@@ -148,11 +148,17 @@ fn log_refusal(state: &State, buf: &Buffer, to_t3: bool, e: Error) {
     }
 }
 
-/// Stops a copy loop when the caller was killed.
-fn check_killed() -> Result {
-    // SAFETY: `gb_fatal_signal_pending` only reads the current task's signals.
-    if unsafe { ffi::gb_fatal_signal_pending() } {
-        return Err(EINTR);
+/// Runs `copy` on every chunk with the page index it starts at, one chunk (one batch)
+/// at a time; EINTR before the next chunk when the caller was killed.
+fn each_chunk(chunks: &Chunks, mut copy: impl FnMut(c_ulong, &Chunk) -> Result) -> Result {
+    let mut index: c_ulong = 0;
+    for chunk in chunks.as_slice() {
+        // SAFETY: `gb_fatal_signal_pending` only reads the current task's signals.
+        if unsafe { ffi::gb_fatal_signal_pending() } {
+            return Err(EINTR);
+        }
+        copy(index, chunk)?;
+        index += 1 << chunk.order;
     }
     Ok(())
 }
@@ -172,12 +178,7 @@ fn demote(state: &State, buf: &Buffer) -> Result<u64> {
         if !chunks.exclusive() {
             return Err(EBUSY);
         }
-        let mut index: c_ulong = 0;
-        for chunk in chunks.as_slice() {
-            check_killed()?;
-            buf.shmem.store(index, chunk)?;
-            index += 1 << chunk.order;
-        }
+        each_chunk(chunks, |index, chunk| buf.shmem.store(index, chunk))?;
         Ok(true)
     })();
     match copied {
@@ -226,12 +227,7 @@ fn promote(state: &State, buf: &Buffer) -> Result<u64> {
             return Err(EBUSY);
         }
         buf.shmem.unmap_users();
-        let mut index: c_ulong = 0;
-        for chunk in chunks.as_slice() {
-            check_killed()?;
-            buf.shmem.load(index, chunk)?;
-            index += 1 << chunk.order;
-        }
+        each_chunk(&chunks, |index, chunk| buf.shmem.load(index, chunk))?;
         Ok(true)
     })();
     match copied {

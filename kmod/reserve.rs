@@ -61,7 +61,7 @@ impl<'a> Claim<'a> {
             return Ok(());
         }
         // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
-        let available = unsafe { ffi::gb_mem_available() }.saturating_add(self.tier3.pushable());
+        let available = unsafe { ffi::gb_mem_available() }.saturating_add(self.tier3.pushable(self.shared));
         let reserve = self.reserve;
         self.shared
             .counters

@@ -14,7 +14,7 @@ use crate::abi::{self, GbPoolStats, GbT3Stats};
 use crate::glue_ffi as ffi;
 use crate::procs::{Comm, ProcEntry};
 use crate::state::State;
-use crate::tier3;
+use crate::tier3::{self, Tier3};
 use crate::util::{Size, SliceWriter};
 
 /// Most per-process lines in a dmesg report.
@@ -48,7 +48,7 @@ pub(crate) fn t3_snapshot(state: &State) -> GbT3Stats {
         t3_resident: residency.resident,
         t3_swapped: residency.swapped,
         t3_buffers: c.t3_buffers.load(Ordering::Relaxed),
-        t3_cap: state.tier3.limit(&state.shared),
+        t3_cap: Tier3::limit(&state.shared, residency.swapped),
         t3_peak: c.t3_peak.load(Ordering::Relaxed),
         swap_free: tier3::swap_free(),
         moves_to_t3: c.moves_to_t3.load(Ordering::Relaxed),

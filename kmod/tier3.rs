@@ -116,9 +116,10 @@ impl Tier3 {
     }
 
     /// The most T3 bytes there may be now: what the swap can take (its free space
-    /// plus what T3 already has there), within `t3_cap_mb`.
-    pub(crate) fn limit(&self, shared: &Shared) -> u64 {
-        let room = swap_free().saturating_add(self.totals().swapped);
+    /// plus `swapped`, what T3 already has there: `totals().swapped`), within
+    /// `t3_cap_mb`.
+    pub(crate) fn limit(shared: &Shared, swapped: u64) -> u64 {
+        let room = swap_free().saturating_add(swapped);
         match shared.limits().t3_cap {
             Some(cap) => cap.min(room),
             None => room,
@@ -126,15 +127,20 @@ impl Tier3 {
     }
 
     /// RAM that writing T3 pages out would give back now: those in RAM, as far as the
-    /// free swap takes them.
-    pub(crate) fn pushable(&self) -> u64 {
+    /// free swap takes them. Asked before every fresh T2 chunk, so the list is walked
+    /// only while some bytes are in T3 (admitted before a demote copies, so a buffer
+    /// being demoted counts).
+    pub(crate) fn pushable(&self, shared: &Shared) -> u64 {
+        if shared.counters.t3_used.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         self.totals().resident.min(swap_free())
     }
 
     /// Reserves `size` T3 bytes for `owner` (a T3 ALLOC or a move to T3): ENOMEM when
     /// T3 would exceed [`Tier3::limit`].
     pub(crate) fn admit(&self, shared: &Shared, owner: &ProcEntry, size: u64) -> Result {
-        let limit = self.limit(shared);
+        let limit = Self::limit(shared, self.totals().swapped);
         let c = &shared.counters;
         c.t3_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {

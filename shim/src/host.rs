@@ -83,7 +83,7 @@ pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Regi
     let numa_node = cuda::host_numa_node(device);
     // Under pressure the cache's pinned pages go back first, before the module is asked
     // for more (and before anyone demotes a buffer to T3 for want of RAM).
-    if backend.memory_pressure() && cached_bytes() > 0 {
+    if cached_bytes() > 0 && backend.memory_pressure() {
         info!("memory pressure: the T2 cache gives back {}", Mib(cached_bytes()));
         drain_cache();
     }
@@ -169,13 +169,15 @@ impl HostAllocation {
         debug!("T2 {:#x}: {} freed", registered.device_ptr, Mib(registered.len()));
         drop(charge);
         let (len, context) = (registered.len(), registered.context);
-        // Under pressure nothing is kept, and what is kept goes.
-        if backend::get().is_some_and(|b| b.memory_pressure()) {
+        // Under pressure nothing is kept, and what is kept goes (asked only when the
+        // cache is on: with it off the buffer goes back below anyway).
+        let limit = config::get().t2_cache;
+        if limit > 0 && backend::get().is_some_and(|b| b.memory_pressure()) {
             unregister_and_release(registered);
             drain_cache();
             return;
         }
-        CACHE.keep(len, context, registered, config::get().t2_cache).into_iter().for_each(unregister_and_release);
+        CACHE.keep(len, context, registered, limit).into_iter().for_each(unregister_and_release);
     }
 }
 
