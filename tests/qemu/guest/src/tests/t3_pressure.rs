@@ -114,11 +114,14 @@ fn rule(with_t3: bool) -> TestResult {
     ensure(got + STEP + 32 * MIB >= avail.saturating_sub(reserve).min(avail), || {
         format!("T2 stopped at {} MiB with {} MiB available over the reserve", got / MIB, avail.saturating_sub(reserve) / MIB)
     })?;
-    // With swap the kernel makes room by writing cold pages out (T3's, or any
-    // process's anonymous ones, by its own LRU): T2 grows past what was available.
+    // With swap the module counts the T3 pages in RAM as room (the kernel can write
+    // them out whenever it needs the RAM): T2 grows past what was available. Whether
+    // the kernel writes anything meanwhile is its own choice: it need not while free
+    // memory stays above its watermarks (the reserve sits above them), so `pushed` is
+    // reported, not asserted; t3_larger_than_ram proves the write-out and readback.
     if with_t3 {
-        ensure(got > avail.saturating_sub(reserve) && pushed > 0, || {
-            format!("with swap T2 grew {} MiB of {} MiB available over the reserve, {} MiB written to swap", got / MIB, avail.saturating_sub(reserve) / MIB, pushed / MIB)
+        ensure(got > avail.saturating_sub(reserve), || {
+            format!("with swap T2 grew {} MiB of {} MiB available over the reserve ({} MiB of T3 in RAM counted as room)", got / MIB, avail.saturating_sub(reserve) / MIB, resident / MIB)
         })?;
     }
     drop(held);
