@@ -13,6 +13,9 @@ balloon, started by this script), it measures:
   demote     the same buffer moved back (preferred host, prefetch to the host): rate, the
              VRAM given back at once and 2 s later, and whether a foreign process can
              then allocate what is free plus half the buffer
+  evict      the buffer promoted again, and a foreign process asking for what is free plus
+             half of it: whether the driver evicts our pages for it, how long it takes,
+             and what our reads see meanwhile and after
 Output: KV lines and one JSON line (the last). Run without the shim:
   python3 bench/tiering_probe.py [LEAVE_GIB=4] [PROMOTE_GIB=2]
 """
@@ -148,6 +151,53 @@ def probe(leave_gib, promote_gib):
                                foreign_error=child.stderr.strip().splitlines()[-1][:200] if child.returncode else None,
                                vram_back_after_foreign=free_bytes() - free_promoted)
     print(f"KV demote_later={out['demote_later']}", flush=True)
+    del array
+    check(cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
+    out["evict"] = evict(cuda, check, free_bytes, advise, prefetch, managed_host_preferred, view, timed_sum, size)
+    print(f"KV evict={out['evict']}", flush=True)
+    return out
+
+
+def evict(cuda, check, free_bytes, advise, prefetch, managed_host_preferred, view, timed_sum, size):
+    """A promoted buffer (preferred on the device, resident there) and a foreign process
+    that asks for more than is free: does the driver evict our pages to make room, how
+    long does the foreign allocation take, where do our pages end up, and do our reads
+    stay right (and do they pull the pages back)?"""
+    import cupy
+
+    ptr = managed_host_preferred(size)
+    array = view(ptr, size)
+    advise(ptr, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, LOCATION_DEVICE)
+    prefetch(ptr, size, LOCATION_DEVICE, 0)
+    cupy.cuda.runtime.deviceSynchronize()
+    resident = timed_sum(array)
+    free_promoted = free_bytes()
+    want = free_promoted + size // 2
+    script = (f"import time, torch; t=time.time(); x=torch.empty({want}, dtype=torch.uint8, device='cuda'); "
+              "torch.cuda.synchronize(); print('ok', time.time()-t, flush=True); import sys; sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    line = child.stdout.readline().split()
+    foreign_ok = bool(line) and line[0] == "ok"
+    out = {"bytes": size, "resident_read_GBps": size / resident[1] / 1e9, "free_promoted": free_promoted,
+           "foreign_want": want, "foreign_ok": foreign_ok, "foreign_s": float(line[1]) if foreign_ok else None,
+           "free_with_foreign": free_bytes()}
+    reads = []
+    for _ in range(3):
+        total, seconds = timed_sum(array)
+        reads.append({"sum_ok": total == size, "GBps": size / seconds / 1e9, "free_after": free_bytes()})
+    out["reads_while_foreign_holds"] = reads
+    last = ctypes.c_int()
+    status = cuda.cuMemRangeGetAttribute(ctypes.byref(last), ctypes.c_size_t(4), 4, ctypes.c_uint64(ptr),
+                                         ctypes.c_size_t(size))
+    out["last_prefetch_location"] = last.value if status == 0 else f"error {status}"
+    child.stdin.close()
+    child.wait(timeout=60)
+    if not foreign_ok:
+        out["foreign_error"] = child.stderr.read().strip().splitlines()[-1:][:1]
+    time.sleep(1)
+    total, seconds = timed_sum(array)
+    out["after_foreign_exit"] = {"sum_ok": total == size, "GBps": size / seconds / 1e9, "free": free_bytes()}
     del array
     check(cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
     return out

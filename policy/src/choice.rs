@@ -86,6 +86,20 @@ choice! {
 }
 
 choice! {
+    /// Which T2 allocations may move between T2 and VRAM while the program runs
+    /// (GREENBOOST_TIERING; the shim's "Live tiering").
+    TieringChoice, default Auto {
+        /// Those the device's state sent to T2 (other processes, the headroom, the
+        /// driver's out-of-memory) while the budget had room for them: VRAM may come back.
+        Auto = "auto",
+        /// Every T2 allocation of the pointer-returning allocation functions.
+        On = "on",
+        /// None: T2 is the module's (or userspace) pinned memory, placed once.
+        Off = "off",
+    }
+}
+
+choice! {
     /// How much the shim logs on stderr (GREENBOOST_LOG); `0`, `1` and `2` are aliases.
     LogLevel, default Warn {
         Warn = "warn" | "0",

@@ -3,7 +3,7 @@
 //! the variables, the CLI builds its flags from this table, and a test checks the
 //! README tables against it.
 
-use crate::choice::{BackendChoice, LogLevel, ReportMode, SWITCH_NAMES};
+use crate::choice::{BackendChoice, LogLevel, ReportMode, TieringChoice, SWITCH_NAMES};
 
 /// Most of the budget the default VRAM reserve takes: the reserve is one eighth of the
 /// budget, at most this (see `default_vram_reserve`).
@@ -31,6 +31,10 @@ pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
 /// Staging copies the next product's operand early only when asked: the copy runs before
 /// writes the shim cannot see (unhooked kernels, an optimizer step) have finished.
 pub const DEFAULT_STAGE_PREFETCH: bool = false;
+/// Live tiering demotes movable allocations when others need the VRAM.
+pub const DEFAULT_DEMOTE: bool = true;
+/// How often live tiering looks at the device, in milliseconds.
+pub const DEFAULT_TIER_INTERVAL_MS: u64 = 100;
 /// Bounds of the default host reserve (the kernel module's `reserve_mb` default).
 pub const HOST_RESERVE_MIN: u64 = 64 << 20;
 pub const HOST_RESERVE_MAX: u64 = 1 << 30;
@@ -105,6 +109,9 @@ pub enum Id {
     StageMinWidth,
     StageMax,
     StagePrefetch,
+    Tiering,
+    Demote,
+    TierInterval,
     Report,
     Backend,
     Log,
@@ -162,7 +169,7 @@ const fn row(
     Setting { id, env, flag, kind, default, help }
 }
 
-const TABLE: [Setting; 16] = [
+const TABLE: [Setting; 19] = [
     row(
         Id::VramBudget,
         "GREENBOOST_VRAM_BUDGET",
@@ -258,6 +265,30 @@ const TABLE: [Setting; 16] = [
         Kind::Switch,
         "off",
         "staging prefetch, where the operand the next product is expected to read is copied while this one computes; only for programs that never write their T2 weights while running (inference)",
+    ),
+    row(
+        Id::Tiering,
+        "GREENBOOST_TIERING",
+        Some("tiering"),
+        Kind::Choice(TieringChoice::NAMES),
+        TieringChoice::DEFAULT.name(),
+        "Live tiering, where T2 allocations move to VRAM when it frees up and back when others need it, at the same address: auto (those the GPU's other users sent to T2), on (every T2 allocation) or off",
+    ),
+    row(
+        Id::Demote,
+        "GREENBOOST_DEMOTE",
+        Some("no-demote"),
+        Kind::Switch,
+        "on",
+        "Live tiering gives VRAM back (coldest allocations first) when free VRAM falls below the headroom; off: what moved to VRAM stays there",
+    ),
+    row(
+        Id::TierInterval,
+        "GREENBOOST_TIER_INTERVAL_MS",
+        Some("tier-interval-ms"),
+        Kind::Count,
+        "100",
+        "How often live tiering looks at free VRAM, in milliseconds",
     ),
     row(
         Id::Report,
@@ -364,6 +395,9 @@ mod tests {
         assert_eq!(parse_switch(Id::StagePrefetch.setting().default.as_bytes()), Some(DEFAULT_STAGE_PREFETCH));
         assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
         assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));
+        assert_eq!(parse_switch(Id::Demote.setting().default.as_bytes()), Some(DEFAULT_DEMOTE));
+        assert_eq!(parse_count(Id::TierInterval.setting().default.as_bytes()), Some(DEFAULT_TIER_INTERVAL_MS));
+        assert_eq!(Id::Tiering.setting().default, "auto");
         assert_eq!(Id::Report.setting().default, "physical");
         assert_eq!(Id::Backend.setting().default, "auto");
         assert_eq!(Id::Log.setting().default, "warn");
@@ -378,6 +412,7 @@ mod tests {
         assert_eq!(Id::Report.setting().kind, Kind::Choice(&["physical", "combined"]));
         assert_eq!(Id::Backend.setting().kind, Kind::Choice(&["auto", "kmod", "userspace"]));
         assert_eq!(Id::Log.setting().kind, Kind::Choice(&["warn", "info", "debug"]));
+        assert_eq!(Id::Tiering.setting().kind, Kind::Choice(&["auto", "on", "off"]));
     }
 
     #[test]

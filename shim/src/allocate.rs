@@ -4,14 +4,17 @@
 //! the registry.
 
 use crate::budget;
+use crate::config::{self, TieringChoice};
 use crate::cuda;
 use crate::ffi::*;
 use crate::host::{self, HostFailure};
 use crate::log::Mib;
+use crate::movable::{self, MovableFailure};
 use crate::registry::{self, Backed, Lookup, Record};
 use crate::release;
 use crate::split;
 use crate::stats::{self, STATS};
+use crate::tier_thread;
 
 /// How an allocation attempt ended; `R` is the hook's API's status type.
 pub enum Allocated<R> {
@@ -56,6 +59,18 @@ pub fn allocate<R: PartialEq + Copy>(
         }
     }
     let host_ready = prepare_host();
+    if host_ready && movable_wanted(size, device, after_oom) {
+        match allocate_movable(size, device) {
+            Ok(device_ptr) => {
+                if after_oom {
+                    stats::bump(&STATS.t2_after_vram_oom);
+                }
+                return Allocated::Host(device_ptr);
+            }
+            Err(MovableFailure::Exhausted) => return stats::out_of_memory(Allocated::OutOfMemory),
+            Err(MovableFailure::Unsupported) => {}
+        }
+    }
     // After a driver out-of-memory the VRAM the rule promised is not there: no head.
     if host_ready && !after_oom {
         if let Some(split) = split::create(size, device, release::reserve_t2) {
@@ -83,6 +98,31 @@ pub fn allocate<R: PartialEq + Copy>(
         },
         Err(_) => stats::out_of_memory(Allocated::OutOfMemory),
     }
+}
+
+/// Whether a T2 allocation of `size` is movable (GREENBOOST_TIERING): with `auto`, when
+/// the device's state sent it to T2 (the driver's out-of-memory, or other users and the
+/// headroom while the budget had room), since VRAM may come back; what the budget
+/// itself sent to T2 stays in pinned T2, where nothing could be gained by moving it.
+fn movable_wanted(size: u64, device: CuDevice, after_oom: bool) -> bool {
+    match config::get().tiering {
+        TieringChoice::Off => false,
+        TieringChoice::On => true,
+        TieringChoice::Auto => after_oom || budget::budget_has_room(size, device),
+    }
+}
+
+/// `size` bytes of movable T2 for `device` in the current context, recorded; its device
+/// pointer.
+fn allocate_movable(size: u64, device: CuDevice) -> Result<CuDevicePtr, MovableFailure> {
+    let context = cuda::current_context().ok_or(MovableFailure::Unsupported)?;
+    let len = host::rounded_len(size).ok_or(MovableFailure::Exhausted)?;
+    let reservation = release::reserve_t2(len).ok_or(MovableFailure::Exhausted)?;
+    let allocation = movable::create(len, device, context, reservation)?;
+    let device_ptr = allocation.base();
+    registry::insert(device_ptr, Record::Backed(Backed::Movable(allocation)));
+    tier_thread::ensure_started();
+    Ok(device_ptr)
 }
 
 /// `size` bytes of T2 for `device` in the current context, recorded; its device pointer.

@@ -121,9 +121,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     let computing = computing();
     let view = view(device, physical);
     let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, computing).is_vram());
-    if reserved.is_none()
-        && config.place(size, vram_in_use(device), DeviceView::alone(device, physical), computing).is_vram()
-    {
+    if reserved.is_none() && budget_has_room(size, device) {
         // The budget had room: the device's state sent it to T2.
         stats::bump(&STATS.headroom_spills);
         debug!(
@@ -135,6 +133,28 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
         );
     }
     reserved
+}
+
+/// Whether the budget alone (the device as if nobody else used it) would place an
+/// allocation of `size` in VRAM: when the placement rule sends it to T2 all the same,
+/// the device's state did (other processes, the headroom).
+pub fn budget_has_room(size: u64, device: CuDevice) -> bool {
+    let Some(physical) = cuda::physical_vram(device) else { return true };
+    config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), computing()).is_vram()
+}
+
+/// VRAM the placement limit still leaves this process on `device` (budget and device
+/// room, the program running or not), for live tiering's promotions.
+pub fn promotion_room(device: CuDevice) -> u64 {
+    let Some(physical) = cuda::physical_vram(device) else { return 0 };
+    config::get().vram_limit(view(device, physical), computing()).saturating_sub(vram_in_use(device))
+}
+
+/// Reserves `bytes` on `device` for a promotion if they fit under the placement limit.
+pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation> {
+    let physical = cuda::physical_vram(device)?;
+    let limit = config::get().vram_limit(view(device, physical), computing());
+    reserve_if(device, bytes, |in_use| in_use.checked_add(bytes).is_some_and(|after| after <= limit))
 }
 
 /// Reserves the VRAM head of a split allocation: what is left under the placement limit
@@ -189,11 +209,17 @@ impl VramReservation {
 
     /// The memory exists: the reservation becomes a charge.
     pub fn commit(self) -> VramCharge {
+        stats::bump(&STATS.t1_allocs);
+        self.commit_moved()
+    }
+
+    /// Memory that moved into VRAM (live tiering) is there: a charge, not a new
+    /// allocation.
+    pub fn commit_moved(self) -> VramCharge {
         self.land();
         let charge = VramCharge { device: self.device, bytes: self.bytes };
         std::mem::forget(self);
         stats::add_in_use(&STATS.t1_used, &STATS.t1_peak, charge.bytes);
-        stats::bump(&STATS.t1_allocs);
         report_t1(charge.device);
         charge
     }
@@ -282,10 +308,16 @@ impl T2Reservation {
 
     /// The memory exists: the reservation becomes a charge.
     pub fn commit(self) -> T2Charge {
+        stats::bump(&STATS.t2_allocs);
+        self.commit_moved()
+    }
+
+    /// Memory that moved into T2 (live tiering) is there: a charge, not a new
+    /// allocation.
+    pub fn commit_moved(self) -> T2Charge {
         let charge = T2Charge { bytes: self.bytes };
         std::mem::forget(self);
         STATS.t2_peak.fetch_max(stats::load(&STATS.t2_used), Ordering::Relaxed);
-        stats::bump(&STATS.t2_allocs);
         charge
     }
 }

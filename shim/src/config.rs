@@ -9,7 +9,7 @@ use greenboost_policy::{self as policy, Id, LogLevel, PerDevice, SizeOrOff};
 use crate::env;
 use crate::log::Level;
 
-pub use greenboost_policy::{BackendChoice, ReportMode};
+pub use greenboost_policy::{BackendChoice, ReportMode, TieringChoice};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -45,6 +45,12 @@ pub struct Config {
     pub stage_max: u64,
     /// Copy the operand the next product is expected to read early (see `staging`).
     pub stage_prefetch: bool,
+    /// Which T2 allocations are movable (see `tiering`).
+    pub tiering: TieringChoice,
+    /// Whether live tiering gives VRAM back when others need it.
+    pub demote: bool,
+    /// The live-tiering thread's period, in milliseconds (at least 1).
+    pub tier_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -66,6 +72,9 @@ impl Default for Config {
             stage_min_width: policy::DEFAULT_STAGE_MIN_WIDTH,
             stage_max: policy::DEFAULT_STAGE_MAX,
             stage_prefetch: policy::DEFAULT_STAGE_PREFETCH,
+            tiering: TieringChoice::DEFAULT,
+            demote: policy::DEFAULT_DEMOTE,
+            tier_interval_ms: policy::DEFAULT_TIER_INTERVAL_MS,
         }
     }
 }
@@ -160,6 +169,15 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<&'static [u8]>, complain: imp
     if let Some(prefetch) = reader.read(Id::StagePrefetch, policy::parse_switch) {
         config.stage_prefetch = prefetch;
     }
+    if let Some(tiering) = reader.read(Id::Tiering, TieringChoice::parse) {
+        config.tiering = tiering;
+    }
+    if let Some(demote) = reader.read(Id::Demote, policy::parse_switch) {
+        config.demote = demote;
+    }
+    if let Some(interval) = reader.read(Id::TierInterval, policy::parse_count) {
+        config.tier_interval_ms = interval.max(1);
+    }
     if let Some(report) = reader.read(Id::Report, ReportMode::parse) {
         config.report = report;
     }
@@ -218,6 +236,9 @@ mod tests {
                 ("GREENBOOST_STAGE_MIN_WIDTH", "128"),
                 ("GREENBOOST_STAGE_MAX", "1G"),
                 ("GREENBOOST_STAGE_PREFETCH", "on"),
+                ("GREENBOOST_TIERING", "on"),
+                ("GREENBOOST_DEMOTE", "off"),
+                ("GREENBOOST_TIER_INTERVAL_MS", "0"),
             ]),
             |_, _, _| complaints += 1,
         );
@@ -246,6 +267,9 @@ mod tests {
                 stage_min_width: 128,
                 stage_max: G,
                 stage_prefetch: true,
+                tiering: TieringChoice::On,
+                demote: false,
+                tier_interval_ms: 1,
             }
         );
     }
@@ -262,6 +286,7 @@ mod tests {
                 ("GREENBOOST_BACKEND", "gpu"),
                 ("GREENBOOST_LOG", "loud"),
                 ("GREENBOOST_T2_CACHE", ".5G"),
+                ("GREENBOOST_TIERING", "sometimes"),
             ]),
             |name, _, instead| complaints.push((name.to_string(), instead.to_string())),
         );
@@ -276,6 +301,7 @@ mod tests {
                 "GREENBOOST_REPORT",
                 "GREENBOOST_SPLIT_MIN",
                 "GREENBOOST_T2_CACHE",
+                "GREENBOOST_TIERING",
                 "GREENBOOST_VRAM_BUDGET",
                 "GREENBOOST_VRAM_HEADROOM"
             ]

@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use crate::budget;
 use crate::ffi::*;
 use crate::real::{self, pfn};
+use crate::registry;
 use crate::staging::{element_bytes, run_staged, span_bytes, Operand};
 
 /// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
@@ -64,6 +65,9 @@ fn with_stream(
     operands: [Option<Operand>; 2],
     product: impl FnOnce([Option<CuDevicePtr>; 2]) -> CublasStatus,
 ) -> CublasStatus {
+    for operand in operands.iter().flatten() {
+        registry::note_read(operand.address, operand.bytes);
+    }
     match handle_stream(handle) {
         Some(stream) => run_staged(stream, operands, product),
         None => {

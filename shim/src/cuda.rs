@@ -283,3 +283,93 @@ pub fn try_import_and_drop(fd: c_int, len: u64, handle_type: c_int) -> CuResult 
     }
     status
 }
+
+/// Whether `device` lets the CPU and the GPU use managed memory at once (the driver
+/// migrating pages under running kernels): what movable T2 needs.
+pub fn concurrent_managed_access(device: CuDevice) -> bool {
+    let mut value: c_int = 0;
+    let status = driver_call!(
+        cuDeviceGetAttribute(&mut value, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, device),
+        "writes one int to a valid local"
+    );
+    status == CuResult::SUCCESS && value == 1
+}
+
+/// Managed memory of `len` bytes that every stream may use, in the current context.
+pub fn mem_alloc_managed(len: u64) -> Result<CuDevicePtr, CuError> {
+    let Ok(len) = usize::try_from(len) else { return Err(CuError(CuResult::OUT_OF_MEMORY.0)) };
+    let mut device_ptr: CuDevicePtr = 0;
+    driver_call!(cuMemAllocManaged(&mut device_ptr, len, CU_MEM_ATTACH_GLOBAL), "writes one pointer to a valid local")
+        .ok()?;
+    Ok(device_ptr)
+}
+
+/// Where managed memory is put or mapped: `device`, or the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Where {
+    Host,
+    Device(CuDevice),
+}
+
+impl Where {
+    fn location(self) -> CuMemLocation {
+        match self {
+            Where::Host => CuMemLocation { type_: CU_MEM_LOCATION_TYPE_HOST, id: 0 },
+            Where::Device(device) => CuMemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+        }
+    }
+
+    /// The v1 calls' form: a device ordinal, or CU_DEVICE_CPU.
+    fn ordinal(self) -> CuDevice {
+        match self {
+            Where::Host => CU_DEVICE_CPU,
+            Where::Device(device) => device,
+        }
+    }
+}
+
+/// cuMemAdvise(`advice`, `to`) over a managed range; the v2 form (CUDA 12.2 and later)
+/// where the driver has it.
+pub fn mem_advise(at: CuDevicePtr, len: u64, advice: c_int, to: Where) -> CuResult {
+    let Ok(len) = usize::try_from(len) else { return CuResult::INVALID_VALUE };
+    if real::cuMemAdvise_v2().is_some() {
+        driver_call!(cuMemAdvise_v2(at, len, advice, to.location()), "a device range and a location by value")
+    } else {
+        driver_call!(cuMemAdvise(at, len, advice, to.ordinal()), "a device range and an ordinal by value")
+    }
+}
+
+/// Enqueues on `stream` the migration of a managed range to `to`.
+pub fn mem_prefetch_async(at: CuDevicePtr, len: u64, to: Where, stream: Stream) -> CuResult {
+    let Ok(len) = usize::try_from(len) else { return CuResult::INVALID_VALUE };
+    if real::cuMemPrefetchAsync_v2().is_some() {
+        driver_call!(
+            cuMemPrefetchAsync_v2(at, len, to.location(), 0, stream),
+            "a device range, a location and a stream by value"
+        )
+    } else {
+        driver_call!(cuMemPrefetchAsync(at, len, to.ordinal(), stream), "a device range and handles by value")
+    }
+}
+
+/// A non-blocking stream of the current context at the lowest priority, so that the
+/// program's own work is scheduled first.
+pub fn stream_create_low_priority() -> Result<Stream, CuError> {
+    let (mut least, mut greatest): (c_int, c_int) = (0, 0);
+    driver_call!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest), "writes two ints to valid locals").ok()?;
+    let mut stream = Stream::NULL;
+    driver_call!(
+        cuStreamCreateWithPriority(&mut stream, CU_STREAM_NON_BLOCKING, least),
+        "writes one handle to a valid local"
+    )
+    .ok()?;
+    Ok(stream)
+}
+
+/// Puts this thread in relaxed stream-capture mode: its calls (advice, prefetches on its
+/// own stream, event queries) are then not refused while another thread captures a
+/// graph in global mode (PyTorch's default).
+pub fn relax_stream_capture_mode() -> CuResult {
+    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    driver_call!(cuThreadExchangeStreamCaptureMode(&mut mode), "reads and writes one int of a valid local")
+}

@@ -210,9 +210,26 @@ pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`: the host NUMA node closest to the GPU (-1: none).
 pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 
+/// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the device and the CPU may use
+/// managed memory at the same time (the driver resolves it); without it the CPU may not
+/// touch managed memory while any kernel runs.
+pub const CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: c_int = 89;
+
 /// `CUmemLocationType`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
 pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
+
+/// `CU_MEM_ATTACH_GLOBAL`: managed memory any stream may use.
+pub const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
+/// `CUmem_advise`: where managed memory should live, and who maps it.
+pub const CU_MEM_ADVISE_SET_PREFERRED_LOCATION: c_int = 3;
+pub const CU_MEM_ADVISE_SET_ACCESSED_BY: c_int = 5;
+/// `CU_DEVICE_CPU`: the host, where the v1 managed-memory calls take a device.
+pub const CU_DEVICE_CPU: CuDevice = -1;
+/// `CUstreamCaptureMode`: this thread's calls neither join nor break other threads'
+/// stream captures.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 /// `CU_MEM_HANDLE_TYPE_FABRIC` (`CUmemAllocationHandleType`): memory exported across
 /// NVLink fabric.

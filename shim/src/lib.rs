@@ -13,8 +13,11 @@
 //! `release::PENDING`. `staging::SCRATCH` is held across the asynchronous enqueues of
 //! one staged product and is taken while no other lock is held; under it only
 //! `registry::REGISTRY` is taken (a prefetch checks that its operand is still T2), so
-//! SCRATCH comes before the whole list. The fork handlers (`lifecycle`) take the four
-//! of the list in this order, not SCRATCH: a child forked after CUDA use never stages.
+//! SCRATCH comes before the whole list. `movable::LIVE` (the movable allocations, for
+//! the tier thread) is held with no other lock and comes last; each movable
+//! allocation's own `state` lock is a leaf, never held across a CUDA call. The fork
+//! handlers (`lifecycle`) take the five of the list in this order, not SCRATCH: a child
+//! forked after CUDA use never stages.
 
 #[macro_use]
 mod log;
@@ -42,8 +45,12 @@ mod t2cache;
 mod host;
 mod split;
 
+mod movable;
+mod tiering;
+
 mod registry;
 mod release;
+mod tier_thread;
 mod allocate;
 mod vmm;
 mod report;

@@ -10,10 +10,12 @@ use crate::config;
 use crate::host;
 use crate::lock::ForkLock;
 use crate::log::{self, Mib};
+use crate::movable;
 use crate::phase;
 use crate::registry;
 use crate::release;
 use crate::stats::{self, STATS};
+use crate::tier_thread;
 use crate::vmm;
 
 /// Runs from `.init_array` when the shim is loaded, before the program's `main`.
@@ -46,8 +48,8 @@ extern "C" fn initialise() {
 static INITIALISE: extern "C" fn() = initialise;
 
 /// Every lock of the shim, in the lock order (lib.rs).
-fn locks() -> [&'static dyn ForkLock; 4] {
-    [registry::fork_lock(), vmm::fork_lock(), host::fork_lock(), release::fork_lock()]
+fn locks() -> [&'static dyn ForkLock; 5] {
+    [registry::fork_lock(), vmm::fork_lock(), host::fork_lock(), release::fork_lock(), movable::fork_lock()]
 }
 
 /// pthread_atfork prepare: every lock is held, in the lock order, so that the child does
@@ -76,6 +78,7 @@ extern "C" fn after_fork_in_child() {
     }
     host::forget_cache_in_child();
     release::restart_reclaimer_in_child();
+    tier_thread::restart_in_child();
     if stats::load(&STATS.t1_allocs) != 0 || stats::load(&STATS.t2_allocs) != 0 {
         phase::step_aside_after_fork();
     }
@@ -117,4 +120,18 @@ extern "C" fn summary_at_exit() {
         stats.oom_returned,
         backend::name(),
     );
+    if stats.movable_allocs != 0 {
+        info!(
+            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} ms); {} in VRAM at exit",
+            pid,
+            stats.movable_allocs,
+            Mib(stats.promoted_bytes),
+            stats.promotions,
+            stats.promote_ns / 1_000_000,
+            Mib(stats.demoted_bytes),
+            stats.demotions,
+            stats.demote_ns / 1_000_000,
+            Mib(stats.tier_vram),
+        );
+    }
 }

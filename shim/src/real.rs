@@ -91,6 +91,14 @@ macro_rules! cuda_functions {
             Driver called fn cuMemMap(ptr: CuDevicePtr, size: usize, offset: usize, handle: CuMemGenericAllocationHandle, flags: u64) -> CuResult;
             Driver called fn cuMemUnmap(ptr: CuDevicePtr, size: usize) -> CuResult;
             Driver called fn cuMemSetAccess(ptr: CuDevicePtr, size: usize, desc: *const CuMemAccessDesc, count: usize) -> CuResult;
+            Driver called fn cuMemAllocManaged(dptr: *mut CuDevicePtr, size: usize, flags: c_uint) -> CuResult;
+            Driver called fn cuMemAdvise_v2(dptr: CuDevicePtr, count: usize, advice: c_int, location: CuMemLocation) -> CuResult;
+            Driver called fn cuMemAdvise(dptr: CuDevicePtr, count: usize, advice: c_int, device: CuDevice) -> CuResult;
+            Driver called fn cuMemPrefetchAsync_v2(dptr: CuDevicePtr, count: usize, location: CuMemLocation, flags: c_uint, stream: Stream) -> CuResult;
+            Driver called fn cuMemPrefetchAsync(dptr: CuDevicePtr, count: usize, device: CuDevice, stream: Stream) -> CuResult;
+            Driver called fn cuStreamCreateWithPriority(stream: *mut Stream, flags: c_uint, priority: c_int) -> CuResult;
+            Driver called fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CuResult;
+            Driver called fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> CuResult;
             Driver called fn cuImportExternalMemory(external: *mut ExternalMemory, desc: *const CudaExternalMemoryHandleDesc) -> CuResult;
             Driver called fn cuDestroyExternalMemory(external: ExternalMemory) -> CuResult;
             // NVML (libnvidia-ml.so.1).

@@ -4,12 +4,14 @@
 //! Lock: `REGISTRY` comes first in the lock order (lib.rs); no CUDA call runs under it.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use crate::budget::VramCharge;
 use crate::cuda;
 use crate::ffi::*;
 use crate::host::HostAllocation;
 use crate::lock::{const_mutex, ForkLock, Mutex};
+use crate::movable::{self, Movable};
 use crate::split::SplitAllocation;
 use crate::stats::{self, STATS};
 
@@ -20,6 +22,9 @@ pub enum Backed {
     Host(HostAllocation),
     /// A VRAM head and a T2 tail under one address range.
     Split(SplitAllocation),
+    /// T2 that live tiering moves to VRAM and back (`movable`); the tier thread holds
+    /// the other reference.
+    Movable(Arc<Movable>),
 }
 
 impl Backed {
@@ -27,12 +32,14 @@ impl Backed {
         match self {
             Backed::Host(allocation) => allocation.context(),
             Backed::Split(split) => split.context(),
+            Backed::Movable(movable) => movable.context(),
         }
     }
 
     /// The CUDA side of freeing, with the allocation's context current and the device
     /// past every use of the memory: a split range is unmapped and released; T2 memory
-    /// needs nothing here (`finish` keeps it registered or unregisters it).
+    /// needs nothing here (`finish` keeps it registered or unregisters it), nor does
+    /// movable T2 (`finish` waits for a move in progress, then frees it).
     pub fn detach(&self) {
         if let Backed::Split(split) = self {
             split.unmap();
@@ -44,6 +51,7 @@ impl Backed {
         match self {
             Backed::Host(allocation) => allocation.release(),
             Backed::Split(split) => split.finish(),
+            Backed::Movable(movable) => cuda::with_context(movable.context(), || movable.release()),
         }
     }
 }
@@ -137,9 +145,24 @@ pub fn t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
                 let (tail, tail_end) = split.tail_range();
                 overlap(tail, tail_end)
             }
+            Record::Backed(Backed::Movable(movable)) => overlap(*base, base.saturating_add(movable.t2_len())),
             Record::Vram(_) => 0,
         })
         .sum()
+}
+
+/// A matrix product reads [`device_ptr`, `device_ptr + len`): the movable allocation
+/// holding it gets warmer (live tiering promotes the hottest first).
+pub fn note_read(device_ptr: CuDevicePtr, len: u64) {
+    if !movable::any() || len == 0 {
+        return;
+    }
+    let registry = REGISTRY.lock();
+    if let Some((base, Record::Backed(Backed::Movable(movable)))) = registry.live.range(..=device_ptr).next_back() {
+        if device_ptr < base.saturating_add(movable.len()) {
+            movable.note_read(len.min(base.saturating_add(movable.len()) - device_ptr));
+        }
+    }
 }
 
 /// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in T2 memory.

@@ -29,6 +29,16 @@ pub struct Stats {
     /// Allocations sent to T2 (or split) because VRAM left on the device would have
     /// fallen below the headroom.
     pub headroom_spills: AtomicU64,
+    /// Live tiering: movable T2 allocations made; bytes of them in VRAM now; bytes and
+    /// allocations moved each way, and the wall time of the moves (issue to arrival).
+    pub movable_allocs: AtomicU64,
+    pub tier_vram: AtomicU64,
+    pub promoted_bytes: AtomicU64,
+    pub demoted_bytes: AtomicU64,
+    pub promotions: AtomicU64,
+    pub demotions: AtomicU64,
+    pub promote_ns: AtomicU64,
+    pub demote_ns: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -47,6 +57,14 @@ pub static STATS: Stats = Stats {
     gemm_staged_bytes: AtomicU64::new(0),
     gemm_prefetched: AtomicU64::new(0),
     headroom_spills: AtomicU64::new(0),
+    movable_allocs: AtomicU64::new(0),
+    tier_vram: AtomicU64::new(0),
+    promoted_bytes: AtomicU64::new(0),
+    demoted_bytes: AtomicU64::new(0),
+    promotions: AtomicU64::new(0),
+    demotions: AtomicU64::new(0),
+    promote_ns: AtomicU64::new(0),
+    demote_ns: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -104,6 +122,14 @@ pub struct ShimStats {
     pub headroom_spills: u64,
     /// From here on, only through `greenboost_shim_stats_sized` (see exports.rs).
     pub gemm_prefetched: u64,
+    pub movable_allocs: u64,
+    pub tier_vram: u64,
+    pub promoted_bytes: u64,
+    pub demoted_bytes: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+    pub promote_ns: u64,
+    pub demote_ns: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -131,6 +157,14 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         gemm_staged_bytes: load(&STATS.gemm_staged_bytes),
         headroom_spills: load(&STATS.headroom_spills),
         gemm_prefetched: load(&STATS.gemm_prefetched),
+        movable_allocs: load(&STATS.movable_allocs),
+        tier_vram: load(&STATS.tier_vram),
+        promoted_bytes: load(&STATS.promoted_bytes),
+        demoted_bytes: load(&STATS.demoted_bytes),
+        promotions: load(&STATS.promotions),
+        demotions: load(&STATS.demotions),
+        promote_ns: load(&STATS.promote_ns),
+        demote_ns: load(&STATS.demote_ns),
     }
 }
 
@@ -150,6 +184,13 @@ pub fn start_afresh_in_child() {
         &STATS.gemm_staged_bytes,
         &STATS.headroom_spills,
         &STATS.gemm_prefetched,
+        &STATS.movable_allocs,
+        &STATS.promoted_bytes,
+        &STATS.demoted_bytes,
+        &STATS.promotions,
+        &STATS.demotions,
+        &STATS.promote_ns,
+        &STATS.demote_ns,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

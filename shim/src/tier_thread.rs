@@ -1,0 +1,233 @@
+//! The live-tiering thread: every GREENBOOST_TIER_INTERVAL_MS it measures each device
+//! that holds movable allocations (`movable`), asks the policy (`tiering`) what moves,
+//! and moves it: preferred location and a prefetch per allocation on a low-priority
+//! stream of the allocation's context, in groups of at most `GROUP_BYTES`, each group
+//! waited for before the next, so that a free of one of them waits at most one group.
+//! Started by the first movable allocation; the program's own streams never wait for it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::budget;
+use crate::config;
+use crate::cuda::{self, Where};
+use crate::ffi::*;
+use crate::log::Mib;
+use crate::movable::{self, Movable, Reserved, Started};
+use crate::release;
+use crate::stats::{self, STATS};
+use crate::tiering::{self, Candidate, Move, Room};
+
+/// Most bytes moved before the thread waits for them.
+const GROUP_BYTES: u64 = 2 << 30;
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the thread once per process.
+pub fn ensure_started() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Err(error) = std::thread::Builder::new().name("greenboost-tier".into()).spawn(run) {
+        warn!("no live-tiering thread ({error}): movable T2 stays where it was placed");
+    }
+}
+
+/// In the child of a fork: the thread stayed in the parent.
+pub fn restart_in_child() {
+    STARTED.store(false, Ordering::Release);
+}
+
+/// A context's stream for moves, made on first use.
+struct MoveStream {
+    context: Context,
+    stream: Stream,
+}
+
+/// Per device: bytes demoted since free VRAM last stood at the headroom.
+struct Answered {
+    device: CuDevice,
+    bytes: u64,
+}
+
+fn run() {
+    let status = cuda::relax_stream_capture_mode();
+    if status != CuResult::SUCCESS {
+        info!("live tiering: relaxed capture mode refused (CUDA error {})", status.0);
+    }
+    let interval = Duration::from_millis(config::get().tier_interval_ms);
+    let mut streams: Vec<MoveStream> = Vec::new();
+    let mut answered: Vec<Answered> = Vec::new();
+    loop {
+        std::thread::sleep(interval);
+        if !movable::any() {
+            continue;
+        }
+        let live = movable::live();
+        let mut devices: Vec<CuDevice> = live.iter().map(|m| m.device()).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for device in devices {
+            let members: Vec<&Movable> = live.iter().filter(|m| m.device() == device).map(|m| &**m).collect();
+            let slot = match answered.iter().position(|a| a.device == device) {
+                Some(index) => index,
+                None => {
+                    answered.push(Answered { device, bytes: 0 });
+                    answered.len() - 1
+                }
+            };
+            let context = members[0].context();
+            let demoted = cuda::with_context(context, || tick(device, &members, answered[slot].bytes, &mut streams));
+            answered[slot].bytes = demoted;
+        }
+    }
+}
+
+/// One tick on `device` (a context of it current): measure, plan, move. Returns the
+/// bytes answered from now on.
+fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec<MoveStream>) -> u64 {
+    let config = config::get();
+    let (Some((free, total)), Some(physical)) = (cuda::device_memory(), cuda::physical_vram(device)) else {
+        return answered;
+    };
+    let headroom = config.headroom(device, physical.max(total));
+    let answered = if free >= headroom { 0 } else { answered };
+    let room =
+        Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
+    let candidates: Vec<Candidate> = members
+        .iter()
+        .map(|m| Candidate {
+            bytes: m.len(),
+            in_vram: m.in_vram(),
+            heat: m.take_heat(),
+            sequence: m.sequence(),
+            after_computing: m.after_computing(),
+        })
+        .collect();
+    let moves = tiering::plan(&room, &candidates);
+    if moves.is_empty() {
+        return answered;
+    }
+    let chosen: Vec<(&Movable, bool)> = moves
+        .iter()
+        .map(|step| match *step {
+            Move::Promote(i) => (members[i], true),
+            Move::Demote(i) => (members[i], false),
+        })
+        .collect();
+    let mut demoted = 0;
+    for group in groups(&chosen) {
+        demoted += move_group(device, group, streams);
+    }
+    debug!(
+        "live tiering on device {}: {} free, headroom {}, {} moves ({} demoted)",
+        device,
+        Mib(free),
+        Mib(headroom),
+        chosen.len(),
+        Mib(demoted)
+    );
+    answered + demoted
+}
+
+/// `moves` cut into runs of at most `GROUP_BYTES` (one allocation larger is a run).
+fn groups<'a>(moves: &'a [(&'a Movable, bool)]) -> Vec<&'a [(&'a Movable, bool)]> {
+    let mut runs = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (m, _)) in moves.iter().enumerate() {
+        if i > start && bytes + m.len() > GROUP_BYTES {
+            runs.push(&moves[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += m.len();
+    }
+    if start < moves.len() {
+        runs.push(&moves[start..]);
+    }
+    runs
+}
+
+/// Starts every move of `group`, waits for the driver, ends them. Returns the bytes
+/// demoted.
+fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<MoveStream>) -> u64 {
+    let began = Instant::now();
+    let mut started: Vec<(&Movable, Started, bool)> = Vec::new();
+    for &(m, promote) in group {
+        let Some(stream) = stream_of(m.context(), streams) else { continue };
+        let reserve = |len| {
+            if promote {
+                budget::reserve_promotion(len, device).map(Reserved::Vram)
+            } else {
+                release::reserve_t2(len).map(Reserved::T2)
+            }
+        };
+        let Some(move_started) = m.start_move(promote, reserve) else { continue };
+        let to = if promote { Where::Device(device) } else { Where::Host };
+        let issued = issue(m, to, stream);
+        started.push((m, move_started, issued));
+    }
+    if started.is_empty() {
+        return 0;
+    }
+    let streams_done = started.iter().all(|(m, _, issued)| {
+        !issued || stream_of(m.context(), streams).is_some_and(|s| cuda::stream_synchronize(s) == CuResult::SUCCESS)
+    });
+    let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut demoted = 0;
+    let (mut promoted_any, mut demoted_any) = (false, false);
+    for (m, move_started, issued) in started {
+        let arrived = issued && streams_done;
+        let promotion = matches!(move_started, Started::Promotion { .. });
+        if !arrived && issued {
+            // The driver may have moved part of it: say where it should be again.
+            let back = if promotion { Where::Host } else { Where::Device(device) };
+            cuda::mem_advise(m.base(), m.len(), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, back);
+        }
+        m.finish_move(move_started, arrived);
+        if !arrived {
+            continue;
+        }
+        if promotion {
+            promoted_any = true;
+            stats::bump(&STATS.promotions);
+            STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+        } else {
+            demoted_any = true;
+            demoted += m.len();
+            stats::bump(&STATS.demotions);
+            STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+        }
+    }
+    if promoted_any {
+        STATS.promote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    }
+    if demoted_any {
+        STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    }
+    demoted
+}
+
+/// Advises `m`'s new preferred location and enqueues its migration on `stream`.
+fn issue(m: &Movable, to: Where, stream: Stream) -> bool {
+    let advised = cuda::mem_advise(m.base(), m.len(), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
+    if advised != CuResult::SUCCESS {
+        info!("live tiering: cuMemAdvise of {:#x} failed (CUDA error {})", m.base(), advised.0);
+        return false;
+    }
+    let prefetched = cuda::mem_prefetch_async(m.base(), m.len(), to, stream);
+    if prefetched != CuResult::SUCCESS {
+        info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", m.base(), prefetched.0);
+        return false;
+    }
+    true
+}
+
+/// The move stream of `context`, made (lowest priority, non-blocking) on first use.
+fn stream_of(context: Context, streams: &mut Vec<MoveStream>) -> Option<Stream> {
+    if let Some(known) = streams.iter().find(|s| s.context == context) {
+        return Some(known.stream);
+    }
+    let stream = cuda::with_context(context, cuda::stream_create_low_priority).ok()?;
+    streams.push(MoveStream { context, stream });
+    Some(stream)
+}
