@@ -86,7 +86,8 @@ pub fn create(
             MovableFailure::Unsupported
         }
     })?;
-    for (advice, to) in [(CU_MEM_ADVISE_SET_PREFERRED_LOCATION, Where::Host), (CU_MEM_ADVISE_SET_ACCESSED_BY, Where::Device(device))]
+    for (advice, to) in
+        [(CU_MEM_ADVISE_SET_PREFERRED_LOCATION, Where::Host), (CU_MEM_ADVISE_SET_ACCESSED_BY, Where::Device(device))]
     {
         let status = cuda::mem_advise(base, len, advice, to);
         if status != CuResult::SUCCESS {

@@ -82,6 +82,12 @@ pub fn reserve_t2(bytes: u64) -> Option<T2Reservation> {
     reservation
 }
 
+/// T2 capacity for `bytes` as it is now, without waiting for pending frees: for the tier
+/// thread, whose moves in progress a pending free would wait for.
+pub fn reserve_t2_now(bytes: u64) -> Option<T2Reservation> {
+    budget::reserve_t2(bytes, budget::t2_capacity().saturating_sub(host::cached_bytes()))
+}
+
 static RECLAIMER_STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Starts (once per process) the thread that releases stream-ordered frees when their

@@ -92,8 +92,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     };
     let headroom = config.headroom(device, physical.max(total));
     let answered = if free >= headroom { 0 } else { answered };
-    let room =
-        Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
+    let room = Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
     let candidates: Vec<Candidate> = members
         .iter()
         .map(|m| Candidate {
@@ -158,7 +157,7 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
             if promote {
                 budget::reserve_promotion(len, device).map(Reserved::Vram)
             } else {
-                release::reserve_t2(len).map(Reserved::T2)
+                release::reserve_t2_now(len).map(Reserved::T2)
             }
         };
         let Some(move_started) = m.start_move(promote, reserve) else { continue };
