@@ -273,6 +273,14 @@ background=("${background[@]/$balloon}")
 # --- a shared GPU: a foreign process, two of ours, a foreign process growing ----------------
 . "$root/tests/gpu/shared.sh"
 
+# --- live tiering (issue 12): movable T2 promoted and demoted beside a foreign process ------
+# One program (tests/gpu/tiering_check.py) starts and kills its foreign processes itself
+# (without the shim) and prints tiering.* PASS/FAIL lines; tiering at its defaults
+# (GREENBOOST_TIERING=auto, GREENBOOST_DEMOTE=on, GREENBOOST_TIER_INTERVAL_MS=100).
+if [ "$mode" = full ] && [ -f "$shim" ]; then
+  run_test tiering "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_check.py"
+fi
+
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------
 shim_logs=$(ls "$logs"/*.err 2>/dev/null)
 import_lines=$(cat $shim_logs /dev/null | grep -a -i 'importexternalmemory\|external memory' | sort | uniq -c | sort -rn | head -5)
