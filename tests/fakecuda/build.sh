@@ -11,8 +11,9 @@ mkdir -p "$out/lib" "$out/bin" "$out/.build/link12" "$out/.build/link13" "$out/.
 lib=$out/lib
 b=$out/.build
 
-# The simulated device, shared by the fake driver and NVML.
-$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c"
+# The simulated device, shared by the fake driver and NVML: fakegpu.c, and managed.c for
+# managed memory (its data on the host, its residency as VRAM that fakegpu.c lends).
+$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c" "$src/managed.c"
 # Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src/libcuda.c" $fake_ld

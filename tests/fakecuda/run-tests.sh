@@ -158,6 +158,15 @@ t_control_fake_detectors() {
     log_has "ILLEGAL_ADDRESS" "no fault logged for an illegal address" || return 1
     log_has "HOLD_TIMEOUT" "no fault logged for waiting on held work"
 }
+t_control_fake_managed() {
+    # The fake's managed memory alone (drv_tests.c managed-fake-model): on two devices,
+    # its VRAM counted in a device share file as other processes see it.
+    share=$work/control-fake-managed.share
+    rm -f "$share"
+    run control-fake-managed FAKECUDA_DEVICES=2 FAKECUDA_VRAM1=$(( VRAM / 2 )) FAKECUDA_DEVICE_SHARE="$share" \
+        "$BIN/gbdriver" managed-fake-model || return 1
+    log_has "cuMemPrefetchAsync_v2 .* -> 0" "the fake did not log its prefetches"
+}
 t_control_runtime_uses_getprocaddress() {
     run control-runtime-getprocaddress "$BIN/gbtest-rt13" no-t2 || return 1
     log_has "cuGetProcAddress_v2 sym=cuMemAlloc ver=13000" "fake cudart 13 did not fetch cuMemAlloc through cuGetProcAddress_v2"
@@ -653,7 +662,7 @@ t_kmod_import_and_pin() {
     fi
 }
 
-control_tests="control_fake_selftest control_fake_detectors control_runtime_uses_getprocaddress control_alloc4x_fails
+control_tests="control_fake_selftest control_fake_detectors control_fake_managed control_runtime_uses_getprocaddress control_alloc4x_fails
 control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_expandable_fails control_lasterror_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement

@@ -114,6 +114,31 @@ typedef struct {
 } CUmemAllocationProp;
 typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
 
+/* managed (unified) memory */
+#define CU_MEM_ATTACH_GLOBAL 0x1
+#define CU_MEM_ATTACH_HOST 0x2
+#define CU_DEVICE_CPU (-1)
+#define CU_DEVICE_INVALID (-2)
+#define CU_MEM_LOCATION_TYPE_INVALID 0
+#define CU_MEM_ADVISE_SET_READ_MOSTLY 1
+#define CU_MEM_ADVISE_UNSET_READ_MOSTLY 2
+#define CU_MEM_ADVISE_SET_PREFERRED_LOCATION 3
+#define CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION 4
+#define CU_MEM_ADVISE_SET_ACCESSED_BY 5
+#define CU_MEM_ADVISE_UNSET_ACCESSED_BY 6
+#define CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY 1
+#define CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION 2
+#define CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY 3
+#define CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION 4
+#define CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE 5
+#define CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID 6
+#define CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE 7
+#define CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID 8
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY 83
+#define CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS 88
+#define CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS 89
+
 /* runtime memcpy kinds */
 enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
        cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
@@ -168,17 +193,19 @@ struct fakegpu_gemm {
 CUresult fakegpu_launch_gemm(const struct fakegpu_gemm *gemm, CUstream s);
 /* Marks a created stream as being captured into a graph (cuStreamIsCapturing). */
 void fakegpu_stream_set_capturing(CUstream s, int capturing);
-/* What the device sees at p: "vram", "hostreg", "vmm-device", "vmm-host", or "none". */
+/* What the device sees at p: "vram", "hostreg", "vmm-device", "vmm-host", "managed", or
+ * "none". */
 const char *fakegpu_ptr_kind(CUdeviceptr p);
-/* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate), and
- * the VRAM there is: device 0's. */
+/* Bytes of fake VRAM in use (cuMemAlloc, async allocations, device cuMemCreate, managed
+ * pages resident on the device), and the VRAM there is: device 0's. */
 size_t fakegpu_vram_used(void);
 size_t fakegpu_vram_total(void);
 /* The same for device `device` (FAKECUDA_DEVICES=2: 0 or 1; 0 for no such device). */
 size_t fakegpu_vram_used_on(int device);
 size_t fakegpu_vram_total_on(int device);
 /* The device whose memory is at p (VRAM, or device memory of a VMM mapping); -1 for
- * anything else. */
+ * anything else (managed memory too: its data is at the host address wherever it is
+ * resident; fakegpu_managed_where says where). */
 int fakegpu_ptr_device(CUdeviceptr p);
 /* Bytes of VRAM in use on the device by every process that shares it
  * (FAKECUDA_DEVICE_SHARE), this one included; without a share, fakegpu_vram_used(). */
@@ -187,6 +214,17 @@ size_t fakegpu_device_used(void);
  * ranges, mappings. A program that gave everything back has the counts it started with. */
 struct fakegpu_vmm_counts { size_t handles, reservations, mappings; };
 void fakegpu_vmm_live(struct fakegpu_vmm_counts *out);
+/* Managed memory (cuMemAllocManaged): each 2 MiB page of an allocation is resident on
+ * the host or on one device, where it takes 2 MiB of that device's VRAM (counted in
+ * fakegpu_vram_used* and fakegpu_device_used). These read this process's figures: the
+ * bytes resident on `device` (0 for no such device) and on the host; the bytes that
+ * prefetches moved to devices and to the host so far (either pointer may be NULL); the
+ * live allocations; where the page holding p is (-1 host, a device, -2 not managed). */
+size_t fakegpu_managed_on_device(int device);
+size_t fakegpu_managed_on_host(void);
+void fakegpu_managed_moved(unsigned long long *to_device, unsigned long long *to_host);
+int fakegpu_managed_live(void);
+int fakegpu_managed_where(CUdeviceptr p);
 /* Bytes currently registered with cuMemHostRegister. */
 size_t fakegpu_hostreg_bytes(void);
 /* Count of device faults (illegal addresses) and of forbidden calls seen so far. */

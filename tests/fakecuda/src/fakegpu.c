@@ -6,8 +6,8 @@
  * distinguishable address that faults if the host dereferences it, as on a GPU without
  * HMM; the fake GPU reaches the memory through a private read-write view of the memfd.
  * The fake GPU reaches host memory only through cuMemHostRegister'ed ranges (device
- * pointer = host pointer, as under UVA) and host-NUMA cuMemCreate allocations mapped
- * with device access. Anything else is an illegal address.
+ * pointer = host pointer, as under UVA), host-NUMA cuMemCreate allocations mapped with
+ * device access and managed memory. Anything else is an illegal address.
  *
  * FAKECUDA_DEVICES=2 (default 1) adds a second device: FAKECUDA_VRAM1 bytes (default
  * FAKECUDA_VRAM) of VRAM of its own (its own memfd, pages and device address range) and
@@ -30,6 +30,10 @@
  * total. Each process still has VRAM of its own to put the data in; only the amount is
  * shared. A process that exits gives its VRAM back, as the driver does (one killed by a
  * signal does not: the test's file is its own).
+ *
+ * Managed memory (cuMemAllocManaged, advice, prefetches) is managed.c's: its data is
+ * host memory at the device address, which device_view lets the fake GPU reach; only its
+ * residency takes VRAM, through fg_vram_take_locked.
  */
 #define _GNU_SOURCE
 #include "fakegpu_internal.h"
@@ -85,7 +89,8 @@ struct vmm_mapping {
     struct vmm_mapping *next;
 };
 
-enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK, OP_GEMM };
+/* OP_WORK: device work of another file (fn(data)), not a host callback. */
+enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK, OP_GEMM, OP_WORK };
 struct op {
     enum op_kind kind;
     CUdeviceptr a, b;
@@ -104,6 +109,7 @@ struct op {
 struct fake_stream {
     uint64_t magic;
     unsigned flags;
+    int priority;
     struct op *head, *tail;
     int running, held, destroyed;
     int capturing; /* set by the test: the stream "is being captured" into a graph */
@@ -130,7 +136,7 @@ struct fake_ctx { int primary; int refs; int device; };
 struct fake_pool { int dummy; };
 
 /* One device's VRAM and primary context. */
-#define MAX_DEVICES 2
+#define MAX_DEVICES FG_MAX_DEVICES
 struct vram_device {
     size_t vram;
     int vram_fd;
@@ -414,6 +420,19 @@ static void vram_give(struct vram_device *d, size_t first, size_t npages)
     share_give(d, npages * PAGE);
 }
 
+void fg_lock(void) { pthread_mutex_lock(&g.lock); }
+void fg_unlock(void) { pthread_mutex_unlock(&g.lock); }
+
+int fg_vram_take_locked(CUdevice device, size_t bytes, size_t *first)
+{
+    return fg_device_valid(device) && vram_take(&g.dev[device], bytes, first);
+}
+
+void fg_vram_give_locked(CUdevice device, size_t first, size_t bytes)
+{
+    vram_give(&g.dev[device], first, (bytes + PAGE - 1) / PAGE);
+}
+
 void fg_mem_info(CUdevice device, size_t *free_bytes, size_t *total)
 {
     ensure_setup();
@@ -482,6 +501,9 @@ CUresult fg_mem_free(CUdeviceptr p)
 {
     if (p == 0)
         return CUDA_SUCCESS;
+    CUresult managed_rc;
+    if (fg_managed_free(p, &managed_rc))
+        return managed_rc;
     /* cuMemFree synchronises with the device before freeing. */
     pthread_mutex_lock(&g.lock);
     struct vram_device *d;
@@ -503,6 +525,41 @@ CUresult fg_mem_free(CUdeviceptr p)
 
 static int stream_valid(CUstream s);
 static CUresult enqueue(CUstream s, struct op op);
+
+CUresult fg_mem_address_range(CUdeviceptr p, CUdeviceptr *base, size_t *size)
+{
+    uintptr_t b = 0;
+    size_t n = 0;
+    pthread_mutex_lock(&g.lock);
+    int found = fg_managed_range_locked(p, &b, &n);
+    struct vram_device *d = device_at(p);
+    if (!found && d) {
+        /* The allocation whose pages run from its first page through p's. Pages that
+         * managed memory holds are used but start no allocation. */
+        size_t i = (p - d->vram_va) / PAGE;
+        for (size_t j = i + 1; j-- > 0 && d->page_used[j];)
+            if (d->alloc_pages[j]) {
+                found = j + d->alloc_pages[j] > i;
+                b = d->vram_va + j * PAGE;
+                n = (size_t)d->alloc_pages[j] * PAGE;
+                break;
+            }
+    }
+    for (struct vmm_mapping *m = g.mappings; m && !found; m = m->next)
+        if (p >= m->va && p < m->va + m->size) {
+            found = 1;
+            b = m->va;
+            n = m->size;
+        }
+    pthread_mutex_unlock(&g.lock);
+    if (!found)
+        return CUDA_ERROR_NOT_FOUND;
+    if (base)
+        *base = b;
+    if (size)
+        *size = n;
+    return CUDA_SUCCESS;
+}
 
 CUresult fg_mem_alloc_async(CUdeviceptr *p, size_t n, CUstream s)
 {
@@ -1037,6 +1094,14 @@ static unsigned char *device_view(uintptr_t p, size_t *contiguous, const char **
             *kind = m->h->host ? "vmm-host" : "vmm-device";
             return m->h->view + (p - m->va);
         }
+    /* Managed memory: its data is always at the host address, wherever it is resident. */
+    uintptr_t mbase;
+    size_t msize;
+    if (fg_managed_range_locked(p, &mbase, &msize)) {
+        *contiguous = mbase + msize - p;
+        *kind = "managed";
+        return (unsigned char *)p;
+    }
     struct hostreg *r = reg_containing(p);
     if (r) {
         *contiguous = r->base + r->size - p;
@@ -1381,6 +1446,9 @@ static CUresult run_op(struct fake_stream *s, struct op *op)
         op->cb(s, CUDA_SUCCESS, op->data);
         in_host_callback = 0;
         return CUDA_SUCCESS;
+    case OP_WORK:
+        op->fn(op->data);
+        return CUDA_SUCCESS;
     }
     return CUDA_ERROR_UNKNOWN;
 }
@@ -1446,13 +1514,19 @@ static void *stream_worker(void *arg)
     return NULL;
 }
 
-CUresult fg_stream_create(CUstream *out, unsigned flags)
+CUresult fg_stream_create(CUstream *out, unsigned flags) { return fg_stream_create_with_priority(out, flags, 0); }
+
+/* The priority is clamped to the device's range, as the driver does; the fake's streams
+ * all run at once, so it is only recorded. */
+CUresult fg_stream_create_with_priority(CUstream *out, unsigned flags, int priority)
 {
     if (!out || (flags & ~1u))
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_stream *s = calloc(1, sizeof *s);
     s->magic = STREAM_MAGIC;
     s->flags = flags;
+    s->priority = priority > FG_PRIORITY_LEAST ? FG_PRIORITY_LEAST
+                : priority < FG_PRIORITY_GREATEST ? FG_PRIORITY_GREATEST : priority;
     pthread_mutex_lock(&g.lock);
     if (pthread_create(&s->worker, NULL, stream_worker, s)) {
         pthread_mutex_unlock(&g.lock);
@@ -1465,6 +1539,32 @@ CUresult fg_stream_create(CUstream *out, unsigned flags)
     pthread_mutex_unlock(&g.lock);
     *out = s;
     return CUDA_SUCCESS;
+}
+
+CUresult fg_stream_get_priority(CUstream s, int *priority)
+{
+    if (!priority)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (is_default_stream(s)) {
+        *priority = FG_PRIORITY_LEAST;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&g.lock);
+    int ok = stream_valid(s);
+    if (ok)
+        *priority = s->priority;
+    pthread_mutex_unlock(&g.lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+int fg_stream_usable(CUstream s)
+{
+    if (is_default_stream(s))
+        return 1;
+    pthread_mutex_lock(&g.lock);
+    int ok = stream_valid(s);
+    pthread_mutex_unlock(&g.lock);
+    return ok;
 }
 
 CUresult fg_stream_destroy(CUstream s)
@@ -1506,6 +1606,13 @@ static CUresult enqueue(CUstream s, struct op work)
     pthread_mutex_unlock(&g.lock);
     return CUDA_SUCCESS;
 }
+
+CUresult fg_enqueue_work(CUstream s, void (*fn)(void *data), void *data)
+{
+    return enqueue(s, (struct op){ .kind = OP_WORK, .fn = fn, .data = data });
+}
+
+void fg_wait_idle_locked(void) { wait_all_streams_idle(); }
 
 /* Lock held. */
 static void wait_all_streams_idle(void)

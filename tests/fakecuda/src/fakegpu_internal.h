@@ -10,6 +10,8 @@ void fg_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 CUresult fg_gate(const char *name, int needs_init, int needs_ctx);
 void fg_note_fault(const char *what);
 
+#define FG_MAX_DEVICES 2
+
 CUresult fg_init(unsigned flags);
 size_t fg_vram_size(void); /* device 0's */
 /* FAKECUDA_DEVICES; whether d is one of them; device d's VRAM (0 if it is not). */
@@ -29,6 +31,9 @@ void fg_ctx_destroy(CUcontext ctx);
 
 CUresult fg_mem_alloc(CUdeviceptr *p, size_t n);
 CUresult fg_mem_free(CUdeviceptr p);
+/* The live allocation holding p (VRAM, managed memory, a VMM mapping): its start and
+ * length, CUDA_ERROR_NOT_FOUND when there is none. Either pointer may be NULL. */
+CUresult fg_mem_address_range(CUdeviceptr p, CUdeviceptr *base, size_t *size);
 CUresult fg_mem_alloc_async(CUdeviceptr *p, size_t n, CUstream s);
 CUresult fg_mem_free_async(CUdeviceptr p, CUstream s);
 CUmemoryPool fg_default_pool(void);
@@ -56,7 +61,14 @@ static inline int is_default_stream(CUstream s)
 {
     return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
+/* Stream priorities as an H200 has them: 0 (least) to -5 (greatest). */
+#define FG_PRIORITY_LEAST 0
+#define FG_PRIORITY_GREATEST (-5)
 CUresult fg_stream_create(CUstream *s, unsigned flags);
+CUresult fg_stream_create_with_priority(CUstream *s, unsigned flags, int priority);
+CUresult fg_stream_get_priority(CUstream s, int *priority);
+/* Whether work can be queued on s: a default stream or a live created one. */
+int fg_stream_usable(CUstream s);
 CUresult fg_stream_destroy(CUstream s);
 CUresult fg_stream_sync(CUstream s);
 CUresult fg_stream_query(CUstream s);
@@ -71,4 +83,30 @@ CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags);
 CUresult fg_launch_host_fn(CUstream s, CUhostFn fn, void *data);
 typedef void (*CUstreamCallback)(CUstream s, CUresult status, void *data);
 CUresult fg_stream_add_callback(CUstream s, CUstreamCallback cb, void *data, unsigned flags);
+
+/* ---- What managed.c (managed memory) uses of the device, and what it gives it. ---- */
+/* The one device lock; the *_locked functions want it held. */
+void fg_lock(void);
+void fg_unlock(void);
+/* Takes `bytes` of device d's VRAM as cuMemAlloc does (its page allocator and the
+ * FAKECUDA_DEVICE_SHARE counter): 1 and the first 4 KiB page in *first, or 0 when it has
+ * not that much. fg_vram_give_locked gives it back (scrubbed). */
+int fg_vram_take_locked(CUdevice d, size_t bytes, size_t *first);
+void fg_vram_give_locked(CUdevice d, size_t first, size_t bytes);
+/* Waits (lock held, released while waiting) until every created stream is idle. */
+void fg_wait_idle_locked(void);
+/* Runs fn(data) as stream-ordered device work on s (now, on a default stream). */
+CUresult fg_enqueue_work(CUstream s, void (*fn)(void *data), void *data);
+
+CUresult fg_managed_alloc(CUdeviceptr *p, size_t n, unsigned flags);
+/* 0 when p is in no managed allocation; else 1, and *rc is cuMemFree's answer. */
+int fg_managed_free(CUdeviceptr p, CUresult *rc);
+CUresult fg_managed_advise(CUdeviceptr p, size_t n, int advice, CUmemLocation loc);
+CUresult fg_managed_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream s);
+CUresult fg_managed_range_attribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n);
+/* Whether p is inside a live managed allocation. */
+int fg_managed_contains(CUdeviceptr p);
+/* Lock held. The managed allocation holding p: 1, its start and length (either pointer
+ * may be NULL), else 0. */
+int fg_managed_range_locked(uintptr_t p, uintptr_t *base, size_t *size);
 #endif

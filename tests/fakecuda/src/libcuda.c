@@ -119,7 +119,14 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
     case 18: *v = 0; break;   /* integrated */
     case 19: *v = 1; break;   /* can map host memory */
     case 41: *v = 1; break;   /* unified addressing */
-    case 88: *v = 0; break;   /* pageable memory access: no HMM */
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: *v = 0; break; /* no HMM */
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: {
+        /* FAKECUDA_NO_CONCURRENT_MANAGED=1: a device without it (pre-Pascal, Windows). */
+        const char *no = getenv("FAKECUDA_NO_CONCURRENT_MANAGED");
+        *v = !(no && !strcmp(no, "1"));
+        break;
+    }
     case 91: *v = 1; break;   /* can use host pointer for registered mem */
     case 102: *v = 1; break;  /* virtual memory management */
     case 103: *v = 1; break;  /* POSIX fd handles */
@@ -402,6 +409,108 @@ EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory m)
     return CUDA_ERROR_INVALID_HANDLE; /* none can exist */
 }
 
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    GATE(1, 1);
+    CUresult rc = fg_mem_address_range(p, base, size);
+    fg_log("cuMemGetAddressRange_v2 ptr=%#llx -> %d base=%#llx size=%zu", p, rc, rc || !base ? 0ULL : *base,
+           rc || !size ? 0 : *size);
+    return rc;
+}
+
+/* Only CU_POINTER_ATTRIBUTE_IS_MANAGED: 1 for managed memory, 0 for other memory the
+ * device knows, CUDA_ERROR_INVALID_VALUE for memory it does not. */
+EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
+{
+    GATE(1, 1);
+    CUresult rc = CUDA_SUCCESS;
+    if (attribute != CU_POINTER_ATTRIBUTE_IS_MANAGED)
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    else if (!data)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (fg_managed_contains(p))
+        *(int *)data = 1;
+    else if (strcmp(fakegpu_ptr_kind(p), "none") || fg_mem_address_range(p, NULL, NULL) == CUDA_SUCCESS)
+        *(int *)data = 0;
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    fg_log("cuPointerGetAttribute attr=%d ptr=%#llx -> %d", attribute, p, rc);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ managed memory */
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags)
+{
+    GATE(1, 1);
+    CUresult rc = fg_managed_alloc(p, n, flags);
+    fg_log("cuMemAllocManaged size=%zu flags=%u -> %d ptr=%#llx", n, flags, rc, rc ? 0ULL : *p);
+    return rc;
+}
+
+/* The v1 calls' device argument as a location: CU_DEVICE_CPU is the host. */
+static CUmemLocation device_location(CUdevice d)
+{
+    return (CUmemLocation){ d == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE, d };
+}
+
+static CUresult advise(const char *fn, CUdeviceptr p, size_t n, int advice, CUmemLocation loc)
+{
+    CUresult rc = fg_managed_advise(p, n, advice, loc);
+    fg_log("%s ptr=%#llx size=%zu advice=%d loc=%d id=%d -> %d", fn, p, n, advice, loc.type, loc.id, rc);
+    return rc;
+}
+
+EXPORT CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice device)
+{
+    GATE(1, 1);
+    return advise(__func__, p, n, advice, device_location(device));
+}
+EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc)
+{
+    GATE(1, 1);
+    return advise(__func__, p, n, advice, loc);
+}
+
+static CUresult prefetch(const char *fn, CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream s)
+{
+    CUresult rc = fg_managed_prefetch(p, n, loc, flags, s);
+    fg_log("%s ptr=%#llx size=%zu loc=%d id=%d flags=%u stream=%p -> %d", fn, p, n, loc.type, loc.id, flags,
+           (void *)s, rc);
+    return rc;
+}
+
+EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice device, CUstream s)
+{
+    GATE(1, 1);
+    return prefetch(__func__, p, n, device_location(device), 0, s);
+}
+EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice device, CUstream s)
+{
+    GATE(1, 1);
+    return prefetch(__func__, p, n, device_location(device), 0, s ? s : CU_STREAM_PER_THREAD);
+}
+EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s)
+{
+    GATE(1, 1);
+    return prefetch(__func__, p, n, loc, flags, s);
+}
+EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
+                                           CUstream s)
+{
+    GATE(1, 1);
+    return prefetch(__func__, p, n, loc, flags, s ? s : CU_STREAM_PER_THREAD);
+}
+
+EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n)
+{
+    GATE(1, 1);
+    CUresult rc = fg_managed_range_attribute(data, size, attribute, p, n);
+    fg_log("cuMemRangeGetAttribute attr=%d ptr=%#llx size=%zu -> %d value=%d", attribute, p, n, rc,
+           rc ? 0 : *(int *)data);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ VMM */
 
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *prop, int option)
@@ -521,8 +630,32 @@ EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
 {
     GATE(1, 1);
-    (void)prio;
-    return fg_stream_create(s, flags);
+    CUresult rc = fg_stream_create_with_priority(s, flags, prio);
+    fg_log("cuStreamCreateWithPriority flags=%u priority=%d -> %d stream=%p", flags, prio, rc, rc ? NULL : (void *)*s);
+    return rc;
+}
+EXPORT CUresult cuStreamGetPriority(CUstream s, int *prio)
+{
+    GATE(1, is_default_stream(s)); /* a created stream carries its context */
+    CUresult rc = fg_stream_get_priority(s, prio);
+    fg_log("cuStreamGetPriority stream=%p -> %d priority=%d", (void *)s, rc, rc ? 0 : *prio);
+    return rc;
+}
+EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int *prio)
+{
+    GATE(1, 1);
+    return cuStreamGetPriority(s ? s : CU_STREAM_PER_THREAD, prio);
+}
+/* Either pointer may be NULL, as in CUDA. */
+EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+    GATE(1, 1);
+    if (least)
+        *least = FG_PRIORITY_LEAST;
+    if (greatest)
+        *greatest = FG_PRIORITY_GREATEST;
+    fg_log("cuCtxGetStreamPriorityRange -> 0 least=%d greatest=%d", FG_PRIORITY_LEAST, FG_PRIORITY_GREATEST);
+    return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
@@ -700,6 +833,14 @@ static const struct proc {
     PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
     P("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
     P("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
+    P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    P("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    P("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    P("cuMemAdvise", 8000, cuMemAdvise),
+    P("cuMemAdvise", 12020, cuMemAdvise_v2),
+    PT("cuMemPrefetchAsync", 8000, cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz),
+    PT("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
+    P("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
     P("cuMemHostRegister", 4000, cuMemHostRegister),
     P("cuMemHostRegister", 6050, cuMemHostRegister_v2),
     P("cuMemHostUnregister", 4000, cuMemHostUnregister),
@@ -726,6 +867,8 @@ static const struct proc {
     P("cuMemsetD8Async", 3020, cuMemsetD8Async),
     P("cuStreamCreate", 2000, cuStreamCreate),
     P("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    PT("cuStreamGetPriority", 5050, cuStreamGetPriority, cuStreamGetPriority_ptsz),
+    P("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
     PT("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
