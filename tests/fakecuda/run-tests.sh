@@ -673,9 +673,10 @@ split_rt13 split_fw control_split_fails split_async driver_split split_off split
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
 gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
+. "$dir/tier-tests.sh"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"
 kmod_capable="$control_tests kmod_import_and_pin t2cache_pressure $shim_tests $headroom_tests"
-userspace_tests="$control_tests $shim_tests $headroom_tests $devices_tests backend_auto_userspace backend_kmod_absent"
+userspace_tests="$control_tests $shim_tests $headroom_tests $devices_tests $tier_tests backend_auto_userspace backend_kmod_absent"
 
 # kmod-tests.list tags every test kmod or host (see there): each test of either list
 # must be tagged exactly once, and every tagged name must be a test, or the selection

@@ -17,7 +17,7 @@ build() {
     (cd "$root" && "$cargo" build --release -p greenboost-shim)
     "$here/build.sh" "$out"
     cp "$root/target/release/libgreenboost_cuda.so" "$out/lib/libgreenboost_cuda.so"
-    cp "$here/run-tests.sh" "$here/kmod-tests.list" "$out/"
+    cp "$here/run-tests.sh" "$here/tier-tests.sh" "$here/kmod-tests.list" "$out/"
     cp "$here/guest-run.sh" "$out/run.sh"
     chmod +x "$out/run-tests.sh" "$out/run.sh"
     rm -rf "$out/.build"

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 #include "devices.h"
+#include "shimstats.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -709,28 +710,6 @@ static int test_expandable(int argc, char **argv)
 /* ---- split placement: one allocation larger than the VRAM left under the budget gets
  * a VRAM head and a host tail in one address range (GREENBOOST_SPLIT_MIN) ---- */
 
-/* The shim's counters (`greenboost_shim_stats_sized`, shim/src/stats.rs): the fields
- * read here, then room for those appended after them. */
-struct shim_stats {
-    unsigned long long t1_used, t1_peak, t2_used, t2_peak, t1_allocs, t2_allocs, t2_after_vram_oom, oom_returned,
-        vmm_host, deferred_frees;
-    unsigned backend;
-    int import_dmabuf_result, import_opaque_result;
-    unsigned reserved;
-    unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills, gemm_prefetched;
-    unsigned long long appended[16];
-};
-
-/* All zero without the shim, so that a control run fails at the placement checks. */
-static struct shim_stats shim_stats(void)
-{
-    long (*get)(void *, size_t) = (long (*)(void *, size_t))dlsym(RTLD_DEFAULT, "greenboost_shim_stats_sized");
-    struct shim_stats s;
-    memset(&s, 0, sizeof s);
-    CHECK(!get || get(&s, sizeof s) > 0, "greenboost_shim_stats_sized failed\n");
-    return s;
-}
-
 static struct fakegpu_vmm_counts vmm_live(void)
 {
     struct fakegpu_vmm_counts c;
@@ -1142,14 +1121,6 @@ static int test_t2cache(int argc, char **argv)
 
 static size_t device_free(void) { return vram - fakegpu_device_used(); }
 static size_t minus(size_t a, size_t b) { return a > b ? a - b : 0; }
-
-/* T2 bytes of an allocation (`greenboost_shim_t2_bytes`; 0 without the shim). */
-static unsigned long long shim_t2_bytes(void *p, size_t n)
-{
-    unsigned long long (*get)(CUdeviceptr, unsigned long long) =
-        (unsigned long long (*)(CUdeviceptr, unsigned long long))dlsym(RTLD_DEFAULT, "greenboost_shim_t2_bytes");
-    return get ? get((CUdeviceptr)(uintptr_t)p, n) : 0;
-}
 
 /* GBTEST_BARRIER=file: programs that run at once (GBTEST_BARRIER_N of them, default 2)
  * meet there: a counter in the file, one step per program and phase. A program that

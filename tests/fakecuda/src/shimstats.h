@@ -1,0 +1,41 @@
+/* What the shim tells a test program about itself, through its exports (0 without the
+ * shim, so that a control run fails at the checks that need it). */
+#ifndef SHIMSTATS_H
+#define SHIMSTATS_H
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+#include "testutil.h"
+
+/* The shim's counters (`greenboost_shim_stats_sized`, shim/src/stats.rs): the fields
+ * read here, then room for those appended after them. */
+struct shim_stats {
+    unsigned long long t1_used, t1_peak, t2_used, t2_peak, t1_allocs, t2_allocs, t2_after_vram_oom, oom_returned,
+        vmm_host, deferred_frees;
+    unsigned backend;
+    int import_dmabuf_result, import_opaque_result;
+    unsigned reserved;
+    unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills, gemm_prefetched;
+    /* Live tiering. */
+    unsigned long long movable_allocs, tier_vram, promoted_bytes, demoted_bytes, promotions, demotions, promote_ns,
+        demote_ns;
+    unsigned long long appended[16];
+};
+
+static inline struct shim_stats shim_stats(void)
+{
+    long (*get)(void *, size_t) = (long (*)(void *, size_t))dlsym(RTLD_DEFAULT, "greenboost_shim_stats_sized");
+    struct shim_stats s;
+    memset(&s, 0, sizeof s);
+    CHECK(!get || get(&s, sizeof s) > 0, "greenboost_shim_stats_sized failed\n");
+    return s;
+}
+
+/* T2 bytes of an allocation (`greenboost_shim_t2_bytes`). */
+static inline unsigned long long shim_t2_bytes(void *p, size_t n)
+{
+    unsigned long long (*get)(CUdeviceptr, unsigned long long) =
+        (unsigned long long (*)(CUdeviceptr, unsigned long long))dlsym(RTLD_DEFAULT, "greenboost_shim_t2_bytes");
+    return get ? get((CUdeviceptr)(uintptr_t)p, n) : 0;
+}
+#endif

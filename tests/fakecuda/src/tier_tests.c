@@ -1,0 +1,347 @@
+/* gbtier: live tiering (shim/src/tiering.rs, tier_thread.rs) on the fake device beside
+ * another process: T2 allocations the device's state sent to T2 are movable; they move
+ * to VRAM when it frees up and back when the other process needs it, at the same
+ * address, data intact, kernels running on two streams meanwhile.
+ *
+ *   gbtier promote-demote BLOCK N   (GBTEST_EXPECT=nodemote: GREENBOOST_DEMOTE=off)
+ *   gbtier budget BLOCK N           (GREENBOOST_TIERING=on under a budget)
+ *   gbtier cap BLOCK                (GREENBOOST_T2_CAP of two blocks)
+ *   gbtier free-moving BLOCK ROUNDS
+ *
+ * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
+ * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
+ * runner sets FAKECUDA_VRAM, GREENBOOST_VRAM_HEADROOM (bytes) and
+ * GREENBOOST_TIER_INTERVAL_MS. */
+#define _GNU_SOURCE
+#include "testutil.h"
+#include "shimstats.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+cudaError_t cudaMalloc(void **p, size_t n);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+
+static size_t vram, headroom;
+
+static size_t device_free(void) { return vram - fakegpu_device_used(); }
+static CUdeviceptr dptr(void *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+/* ---- the other process ---- */
+struct balloon {
+    pid_t pid;
+    FILE *out;
+};
+
+/* Starts gbballoon holding `hold` bytes; returns once it holds them. */
+static struct balloon balloon_start(size_t hold)
+{
+    const char *bin = getenv("GBTEST_BALLOON_BIN");
+    CHECK(bin && getenv("FAKECUDA_DEVICE_SHARE"), "needs GBTEST_BALLOON_BIN and FAKECUDA_DEVICE_SHARE\n");
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe\n");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork\n");
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        unsetenv("LD_PRELOAD");
+        setenv("FAKECUDA_LOG", "/dev/null", 1);
+        char size[32];
+        snprintf(size, sizeof size, "%zu", hold);
+        execl(bin, bin, size, "0", "120", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    struct balloon b = { pid, fdopen(fds[0], "r") };
+    char line[256] = "";
+    CHECK(fgets(line, sizeof line, b.out) && !strncmp(line, "ready", 5), "the balloon (%zu MiB) did not start: %s\n",
+          hold >> 20, line);
+    return b;
+}
+
+static void balloon_stop(struct balloon *b)
+{
+    kill(b->pid, SIGTERM);
+    int status = 0;
+    waitpid(b->pid, &status, 0);
+    fclose(b->out);
+    CHECK(WIFEXITED(status), "the balloon did not exit cleanly\n");
+}
+
+/* ---- kernels that keep running on two streams while memory moves ---- */
+struct workload {
+    void **blocks;
+    int n;
+    size_t block;
+    volatile int stop;
+    unsigned long long rounds, bad;
+};
+
+static void *keep_verifying(void *arg)
+{
+    struct workload *w = arg;
+    cudaStream_t s[2];
+    OK(cudaStreamCreateWithFlags(&s[0], 1));
+    OK(cudaStreamCreateWithFlags(&s[1], 1));
+    while (!w->stop) {
+        for (int i = 0; i < w->n; i++) {
+            unsigned long long bad = 0;
+            OK(fakegpu_launch_verify(dptr(w->blocks[i]), w->block, 700 + (uint32_t)i, s[i & 1], &bad));
+            OK(cudaStreamSynchronize(s[i & 1]));
+            w->bad += bad;
+        }
+        w->rounds++;
+    }
+    return NULL;
+}
+
+static void check_blocks(void **blocks, int n, size_t block, const char *when)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "%s: block %d (%s) has %llu wrong words\n", when, i, fakegpu_ptr_kind(dptr(blocks[i])), bad);
+    }
+}
+
+/* Waits up to 10 s for `done`, watching that the device keeps `keep` bytes free. */
+static int wait_for(int (*done)(void *), void *arg, size_t keep, size_t *lowest)
+{
+    for (int ms = 0; ms < 10000; ms++) {
+        size_t free_now = device_free();
+        if (free_now < *lowest)
+            *lowest = free_now;
+        CHECK(free_now >= keep, "the device has %zu MiB free, less than %zu MiB\n", free_now >> 20, keep >> 20);
+        if (done(arg))
+            return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+static int tier_vram_at_least(void *want) { return shim_stats().tier_vram >= *(unsigned long long *)want; }
+static int demoted_at_least(void *want) { return shim_stats().demoted_bytes >= *(unsigned long long *)want; }
+
+/* Allocates n blocks and fills them; returns how many are movable T2 (kind "managed"):
+ * beside another process, those that did not fit above the headroom. */
+static int allocate_blocks(void **blocks, int n, size_t block)
+{
+    int movable = 0;
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&blocks[i], block));
+        int managed = !strcmp(fakegpu_ptr_kind(dptr(blocks[i])), "managed");
+        unsigned long long t2 = shim_t2_bytes(blocks[i], block);
+        CHECK((t2 == 0 || t2 == block) && (!managed || t2 == block), "block %d is %s with %llu T2 bytes\n", i,
+              fakegpu_ptr_kind(dptr(blocks[i])), t2);
+        movable += managed;
+        OK(fakegpu_launch_fill(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    return movable;
+}
+
+static int test_promote_demote(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: promote-demote BLOCK N\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int n = atoi(argv[3]);
+    int demote = !getenv("GBTEST_EXPECT") || strcmp(getenv("GBTEST_EXPECT"), "nodemote");
+    void *blocks[32];
+    CHECK(n > 0 && n <= 32, "1 to 32 blocks\n");
+    /* Room for half of the blocks beside the headroom. */
+    struct balloon other = balloon_start(vram - headroom - (size_t)(n / 2) * block);
+    int movable = allocate_blocks(blocks, n, block);
+    struct shim_stats s0 = shim_stats();
+    printf("%d of %d blocks movable in T2, %zu MiB free\n", movable, n, device_free() >> 20);
+    CHECK(movable == n - n / 2 && s0.movable_allocs == (unsigned long long)movable,
+          "%d blocks movable (the shim counts %llu), want %d\n", movable, s0.movable_allocs, n - n / 2);
+    /* A forked child that only exits: the parent's tiering goes on (fork handlers). */
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0);
+
+    struct workload w = { blocks, n, block, 0, 0, 0 };
+    pthread_t worker;
+    pthread_create(&worker, NULL, keep_verifying, &w);
+    balloon_stop(&other);
+    unsigned long long want = (unsigned long long)movable * block;
+    size_t lowest = device_free();
+    CHECK(wait_for(tier_vram_at_least, &want, headroom, &lowest), "the other process left, yet only %llu of %llu "
+          "movable bytes were promoted in 10 s (%llu promotions)\n", shim_stats().tier_vram, want, shim_stats().promotions);
+    for (int i = n / 2; i < n; i++) {
+        CHECK(fakegpu_managed_where(dptr(blocks[i])) == 0 && shim_t2_bytes(blocks[i], block) == 0,
+              "block %d promoted, yet the fake has it at %d and the shim counts %llu T2 bytes\n", i,
+              fakegpu_managed_where(dptr(blocks[i])), shim_t2_bytes(blocks[i], block));
+    }
+    struct shim_stats s1 = shim_stats();
+    printf("promoted %llu MiB in %llu moves; lowest free %zu MiB\n", s1.promoted_bytes >> 20, s1.promotions,
+           lowest >> 20);
+    CHECK(s1.promoted_bytes == want && s1.promotions == (unsigned long long)movable, "promoted %llu bytes in %llu "
+          "moves, want %llu in %d\n", s1.promoted_bytes, s1.promotions, want, movable);
+    check_blocks(blocks, n, block, "after promotion");
+
+    /* Another process takes all but half the headroom: the coldest block goes back. */
+    struct balloon squeeze = balloon_start(device_free() - headroom / 2);
+    unsigned long long one = block;
+    size_t unused = vram;
+    int demoted = wait_for(demoted_at_least, &one, 0, &unused);
+    usleep(200000);
+    struct shim_stats s2 = shim_stats();
+    printf("another process leaves %zu MiB: demoted %llu MiB in %llu moves\n", device_free() >> 20,
+           s2.demoted_bytes >> 20, s2.demotions);
+    if (demote) {
+        CHECK(demoted && s2.demotions == 1, "free VRAM below the headroom: %llu demotions, want 1\n", s2.demotions);
+        CHECK(fakegpu_managed_where(dptr(blocks[n - 1])) == -1 && shim_t2_bytes(blocks[n - 1], block) == block,
+              "the newest block (the coldest: no product read any) is not back in T2\n");
+        CHECK(s2.promotions == s1.promotions, "a block was promoted again after the demotion\n");
+    } else {
+        CHECK(!demoted && s2.demotions == 0, "GREENBOOST_DEMOTE=off, yet %llu demotions\n", s2.demotions);
+    }
+    w.stop = 1;
+    pthread_join(worker, NULL);
+    CHECK(w.bad == 0 && w.rounds > 0, "kernels running during the moves saw %llu wrong words in %llu rounds\n", w.bad,
+          w.rounds);
+    check_blocks(blocks, n, block, "at the end");
+    balloon_stop(&squeeze);
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(blocks[i]));
+    CHECK(fakegpu_managed_live() == 0 && fakegpu_vram_used() == 0, "%d managed allocations and %zu bytes of VRAM "
+          "left after every free\n", fakegpu_managed_live(), fakegpu_vram_used());
+    CHECK(shim_stats().t2_used == 0 && shim_stats().tier_vram == 0, "the shim still counts %llu T2 bytes, %llu "
+          "movable in VRAM\n", shim_stats().t2_used, shim_stats().tier_vram);
+    return 0;
+}
+
+static int test_budget(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: budget BLOCK N\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int n = atoi(argv[3]);
+    size_t budget = strtoull(getenv("GREENBOOST_VRAM_BUDGET"), NULL, 0);
+    void *blocks[32];
+    CHECK(n > 2 && n <= 32, "3 to 32 blocks\n");
+    int movable = allocate_blocks(blocks, n, block);
+    CHECK(movable > 0, "nothing went to T2 under a budget of %zu MiB\n", budget >> 20);
+    usleep(300000);
+    struct shim_stats s = shim_stats();
+    CHECK(s.t1_used <= budget && s.promotions == 0, "the budget was full, yet %llu promotions (%llu bytes in VRAM)\n",
+          s.promotions, s.t1_used);
+    /* A VRAM block freed: one movable block fits the budget again, and only one. */
+    int first_vram = -1;
+    for (int i = 0; i < n && first_vram < 0; i++)
+        if (strcmp(fakegpu_ptr_kind(dptr(blocks[i])), "managed"))
+            first_vram = i;
+    CHECK(first_vram >= 0, "no block in VRAM\n");
+    OK(cudaFree(blocks[first_vram]));
+    unsigned long long one = block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &one, 0, &lowest), "a block of the budget was freed, yet nothing was "
+          "promoted\n");
+    usleep(300000);
+    s = shim_stats();
+    printf("budget %zu MiB: %llu MiB in VRAM, %llu promotions\n", budget >> 20, s.t1_used >> 20, s.promotions);
+    CHECK(s.t1_used <= budget && s.promotions == 1, "%llu promotions, %llu bytes in VRAM under a budget of %zu\n",
+          s.promotions, s.t1_used, budget);
+    for (int i = 0; i < n; i++)
+        if (i != first_vram) {
+            unsigned long long bad = 0;
+            OK(fakegpu_launch_verify(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL, &bad));
+            OK(cudaDeviceSynchronize());
+            CHECK(bad == 0, "block %d: %llu wrong words\n", i, bad);
+            OK(cudaFree(blocks[i]));
+        }
+    return 0;
+}
+
+static int test_cap(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: cap BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    /* Nothing fits beside the other process: every block goes to T2, whose cap is two. */
+    struct balloon other = balloon_start(vram - headroom);
+    void *blocks[3];
+    for (int i = 0; i < 2; i++) {
+        OK(cudaMalloc(&blocks[i], block));
+        OK(fakegpu_launch_fill(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    cudaError_t rc = cudaMalloc(&blocks[2], block);
+    CHECK(rc == cudaErrorMemoryAllocation, "a third block past the T2 cap -> %d, want %d\n", rc,
+          cudaErrorMemoryAllocation);
+    balloon_stop(&other);
+    unsigned long long both = 2 * block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &both, headroom, &lowest), "the two blocks were not promoted\n");
+    /* T2 is empty now: two more movable blocks fill its cap. */
+    other = balloon_start(device_free() - headroom);
+    void *more[2];
+    for (int i = 0; i < 2; i++)
+        OK(cudaMalloc(&more[i], block));
+    /* The other process squeezes: demotion needs T2 room there is not. */
+    struct balloon squeeze = balloon_start(device_free() - headroom / 2);
+    usleep(300000);
+    struct shim_stats s = shim_stats();
+    printf("T2 at its cap: %llu demotions, %llu T2 bytes\n", s.demotions, s.t2_used);
+    CHECK(s.demotions == 0 && s.t2_used <= 2 * block, "%llu demotions past the T2 cap (%llu T2 bytes)\n", s.demotions,
+          s.t2_used);
+    check_blocks(blocks, 2, block, "beside a full T2");
+    balloon_stop(&squeeze);
+    balloon_stop(&other);
+    for (int i = 0; i < 2; i++) {
+        OK(cudaFree(blocks[i]));
+        OK(cudaFree(more[i]));
+    }
+    CHECK(fakegpu_managed_live() == 0, "%d managed allocations left\n", fakegpu_managed_live());
+    return 0;
+}
+
+static int test_free_moving(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: free-moving BLOCK ROUNDS\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int rounds = atoi(argv[3]);
+    srand(7);
+    for (int r = 0; r < rounds; r++) {
+        struct balloon other = balloon_start(vram - headroom);
+        void *blocks[4];
+        for (int i = 0; i < 4; i++)
+            OK(cudaMalloc(&blocks[i], block));
+        balloon_stop(&other);
+        /* Promotion starts within a tick; the frees race it. */
+        usleep((useconds_t)(rand() % 30000));
+        for (int i = 0; i < 4; i++)
+            OK(cudaFree(blocks[i]));
+        CHECK(fakegpu_managed_live() == 0 && fakegpu_vram_used() == 0, "round %d: %d managed allocations and %zu "
+              "bytes of VRAM left after the frees\n", r, fakegpu_managed_live(), fakegpu_vram_used());
+    }
+    struct shim_stats s = shim_stats();
+    printf("%d rounds: %llu promotions raced the frees\n", rounds, s.promotions);
+    CHECK(s.t2_used == 0 && s.t1_used == 0 && s.tier_vram == 0, "the shim still counts T1 %llu, T2 %llu, movable in "
+          "VRAM %llu\n", s.t1_used, s.t2_used, s.tier_vram);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct named_test tests[] = {
+        { "promote-demote", test_promote_demote },
+        { "budget", test_budget },
+        { "cap", test_cap },
+        { "free-moving", test_free_moving },
+    };
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    vram = fakegpu_vram_total();
+    /* The runner sets the headroom in bytes, as the shim reads it. */
+    const char *h = getenv("GREENBOOST_VRAM_HEADROOM");
+    headroom = h ? strtoull(h, NULL, 0) : 0;
+    CHECK(headroom > 0, "GREENBOOST_VRAM_HEADROOM must be set (bytes)\n");
+    return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, NULL);
+}

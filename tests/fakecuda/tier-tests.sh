@@ -1,0 +1,46 @@
+# Live tiering (gbtier, src/tier_tests.c), sourced by run-tests.sh: movable T2 beside
+# another process on a shared fake device. The program starts and stops its balloons
+# itself (GBTEST_BALLOON_BIN); the tier thread looks every 10 ms.
+
+# tier_run NAME [VAR=value...] ARGS: gbtier under the shim on a new share file.
+tier_run() {
+    tr_name=$1
+    shift
+    share=$work/$tr_name.share
+    rm -f "$share"
+    shim "$tr_name" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" GBTEST_BALLOON_BIN="$BIN/gbballoon" \
+        GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_TIER_INTERVAL_MS=10 "$@"
+}
+
+TIER_BLOCK=$(( VRAM / 16 ))
+TIER_HEADROOM=$(( VRAM / 8 ))
+
+t_tier_promote_demote() {
+    # Half of 6 blocks are movable beside the balloon; all promoted once it leaves, the
+    # newest demoted when another process leaves half the headroom free.
+    tier_run tier-promote-demote "$BIN/gbtier" promote-demote $TIER_BLOCK 6 || return 1
+    out_has "^promoted $(( TIER_BLOCK * 3 >> 20 )) MiB in 3 moves" "want three blocks promoted"
+}
+t_tier_control_off_fails() {
+    # The same with live tiering off: nothing is movable (fails the placement check).
+    share=$work/tier-control-off.share
+    rm -f "$share"
+    run_fails tier-control-off-fails "0 blocks movable" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
+        GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_TIERING=off "$BIN/gbtier" promote-demote $TIER_BLOCK 6
+}
+t_tier_no_demote() {
+    tier_run tier-no-demote GREENBOOST_DEMOTE=off GBTEST_EXPECT=nodemote "$BIN/gbtier" promote-demote $TIER_BLOCK 6
+}
+t_tier_budget() {
+    # Tiering on under a budget of 3 blocks: promotion waits for room in the budget.
+    tier_run tier-budget GREENBOOST_TIERING=on GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 3 )) \
+        "$BIN/gbtier" budget $TIER_BLOCK 5
+}
+t_tier_cap() {
+    tier_run tier-cap GREENBOOST_T2_CAP=$(( TIER_BLOCK * 2 )) "$BIN/gbtier" cap $TIER_BLOCK
+}
+t_tier_free_moving() {
+    tier_run tier-free-moving "$BIN/gbtier" free-moving $TIER_BLOCK 12
+}
+
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_free_moving"
