@@ -57,14 +57,31 @@ class Driver:
     """cuPointerGetAttribute from libcuda, to see where the driver says a tensor lives."""
 
     MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    IS_MANAGED = 8  # CU_POINTER_ATTRIBUTE_IS_MANAGED
+    PREFERRED_LOCATION = 2  # CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION
     HOST, DEVICE = 1, 2  # CU_MEMORYTYPE_*
 
     def __init__(self):
         self.lib = ctypes.CDLL("libcuda.so.1")
         self.lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong]
         self.lib.cuPointerGetAttribute.restype = ctypes.c_int
+        self.lib.cuMemRangeGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_ulonglong,
+                                                    ctypes.c_size_t]
+        self.lib.cuMemRangeGetAttribute.restype = ctypes.c_int
 
     def placement(self, ptr):
+        # The shim's movable T2 (live tiering) is managed memory, which the driver calls
+        # device memory wherever it lives: its preferred location says where it is meant to be.
+        managed = ctypes.c_uint(0)
+        rc = self.lib.cuPointerGetAttribute(ctypes.byref(managed), self.IS_MANAGED, ptr)
+        if rc != 0:
+            return f"error{rc}"
+        if managed.value:
+            preferred = ctypes.c_int(-2)
+            rc = self.lib.cuMemRangeGetAttribute(ctypes.byref(preferred), 4, self.PREFERRED_LOCATION, ptr, 1)
+            if rc != 0:
+                return f"error{rc}"
+            return "vram" if preferred.value >= 0 else "t2"
         value = ctypes.c_uint(0)
         rc = self.lib.cuPointerGetAttribute(ctypes.byref(value), self.MEMORY_TYPE, ptr)
         if rc != 0:

@@ -133,12 +133,41 @@ fn record_stale_errors(tally: &mut Tally, name: &str, call: &str, stale: &[(usiz
 enum Placement {
     /// Device memory: VRAM (tier T1).
     Vram,
-    /// Host memory mapped for the GPU: the shim's T2.
+    /// Host memory mapped for the GPU: the shim's T2 (pinned, or movable managed memory
+    /// preferred on the host).
     Host,
     Other(u32),
 }
 
 fn placement(ptr: *mut c_void) -> Result<Placement, String> {
+    // The shim's movable T2 (live tiering) is managed memory, which the driver calls
+    // device memory wherever it lives: its preferred location says where it is meant to be.
+    let mut managed: u32 = 0;
+    // SAFETY: CU_POINTER_ATTRIBUTE_IS_MANAGED writes one unsigned int.
+    let e = unsafe {
+        cu::cuPointerGetAttribute(
+            (&mut managed as *mut u32).cast(),
+            cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            ptr as cu::CUdeviceptr,
+        )
+    };
+    cu_check("cuPointerGetAttribute(IS_MANAGED)", e)?;
+    if managed != 0 {
+        let mut preferred: i32 = -2;
+        // SAFETY: CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION writes one int; the range is
+        // the first byte of a live managed allocation.
+        let e = unsafe {
+            cu::cuMemRangeGetAttribute(
+                (&mut preferred as *mut i32).cast(),
+                4,
+                cu::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION,
+                ptr as cu::CUdeviceptr,
+                1,
+            )
+        };
+        cu_check("cuMemRangeGetAttribute(PREFERRED_LOCATION)", e)?;
+        return Ok(if preferred >= 0 { Placement::Vram } else { Placement::Host });
+    }
     let mut memory_type: u32 = 0;
     // SAFETY: CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes one unsigned int.
     let e = unsafe {
