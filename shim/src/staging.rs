@@ -102,7 +102,7 @@ impl Operand {
         self.address != 0
             && self.bytes != 0
             && u64::try_from(self.width).is_ok_and(|width| width >= min_width)
-            && registry::touches_t2(self.address, self.bytes)
+            && registry::touches_pinned_t2(self.address, self.bytes)
     }
 }
 
@@ -299,7 +299,7 @@ pub fn run_staged(
 fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: Stream) {
     let (address, bytes) = next;
     let offset = address % KEPT_ALIGNMENT;
-    if offset + bytes > scratch.slot_bytes || !registry::touches_t2(address, bytes) {
+    if offset + bytes > scratch.slot_bytes || !registry::touches_pinned_t2(address, bytes) {
         return;
     }
     if scratch.side.is_null() {
