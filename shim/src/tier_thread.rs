@@ -162,7 +162,7 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         };
         let Some(move_started) = m.start_move(promote, reserve) else { continue };
         let to = if promote { Where::Device(device) } else { Where::Host };
-        let issued = issue(m, to, stream);
+        let issued = cuda::with_context(m.context(), || issue(m, to, stream));
         started.push((m, move_started, issued));
     }
     if started.is_empty() {
