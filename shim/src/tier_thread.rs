@@ -180,7 +180,9 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         if !arrived && issued {
             // The driver may have moved part of it: say where it should be again.
             let back = if promotion { Where::Host } else { Where::Device(device) };
-            cuda::mem_advise(m.base(), m.len(), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, back);
+            cuda::with_context(m.context(), || {
+                cuda::mem_advise(m.base(), m.len(), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, back)
+            });
         }
         m.finish_move(move_started, arrived);
         if !arrived {
