@@ -39,8 +39,12 @@ t_tier_budget() {
 t_tier_cap() {
     tier_run tier-cap GREENBOOST_T2_CAP=$(( TIER_BLOCK * 2 )) "$BIN/gbtier" cap $TIER_BLOCK
 }
+t_tier_order() {
+    # Products read one of three movable blocks; with room for one, that one moves.
+    tier_run tier-order "$BIN/gbtier" order $TIER_BLOCK
+}
 t_tier_free_moving() {
     tier_run tier-free-moving "$BIN/gbtier" free-moving $TIER_BLOCK 12
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_free_moving"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_free_moving"

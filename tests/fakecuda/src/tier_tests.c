@@ -7,6 +7,7 @@
  *   gbtier budget BLOCK N           (GREENBOOST_TIERING=on under a budget)
  *   gbtier cap BLOCK                (GREENBOOST_T2_CAP of two blocks)
  *   gbtier free-moving BLOCK ROUNDS
+ *   gbtier order BLOCK              (the hottest block is promoted first)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -27,6 +28,10 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
+typedef struct fake_cublas *cublasHandle_t;
+int cublasCreate_v2(cublasHandle_t *h);
+int cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
+                   int lda, const float *b, int ldb, const float *beta, float *c, int ldc);
 
 static size_t vram, headroom;
 
@@ -329,6 +334,52 @@ static int test_free_moving(int argc, char **argv)
     return 0;
 }
 
+/* Three movable blocks, products reading the middle one; then room for one block only:
+ * that one moves first. Three other processes make the room: one holds the rest of the
+ * device, one is stopped to open room, one takes back all but one block's worth first. */
+static int test_order(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: order BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    size_t opened = block + headroom + headroom / 4 + block / 2; /* fits one block, not two */
+    struct balloon rest = balloon_start(vram - headroom - opened);
+    struct balloon opener = balloon_start(opened);
+    void *blocks[3];
+    CHECK(allocate_blocks(blocks, 3, block) == 3, "the three blocks are not all movable\n");
+    /* Products whose weights are block 1: K x M floats, read by a 4-wide product. */
+    int m = 1024, k = (int)(block / 4 / 1024), n = 4;
+    float *x, *y, one = 1, zero = 0;
+    OK(cudaMalloc((void **)&x, (size_t)k * n * 4));
+    OK(cudaMalloc((void **)&y, (size_t)m * n * 4));
+    OK(fakegpu_launch_fill(dptr(x), (size_t)k * n * 4, 5, NULL));
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h));
+    for (int i = 0; i < 3; i++)
+        OK(cublasSgemm_v2(h, 1, 0, m, n, k, &one, blocks[1], k, x, k, &zero, y, m));
+    OK(cudaDeviceSynchronize());
+    /* All but a little of the room is taken first, then the opener leaves: room for one. */
+    struct balloon taker = balloon_start(device_free() - headroom / 8);
+    balloon_stop(&opener);
+    unsigned long long want = block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &want, 0, &lowest), "room for one block opened, yet nothing was promoted\n");
+    usleep(300000);
+    struct shim_stats s = shim_stats();
+    printf("room for one block: promoted %llu MiB in %llu moves; where: %d %d %d\n", s.promoted_bytes >> 20,
+           s.promotions, fakegpu_managed_where(dptr(blocks[0])), fakegpu_managed_where(dptr(blocks[1])),
+           fakegpu_managed_where(dptr(blocks[2])));
+    CHECK(s.promotions == 1 && fakegpu_managed_where(dptr(blocks[1])) == 0,
+          "the block the products read was not the one promoted (%llu promotions)\n", s.promotions);
+    check_blocks(blocks, 3, block, "after promotion");
+    balloon_stop(&taker);
+    balloon_stop(&rest);
+    OK(cudaFree(x));
+    OK(cudaFree(y));
+    for (int i = 0; i < 3; i++)
+        OK(cudaFree(blocks[i]));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
@@ -336,6 +387,7 @@ int main(int argc, char **argv)
         { "budget", test_budget },
         { "cap", test_cap },
         { "free-moving", test_free_moving },
+        { "order", test_order },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
