@@ -25,6 +25,7 @@
 
 cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
@@ -313,6 +314,8 @@ static int test_free_moving(int argc, char **argv)
     CHECK(argc >= 4, "usage: free-moving BLOCK ROUNDS\n");
     size_t block = strtoull(argv[2], NULL, 0);
     int rounds = atoi(argv[3]);
+    cudaStream_t stream;
+    OK(cudaStreamCreateWithFlags(&stream, 1));
     srand(7);
     for (int r = 0; r < rounds; r++) {
         struct balloon other = balloon_start(vram - headroom);
@@ -320,10 +323,21 @@ static int test_free_moving(int argc, char **argv)
         for (int i = 0; i < 4; i++)
             OK(cudaMalloc(&blocks[i], block));
         balloon_stop(&other);
-        /* Promotion starts within a tick; the frees race it. */
+        /* Promotion starts within a tick; the frees race it, half of them stream-ordered
+         * behind a kernel still reading the block. */
         usleep((useconds_t)(rand() % 30000));
-        for (int i = 0; i < 4; i++)
-            OK(cudaFree(blocks[i]));
+        for (int i = 0; i < 4; i++) {
+            if (i & 1) {
+                unsigned long long bad = 0;
+                OK(fakegpu_launch_verify(dptr(blocks[i]), block, 0, stream, &bad));
+                OK(cudaFreeAsync(blocks[i], stream));
+            } else {
+                OK(cudaFree(blocks[i]));
+            }
+        }
+        OK(cudaStreamSynchronize(stream));
+        for (int ms = 0; ms < 2000 && fakegpu_managed_live() != 0; ms++)
+            usleep(1000); /* stream-ordered frees are released once their stream passed them */
         CHECK(fakegpu_managed_live() == 0 && fakegpu_vram_used() == 0, "round %d: %d managed allocations and %zu "
               "bytes of VRAM left after the frees\n", r, fakegpu_managed_live(), fakegpu_vram_used());
     }
