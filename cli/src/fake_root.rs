@@ -1,4 +1,4 @@
-//! For unit tests: a temporary directory standing in for /sys, /proc and
+//! For unit tests: a temporary directory standing in for /sys, /proc, /dev/shm and
 //! /var/lib/greenboost, with the `SystemPaths` that point there. Removed when dropped.
 
 use std::fs;
@@ -22,6 +22,7 @@ impl FakeRoot {
             proc: dir.join("proc"),
             device: dir.join("dev/greenboost"),
             state: dir.join("state"),
+            shm: dir.join("shm"),
         };
         FakeRoot { dir, paths }
     }

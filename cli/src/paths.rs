@@ -7,13 +7,16 @@ use std::path::{Path, PathBuf};
 
 /// `GREENBOOST_SYSFS_ROOT` replaces `/sys`, `GREENBOOST_PROC_ROOT` replaces `/proc`,
 /// `GREENBOOST_DEVICE` replaces `/dev/greenboost`, `GREENBOOST_STATE_DIR` replaces
-/// `/var/lib/greenboost` (where `greenboost swap add` records its swap files).
+/// `/var/lib/greenboost` (where `greenboost swap add` records its swap files),
+/// `GREENBOOST_SHM_DIR` replaces `/dev/shm` (where processes under the shim publish
+/// their figures).
 #[derive(Clone, Debug)]
 pub struct SystemPaths {
     pub sys: PathBuf,
     pub proc: PathBuf,
     pub device: PathBuf,
     pub state: PathBuf,
+    pub shm: PathBuf,
 }
 
 /// The directory scripts/uninstall.sh reads the swap-file record from.
@@ -27,6 +30,7 @@ impl SystemPaths {
             proc: var("GREENBOOST_PROC_ROOT", "/proc"),
             device: var("GREENBOOST_DEVICE", greenboost_abi::GB_DEVICE_PATH),
             state: var("GREENBOOST_STATE_DIR", STATE_DIR),
+            shm: var("GREENBOOST_SHM_DIR", greenboost_policy::PUBLISHED_DIR),
         }
     }
 

@@ -29,6 +29,7 @@ impl FakeRoot {
             .env("GREENBOOST_SYSFS_ROOT", self.0.join("sys"))
             .env("GREENBOOST_PROC_ROOT", self.0.join("proc"))
             .env("GREENBOOST_DEVICE", self.0.join("dev/greenboost"))
+            .env("GREENBOOST_SHM_DIR", self.0.join("shm"))
             .env("GREENBOOST_NVML_LIBRARY", "none")
             .output()
             .unwrap();
@@ -148,6 +149,7 @@ const EXPECTED_JSON: &str = r#"{
       "gpu_memory": null
     }
   ],
+  "shim_processes": [],
   "sources": [
     "sysfs"
   ],

@@ -45,6 +45,7 @@ fn status(root: &Path, nvml: &Path, json: bool) -> String {
         .env("GREENBOOST_SYSFS_ROOT", root.join("sys"))
         .env("GREENBOOST_PROC_ROOT", root.join("proc"))
         .env("GREENBOOST_DEVICE", root.join("dev/greenboost"))
+        .env("GREENBOOST_SHM_DIR", root.join("shm"))
         .env("GREENBOOST_NVML_LIBRARY", nvml)
         .output()
         .unwrap();
@@ -132,6 +133,7 @@ const JSON_NVML_PROCESS: &str = r#"    {
       "gpu_memory": null
     }
   ],
+  "shim_processes": [],
   "sources": [
     "sysfs",
     "nvml"

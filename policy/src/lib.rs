@@ -1,7 +1,9 @@
 //! GreenBoost's policy surface, defined once: every `GREENBOOST_*` setting with its
 //! variable, `greenboost run` flag, parser, default and help (`SETTINGS`), the one size
 //! syntax (`parse_size`), per-device sizes (`PerDevice`), the choices
-//! (`ReportMode`, `BackendChoice`, `LogLevel`, `parse_switch`) and the default values.
+//! (`ReportMode`, `BackendChoice`, `LogLevel`, `parse_switch`) and the default values;
+//! and the record a process under the shim publishes for `greenboost status`
+//! (`Published`).
 //!
 //! The shim parses its environment in a load-time constructor, before `main`, where
 //! allocating is forbidden: so this crate is `no_std`, has no dependencies and never
@@ -19,11 +21,13 @@ extern crate std;
 
 mod choice;
 mod per_device;
+mod published;
 mod settings;
 mod size;
 
 pub use choice::{parse_switch, switch_name, BackendChoice, LogLevel, ReportMode, TieringChoice, SWITCH_NAMES};
 pub use per_device::{PerDevice, PerDeviceError, MAX_DEVICES, MAX_ORDINAL};
+pub use published::{Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION};
 pub use settings::{
     by_env, by_flag, default_host_reserve, default_vram_headroom, default_vram_reserve, Id, Kind, Setting,
     DEFAULT_DEMOTE, DEFAULT_MIN_T2_SIZE, DEFAULT_SPLIT_MIN, DEFAULT_STAGE_MAX, DEFAULT_STAGE_MIN_WIDTH,

@@ -10,6 +10,7 @@ use crate::ffi::*;
 use crate::host::{self, HostFailure};
 use crate::log::Mib;
 use crate::movable::{self, MovableFailure};
+use crate::publish;
 use crate::registry::{self, Backed, Lookup, Record};
 use crate::release;
 use crate::split;
@@ -65,6 +66,7 @@ pub fn allocate<R: PartialEq + Copy>(
                 if after_oom {
                     stats::bump(&STATS.t2_after_vram_oom);
                 }
+                publish::update();
                 return Allocated::Host(device_ptr);
             }
             Err(MovableFailure::Exhausted) => return stats::out_of_memory(Allocated::OutOfMemory),
@@ -76,6 +78,7 @@ pub fn allocate<R: PartialEq + Copy>(
         if let Some(split) = split::create(size, device, release::reserve_t2) {
             let device_ptr = split.base();
             registry::insert(device_ptr, Record::Backed(Backed::Split(split)));
+            publish::update();
             return Allocated::Host(device_ptr);
         }
     }
@@ -85,6 +88,7 @@ pub fn allocate<R: PartialEq + Copy>(
             if after_oom {
                 stats::bump(&STATS.t2_after_vram_oom);
             }
+            publish::update();
             Allocated::Host(device_ptr)
         }
         Err(HostFailure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {
@@ -161,6 +165,7 @@ pub fn free_with<R: PartialEq>(
     match registry::take(device_ptr) {
         Lookup::Found(Record::Backed(allocation)) => {
             release(allocation);
+            publish::update();
             success
         }
         Lookup::Found(Record::Vram(charge)) => {

@@ -27,6 +27,7 @@ mod ffi;
 mod lock;
 mod phase;
 mod stats;
+mod publish;
 
 mod libs;
 mod real;

@@ -12,6 +12,7 @@ use crate::lock::ForkLock;
 use crate::log::{self, Mib};
 use crate::movable;
 use crate::phase;
+use crate::publish;
 use crate::registry;
 use crate::release;
 use crate::stats::{self, STATS};
@@ -79,6 +80,7 @@ extern "C" fn after_fork_in_child() {
     host::forget_cache_in_child();
     release::restart_reclaimer_in_child();
     tier_thread::restart_in_child();
+    publish::forget_in_child();
     if stats::load(&STATS.t1_allocs) != 0 || stats::load(&STATS.t2_allocs) != 0 {
         phase::step_aside_after_fork();
     }
@@ -90,6 +92,7 @@ extern "C" fn after_fork_in_child() {
 static SUMMARY_PRINTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn summary_at_exit() {
+    publish::withdraw();
     // A child that stepped aside after fork has no VRAM of its own to report.
     if phase::active() {
         budget::final_report();

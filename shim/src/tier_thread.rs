@@ -14,6 +14,7 @@ use crate::cuda::{self, Where};
 use crate::ffi::*;
 use crate::log::Mib;
 use crate::movable::{self, Movable, Reserved, Started};
+use crate::publish;
 use crate::release;
 use crate::stats::{self, STATS};
 use crate::tiering::{self, Candidate, Move, Room};
@@ -118,6 +119,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     for group in groups(&chosen) {
         demoted += move_group(device, group, streams);
     }
+    publish::update();
     debug!(
         "live tiering on device {}: {} free, headroom {}, {} moves ({} demoted)",
         device,

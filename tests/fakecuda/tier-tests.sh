@@ -19,7 +19,13 @@ t_tier_promote_demote() {
     # Half of 6 blocks are movable beside the balloon; all promoted once it leaves, the
     # newest demoted when another process leaves half the headroom free.
     tier_run tier-promote-demote "$BIN/gbtier" promote-demote $TIER_BLOCK 6 || return 1
-    out_has "^promoted $(( TIER_BLOCK * 3 >> 20 )) MiB in 3 moves" "want three blocks promoted"
+    out_has "^promoted $(( TIER_BLOCK * 3 >> 20 )) MiB in 3 moves" "want three blocks promoted" || return 1
+    # The record greenboost status read is gone with the process.
+    record=$(sed -n 's/^published //p' "$out")
+    if [ -z "$record" ] || [ -e "$record" ]; then
+        why="the shim's record ${record:-(none)} is not removed at exit"
+        return 1
+    fi
 }
 t_tier_control_off_fails() {
     # The same with live tiering off: nothing is movable (fails the placement check).

@@ -2,7 +2,7 @@
 //! its text column, and the sentences the text prints for the module and pressure.
 
 use super::view::{both, json, shown, Body, Cell, Column, Empty, Field, Section, Table};
-use super::{t3, ProcessRow, Status};
+use super::{shim, t3, ProcessRow, Status};
 use crate::json::Json;
 use crate::nvml::{Gpu, NvmlReport};
 use crate::size::format_bytes;
@@ -23,6 +23,7 @@ pub const TEXT_ORDER: &[&str] = &[
     "",
     "processes",
     "processes_note",
+    "shim_processes",
     "note",
 ];
 
@@ -87,6 +88,7 @@ impl Status {
             gpu_error,
             self.processes_section(),
             section("processes_note", Body::None, self.processes_note.iter().cloned().collect()),
+            shim::section(&self.shim_processes),
             section(
                 "sources",
                 Body::Cell(Cell::Json(Json::Array(self.sources.iter().map(|s| Json::from(*s)).collect()))),
@@ -275,6 +277,7 @@ mod tests {
             processes,
             processes_note: None,
             nvml: Err("NVML disabled".into()),
+            shim_processes: vec![],
             sources: vec!["ioctl"],
         }
     }

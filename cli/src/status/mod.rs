@@ -8,11 +8,15 @@
 //! (`GB_INFO_T3`) gives its T3 totals through `GB_IOC_T3_STATS` and per-process T3
 //! figures in `GB_PROC_LIST_T3` rows; `t3.rs` reads and describes them.
 //!
+//! Processes under the shim publish their own figures (T1, T2 whatever the backend,
+//! live tiering's moves) in /dev/shm; `shim.rs` reads them.
+//!
 //! `collect` gathers the figures into a `Status`; `describe.rs` turns it into the one
 //! description of what status shows (`view::Section`s), from which both the text
 //! (`print`) and `--json` (`to_json`) are rendered.
 
 mod describe;
+mod shim;
 mod t3;
 mod view;
 
@@ -74,6 +78,8 @@ pub struct Status {
     /// Why some or all of the module's processes are not listed (text only).
     pub processes_note: Option<String>,
     pub nvml: Result<NvmlReport, String>,
+    /// Processes under the shim that publish their figures.
+    pub shim_processes: Vec<shim::ShimProcess>,
     pub sources: Vec<&'static str>,
 }
 
@@ -339,6 +345,10 @@ pub fn collect(paths: &SystemPaths) -> Status {
         row.comm = read_trimmed(&paths.proc_path(format!("{}/comm", row.pid)));
     }
     processes.sort_by_key(|p| p.pid);
+    let shim_processes = shim::collect(paths);
+    if !shim_processes.is_empty() {
+        sources.push("shim");
+    }
     Status {
         module_loaded: paths.module_dir().is_dir(),
         device_path: paths.device.display().to_string(),
@@ -351,6 +361,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
         processes,
         processes_note,
         nvml,
+        shim_processes,
         sources,
     }
 }

@@ -38,4 +38,24 @@ static inline unsigned long long shim_t2_bytes(void *p, size_t n)
         (unsigned long long (*)(CUdeviceptr, unsigned long long))dlsym(RTLD_DEFAULT, "greenboost_shim_t2_bytes");
     return get ? get((CUdeviceptr)(uintptr_t)p, n) : 0;
 }
+/* The record the shim publishes for `greenboost status` (policy/src/published.rs),
+ * read from /dev/shm/greenboost-shim.<pid>; 0 when there is none. */
+struct shim_published {
+    unsigned long long magic;
+    unsigned version, size, pid, reserved;
+    unsigned long long start_time, seq, t1_used, t2_used, t2_peak, movable_allocs, tier_vram, promoted_bytes,
+        demoted_bytes, promotions, demotions;
+};
+
+static inline int shim_published(int pid, struct shim_published *out)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/dev/shm/greenboost-shim.%d", pid);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t got = fread(out, 1, sizeof *out, f);
+    fclose(f);
+    return got == sizeof *out && out->magic == 0x31304d4948534247ULL /* "GBSHIM01" */ && !(out->seq & 1);
+}
 #endif

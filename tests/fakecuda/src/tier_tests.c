@@ -194,6 +194,13 @@ static int test_promote_demote(int argc, char **argv)
     CHECK(s1.promoted_bytes == want && s1.promotions == (unsigned long long)movable, "promoted %llu bytes in %llu "
           "moves, want %llu in %d\n", s1.promoted_bytes, s1.promotions, want, movable);
     check_blocks(blocks, n, block, "after promotion");
+    /* What `greenboost status` reads: the process's own record, after the moves. */
+    struct shim_published rec;
+    CHECK(shim_published(getpid(), &rec) && rec.pid == (unsigned)getpid(), "no record of this process in /dev/shm\n");
+    CHECK(rec.promoted_bytes == s1.promoted_bytes && rec.tier_vram == s1.tier_vram && rec.t2_used == s1.t2_used,
+          "the published record says promoted %llu, in VRAM %llu, T2 %llu; the shim counts %llu, %llu, %llu\n",
+          rec.promoted_bytes, rec.tier_vram, rec.t2_used, s1.promoted_bytes, s1.tier_vram, s1.t2_used);
+    printf("published /dev/shm/greenboost-shim.%d\n", getpid());
 
     /* Another process takes all but half the headroom: the coldest block goes back. */
     struct balloon squeeze = balloon_start(device_free() - headroom / 2);
@@ -341,7 +348,13 @@ static int test_free_moving(int argc, char **argv)
         CHECK(fakegpu_managed_live() == 0 && fakegpu_vram_used() == 0, "round %d: %d managed allocations and %zu "
               "bytes of VRAM left after the frees\n", r, fakegpu_managed_live(), fakegpu_vram_used());
     }
+    /* The reclaim thread gives a stream-ordered free's charges back just after the
+     * memory itself: wait for it. */
     struct shim_stats s = shim_stats();
+    for (int ms = 0; ms < 2000 && (s.t1_used || s.t2_used || s.tier_vram); ms++) {
+        usleep(1000);
+        s = shim_stats();
+    }
     printf("%d rounds: %llu promotions raced the frees\n", rounds, s.promotions);
     CHECK(s.t2_used == 0 && s.t1_used == 0 && s.tier_vram == 0, "the shim still counts T1 %llu, T2 %llu, movable in "
           "VRAM %llu\n", s.t1_used, s.t2_used, s.tier_vram);

@@ -1,0 +1,118 @@
+//! What a process under the shim publishes for `greenboost status`: one small record in
+//! a shared-memory file, `/dev/shm/greenboost-shim.<pid>`, that the shim creates at its
+//! first T2 allocation, rewrites as its tiers change and removes at exit. It is how
+//! status sees a process's T2 and live tiering without the module (which never sees
+//! the userspace backend's memory nor managed memory).
+//!
+//! The writer is lock-free: `seq` is odd while it writes the figures; a reader takes a
+//! copy whose `seq` is even and the same before and after.
+
+/// The directory of the records.
+pub const PUBLISHED_DIR: &str = "/dev/shm";
+/// A record's file name: this, then the pid in decimal.
+pub const PUBLISHED_PREFIX: &str = "greenboost-shim.";
+pub const PUBLISHED_MAGIC: u64 = u64::from_le_bytes(*b"GBSHIM01");
+pub const PUBLISHED_VERSION: u32 = 1;
+
+/// One process's record (little-endian, as the machine writes it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub magic: u64,
+    pub version: u32,
+    /// `size_of::<Published>()` of the writer: a longer record may follow.
+    pub size: u32,
+    pub pid: u32,
+    pub reserved: u32,
+    /// The writer's start time (field 22 of `/proc/PID/stat`, clock ticks after boot):
+    /// with the pid, a record left by a killed process is told from a live one.
+    pub start_time: u64,
+    /// Odd while the figures below are being written.
+    pub seq: u64,
+    /// VRAM the process holds through the shim.
+    pub t1_used: u64,
+    /// T2 the process holds: pinned T2 and movable T2 while in T2.
+    pub t2_used: u64,
+    pub t2_peak: u64,
+    /// Live tiering: movable allocations made, bytes of them in VRAM now, bytes and
+    /// allocations moved each way.
+    pub movable_allocs: u64,
+    pub tier_vram: u64,
+    pub promoted_bytes: u64,
+    pub demoted_bytes: u64,
+    pub promotions: u64,
+    pub demotions: u64,
+}
+
+impl Published {
+    pub const SIZE: usize = core::mem::size_of::<Published>();
+
+    /// The record in `bytes` (a copy of the file), if it is one this reader knows and
+    /// was not being written.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Published> {
+        if bytes.len() < Self::SIZE {
+            return None;
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        let half = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
+        let record = Published {
+            magic: word(0),
+            version: half(8),
+            size: half(12),
+            pid: half(16),
+            reserved: half(20),
+            start_time: word(24),
+            seq: word(32),
+            t1_used: word(40),
+            t2_used: word(48),
+            t2_peak: word(56),
+            movable_allocs: word(64),
+            tier_vram: word(72),
+            promoted_bytes: word(80),
+            demoted_bytes: word(88),
+            promotions: word(96),
+            demotions: word(104),
+        };
+        let known = record.magic == PUBLISHED_MAGIC
+            && record.version == PUBLISHED_VERSION
+            && record.size as usize >= Self::SIZE
+            && record.seq.is_multiple_of(2);
+        known.then_some(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_what_from_bytes_reads() {
+        assert_eq!(Published::SIZE, 112);
+        assert_eq!(core::mem::offset_of!(Published, seq), 32);
+        assert_eq!(core::mem::offset_of!(Published, demotions), 104);
+        let record = Published {
+            magic: PUBLISHED_MAGIC,
+            version: PUBLISHED_VERSION,
+            size: Published::SIZE as u32,
+            pid: 42,
+            start_time: 7,
+            seq: 4,
+            t2_used: 3 << 30,
+            tier_vram: 1 << 30,
+            demotions: 9,
+            ..Published::default()
+        };
+        // SAFETY: a plain repr(C) struct of integers, read as its bytes.
+        let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(record) };
+        assert_eq!(Published::from_bytes(&bytes), Some(record));
+        let writing = Published { seq: 5, ..record };
+        // SAFETY: as above.
+        let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(writing) };
+        assert_eq!(Published::from_bytes(&bytes), None, "odd seq: being written");
+        assert_eq!(Published::from_bytes(&bytes[..100]), None);
+        let foreign = Published { magic: 1, ..record };
+        // SAFETY: as above.
+        let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(foreign) };
+        assert_eq!(Published::from_bytes(&bytes), None);
+    }
+}
