@@ -49,8 +49,13 @@ t_tier_order() {
     # Products read one of three movable blocks; with room for one, that one moves.
     tier_run tier-order "$BIN/gbtier" order $TIER_BLOCK
 }
+t_tier_second_device() {
+    # Device 1 (VRAM/2) with a budget of two blocks: promotion goes to device 1.
+    tier_run tier-second-device FAKECUDA_DEVICES=2 FAKECUDA_VRAM1=$(( VRAM / 2 )) GREENBOOST_TIERING=on \
+        GREENBOOST_VRAM_BUDGET=0:$VRAM,1:$(( TIER_BLOCK * 2 )) "$BIN/gbtier" second-device $TIER_BLOCK
+}
 t_tier_free_moving() {
     tier_run tier-free-moving "$BIN/gbtier" free-moving $TIER_BLOCK 12
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_free_moving"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving"

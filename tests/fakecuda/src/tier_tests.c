@@ -8,6 +8,8 @@
  *   gbtier cap BLOCK                (GREENBOOST_T2_CAP of two blocks)
  *   gbtier free-moving BLOCK ROUNDS
  *   gbtier order BLOCK              (the hottest block is promoted first)
+ *   gbtier second-device BLOCK      (FAKECUDA_DEVICES=2, GREENBOOST_TIERING=on, a budget
+ *                                    of 2 blocks on device 1: moves stay on device 1)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -29,6 +31,7 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaSetDevice(int d);
 typedef struct fake_cublas *cublasHandle_t;
 int cublasCreate_v2(cublasHandle_t *h);
 int cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
@@ -407,6 +410,36 @@ static int test_order(int argc, char **argv)
     return 0;
 }
 
+/* On device 1, with a budget of two blocks there: four blocks, two movable; one VRAM
+ * block freed: one movable block moves into device 1's VRAM, none to device 0's. */
+static int test_second_device(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: second-device BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    OK(cudaSetDevice(1));
+    void *blocks[4];
+    CHECK(allocate_blocks(blocks, 4, block) == 2, "two of four blocks should be movable on device 1\n");
+    size_t device0 = fakegpu_vram_used_on(0);
+    int first_vram = !strcmp(fakegpu_ptr_kind(dptr(blocks[0])), "managed") ? 1 : 0;
+    OK(cudaFree(blocks[first_vram]));
+    unsigned long long one = block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &one, 0, &lowest), "a block of device 1's budget was freed, yet nothing "
+          "was promoted\n");
+    int on_one = 0;
+    for (int i = 0; i < 4; i++)
+        if (i != first_vram && !strcmp(fakegpu_ptr_kind(dptr(blocks[i])), "managed"))
+            on_one += fakegpu_managed_where(dptr(blocks[i])) == 1;
+    printf("device 1: %d movable block(s) promoted there; device 0 VRAM %zu -> %zu\n", on_one, device0,
+           fakegpu_vram_used_on(0));
+    CHECK(on_one == 1 && fakegpu_managed_on_device(0) == 0, "promoted %d block(s) to device 1, %zu bytes to device "
+          "0\n", on_one, fakegpu_managed_on_device(0));
+    for (int i = 0; i < 4; i++)
+        if (i != first_vram)
+            OK(cudaFree(blocks[i]));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
@@ -415,6 +448,7 @@ int main(int argc, char **argv)
         { "cap", test_cap },
         { "free-moving", test_free_moving },
         { "order", test_order },
+        { "second-device", test_second_device },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
