@@ -51,6 +51,7 @@ struct balloon {
 /* Starts gbballoon holding `hold` bytes; returns once it holds them. */
 static struct balloon balloon_start(size_t hold)
 {
+    CHECK(hold < vram, "a balloon of %zu bytes on a device of %zu: the device was fuller than planned\n", hold, vram);
     const char *bin = getenv("GBTEST_BALLOON_BIN");
     CHECK(bin && getenv("FAKECUDA_DEVICE_SHARE"), "needs GBTEST_BALLOON_BIN and FAKECUDA_DEVICE_SHARE\n");
     int fds[2];
@@ -72,6 +73,9 @@ static struct balloon balloon_start(size_t hold)
     char line[256] = "";
     CHECK(fgets(line, sizeof line, b.out) && !strncmp(line, "ready", 5), "the balloon (%zu MiB) did not start: %s\n",
           hold >> 20, line);
+    /* The shim reuses its measurement of the device for 1 ms: the next allocation must
+     * see the balloon. */
+    usleep(5000);
     return b;
 }
 
