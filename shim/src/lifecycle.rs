@@ -125,7 +125,7 @@ extern "C" fn summary_at_exit() {
     );
     if stats.movable_allocs != 0 {
         info!(
-            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} ms); {} in VRAM at exit",
+            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} ms; {} ms of it issuing); {} in VRAM at exit",
             pid,
             stats.movable_allocs,
             Mib(stats.promoted_bytes),
@@ -134,6 +134,7 @@ extern "C" fn summary_at_exit() {
             Mib(stats.demoted_bytes),
             stats.demotions,
             stats.demote_ns / 1_000_000,
+            stats.move_issue_ns / 1_000_000,
             Mib(stats.tier_vram),
         );
     }

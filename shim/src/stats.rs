@@ -39,6 +39,9 @@ pub struct Stats {
     pub demotions: AtomicU64,
     pub promote_ns: AtomicU64,
     pub demote_ns: AtomicU64,
+    /// Of the moves' wall time, what the tier thread spent issuing them (advice and
+    /// prefetch calls), the rest being the wait for the copies.
+    pub move_issue_ns: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -65,6 +68,7 @@ pub static STATS: Stats = Stats {
     demotions: AtomicU64::new(0),
     promote_ns: AtomicU64::new(0),
     demote_ns: AtomicU64::new(0),
+    move_issue_ns: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -130,6 +134,7 @@ pub struct ShimStats {
     pub demotions: u64,
     pub promote_ns: u64,
     pub demote_ns: u64,
+    pub move_issue_ns: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -165,6 +170,7 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         demotions: load(&STATS.demotions),
         promote_ns: load(&STATS.promote_ns),
         demote_ns: load(&STATS.demote_ns),
+        move_issue_ns: load(&STATS.move_issue_ns),
     }
 }
 
@@ -191,6 +197,7 @@ pub fn start_afresh_in_child() {
         &STATS.demotions,
         &STATS.promote_ns,
         &STATS.demote_ns,
+        &STATS.move_issue_ns,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -164,7 +164,10 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         };
         let Some(move_started) = m.start_move(promote, reserve) else { continue };
         let to = if promote { Where::Device(device) } else { Where::Host };
+        let issuing = Instant::now();
         let issued = cuda::with_context(m.context(), || issue(m, to, stream));
+        let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
         started.push((m, move_started, issued));
     }
     if started.is_empty() {

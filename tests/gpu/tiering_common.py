@@ -46,11 +46,11 @@ class ShimStats(ctypes.Structure):
         (name, ctypes.c_uint64) for name in (
             "split_allocs", "gemm_staged", "gemm_staged_bytes", "headroom_spills", "gemm_prefetched",
             "movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",
-            "promote_ns", "demote_ns")]
+            "promote_ns", "demote_ns", "move_issue_ns")]
 
 
 TIER_FIELDS = ("movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",
-               "promote_ns", "demote_ns")
+               "promote_ns", "demote_ns", "move_issue_ns")
 
 
 class Shim:

@@ -18,7 +18,7 @@ struct shim_stats {
     unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills, gemm_prefetched;
     /* Live tiering. */
     unsigned long long movable_allocs, tier_vram, promoted_bytes, demoted_bytes, promotions, demotions, promote_ns,
-        demote_ns;
+        demote_ns, move_issue_ns;
     unsigned long long appended[16];
 };
 
