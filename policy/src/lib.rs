@@ -27,7 +27,9 @@ mod size;
 
 pub use choice::{parse_switch, switch_name, BackendChoice, LogLevel, ReportMode, TieringChoice, SWITCH_NAMES};
 pub use per_device::{PerDevice, PerDeviceError, MAX_DEVICES, MAX_ORDINAL};
-pub use published::{Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION};
+pub use published::{
+    start_time_from_stat, Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION,
+};
 pub use settings::{
     by_env, by_flag, default_host_reserve, default_vram_headroom, default_vram_reserve, Id, Kind, Setting,
     DEFAULT_DEMOTE, DEFAULT_MIN_T2_SIZE, DEFAULT_SPLIT_MIN, DEFAULT_STAGE_MAX, DEFAULT_STAGE_MIN_WIDTH,

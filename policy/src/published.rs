@@ -44,6 +44,15 @@ pub struct Published {
     pub demotions: u64,
 }
 
+/// A process's start time from the text of its `/proc/PID/stat` (field 22, clock ticks
+/// after boot): what `Published::start_time` holds.
+pub fn start_time_from_stat(stat: &[u8]) -> Option<u64> {
+    // The command may hold spaces and parentheses: fields count from the last ')'.
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let field = stat[close + 1..].split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty()).nth(19)?;
+    core::str::from_utf8(field).ok()?.parse().ok()
+}
+
 impl Published {
     pub const SIZE: usize = core::mem::size_of::<Published>();
 
@@ -84,6 +93,16 @@ impl Published {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22() {
+        assert_eq!(
+            start_time_from_stat(b"100 (python3 (x) y) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 0 0\n"),
+            Some(555)
+        );
+        assert_eq!(start_time_from_stat(b"100 (short) S 1"), None);
+        assert_eq!(start_time_from_stat(b"no parenthesis"), None);
+    }
 
     #[test]
     fn the_layout_is_what_from_bytes_reads() {

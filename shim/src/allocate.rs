@@ -32,8 +32,23 @@ pub enum Allocated<R> {
 /// split when VRAM is left under the limit; `prepare_host` makes a context current for
 /// the T2 and split paths. When T2 is exhausted the answer is out-of-memory; when T2
 /// fails for another reason, an allocation the rule sent to T2 is tried in VRAM after
-/// all (the real function).
+/// all (the real function). Memory the shim made is published for `greenboost status`.
 pub fn allocate<R: PartialEq + Copy>(
+    size: u64,
+    device: CuDevice,
+    oom_status: R,
+    vram: impl FnOnce() -> Result<CuDevicePtr, R>,
+    prepare_host: impl FnOnce() -> bool,
+) -> Allocated<R> {
+    let allocated = place(size, device, oom_status, vram, prepare_host);
+    if matches!(allocated, Allocated::Host(_)) {
+        publish::update();
+    }
+    allocated
+}
+
+/// `allocate`'s placement: VRAM, movable T2, a split range or T2.
+fn place<R: PartialEq + Copy>(
     size: u64,
     device: CuDevice,
     oom_status: R,
@@ -66,7 +81,6 @@ pub fn allocate<R: PartialEq + Copy>(
                 if after_oom {
                     stats::bump(&STATS.t2_after_vram_oom);
                 }
-                publish::update();
                 return Allocated::Host(device_ptr);
             }
             Err(MovableFailure::Exhausted) => return stats::out_of_memory(Allocated::OutOfMemory),
@@ -78,7 +92,6 @@ pub fn allocate<R: PartialEq + Copy>(
         if let Some(split) = split::create(size, device, release::reserve_t2) {
             let device_ptr = split.base();
             registry::insert(device_ptr, Record::Backed(Backed::Split(split)));
-            publish::update();
             return Allocated::Host(device_ptr);
         }
     }
@@ -88,7 +101,6 @@ pub fn allocate<R: PartialEq + Copy>(
             if after_oom {
                 stats::bump(&STATS.t2_after_vram_oom);
             }
-            publish::update();
             Allocated::Host(device_ptr)
         }
         Err(HostFailure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {

@@ -143,17 +143,22 @@ pub fn budget_has_room(size: u64, device: CuDevice) -> bool {
     config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), computing()).is_vram()
 }
 
-/// VRAM the placement limit still leaves this process on `device` (budget and device
-/// room, the program running or not), for live tiering's promotions.
+/// The placement limit on `device` now (budget and device room, the program running or
+/// not); `None` when the driver does not tell the device's size.
+fn placement_limit(device: CuDevice) -> Option<u64> {
+    let physical = cuda::physical_vram(device)?;
+    Some(config::get().vram_limit(view(device, physical), computing()))
+}
+
+/// VRAM the placement limit still leaves this process on `device`, for live tiering's
+/// promotions.
 pub fn promotion_room(device: CuDevice) -> u64 {
-    let Some(physical) = cuda::physical_vram(device) else { return 0 };
-    config::get().vram_limit(view(device, physical), computing()).saturating_sub(vram_in_use(device))
+    placement_limit(device).map_or(0, |limit| limit.saturating_sub(vram_in_use(device)))
 }
 
 /// Reserves `bytes` on `device` for a promotion if they fit under the placement limit.
 pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation> {
-    let physical = cuda::physical_vram(device)?;
-    let limit = config::get().vram_limit(view(device, physical), computing());
+    let limit = placement_limit(device)?;
     reserve_if(device, bytes, |in_use| in_use.checked_add(bytes).is_some_and(|after| after <= limit))
 }
 

@@ -7,7 +7,9 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
-use greenboost_policy::{Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION};
+use greenboost_policy::{
+    start_time_from_stat, Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION,
+};
 
 use crate::stats::{self, STATS};
 
@@ -32,24 +34,9 @@ fn path_of(pid: u32, buffer: &mut [u8; 64]) -> *const libc::c_char {
     buffer.as_ptr().cast()
 }
 
-/// Field 22 of /proc/self/stat (the start time, clock ticks after boot); 0 if unread.
+/// This process's start time (see `Published::start_time`); 0 if unread.
 fn start_time() -> u64 {
-    let mut buffer = [0u8; 1024];
-    // SAFETY: a NUL-terminated path; the fd is closed below.
-    let fd = unsafe { libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return 0;
-    }
-    // SAFETY: reads into a local buffer of that length.
-    let read = unsafe { libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) };
-    // SAFETY: our own fd.
-    unsafe { libc::close(fd) };
-    let Ok(read) = usize::try_from(read) else { return 0 };
-    let text = &buffer[..read];
-    // The command may hold spaces and parentheses: fields count from the last ')'.
-    let Some(close) = text.iter().rposition(|b| *b == b')') else { return 0 };
-    let field = text[close + 1..].split(|b| *b == b' ').filter(|f| !f.is_empty()).nth(19);
-    field.and_then(|f| std::str::from_utf8(f).ok()).and_then(|f| f.parse().ok()).unwrap_or(0)
+    std::fs::read("/proc/self/stat").ok().and_then(|stat| start_time_from_stat(&stat)).unwrap_or(0)
 }
 
 /// Removes records of this user's processes that are gone (killed before `withdraw`):

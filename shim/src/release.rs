@@ -69,21 +69,20 @@ pub fn after(allocation: Backed, stream: Stream) {
 /// T2 cache first if that is what it takes. Cached buffers are pinned RAM too: they
 /// count against the cap until an allocation needs their room.
 pub fn reserve_t2(bytes: u64) -> Option<T2Reservation> {
-    let cap = budget::t2_capacity();
-    if let Some(reservation) = budget::reserve_t2(bytes, cap.saturating_sub(host::cached_bytes())) {
+    if let Some(reservation) = reserve_t2_now(bytes) {
         return Some(reservation);
     }
     reclaim(true);
     host::drain_cache();
-    let reservation = budget::reserve_t2(bytes, cap.saturating_sub(host::cached_bytes()));
+    let reservation = reserve_t2_now(bytes);
     if reservation.is_none() {
-        info!("T2 cap of {} reached ({} in use)", Mib(cap), Mib(stats::load(&STATS.t2_used)));
+        info!("T2 cap of {} reached ({} in use)", Mib(budget::t2_capacity()), Mib(stats::load(&STATS.t2_used)));
     }
     reservation
 }
 
-/// T2 capacity for `bytes` as it is now, without waiting for pending frees: for the tier
-/// thread, whose moves in progress a pending free would wait for.
+/// T2 capacity for `bytes` as it is now, without waiting for pending frees (the tier
+/// thread's: its moves in progress a pending free would wait for).
 pub fn reserve_t2_now(bytes: u64) -> Option<T2Reservation> {
     budget::reserve_t2(bytes, budget::t2_capacity().saturating_sub(host::cached_bytes()))
 }

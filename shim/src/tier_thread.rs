@@ -152,7 +152,7 @@ fn groups<'a>(moves: &'a [(&'a Movable, bool)]) -> Vec<&'a [(&'a Movable, bool)]
 /// demoted.
 fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<MoveStream>) -> u64 {
     let began = Instant::now();
-    let mut started: Vec<(&Movable, Started, bool)> = Vec::new();
+    let mut started: Vec<(&Movable, Started, Option<Stream>)> = Vec::new();
     for &(m, promote) in group {
         let Some(stream) = stream_of(m.context(), streams) else { continue };
         let reserve = |len| {
@@ -168,18 +168,24 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         let issued = cuda::with_context(m.context(), || issue(m, to, stream));
         let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
         STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
-        started.push((m, move_started, issued));
+        started.push((m, move_started, issued.then_some(stream)));
     }
     if started.is_empty() {
         return 0;
     }
-    let streams_done = started.iter().all(|(m, _, issued)| {
-        !issued || stream_of(m.context(), streams).is_some_and(|s| cuda::stream_synchronize(s) == CuResult::SUCCESS)
-    });
+    // Each stream the group used, waited for once.
+    let mut used: Vec<Stream> = Vec::new();
+    for stream in started.iter().filter_map(|(_, _, stream)| *stream) {
+        if !used.contains(&stream) {
+            used.push(stream);
+        }
+    }
+    let streams_done = used.into_iter().all(|stream| cuda::stream_synchronize(stream) == CuResult::SUCCESS);
     let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut demoted = 0;
     let (mut promoted_any, mut demoted_any) = (false, false);
-    for (m, move_started, issued) in started {
+    for (m, move_started, stream) in started {
+        let issued = stream.is_some();
         let arrived = issued && streams_done;
         let promotion = matches!(move_started, Started::Promotion { .. });
         if !arrived && issued {

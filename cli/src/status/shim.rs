@@ -6,7 +6,7 @@
 
 use std::fs;
 
-use greenboost_policy::{Published, PUBLISHED_PREFIX};
+use greenboost_policy::{start_time_from_stat, Published, PUBLISHED_PREFIX};
 
 use super::view::{both, json, Body, Cell, Column, Empty, Field, Section, Table};
 use crate::paths::SystemPaths;
@@ -51,11 +51,9 @@ fn read_record(path: &std::path::Path) -> Option<Published> {
     None
 }
 
-/// Field 22 of /proc/PID/stat.
+/// The start time of process `pid` (see `Published::start_time`).
 fn start_time(paths: &SystemPaths, pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(paths.proc_path(format!("{pid}/stat"))).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_whitespace().nth(19)?.parse().ok()
+    start_time_from_stat(&fs::read(paths.proc_path(format!("{pid}/stat"))).ok()?)
 }
 
 static COLUMNS: [Column; 7] = [
