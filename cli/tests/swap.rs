@@ -14,7 +14,21 @@ struct Sandbox(PathBuf);
 impl Sandbox {
     /// Under target/ (not /tmp, which may be tmpfs, where `swap add` rightly refuses).
     fn new(name: &str) -> Sandbox {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("swap-{name}-{}", std::process::id()));
+        Sandbox::new_in(Path::new(env!("CARGO_TARGET_TMPDIR")), name)
+    }
+
+    /// One an unprivileged user can reach: under target/ when every directory above it
+    /// lets others pass, else under /var/tmp (a checkout inside a `mktemp -d` folder,
+    /// mode 0700, is out of nobody's reach).
+    fn reachable_by_all(name: &str) -> Sandbox {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let passable =
+            target.ancestors().all(|dir| fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+        Sandbox::new_in(if passable { target } else { Path::new("/var/tmp") }, name)
+    }
+
+    fn new_in(base: &Path, name: &str) -> Sandbox {
+        let dir = base.join(format!("greenboost-swap-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("proc")).unwrap();
         fs::create_dir_all(dir.join("sys")).unwrap();
@@ -110,7 +124,7 @@ fn add_and_remove_never_touch_a_file_they_did_not_make() {
 
 #[test]
 fn add_without_root_says_so_before_changing_anything() {
-    let sandbox = Sandbox::new("unprivileged");
+    let sandbox = Sandbox::reachable_by_all("unprivileged");
     let mut command = sandbox.command(&[]);
     if is_root() {
         // As nobody, in a directory nobody may read (the checks pass, root is missing).
