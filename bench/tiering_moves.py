@@ -1,6 +1,7 @@
 """bench/tiering.py's roles that move memory: migrate (the shim's promotion rate against
-pinned cudaMemcpy H2D, under the shim), uvm (Unified Memory's fault-driven migration,
-without the shim) and demote (a matmul chain kept running, and checked bit for bit,
+pinned cudaMemcpy H2D, under the shim), prefetch (the driver's own rate for the same
+moves: host-preferred managed buffers prefetched in 2 GiB groups, without the shim),
+uvm (Unified Memory's fault-driven migration, without the shim) and demote (a matmul chain kept running, and checked bit for bit,
 while a foreign process takes VRAM we hold, under the shim). Each prints one JSON line."""
 
 import argparse
@@ -60,6 +61,29 @@ def role_migrate(args):
               "data_ok": data_ok, "pinned_h2d_GBps": max(copies), "pinned_h2d_each": copies,
               "pinned_target_t2_bytes": shim.t2_bytes(target), "tier_at_end": shim.tier()}
     print(json.dumps(result), flush=True)
+
+
+# --- the driver's prefetch rate for the same moves (no shim) -----------------------
+
+def role_prefetch(args):
+    """16 x 1 GiB of managed memory, preferred on the host, accessed by the device and
+    written by the GPU (movable T2 as the shim makes it), prefetched to the device in
+    groups of 2 GiB as the shim's tier thread does: the rate the driver gives."""
+    from tiering_promote_probe import Driver, promote
+
+    buffers = int(args[0]) if args else 16
+    driver = Driver()
+    if driver.free() < (buffers + 4) * GIB:
+        print(json.dumps({"role": "prefetch", "skipped": f"{driver.free() // MIB} MiB free"}))
+        return
+    ptrs = [driver.managed(GIB, index + 1) for index in range(buffers)]
+    driver.sync()
+    streams = [driver.cupy.cuda.Stream(non_blocking=True)]
+    timing = promote(driver, "grouped", ptrs, GIB, streams)
+    data_ok = all(driver.timed_read(ptr, GIB)[0] == GIB * (index + 1) for index, ptr in enumerate(ptrs))
+    driver.release(ptrs)
+    print(json.dumps(dict(timing, role="prefetch", bytes=buffers * GIB, data_ok=data_ok,
+                          driver_prefetch_GBps=buffers * GIB / timing["wall_s"] / 1e9)), flush=True)
 
 
 # --- Unified Memory's fault-driven migration (no shim) --------------------------------

@@ -1,9 +1,17 @@
 //! The live-tiering thread: every GREENBOOST_TIER_INTERVAL_MS it measures each device
 //! that holds movable allocations (`movable`), asks the policy (`tiering`) what moves,
-//! and moves it: preferred location and a prefetch per allocation on a low-priority
-//! stream of the allocation's context, in groups of at most `GROUP_BYTES`, each group
-//! waited for before the next, so that a free of one of them waits at most one group.
-//! Started by the first movable allocation; the program's own streams never wait for it.
+//! and moves it: a prefetch per allocation on a low-priority stream of the allocation's
+//! context, in groups of at most `GROUP_BYTES`, each group waited for before the next, so
+//! that a free of one of them waits at most one group. Started by the first movable
+//! allocation; the program's own streams never wait for it.
+//!
+//! The preferred location stays the host (`movable`) whatever the residence: a move is
+//! the prefetch alone. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
+//! advising the device before the prefetch made promotion 0.65 of the prefetch alone
+//! (the advice call re-maps the whole range), and pages the driver then evicted for
+//! another process faulted back at 6-7 GB/s; with the host preferred, promoted pages
+//! stay in VRAM (the GPU's own accesses never fault), and evicted ones go to the host
+//! where the device reads them over the link like any T2.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -165,7 +173,7 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         let Some(move_started) = m.start_move(promote, reserve) else { continue };
         let to = if promote { Where::Device(device) } else { Where::Host };
         let issuing = Instant::now();
-        let issued = cuda::with_context(m.context(), || issue(m, to, stream));
+        let issued = cuda::with_context(m.context(), || prefetch(m, to, stream));
         let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
         STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
         started.push((m, move_started, issued.then_some(stream)));
@@ -188,12 +196,10 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         let issued = stream.is_some();
         let arrived = issued && streams_done;
         let promotion = matches!(move_started, Started::Promotion { .. });
-        if !arrived && issued {
-            // The driver may have moved part of it: say where it should be again.
-            let back = if promotion { Where::Host } else { Where::Device(device) };
-            cuda::with_context(m.context(), || {
-                cuda::mem_advise(m.base(), m.len(), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, back)
-            });
+        if let (false, true, Some(stream)) = (arrived, promotion, stream) {
+            // The driver may have moved part of it into VRAM the accounts give back now:
+            // send it home (best effort; the host is where eviction sends it anyway).
+            cuda::with_context(m.context(), || prefetch(m, Where::Host, stream));
         }
         m.finish_move(move_started, arrived);
         if !arrived {
@@ -219,13 +225,8 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
     demoted
 }
 
-/// Advises `m`'s new preferred location and enqueues its migration on `stream`.
-fn issue(m: &Movable, to: Where, stream: Stream) -> bool {
-    let advised = cuda::mem_advise(m.base(), m.len(), CU_MEM_ADVISE_SET_PREFERRED_LOCATION, to);
-    if advised != CuResult::SUCCESS {
-        info!("live tiering: cuMemAdvise of {:#x} failed (CUDA error {})", m.base(), advised.0);
-        return false;
-    }
+/// Enqueues the migration of `m` to `to` on `stream`.
+fn prefetch(m: &Movable, to: Where, stream: Stream) -> bool {
     let prefetched = cuda::mem_prefetch_async(m.base(), m.len(), to, stream);
     if prefetched != CuResult::SUCCESS {
         info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", m.base(), prefetched.0);

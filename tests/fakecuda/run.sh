@@ -12,14 +12,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cargo=${CARGO:-cargo}
 
+# Every step says `|| return`: called as `if ! build`, the function runs without errexit,
+# so a failed step would otherwise go on to the next and the suite would run without it.
 build() {
     local out=$1
-    (cd "$root" && "$cargo" build --release -p greenboost-shim)
-    "$here/build.sh" "$out"
-    cp "$root/target/release/libgreenboost_cuda.so" "$out/lib/libgreenboost_cuda.so"
-    cp "$here/run-tests.sh" "$here/tier-tests.sh" "$here/kmod-tests.list" "$out/"
-    cp "$here/guest-run.sh" "$out/run.sh"
-    chmod +x "$out/run-tests.sh" "$out/run.sh"
+    (cd "$root" && "$cargo" build --release -p greenboost-shim) || return
+    "$here/build.sh" "$out" || return
+    cp "$root/target/release/libgreenboost_cuda.so" "$out/lib/libgreenboost_cuda.so" || return
+    cp "$here/run-tests.sh" "$here/tier-tests.sh" "$here/kmod-tests.list" "$out/" || return
+    cp "$here/guest-run.sh" "$out/run.sh" || return
+    chmod +x "$out/run-tests.sh" "$out/run.sh" || return
     rm -rf "$out/.build"
 }
 

@@ -59,6 +59,8 @@ class Driver:
     MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     IS_MANAGED = 8  # CU_POINTER_ATTRIBUTE_IS_MANAGED
     PREFERRED_LOCATION = 2  # CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION
+    LAST_PREFETCH_LOCATION = 4  # CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION
+    NO_LOCATION = -2  # CU_DEVICE_INVALID
     HOST, DEVICE = 1, 2  # CU_MEMORYTYPE_*
 
     def __init__(self):
@@ -71,17 +73,24 @@ class Driver:
 
     def placement(self, ptr):
         # The shim's movable T2 (live tiering) is managed memory, which the driver calls
-        # device memory wherever it lives: its preferred location says where it is meant to be.
+        # device memory wherever it lives. The shim moves it by prefetch alone (its
+        # preferred location stays the host): the last prefetch says where it went, the
+        # preferred location where it is until a first move.
         managed = ctypes.c_uint(0)
         rc = self.lib.cuPointerGetAttribute(ctypes.byref(managed), self.IS_MANAGED, ptr)
         if rc != 0:
             return f"error{rc}"
         if managed.value:
-            preferred = ctypes.c_int(-2)
-            rc = self.lib.cuMemRangeGetAttribute(ctypes.byref(preferred), 4, self.PREFERRED_LOCATION, ptr, 1)
-            if rc != 0:
-                return f"error{rc}"
-            return "vram" if preferred.value >= 0 else "t2"
+            location = self.NO_LOCATION
+            for attribute in (self.LAST_PREFETCH_LOCATION, self.PREFERRED_LOCATION):
+                value = ctypes.c_int(self.NO_LOCATION)
+                rc = self.lib.cuMemRangeGetAttribute(ctypes.byref(value), 4, attribute, ptr, 1)
+                if rc != 0:
+                    return f"error{rc}"
+                if value.value != self.NO_LOCATION:
+                    location = value.value
+                    break
+            return "vram" if location >= 0 else "t2"
         value = ctypes.c_uint(0)
         rc = self.lib.cuPointerGetAttribute(ctypes.byref(value), self.MEMORY_TYPE, ptr)
         if rc != 0:

@@ -32,6 +32,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaSetDevice(int d);
+CUresult cuMemRangeGetAttribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n);
 typedef struct fake_cublas *cublasHandle_t;
 int cublasCreate_v2(cublasHandle_t *h);
 int cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
@@ -194,6 +195,12 @@ static int test_promote_demote(int argc, char **argv)
         CHECK(fakegpu_managed_where(dptr(blocks[i])) == 0 && shim_t2_bytes(blocks[i], block) == 0,
               "block %d promoted, yet the fake has it at %d and the shim counts %llu T2 bytes\n", i,
               fakegpu_managed_where(dptr(blocks[i])), shim_t2_bytes(blocks[i], block));
+        /* Moved by prefetch alone: pages the driver evicts go to the host, where the
+         * device reads them over the link, instead of faulting back to the device. */
+        int preferred = 0;
+        OK(cuMemRangeGetAttribute(&preferred, sizeof preferred, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION,
+                                  dptr(blocks[i]), block));
+        CHECK(preferred == CU_DEVICE_CPU, "block %d promoted with its preferred location moved to %d\n", i, preferred);
     }
     struct shim_stats s1 = shim_stats();
     printf("promoted %llu MiB in %llu moves; lowest free %zu MiB\n", s1.promoted_bytes >> 20, s1.promotions,

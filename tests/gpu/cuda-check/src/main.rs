@@ -120,12 +120,24 @@ fn stale_error_after_success() -> Option<rt::cudaError_t> {
 }
 
 fn record_stale_errors(tally: &mut Tally, name: &str, call: &str, stale: &[(usize, rt::cudaError_t)]) {
-    tally.record(name, stale.is_empty(), if stale.is_empty() {
-        format!("no successful {call} left an error pending (cudaPeekAtLastError after each)")
-    } else {
-        let first = stale.iter().take(3).map(|(i, e)| format!("buffer {i}: {}", rt_name(*e))).collect::<Vec<_>>().join(", ");
-        format!("{} successful {call} calls left an error pending for the next cudaGetLastError ({first})", stale.len())
-    });
+    tally.record(
+        name,
+        stale.is_empty(),
+        if stale.is_empty() {
+            format!("no successful {call} left an error pending (cudaPeekAtLastError after each)")
+        } else {
+            let first = stale
+                .iter()
+                .take(3)
+                .map(|(i, e)| format!("buffer {i}: {}", rt_name(*e)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "{} successful {call} calls left an error pending for the next cudaGetLastError ({first})",
+                stale.len()
+            )
+        },
+    );
 }
 
 /// Where the driver says a pointer's memory lives.
@@ -141,7 +153,9 @@ enum Placement {
 
 fn placement(ptr: *mut c_void) -> Result<Placement, String> {
     // The shim's movable T2 (live tiering) is managed memory, which the driver calls
-    // device memory wherever it lives: its preferred location says where it is meant to be.
+    // device memory wherever it lives. The shim moves it by prefetch alone (its preferred
+    // location stays the host), so the last prefetch says where it went, and the
+    // preferred location where it is until a first move.
     let mut managed: u32 = 0;
     // SAFETY: CU_POINTER_ATTRIBUTE_IS_MANAGED writes one unsigned int.
     let e = unsafe {
@@ -153,20 +167,14 @@ fn placement(ptr: *mut c_void) -> Result<Placement, String> {
     };
     cu_check("cuPointerGetAttribute(IS_MANAGED)", e)?;
     if managed != 0 {
-        let mut preferred: i32 = -2;
-        // SAFETY: CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION writes one int; the range is
-        // the first byte of a live managed allocation.
-        let e = unsafe {
-            cu::cuMemRangeGetAttribute(
-                (&mut preferred as *mut i32).cast(),
-                4,
-                cu::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION,
-                ptr as cu::CUdeviceptr,
-                1,
-            )
+        let prefetched =
+            managed_location(ptr, cu::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION)?;
+        let location = if prefetched == CU_DEVICE_INVALID {
+            managed_location(ptr, cu::CUmem_range_attribute::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION)?
+        } else {
+            prefetched
         };
-        cu_check("cuMemRangeGetAttribute(PREFERRED_LOCATION)", e)?;
-        return Ok(if preferred >= 0 { Placement::Vram } else { Placement::Host });
+        return Ok(if location >= 0 { Placement::Vram } else { Placement::Host });
     }
     let mut memory_type: u32 = 0;
     // SAFETY: CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes one unsigned int.
@@ -183,6 +191,22 @@ fn placement(ptr: *mut c_void) -> Result<Placement, String> {
         x if x == cu::CUmemorytype::CU_MEMORYTYPE_HOST as u32 => Placement::Host,
         x => Placement::Other(x),
     })
+}
+
+/// `CU_DEVICE_INVALID`: a range attribute with no location (never prefetched, say).
+const CU_DEVICE_INVALID: i32 = -2;
+
+/// A location attribute (preferred, last prefetch) of the managed allocation at `ptr`:
+/// a device ordinal, -1 for the host, or `CU_DEVICE_INVALID`.
+fn managed_location(ptr: *mut c_void, attribute: cu::CUmem_range_attribute) -> Result<i32, String> {
+    let mut location: i32 = CU_DEVICE_INVALID;
+    // SAFETY: both location attributes write one int; the range is the first byte of a
+    // live managed allocation (the caller saw IS_MANAGED).
+    let e = unsafe {
+        cu::cuMemRangeGetAttribute((&mut location as *mut i32).cast(), 4, attribute, ptr as cu::CUdeviceptr, 1)
+    };
+    cu_check("cuMemRangeGetAttribute", e)?;
+    Ok(location)
 }
 
 /// The pattern kernels, loaded into the runtime's primary context.
@@ -213,18 +237,43 @@ impl Kernels {
         Ok(Kernels { fill: function("gb_fill")?, check: function("gb_check")?, result })
     }
 
-    fn launch(&self, f: cu::CUfunction, elements: u64, params: &mut [*mut c_void], stream: rt::cudaStream_t) -> Result<(), String> {
+    fn launch(
+        &self,
+        f: cu::CUfunction,
+        elements: u64,
+        params: &mut [*mut c_void],
+        stream: rt::cudaStream_t,
+    ) -> Result<(), String> {
         let blocks = elements.div_ceil(THREADS_PER_BLOCK as u64).clamp(1, MAX_BLOCKS) as u32;
         // SAFETY: params point at values that live until the call returns, matching the
         // kernel's parameter list; cuLaunchKernel copies them.
         let e = unsafe {
-            cu::cuLaunchKernel(f, blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0, stream as cu::CUstream, params.as_mut_ptr(), std::ptr::null_mut())
+            cu::cuLaunchKernel(
+                f,
+                blocks,
+                1,
+                1,
+                THREADS_PER_BLOCK,
+                1,
+                1,
+                0,
+                stream as cu::CUstream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
         };
         cu_check("cuLaunchKernel", e)
     }
 
     /// Writes `pattern(base + k, seed)` into the `bytes / 4` elements at `ptr`.
-    fn fill(&self, ptr: *mut c_void, bytes: usize, base: u64, seed: u32, stream: rt::cudaStream_t) -> Result<(), String> {
+    fn fill(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        base: u64,
+        seed: u32,
+        stream: rt::cudaStream_t,
+    ) -> Result<(), String> {
         let (mut p, mut n, mut base, mut seed) = (ptr as u64, (bytes / 4) as u64, base, seed);
         let mut params = [
             (&mut p as *mut u64).cast(),
@@ -237,13 +286,27 @@ impl Kernels {
 
     /// Counts on the GPU the elements at `ptr` that differ from the pattern; returns
     /// (mismatches, lowest mismatching element index).
-    fn check(&self, ptr: *mut c_void, bytes: usize, base: u64, seed: u32, stream: rt::cudaStream_t) -> Result<(u64, u64), String> {
+    fn check(
+        &self,
+        ptr: *mut c_void,
+        bytes: usize,
+        base: u64,
+        seed: u32,
+        stream: rt::cudaStream_t,
+    ) -> Result<(u64, u64), String> {
         let init: [u64; 2] = [0, u64::MAX];
         // SAFETY: result holds 16 bytes; init is 16 bytes.
         rt_check("cudaMemcpyAsync(result init)", unsafe {
-            rt::cudaMemcpyAsync(self.result, init.as_ptr().cast(), 16, rt::cudaMemcpyKind::cudaMemcpyHostToDevice, stream)
+            rt::cudaMemcpyAsync(
+                self.result,
+                init.as_ptr().cast(),
+                16,
+                rt::cudaMemcpyKind::cudaMemcpyHostToDevice,
+                stream,
+            )
         })?;
-        let (mut p, mut n, mut base, mut seed, mut result) = (ptr as u64, (bytes / 4) as u64, base, seed, self.result as u64);
+        let (mut p, mut n, mut base, mut seed, mut result) =
+            (ptr as u64, (bytes / 4) as u64, base, seed, self.result as u64);
         let mut params = [
             (&mut p as *mut u64).cast(),
             (&mut n as *mut u64).cast(),
@@ -255,7 +318,13 @@ impl Kernels {
         let mut out: [u64; 2] = [0, 0];
         // SAFETY: as above; the copy waits for the stream.
         rt_check("cudaMemcpyAsync(result)", unsafe {
-            rt::cudaMemcpyAsync(out.as_mut_ptr().cast(), self.result, 16, rt::cudaMemcpyKind::cudaMemcpyDeviceToHost, stream)
+            rt::cudaMemcpyAsync(
+                out.as_mut_ptr().cast(),
+                self.result,
+                16,
+                rt::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+                stream,
+            )
         })?;
         // SAFETY: stream is valid.
         rt_check("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(stream) })?;
@@ -271,11 +340,21 @@ fn readback(ptr: *mut c_void, bytes: usize, seed: u32) -> Result<(), String> {
     for offset in [0, (bytes / 2 - window / 2) & !3, bytes - window] {
         // SAFETY: offset + window <= bytes; host holds window bytes.
         rt_check("cudaMemcpy(D2H)", unsafe {
-            rt::cudaMemcpy(host.as_mut_ptr().cast(), ptr.cast::<u8>().add(offset).cast(), window, rt::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+            rt::cudaMemcpy(
+                host.as_mut_ptr().cast(),
+                ptr.cast::<u8>().add(offset).cast(),
+                window,
+                rt::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+            )
         })?;
         let base = (offset / 4) as u64;
         if let Some(k) = host.iter().enumerate().position(|(k, &v)| v != pattern(base + k as u64, seed)) {
-            return Err(format!("host readback differs at byte {} (got {:#x}, want {:#x})", offset + 4 * k, host[k], pattern(base + k as u64, seed)));
+            return Err(format!(
+                "host readback differs at byte {} (got {:#x}, want {:#x})",
+                offset + 4 * k,
+                host[k],
+                pattern(base + k as u64, seed)
+            ));
         }
     }
     Ok(())
@@ -284,12 +363,17 @@ fn readback(ptr: *mut c_void, bytes: usize, seed: u32) -> Result<(), String> {
 /// Uploads a host-generated pattern into a window of the buffer and checks it on the GPU.
 fn upload_and_check(kernels: &Kernels, ptr: *mut c_void, bytes: usize, seed: u32) -> Result<(), String> {
     let window = UPLOAD_WINDOW.min(bytes);
-    let offset = (bytes - window) / 2 & !3;
+    let offset = ((bytes - window) / 2) & !3;
     let base = (offset / 4) as u64;
     let host: Vec<u32> = (0..(window / 4) as u64).map(|k| pattern(base + k, seed)).collect();
     // SAFETY: offset + window <= bytes.
     rt_check("cudaMemcpy(H2D)", unsafe {
-        rt::cudaMemcpy(ptr.cast::<u8>().add(offset).cast(), host.as_ptr().cast(), window, rt::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        rt::cudaMemcpy(
+            ptr.cast::<u8>().add(offset).cast(),
+            host.as_ptr().cast(),
+            window,
+            rt::cudaMemcpyKind::cudaMemcpyHostToDevice,
+        )
     })?;
     let dst = ptr.wrapping_byte_add(offset);
     match kernels.check(dst, window, base, seed, std::ptr::null_mut())? {
@@ -316,8 +400,9 @@ fn device_properties() -> Result<rt::cudaDeviceProp, String> {
     type GetProps = unsafe extern "C" fn(*mut rt::cudaDeviceProp, i32) -> rt::cudaError_t;
     // SAFETY: the library is libcudart, loaded by cudarc; both names have this signature.
     let lib = unsafe { rt::culib() };
-    let get: libloading::Symbol<GetProps> = unsafe { lib.get(b"cudaGetDeviceProperties_v2\0").or_else(|_| lib.get(b"cudaGetDeviceProperties\0")) }
-        .map_err(|e| format!("cudaGetDeviceProperties not found: {e}"))?;
+    let get: libloading::Symbol<GetProps> =
+        unsafe { lib.get(b"cudaGetDeviceProperties_v2\0").or_else(|_| lib.get(b"cudaGetDeviceProperties\0")) }
+            .map_err(|e| format!("cudaGetDeviceProperties not found: {e}"))?;
     let mut props = std::mem::MaybeUninit::<rt::cudaDeviceProp>::zeroed();
     // SAFETY: props is large enough for the CUDA 13 struct the runtime writes.
     rt_check("cudaGetDeviceProperties", unsafe { get(props.as_mut_ptr(), 0) })?;
@@ -342,7 +427,8 @@ fn nvml_memory() -> Result<Vec<(String, u64)>, String> {
         used: u64,
     }
     // SAFETY: loading the driver's NVML; its initialisers have no preconditions.
-    let lib = unsafe { libloading::Library::new("libnvidia-ml.so.1") }.map_err(|e| format!("dlopen libnvidia-ml.so.1: {e}"))?;
+    let lib = unsafe { libloading::Library::new("libnvidia-ml.so.1") }
+        .map_err(|e| format!("dlopen libnvidia-ml.so.1: {e}"))?;
     type Init = unsafe extern "C" fn() -> i32;
     type Handle = unsafe extern "C" fn(u32, *mut *mut c_void) -> i32;
     type Memory = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> i32;
@@ -355,7 +441,8 @@ fn nvml_memory() -> Result<Vec<(String, u64)>, String> {
         if rc != 0 {
             return Err(format!("nvmlInit_v2 returned {rc}"));
         }
-        let handle_by_index: libloading::Symbol<Handle> = lib.get(b"nvmlDeviceGetHandleByIndex_v2\0").map_err(|e| e.to_string())?;
+        let handle_by_index: libloading::Symbol<Handle> =
+            lib.get(b"nvmlDeviceGetHandleByIndex_v2\0").map_err(|e| e.to_string())?;
         let mut device: *mut c_void = std::ptr::null_mut();
         let rc = handle_by_index(0, &mut device);
         if rc != 0 {
@@ -367,13 +454,27 @@ fn nvml_memory() -> Result<Vec<(String, u64)>, String> {
         if rc != 0 {
             return Err(format!("nvmlDeviceGetMemoryInfo returned {rc}"));
         }
-        out.extend([("nvml.total".to_string(), m.total), ("nvml.free".to_string(), m.free), ("nvml.used".to_string(), m.used)]);
+        out.extend([
+            ("nvml.total".to_string(), m.total),
+            ("nvml.free".to_string(), m.free),
+            ("nvml.used".to_string(), m.used),
+        ]);
         if let Ok(memory_v2) = lib.get::<MemoryV2>(b"nvmlDeviceGetMemoryInfo_v2\0") {
             // nvmlMemory_v2 = NVML_STRUCT_VERSION(Memory, 2): size | 2 << 24.
-            let mut m = NvmlMemoryV2 { version: std::mem::size_of::<NvmlMemoryV2>() as u32 | 2 << 24, total: 0, reserved: 0, free: 0, used: 0 };
+            let mut m = NvmlMemoryV2 {
+                version: std::mem::size_of::<NvmlMemoryV2>() as u32 | 2 << 24,
+                total: 0,
+                reserved: 0,
+                free: 0,
+                used: 0,
+            };
             let rc = memory_v2(device, &mut m);
             if rc == 0 {
-                out.extend([("nvml_v2.total".to_string(), m.total), ("nvml_v2.free".to_string(), m.free), ("nvml_v2.used".to_string(), m.used)]);
+                out.extend([
+                    ("nvml_v2.total".to_string(), m.total),
+                    ("nvml_v2.free".to_string(), m.free),
+                    ("nvml_v2.used".to_string(), m.used),
+                ]);
             } else {
                 out.push(("nvml_v2.error".to_string(), rc as u64));
             }
@@ -428,7 +529,15 @@ struct AllocOptions {
 }
 
 fn parse_alloc_options(args: &[String]) -> Result<AllocOptions, String> {
-    let mut o = AllocOptions { label: "alloc".into(), total: 24 * GIB, chunk: GIB, async_total: 0, budget: 0, t2_cap: 0, expect: "vram".into() };
+    let mut o = AllocOptions {
+        label: "alloc".into(),
+        total: 24 * GIB,
+        chunk: GIB,
+        async_total: 0,
+        budget: 0,
+        t2_cap: 0,
+        expect: "vram".into(),
+    };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -444,7 +553,7 @@ fn parse_alloc_options(args: &[String]) -> Result<AllocOptions, String> {
             _ => return Err(format!("unknown option {flag} {value}")),
         }
     }
-    if o.chunk == 0 || o.chunk % 4 != 0 || o.chunk < READBACK_WINDOW {
+    if o.chunk == 0 || !o.chunk.is_multiple_of(4) || o.chunk < READBACK_WINDOW {
         return Err("--chunk-mib must be at least 1".into());
     }
     Ok(o)
@@ -467,7 +576,9 @@ fn verify_all(kernels: &Kernels, buffers: &[Buffer], chunk: usize, stream: rt::c
     for (i, b) in buffers.iter().enumerate() {
         match kernels.check(b.ptr, chunk, 0, b.seed, stream) {
             Ok((0, _)) => {}
-            Ok((n, first)) => failures.push(format!("buffer {i} ({:?}): {n} elements differ, first at element {first}", b.placement)),
+            Ok((n, first)) => {
+                failures.push(format!("buffer {i} ({:?}): {n} elements differ, first at element {first}", b.placement))
+            }
             Err(e) => failures.push(format!("buffer {i}: {e}")),
         }
         if let Err(e) = readback(b.ptr, chunk, b.seed) {
@@ -535,10 +646,11 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
 
     // Phase 1: cudaMalloc until `total` is held at once, each buffer filled as it arrives.
     let started = Instant::now();
-    let Held { mut buffers, alloc_error, stale } = allocate_and_fill(&kernels, o.chunk, o.total, 0x5EED_0000, std::ptr::null_mut(), |ptr| {
-        // SAFETY: out-parameter.
-        unsafe { rt::cudaMalloc(ptr, o.chunk) }
-    })?;
+    let Held { mut buffers, alloc_error, stale } =
+        allocate_and_fill(&kernels, o.chunk, o.total, 0x5EED_0000, std::ptr::null_mut(), |ptr| {
+            // SAFETY: out-parameter.
+            unsafe { rt::cudaMalloc(ptr, o.chunk) }
+        })?;
     // SAFETY: plain synchronisation.
     rt_check("cudaDeviceSynchronize after fills", unsafe { rt::cudaDeviceSynchronize() })?;
     place_all(&mut buffers)?;
@@ -552,20 +664,45 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
     kv(&format!("{l}.alloc_fill_seconds"), format!("{:.2}", started.elapsed().as_secs_f64()));
     kv(&format!("{l}.peak_free"), peak_free);
     kv(&format!("{l}.peak_total"), peak_total);
-    let split = format!("held {} in {} buffers: {} VRAM, {} host-mapped (T2), {} other", gib(held), buffers.len(), gib(vram), gib(host), gib(other));
+    let split = format!(
+        "held {} in {} buffers: {} VRAM, {} host-mapped (T2), {} other",
+        gib(held),
+        buffers.len(),
+        gib(vram),
+        gib(host),
+        gib(other)
+    );
 
     match o.expect.as_str() {
         "oom" => {
             let oom = alloc_error == Some(rt::cudaError_t::cudaErrorMemoryAllocation);
-            tally.record(&format!("{l}.oom"), oom, format!("{split}; cudaMalloc ended with {}", alloc_error.map(rt_name).unwrap_or("no error".into())));
+            tally.record(
+                &format!("{l}.oom"),
+                oom,
+                format!("{split}; cudaMalloc ended with {}", alloc_error.map(rt_name).unwrap_or("no error".into())),
+            );
             if o.budget > 0 || o.t2_cap > 0 {
-                let ok = other == 0 && (o.budget == 0 || vram <= o.budget) && (o.t2_cap == 0 || (host > 0 && host <= o.t2_cap));
-                tally.record(&format!("{l}.placement"), ok, format!("{split}; expected VRAM part within {} and T2 part within {}", gib(o.budget), gib(o.t2_cap)));
+                let ok = other == 0
+                    && (o.budget == 0 || vram <= o.budget)
+                    && (o.t2_cap == 0 || (host > 0 && host <= o.t2_cap));
+                tally.record(
+                    &format!("{l}.placement"),
+                    ok,
+                    format!(
+                        "{split}; expected VRAM part within {} and T2 part within {}",
+                        gib(o.budget),
+                        gib(o.t2_cap)
+                    ),
+                );
             }
         }
         _ => {
             let all = alloc_error.is_none();
-            tally.record(&format!("{l}.cudaMalloc_total"), all, format!("{split}{}", alloc_error.map(|e| format!("; stopped by {}", rt_name(e))).unwrap_or_default()));
+            tally.record(
+                &format!("{l}.cudaMalloc_total"),
+                all,
+                format!("{split}{}", alloc_error.map(|e| format!("; stopped by {}", rt_name(e))).unwrap_or_default()),
+            );
             let placement_ok = match o.expect.as_str() {
                 "vram" => host == 0 && other == 0,
                 _ => host > 0 && other == 0 && (o.budget == 0 || vram <= o.budget),
@@ -585,18 +722,36 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
     let started = Instant::now();
     let failures = verify_all(&kernels, &buffers, o.chunk, std::ptr::null_mut());
     kv(&format!("{l}.verify_seconds"), format!("{:.2}", started.elapsed().as_secs_f64()));
-    tally.record(&format!("{l}.cudaMalloc_verify"), failures.is_empty() && !buffers.is_empty(), if failures.is_empty() {
-        format!("{} buffers checked on the GPU and read back", buffers.len())
-    } else {
-        failures.join("; ")
-    });
+    tally.record(
+        &format!("{l}.cudaMalloc_verify"),
+        failures.is_empty() && !buffers.is_empty(),
+        if failures.is_empty() {
+            format!("{} buffers checked on the GPU and read back", buffers.len())
+        } else {
+            failures.join("; ")
+        },
+    );
 
     // Host-to-device copies into the first and the last buffer (VRAM and, under the shim, T2).
     if let (Some(first), Some(last)) = (buffers.first(), buffers.last()) {
         let result = upload_and_check(&kernels, first.ptr, o.chunk, 0xC0FFEE)
             .map_err(|e| format!("first buffer ({:?}): {e}", first.placement))
-            .and_then(|_| upload_and_check(&kernels, last.ptr, o.chunk, 0xBEEF).map_err(|e| format!("last buffer ({:?}): {e}", last.placement)));
-        tally.record(&format!("{l}.upload"), result.is_ok(), result.err().unwrap_or_else(|| format!("{} uploaded into the first ({:?}) and last ({:?}) buffers and checked on the GPU", gib(UPLOAD_WINDOW), first.placement, last.placement)));
+            .and_then(|_| {
+                upload_and_check(&kernels, last.ptr, o.chunk, 0xBEEF)
+                    .map_err(|e| format!("last buffer ({:?}): {e}", last.placement))
+            });
+        tally.record(
+            &format!("{l}.upload"),
+            result.is_ok(),
+            result.err().unwrap_or_else(|| {
+                format!(
+                    "{} uploaded into the first ({:?}) and last ({:?}) buffers and checked on the GPU",
+                    gib(UPLOAD_WINDOW),
+                    first.placement,
+                    last.placement
+                )
+            }),
+        );
     }
 
     // Free everything; a second free of the same pointer must be refused as CUDA refuses it.
@@ -607,13 +762,21 @@ fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
             free_errors.push(e);
         }
     }
-    tally.record(&format!("{l}.cudaFree"), free_errors.is_empty(), if free_errors.is_empty() { format!("{} buffers freed", buffers.len()) } else { free_errors.join("; ") });
+    tally.record(
+        &format!("{l}.cudaFree"),
+        free_errors.is_empty(),
+        if free_errors.is_empty() { format!("{} buffers freed", buffers.len()) } else { free_errors.join("; ") },
+    );
     if let Some(last) = buffers.last() {
         // SAFETY: a pointer freed above; CUDA answers a second free with an error code.
         let e = unsafe { rt::cudaFree(last.ptr) };
         unsafe { rt::cudaGetLastError() };
         kv(&format!("{l}.double_free_code"), e as i32);
-        tally.record(&format!("{l}.double_free"), e != rt::cudaError_t::cudaSuccess, format!("second cudaFree of a {:?} buffer returned {}", last.placement, rt_name(e)));
+        tally.record(
+            &format!("{l}.double_free"),
+            e != rt::cudaError_t::cudaSuccess,
+            format!("second cudaFree of a {:?} buffer returned {}", last.placement, rt_name(e)),
+        );
     }
     let (end_free, _) = mem_get_info()?;
     kv(&format!("{l}.end_free"), end_free);
@@ -631,10 +794,11 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
     let mut stream: rt::cudaStream_t = std::ptr::null_mut();
     // SAFETY: out-parameter.
     rt_check("cudaStreamCreate", unsafe { rt::cudaStreamCreate(&mut stream) })?;
-    let Held { mut buffers, alloc_error, stale } = allocate_and_fill(kernels, o.chunk, o.async_total, 0xA5A5_0000, stream, |ptr| {
-        // SAFETY: out-parameter; stream is valid.
-        unsafe { rt::cudaMallocAsync(ptr, o.chunk, stream) }
-    })?;
+    let Held { mut buffers, alloc_error, stale } =
+        allocate_and_fill(kernels, o.chunk, o.async_total, 0xA5A5_0000, stream, |ptr| {
+            // SAFETY: out-parameter; stream is valid.
+            unsafe { rt::cudaMallocAsync(ptr, o.chunk, stream) }
+        })?;
     // SAFETY: stream is valid.
     rt_check("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(stream) })?;
     place_all(&mut buffers)?;
@@ -643,19 +807,45 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
     kv(&format!("{l}.t2_bytes"), host);
     let held = buffers.len() * o.chunk;
     let gib = |b: usize| format!("{:.2} GiB", b as f64 / GIB as f64);
-    let split = format!("held {} in {} buffers: {} VRAM, {} T2, {} other (pool)", gib(held), buffers.len(), gib(vram), gib(host), gib(other));
+    let split = format!(
+        "held {} in {} buffers: {} VRAM, {} T2, {} other (pool)",
+        gib(held),
+        buffers.len(),
+        gib(vram),
+        gib(host),
+        gib(other)
+    );
     record_stale_errors(tally, &format!("{l}.cudaMallocAsync_last_error"), "cudaMallocAsync", &stale);
-    tally.record(&format!("{l}.cudaMallocAsync_total"), alloc_error.is_none(), format!("{split}{}", alloc_error.map(|e| format!("; stopped by {}", rt_name(e))).unwrap_or_default()));
+    tally.record(
+        &format!("{l}.cudaMallocAsync_total"),
+        alloc_error.is_none(),
+        format!("{split}{}", alloc_error.map(|e| format!("; stopped by {}", rt_name(e))).unwrap_or_default()),
+    );
     match o.expect.as_str() {
         "t2" => {
             let ok = host > 0 && (o.budget == 0 || vram <= o.budget);
-            tally.record(&format!("{l}.placement"), ok, format!("{split}; expected some in T2{}", if o.budget > 0 { format!(", VRAM part within {}", gib(o.budget)) } else { String::new() }));
+            tally.record(
+                &format!("{l}.placement"),
+                ok,
+                format!(
+                    "{split}; expected some in T2{}",
+                    if o.budget > 0 { format!(", VRAM part within {}", gib(o.budget)) } else { String::new() }
+                ),
+            );
         }
         "vram" => tally.record(&format!("{l}.placement"), host == 0, format!("{split}; expected none in T2")),
         _ => {}
     }
     let failures = verify_all(kernels, &buffers, o.chunk, stream);
-    tally.record(&format!("{l}.verify"), failures.is_empty() && !buffers.is_empty(), if failures.is_empty() { format!("{} buffers checked on the stream and read back", buffers.len()) } else { failures.join("; ") });
+    tally.record(
+        &format!("{l}.verify"),
+        failures.is_empty() && !buffers.is_empty(),
+        if failures.is_empty() {
+            format!("{} buffers checked on the stream and read back", buffers.len())
+        } else {
+            failures.join("; ")
+        },
+    );
     let mut free_errors = Vec::new();
     for b in &buffers {
         // SAFETY: pointers from cudaMallocAsync, freed once, stream-ordered.
@@ -669,7 +859,15 @@ fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels) -> Result
         free_errors.push(e);
     }
     unsafe { rt::cudaStreamDestroy(stream) };
-    tally.record(&format!("{l}.cudaFreeAsync"), free_errors.is_empty(), if free_errors.is_empty() { format!("{} buffers freed stream-ordered", buffers.len()) } else { free_errors.join("; ") });
+    tally.record(
+        &format!("{l}.cudaFreeAsync"),
+        free_errors.is_empty(),
+        if free_errors.is_empty() {
+            format!("{} buffers freed stream-ordered", buffers.len())
+        } else {
+            free_errors.join("; ")
+        },
+    );
     Ok(())
 }
 
@@ -700,12 +898,20 @@ fn probe_fd(size: usize) -> Result<(i32, &'static str), String> {
     // SAFETY: plain system calls on fds this function owns.
     unsafe {
         let memfd = libc::memfd_create(c"gb-import-probe".as_ptr(), libc::MFD_ALLOW_SEALING);
-        if memfd < 0 || libc::ftruncate(memfd, size as libc::off_t) != 0 || libc::fcntl(memfd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) != 0 {
+        if memfd < 0
+            || libc::ftruncate(memfd, size as libc::off_t) != 0
+            || libc::fcntl(memfd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) != 0
+        {
             return Err(format!("memfd: {}", std::io::Error::last_os_error()));
         }
         let udmabuf = libc::open(c"/dev/udmabuf".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
         if udmabuf >= 0 {
-            let create = UdmabufCreate { memfd: memfd as u32, flags: 1 /* UDMABUF_FLAGS_CLOEXEC */, offset: 0, size: size as u64 };
+            let create = UdmabufCreate {
+                memfd: memfd as u32,
+                flags: 1, /* UDMABUF_FLAGS_CLOEXEC */
+                offset: 0,
+                size: size as u64,
+            };
             let dmabuf = libc::ioctl(udmabuf, UDMABUF_CREATE, &create);
             libc::close(udmabuf);
             if dmabuf >= 0 {
@@ -723,12 +929,19 @@ fn import_probe() -> Result<(), String> {
     init_runtime()?;
     type Import = unsafe extern "C" fn(*mut *mut c_void, *const ExternalMemoryHandleDesc) -> i32;
     // SAFETY: libcuda is loaded by cudarc; cuImportExternalMemory has this signature.
-    let import: libloading::Symbol<Import> = unsafe { cu::culib().get(b"cuImportExternalMemory\0") }.map_err(|e| e.to_string())?;
+    let import: libloading::Symbol<Import> =
+        unsafe { cu::culib().get(b"cuImportExternalMemory\0") }.map_err(|e| e.to_string())?;
     const SIZE: usize = 2 * MIB;
     for (label, handle_type) in [("dmabuf_fd", 9u32), ("opaque_fd", 1u32)] {
         let (fd, source) = probe_fd(SIZE)?;
         kv("import.source", source);
-        let desc = ExternalMemoryHandleDesc { handle_type, handle: [fd as u64, 0], size: SIZE as u64, flags: 0, reserved: [0; 16] };
+        let desc = ExternalMemoryHandleDesc {
+            handle_type,
+            handle: [fd as u64, 0],
+            size: SIZE as u64,
+            flags: 0,
+            reserved: [0; 16],
+        };
         let mut memory: *mut c_void = std::ptr::null_mut();
         // SAFETY: desc is a complete descriptor; on success the driver owns fd.
         let code = unsafe { import(&mut memory, &desc) };
@@ -778,7 +991,13 @@ fn vmm_host_probe(tally: &mut Tally) -> Result<(), String> {
             lib.get::<Granularity>(b"cuMemGetAllocationGranularity\0").map_err(|e| e.to_string())?,
         )
     };
-    for (name, id) in [("host_numa_id", 134), ("numa_id", 131), ("host_numa_vmm_supported", 141), ("host_vmm_supported", 145), ("vmm_supported", 102)] {
+    for (name, id) in [
+        ("host_numa_id", 134),
+        ("numa_id", 131),
+        ("host_numa_vmm_supported", 141),
+        ("host_vmm_supported", 145),
+        ("vmm_supported", 102),
+    ] {
         let mut value = -1;
         // SAFETY: out-parameter.
         let code = unsafe { attribute(&mut value, id, 0) };
@@ -801,7 +1020,9 @@ fn vmm_host_probe(tally: &mut Tally) -> Result<(), String> {
     let mut working = None;
     // (label, location type, id): HOST_NUMA on the device's node (0 when it has none),
     // HOST_NUMA_CURRENT, HOST (CUDA 13), DEVICE for comparison.
-    for (label, location_type, id) in [("host_numa", 3u32, node.max(0)), ("host_numa_current", 4, 0), ("host", 2, 0), ("device", 1, 0)] {
+    for (label, location_type, id) in
+        [("host_numa", 3u32, node.max(0)), ("host_numa_current", 4, 0), ("host", 2, 0), ("device", 1, 0)]
+    {
         for (handles_label, handles) in [("none", 0u32), ("posix_fd", 1u32)] {
             let prop = MemAllocationProp { location_type, location_id: id, requested_handle_types: handles, ..base };
             let mut grain = 0usize;
@@ -823,7 +1044,11 @@ fn vmm_host_probe(tally: &mut Tally) -> Result<(), String> {
         }
     }
     let Some((label, handle, size)) = working else {
-        tally.record("vmm.host_kernel", false, "the driver created no host-located VMM allocation (see the vmm.create codes)");
+        tally.record(
+            "vmm.host_kernel",
+            false,
+            "the driver created no host-located VMM allocation (see the vmm.create codes)",
+        );
         return Ok(());
     };
     // Map it, give the device access, and write and check it with the kernels.
