@@ -40,9 +40,12 @@ $OUT/tiering-raw.tar.gz and $OUT/tiering.json too.
                    the same process (2 GiB pinned tensor -> a VRAM tensor, best of 5,
                    CUDA events). Beside it, without the shim: the driver's own rate
                    for the same moves (16 x 1 GiB host-preferred managed buffers
-                   written by the GPU, prefetched to the device in 2 GiB groups:
-                   driver_prefetch_GBps, the bound promote_vs_driver_prefetch
-                   measures against), and Unified Memory's own
+                   written by the GPU, prefetched to the device in 2 GiB groups, right
+                   after a foreign process holding all but 3 GiB exits, as the shim's
+                   are, and again on the settled GPU: driver_prefetch_GBps, the bound
+                   promote_vs_driver_prefetch measures against; then how long a foreign
+                   cuMemAlloc of the free VRAM + 4 GiB waits for the driver to evict
+                   them, preferred on the host and on the device), and Unified Memory's own
                    fault-driven migration: 8 GiB of cuMemAllocManaged memory, preferred
                    location the device, no prefetch, first touched by the CPU (memset),
                    then one GPU pass reading it all (a CuPy sum): bytes / time =
@@ -251,7 +254,9 @@ def measure_migration(run, out):
     balloon.kill()
     kv("tiering.migrate", json.dumps(migrate))
     out["migrate"] = migrate
-    prefetch = run.role("prefetch", "prefetch", 16, shim=False).result(120)
+    balloon = run.balloon("prefetch_balloon", 3)
+    prefetch = run.role("prefetch", "prefetch", "--kill-pid", balloon.proc.pid, shim=False).result(150)
+    balloon.kill()
     kv("tiering.prefetch", json.dumps(prefetch))
     out["prefetch"] = prefetch
     out["driver_prefetch_GBps"] = prefetch.get("driver_prefetch_GBps")
@@ -273,7 +278,10 @@ def measure_migration(run, out):
         out["promote_vs_driver_prefetch"] = out["promote_GBps"] / out["driver_prefetch_GBps"]
         kv("tiering.promote_vs_driver_prefetch", f"{out['promote_vs_driver_prefetch']:.3f} (driver prefetch "
            f"{out['driver_prefetch_GBps']:.2f} GB/s = {out['driver_prefetch_GBps'] / out['pinned_h2d_GBps']:.3f} of "
-           f"pinned H2D)")
+           f"pinned H2D on a settled GPU; {prefetch.get('after_exit_GBps') or 0:.2f} GB/s right after a foreign exit)")
+    if prefetch.get("after_exit_GBps") and out["promote_GBps"]:
+        out["driver_prefetch_after_exit_GBps"] = prefetch["after_exit_GBps"]
+        out["promote_vs_driver_after_exit"] = out["promote_GBps"] / prefetch["after_exit_GBps"]
     if out["promote_GBps"] and out["uvm_fault_GBps"]:
         out["promote_vs_uvm_fault"] = out["promote_GBps"] / out["uvm_fault_GBps"]
     kv("tiering.uvm_fault_GBps", out["uvm_fault_GBps"])

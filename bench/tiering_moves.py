@@ -68,22 +68,45 @@ def role_migrate(args):
 def role_prefetch(args):
     """16 x 1 GiB of managed memory, preferred on the host, accessed by the device and
     written by the GPU (movable T2 as the shim makes it), prefetched to the device in
-    groups of 2 GiB as the shim's tier thread does: the rate the driver gives."""
-    from tiering_promote_probe import Driver, promote
+    groups of 2 GiB as the shim's tier thread does: the rate the driver gives, right
+    after the foreign process (--kill-pid) exits as the shim sees it, and on a settled
+    GPU (the same buffers sent back and moved again). Then the eviction the shim's
+    preferred location leads to: a foreign cuMemAlloc of the free VRAM + 4 GiB beside
+    the buffers in VRAM, once preferred on the host (the shim's way), once on the device."""
+    from tiering_promote_probe import LOCATION_DEVICE, LOCATION_HOST, Driver, eviction_wait, promote
 
-    buffers = int(args[0]) if args else 16
+    parser = argparse.ArgumentParser(prog="tiering.py prefetch")
+    parser.add_argument("--kill-pid", type=int, default=0)
+    parser.add_argument("--buffers", type=int, default=16)
+    opts = parser.parse_args(args)
     driver = Driver()
-    if driver.free() < (buffers + 4) * GIB:
-        print(json.dumps({"role": "prefetch", "skipped": f"{driver.free() // MIB} MiB free"}))
-        return
-    ptrs = [driver.managed(GIB, index + 1) for index in range(buffers)]
+    ptrs = [driver.managed(GIB, index + 1) for index in range(opts.buffers)]
     driver.sync()
     streams = [driver.cupy.cuda.Stream(non_blocking=True)]
-    timing = promote(driver, "grouped", ptrs, GIB, streams)
-    data_ok = all(driver.timed_read(ptr, GIB)[0] == GIB * (index + 1) for index, ptr in enumerate(ptrs))
+    need = (opts.buffers + 1) * GIB
+    out = {"role": "prefetch", "bytes": opts.buffers * GIB}
+    if opts.kill_pid:
+        killed = time.monotonic()
+        kill_pid(opts.kill_pid)
+        while driver.free() < need and time.monotonic() - killed < 30:
+            time.sleep(0.002)
+        out["room_after_s"] = time.monotonic() - killed
+        out["after_exit"] = promote(driver, "grouped", ptrs, GIB, streams)
+        out["after_exit_GBps"] = opts.buffers * GIB / out["after_exit"]["wall_s"] / 1e9
+        for ptr in ptrs:
+            driver.prefetch(ptr, GIB, LOCATION_HOST, streams[0].ptr)
+        streams[0].synchronize()
+        time.sleep(1)
+    out["settled"] = promote(driver, "grouped", ptrs, GIB, streams)
+    out["driver_prefetch_GBps"] = opts.buffers * GIB / out["settled"]["wall_s"] / 1e9
+    out["data_ok"] = all(driver.timed_read(ptr, GIB)[0] == GIB * (index + 1) for index, ptr in enumerate(ptrs))
+    out["evict_preferred_host"] = eviction_wait(driver, ptrs, GIB, 4 * GIB)
+    promote(driver, "grouped", ptrs, GIB, streams)  # what was evicted, back
+    for ptr in ptrs:
+        driver.advise(ptr, GIB, LOCATION_DEVICE)
+    out["evict_preferred_device"] = eviction_wait(driver, ptrs, GIB, 4 * GIB)
     driver.release(ptrs)
-    print(json.dumps(dict(timing, role="prefetch", bytes=buffers * GIB, data_ok=data_ok,
-                          driver_prefetch_GBps=buffers * GIB / timing["wall_s"] / 1e9)), flush=True)
+    print(json.dumps(out), flush=True)
 
 
 # --- Unified Memory's fault-driven migration (no shim) --------------------------------

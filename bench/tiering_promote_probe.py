@@ -199,6 +199,41 @@ def evict(driver, size):
     return out
 
 
+FOREIGN_ALLOC = """
+import ctypes, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuInit(0)
+device, context, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+cuda.cuDeviceGet(ctypes.byref(device), 0)
+cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+cuda.cuCtxSetCurrent(context)
+began = time.perf_counter()
+status = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(int(sys.argv[1])))
+print(status, time.perf_counter() - began, flush=True)
+sys.stdin.read()
+"""
+
+
+def eviction_wait(driver, ptrs, size, extra):
+    """With `ptrs` resident in VRAM: a foreign process (the driver API, nothing else)
+    allocates the free VRAM + `extra`, so the driver must evict that much of ours. How
+    long its cuMemAlloc takes, and how fast we read our buffers while it holds it."""
+    want = driver.free() + extra
+    child = subprocess.Popen([sys.executable, "-c", FOREIGN_ALLOC, str(want)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline().split()
+        result = {"foreign_want": want, "foreign_status": int(line[0]) if line else None,
+                  "foreign_alloc_s": float(line[1]) if len(line) > 1 else None}
+        reads = [driver.timed_read(ptr, size) for ptr in ptrs]
+        result["read_while_held_GBps"] = len(ptrs) * size / sum(size / rate for _, rate in reads) / 1e9
+        result["sums_ok"] = all(total == size * ((index % 250) + 1) for index, (total, _) in enumerate(reads))
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    return result
+
+
 def main():
     buffers = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     size = int(float(sys.argv[2]) * GIB) if len(sys.argv) > 2 else GIB
