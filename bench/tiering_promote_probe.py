@@ -226,7 +226,7 @@ def eviction_wait(driver, ptrs, size, extra):
         result = {"foreign_want": want, "foreign_status": int(line[0]) if line else None,
                   "foreign_alloc_s": float(line[1]) if len(line) > 1 else None}
         reads = [driver.timed_read(ptr, size) for ptr in ptrs]
-        result["read_while_held_GBps"] = len(ptrs) * size / sum(size / rate for _, rate in reads) / 1e9
+        result["read_while_held_GBps"] = len(ptrs) * size / sum(size / rate for _, rate in reads)  # GB/s
         result["sums_ok"] = all(total == size * ((index % 250) + 1) for index, (total, _) in enumerate(reads))
     finally:
         child.stdin.close()

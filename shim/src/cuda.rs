@@ -366,7 +366,7 @@ pub fn stream_create_low_priority() -> Result<Stream, CuError> {
     Ok(stream)
 }
 
-/// Puts this thread in relaxed stream-capture mode: its calls (advice, prefetches on its
+/// Puts this thread in relaxed stream-capture mode: its calls (prefetches on its
 /// own stream, event queries) are then not refused while another thread captures a
 /// graph in global mode (PyTorch's default).
 pub fn relax_stream_capture_mode() -> CuResult {

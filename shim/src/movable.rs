@@ -2,9 +2,10 @@
 //! memory that moves to VRAM and back at the same device address while kernels use it.
 //! It is CUDA managed memory, preferred on the host and mapped by the device, so the GPU
 //! reads it over PCIe as it reads pinned T2 (measured at the same rate on the H200) until
-//! it is promoted: preferred location the device and a prefetch on a low-priority
-//! stream, which the driver carries out in batches on the copy engines while it
-//! resolves concurrent access by running kernels; demotion is the reverse. Module pages
+//! it is promoted: a prefetch to the device on a low-priority stream, which the driver
+//! carries out in batches on the copy engines while it resolves concurrent access by
+//! running kernels; demotion is a prefetch to the host. The preferred location stays the
+//! host throughout (why: `tier_thread`). Module pages
 //! cannot back it (CUDA refuses foreign DMA-BUFs): while in T2 its bytes are
 //! driver-owned host memory, charged to the T2 cap all the same.
 //!

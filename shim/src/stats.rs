@@ -39,8 +39,8 @@ pub struct Stats {
     pub demotions: AtomicU64,
     pub promote_ns: AtomicU64,
     pub demote_ns: AtomicU64,
-    /// Of the moves' wall time, what the tier thread spent issuing them (advice and
-    /// prefetch calls), the rest being the wait for the copies.
+    /// Of the moves' wall time, what the tier thread spent in the prefetch calls (the
+    /// driver does part of a migration inside the call), the rest being the wait.
     pub move_issue_ns: AtomicU64,
 }
 
