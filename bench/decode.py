@@ -56,6 +56,23 @@ def shape_of(name, layers):
     return shape
 
 
+
+def meta_llama(shape):
+    """The Llama model of `shape` (bf16, eval mode) on the meta device, and its config:
+    no memory yet; the callers draw every weight where they want it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         hidden_act="silu", attention_bias=False, mlp_bias=False)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    torch.set_default_dtype(default_dtype)
+    model.eval()
+    return model, config
+
 def kv_width(shape):
     return shape["num_key_value_heads"] * shape["hidden_size"] // shape["num_attention_heads"]
 
@@ -188,21 +205,13 @@ def main():
         torch.cuda.memory.change_current_allocator(allocator)
     import torch
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     on_gpu = args.device == "cuda"
     if args.no_cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(False)
     device = torch.device(args.device)
-    config = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                         hidden_act="silu", attention_bias=False, mlp_bias=False)
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    torch.set_default_dtype(default_dtype)
-    model.eval()
+    model, config = meta_llama(shape)
     names = [name for name, _ in model.named_parameters()]
     counted = sum(p.numel() for p in model.parameters())
     if counted != weight_count(shape):

@@ -24,21 +24,14 @@ MIN_WINDOW = 64       # and at least this many tokens
 PROMPT = 128
 
 
-def build_model(shape, seed):
-    """bench/decode.py's model: Llama from a config on the meta device, every weight drawn
-    on the GPU from a generator seeded with the parameter's index."""
+def build_model(decode, shape, seed):
+    """bench/decode.py's model (`decode` is that module): Llama from a config on the meta
+    device, every weight drawn on the GPU from a generator seeded with the parameter's
+    index."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    config = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                         hidden_act="silu", attention_bias=False, mlp_bias=False)
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    torch.set_default_dtype(default_dtype)
-    model.eval()
+    model, config = decode.meta_llama(shape)
     generator = torch.Generator(device="cuda")
     for index, (name, _) in enumerate(list(model.named_parameters())):
         module_name, _, attr = name.rpartition(".")
@@ -71,7 +64,7 @@ def role_decode(args):
 
     torch.backends.cuda.enable_cudnn_sdp(False)
     shim = Shim()
-    model, config = build_model(decode.shape_of("8b", opts.layers), 1234)
+    model, config = build_model(decode, decode.shape_of("8b", opts.layers), 1234)
     weights = list(model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in weights)
     t2_at_start = sum(shim.t2_bytes(p) for p in weights)

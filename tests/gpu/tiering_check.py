@@ -61,7 +61,8 @@ import signal
 import sys
 import time
 
-from tiering_common import Shim, ShimStats, failure_count, kv, verdict
+from shim_exports import Shim, ShimStats
+from tiering_common import failure_count, kv, verdict
 from tiering_foreign import LIVE, role_balloon, role_grab
 from tiering_model import check_model
 from tiering_tensors import check_demote, check_graph, check_movable, check_promote
