@@ -40,7 +40,8 @@ struct State {
 /// # Invariants
 /// `[base, base + len)` is managed memory of `context` until `release` frees it, after
 /// which no move starts (`freed`); a move in progress (`Moving`) ends before `release`
-/// frees the memory. `in_vram` is true exactly while the residence is `Vram`.
+/// frees the memory. `in_vram` is true exactly while the residence is `Vram`, or
+/// `Moving` for a refresh (which holds the VRAM charge: it was and stays in VRAM).
 pub struct Movable {
     base: CuDevicePtr,
     len: u64,
@@ -51,6 +52,9 @@ pub struct Movable {
     /// Bytes matrix products read from it, decayed by the tier thread.
     heat: AtomicU64,
     in_vram: AtomicBool,
+    /// In VRAM while free VRAM fell so low that the driver evicts managed pages: part
+    /// of it may be on the host (the driver does not say which) until moved again.
+    maybe_evicted: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -106,6 +110,7 @@ pub fn create(
         after_computing: budget::computing(),
         heat: AtomicU64::new(0),
         in_vram: AtomicBool::new(false),
+        maybe_evicted: AtomicBool::new(false),
         state: Mutex::new(State { residence: Residence::T2(reservation.commit()), freed: false }),
     });
     stats::bump(&STATS.movable_allocs);
@@ -134,8 +139,18 @@ pub enum Reserved {
 /// A move the tier thread has started: the charge the allocation will hold where it
 /// goes, reserved, and the one it held where it was, kept until the move ends.
 pub enum Started {
-    Promotion { vram: VramReservation, t2: T2Charge },
-    Demotion { t2: T2Reservation, vram: VramCharge },
+    Promotion {
+        vram: VramReservation,
+        t2: T2Charge,
+    },
+    Demotion {
+        t2: T2Reservation,
+        vram: VramCharge,
+    },
+    /// To VRAM again, where it is charged (what the driver evicted comes back).
+    Refresh {
+        vram: VramCharge,
+    },
 }
 
 impl Movable {
@@ -181,6 +196,18 @@ impl Movable {
         self.heat.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// The driver may have evicted part of it: free VRAM fell that low while it was in
+    /// VRAM.
+    pub fn mark_maybe_evicted(&self) {
+        if self.in_vram() {
+            self.maybe_evicted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    pub fn maybe_evicted(&self) -> bool {
+        self.maybe_evicted.load(Ordering::Relaxed)
+    }
+
     /// The heat, halved for the next tick.
     pub fn take_heat(&self) -> u64 {
         let heat = self.heat.load(Ordering::Relaxed);
@@ -211,6 +238,22 @@ impl Movable {
         Some(started)
     }
 
+    /// Starts a refresh if the allocation is live and in VRAM: `Moving` until
+    /// `finish_move`, still charged as VRAM and counted in it.
+    pub fn start_refresh(&self) -> Option<Started> {
+        let mut state = self.state.lock();
+        if state.freed {
+            return None;
+        }
+        match std::mem::replace(&mut state.residence, Residence::Moving) {
+            Residence::Vram(vram) => Some(Started::Refresh { vram }),
+            elsewhere => {
+                state.residence = elsewhere;
+                None
+            }
+        }
+    }
+
     /// Ends a started move: `arrived` says whether the driver moved it. It is then
     /// charged where it is, and the other charge goes back.
     pub fn finish_move(&self, started: Started, arrived: bool) {
@@ -219,7 +262,12 @@ impl Movable {
             (Started::Demotion { t2, vram }, true) => (Residence::T2(t2.commit_moved()), Some(Residence::Vram(vram))),
             (Started::Promotion { t2, .. }, false) => (Residence::T2(t2), None),
             (Started::Demotion { vram, .. }, false) => (Residence::Vram(vram), None),
+            (Started::Refresh { vram }, _) => (Residence::Vram(vram), None),
         };
+        if arrived {
+            // Wherever it arrived, all of it is where the accounts say.
+            self.maybe_evicted.store(false, Ordering::Relaxed);
+        }
         let in_vram = matches!(residence, Residence::Vram(_));
         let mut state = self.state.lock();
         state.residence = residence;

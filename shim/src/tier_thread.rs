@@ -6,7 +6,8 @@
 //! allocation; the program's own streams never wait for it.
 //!
 //! The preferred location stays the host (`movable`) whatever the residence: a move is
-//! the prefetch alone. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
+//! the prefetch alone. A tick that finds free VRAM under a quarter of the headroom marks
+//! what is in VRAM as maybe evicted: the policy moves it again once there is room. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
 //! advising the device before the prefetch made promotion 0.65 of the prefetch alone
 //! (the advice call re-maps the whole range), and pages the driver then evicted for
 //! another process faulted back at 6-7 GB/s; with the host preferred, promoted pages
@@ -102,6 +103,9 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     let headroom = config.headroom(device, physical.max(total));
     let answered = if free >= headroom { 0 } else { answered };
     let room = Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
+    if room.pressing() {
+        members.iter().for_each(|m| m.mark_maybe_evicted());
+    }
     let candidates: Vec<Candidate> = members
         .iter()
         .map(|m| Candidate {
@@ -110,17 +114,17 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
             heat: m.take_heat(),
             sequence: m.sequence(),
             after_computing: m.after_computing(),
+            maybe_evicted: m.maybe_evicted(),
         })
         .collect();
     let moves = tiering::plan(&room, &candidates);
     if moves.is_empty() {
         return answered;
     }
-    let chosen: Vec<(&Movable, bool)> = moves
+    let chosen: Vec<(&Movable, Move)> = moves
         .iter()
-        .map(|step| match *step {
-            Move::Promote(i) => (members[i], true),
-            Move::Demote(i) => (members[i], false),
+        .map(|&step| match step {
+            Move::Promote(i) | Move::Demote(i) | Move::Refresh(i) => (members[i], step),
         })
         .collect();
     let mut demoted = 0;
@@ -140,7 +144,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
 }
 
 /// `moves` cut into runs of at most `GROUP_BYTES` (one allocation larger is a run).
-fn groups<'a>(moves: &'a [(&'a Movable, bool)]) -> Vec<&'a [(&'a Movable, bool)]> {
+fn groups<'a>(moves: &'a [(&'a Movable, Move)]) -> Vec<&'a [(&'a Movable, Move)]> {
     let mut runs = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, (m, _)) in moves.iter().enumerate() {
@@ -158,20 +162,18 @@ fn groups<'a>(moves: &'a [(&'a Movable, bool)]) -> Vec<&'a [(&'a Movable, bool)]
 
 /// Starts every move of `group`, waits for the driver, ends them. Returns the bytes
 /// demoted.
-fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<MoveStream>) -> u64 {
+fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<MoveStream>) -> u64 {
     let began = Instant::now();
     let mut started: Vec<(&Movable, Started, Option<Stream>)> = Vec::new();
-    for &(m, promote) in group {
+    for &(m, step) in group {
         let Some(stream) = stream_of(m.context(), streams) else { continue };
-        let reserve = |len| {
-            if promote {
-                budget::reserve_promotion(len, device).map(Reserved::Vram)
-            } else {
-                release::reserve_t2_now(len).map(Reserved::T2)
-            }
+        let move_started = match step {
+            Move::Promote(_) => m.start_move(true, |len| budget::reserve_promotion(len, device).map(Reserved::Vram)),
+            Move::Demote(_) => m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2)),
+            Move::Refresh(_) => m.start_refresh(),
         };
-        let Some(move_started) = m.start_move(promote, reserve) else { continue };
-        let to = if promote { Where::Device(device) } else { Where::Host };
+        let Some(move_started) = move_started else { continue };
+        let to = if matches!(step, Move::Demote(_)) { Where::Host } else { Where::Device(device) };
         let issuing = Instant::now();
         let issued = cuda::with_context(m.context(), || prefetch(m, to, stream));
         let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -195,7 +197,11 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
     for (m, move_started, stream) in started {
         let issued = stream.is_some();
         let arrived = issued && streams_done;
-        let promotion = matches!(move_started, Started::Promotion { .. });
+        let (promotion, refresh) = match move_started {
+            Started::Promotion { .. } => (true, false),
+            Started::Demotion { .. } => (false, false),
+            Started::Refresh { .. } => (false, true),
+        };
         if let (false, true, Some(stream)) = (arrived, promotion, stream) {
             // The driver may have moved part of it into VRAM the accounts give back now:
             // send it home (best effort; the host is where eviction sends it anyway).
@@ -205,7 +211,10 @@ fn move_group(device: CuDevice, group: &[(&Movable, bool)], streams: &mut Vec<Mo
         if !arrived {
             continue;
         }
-        if promotion {
+        if refresh {
+            // Charged and counted in VRAM already: no move in the counters.
+            debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", m.base(), Mib(m.len()));
+        } else if promotion {
             promoted_any = true;
             stats::bump(&STATS.promotions);
             STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);

@@ -16,7 +16,11 @@
 //!   for the program's own small allocations) and the budget leave room, movable
 //!   allocations in T2 go to VRAM, the hottest first: the most read by matrix products
 //!   since the last ticks, then those allocated after the program started computing
-//!   (activations, KV cache), then the oldest.
+//!   (activations, KV cache), then the oldest. Before them, allocations in VRAM that
+//!   the driver may have evicted in part (free VRAM was under a quarter of the headroom
+//!   while they were there) are moved to VRAM again, hottest first, each when the free
+//!   VRAM has room for all of it (the driver does not say how much it took): their
+//!   budget is charged already.
 
 use std::cmp::Reverse;
 
@@ -31,6 +35,8 @@ pub struct Candidate {
     pub sequence: u64,
     /// Allocated after the program started computing.
     pub after_computing: bool,
+    /// In VRAM, but the driver may have evicted part of it since.
+    pub maybe_evicted: bool,
 }
 
 /// A device's state at one tick.
@@ -52,6 +58,8 @@ pub struct Room {
 pub enum Move {
     Promote(usize),
     Demote(usize),
+    /// Moved to VRAM again: it is there as the accounts see it, perhaps not all of it.
+    Refresh(usize),
 }
 
 impl Room {
@@ -65,15 +73,16 @@ impl Room {
         }
     }
 
-    /// Free VRAM so low that the driver evicts managed memory for others.
-    fn pressing(&self) -> bool {
+    /// Free VRAM so low that the driver evicts managed memory for others: what is in
+    /// VRAM may be in part on the host now.
+    pub fn pressing(&self) -> bool {
         self.free < self.headroom / 4
     }
 
-    /// Bytes that may move to VRAM now.
-    fn promotable(&self) -> u64 {
+    /// Free VRAM that moves may fill now (the budget aside).
+    fn fillable(&self) -> u64 {
         let keep = self.headroom.saturating_add(self.headroom / 4);
-        self.free.saturating_sub(keep).min(self.budget_room)
+        self.free.saturating_sub(keep)
     }
 }
 
@@ -82,20 +91,30 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
     if room.free < room.headroom {
         return if room.demote { demotions(room.shortfall(), candidates) } else { Vec::new() };
     }
-    let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !candidates[i].in_vram).collect();
+    let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| wants_vram(&candidates[i])).collect();
     order.sort_by_key(|&i| {
         let c = &candidates[i];
-        (Reverse(c.heat), Reverse(c.after_computing), c.sequence)
+        (Reverse(c.in_vram), Reverse(c.heat), Reverse(c.after_computing), c.sequence)
     });
-    let mut left = room.promotable();
+    let (mut free_left, mut budget_left) = (room.fillable(), room.budget_room);
     let mut moves = Vec::new();
     for i in order {
-        if candidates[i].bytes <= left {
-            left -= candidates[i].bytes;
+        let c = &candidates[i];
+        if c.in_vram && c.bytes <= free_left {
+            free_left -= c.bytes;
+            moves.push(Move::Refresh(i));
+        } else if !c.in_vram && c.bytes <= free_left.min(budget_left) {
+            free_left -= c.bytes;
+            budget_left -= c.bytes;
             moves.push(Move::Promote(i));
         }
     }
     moves
+}
+
+/// In T2, or in VRAM with part of it perhaps evicted.
+fn wants_vram(c: &Candidate) -> bool {
+    !c.in_vram || c.maybe_evicted
 }
 
 /// Allocations in VRAM, coldest first, until `shortfall` bytes go back.
@@ -124,7 +143,7 @@ mod tests {
     const G: u64 = 1 << 30;
 
     fn at(bytes: u64, in_vram: bool, heat: u64, sequence: u64) -> Candidate {
-        Candidate { bytes, in_vram, heat, sequence, after_computing: false }
+        Candidate { bytes, in_vram, heat, sequence, after_computing: false, maybe_evicted: false }
     }
 
     fn room(free: u64) -> Room {
@@ -184,5 +203,19 @@ mod tests {
         assert_eq!(plan(&pressing, &candidates), vec![Move::Demote(2)], "newest of equally cold first");
         // Nothing in VRAM: nothing to do.
         assert_eq!(plan(&pressing, &[at(G, false, 0, 0)]), vec![]);
+    }
+
+    #[test]
+    fn what_the_driver_may_have_evicted_moves_back_first_within_free_vram_not_the_budget() {
+        let mut evicted = at(2 * G, true, 0, 0);
+        evicted.maybe_evicted = true;
+        let candidates = [at(G, false, 99, 1), evicted, at(G, true, 0, 2)];
+        // 3.25 GiB free, the budget spent: the refresh needs no budget, a promotion does.
+        let spent = Room { budget_room: 0, ..room(3 * G + G / 4) };
+        assert_eq!(plan(&spent, &candidates), vec![Move::Refresh(1)], "refresh only; in VRAM and not evicted stays");
+        // With the budget: the refresh first (hotter or not), then what still fits.
+        assert_eq!(plan(&room(4 * G + G / 4), &candidates), vec![Move::Refresh(1), Move::Promote(0)]);
+        // Free VRAM for less than all of it: it waits (the driver does not say how much it took).
+        assert_eq!(plan(&Room { budget_room: 0, ..room(2 * G + G / 4) }, &candidates), vec![]);
     }
 }

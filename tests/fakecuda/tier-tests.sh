@@ -58,4 +58,9 @@ t_tier_free_moving() {
     tier_run tier-free-moving "$BIN/gbtier" free-moving $TIER_BLOCK 12
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving"
+t_tier_refresh() {
+    # The driver evicts a promoted block for another process: back once that one leaves.
+    tier_run tier-refresh GREENBOOST_DEMOTE=off "$BIN/gbtier" refresh $TIER_BLOCK
+}
+
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh"

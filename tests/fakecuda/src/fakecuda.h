@@ -225,6 +225,9 @@ size_t fakegpu_managed_on_host(void);
 void fakegpu_managed_moved(unsigned long long *to_device, unsigned long long *to_host);
 int fakegpu_managed_live(void);
 int fakegpu_managed_where(CUdeviceptr p);
+/* Moves every page of the managed allocation holding p to the host, as the driver's
+ * eviction for another process does, unannounced; 0 when p is not managed memory. */
+int fakegpu_managed_evict(CUdeviceptr p);
 /* Bytes currently registered with cuMemHostRegister. */
 size_t fakegpu_hostreg_bytes(void);
 /* Count of device faults (illegal addresses) and of forbidden calls seen so far. */

@@ -453,3 +453,16 @@ int fakegpu_managed_where(CUdeviceptr p)
     fg_unlock();
     return where;
 }
+
+/* What the real driver does when another process needs the VRAM: every page of the
+ * allocation holding p goes to the host, whatever its preferred location, and nothing
+ * tells the owner (its last prefetch location stays). 0 when p is not managed memory. */
+int fakegpu_managed_evict(CUdeviceptr p)
+{
+    fg_lock();
+    struct managed *a = containing(p);
+    for (size_t i = 0; a && i < a->npages; i++)
+        move_page(&a->pages[i], ON_HOST);
+    fg_unlock();
+    return a != NULL;
+}

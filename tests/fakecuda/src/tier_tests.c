@@ -10,6 +10,8 @@
  *   gbtier order BLOCK              (the hottest block is promoted first)
  *   gbtier second-device BLOCK      (FAKECUDA_DEVICES=2, GREENBOOST_TIERING=on, a budget
  *                                    of 2 blocks on device 1: moves stay on device 1)
+ *   gbtier refresh BLOCK            (GREENBOOST_DEMOTE=off: what the driver evicted comes
+ *                                    back once there is room)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -451,6 +453,47 @@ static int test_second_device(int argc, char **argv)
     return 0;
 }
 
+static int block_on_device(void *block) { return fakegpu_managed_where(dptr(block)) == 0; }
+
+/* The driver evicts what was promoted for another process, unannounced (the fake's
+ * eviction control); once the device has room again the shim moves it back. Run with
+ * GREENBOOST_DEMOTE=off: the shim itself moves nothing out. */
+static int test_refresh(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: refresh BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    void *blocks[2];
+    struct balloon other = balloon_start(vram - headroom);
+    int movable = allocate_blocks(blocks, 2, block);
+    CHECK(movable == 2, "%d of 2 blocks movable beside the other process\n", movable);
+    balloon_stop(&other);
+    unsigned long long both = 2 * block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &both, 0, &lowest), "the blocks were not promoted\n");
+    /* Another process needs VRAM: the driver takes block 0's, the process leaves under a
+     * quarter of the headroom free. */
+    CHECK(fakegpu_managed_evict(dptr(blocks[0])), "block 0 is not managed memory\n");
+    struct balloon squeeze = balloon_start(device_free() - headroom / 8);
+    usleep(100000); /* ten ticks under pressure */
+    CHECK(fakegpu_managed_where(dptr(blocks[0])) == -1 && shim_stats().demotions == 0,
+          "under pressure with demotion off: block 0 at %d, %llu demotions\n", fakegpu_managed_where(dptr(blocks[0])),
+          shim_stats().demotions);
+    balloon_stop(&squeeze);
+    size_t unused = vram;
+    int back = wait_for(block_on_device, blocks[0], 0, &unused);
+    struct shim_stats s = shim_stats();
+    printf("evicted block back on the device: %s; %llu promotions, %llu demotions, %llu MiB counted in VRAM\n",
+           back ? "yes" : "no", s.promotions, s.demotions, s.tier_vram >> 20);
+    CHECK(back, "the evicted block stayed on the host after the other process left (the shim counts it in VRAM)\n");
+    CHECK(fakegpu_managed_where(dptr(blocks[1])) == 0 && s.promotions == 2 && s.tier_vram == both,
+          "block 1 at %d, %llu promotions, %llu bytes in VRAM: the refresh is no move in the counters\n",
+          fakegpu_managed_where(dptr(blocks[1])), s.promotions, s.tier_vram);
+    check_blocks(blocks, 2, block, "after the refresh");
+    for (int i = 0; i < 2; i++)
+        OK(cudaFree(blocks[i]));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
@@ -460,6 +503,7 @@ int main(int argc, char **argv)
         { "free-moving", test_free_moving },
         { "order", test_order },
         { "second-device", test_second_device },
+        { "refresh", test_refresh },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
