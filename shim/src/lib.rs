@@ -51,6 +51,7 @@ mod tiering;
 
 mod registry;
 mod release;
+mod tier_lock;
 mod tier_thread;
 mod allocate;
 mod vmm;

@@ -26,6 +26,7 @@ use crate::movable::{self, Movable, Reserved, Started};
 use crate::publish;
 use crate::release;
 use crate::stats::{self, STATS};
+use crate::tier_lock::{self, Turn};
 use crate::tiering::{self, Candidate, Move, Room};
 
 /// Most bytes moved before the thread waits for them.
@@ -46,6 +47,7 @@ pub fn ensure_started() {
 /// In the child of a fork: the thread stayed in the parent.
 pub fn restart_in_child() {
     STARTED.store(false, Ordering::Release);
+    tier_lock::close_in_child();
 }
 
 /// A context's stream for moves, made on first use.
@@ -68,6 +70,7 @@ fn run() {
     let interval = Duration::from_millis(config::get().tier_interval_ms);
     let mut streams: Vec<MoveStream> = Vec::new();
     let mut answered: Vec<Answered> = Vec::new();
+    let mut unlocked_said = false;
     loop {
         std::thread::sleep(interval);
         if !movable::any() {
@@ -86,9 +89,22 @@ fn run() {
                     answered.len() - 1
                 }
             };
+            // Held from the measurement to the end of the moves (see `tier_lock`).
+            let held = match tier_lock::acquire() {
+                Turn::Held(held) => Some(held),
+                Turn::Busy => continue,
+                Turn::Unlocked => {
+                    if !unlocked_said {
+                        unlocked_said = true;
+                        info!("live tiering: no lock shared with other processes ({})", tier_lock::where_it_is());
+                    }
+                    None
+                }
+            };
             let context = members[0].context();
             let demoted = cuda::with_context(context, || tick(device, &members, answered[slot].bytes, &mut streams));
             answered[slot].bytes = demoted;
+            drop(held);
         }
     }
 }

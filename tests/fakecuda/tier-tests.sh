@@ -63,4 +63,9 @@ t_tier_refresh() {
     tier_run tier-refresh GREENBOOST_DEMOTE=off "$BIN/gbtier" refresh $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh"
+t_tier_pair() {
+    # Two processes under the shim, room for one's blocks: moves take 50 ms each.
+    tier_run tier-pair FAKECUDA_PREFETCH_DELAY_US=50000 "$BIN/gbtier" pair $TIER_BLOCK
+}
+
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair"

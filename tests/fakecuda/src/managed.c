@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define MANAGED_PAGE (2UL << 20)
 #define ON_HOST CU_DEVICE_CPU  /* -1: a location that is the host */
@@ -284,6 +285,10 @@ static void run_prefetch(void *data)
 {
     struct prefetch *pf = data;
     size_t first, last;
+    /* FAKECUDA_PREFETCH_DELAY_US: the copy's duration, on the stream, before the move. */
+    const char *delay = getenv("FAKECUDA_PREFETCH_DELAY_US");
+    if (delay)
+        usleep((useconds_t)strtoul(delay, NULL, 0));
     fg_lock();
     struct managed *a = range_pages(pf->p, pf->n, &first, &last);
     for (size_t i = first; a && i <= last; i++)

@@ -12,6 +12,8 @@
  *                                    of 2 blocks on device 1: moves stay on device 1)
  *   gbtier refresh BLOCK            (GREENBOOST_DEMOTE=off: what the driver evicted comes
  *                                    back once there is room)
+ *   gbtier pair BLOCK               (FAKECUDA_PREFETCH_DELAY_US: two processes under the
+ *                                    shim never promote into the same free VRAM)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -494,6 +496,109 @@ static int test_refresh(int argc, char **argv)
     return 0;
 }
 
+/* ---- two processes under the shim on one device ---- */
+
+/* The other process of `pair`: the same program under the shim, started by the test.
+ * Allocates 2 movable blocks beside the balloons, says "ready", then after its stdin
+ * says "check" verifies them and says what it promoted; exits at end of input. */
+static int test_pair_child(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: pair-child BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    void *blocks[2];
+    int movable = allocate_blocks(blocks, 2, block);
+    printf("ready %d\n", movable);
+    char line[64];
+    while (fgets(line, sizeof line, stdin) && strncmp(line, "check", 5))
+        ;
+    for (int i = 0; i < 2; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "the other process's block %d has %llu wrong words\n", i, bad);
+    }
+    printf("promoted %llu\n", shim_stats().promoted_bytes);
+    while (fgets(line, sizeof line, stdin))
+        ;
+    for (int i = 0; i < 2; i++)
+        OK(cudaFree(blocks[i]));
+    return 0;
+}
+
+struct watch { volatile int stop; size_t lowest; };
+
+static void *watch_free(void *arg)
+{
+    struct watch *w = arg;
+    while (!w->stop) {
+        size_t free_now = device_free();
+        if (free_now < w->lowest)
+            w->lowest = free_now;
+        usleep(100);
+    }
+    return NULL;
+}
+
+/* Two processes under the shim, each with 2 movable blocks; room opens for 2 blocks
+ * beyond the headroom and its slack. Each alone would promote both of its blocks; at
+ * once (FAKECUDA_PREFETCH_DELAY_US makes moves take time) they would promote 4 into
+ * the room for 2 unless one measures after the other's moves landed (the host-wide
+ * tiering lock): free VRAM must never fall below the headroom. */
+static int test_pair(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: pair BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    size_t room = headroom / 4 + block * 5 / 2;
+    struct balloon stays = balloon_start(vram - headroom - room);
+    struct balloon leaves = balloon_start(room);
+    int to_child[2], from_child[2];
+    CHECK(pipe(to_child) == 0 && pipe(from_child) == 0, "pipe\n");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork\n");
+    if (pid == 0) {
+        dup2(to_child[0], 0);
+        dup2(from_child[1], 1);
+        close(to_child[1]);
+        close(from_child[0]);
+        execl("/proc/self/exe", "gbtier", "pair-child", argv[2], (char *)NULL);
+        _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    FILE *child_out = fdopen(from_child[0], "r");
+    char line[128] = "";
+    CHECK(fgets(line, sizeof line, child_out) && !strcmp(line, "ready 2\n"), "the other process: %s", line);
+    void *blocks[2];
+    int movable = allocate_blocks(blocks, 2, block);
+    CHECK(movable == 2, "%d of 2 blocks movable here\n", movable);
+
+    struct watch w = { 0, vram };
+    pthread_t watcher;
+    pthread_create(&watcher, NULL, watch_free, &w);
+    balloon_stop(&leaves);
+    usleep(1500000);
+    w.stop = 1;
+    pthread_join(watcher, NULL);
+    CHECK(write(to_child[1], "check\n", 6) == 6, "write\n");
+    CHECK(fgets(line, sizeof line, child_out) && !strncmp(line, "promoted ", 9), "the other process: %s", line);
+    unsigned long long theirs = strtoull(line + 9, NULL, 0), ours = shim_stats().promoted_bytes;
+    printf("room for %zu MiB beyond the headroom: promoted %llu MiB here, %llu MiB there; lowest free %zu MiB "
+           "(headroom %zu MiB)\n", room >> 20, ours >> 20, theirs >> 20, w.lowest >> 20, headroom >> 20);
+    CHECK(w.lowest >= headroom, "free VRAM fell to %zu MiB, under the %zu MiB headroom: both processes promoted "
+          "into the same room\n", w.lowest >> 20, headroom >> 20);
+    CHECK(ours + theirs == 2 * block, "%llu bytes promoted in all, want the 2 blocks the room holds\n", ours + theirs);
+    check_blocks(blocks, 2, block, "here");
+    close(to_child[1]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    fclose(child_out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the other process failed (status %d)\n", status);
+    balloon_stop(&stays);
+    for (int i = 0; i < 2; i++)
+        OK(cudaFree(blocks[i]));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
@@ -504,6 +609,8 @@ int main(int argc, char **argv)
         { "order", test_order },
         { "second-device", test_second_device },
         { "refresh", test_refresh },
+        { "pair", test_pair },
+        { "pair-child", test_pair_child },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();
