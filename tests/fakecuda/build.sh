@@ -11,9 +11,11 @@ mkdir -p "$out/lib" "$out/bin" "$out/.build/link12" "$out/.build/link13" "$out/.
 lib=$out/lib
 b=$out/.build
 
-# The simulated device, shared by the fake driver and NVML: fakegpu.c, and managed.c for
-# managed memory (its data on the host, its residency as VRAM that fakegpu.c lends).
-$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c" "$src/managed.c"
+# The simulated device, shared by the fake driver and NVML: fakegpu.c (how it works,
+# setup, contexts) and the fakegpu_*.c files beside it, and managed.c for managed memory
+# (its data on the host, its residency as VRAM that fakegpu_vram.c lends).
+$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c" "$src"/fakegpu_*.c \
+    "$src/managed.c"
 # Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src/libcuda.c" $fake_ld
