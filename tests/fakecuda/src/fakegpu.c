@@ -34,11 +34,14 @@
  * Managed memory (cuMemAllocManaged, advice, prefetches) is managed.c's: its data is
  * host memory at the device address, which device_view lets the fake GPU reach; only its
  * residency takes VRAM, through fg_vram_take_locked.
+ *
+ * Files: this one (the state, log, setup, contexts) and, beside it, fakegpu_vram.c,
+ * fakegpu_hostreg.c, fakegpu_vmm.c, fakegpu_access.c (what the fake GPU reaches),
+ * fakegpu_gemm.c, fakegpu_streams.c (streams, events, the work they run) and
+ * fakegpu_copies.c (copies, kernels, test queries); fakegpu_state.h is what they share.
  */
 #define _GNU_SOURCE
 #include "fakegpu_state.h"
-
-
 
 /* ------------------------------------------------------------------ state */
 struct fg_state g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .log_fd = -1 };
