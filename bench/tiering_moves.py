@@ -111,13 +111,10 @@ def role_prefetch(args):
 
 # --- Unified Memory's fault-driven migration (no shim) --------------------------------
 
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
 def role_uvm(args):
     gib = float(args[0]) if args else 8.0
     import cupy
+    from tiering_promote_probe import Location
 
     cuda = ctypes.CDLL("libcuda.so.1")
 

@@ -27,15 +27,9 @@ import subprocess
 import sys
 import time
 
-GIB = 1 << 30
-CU_MEM_ATTACH_GLOBAL = 1
-CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3
-CU_MEM_ADVISE_SET_ACCESSED_BY = 5
-LOCATION_DEVICE, LOCATION_HOST = 1, 2
-
-
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+# The driver's constants and CUmemLocation, defined once for both studies.
+from tiering_promote_probe import (CU_MEM_ADVISE_SET_ACCESSED_BY, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,  # noqa: E402
+                                   CU_MEM_ATTACH_GLOBAL, GIB, LOCATION_DEVICE, LOCATION_HOST, Location)
 
 
 def main():
