@@ -165,40 +165,6 @@ def pinned_h2d(driver):
     return rates
 
 
-def evict(driver, size):
-    """A prefetch-only-promoted buffer (preferred location still the host) and a foreign
-    process taking more than is free: do our pages go to the host and get read there
-    over the link, rather than faulting back as device-preferred pages do (6-7 GB/s)?"""
-    ptr = driver.managed(size, 1)
-    stream = driver.cupy.cuda.Stream(non_blocking=True)
-    driver.prefetch(ptr, size, LOCATION_DEVICE, stream.ptr)
-    stream.synchronize()
-    resident = driver.timed_read(ptr, size)
-    free_promoted = driver.free()
-    want = free_promoted + GIB
-    script = (f"import time, torch; t=time.time(); x=torch.empty({want}, dtype=torch.uint8, device='cuda'); "
-              "torch.cuda.synchronize(); print('ok', time.time()-t, flush=True); import sys; sys.stdin.read()")
-    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    line = child.stdout.readline().split()
-    foreign_ok = bool(line) and line[0] == "ok"
-    out = {"bytes": size, "resident_read_GBps": resident[1], "resident_sum_ok": resident[0] == size,
-           "free_promoted": free_promoted, "foreign_want": want, "foreign_ok": foreign_ok,
-           "foreign_s": float(line[1]) if foreign_ok else None, "free_with_foreign": driver.free()}
-    reads = [driver.timed_read(ptr, size) for _ in range(3)]
-    out["reads_while_foreign_holds"] = [{"sum_ok": s == size, "GBps": r} for s, r in reads]
-    out["free_after_reads"] = driver.free()
-    child.stdin.close()
-    child.wait(timeout=60)
-    if not foreign_ok:
-        out["foreign_error"] = child.stderr.read().strip().splitlines()[-1:]
-    time.sleep(1)
-    after = driver.timed_read(ptr, size)
-    out["after_foreign_exit"] = {"sum_ok": after[0] == size, "GBps": after[1], "free": driver.free()}
-    driver.release([ptr])
-    return out
-
-
 FOREIGN_ALLOC = """
 import ctypes, sys, time
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -232,6 +198,25 @@ def eviction_wait(driver, ptrs, size, extra):
         child.stdin.close()
         child.wait(timeout=60)
     return result
+
+
+def evict(driver, size):
+    """A prefetch-only-promoted buffer (preferred location still the host) and a foreign
+    process taking the free VRAM + 1 GiB: do our pages go to the host and get read there
+    over the link, rather than faulting back as device-preferred pages do (6-7 GB/s)?
+    And where are they once it has left?"""
+    ptr = driver.managed(size, 1)
+    stream = driver.cupy.cuda.Stream(non_blocking=True)
+    driver.prefetch(ptr, size, LOCATION_DEVICE, stream.ptr)
+    stream.synchronize()
+    resident = driver.timed_read(ptr, size)
+    out = {"bytes": size, "resident_read_GBps": resident[1], "resident_sum_ok": resident[0] == size}
+    out.update(eviction_wait(driver, [ptr], size, GIB))
+    time.sleep(1)
+    after = driver.timed_read(ptr, size)
+    out["after_foreign_exit"] = {"sum_ok": after[0] == size, "GBps": after[1], "free": driver.free()}
+    driver.release([ptr])
+    return out
 
 
 def main():
