@@ -295,6 +295,21 @@ pub fn concurrent_managed_access(device: CuDevice) -> bool {
     status == CuResult::SUCCESS && value == 1
 }
 
+/// The GPU's PCI address (domain, bus, device), the same in every process; `None` when
+/// the driver does not say.
+pub fn pci_address(device: CuDevice) -> Option<(u32, u32, u32)> {
+    let mut parts = [0u32; 3];
+    let attributes =
+        [CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID];
+    for (part, attribute) in parts.iter_mut().zip(attributes) {
+        let mut value: c_int = 0;
+        let status =
+            driver_call!(cuDeviceGetAttribute(&mut value, attribute, device), "writes one int to a valid local");
+        *part = u32::try_from(value).ok().filter(|_| status == CuResult::SUCCESS)?;
+    }
+    Some((parts[0], parts[1], parts[2]))
+}
+
 /// Managed memory of `len` bytes that every stream may use, in the current context.
 pub fn mem_alloc_managed(len: u64) -> Result<CuDevicePtr, CuError> {
     let Ok(len) = usize::try_from(len) else { return Err(CuError(CuResult::OUT_OF_MEMORY.0)) };

@@ -214,6 +214,11 @@ pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 /// managed memory at the same time (the driver resolves it); without it the CPU may not
 /// touch managed memory while any kernel runs.
 pub const CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: c_int = 89;
+/// `CU_DEVICE_ATTRIBUTE_PCI_BUS_ID`, `_PCI_DEVICE_ID`, `_PCI_DOMAIN_ID`: where the GPU
+/// sits, the same in every process whatever CUDA_VISIBLE_DEVICES numbers it.
+pub const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
+pub const CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: c_int = 34;
+pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: c_int = 50;
 
 /// `CUmemLocationType`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;

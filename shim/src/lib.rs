@@ -17,8 +17,8 @@
 //! the tier thread) is held with no other lock and comes last; each movable
 //! allocation's own `state` lock is a leaf, never held across a CUDA call. The fork
 //! handlers (`lifecycle`) take the five of the list in this order, not SCRATCH: a child
-//! forked after CUDA use never stages. `tier_lock`'s flock, shared with the other
-//! processes under the shim, is the one lock held across CUDA calls (a tick's
+//! forked after CUDA use never stages. `tier_lock`'s flock (per GPU), shared with the
+//! other processes under the shim, is the one lock held across CUDA calls (a tick's
 //! measurement and moves), by the tier thread only and before any of the others, which
 //! it takes and drops beneath it; it waits for it 2 s at most, so no process's lock can
 //! stall another's program, and the fork handlers leave it (the child closes its copy).

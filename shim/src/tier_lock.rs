@@ -1,7 +1,9 @@
-//! The lock live tiering holds across every process under the shim on this host, from
-//! measuring a device's free VRAM to the end of the moves planned from that figure: an
-//! flock on `/dev/shm/greenboost-tier.lock`, beside the records `greenboost status`
-//! reads. Two of ours promoting at once would each see the same free VRAM and together
+//! The lock live tiering holds for a GPU across every process under the shim on this
+//! host, from measuring the GPU's free VRAM to the end of the moves planned from that
+//! figure: an flock on `/dev/shm/greenboost-tier.<domain>:<bus>:<device>.lock` (the GPU's
+//! PCI address, the same in every process whatever CUDA_VISIBLE_DEVICES numbers it;
+//! `/dev/shm/greenboost-tier.lock`, one for the host, when the driver does not say),
+//! beside the records `greenboost status` reads. Two of ours promoting at once would each see the same free VRAM and together
 //! fill past it; managed memory resident beyond what is free makes the driver evict one
 //! process's pages for the other's, and the pressure rule then demotes in both, tick
 //! after tick. Held, the second process measures after the first one's moves landed.
@@ -13,12 +15,44 @@
 //! a stopped process (a debugger) holding it must not stall everyone's tiering. No file
 //! (no /dev/shm): tiering goes on unlocked.
 
-use std::ffi::CStr;
+use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-const PATH: &CStr = c"/dev/shm/greenboost-tier.lock";
+const DIR: &str = "/dev/shm";
 const WAIT: Duration = Duration::from_secs(2);
+
+/// A lock file's path, NUL-terminated.
+pub struct LockPath {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl LockPath {
+    /// The lock of the GPU at PCI address `pci`, or the host's.
+    pub fn of(pci: Option<(u32, u32, u32)>) -> LockPath {
+        let mut bytes = [0u8; 64];
+        let mut cursor = std::io::Cursor::new(&mut bytes[..63]);
+        let written = match pci {
+            Some((domain, bus, device)) => {
+                write!(cursor, "{DIR}/greenboost-tier.{domain:04x}:{bus:02x}:{device:02x}.lock")
+            }
+            None => write!(cursor, "{DIR}/greenboost-tier.lock"),
+        };
+        let len = if written.is_ok() { cursor.position() as usize } else { 0 };
+        LockPath { bytes, len }
+    }
+
+    /// The path for messages.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or(DIR)
+    }
+
+    /// The path for open(2): NUL-terminated (the buffer's last byte is never written).
+    fn as_ptr(&self) -> *const libc::c_char {
+        self.bytes.as_ptr().cast()
+    }
+}
 
 /// The descriptor a tick holds now (-1: none), for `close_in_child`.
 static HELD: AtomicI32 = AtomicI32::new(-1);
@@ -41,9 +75,9 @@ pub struct Held {
     fd: i32,
 }
 
-/// Waits up to `WAIT` for the host-wide tiering lock.
-pub fn acquire() -> Turn {
-    let Some(fd) = open_lock() else { return Turn::Unlocked };
+/// Waits up to `WAIT` for the tiering lock at `path`.
+pub fn acquire(path: &LockPath) -> Turn {
+    let Some(fd) = open_lock(path) else { return Turn::Unlocked };
     let began = Instant::now();
     loop {
         // SAFETY: `fd` is open and ours; flock takes it and constant flags only.
@@ -86,10 +120,13 @@ pub fn close_in_child() {
 }
 
 /// The lock file, opened read-only; made when missing. `None` if neither can be done.
-fn open_lock() -> Option<i32> {
+fn open_lock(path: &LockPath) -> Option<i32> {
+    if path.len == 0 {
+        return None;
+    }
     for _ in 0..2 {
-        // SAFETY: PATH is a NUL-terminated constant; the flags ask for a new descriptor.
-        let fd = unsafe { libc::open(PATH.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        // SAFETY: the path is NUL-terminated (`LockPath`); the flags ask for a new descriptor.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         if fd >= 0 {
             return Some(fd);
         }
@@ -101,7 +138,7 @@ fn open_lock() -> Option<i32> {
         let mode: libc::c_uint = 0o644;
         // SAFETY: as above, with the mode open reads for O_CREAT.
         let fd =
-            unsafe { libc::open(PATH.as_ptr(), libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, mode) };
+            unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, mode) };
         if fd >= 0 {
             // SAFETY: `fd` was just opened; fchmod sets the mode the umask may have cut.
             unsafe { libc::fchmod(fd, 0o644) };
@@ -114,11 +151,6 @@ fn open_lock() -> Option<i32> {
     None
 }
 
-/// The lock file's path, for messages.
-pub fn where_it_is() -> &'static str {
-    PATH.to_str().unwrap_or("/dev/shm")
-}
-
 fn close(fd: i32) {
     // SAFETY: callers pass a descriptor they own and do not use again.
     unsafe { libc::close(fd) };
@@ -129,8 +161,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_lock_lives_beside_the_published_records() {
-        let path = PATH.to_str().expect("ASCII");
-        assert!(path.starts_with(greenboost_policy::PUBLISHED_DIR), "{path}");
+    fn one_lock_per_gpu_by_its_pci_address_beside_the_published_records() {
+        let gpu = LockPath::of(Some((0, 0x1b, 0)));
+        assert_eq!(gpu.as_str(), "/dev/shm/greenboost-tier.0000:1b:00.lock");
+        assert_eq!(gpu.bytes[gpu.len], 0, "NUL-terminated");
+        assert_eq!(LockPath::of(None).as_str(), "/dev/shm/greenboost-tier.lock");
+        let widest = LockPath::of(Some((u32::MAX, u32::MAX, u32::MAX)));
+        assert_eq!(widest.as_str(), "/dev/shm/greenboost-tier.ffffffff:ffffffff:ffffffff.lock");
+        assert!(gpu.as_str().starts_with(greenboost_policy::PUBLISHED_DIR));
     }
 }

@@ -26,7 +26,7 @@ use crate::movable::{self, Movable, Reserved, Started};
 use crate::publish;
 use crate::release;
 use crate::stats::{self, STATS};
-use crate::tier_lock::{self, Turn};
+use crate::tier_lock::{self, LockPath, Turn};
 use crate::tiering::{self, Candidate, Move, Room};
 
 /// Most bytes moved before the thread waits for them.
@@ -56,10 +56,12 @@ struct MoveStream {
     stream: Stream,
 }
 
-/// Per device: bytes demoted since free VRAM last stood at the headroom.
+/// Per device: bytes demoted since free VRAM last stood at the headroom, and the lock
+/// its ticks take.
 struct Answered {
     device: CuDevice,
     bytes: u64,
+    lock: LockPath,
 }
 
 fn run() {
@@ -85,18 +87,18 @@ fn run() {
             let slot = match answered.iter().position(|a| a.device == device) {
                 Some(index) => index,
                 None => {
-                    answered.push(Answered { device, bytes: 0 });
+                    answered.push(Answered { device, bytes: 0, lock: LockPath::of(cuda::pci_address(device)) });
                     answered.len() - 1
                 }
             };
             // Held from the measurement to the end of the moves (see `tier_lock`).
-            let held = match tier_lock::acquire() {
+            let held = match tier_lock::acquire(&answered[slot].lock) {
                 Turn::Held(held) => Some(held),
                 Turn::Busy => continue,
                 Turn::Unlocked => {
                     if !unlocked_said {
                         unlocked_said = true;
-                        info!("live tiering: no lock shared with other processes ({})", tier_lock::where_it_is());
+                        info!("live tiering: no lock shared with other processes ({})", answered[slot].lock.as_str());
                     }
                     None
                 }

@@ -131,6 +131,9 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
     case 102: *v = 1; break;  /* virtual memory management */
     case 103: *v = 1; break;  /* POSIX fd handles */
     case 115: *v = 1; break;  /* memory pools */
+    case 33: *v = 0x1b + d; break; /* PCI bus: one per device */
+    case 34: *v = 0; break;   /* PCI device */
+    case 50: *v = 0; break;   /* PCI domain */
     default: *v = 0; break;
     }
     return CUDA_SUCCESS;
