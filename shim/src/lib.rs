@@ -31,6 +31,7 @@ mod ffi;
 mod lock;
 mod phase;
 mod stats;
+mod shm_path;
 mod publish;
 
 mod libs;

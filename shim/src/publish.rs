@@ -11,6 +11,7 @@ use greenboost_policy::{
     start_time_from_stat, Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION,
 };
 
+use crate::shm_path::ShmPath;
 use crate::stats::{self, STATS};
 
 /// The mapped record; null until made (or when it cannot be).
@@ -24,14 +25,9 @@ const UNAVAILABLE: u8 = 3;
 /// The mapping's length: one page, whatever the record's size.
 const MAPPED: usize = 4096;
 
-/// `/dev/shm/greenboost-shim.<pid>` as a C string, in `buffer`.
-fn path_of(pid: u32, buffer: &mut [u8; 64]) -> *const libc::c_char {
-    use std::io::Write;
-    let mut cursor = std::io::Cursor::new(&mut buffer[..63]);
-    let _ = write!(cursor, "{PUBLISHED_DIR}/{PUBLISHED_PREFIX}{pid}");
-    let end = cursor.position() as usize;
-    buffer[end] = 0;
-    buffer.as_ptr().cast()
+/// `/dev/shm/greenboost-shim.<pid>`.
+fn path_of(pid: u32) -> ShmPath {
+    ShmPath::new(format_args!("{PUBLISHED_PREFIX}{pid}"))
 }
 
 /// This process's start time (see `Published::start_time`); 0 if unread.
@@ -64,8 +60,8 @@ fn make() -> *mut Published {
     sweep_stale();
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
-    let mut path = [0u8; 64];
-    let path = path_of(pid, &mut path);
+    let file = path_of(pid);
+    let path = file.as_ptr();
     // A file a killed process of the same pid left is replaced (O_TRUNC); one of
     // another user's cannot be opened, and then nothing is published.
     let flags = libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW;
@@ -162,10 +158,10 @@ pub fn withdraw() {
     }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
-    let mut path = [0u8; 64];
+    let path = path_of(pid);
     // SAFETY: the path of the file `make` made for this pid; the mapping is ours.
     unsafe {
-        libc::unlink(path_of(pid, &mut path));
+        libc::unlink(path.as_ptr());
         libc::munmap(record.cast::<c_void>(), MAPPED);
     }
 }

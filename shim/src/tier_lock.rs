@@ -3,10 +3,10 @@
 //! figure: an flock on `/dev/shm/greenboost-tier.<domain>:<bus>:<device>.lock` (the GPU's
 //! PCI address, the same in every process whatever CUDA_VISIBLE_DEVICES numbers it;
 //! `/dev/shm/greenboost-tier.lock`, one for the host, when the driver does not say),
-//! beside the records `greenboost status` reads. Two of ours promoting at once would each see the same free VRAM and together
-//! fill past it; managed memory resident beyond what is free makes the driver evict one
-//! process's pages for the other's, and the pressure rule then demotes in both, tick
-//! after tick. Held, the second process measures after the first one's moves landed.
+//! beside the records `greenboost status` reads. Two of ours promoting at once would
+//! each see the same free VRAM and together fill past it; managed memory resident beyond
+//! what is free makes the driver evict one process's pages for the other's, and the
+//! pressure rule then demotes in both, tick after tick. Held, the second process measures after the first one's moves landed.
 //!
 //! Opened read-only (flock needs no write access, so a file another user made serves),
 //! made when missing (mode 0644, whatever the umask), opened anew at every tick: a
@@ -15,42 +15,20 @@
 //! a stopped process (a debugger) holding it must not stall everyone's tiering. No file
 //! (no /dev/shm): tiering goes on unlocked.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-const DIR: &str = "/dev/shm";
+use crate::shm_path::ShmPath;
+
 const WAIT: Duration = Duration::from_secs(2);
 
-/// A lock file's path, NUL-terminated.
-pub struct LockPath {
-    bytes: [u8; 64],
-    len: usize,
-}
-
-impl LockPath {
-    /// The lock of the GPU at PCI address `pci`, or the host's.
-    pub fn of(pci: Option<(u32, u32, u32)>) -> LockPath {
-        let mut bytes = [0u8; 64];
-        let mut cursor = std::io::Cursor::new(&mut bytes[..63]);
-        let written = match pci {
-            Some((domain, bus, device)) => {
-                write!(cursor, "{DIR}/greenboost-tier.{domain:04x}:{bus:02x}:{device:02x}.lock")
-            }
-            None => write!(cursor, "{DIR}/greenboost-tier.lock"),
-        };
-        let len = if written.is_ok() { cursor.position() as usize } else { 0 };
-        LockPath { bytes, len }
-    }
-
-    /// The path for messages.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or(DIR)
-    }
-
-    /// The path for open(2): NUL-terminated (the buffer's last byte is never written).
-    fn as_ptr(&self) -> *const libc::c_char {
-        self.bytes.as_ptr().cast()
+/// The lock of the GPU at PCI address `pci`, or the host's.
+pub fn lock_path(pci: Option<(u32, u32, u32)>) -> ShmPath {
+    match pci {
+        Some((domain, bus, device)) => {
+            ShmPath::new(format_args!("greenboost-tier.{domain:04x}:{bus:02x}:{device:02x}.lock"))
+        }
+        None => ShmPath::new(format_args!("greenboost-tier.lock")),
     }
 }
 
@@ -76,7 +54,7 @@ pub struct Held {
 }
 
 /// Waits up to `WAIT` for the tiering lock at `path`.
-pub fn acquire(path: &LockPath) -> Turn {
+pub fn acquire(path: &ShmPath) -> Turn {
     let Some(fd) = open_lock(path) else { return Turn::Unlocked };
     let began = Instant::now();
     loop {
@@ -120,12 +98,12 @@ pub fn close_in_child() {
 }
 
 /// The lock file, opened read-only; made when missing. `None` if neither can be done.
-fn open_lock(path: &LockPath) -> Option<i32> {
-    if path.len == 0 {
+fn open_lock(path: &ShmPath) -> Option<i32> {
+    if path.is_empty() {
         return None;
     }
     for _ in 0..2 {
-        // SAFETY: the path is NUL-terminated (`LockPath`); the flags ask for a new descriptor.
+        // SAFETY: the path is NUL-terminated (`ShmPath`); the flags ask for a new descriptor.
         let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         if fd >= 0 {
             return Some(fd);
@@ -161,13 +139,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_lock_per_gpu_by_its_pci_address_beside_the_published_records() {
-        let gpu = LockPath::of(Some((0, 0x1b, 0)));
-        assert_eq!(gpu.as_str(), "/dev/shm/greenboost-tier.0000:1b:00.lock");
-        assert_eq!(gpu.bytes[gpu.len], 0, "NUL-terminated");
-        assert_eq!(LockPath::of(None).as_str(), "/dev/shm/greenboost-tier.lock");
-        let widest = LockPath::of(Some((u32::MAX, u32::MAX, u32::MAX)));
+    fn one_lock_per_gpu_by_its_pci_address() {
+        assert_eq!(lock_path(Some((0, 0x1b, 0))).as_str(), "/dev/shm/greenboost-tier.0000:1b:00.lock");
+        assert_eq!(lock_path(None).as_str(), "/dev/shm/greenboost-tier.lock");
+        let widest = lock_path(Some((u32::MAX, u32::MAX, u32::MAX)));
         assert_eq!(widest.as_str(), "/dev/shm/greenboost-tier.ffffffff:ffffffff:ffffffff.lock");
-        assert!(gpu.as_str().starts_with(greenboost_policy::PUBLISHED_DIR));
     }
 }

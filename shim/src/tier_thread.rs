@@ -6,13 +6,16 @@
 //! allocation; the program's own streams never wait for it.
 //!
 //! The preferred location stays the host (`movable`) whatever the residence: a move is
-//! the prefetch alone. A tick that finds free VRAM under a quarter of the headroom marks
-//! what is in VRAM as maybe evicted: the policy moves it again once there is room. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
+//! the prefetch alone. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
 //! advising the device before the prefetch made promotion 0.65 of the prefetch alone
 //! (the advice call re-maps the whole range), and pages the driver then evicted for
 //! another process faulted back at 6-7 GB/s; with the host preferred, promoted pages
 //! stay in VRAM (the GPU's own accesses never fault), and evicted ones go to the host
-//! where the device reads them over the link like any T2.
+//! where the device reads them over the link like any T2. The driver does not say what
+//! it evicted: a tick that finds free VRAM under a quarter of the headroom marks what is
+//! in VRAM as maybe evicted, and the policy moves it again once there is room.
+//!
+//! A tick holds its GPU's `tier_lock` from the measurement to the end of its moves.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -25,8 +28,9 @@ use crate::log::Mib;
 use crate::movable::{self, Movable, Reserved, Started};
 use crate::publish;
 use crate::release;
+use crate::shm_path::ShmPath;
 use crate::stats::{self, STATS};
-use crate::tier_lock::{self, LockPath, Turn};
+use crate::tier_lock::{self, Turn};
 use crate::tiering::{self, Candidate, Move, Room};
 
 /// Most bytes moved before the thread waits for them.
@@ -56,12 +60,12 @@ struct MoveStream {
     stream: Stream,
 }
 
-/// Per device: bytes demoted since free VRAM last stood at the headroom, and the lock
-/// its ticks take.
-struct Answered {
+/// What the thread keeps per device: bytes demoted since free VRAM last stood at the
+/// headroom, and the lock its ticks take.
+struct PerDevice {
     device: CuDevice,
-    bytes: u64,
-    lock: LockPath,
+    answered: u64,
+    lock: ShmPath,
 }
 
 fn run() {
@@ -71,7 +75,7 @@ fn run() {
     }
     let interval = Duration::from_millis(config::get().tier_interval_ms);
     let mut streams: Vec<MoveStream> = Vec::new();
-    let mut answered: Vec<Answered> = Vec::new();
+    let mut known: Vec<PerDevice> = Vec::new();
     let mut unlocked_said = false;
     loop {
         std::thread::sleep(interval);
@@ -84,28 +88,29 @@ fn run() {
         devices.dedup();
         for device in devices {
             let members: Vec<&Movable> = live.iter().filter(|m| m.device() == device).map(|m| &**m).collect();
-            let slot = match answered.iter().position(|a| a.device == device) {
+            let slot = match known.iter().position(|d| d.device == device) {
                 Some(index) => index,
                 None => {
-                    answered.push(Answered { device, bytes: 0, lock: LockPath::of(cuda::pci_address(device)) });
-                    answered.len() - 1
+                    let lock = tier_lock::lock_path(cuda::pci_address(device));
+                    known.push(PerDevice { device, answered: 0, lock });
+                    known.len() - 1
                 }
             };
+            let this = &mut known[slot];
             // Held from the measurement to the end of the moves (see `tier_lock`).
-            let held = match tier_lock::acquire(&answered[slot].lock) {
+            let held = match tier_lock::acquire(&this.lock) {
                 Turn::Held(held) => Some(held),
                 Turn::Busy => continue,
                 Turn::Unlocked => {
                     if !unlocked_said {
                         unlocked_said = true;
-                        info!("live tiering: no lock shared with other processes ({})", answered[slot].lock.as_str());
+                        info!("live tiering: no lock shared with other processes ({})", this.lock.as_str());
                     }
                     None
                 }
             };
             let context = members[0].context();
-            let demoted = cuda::with_context(context, || tick(device, &members, answered[slot].bytes, &mut streams));
-            answered[slot].bytes = demoted;
+            this.answered = cuda::with_context(context, || tick(device, &members, this.answered, &mut streams));
             drop(held);
         }
     }
@@ -182,7 +187,7 @@ fn groups<'a>(moves: &'a [(&'a Movable, Move)]) -> Vec<&'a [(&'a Movable, Move)]
 /// demoted.
 fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<MoveStream>) -> u64 {
     let began = Instant::now();
-    let mut started: Vec<(&Movable, Started, Option<Stream>)> = Vec::new();
+    let mut started: Vec<(&Movable, Move, Started, Option<Stream>)> = Vec::new();
     for &(m, step) in group {
         let Some(stream) = stream_of(m.context(), streams) else { continue };
         let move_started = match step {
@@ -196,14 +201,14 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
         let issued = cuda::with_context(m.context(), || prefetch(m, to, stream));
         let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
         STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
-        started.push((m, move_started, issued.then_some(stream)));
+        started.push((m, step, move_started, issued.then_some(stream)));
     }
     if started.is_empty() {
         return 0;
     }
     // Each stream the group used, waited for once.
     let mut used: Vec<Stream> = Vec::new();
-    for stream in started.iter().filter_map(|(_, _, stream)| *stream) {
+    for stream in started.iter().filter_map(|(_, _, _, stream)| *stream) {
         if !used.contains(&stream) {
             used.push(stream);
         }
@@ -212,15 +217,9 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
     let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut demoted = 0;
     let (mut promoted_any, mut demoted_any) = (false, false);
-    for (m, move_started, stream) in started {
-        let issued = stream.is_some();
-        let arrived = issued && streams_done;
-        let (promotion, refresh) = match move_started {
-            Started::Promotion { .. } => (true, false),
-            Started::Demotion { .. } => (false, false),
-            Started::Refresh { .. } => (false, true),
-        };
-        if let (false, true, Some(stream)) = (arrived, promotion, stream) {
+    for (m, step, move_started, stream) in started {
+        let arrived = stream.is_some() && streams_done;
+        if let (false, Move::Promote(_), Some(stream)) = (arrived, step, stream) {
             // The driver may have moved part of it into VRAM the accounts give back now:
             // send it home (best effort; the host is where eviction sends it anyway).
             cuda::with_context(m.context(), || prefetch(m, Where::Host, stream));
@@ -229,18 +228,22 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
         if !arrived {
             continue;
         }
-        if refresh {
+        match step {
             // Charged and counted in VRAM already: no move in the counters.
-            debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", m.base(), Mib(m.len()));
-        } else if promotion {
-            promoted_any = true;
-            stats::bump(&STATS.promotions);
-            STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
-        } else {
-            demoted_any = true;
-            demoted += m.len();
-            stats::bump(&STATS.demotions);
-            STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+            Move::Refresh(_) => {
+                debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", m.base(), Mib(m.len()))
+            }
+            Move::Promote(_) => {
+                promoted_any = true;
+                stats::bump(&STATS.promotions);
+                STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+            }
+            Move::Demote(_) => {
+                demoted_any = true;
+                demoted += m.len();
+                stats::bump(&STATS.demotions);
+                STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+            }
         }
     }
     if promoted_any {

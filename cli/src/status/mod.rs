@@ -83,7 +83,7 @@ pub struct Status {
     pub sources: Vec<&'static str>,
 }
 
-fn read_trimmed(path: &std::path::Path) -> Option<String> {
+pub(super) fn read_trimmed(path: &std::path::Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 

@@ -8,6 +8,7 @@ use std::fs;
 
 use greenboost_policy::{start_time_from_stat, Published, PUBLISHED_PREFIX};
 
+use super::read_trimmed;
 use super::view::{both, json, Body, Cell, Column, Empty, Field, Section, Table};
 use crate::paths::SystemPaths;
 
@@ -27,10 +28,8 @@ pub fn collect(paths: &SystemPaths) -> Vec<ShimProcess> {
             let name = entry.file_name().into_string().ok()?;
             let pid: u32 = name.strip_prefix(PUBLISHED_PREFIX)?.parse().ok()?;
             let record = read_record(&entry.path())?;
-            (record.pid == pid && start_time(paths, pid) == Some(record.start_time)).then(|| ShimProcess {
-                comm: fs::read_to_string(paths.proc_path(format!("{pid}/comm"))).ok().map(|c| c.trim().to_owned()),
-                record,
-            })
+            (record.pid == pid && start_time(paths, pid) == Some(record.start_time))
+                .then(|| ShimProcess { comm: read_trimmed(&paths.proc_path(format!("{pid}/comm"))), record })
         })
         .collect();
     processes.sort_by_key(|p| p.record.pid);

@@ -511,12 +511,7 @@ static int test_pair_child(int argc, char **argv)
     char line[64];
     while (fgets(line, sizeof line, stdin) && strncmp(line, "check", 5))
         ;
-    for (int i = 0; i < 2; i++) {
-        unsigned long long bad = 0;
-        OK(fakegpu_launch_verify(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL, &bad));
-        OK(cudaDeviceSynchronize());
-        CHECK(bad == 0, "the other process's block %d has %llu wrong words\n", i, bad);
-    }
+    check_blocks(blocks, 2, block, "the other process");
     printf("promoted %llu\n", shim_stats().promoted_bytes);
     while (fgets(line, sizeof line, stdin))
         ;
