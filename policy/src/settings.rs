@@ -31,6 +31,9 @@ pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
 /// Staging copies the next product's operand early only when asked: the copy runs before
 /// writes the shim cannot see (unhooked kernels, an optimizer step) have finished.
 pub const DEFAULT_STAGE_PREFETCH: bool = false;
+/// A wide product's staged operand is copied in up to this many slices, the product
+/// computed slice by slice as each lands (the copy of the next overlaps it).
+pub const DEFAULT_STAGE_SLICES: u64 = 4;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
 /// How often live tiering looks at the device, in milliseconds.
@@ -109,6 +112,7 @@ pub enum Id {
     StageMinWidth,
     StageMax,
     StagePrefetch,
+    StageSlices,
     Tiering,
     Demote,
     TierInterval,
@@ -169,7 +173,7 @@ const fn row(
     Setting { id, env, flag, kind, default, help }
 }
 
-const TABLE: [Setting; 19] = [
+const TABLE: [Setting; 20] = [
     row(
         Id::VramBudget,
         "GREENBOOST_VRAM_BUDGET",
@@ -265,6 +269,14 @@ const TABLE: [Setting; 19] = [
         Kind::Switch,
         "off",
         "staging prefetch, where the operand the next product is expected to read is copied while this one computes; only for programs that never write their T2 weights while running (inference)",
+    ),
+    row(
+        Id::StageSlices,
+        "GREENBOOST_STAGE_SLICES",
+        Some("stage-slices"),
+        Kind::Count,
+        "4",
+        "Copy a wide product's staged operand in up to this many slices and compute each slice as it lands (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
     ),
     row(
         Id::Tiering,
@@ -395,6 +407,7 @@ mod tests {
         assert_eq!(parse_switch(Id::StagePrefetch.setting().default.as_bytes()), Some(DEFAULT_STAGE_PREFETCH));
         assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
         assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));
+        assert_eq!(parse_count(Id::StageSlices.setting().default.as_bytes()), Some(DEFAULT_STAGE_SLICES));
         assert_eq!(parse_switch(Id::Demote.setting().default.as_bytes()), Some(DEFAULT_DEMOTE));
         assert_eq!(parse_count(Id::TierInterval.setting().default.as_bytes()), Some(DEFAULT_TIER_INTERVAL_MS));
         assert_eq!(Id::Tiering.setting().default, "auto");

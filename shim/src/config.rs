@@ -45,6 +45,9 @@ pub struct Config {
     pub stage_max: u64,
     /// Copy the operand the next product is expected to read early (see `staging`).
     pub stage_prefetch: bool,
+    /// How many slices a wide product's staged operand is copied in (1: not sliced; see
+    /// `staging_slices`).
+    pub stage_slices: u64,
     /// Which T2 allocations are movable (see `tiering`).
     pub tiering: TieringChoice,
     /// Whether live tiering gives VRAM back when others need it.
@@ -72,6 +75,7 @@ impl Default for Config {
             stage_min_width: policy::DEFAULT_STAGE_MIN_WIDTH,
             stage_max: policy::DEFAULT_STAGE_MAX,
             stage_prefetch: policy::DEFAULT_STAGE_PREFETCH,
+            stage_slices: policy::DEFAULT_STAGE_SLICES,
             tiering: TieringChoice::DEFAULT,
             demote: policy::DEFAULT_DEMOTE,
             tier_interval_ms: policy::DEFAULT_TIER_INTERVAL_MS,
@@ -169,6 +173,9 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<&'static [u8]>, complain: imp
     if let Some(prefetch) = reader.read(Id::StagePrefetch, policy::parse_switch) {
         config.stage_prefetch = prefetch;
     }
+    if let Some(slices) = reader.read(Id::StageSlices, policy::parse_count) {
+        config.stage_slices = slices.max(1);
+    }
     if let Some(tiering) = reader.read(Id::Tiering, TieringChoice::parse) {
         config.tiering = tiering;
     }
@@ -236,6 +243,7 @@ mod tests {
                 ("GREENBOOST_STAGE_MIN_WIDTH", "128"),
                 ("GREENBOOST_STAGE_MAX", "1G"),
                 ("GREENBOOST_STAGE_PREFETCH", "on"),
+                ("GREENBOOST_STAGE_SLICES", "0"),
                 ("GREENBOOST_TIERING", "on"),
                 ("GREENBOOST_DEMOTE", "off"),
                 ("GREENBOOST_TIER_INTERVAL_MS", "0"),
@@ -267,6 +275,7 @@ mod tests {
                 stage_min_width: 128,
                 stage_max: G,
                 stage_prefetch: true,
+                stage_slices: 1,
                 tiering: TieringChoice::On,
                 demote: false,
                 tier_interval_ms: 1,

@@ -8,6 +8,7 @@ use crate::ffi::*;
 use crate::real::{self, pfn};
 use crate::registry;
 use crate::staging::{element_bytes, run_staged, span_bytes, Operand};
+use crate::staging_slices::{Shape, Slice, SliceAxis, Slicing};
 
 /// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
 const CUBLAS_OP_N: c_int = 0;
@@ -60,19 +61,105 @@ fn gemm_operands(
     [Operand::new(a, a_span, n), Operand::new(b, b_span, m)]
 }
 
+/// The math mode of a cuBLAS handle (it can change the kernel a product gets).
+fn handle_math_mode(handle: CublasHandle) -> Option<c_int> {
+    let get_mode = real::cublasGetMathMode()?;
+    let mut mode: c_int = 0;
+    // SAFETY: the program's handle (cuBLAS validates it) and a valid local for the mode.
+    (unsafe { get_mode(handle, &mut mode) } == CublasStatus::SUCCESS).then_some(mode)
+}
+
+/// One cuBLAS GEMM call as `gemm_slicing` needs it (column-major, cuBLAS's names).
+struct GemmCall {
+    entry: i64,
+    handle: CublasHandle,
+    transa: c_int,
+    transb: c_int,
+    m: i64,
+    n: i64,
+    k: i64,
+    a: (*const c_void, c_int, i64),
+    b: (*const c_void, c_int, i64),
+    c: (*mut c_void, c_int, i64),
+    compute_type: c_int,
+    algo: c_int,
+    batch: i64,
+}
+
+/// How a single (unbatched) GEMM may be cut: A used transposed along the output's rows
+/// (each row of op(A) is one stored column), B untransposed along its columns — the
+/// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
+/// transposed). `None` when the handle's math mode cannot be read (the shape would not
+/// say which kernel cuBLAS picks) or the output's span is unknown.
+fn gemm_slicing(call: &GemmCall) -> Option<Slicing> {
+    if call.batch != 1 {
+        return None;
+    }
+    let (c, c_type, ldc) = call.c;
+    let output_element = element_bytes(c_type)?;
+    let output_bytes = span_bytes(call.m, call.n, ldc, 1, 0, output_element)?;
+    let mode = handle_math_mode(call.handle)?;
+    let axis = |(_, data_type, ld): (*const c_void, c_int, i64), length: i64, output_step: u64| {
+        let operand_step = u64::try_from(ld).ok()?.checked_mul(element_bytes(data_type)?)?;
+        Some(SliceAxis { length, operand_step, output_step })
+    };
+    let rows = if call.transa != CUBLAS_OP_N { axis(call.a, call.m, output_element) } else { None };
+    let columns = if call.transb == CUBLAS_OP_N {
+        axis(call.b, call.n, u64::try_from(ldc).ok()?.checked_mul(output_element)?)
+    } else {
+        None
+    };
+    let alignment = |address: *const c_void| (address as u64 % 256) as i64;
+    let shape: Shape = [
+        call.entry,
+        call.handle.0 as usize as i64,
+        i64::from(mode),
+        i64::from(call.transa),
+        i64::from(call.transb),
+        call.m,
+        call.n,
+        call.k,
+        call.a.2,
+        call.b.2,
+        ldc,
+        i64::from(call.a.1),
+        i64::from(call.b.1),
+        i64::from(c_type),
+        i64::from(call.compute_type),
+        i64::from(call.algo),
+        alignment(call.a.0),
+        alignment(call.b.0),
+        alignment(c),
+        0,
+    ];
+    Some(Slicing {
+        axes: [rows, columns],
+        output: c as CuDevicePtr,
+        output_bytes,
+        output_element: usize::try_from(output_element).ok()?,
+        shape,
+    })
+}
+
+/// The output a slice writes (or the program's own for the whole product).
+fn write_to<T>(slice: Option<Slice>, original: *mut T) -> *mut T {
+    slice.map_or(original, |slice| slice.output as *mut T)
+}
+
 fn with_stream(
     handle: CublasHandle,
     operands: [Option<Operand>; 2],
-    product: impl FnOnce([Option<CuDevicePtr>; 2]) -> CublasStatus,
+    slicing: Option<Slicing>,
+    mut product: impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
     for operand in operands.iter().flatten() {
         registry::note_read(operand.address, operand.bytes);
     }
     match handle_stream(handle) {
-        Some(stream) => run_staged(stream, operands, product),
+        Some(stream) => run_staged(stream, operands, slicing, product),
         None => {
             budget::note_computing();
-            product(operands.map(|operand| operand.map(|operand| operand.address)))
+            product(operands.map(|operand| operand.map(|operand| operand.address)), None)
         }
     }
 }
@@ -130,25 +217,29 @@ pub unsafe fn gemm_ex(
     compute_type: c_int,
     algo: c_int,
 ) -> CublasStatus {
-    let operands = gemm_operands(
+    let (m64, n64, k64) = (m.into(), n.into(), k.into());
+    let operands = gemm_operands(transa, transb, m64, n64, k64, a, a_type, lda.into(), 0, b, b_type, ldb.into(), 0, 1);
+    let slicing = gemm_slicing(&GemmCall {
+        entry: 1,
+        handle,
         transa,
         transb,
-        m.into(),
-        n.into(),
-        k.into(),
-        a,
-        a_type,
-        lda.into(),
-        0,
-        b,
-        b_type,
-        ldb.into(),
-        0,
-        1,
-    );
-    with_stream(handle, operands, |[staged_a, staged_b]| {
+        m: m64,
+        n: n64,
+        k: k64,
+        a: (a, a_type, lda.into()),
+        b: (b, b_type, ldb.into()),
+        c: (c, c_type, ldc.into()),
+        compute_type,
+        algo,
+        batch: 1,
+    });
+    with_stream(handle, operands, slicing, |[staged_a, staged_b], slice| {
+        let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
-        // holding a copy of the same bytes, enqueued before the product on its stream.
+        // holding a copy of the same bytes, enqueued before the product on its stream;
+        // a slice computes rows (columns) of the program's output from the matching
+        // part of that copy, within the spans the program's arguments cover.
         unsafe {
             real(
                 handle,
@@ -165,7 +256,7 @@ pub unsafe fn gemm_ex(
                 b_type,
                 ldb,
                 beta,
-                c,
+                write_to(slice, c),
                 c_type,
                 ldc,
                 compute_type,
@@ -198,25 +289,30 @@ pub unsafe fn sgemm(
     ldc: c_int,
 ) -> CublasStatus {
     const CUDA_R_32F: c_int = 0;
-    let operands = gemm_operands(
+    let (m64, n64, k64) = (m.into(), n.into(), k.into());
+    let operands =
+        gemm_operands(transa, transb, m64, n64, k64, a.cast(), CUDA_R_32F, lda.into(), 0, b.cast(), CUDA_R_32F, ldb.into(), 0, 1);
+    let slicing = gemm_slicing(&GemmCall {
+        entry: 2,
+        handle,
         transa,
         transb,
-        m.into(),
-        n.into(),
-        k.into(),
-        a.cast(),
-        CUDA_R_32F,
-        lda.into(),
-        0,
-        b.cast(),
-        CUDA_R_32F,
-        ldb.into(),
-        0,
-        1,
-    );
-    with_stream(handle, operands, |[staged_a, staged_b]| {
+        m: m64,
+        n: n64,
+        k: k64,
+        a: (a.cast(), CUDA_R_32F, lda.into()),
+        b: (b.cast(), CUDA_R_32F, ldb.into()),
+        c: (c.cast(), CUDA_R_32F, ldc.into()),
+        compute_type: CUDA_R_32F,
+        algo: 0,
+        batch: 1,
+    });
+    with_stream(handle, operands, slicing, |[staged_a, staged_b], slice| {
+        let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
-        // holding a copy of the same bytes, enqueued before the product on its stream.
+        // holding a copy of the same bytes, enqueued before the product on its stream;
+        // a slice computes rows (columns) of the program's output from the matching
+        // part of that copy, within the spans the program's arguments cover.
         unsafe {
             real(
                 handle,
@@ -231,7 +327,7 @@ pub unsafe fn sgemm(
                 read_from(staged_b, b),
                 ldb,
                 beta,
-                c,
+                write_to(slice, c),
                 ldc,
             )
         }
@@ -269,12 +365,13 @@ pub unsafe fn gemm_strided_batched_ex(
     compute_type: c_int,
     algo: c_int,
 ) -> CublasStatus {
+    let (m64, n64, k64) = (m.into(), n.into(), k.into());
     let operands = gemm_operands(
         transa,
         transb,
-        m.into(),
-        n.into(),
-        k.into(),
+        m64,
+        n64,
+        k64,
         a,
         a_type,
         lda.into(),
@@ -285,9 +382,28 @@ pub unsafe fn gemm_strided_batched_ex(
         stride_b,
         batch.into(),
     );
-    with_stream(handle, operands, |[staged_a, staged_b]| {
+    // A batch of one is cut as a single product; larger batches stay whole.
+    let slicing = gemm_slicing(&GemmCall {
+        entry: 3,
+        handle,
+        transa,
+        transb,
+        m: m64,
+        n: n64,
+        k: k64,
+        a: (a, a_type, lda.into()),
+        b: (b, b_type, ldb.into()),
+        c: (c, c_type, ldc.into()),
+        compute_type,
+        algo,
+        batch: batch.into(),
+    });
+    with_stream(handle, operands, slicing, |[staged_a, staged_b], slice| {
+        let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
-        // holding a copy of the same bytes, enqueued before the product on its stream.
+        // holding a copy of the same bytes, enqueued before the product on its stream;
+        // a slice (batch of one only) computes rows (columns) of the program's output
+        // from the matching part of that copy, within the spans the arguments cover.
         unsafe {
             real(
                 handle,
@@ -306,7 +422,7 @@ pub unsafe fn gemm_strided_batched_ex(
                 ldb,
                 stride_b,
                 beta,
-                c,
+                write_to(slice, c),
                 c_type,
                 ldc,
                 stride_c,
@@ -393,7 +509,9 @@ pub unsafe fn lt_matmul(
     workspace_size: usize,
     stream: Stream,
 ) -> CublasStatus {
-    let call_real = |[staged_a, staged_b]: [Option<CuDevicePtr>; 2]| {
+    // cuBLASLt products are not cut (a slice would need layouts of its own, and an
+    // epilogue's bias or auxiliary pointers offset with it): `slice` is always `None`.
+    let call_real = |[staged_a, staged_b]: [Option<CuDevicePtr>; 2], _slice: Option<Slice>| {
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream.
         unsafe {
@@ -419,13 +537,13 @@ pub unsafe fn lt_matmul(
     };
     let Some(output) = lt_layout(d_desc) else {
         budget::note_computing();
-        return call_real([None, None]);
+        return call_real([None, None], None);
     };
     let operand = |address: *const c_void, layout: *mut c_void, width: i64| {
         lt_layout(layout).and_then(|layout| Operand::new(address, layout.span, width))
     };
     let operands = [operand(a, a_desc, output.cols), operand(b, b_desc, output.rows)];
-    run_staged(stream, operands, call_real)
+    run_staged(stream, operands, None, call_real)
 }
 
 #[cfg(test)]

@@ -157,6 +157,14 @@ pub fn memcpy_async(destination: CuDevicePtr, source: CuDevicePtr, len: u64, str
     driver_call!(cuMemcpyAsync(destination, source, len, stream), "device addresses only, checked by the driver")
 }
 
+/// Copies `destination.len()` bytes from a device address into host memory (waits).
+pub fn memcpy_to_host(destination: &mut [u8], source: CuDevicePtr) -> CuResult {
+    driver_call!(
+        cuMemcpyDtoH_v2(destination.as_mut_ptr().cast(), source, destination.len()),
+        "the destination is a live slice of exactly len bytes"
+    )
+}
+
 /// Device memory from the real allocator (the shim's own scratch; never counted by the
 /// hooks).
 pub fn mem_alloc(len: u64) -> Result<CuDevicePtr, CuError> {

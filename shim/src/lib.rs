@@ -63,6 +63,7 @@ mod vmm;
 mod report;
 
 mod prefetch;
+mod staging_slices;
 mod staging;
 mod cublas;
 mod driver;

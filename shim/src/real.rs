@@ -83,6 +83,7 @@ macro_rules! cuda_functions {
             Driver called fn cuStreamWaitEvent(stream: Stream, event: Event, flags: c_uint) -> CuResult;
             Driver called fn cuStreamIsCapturing(stream: Stream, status: *mut c_int) -> CuResult;
             Driver called fn cuMemcpyAsync(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver called fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CuDevicePtr, len: usize) -> CuResult;
             Driver called fn cuMemGetAddressRange_v2(base: *mut CuDevicePtr, size: *mut usize, dptr: CuDevicePtr) -> CuResult;
             Driver called fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CuDevice) -> CuResult;
             Driver called fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CuMemAllocationProp, option: c_int) -> CuResult;
@@ -113,6 +114,7 @@ macro_rules! cuda_functions {
             Cublas guarded fn cublasGemmStridedBatchedEx(handle: CublasHandle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: c_int, lda: c_int, stride_a: i64, b: *const c_void, b_type: c_int, ldb: c_int, stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: c_int, ldc: c_int, stride_c: i64, batch: c_int, compute_type: c_int, algo: c_int) -> CublasStatus;
             CublasLt guarded fn cublasLtMatmul(handle: CublasHandle, desc: *mut c_void, alpha: *const c_void, a: *const c_void, a_desc: *mut c_void, b: *const c_void, b_desc: *mut c_void, beta: *const c_void, c: *const c_void, c_desc: *mut c_void, d: *mut c_void, d_desc: *mut c_void, algo: *const c_void, workspace: *mut c_void, workspace_size: usize, stream: Stream) -> CublasStatus;
             Cublas called fn cublasGetStream_v2(handle: CublasHandle, stream: *mut Stream) -> CublasStatus;
+            Cublas called fn cublasGetMathMode(handle: CublasHandle, mode: *mut c_int) -> CublasStatus;
             CublasLt called fn cublasLtMatrixLayoutGetAttribute(layout: *mut c_void, attribute: c_int, buffer: *mut c_void, size: usize, written: *mut usize) -> CublasStatus;
             // libc: naked trampolines that keep the caller's return address (see `hooks`).
             Libc trampoline fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;

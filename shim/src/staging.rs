@@ -46,6 +46,7 @@ use crate::lock::{const_mutex, Mutex};
 use crate::log::Mib;
 use crate::prefetch::{OperandKey, ReadOrder};
 use crate::registry;
+use crate::staging_slices::{self, Comparison, Decision, Plan, SideCopies, Slice, SliceAxis, Slicing, Verdicts};
 use crate::stats::{self, STATS};
 
 /// Alignment a staged operand keeps (bytes): cuBLAS picks kernels by pointer alignment,
@@ -165,8 +166,8 @@ impl Slot {
 /// # Invariants
 /// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
 /// `charge` is `None`), counted against the device's budget, cut into slots of
-/// `slot_bytes` (one, or two with prefetch); `side`, when not null, is a
-/// non-blocking stream of `context` for prefetch copies.
+/// `slot_bytes` (one, or two with prefetch); `copies` are `context`'s, its side stream
+/// carrying prefetch and sliced copies; `verdicts` are of products in `context`.
 struct Scratch {
     context: Context,
     base: CuDevicePtr,
@@ -175,8 +176,9 @@ struct Scratch {
     slots: [Slot; 2],
     /// The slot the next product that finds no prefetch of its operand uses.
     next: usize,
-    side: Stream,
+    copies: SideCopies,
     order: ReadOrder,
+    verdicts: Verdicts,
 }
 
 impl Scratch {
@@ -197,24 +199,26 @@ fn refuse_once(why: std::fmt::Arguments<'_>) {
 }
 
 /// Runs `product` for `operands`, staging those that need it. `product` receives the
-/// address each operand is to be read from.
+/// address each operand is to be read from, and the slice of the output to compute
+/// (`None`: all of it); `slicing` says how the hook's product may be cut.
 pub fn run_staged(
     stream: Stream,
     operands: [Option<Operand>; 2],
-    product: impl FnOnce([Option<CuDevicePtr>; 2]) -> CublasStatus,
+    slicing: Option<Slicing>,
+    mut product: impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
     budget::note_computing();
     let config = config::get();
     let originals = operands.map(|operand| operand.map(|operand| operand.address));
     if !config.staging {
-        return product(originals);
+        return product(originals, None);
     }
     let wanted = operands.map(|operand| operand.filter(|operand| operand.wants_staging(config.stage_min_width)));
     if wanted.iter().all(Option::is_none) || cuda::stream_is_capturing(stream) != Ok(false) {
-        return product(originals);
+        return product(originals, None);
     }
     let (Some(context), Some(device)) = (cuda::current_context(), cuda::current_device()) else {
-        return product(originals);
+        return product(originals, None);
     };
     // Each staged operand at its own alignment offset, one after the other.
     let mut offsets: [Option<u64>; 2] = [None, None];
@@ -233,7 +237,7 @@ pub fn run_staged(
             Mib(needed),
             slot_count
         ));
-        return product(originals);
+        return product(originals, None);
     }
     // Only a product with one staged operand is prefetched for, and predicts the next.
     let key = match wanted {
@@ -243,7 +247,7 @@ pub fn run_staged(
     let mut scratches = SCRATCH.lock();
     let Some(scratch) = scratch_for(&mut scratches, context, device, needed, slot_count) else {
         drop(scratches);
-        return product(originals);
+        return product(originals, None);
     };
     // The slot a prefetch already filled with this operand, else the next one.
     let prefetched = key.and_then(|key| scratch.slots.iter().position(|slot| slot.ahead == Some(key)));
@@ -258,18 +262,29 @@ pub fn run_staged(
     };
     if !ready {
         drop(scratches);
-        return product(originals);
+        return product(originals, None);
     }
+    // A wide product copying one operand copies it in slices, when its shape allows.
+    let mut sliced = match (prefetched, slicing) {
+        (None, Some(slicing)) => slices_for(&wanted, &slicing, &scratch.verdicts, config.stage_slices),
+        _ => None,
+    };
     for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
         let (Some(offset), Some(operand)) = (offset, operand) else { continue };
-        if prefetched.is_none() {
+        if let Some((plan, axis, ..)) = sliced {
+            let copy = (operand.address, base + offset, operand.bytes);
+            if !scratch.copies.copy_sliced(stream, plan, axis, copy) {
+                sliced = None;
+            }
+        }
+        if prefetched.is_none() && sliced.is_none() {
             let status = cuda::memcpy_async(base + offset, operand.address, operand.bytes, stream);
             if status != CuResult::SUCCESS {
                 // Nothing was overwritten that a product still reads: the copies run on
                 // this stream, after the waits above. The product reads in place.
                 debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(operand.bytes), status.0);
                 drop(scratches);
-                return product(originals);
+                return product(originals, None);
             }
         }
         *target = Some(base + offset);
@@ -284,13 +299,58 @@ pub fn run_staged(
     if let Some(next) = prefetch {
         prefetch_into(scratch, 1 - index, next, stream);
     }
-    let status = product(placed);
+    let status = match (sliced, slicing) {
+        (Some((plan, axis, operand, decision)), Some(slicing)) => {
+            let cut = (plan, axis, operand);
+            if decision == Decision::Slice {
+                stats::bump(&STATS.gemm_sliced);
+                staging_slices::run_slices(&scratch.copies, stream, cut, placed, slicing.output, &mut product)
+            } else {
+                let output = (slicing.output, slicing.output_bytes, slicing.output_element);
+                let (status, comparison) =
+                    staging_slices::verify(&scratch.copies, stream, device, cut, placed, output, &mut product);
+                if let Some(comparison) = comparison {
+                    if comparison == Comparison::Differs {
+                        stats::bump(&STATS.gemm_slices_differed);
+                    }
+                    debug!("GEMM slices of {} rows: {:?} to the whole product", plan.per, comparison);
+                    scratch.verdicts.record(&slicing.shape, plan, comparison);
+                }
+                status
+            }
+        }
+        _ => product(placed, None),
+    };
     scratch.slots[index].record_read(stream);
     scratch.next = if slot_count == 2 { 1 - index } else { 0 };
     drop(scratches);
     stats::bump(&STATS.gemm_staged);
     STATS.gemm_staged_bytes.fetch_add(staged_bytes, Ordering::Relaxed);
     status
+}
+
+/// How to slice a product whose one copied operand is wide enough: the plan, the axis,
+/// which operand, and whether its shape is sliced or verified first; `None`: whole.
+fn slices_for(
+    wanted: &[Option<Operand>; 2],
+    slicing: &Slicing,
+    verdicts: &Verdicts,
+    slices: u64,
+) -> Option<(Plan, SliceAxis, usize, Decision)> {
+    let operand = match wanted {
+        [Some(_), None] => 0,
+        [None, Some(_)] => 1,
+        _ => return None,
+    };
+    if wanted[operand]?.width < staging_slices::MIN_SLICED_WIDTH {
+        return None;
+    }
+    let axis = slicing.axes[operand]?;
+    let plan = Plan::new(axis.length, axis.operand_step, slices)?;
+    match verdicts.decide(&slicing.shape, plan) {
+        Decision::Whole => None,
+        decision => Some((plan, axis, operand, decision)),
+    }
 }
 
 /// Copies `next` into slot `index` on the side stream, after everything enqueued on
@@ -302,31 +362,29 @@ fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: 
     if offset + bytes > scratch.slot_bytes || !registry::touches_pinned_t2(address, bytes) {
         return;
     }
-    if scratch.side.is_null() {
-        scratch.side = cuda::stream_create_non_blocking().unwrap_or(Stream::NULL);
-    }
+    let Some(side) = scratch.copies.side_stream() else { return };
     let base = scratch.slot_base(index);
     let slot = &mut scratch.slots[index];
     if slot.copied.is_null() {
         slot.copied = cuda::event_create().unwrap_or(Event::NULL);
     }
-    if scratch.side.is_null() || slot.copied.is_null() {
+    if slot.copied.is_null() {
         return;
     }
     // A stale prefetch in the slot is overwritten: a product that wanted it copies its
     // operand itself, and nothing reads it before this copy's event.
     slot.ahead = None;
     let ordered = cuda::event_record(slot.copied, stream) == CuResult::SUCCESS
-        && cuda::stream_wait_event(scratch.side, slot.copied) == CuResult::SUCCESS
-        && (slot.read_done.is_null() || cuda::stream_wait_event(scratch.side, slot.read_done) == CuResult::SUCCESS);
-    if !ordered || cuda::memcpy_async(base + offset, address, bytes, scratch.side) != CuResult::SUCCESS {
+        && cuda::stream_wait_event(side, slot.copied) == CuResult::SUCCESS
+        && (slot.read_done.is_null() || cuda::stream_wait_event(side, slot.read_done) == CuResult::SUCCESS);
+    if !ordered || cuda::memcpy_async(base + offset, address, bytes, side) != CuResult::SUCCESS {
         return;
     }
-    if cuda::event_record(slot.copied, scratch.side) == CuResult::SUCCESS {
+    if cuda::event_record(slot.copied, side) == CuResult::SUCCESS {
         slot.ahead = Some(next);
     } else {
         // No event marks the copy's end: nothing may write the slot before it ends.
-        cuda::stream_synchronize(scratch.side);
+        cuda::stream_synchronize(side);
     }
 }
 
@@ -350,8 +408,9 @@ fn scratch_for(
                 slot_bytes: 0,
                 slots: [Slot::EMPTY, Slot::EMPTY],
                 next: 0,
-                side: Stream::NULL,
+                copies: SideCopies::EMPTY,
                 order: ReadOrder::default(),
+                verdicts: Verdicts::default(),
             });
             scratches.len() - 1
         }

@@ -26,6 +26,10 @@ pub struct Stats {
     pub gemm_staged_bytes: AtomicU64,
     /// Staged products whose operand a prefetch had already copied.
     pub gemm_prefetched: AtomicU64,
+    /// Staged products computed in slices as their operand landed, and shapes whose
+    /// sliced result differed from the whole product's (never sliced).
+    pub gemm_sliced: AtomicU64,
+    pub gemm_slices_differed: AtomicU64,
     /// Allocations sent to T2 (or split) because VRAM left on the device would have
     /// fallen below the headroom.
     pub headroom_spills: AtomicU64,
@@ -69,6 +73,8 @@ pub static STATS: Stats = Stats {
     promote_ns: AtomicU64::new(0),
     demote_ns: AtomicU64::new(0),
     move_issue_ns: AtomicU64::new(0),
+    gemm_sliced: AtomicU64::new(0),
+    gemm_slices_differed: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -135,6 +141,8 @@ pub struct ShimStats {
     pub promote_ns: u64,
     pub demote_ns: u64,
     pub move_issue_ns: u64,
+    pub gemm_sliced: u64,
+    pub gemm_slices_differed: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -171,6 +179,8 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         promote_ns: load(&STATS.promote_ns),
         demote_ns: load(&STATS.demote_ns),
         move_issue_ns: load(&STATS.move_issue_ns),
+        gemm_sliced: load(&STATS.gemm_sliced),
+        gemm_slices_differed: load(&STATS.gemm_slices_differed),
     }
 }
 
@@ -198,6 +208,8 @@ pub fn start_afresh_in_child() {
         &STATS.promote_ns,
         &STATS.demote_ns,
         &STATS.move_issue_ns,
+        &STATS.gemm_sliced,
+        &STATS.gemm_slices_differed,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

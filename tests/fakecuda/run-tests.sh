@@ -419,12 +419,31 @@ t_gemm_prefetch() {
     # products and the changed pass's guessed one read a prefetch.
     shim gemm-prefetch $GEMMENV GREENBOOST_STAGE_PREFETCH=on "$BIN/gbgemm" prefetch || return 1
     gemm_reads vram 11 || return 1
-    out_has "GEMMs staged 11 ([^)]*, [1-9][0-9]* from a prefetch)" "GREENBOOST_LOG=info: no staged product read a prefetch"
+    out_has "GEMMs staged 11 ([^)]*, [1-9][0-9]* from a prefetch," "GREENBOOST_LOG=info: no staged product read a prefetch"
 }
 t_gemm_prefetch_off() {
     # The same program without the setting (the default): nothing is prefetched.
     shim gemm-prefetch-off $GEMMENV "$BIN/gbgemm" prefetch || return 1
-    out_has "GEMMs staged 11 ([^)]*, 0 from a prefetch)" "GREENBOOST_LOG=info: a product read a prefetch with prefetch off"
+    out_has "GEMMs staged 11 ([^)]*, 0 from a prefetch," "GREENBOOST_LOG=info: a product read a prefetch with prefetch off"
+}
+t_gemm_sliced() {
+    # Four products of one 8 MiB weight (the first verifies the shape; the three after
+    # it, beta = 1 and a rewrite of the weight among them, are computed in two slices
+    # each): every result right (the program checks), three counted in slices.
+    shim gemm-sliced $GEMMENV "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the summary does not count 3 sliced products"
+}
+t_gemm_sliced_differs() {
+    # The same program when cuBLAS would compute a slice with another kernel (the fake
+    # rounds products of fewer than 8192 rows otherwise): the verification sees it and
+    # every product is computed whole, every result still right.
+    shim gemm-sliced-differs $GEMMENV FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 1 shapes unsliced" "GREENBOOST_LOG=info: the summary does not say the shape stayed whole"
+}
+t_gemm_sliced_off() {
+    # GREENBOOST_STAGE_SLICES=1: one copy, then the product, as before.
+    shim gemm-sliced-off $GEMMENV GREENBOOST_STAGE_SLICES=1 "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced with GREENBOOST_STAGE_SLICES=1"
 }
 t_gemm_capture() {
     shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
@@ -671,7 +690,7 @@ async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entr
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
-gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off"
+gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off gemm_sliced gemm_sliced_differs gemm_sliced_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 . "$dir/tier-tests.sh"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"

@@ -369,12 +369,90 @@ static int t_prefetch(int argc, char **argv)
     return 0;
 }
 
+/* Pipelined staging (GREENBOOST_STAGE_SLICES): a weight of 8192 rows of 1 KiB, wide
+ * enough to be copied in two slices of 4 MiB, times 128 columns. The first product
+ * verifies its shape (slices into a copy of the output, the whole product into the
+ * output), the next ones are computed in slices (the shim's summary counts them): a
+ * plain one, one with beta = 1 (the slices must add to what the output held), and one
+ * after a rewrite of the weight enqueued on the held stream before it (each slice's
+ * copy is ordered after everything enqueued before the product). Every output is
+ * checked against the host's arithmetic. */
+#define SLICED_K 256
+#define SLICED_M 8192
+#define SLICED_N 128
+
+static float *host_values(size_t count, uint32_t seed)
+{
+    float *v = malloc(count * sizeof *v);
+    for (size_t i = 0; i < count; i++)
+        v[i] = value_at(seed, i);
+    return v;
+}
+
+/* C (SLICED_M x SLICED_N) must be scale * op(A) x B, A stored k x m transposed. */
+static void check_sliced(const float *c_dev, uint32_t seed_a, uint32_t seed_b, float scale, const char *what)
+{
+    float *a = host_values((size_t)SLICED_K * SLICED_M, seed_a), *b = host_values((size_t)SLICED_K * SLICED_N, seed_b);
+    float *c = malloc((size_t)SLICED_M * SLICED_N * sizeof *c);
+    OK(cudaMemcpy(c, c_dev, (size_t)SLICED_M * SLICED_N * 4, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < SLICED_N; j++)
+        for (int i = 0; i < SLICED_M; i++) {
+            float sum = 0;
+            for (int l = 0; l < SLICED_K; l++)
+                sum += a[l + (size_t)i * SLICED_K] * b[l + (size_t)j * SLICED_K];
+            float want = sum * scale, got = c[i + (size_t)j * SLICED_M];
+            CHECK(memcmp(&got, &want, 4) == 0, "%s: C[%d,%d] is %g, expected %g\n", what, i, j, got, want);
+        }
+    free(c);
+    free(b);
+    free(a);
+}
+
+static int t_sliced(int argc, char **argv)
+{
+    const float one = 1, zero = 0;
+    float *w = upload((size_t)SLICED_K * SLICED_M, 0, 51, "hostreg");
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, 1));
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h));
+    OK(cublasSetStream_v2(h, s));
+    float *x = upload((size_t)SLICED_K * SLICED_N, 0, 52, "vram");
+    float *y = NULL;
+    OK(cudaMalloc((void **)&y, (size_t)SLICED_M * SLICED_N * 4));
+    for (int round = 0; round < 2; round++) {
+        OK(cublasSgemm_v2(h, OP_T, OP_N, SLICED_M, SLICED_N, SLICED_K, &one, w, SLICED_K, x, SLICED_K, &zero, y,
+                          SLICED_M));
+        OK(cudaStreamSynchronize(s));
+        check_sliced(y, 51, 52, 1, round ? "the second product" : "the first product");
+    }
+    OK(cublasSgemm_v2(h, OP_T, OP_N, SLICED_M, SLICED_N, SLICED_K, &one, w, SLICED_K, x, SLICED_K, &one, y, SLICED_M));
+    OK(cudaStreamSynchronize(s));
+    check_sliced(y, 51, 52, 2, "beta = 1 on the last output");
+    float *fresh = host_values((size_t)SLICED_K * SLICED_M, 53);
+    fakegpu_stream_hold(s);
+    OK(cudaMemcpyAsync(w, fresh, (size_t)SLICED_K * SLICED_M * 4, cudaMemcpyHostToDevice, s));
+    OK(cublasSgemm_v2(h, OP_T, OP_N, SLICED_M, SLICED_N, SLICED_K, &one, w, SLICED_K, x, SLICED_K, &zero, y,
+                      SLICED_M));
+    fakegpu_stream_release(s);
+    OK(cudaStreamSynchronize(s));
+    check_sliced(y, 53, 52, 1, "the product after the weight's rewrite");
+    free(fresh);
+    OK(cudaFree(y));
+    OK(cudaFree(x));
+    OK(cudaFree(w));
+    OK(cublasDestroy_v2(h));
+    OK(cudaStreamDestroy(s));
+    return 0;
+}
+
 static const struct named_test tests[] = {
     { "products", t_products },
     { "bf16-offset", t_bf16_offset },
     { "two-streams", t_two_streams },
     { "capture", t_capture },
     { "prefetch", t_prefetch },
+    { "sliced", t_sliced },
 };
 
 int gbtests_main(int argc, char **argv)
