@@ -17,6 +17,10 @@ anything failed.
             it (VRAM): wide (512 tokens) and narrow (1 token) bf16 products through
             cublasGemmEx, with a bias through cublasLt, and float32 through cublasSgemm;
             the outputs are saved (--out) for gemm-compare.
+  train     three training steps (AdamW) of a bf16 MLP whose weights were allocated
+            before the first product (T2 under the shim), 512 tokens wide: the optimizer
+            writes the weights between the products that read them (staging must see
+            every write); losses and the trained weights are saved (--out).
   gemm-compare  the saved outputs of several runs must be bit-identical to the first's.
 """
 
@@ -248,6 +252,46 @@ def gemm(args):
     torch.save({k: v.cpu() for k, v in outputs.items()}, args.out)
 
 
+def train(args):
+    """Training steps on T2 weights; losses and weights saved for a bit-for-bit comparison."""
+    label = args.label
+    drv = Driver()
+    torch.cuda.init()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator().manual_seed(2468)
+    weights = [torch.nn.Parameter((torch.randn(GEMM_WIDTH, GEMM_WIDTH, generator=gen) * 0.02).to(torch.bfloat16).cuda())
+               for _ in range(3)]
+    torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
+    x = torch.randn(GEMM_TOKENS, GEMM_WIDTH, generator=gen).to(torch.bfloat16).cuda()
+    target = torch.randn(GEMM_TOKENS, GEMM_WIDTH, generator=gen).to(torch.bfloat16).cuda()
+    places = [drv.placement(w.data_ptr()) for w in weights]
+    want = "t2" if args.expect == "t2" else "vram"
+    if args.expect != "any":
+        record(f"{label}.placement", all(p == want for p in places), f"weights in {places}, expected {want}")
+    optimizer = torch.optim.AdamW(weights, lr=1e-3)
+    losses = []
+    for _ in range(3):
+        h = x
+        for i, w in enumerate(weights):
+            h = torch.nn.functional.linear(h, w)
+            if i < len(weights) - 1:
+                h = torch.nn.functional.gelu(h)
+        loss = torch.nn.functional.mse_loss(h.float(), target.float())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    torch.cuda.synchronize()
+    values = [float(v) for v in losses]
+    kv(f"{label}.losses", " ".join(f"{v:.6f}" for v in values))
+    changed = all(bool((w.detach() != 0).any()) for w in weights) and values[-1] != values[0]
+    record(f"{label}.steps", all(map(lambda v: v == v, values)) and changed,
+           f"3 AdamW steps, losses {values}" if changed else f"the weights did not train: losses {values}")
+    saved = {f"loss{i}": v.cpu() for i, v in enumerate(losses)}
+    saved.update({f"weight{i}": w.detach().cpu() for i, w in enumerate(weights)})
+    torch.save(saved, args.out)
+
+
 def gemm_compare(args):
     reference = torch.load(args.reference)
     for path in args.others:
@@ -324,7 +368,7 @@ def capacity(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["tensors", "capacity", "gemm", "gemm-compare"])
+    p.add_argument("mode", choices=["tensors", "capacity", "gemm", "train", "gemm-compare"])
     p.add_argument("--label", default="torch")
     p.add_argument("--total-gib", type=int, default=24)
     p.add_argument("--chunk-mib", type=int, default=1024)
@@ -336,7 +380,7 @@ def main():
     p.add_argument("--plain-report", default="", help="gb-gpu-check report output without the shim")
     p.add_argument("--slack-mib", type=int, default=2048)
     p.add_argument("--rust-report", default="", help="gb-gpu-check report output in the same configuration")
-    p.add_argument("--out", default="", help="gemm: file for the outputs")
+    p.add_argument("--out", default="", help="gemm, train: file for the outputs")
     p.add_argument("--reference", default="", help="gemm-compare: the outputs the others must equal")
     p.add_argument("--others", nargs="*", default=[], help="gemm-compare: outputs of the other runs")
     args = p.parse_args()
@@ -345,6 +389,8 @@ def main():
             tensors(args)
         elif args.mode == "gemm":
             gemm(args)
+        elif args.mode == "train":
+            train(args)
         elif args.mode == "gemm-compare":
             gemm_compare(args)
         else:
