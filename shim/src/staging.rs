@@ -355,11 +355,16 @@ fn slices_for(
 
 /// Copies `next` into slot `index` on the side stream, after everything enqueued on
 /// `stream` so far and after the slot's last reader; nothing when it does not fit the
-/// slot, is no longer T2, or a step fails (the product that reads it then copies).
+/// slot, is no longer T2, was allocated while the program computed (activations and KV
+/// caches are written between products: an early copy of them would be stale), or a
+/// step fails (the product that reads it then copies).
 fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: Stream) {
     let (address, bytes) = next;
     let offset = address % KEPT_ALIGNMENT;
-    if offset + bytes > scratch.slot_bytes || !registry::touches_pinned_t2(address, bytes) {
+    if offset + bytes > scratch.slot_bytes
+        || !registry::touches_pinned_t2(address, bytes)
+        || !registry::allocated_before_computing(address, bytes)
+    {
         return;
     }
     let Some(side) = scratch.copies.side_stream() else { return };

@@ -426,6 +426,12 @@ t_gemm_prefetch_off() {
     shim gemm-prefetch-off $GEMMENV "$BIN/gbgemm" prefetch || return 1
     out_has "GEMMs staged 11 ([^)]*, 0 from a prefetch," "GREENBOOST_LOG=info: a product read a prefetch with prefetch off"
 }
+t_gemm_prefetch_activation() {
+    # Buffers allocated while the program computes are never copied early: the one
+    # rewritten between two products reaches the second (the program checks).
+    shim gemm-prefetch-activation $GEMMENV GREENBOOST_STAGE_PREFETCH=on "$BIN/gbgemm" prefetch-activation || return 1
+    out_has "GEMMs staged 9 ([^)]*, 0 from a prefetch," "GREENBOOST_LOG=info: a buffer allocated while computing was prefetched"
+}
 t_gemm_sliced() {
     # Four products of one 8 MiB weight (the first verifies the shape; the three after
     # it, beta = 1 and a rewrite of the weight among them, are computed in two slices
@@ -690,7 +696,7 @@ async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entr
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
-gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off gemm_sliced gemm_sliced_differs gemm_sliced_off"
+gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off gemm_prefetch_activation gemm_sliced gemm_sliced_differs gemm_sliced_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 . "$dir/tier-tests.sh"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"
