@@ -1,6 +1,6 @@
 """Issue 13: does a host-to-device copy slow down while GEMMs run beside it?
 
-With GREENBOOST_STAGE_PREFETCH the staging copies of a prefill took 161 ms of copy-engine
+With a staging prefetch (tried, since removed) the staging copies of a prefill took 161 ms of copy-engine
 time instead of 137 ms in series with the products. This measures the pinned
 host-to-device copy rate of 256 MiB blocks alone, beside a stream of bf16 GEMMs of a
 prefill's shape (512 x 4096 by 4096 x 14336), and beside another copy. Run without the

@@ -21,10 +21,9 @@
 #   BENCH_DECODE_MAX_S  a configuration stops generating after this many seconds of
 #                       decoding (default 75; tokens/s is a median step either way)
 #   BENCH_SLOW_MAX_S    the same for cpu_offload, uvm and uvm_split (default 30)
-#   BENCH_DECODE_CONFIGS  default "vram greenboost greenboost_whole greenboost_prefetch hf_vram
-#                       hf_greenboost cpu_offload uvm uvm_split" (hf_*: transformers' generate
-#                       instead of the bench's decode loop; greenboost_prefetch:
-#                       GREENBOOST_STAGE_PREFETCH=on; greenboost_whole: GREENBOOST_STAGE_SLICES=1)
+#   BENCH_DECODE_CONFIGS  default "vram greenboost greenboost_sliced hf_vram hf_greenboost
+#                       cpu_offload uvm uvm_split" (hf_*: transformers' generate instead of the
+#                       bench's decode loop; greenboost_sliced: GREENBOOST_STAGE_SLICES=4)
 #   GREENBOOST_SHIM     the shim; default: the first of build/bench-carry/,
 #                       build/gpu-carry/, target/release/ that holds libgreenboost_cuda.so
 #   BENCH_BASELINE_SHIM  an earlier libgreenboost_cuda.so: the greenboost decode
@@ -53,7 +52,7 @@ new_tokens=${BENCH_NEW_TOKENS:-128}
 slow_tokens=${BENCH_SLOW_TOKENS:-32}
 decode_max_s=${BENCH_DECODE_MAX_S:-75}
 slow_max_s=${BENCH_SLOW_MAX_S:-30}
-decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost greenboost_whole greenboost_prefetch hf_vram hf_greenboost cpu_offload uvm uvm_split}
+decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost greenboost_sliced hf_vram hf_greenboost cpu_offload uvm uvm_split}
 deadline=${BENCH_DEADLINE_S:-480}
 baseline_shim=${BENCH_BASELINE_SHIM:-}
 work=${BENCH_WORK:-/tmp/gbbench}
@@ -222,8 +221,7 @@ if want decode; then
                 decode_greenboost decode-greenboost
                 # The same process with the earlier shim (LD_PRELOAD given last wins).
                 [[ -n $baseline_shim ]] && decode_greenboost decode-greenboost_baseline LD_PRELOAD="$baseline_shim" -- ;;
-            greenboost_prefetch) decode_greenboost decode-greenboost_prefetch GREENBOOST_STAGE_PREFETCH=on -- ;;
-            greenboost_whole) decode_greenboost decode-greenboost_whole GREENBOOST_STAGE_SLICES=1 -- ;;
+            greenboost_sliced) decode_greenboost decode-greenboost_sliced GREENBOOST_STAGE_SLICES=4 -- ;;
             hf_vram) run decode-hf_vram 150 -- python3 bench/decode.py --config vram --generate hf "${common[@]}" \
                 --max-seconds "$decode_max_s" --new-tokens "$new_tokens" --profile ;;
             hf_greenboost) decode_greenboost decode-hf_greenboost -- --generate hf ;;

@@ -28,12 +28,12 @@ pub const DEFAULT_STAGING: bool = true;
 pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 1;
 /// Largest VRAM scratch buffer staging may hold per context.
 pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
-/// Staging copies the next product's operand early only when asked: the copy runs before
-/// writes the shim cannot see (unhooked kernels, an optimizer step) have finished.
-pub const DEFAULT_STAGE_PREFETCH: bool = false;
-/// A wide product's staged operand is copied in up to this many slices, the product
-/// computed slice by slice as each lands (the copy of the next overlaps it).
-pub const DEFAULT_STAGE_SLICES: u64 = 4;
+/// A wide product's staged operand is copied whole, then multiplied: on the H200 slices
+/// (copy of slice i + 1 beside the product of slice i) gained nothing for an 8B model's
+/// prefill (512 tokens: 195 vs 190 ms; 2048: 1117 vs 1079 ms), whose copies take 4-10
+/// times its staged products' compute; they pay where products compute as long as
+/// their copies (large batches), when asked for.
+pub const DEFAULT_STAGE_SLICES: u64 = 1;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
 /// How often live tiering looks at the device, in milliseconds.
@@ -111,7 +111,6 @@ pub enum Id {
     Staging,
     StageMinWidth,
     StageMax,
-    StagePrefetch,
     StageSlices,
     Tiering,
     Demote,
@@ -173,7 +172,7 @@ const fn row(
     Setting { id, env, flag, kind, default, help }
 }
 
-const TABLE: [Setting; 20] = [
+const TABLE: [Setting; 19] = [
     row(
         Id::VramBudget,
         "GREENBOOST_VRAM_BUDGET",
@@ -263,20 +262,12 @@ const TABLE: [Setting; 20] = [
         "Largest VRAM scratch buffer for staged operands, counted against the budget",
     ),
     row(
-        Id::StagePrefetch,
-        "GREENBOOST_STAGE_PREFETCH",
-        Some("stage-prefetch"),
-        Kind::Switch,
-        "off",
-        "staging prefetch, where the operand the next product is expected to read is copied while this one computes; only for programs that never write their T2 weights while running (inference)",
-    ),
-    row(
         Id::StageSlices,
         "GREENBOOST_STAGE_SLICES",
         Some("stage-slices"),
         Kind::Count,
-        "4",
-        "Copy a wide product's staged operand in up to this many slices and compute each slice as it lands (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
+        "1",
+        "Copy a wide product's staged operand in up to this many slices (at most 8) and compute each slice as it lands, for products that compute about as long as their copies (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
     ),
     row(
         Id::Tiering,
@@ -404,7 +395,6 @@ mod tests {
         );
 
         assert_eq!(parse_switch(Id::Staging.setting().default.as_bytes()), Some(DEFAULT_STAGING));
-        assert_eq!(parse_switch(Id::StagePrefetch.setting().default.as_bytes()), Some(DEFAULT_STAGE_PREFETCH));
         assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
         assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));
         assert_eq!(parse_count(Id::StageSlices.setting().default.as_bytes()), Some(DEFAULT_STAGE_SLICES));

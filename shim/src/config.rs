@@ -43,8 +43,6 @@ pub struct Config {
     pub stage_min_width: u64,
     /// Largest scratch buffer staging may hold in VRAM; larger operands stay zero-copy.
     pub stage_max: u64,
-    /// Copy the operand the next product is expected to read early (see `staging`).
-    pub stage_prefetch: bool,
     /// How many slices a wide product's staged operand is copied in (1: not sliced; see
     /// `staging_slices`).
     pub stage_slices: u64,
@@ -74,7 +72,6 @@ impl Default for Config {
             staging: policy::DEFAULT_STAGING,
             stage_min_width: policy::DEFAULT_STAGE_MIN_WIDTH,
             stage_max: policy::DEFAULT_STAGE_MAX,
-            stage_prefetch: policy::DEFAULT_STAGE_PREFETCH,
             stage_slices: policy::DEFAULT_STAGE_SLICES,
             tiering: TieringChoice::DEFAULT,
             demote: policy::DEFAULT_DEMOTE,
@@ -170,9 +167,6 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<&'static [u8]>, complain: imp
     if let Some(max) = reader.read(Id::StageMax, policy::parse_size) {
         config.stage_max = max;
     }
-    if let Some(prefetch) = reader.read(Id::StagePrefetch, policy::parse_switch) {
-        config.stage_prefetch = prefetch;
-    }
     if let Some(slices) = reader.read(Id::StageSlices, policy::parse_count) {
         config.stage_slices = slices.max(1);
     }
@@ -242,8 +236,7 @@ mod tests {
                 ("GREENBOOST_STAGING", "off"),
                 ("GREENBOOST_STAGE_MIN_WIDTH", "128"),
                 ("GREENBOOST_STAGE_MAX", "1G"),
-                ("GREENBOOST_STAGE_PREFETCH", "on"),
-                ("GREENBOOST_STAGE_SLICES", "0"),
+                ("GREENBOOST_STAGE_SLICES", "8"),
                 ("GREENBOOST_TIERING", "on"),
                 ("GREENBOOST_DEMOTE", "off"),
                 ("GREENBOOST_TIER_INTERVAL_MS", "0"),
@@ -274,8 +267,7 @@ mod tests {
                 staging: false,
                 stage_min_width: 128,
                 stage_max: G,
-                stage_prefetch: true,
-                stage_slices: 1,
+                stage_slices: 8,
                 tiering: TieringChoice::On,
                 demote: false,
                 tier_interval_ms: 1,

@@ -23,8 +23,9 @@ use crate::routing::{self, DlopenDecision, DlsymDecision};
 mod imp {
     pub use crate::cublas::{
         create as cublasCreate_v2, gemm_ex as cublasGemmEx, gemm_strided_batched_ex as cublasGemmStridedBatchedEx,
-        lt_create as cublasLtCreate, lt_matmul as cublasLtMatmul, sgemm as cublasSgemm_v2,
+        sgemm as cublasSgemm_v2,
     };
+    pub use crate::cublas_lt::{lt_create as cublasLtCreate, lt_matmul as cublasLtMatmul};
     pub use crate::driver::{
         device_total_mem as cuDeviceTotalMem_v2, mem_alloc as cuMemAlloc_v2, mem_alloc_async as cuMemAllocAsync,
         mem_alloc_async_ptsz as cuMemAllocAsync_ptsz, mem_alloc_from_pool_async as cuMemAllocFromPoolAsync,

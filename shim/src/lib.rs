@@ -12,8 +12,8 @@
 //! `registry::REGISTRY`, then `vmm::VMM`, then the T2 cache's (`host::CACHE`), then
 //! `release::PENDING`. `staging::SCRATCH` is held across the asynchronous enqueues of
 //! one staged product and is taken while no other lock is held; under it only
-//! `registry::REGISTRY` is taken (a prefetch checks that its operand is still T2), so
-//! SCRATCH comes before the whole list. `movable::LIVE` (the movable allocations, for
+//! the budget's counters are touched (a sliced product's verification reserves VRAM),
+//! none of the list's locks, so SCRATCH comes before the whole list. `movable::LIVE` (the movable allocations, for
 //! the tier thread) is held with no other lock and comes last; each movable
 //! allocation's own `state` lock is a leaf, never held across a CUDA call. The fork
 //! handlers (`lifecycle`) take the five of the list in this order, not SCRATCH: a child
@@ -62,10 +62,10 @@ mod allocate;
 mod vmm;
 mod report;
 
-mod prefetch;
 mod staging_slices;
 mod staging;
 mod cublas;
+mod cublas_lt;
 mod driver;
 mod nvml;
 mod routing;

@@ -107,7 +107,7 @@ extern "C" fn summary_at_exit() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     info!(
-        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} for the VRAM headroom, {} VMM on host), split {}; GEMMs staged {} ({}, {} from a prefetch, {} in slices, {} shapes unsliced as slices differed); out-of-memory returned {}; backend {}",
+        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} for the VRAM headroom, {} VMM on host), split {}; GEMMs staged {} ({}, {} in slices, {} shapes unsliced as slices differed); out-of-memory returned {}; backend {}",
         pid,
         Mib(stats.t1_peak),
         Mib(stats.t2_peak),
@@ -119,7 +119,6 @@ extern "C" fn summary_at_exit() {
         stats.split_allocs,
         stats.gemm_staged,
         Mib(stats.gemm_staged_bytes),
-        stats::load(&STATS.gemm_prefetched),
         stats.gemm_sliced,
         stats.gemm_slices_differed,
         stats.oom_returned,

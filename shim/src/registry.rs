@@ -3,10 +3,10 @@
 //!
 //! Lock: `REGISTRY` comes first in the lock order (lib.rs); no CUDA call runs under it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use crate::budget::{self, VramCharge};
+use crate::budget::VramCharge;
 use crate::cuda;
 use crate::ffi::*;
 use crate::host::HostAllocation;
@@ -67,30 +67,17 @@ struct Registry {
     live: BTreeMap<CuDevicePtr, Record>,
     /// Device pointers of recently freed `Backed` memory, to answer a double free.
     freed_backed: VecDeque<CuDevicePtr>,
-    /// Live `Backed` memory allocated before the program started computing (a model's
-    /// weights, loaded first; not its activations or KV cache).
-    before_computing: BTreeSet<CuDevicePtr>,
 }
 
 const FREED_REMEMBERED: usize = 4096;
 
-static REGISTRY: Mutex<Registry> = const_mutex(Registry {
-    live: BTreeMap::new(),
-    freed_backed: VecDeque::new(),
-    before_computing: BTreeSet::new(),
-});
+static REGISTRY: Mutex<Registry> = const_mutex(Registry { live: BTreeMap::new(), freed_backed: VecDeque::new() });
 
 /// Records a live allocation at `device_ptr`.
 pub fn insert(device_ptr: CuDevicePtr, record: Record) {
-    let early = matches!(record, Record::Backed(_)) && !budget::computing();
     let mut registry = REGISTRY.lock();
     if matches!(record, Record::Backed(_)) {
         registry.freed_backed.retain(|freed| *freed != device_ptr);
-    }
-    if early {
-        registry.before_computing.insert(device_ptr);
-    } else {
-        registry.before_computing.remove(&device_ptr);
     }
     registry.live.insert(device_ptr, record);
 }
@@ -112,7 +99,6 @@ pub fn take(device_ptr: CuDevicePtr) -> Lookup {
         return Lookup::Unknown;
     }
     let mut registry = REGISTRY.lock();
-    registry.before_computing.remove(&device_ptr);
     match registry.live.remove(&device_ptr) {
         Some(record) => {
             if matches!(record, Record::Backed(_)) {
@@ -151,20 +137,6 @@ pub fn t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
 /// at the rate of pinned T2.
 pub fn touches_pinned_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
     t2_overlap(device_ptr, len, false) != 0
-}
-
-/// Whether [`device_ptr`, `device_ptr + len`) starts in memory the shim made before the
-/// program started computing and no other allocation starts inside it: what a staging
-/// prefetch may copy early (a model's weights, loaded first, are written before its first
-/// product; activations and caches, allocated while computing, are written between
-/// products).
-pub fn allocated_before_computing(device_ptr: CuDevicePtr, len: u64) -> bool {
-    let end = device_ptr.saturating_add(len);
-    let registry = REGISTRY.lock();
-    let starts_in_early = registry.live.range(..=device_ptr).next_back().is_some_and(|(base, _)| {
-        registry.before_computing.contains(base)
-    });
-    starts_in_early && registry.live.range(device_ptr.saturating_add(1)..end).next().is_none()
 }
 
 fn t2_overlap(device_ptr: CuDevicePtr, len: u64, with_movable: bool) -> u64 {

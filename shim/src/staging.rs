@@ -19,15 +19,13 @@
 //! CUDA graph are not staged (a captured copy would replay into a scratch that later
 //! products reuse): they run zero-copy as before.
 //!
-//! Prefetch (GREENBOOST_STAGE_PREFETCH, off by default): the scratch has two slots, and
-//! while a product computes from one, the operand that followed it last time (`prefetch`)
-//! is copied into the other on a side stream, so that the copy engine and the product
-//! overlap. That copy is ordered after everything the program enqueued before this
-//! product, and after the last product that read the slot, but not after what the
-//! program enqueues between this product and the next: a write to the next operand in
-//! between (an optimizer step, an unhooked kernel) would not be seen. Hence opt-in, for
-//! programs that do not write their T2 operands while running (inference). A product
-//! whose operand is not the one prefetched copies it as without prefetch.
+//! Slices (`staging_slices`, GREENBOOST_STAGE_SLICES, off by default): a wide product's
+//! one staged operand can be copied in slices on a side stream, each ordered after
+//! everything enqueued before the product, and the product computed slice by slice as
+//! each lands. No copy is ever issued before the product that reads it: an earlier copy
+//! (a prefetch of the next product's operand) would run before writes the shim cannot
+//! see — unhooked kernels, an optimizer step, PyTorch reusing a cached block for
+//! activations — and read stale bytes (an opt-in prefetch did so on the H200).
 //!
 //! Lock: `SCRATCH` is held across the asynchronous enqueues of one staged product (copies,
 //! product, events) so that threads cannot interleave uses of one scratch buffer; it is
@@ -44,7 +42,6 @@ use crate::cuda;
 use crate::ffi::*;
 use crate::lock::{const_mutex, Mutex};
 use crate::log::Mib;
-use crate::prefetch::{OperandKey, ReadOrder};
 use crate::registry;
 use crate::staging_slices::{self, Comparison, Decision, Plan, SideCopies, Slice, SliceAxis, Slicing, Verdicts};
 use crate::stats::{self, STATS};
@@ -107,35 +104,39 @@ impl Operand {
     }
 }
 
-/// Where an operand is read from instead of T2: one slot of a context's scratch.
+/// A context's scratch buffer: where staged operands are read from instead of T2.
 ///
 /// # Invariants
-/// `read_done`, when not null, is an event of the scratch's context recorded after the
-/// last product that read this slot, on `last_reader`; `ahead`, when set, is an operand a
-/// prefetch copies into this slot (at its address modulo `KEPT_ALIGNMENT`) and `copied`
-/// an event recorded after that copy on the scratch's side stream.
-struct Slot {
+/// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
+/// `charge` is `None`), counted against the device's budget; `read_done`, when not null,
+/// is an event of `context` recorded after the last product that read the scratch, on
+/// `last_reader`; `copies` are `context`'s (its side stream carries sliced copies);
+/// `verdicts` are of products in `context`.
+struct Scratch {
+    context: Context,
+    base: CuDevicePtr,
+    charge: Option<VramCharge>,
     read_done: Event,
     last_reader: Option<Stream>,
-    ahead: Option<OperandKey>,
-    copied: Event,
+    copies: SideCopies,
+    verdicts: Verdicts,
 }
 
-impl Slot {
-    const EMPTY: Slot = Slot { read_done: Event::NULL, last_reader: None, ahead: None, copied: Event::NULL };
-
-    /// Makes `stream` wait until this slot may be written: its last reader (when on
-    /// another stream) and a prefetch copy into it have finished.
-    fn wait_writable(&self, stream: Stream) -> bool {
-        let other_reader = self.last_reader.is_some_and(|last| last != stream);
-        let reader_ok = self.read_done.is_null()
-            || !other_reader
-            || cuda::stream_wait_event(stream, self.read_done) == CuResult::SUCCESS;
-        let copy_ok = self.ahead.is_none() || cuda::stream_wait_event(stream, self.copied) == CuResult::SUCCESS;
-        reader_ok && copy_ok
+impl Scratch {
+    fn bytes(&self) -> u64 {
+        self.charge.as_ref().map_or(0, VramCharge::bytes)
     }
 
-    /// Records that a product on `stream` reads the slot; without an event, waits for it.
+    /// Makes `stream` wait until the scratch may be written: its last reader (when on
+    /// another stream) has run.
+    fn wait_writable(&self, stream: Stream) -> bool {
+        let other_reader = self.last_reader.is_some_and(|last| last != stream);
+        self.read_done.is_null()
+            || !other_reader
+            || cuda::stream_wait_event(stream, self.read_done) == CuResult::SUCCESS
+    }
+
+    /// Records that a product on `stream` reads the scratch; without an event, waits for it.
     fn record_read(&mut self, stream: Stream) {
         if self.read_done.is_null() {
             self.read_done = cuda::event_create().unwrap_or(Event::NULL);
@@ -147,43 +148,6 @@ impl Slot {
             cuda::stream_synchronize(stream);
             self.last_reader = None;
         }
-        self.ahead = None;
-    }
-
-    /// Waits until nothing reads or writes the slot any more.
-    fn quiesce(&mut self) {
-        for event in [self.read_done, self.copied] {
-            if !event.is_null() {
-                cuda::event_synchronize(event);
-            }
-        }
-        self.ahead = None;
-    }
-}
-
-/// A context's scratch buffer.
-///
-/// # Invariants
-/// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
-/// `charge` is `None`), counted against the device's budget, cut into slots of
-/// `slot_bytes` (one, or two with prefetch); `copies` are `context`'s, its side stream
-/// carrying prefetch and sliced copies; `verdicts` are of products in `context`.
-struct Scratch {
-    context: Context,
-    base: CuDevicePtr,
-    charge: Option<VramCharge>,
-    slot_bytes: u64,
-    slots: [Slot; 2],
-    /// The slot the next product that finds no prefetch of its operand uses.
-    next: usize,
-    copies: SideCopies,
-    order: ReadOrder,
-    verdicts: Verdicts,
-}
-
-impl Scratch {
-    fn slot_base(&self, index: usize) -> CuDevicePtr {
-        self.base + index as u64 * self.slot_bytes
     }
 }
 
@@ -230,74 +194,43 @@ pub fn run_staged(
             needed = (start + operand.bytes).div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
         }
     }
-    let slot_count = if config.stage_prefetch { 2 } else { 1 };
-    if needed.saturating_mul(slot_count) > config.stage_max {
-        refuse_once(format_args!(
-            "an operand needs {} of scratch ({} slots), above GREENBOOST_STAGE_MAX",
-            Mib(needed),
-            slot_count
-        ));
+    if needed > config.stage_max {
+        refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(needed)));
         return product(originals, None);
     }
-    // Only a product with one staged operand is prefetched for, and predicts the next.
-    let key = match wanted {
-        [Some(operand), None] | [None, Some(operand)] => Some((operand.address, operand.bytes)),
-        _ => None,
-    };
     let mut scratches = SCRATCH.lock();
-    let Some(scratch) = scratch_for(&mut scratches, context, device, needed, slot_count) else {
+    let Some(scratch) = scratch_for(&mut scratches, context, device, needed) else {
         drop(scratches);
         return product(originals, None);
     };
-    // The slot a prefetch already filled with this operand, else the next one.
-    let prefetched = key.and_then(|key| scratch.slots.iter().position(|slot| slot.ahead == Some(key)));
-    let index = prefetched.unwrap_or(scratch.next);
-    let base = scratch.slot_base(index);
-    let mut placed = originals;
-    let mut staged_bytes = 0;
-    // A prefetched slot is read once its copy has run; any other is written first.
-    let ready = match prefetched {
-        Some(_) => cuda::stream_wait_event(stream, scratch.slots[index].copied) == CuResult::SUCCESS,
-        None => scratch.slots[index].wait_writable(stream),
-    };
-    if !ready {
+    if !scratch.wait_writable(stream) {
         drop(scratches);
         return product(originals, None);
     }
     // A wide product copying one operand copies it in slices, when its shape allows.
-    let mut sliced = match (prefetched, slicing) {
-        (None, Some(slicing)) => slices_for(&wanted, &slicing, &scratch.verdicts, config.stage_slices),
-        _ => None,
-    };
+    let mut sliced = slicing.and_then(|slicing| slices_for(&wanted, &slicing, &scratch.verdicts, config.stage_slices));
+    let mut placed = originals;
+    let mut staged_bytes = 0;
     for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
         let (Some(offset), Some(operand)) = (offset, operand) else { continue };
+        let destination = scratch.base + offset;
         if let Some((plan, axis, ..)) = sliced {
-            let copy = (operand.address, base + offset, operand.bytes);
-            if !scratch.copies.copy_sliced(stream, plan, axis, copy) {
+            if !scratch.copies.copy_sliced(stream, plan, axis, (operand.address, destination, operand.bytes)) {
                 sliced = None;
             }
         }
-        if prefetched.is_none() && sliced.is_none() {
-            let status = cuda::memcpy_async(base + offset, operand.address, operand.bytes, stream);
+        if sliced.is_none() {
+            let status = cuda::memcpy_async(destination, operand.address, operand.bytes, stream);
             if status != CuResult::SUCCESS {
                 // Nothing was overwritten that a product still reads: the copies run on
-                // this stream, after the waits above. The product reads in place.
+                // this stream, after the wait above. The product reads in place.
                 debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(operand.bytes), status.0);
                 drop(scratches);
                 return product(originals, None);
             }
         }
-        *target = Some(base + offset);
+        *target = Some(destination);
         staged_bytes += operand.bytes;
-    }
-    if prefetched.is_some() {
-        stats::bump(&STATS.gemm_prefetched);
-    }
-    // Everything the program enqueued so far, and this product's copy, precede the
-    // prefetch below; the product itself runs beside it.
-    let prefetch = if config.stage_prefetch { key.and_then(|key| scratch.order.read(key)) } else { None };
-    if let Some(next) = prefetch {
-        prefetch_into(scratch, 1 - index, next, stream);
     }
     let status = match (sliced, slicing) {
         (Some((plan, axis, operand, decision)), Some(slicing)) => {
@@ -321,8 +254,7 @@ pub fn run_staged(
         }
         _ => product(placed, None),
     };
-    scratch.slots[index].record_read(stream);
-    scratch.next = if slot_count == 2 { 1 - index } else { 0 };
+    scratch.record_read(stream);
     drop(scratches);
     stats::bump(&STATS.gemm_staged);
     STATS.gemm_staged_bytes.fetch_add(staged_bytes, Ordering::Relaxed);
@@ -353,55 +285,9 @@ fn slices_for(
     }
 }
 
-/// Copies `next` into slot `index` on the side stream, after everything enqueued on
-/// `stream` so far and after the slot's last reader; nothing when it does not fit the
-/// slot, is no longer T2, was allocated while the program computed (activations and KV
-/// caches are written between products: an early copy of them would be stale), or a
-/// step fails (the product that reads it then copies).
-fn prefetch_into(scratch: &mut Scratch, index: usize, next: OperandKey, stream: Stream) {
-    let (address, bytes) = next;
-    let offset = address % KEPT_ALIGNMENT;
-    if offset + bytes > scratch.slot_bytes
-        || !registry::touches_pinned_t2(address, bytes)
-        || !registry::allocated_before_computing(address, bytes)
-    {
-        return;
-    }
-    let Some(side) = scratch.copies.side_stream() else { return };
-    let base = scratch.slot_base(index);
-    let slot = &mut scratch.slots[index];
-    if slot.copied.is_null() {
-        slot.copied = cuda::event_create().unwrap_or(Event::NULL);
-    }
-    if slot.copied.is_null() {
-        return;
-    }
-    // A stale prefetch in the slot is overwritten: a product that wanted it copies its
-    // operand itself, and nothing reads it before this copy's event.
-    slot.ahead = None;
-    let ordered = cuda::event_record(slot.copied, stream) == CuResult::SUCCESS
-        && cuda::stream_wait_event(side, slot.copied) == CuResult::SUCCESS
-        && (slot.read_done.is_null() || cuda::stream_wait_event(side, slot.read_done) == CuResult::SUCCESS);
-    if !ordered || cuda::memcpy_async(base + offset, address, bytes, side) != CuResult::SUCCESS {
-        return;
-    }
-    if cuda::event_record(slot.copied, side) == CuResult::SUCCESS {
-        slot.ahead = Some(next);
-    } else {
-        // No event marks the copy's end: nothing may write the slot before it ends.
-        cuda::stream_synchronize(side);
-    }
-}
-
-/// The context's scratch, grown to `slot_count` slots of at least `needed` bytes; `None`
-/// (logged once) when VRAM for it does not fit the budget or cannot be had.
-fn scratch_for(
-    scratches: &mut Vec<Scratch>,
-    context: Context,
-    device: CuDevice,
-    needed: u64,
-    slot_count: u64,
-) -> Option<&mut Scratch> {
+/// The context's scratch, grown to at least `needed` bytes; `None` (logged once) when
+/// VRAM for it does not fit the budget or cannot be had.
+fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice, needed: u64) -> Option<&mut Scratch> {
     let index = match scratches.iter().position(|scratch| scratch.context == context) {
         Some(index) => index,
         None => {
@@ -410,26 +296,22 @@ fn scratch_for(
                 context,
                 base: 0,
                 charge: None,
-                slot_bytes: 0,
-                slots: [Slot::EMPTY, Slot::EMPTY],
-                next: 0,
+                read_done: Event::NULL,
+                last_reader: None,
                 copies: SideCopies::EMPTY,
-                order: ReadOrder::default(),
                 verdicts: Verdicts::default(),
             });
             scratches.len() - 1
         }
     };
     let scratch = scratches.get_mut(index)?;
-    if scratch.slot_bytes >= needed {
+    if scratch.bytes() >= needed {
         return Some(scratch);
     }
     // Grow: the growth counts against the budget like any allocation (the old buffer's
     // charge becomes the new one's).
-    let slot_bytes = needed.next_power_of_two().min(config::get().stage_max / slot_count).max(needed);
-    let grown = slot_bytes * slot_count;
-    let size = scratch.charge.as_ref().map_or(0, VramCharge::bytes);
-    let Some(growth) = budget::reserve_vram(grown.saturating_sub(size), device) else {
+    let grown = needed.next_power_of_two().min(config::get().stage_max).max(needed);
+    let Some(growth) = budget::reserve_vram(grown.saturating_sub(scratch.bytes()), device) else {
         refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
         return None;
     };
@@ -441,17 +323,15 @@ fn scratch_for(
         }
     };
     if scratch.base != 0 {
-        // The old buffer goes once every product and copy that uses it has run.
-        scratch.slots.iter_mut().for_each(Slot::quiesce);
-        if scratch.slots.iter().all(|slot| slot.read_done.is_null()) {
+        // The old buffer goes once every product that reads it has run (its copies ran
+        // before those products on their streams).
+        if scratch.read_done.is_null() || cuda::event_synchronize(scratch.read_done) != CuResult::SUCCESS {
             cuda::ctx_synchronize();
         }
         cuda::mem_free(scratch.base);
     }
-    debug!("GEMM staging scratch: {} slot(s) of {} in VRAM", slot_count, Mib(slot_bytes));
+    debug!("GEMM staging scratch: {} in VRAM", Mib(grown));
     scratch.base = base;
-    scratch.slot_bytes = slot_bytes;
-    scratch.next = 0;
     scratch.charge = Some(match scratch.charge.take() {
         Some(mut charge) => {
             charge.absorb(growth);
@@ -461,6 +341,7 @@ fn scratch_for(
     });
     Some(scratch)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -200,7 +200,8 @@ pub struct SideCopies {
 }
 
 impl SideCopies {
-    pub const EMPTY: SideCopies = SideCopies { side: Stream::NULL, enqueued: Event::NULL, landed: [Event::NULL; MAX_SLICES] };
+    pub const EMPTY: SideCopies =
+        SideCopies { side: Stream::NULL, enqueued: Event::NULL, landed: [Event::NULL; MAX_SLICES] };
 
     /// The side stream, made on first use in the current context.
     pub fn side_stream(&mut self) -> Option<Stream> {
@@ -269,13 +270,12 @@ pub fn run_slices(
     output: CuDevicePtr,
     product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
-    let call = |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
-                first: i64,
-                count: i64| {
-        let mut at = placed;
-        at[operand] = at[operand].map(|base| base + first as u64 * axis.operand_step);
-        product(at, Some(Slice { operand, count, output: output + first as u64 * axis.output_step }))
-    };
+    let call =
+        |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus, first: i64, count: i64| {
+            let mut at = placed;
+            at[operand] = at[operand].map(|base| base + first as u64 * axis.operand_step);
+            product(at, Some(Slice { operand, count, output: output + first as u64 * axis.output_step }))
+        };
     for index in 0..plan.count {
         let (first, count) = plan.slice(index, axis.length);
         if !copies.wait_landed(stream, index) {
@@ -342,7 +342,13 @@ pub fn verify(
 }
 
 /// Waits for `stream`, reads both outputs back and compares them.
-fn read_and_compare(stream: Stream, whole: CuDevicePtr, sliced: CuDevicePtr, bytes: u64, element: usize) -> Option<Comparison> {
+fn read_and_compare(
+    stream: Stream,
+    whole: CuDevicePtr,
+    sliced: CuDevicePtr,
+    bytes: u64,
+    element: usize,
+) -> Option<Comparison> {
     let synchronized = cuda::stream_synchronize(stream) == CuResult::SUCCESS;
     let len = usize::try_from(bytes).ok()?;
     let (mut whole_bytes, mut sliced_bytes) = (Vec::new(), Vec::new());

@@ -24,8 +24,6 @@ pub struct Stats {
     /// Matrix products whose T2 operands were copied into VRAM first, and the bytes.
     pub gemm_staged: AtomicU64,
     pub gemm_staged_bytes: AtomicU64,
-    /// Staged products whose operand a prefetch had already copied.
-    pub gemm_prefetched: AtomicU64,
     /// Staged products computed in slices as their operand landed, and shapes whose
     /// sliced result differed from the whole product's (never sliced).
     pub gemm_sliced: AtomicU64,
@@ -62,7 +60,6 @@ pub static STATS: Stats = Stats {
     split_allocs: AtomicU64::new(0),
     gemm_staged: AtomicU64::new(0),
     gemm_staged_bytes: AtomicU64::new(0),
-    gemm_prefetched: AtomicU64::new(0),
     headroom_spills: AtomicU64::new(0),
     movable_allocs: AtomicU64::new(0),
     tier_vram: AtomicU64::new(0),
@@ -131,7 +128,9 @@ pub struct ShimStats {
     pub gemm_staged_bytes: u64,
     pub headroom_spills: u64,
     /// From here on, only through `greenboost_shim_stats_sized` (see exports.rs).
-    pub gemm_prefetched: u64,
+    /// Always 0: it counted the products of a staging prefetch (removed), and keeps the
+    /// fields after it where callers read them.
+    pub unused_prefetched: u64,
     pub movable_allocs: u64,
     pub tier_vram: u64,
     pub promoted_bytes: u64,
@@ -169,7 +168,7 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         gemm_staged: load(&STATS.gemm_staged),
         gemm_staged_bytes: load(&STATS.gemm_staged_bytes),
         headroom_spills: load(&STATS.headroom_spills),
-        gemm_prefetched: load(&STATS.gemm_prefetched),
+        unused_prefetched: 0,
         movable_allocs: load(&STATS.movable_allocs),
         tier_vram: load(&STATS.tier_vram),
         promoted_bytes: load(&STATS.promoted_bytes),
@@ -199,7 +198,6 @@ pub fn start_afresh_in_child() {
         &STATS.gemm_staged,
         &STATS.gemm_staged_bytes,
         &STATS.headroom_spills,
-        &STATS.gemm_prefetched,
         &STATS.movable_allocs,
         &STATS.promoted_bytes,
         &STATS.demoted_bytes,

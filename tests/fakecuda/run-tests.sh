@@ -412,44 +412,24 @@ t_gemm_two_streams() {
     shim gemm-two-streams $GEMMENV "$BIN/gbgemm" two-streams || return 1
     gemm_reads vram 3
 }
-t_gemm_prefetch() {
-    # Nine products of three weights (the order learned in the first pass, kept in the
-    # second, changed in the third), then two around a rewrite of the next weight:
-    # every result right (the program checks), and the second pass's second and third
-    # products and the changed pass's guessed one read a prefetch.
-    shim gemm-prefetch $GEMMENV GREENBOOST_STAGE_PREFETCH=on "$BIN/gbgemm" prefetch || return 1
-    gemm_reads vram 11 || return 1
-    out_has "GEMMs staged 11 ([^)]*, [1-9][0-9]* from a prefetch," "GREENBOOST_LOG=info: no staged product read a prefetch"
-}
-t_gemm_prefetch_off() {
-    # The same program without the setting (the default): nothing is prefetched.
-    shim gemm-prefetch-off $GEMMENV "$BIN/gbgemm" prefetch || return 1
-    out_has "GEMMs staged 11 ([^)]*, 0 from a prefetch," "GREENBOOST_LOG=info: a product read a prefetch with prefetch off"
-}
-t_gemm_prefetch_activation() {
-    # Buffers allocated while the program computes are never copied early: the one
-    # rewritten between two products reaches the second (the program checks).
-    shim gemm-prefetch-activation $GEMMENV GREENBOOST_STAGE_PREFETCH=on "$BIN/gbgemm" prefetch-activation || return 1
-    out_has "GEMMs staged 9 ([^)]*, 0 from a prefetch," "GREENBOOST_LOG=info: a buffer allocated while computing was prefetched"
-}
 t_gemm_sliced() {
     # Four products of one 8 MiB weight (the first verifies the shape; the three after
     # it, beta = 1 and a rewrite of the weight among them, are computed in two slices
     # each): every result right (the program checks), three counted in slices.
-    shim gemm-sliced $GEMMENV "$BIN/gbgemm" sliced || return 1
+    shim gemm-sliced $GEMMENV GREENBOOST_STAGE_SLICES=4 "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the summary does not count 3 sliced products"
 }
 t_gemm_sliced_differs() {
     # The same program when cuBLAS would compute a slice with another kernel (the fake
     # rounds products of fewer than 8192 rows otherwise): the verification sees it and
     # every product is computed whole, every result still right.
-    shim gemm-sliced-differs $GEMMENV FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
+    shim gemm-sliced-differs $GEMMENV GREENBOOST_STAGE_SLICES=4 FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 0 in slices, 1 shapes unsliced" "GREENBOOST_LOG=info: the summary does not say the shape stayed whole"
 }
 t_gemm_sliced_off() {
-    # GREENBOOST_STAGE_SLICES=1: one copy, then the product, as before.
-    shim gemm-sliced-off $GEMMENV GREENBOOST_STAGE_SLICES=1 "$BIN/gbgemm" sliced || return 1
-    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced with GREENBOOST_STAGE_SLICES=1"
+    # The default (GREENBOOST_STAGE_SLICES=1): one copy, then the product.
+    shim gemm-sliced-off $GEMMENV "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced by default"
 }
 t_gemm_capture() {
     shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
@@ -696,7 +676,7 @@ async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entr
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
-gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_prefetch gemm_prefetch_off gemm_prefetch_activation gemm_sliced gemm_sliced_differs gemm_sliced_off"
+gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_sliced gemm_sliced_differs gemm_sliced_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 . "$dir/tier-tests.sh"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"

@@ -204,21 +204,20 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
   run_test gemm_zero_copy "${gemm_env[@]}" GREENBOOST_STAGING=off -- \
     "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
   run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
-  run_test gemm_prefetch "${gemm_env[@]}" GREENBOOST_STAGE_PREFETCH=on -- \
-    "$python" "$torch_check" gemm --label gemm_prefetch --expect t2 --out "$logs/gemm_prefetch.pt"
-  run_test gemm_whole "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=1 -- \
-    "$python" "$torch_check" gemm --label gemm_whole --expect t2 --out "$logs/gemm_whole.pt"
+  run_test gemm_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
+    "$python" "$torch_check" gemm --label gemm_sliced --expect t2 --out "$logs/gemm_sliced.pt"
   run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
-    --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt" "$logs/gemm_prefetch.pt" \
-    "$logs/gemm_whole.pt"
+    --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt" "$logs/gemm_sliced.pt"
   # Training: the optimizer writes the T2 weights between the products that read them.
   run_test train_plain -- "$python" "$torch_check" train --label train_plain --expect vram --out "$logs/train_plain.pt"
   run_test train_staged "${gemm_env[@]}" -- "$python" "$torch_check" train --label train_staged --expect t2 --out "$logs/train_staged.pt"
+  run_test train_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
+    "$python" "$torch_check" train --label train_sliced --expect t2 --out "$logs/train_sliced.pt"
   run_test train_compare -- "$python" "$torch_check" gemm-compare --label train_compare \
-    --reference "$logs/train_plain.pt" --others "$logs/train_staged.pt"
-  # Pipelined staging (GREENBOOST_STAGE_SLICES, default 4): the wide products were computed
-  # in slices as their operand landed, the results above bit-identical all the same.
-  for name in gemm_staged train_staged; do
+    --reference "$logs/train_plain.pt" --others "$logs/train_staged.pt" "$logs/train_sliced.pt"
+  # Pipelined staging (GREENBOOST_STAGE_SLICES=4): the wide products were computed in
+  # slices as their operand landed, the results above bit-identical all the same.
+  for name in gemm_sliced train_sliced; do
     sliced=$(grep -o '[0-9]* in slices' "$logs/$name.err" | awk '{print $1}' | head -1)
     differed=$(grep -o '[0-9]* shapes unsliced' "$logs/$name.err" | awk '{print $1}' | head -1)
     note "$name.gemms_sliced" "${sliced:-none}"
@@ -229,8 +228,6 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
       fail "$name.slices_used" "no product was computed in slices (${differed:-?} shapes left whole as their slices differed): $(grep 'summary:' "$logs/$name.err" | head -1)"
     fi
   done
-  prefetched=$(grep -o '[0-9]* from a prefetch' "$logs/gemm_prefetch.err" | awk '{print $1}' | head -1)
-  note gemm_prefetch.gemms_prefetched "${prefetched:-none}"
   for name in gemm_zero_copy gemm_staged; do
     staged=$(grep -o 'GEMMs staged [0-9]*' "$logs/$name.err" | awk '{print $3}' | head -1)
     note "$name.gemms_staged" "${staged:-none}"

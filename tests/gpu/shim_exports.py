@@ -15,9 +15,9 @@ class ShimStats(ctypes.Structure):
         ("backend", ctypes.c_uint32), ("import_dmabuf_result", ctypes.c_int32),
         ("import_opaque_result", ctypes.c_int32), ("reserved", ctypes.c_uint32)] + [
         (name, ctypes.c_uint64) for name in (
-            "split_allocs", "gemm_staged", "gemm_staged_bytes", "headroom_spills", "gemm_prefetched",
+            "split_allocs", "gemm_staged", "gemm_staged_bytes", "headroom_spills", "unused_prefetched",
             "movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",
-            "promote_ns", "demote_ns", "move_issue_ns")]
+            "promote_ns", "demote_ns", "move_issue_ns", "gemm_sliced", "gemm_slices_differed")]
 
 
 TIER_FIELDS = ("movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",

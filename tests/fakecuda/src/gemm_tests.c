@@ -314,114 +314,6 @@ static int t_capture(int argc, char **argv)
     return 0;
 }
 
-/* GREENBOOST_STAGE_PREFETCH: three T2 weights multiplied in one order twice (the second
- * pass reads each next weight from a prefetch), then in another order (the guesses are
- * wrong: each product copies its own); then, with the program's stream held, a write to
- * the next weight enqueued before the current product must reach the product that reads
- * it (the prefetch is ordered after everything enqueued before the current product).
- * Every result is checked. */
-static int t_prefetch(int argc, char **argv)
-{
-    const float one = 1, zero = 0;
-    const int wide = 64;
-    float *w[3];
-    for (int i = 0; i < 3; i++)
-        w[i] = upload((size_t)K * M, 0, 31 + i, "hostreg");
-    cudaStream_t s;
-    OK(cudaStreamCreateWithFlags(&s, 1));
-    cublasHandle_t h;
-    OK(cublasCreate_v2(&h));
-    OK(cublasSetStream_v2(h, s));
-    float *x = upload((size_t)K * wide, 0, 30, "vram");
-    float *y = NULL;
-    OK(cudaMalloc((void **)&y, (size_t)M * wide * 4));
-    static const int orders[3][3] = { { 0, 1, 2 }, { 0, 1, 2 }, { 0, 2, 1 } };
-    for (int pass = 0; pass < 3; pass++)
-        for (int step = 0; step < 3; step++) {
-            int i = orders[pass][step];
-            OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w[i], K, x, K, &zero, y, M));
-            OK(cudaStreamSynchronize(s));
-            char what[64];
-            snprintf(what, sizeof what, "pass %d, weight %d", pass + 1, i + 1);
-            check_product(y, 0, M, wide, K, 31 + i, 0, 30, 0, 1, what);
-        }
-    /* Order learned: 0 -> 2 -> 1 last. Rewrite weight 3 (index 2) on the held stream,
-     * then multiply weight 1: the prefetch of weight 3 must wait for the rewrite. */
-    float *fresh = malloc((size_t)K * M * 4);
-    for (size_t i = 0; i < (size_t)K * M; i++)
-        fresh[i] = value_at(41, i);
-    fakegpu_stream_hold(s);
-    OK(cudaMemcpyAsync(w[2], fresh, (size_t)K * M * 4, cudaMemcpyHostToDevice, s));
-    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w[0], K, x, K, &zero, y, M));
-    fakegpu_stream_release(s);
-    OK(cudaStreamSynchronize(s));
-    check_product(y, 0, M, wide, K, 31, 0, 30, 0, 1, "weight 1 after the rewrite was enqueued");
-    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w[2], K, x, K, &zero, y, M));
-    OK(cudaStreamSynchronize(s));
-    check_product(y, 0, M, wide, K, 41, 0, 30, 0, 1, "the rewritten weight 3");
-    free(fresh);
-    OK(cudaFree(y));
-    OK(cudaFree(x));
-    for (int i = 0; i < 3; i++)
-        OK(cudaFree(w[i]));
-    OK(cublasDestroy_v2(h));
-    OK(cudaStreamDestroy(s));
-    return 0;
-}
-
-/* GREENBOOST_STAGE_PREFETCH copies early only what was allocated before the program
- * computed (its weights): three T2 buffers allocated while computing (activations, a
- * KV cache) are multiplied in one order, then again with the second rewritten on the
- * stream after the first product was enqueued, before the second: a prefetch of it,
- * ordered only after what preceded the first product, would read it stale. */
-static int t_prefetch_activation(int argc, char **argv)
-{
-    const float one = 1, zero = 0;
-    const int wide = 64;
-    float *w = upload((size_t)K * M, 0, 61, "hostreg");
-    cudaStream_t s;
-    OK(cudaStreamCreateWithFlags(&s, 1));
-    cublasHandle_t h;
-    OK(cublasCreate_v2(&h));
-    OK(cublasSetStream_v2(h, s));
-    float *x = upload((size_t)K * wide, 0, 60, "vram");
-    float *y = NULL;
-    OK(cudaMalloc((void **)&y, (size_t)M * wide * 4));
-    /* The first product makes the scratch (two slots); the rest of the budget is then
-     * taken, so that what comes next goes to T2. */
-    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, w, K, x, K, &zero, y, M));
-    OK(cudaStreamSynchronize(s));
-    void *filler = NULL;
-    OK(cudaMalloc(&filler, (size_t)22 << 20));
-    float *a[3];
-    for (int i = 0; i < 3; i++)
-        a[i] = upload((size_t)K * M, 0, 62 + i, "hostreg");
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < 3; i++) {
-            OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, a[i], K, x, K, &zero, y, M));
-            OK(cudaStreamSynchronize(s));
-            check_product(y, 0, M, wide, K, 62 + i, 0, 60, 0, 1, "a buffer allocated while computing");
-        }
-    float *fresh = malloc((size_t)K * M * 4);
-    for (size_t i = 0; i < (size_t)K * M; i++)
-        fresh[i] = value_at(71, i);
-    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, a[0], K, x, K, &zero, y, M));
-    OK(cudaMemcpyAsync(a[1], fresh, (size_t)K * M * 4, cudaMemcpyHostToDevice, s));
-    OK(cublasSgemm_v2(h, OP_T, OP_N, M, wide, K, &one, a[1], K, x, K, &zero, y, M));
-    OK(cudaStreamSynchronize(s));
-    check_product(y, 0, M, wide, K, 71, 0, 60, 0, 1, "the buffer rewritten between two products");
-    free(fresh);
-    for (int i = 0; i < 3; i++)
-        OK(cudaFree(a[i]));
-    OK(cudaFree(filler));
-    OK(cudaFree(y));
-    OK(cudaFree(x));
-    OK(cudaFree(w));
-    OK(cublasDestroy_v2(h));
-    OK(cudaStreamDestroy(s));
-    return 0;
-}
-
 /* Pipelined staging (GREENBOOST_STAGE_SLICES): a weight of 8192 rows of 1 KiB, wide
  * enough to be copied in two slices of 4 MiB, times 128 columns. The first product
  * verifies its shape (slices into a copy of the output, the whole product into the
@@ -504,8 +396,6 @@ static const struct named_test tests[] = {
     { "bf16-offset", t_bf16_offset },
     { "two-streams", t_two_streams },
     { "capture", t_capture },
-    { "prefetch", t_prefetch },
-    { "prefetch-activation", t_prefetch_activation },
     { "sliced", t_sliced },
 };
 

@@ -15,10 +15,12 @@ struct shim_stats {
     unsigned backend;
     int import_dmabuf_result, import_opaque_result;
     unsigned reserved;
-    unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills, gemm_prefetched;
+    unsigned long long split_allocs, gemm_staged, gemm_staged_bytes, headroom_spills, unused_prefetched;
     /* Live tiering. */
     unsigned long long movable_allocs, tier_vram, promoted_bytes, demoted_bytes, promotions, demotions, promote_ns,
         demote_ns, move_issue_ns;
+    /* Pipelined staging. */
+    unsigned long long gemm_sliced, gemm_slices_differed;
     unsigned long long appended[16];
 };
 
