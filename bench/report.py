@@ -14,6 +14,8 @@ import re
 import statistics
 import sys
 
+from report_limits import fmt, limits, median
+
 GOALS = {
     "t2_read_ratio": (">=", 0.97),
     "t2_alloc_ratio": ("<=", 0.10),
@@ -389,86 +391,12 @@ def environment(raw):
     return env
 
 
-def fmt(value, digits=3):
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
-
-
-def median(values):
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return None
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-
-
-def limits(report):
-    """For each goal not met, what limits it, computed from this run's own measurements."""
-    figures = report["figures"]
-    out = {}
-
-    def unmet(name):
-        return figures.get(name, {}).get("met") is False
-
-    read = figures.get("t2_read_ratio", {})
-    if unmet("t2_read_ratio") and read.get("detail", {}).get("sizes_gib"):
-        size = f"{read['detail']['worst_at_gib']:g}"
-        row = read["detail"]["sizes_gib"].get(size, {})
-        t2, naive, copy = row.get("t2_read_GBps"), row.get("naive_zero_copy_read_GBps"), row.get("pinned_memcpy_h2d_GBps")
-        kernels = len(row.get("t2_by_kernel") or {})
-        if t2 and naive and copy:
-            out["t2_read_ratio"] = (
-                f"GPU loads over PCIe: at {size} GiB the best of {kernels} read kernels reads T2 at {t2:.1f} GB/s and "
-                f"plain cudaHostAlloc memory at {naive:.1f} GB/s (T2 / naive zero-copy = {t2 / naive:.3f}): the shim's "
-                f"memory reads as fast as the best zero-copy memory there is. The baseline is the copy engine "
-                f"({copy:.1f} GB/s), which SM loads do not reach on this link; where it matters, the shim uses the "
-                f"copy engine instead (GEMM staging).")
-    alloc = figures.get("t2_alloc_ratio", {})
-    phases = [next((p for p in each if p.get("mib", 0) >= 1024 and not p.get("reused")), None)
-              for each in alloc.get("detail", {}).get("t2_phases_each", [])]
-    phases = [p for p in phases if p]
-    if unmet("t2_alloc_ratio") and phases:
-        populate = median(p.get("populate_ms") for p in phases)
-        register = median(p.get("register_ms") for p in phases)
-        threads = phases[0].get("populate_threads", "?")
-        out["t2_alloc_ratio"] = (
-            f"Fresh pages: of the cold {fmt(alloc['value'])} ms, populating 1 GiB ({threads} threads, the kernel "
-            f"zeroing newly faulted pages) took a median {fmt(populate)} ms and cuMemHostRegister {fmt(register)} ms; "
-            f"cudaHostAlloc ({fmt(alloc['baseline'])} ms) does the same work single-threaded. Under 0.10 needs pages "
-            f"zeroed before the call: the module's pre-zeroed pool (greenboost.ko cannot be loaded on this machine) "
-            f"or the shim's T2 cache, whose reuse is the warm figure.")
-    for name in ("hook_overhead_ratio", "hook_overhead_ratio_meminfo"):
-        detail = figures.get(name, {}).get("detail") or {}
-        if unmet(name) and detail.get("pair_ratios"):
-            value, baseline = figures[name]["value"], figures[name]["baseline"]
-            spread = f"the {len(detail['pair_ratios'])} process pairs range {detail['pair_ratio_min']:.3f}-{detail['pair_ratio_max']:.3f}"
-            verdict = ("every pair is above 1: a real cost of the hook's own work around the real call"
-                       if detail["pair_ratio_min"] > 1 else "the goal lies within the run-to-run spread")
-            out[name] = f"{(value - baseline) * 1e3:.0f} ns per call ({fmt(value)} vs {fmt(baseline)} us); {spread}: {verdict}."
-    prefill = figures.get("prefill_vs_vram", {})
-    # prefill_vs_bound's detail has the copy floor and both prefill times of this run.
-    bound = figures.get("prefill_vs_bound", {}).get("detail") or {}
-    if unmet("prefill_vs_vram") and bound:
-        in_t2, copy_rate = bound["t2_weight_bytes"], bound["pinned_copy_GBps"]
-        floor_ms, vram_ms, gb_ms = bound["copy_ms"], bound["all_vram_ms"], bound["measured_ms"]
-        out["prefill_vs_vram"] = (
-            f"PCIe: a prefill reads each of the {in_t2 / 1e9:.2f} GB of T2 weights once (staged by the copy engine); "
-            f"at the run's best pinned copy rate ({copy_rate:.1f} GB/s) that alone takes {floor_ms:.0f} ms, against "
-            f"{vram_ms:.0f} ms for the whole all-VRAM prefill: the ratio cannot pass {vram_ms / floor_ms:.2f} at this "
-            f"budget however the copies overlap the compute, and {vram_ms / (floor_ms + vram_ms):.2f} with them in "
-            f"series. Measured: {gb_ms:.0f} ms per prefill ({fmt(prefill['ratio'])}).")
-    return out
-
-
 def markdown(report):
     env = report["environment"]
     lines = [f"# GreenBoost benchmark, {report['date']}, commit {report['commit']}", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     lines += ["", "Each ratio divides the GreenBoost figure by the baseline measured in the same run "
-              "(bench/README.md defines them). Goals are issue 4's; nothing asserts them.", "",
+              "(bench/README.md defines them). Goals are issues 4's and 13's; nothing asserts them.", "",
               "| figure | GreenBoost | baseline | unit | ratio | goal | met |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, f in report["figures"].items():
         met = {True: "yes", False: "no", None: "—"}[f["met"]]
