@@ -5,6 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::budget;
+use crate::config;
 use crate::ffi::*;
 use crate::real::{self, pfn};
 use crate::registry;
@@ -90,10 +91,11 @@ struct GemmCall {
 /// How a single (unbatched) GEMM may be cut: A used transposed along the output's rows
 /// (each row of op(A) is one stored column), B untransposed along its columns — the
 /// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
-/// transposed). `None` when the handle's math mode cannot be read (the shape would not
-/// say which kernel cuBLAS picks) or the output's span is unknown.
+/// transposed). `None` with slicing off, when the handle's math mode cannot be read (the
+/// shape would not say which kernel cuBLAS picks) or the output's span is unknown.
 fn gemm_slicing(call: &GemmCall) -> Option<Slicing> {
-    if call.batch != 1 {
+    // Off (the default): nothing to describe, and no cuBLAS call to make for it.
+    if call.batch != 1 || config::get().stage_slices <= 1 {
         return None;
     }
     let (c, c_type, ldc) = call.c;
