@@ -31,8 +31,8 @@ pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
 /// A wide product's staged operand is copied whole, then multiplied: on the H200 slices
 /// (copy of slice i + 1 beside the product of slice i) gained nothing for an 8B model's
 /// prefill (512 tokens: 195 vs 190 ms; 2048: 1117 vs 1079 ms), whose copies take 4-10
-/// times its staged products' compute; they pay where products compute as long as
-/// their copies (large batches), when asked for.
+/// times its staged products' compute; they are meant for products that compute about
+/// as long as their copies (large batches; not measured yet), when asked for.
 pub const DEFAULT_STAGE_SLICES: u64 = 1;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
