@@ -38,10 +38,11 @@ ln -sf "$lib/libcublas.so.13" "$b/link13/libcublas.so"
 ln -sf "$lib/libcublasLt.so.13" "$b/link13/libcublasLt.so"
 
 # Programs: LD_LIBRARY_PATH=OUTDIR/lib at run time, as with a CUDA install.
+rt_tests="$src/rt_tests.c $src/rt_process_tests.c $src/rt_split_tests.c $src/rt_headroom_tests.c"
 prog="$CC $CFLAGS -Wl,--no-as-needed"
-$prog -o "$out/bin/gbtest-rt13" "$src/rt_main.c" "$src/rt_tests.c" -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl
-$prog -o "$out/bin/gbtest-rt12" "$src/rt_main.c" "$src/rt_tests.c" -L"$b/link12" -lcudart -L"$lib" -lfakegpu -ldl
-$CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" "$src/rt_tests.c" \
+$prog -o "$out/bin/gbtest-rt13" "$src/rt_main.c" $rt_tests -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbtest-rt12" "$src/rt_main.c" $rt_tests -L"$b/link12" -lcudart -L"$lib" -lfakegpu -ldl
+$CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" $rt_tests \
     -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl -Wl,-rpath,\$ORIGIN
 $prog -o "$out/bin/gbtest-fw" "$src/fw_host.c" -ldl
 $prog -o "$out/bin/gbdriver" "$src/drv_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
