@@ -1,0 +1,76 @@
+# GEMM operand staging (gbgemm, src/gemm_tests.c), sourced by run-tests.sh.
+
+# GEMM operand staging: a budget whose reserve is all of it, so the 4 MiB weights the
+# programs load first go to T2 and their small activations to VRAM. The fake's log says
+# what the device read each operand from ("GEMM a=vram": the staged copy).
+# A width of 32 (not the default 1) so that the narrow product shows the width test.
+GEMMENV="$SHIMENV GREENBOOST_VRAM_BUDGET=32M GREENBOOST_VRAM_RESERVE=32M GREENBOOST_STAGE_MIN_WIDTH=32 GREENBOOST_LOG=info"
+gemm_reads() { # $1: what operand A was read from; $2: how many products must have read it so
+    n=$(grep -c "GEMM a=$1 " "$log")
+    if [ "$n" -ne "$2" ]; then
+        why="$n products read the weight from $1, want $2: $(grep 'GEMM a=' "$log" | cut -d' ' -f2-4 | tr '\n' ';')"
+        return 1
+    fi
+}
+t_gemm_products() { # $1: program
+    case $1 in
+    fw) shim gemm-products-fw $GEMMENV GBTEST_FRAMEWORK=libgbgemm.so "$BIN/gbtest-fw" products || return 1 ;;
+    *) shim gemm-products $GEMMENV "$BIN/gbgemm" products || return 1 ;;
+    esac
+    # Four wide products staged (cublasSgemm_v2, cublasGemmEx, the strided batch,
+    # cublasLtMatmul), the narrow one zero-copy.
+    gemm_reads vram 4 || return 1
+    gemm_reads hostreg 1 || return 1
+    out_has "GEMMs staged 4 " "GREENBOOST_LOG=info: the exit summary does not count 4 staged products"
+}
+t_gemm_products_rt13() { t_gemm_products rt13; }
+t_gemm_products_fw() { t_gemm_products fw; }
+t_gemm_staging_off() {
+    # The same program with staging off: every product reads the weight zero-copy, so the
+    # checks above can tell staging from none.
+    shim gemm-staging-off $GEMMENV GREENBOOST_STAGING=off "$BIN/gbgemm" products || return 1
+    gemm_reads vram 0 || return 1
+    gemm_reads hostreg 5
+}
+t_gemm_default_width() {
+    # The default width stages the narrow product too.
+    shim gemm-default-width $GEMMENV GREENBOOST_STAGE_MIN_WIDTH= "$BIN/gbgemm" products || return 1
+    gemm_reads vram 5
+}
+t_gemm_stage_max() {
+    # Operands above GREENBOOST_STAGE_MAX stay zero-copy; the results are the same.
+    shim gemm-stage-max $GEMMENV GREENBOOST_STAGE_MAX=1M "$BIN/gbgemm" products || return 1
+    gemm_reads vram 0
+}
+t_gemm_bf16_offset() {
+    shim gemm-bf16-offset $GEMMENV "$BIN/gbgemm" bf16-offset || return 1
+    gemm_reads vram 1
+}
+t_gemm_two_streams() {
+    shim gemm-two-streams $GEMMENV "$BIN/gbgemm" two-streams || return 1
+    gemm_reads vram 3
+}
+t_gemm_sliced() {
+    # Four products of one 8 MiB weight (the first verifies the shape; the three after
+    # it, beta = 1 and a rewrite of the weight among them, are computed in two slices
+    # each): every result right (the program checks), three counted in slices.
+    shim gemm-sliced $GEMMENV GREENBOOST_STAGE_SLICES=4 "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the summary does not count 3 sliced products"
+}
+t_gemm_sliced_differs() {
+    # The same program when cuBLAS would compute a slice with another kernel (the fake
+    # rounds products of fewer than 8192 rows otherwise): the verification sees it and
+    # every product is computed whole, every result still right.
+    shim gemm-sliced-differs $GEMMENV GREENBOOST_STAGE_SLICES=4 FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 1 shapes unsliced" "GREENBOOST_LOG=info: the summary does not say the shape stayed whole"
+}
+t_gemm_sliced_off() {
+    # The default (GREENBOOST_STAGE_SLICES=1): one copy, then the product.
+    shim gemm-sliced-off $GEMMENV "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced by default"
+}
+t_gemm_capture() {
+    shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
+    gemm_reads vram 0 || return 1
+    gemm_reads hostreg 1
+}
