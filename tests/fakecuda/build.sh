@@ -45,7 +45,7 @@ $prog -o "$out/bin/gbtest-rt12" "$src/rt_main.c" $rt_tests -L"$b/link12" -lcudar
 $CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" $rt_tests \
     -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl -Wl,-rpath,\$ORIGIN
 $prog -o "$out/bin/gbtest-fw" "$src/fw_host.c" -ldl
-$prog -o "$out/bin/gbdriver" "$src/drv_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbdriver" "$src/drv_tests.c" "$src/drv_managed_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
 $prog -o "$out/bin/gbdiscover" "$src/discover.c" -L"$lib" -lfakegpu -ldl
 # Another process on the device (headroom tests): the driver API, never the shim.
 $prog -o "$out/bin/gbballoon" "$src/balloon.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu
