@@ -41,26 +41,12 @@ fn handle_stream(handle: CublasHandle) -> Option<Stream> {
 
 /// A product of `m` x `k` times `k` x `n` on `handle`'s stream; A is re-read by every
 /// column tile (width `n`), B by every row tile (width `m`).
-#[allow(clippy::too_many_arguments)]
-fn gemm_operands(
-    transa: c_int,
-    transb: c_int,
-    m: i64,
-    n: i64,
-    k: i64,
-    a: *const c_void,
-    a_type: c_int,
-    lda: i64,
-    stride_a: i64,
-    b: *const c_void,
-    b_type: c_int,
-    ldb: i64,
-    stride_b: i64,
-    batch: i64,
-) -> [Option<Operand>; 2] {
-    let a_span = stored_span(transa != CUBLAS_OP_N, m, k, lda, batch, stride_a, a_type);
-    let b_span = stored_span(transb != CUBLAS_OP_N, k, n, ldb, batch, stride_b, b_type);
-    [Operand::new(a, a_span, n), Operand::new(b, b_span, m)]
+fn gemm_operands(call: &GemmCall) -> [Option<Operand>; 2] {
+    let ((a, a_type, lda), (b, b_type, ldb)) = (call.a, call.b);
+    let (stride_a, stride_b) = call.strides;
+    let a_span = stored_span(call.transa != CUBLAS_OP_N, call.m, call.k, lda, call.batch, stride_a, a_type);
+    let b_span = stored_span(call.transb != CUBLAS_OP_N, call.k, call.n, ldb, call.batch, stride_b, b_type);
+    [Operand::new(a, a_span, call.n), Operand::new(b, b_span, call.m)]
 }
 
 /// The math mode of a cuBLAS handle (it can change the kernel a product gets).
@@ -71,7 +57,8 @@ fn handle_math_mode(handle: CublasHandle) -> Option<c_int> {
     (unsafe { get_mode(handle, &mut mode) } == CublasStatus::SUCCESS).then_some(mode)
 }
 
-/// One cuBLAS GEMM call as `gemm_slicing` needs it (column-major, cuBLAS's names).
+/// One cuBLAS GEMM call, as the program made it (column-major, cuBLAS's names; each
+/// operand as pointer, type, leading dimension; `strides` the batch strides of A and B).
 struct GemmCall {
     entry: i64,
     handle: CublasHandle,
@@ -85,6 +72,7 @@ struct GemmCall {
     c: (*mut c_void, c_int, i64),
     compute_type: c_int,
     algo: c_int,
+    strides: (i64, i64),
     batch: i64,
 }
 
@@ -210,24 +198,23 @@ pub unsafe fn gemm_ex(
     compute_type: c_int,
     algo: c_int,
 ) -> CublasStatus {
-    let (m64, n64, k64) = (m.into(), n.into(), k.into());
-    let operands = gemm_operands(transa, transb, m64, n64, k64, a, a_type, lda.into(), 0, b, b_type, ldb.into(), 0, 1);
-    let slicing = gemm_slicing(&GemmCall {
+    let call = GemmCall {
         entry: 1,
         handle,
         transa,
         transb,
-        m: m64,
-        n: n64,
-        k: k64,
+        m: m.into(),
+        n: n.into(),
+        k: k.into(),
         a: (a, a_type, lda.into()),
         b: (b, b_type, ldb.into()),
         c: (c, c_type, ldc.into()),
         compute_type,
         algo,
+        strides: (0, 0),
         batch: 1,
-    });
-    with_stream(handle, operands, slicing, |[staged_a, staged_b], slice| {
+    };
+    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -282,39 +269,23 @@ pub unsafe fn sgemm(
     ldc: c_int,
 ) -> CublasStatus {
     const CUDA_R_32F: c_int = 0;
-    let (m64, n64, k64) = (m.into(), n.into(), k.into());
-    let operands = gemm_operands(
-        transa,
-        transb,
-        m64,
-        n64,
-        k64,
-        a.cast(),
-        CUDA_R_32F,
-        lda.into(),
-        0,
-        b.cast(),
-        CUDA_R_32F,
-        ldb.into(),
-        0,
-        1,
-    );
-    let slicing = gemm_slicing(&GemmCall {
+    let call = GemmCall {
         entry: 2,
         handle,
         transa,
         transb,
-        m: m64,
-        n: n64,
-        k: k64,
+        m: m.into(),
+        n: n.into(),
+        k: k.into(),
         a: (a.cast(), CUDA_R_32F, lda.into()),
         b: (b.cast(), CUDA_R_32F, ldb.into()),
         c: (c.cast(), CUDA_R_32F, ldc.into()),
         compute_type: CUDA_R_32F,
         algo: 0,
+        strides: (0, 0),
         batch: 1,
-    });
-    with_stream(handle, operands, slicing, |[staged_a, staged_b], slice| {
+    };
+    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -372,40 +343,24 @@ pub unsafe fn gemm_strided_batched_ex(
     compute_type: c_int,
     algo: c_int,
 ) -> CublasStatus {
-    let (m64, n64, k64) = (m.into(), n.into(), k.into());
-    let operands = gemm_operands(
-        transa,
-        transb,
-        m64,
-        n64,
-        k64,
-        a,
-        a_type,
-        lda.into(),
-        stride_a,
-        b,
-        b_type,
-        ldb.into(),
-        stride_b,
-        batch.into(),
-    );
     // A batch of one is cut as a single product; larger batches stay whole.
-    let slicing = gemm_slicing(&GemmCall {
+    let call = GemmCall {
         entry: 3,
         handle,
         transa,
         transb,
-        m: m64,
-        n: n64,
-        k: k64,
+        m: m.into(),
+        n: n.into(),
+        k: k.into(),
         a: (a, a_type, lda.into()),
         b: (b, b_type, ldb.into()),
         c: (c, c_type, ldc.into()),
         compute_type,
         algo,
+        strides: (stride_a, stride_b),
         batch: batch.into(),
-    });
-    with_stream(handle, operands, slicing, |[staged_a, staged_b], slice| {
+    };
+    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -455,22 +410,22 @@ mod tests {
 
     #[test]
     fn each_operand_is_rated_by_the_width_that_rereads_it() {
-        let [a, b] = gemm_operands(
-            1,
-            0,
-            4096,
-            512,
-            1024,
-            0x1000 as *const c_void,
-            14,
-            1024,
-            0,
-            0x9000 as *const c_void,
-            14,
-            1024,
-            0,
-            1,
-        );
+        let [a, b] = gemm_operands(&GemmCall {
+            entry: 1,
+            handle: CublasHandle(std::ptr::null_mut()),
+            transa: 1,
+            transb: 0,
+            m: 4096,
+            n: 512,
+            k: 1024,
+            a: (0x1000 as *const c_void, 14, 1024),
+            b: (0x9000 as *const c_void, 14, 1024),
+            c: (std::ptr::null_mut(), 14, 4096),
+            compute_type: 68,
+            algo: -1,
+            strides: (0, 0),
+            batch: 1,
+        });
         let (a, b) = (a.unwrap(), b.unwrap());
         assert_eq!((a.width, a.bytes), (512, 4096 * 1024 * 2));
         assert_eq!((b.width, b.bytes), (4096, 512 * 1024 * 2));
