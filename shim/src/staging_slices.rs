@@ -252,9 +252,13 @@ impl SideCopies {
         copied
     }
 
-    /// Makes `stream` wait until slice `index` has landed.
-    pub fn wait_landed(&self, stream: Stream, index: usize) -> bool {
-        cuda::stream_wait_event(stream, self.landed[index]) == CuResult::SUCCESS
+    /// Makes `stream` wait until slice `index` (and every slice before it: the side
+    /// stream copies them in order) has landed; the host waits for the side stream when
+    /// the wait cannot be enqueued.
+    fn wait_landed(&self, stream: Stream, index: usize) {
+        if cuda::stream_wait_event(stream, self.landed[index]) != CuResult::SUCCESS {
+            cuda::stream_synchronize(self.side);
+        }
     }
 }
 
@@ -278,13 +282,15 @@ pub fn run_slices(
         };
     for index in 0..plan.count {
         let (first, count) = plan.slice(index, axis.length);
-        if !copies.wait_landed(stream, index) {
-            // Every later slice's copy is enqueued after this one's: wait for the last.
-            cuda::stream_synchronize(copies.side);
-        }
+        copies.wait_landed(stream, index);
         let status = call(product, first, count);
         if status != CublasStatus::SUCCESS {
-            return if index == 0 { status } else { call(product, first, axis.length - first) };
+            if index == 0 {
+                return status;
+            }
+            // The rest in one call, once every slice it reads has landed.
+            copies.wait_landed(stream, plan.count - 1);
+            return call(product, first, axis.length - first);
         }
     }
     CublasStatus::SUCCESS
@@ -305,12 +311,9 @@ pub fn verify(
     (output, output_bytes, element): (CuDevicePtr, u64, usize),
     product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> (CublasStatus, Option<Comparison>) {
+    // The whole product reads every slice: the last one landed, all have.
     let whole = |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus| {
-        for index in 0..plan.count {
-            if !copies.wait_landed(stream, index) {
-                cuda::stream_synchronize(copies.side);
-            }
-        }
+        copies.wait_landed(stream, plan.count - 1);
         product(placed, None)
     };
     let alignment = output % 256;
