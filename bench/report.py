@@ -243,19 +243,19 @@ def bandwidths(runs):
     return largest["hbm_read_GBps"], {r["gib"]: max(r["zero_copy_read_GBps"], r["memcpy_h2d_GBps"]) for r in hostbufs}
 
 
-def decode_bound(run, hbm, zero_copy):
+def decode_bound(run, hbm, link):
     """Tokens/s the bandwidths allow for `run`'s placement: 1 / (bytes in VRAM / HBM rate
     + bytes in T2 / the link's rate at the nearest measured size, the faster of zero-copy
     and the copy engine); (None, {}) without data."""
-    if not (run and hbm and zero_copy):
+    if not (run and hbm and link):
         return None, {}
     per_token = run["bytes_per_token_by_placement"]
     in_vram, in_t2 = per_token.get("vram", 0), per_token.get("host", 0)
-    near = min(zero_copy, key=lambda gib: abs(math.log(gib * 2**30) - math.log(max(in_t2, 1))))
-    zc = zero_copy[near]
-    bound = 1.0 / (in_vram / (hbm * 1e9) + in_t2 / (zc * 1e9))
+    near = min(link, key=lambda gib: abs(math.log(gib * 2**30) - math.log(max(in_t2, 1))))
+    rate = link[near]
+    bound = 1.0 / (in_vram / (hbm * 1e9) + in_t2 / (rate * 1e9))
     detail = {"bytes_per_token_vram": in_vram, "bytes_per_token_t2": in_t2, "hbm_GBps": hbm,
-              "link_GBps": zc, "link_measured_at_gib": near, "bound_tok_s": bound}
+              "link_GBps": rate, "link_measured_at_gib": near, "bound_tok_s": bound}
     if in_t2 == 0:
         detail["note"] = "no weight landed in T2: the shim did not apply the budget"
     if not run.get("shim_loaded"):
@@ -314,9 +314,9 @@ def decode(runs):
         model["budget_bytes"] = max((r["budget_bytes"] for r in configs.values() if r), default=0)
 
     gb = configs.get("greenboost")
-    hbm, zero_copy = bandwidths(runs)
+    hbm, link = bandwidths(runs)
     figures = {}
-    bound, bound_detail = decode_bound(gb, hbm, zero_copy)
+    bound, bound_detail = decode_bound(gb, hbm, link)
 
     def config_missing(name):
         label = "decode-" + name
@@ -330,7 +330,7 @@ def decode(runs):
                                             config_missing("greenboost") if not gb else "bandwidths not measured (bw)")
     hf = configs.get("hf_greenboost")
     if "decode-hf_greenboost" in runs:
-        hf_bound, hf_detail = decode_bound(hf, hbm, zero_copy)
+        hf_bound, hf_detail = decode_bound(hf, hbm, link)
         hf_tok = hf["decode_tok_s"] if hf else None
         if configs.get("hf_vram"):
             hf_detail["hf_all_vram_tok_s"] = configs["hf_vram"]["decode_tok_s"]
