@@ -56,6 +56,7 @@ fn place<R: PartialEq + Copy>(
     prepare_host: impl FnOnce() -> bool,
 ) -> Allocated<R> {
     release::reclaim(false);
+    budget::note_allocation(size, device);
     let mut vram = Some(vram);
     let mut after_oom = false;
     if let Some(reservation) = budget::reserve_vram(size, device) {

@@ -15,7 +15,7 @@ use crate::config;
 use crate::cuda;
 use crate::ffi::CuDevice;
 use crate::log::Mib;
-use crate::placement::DeviceView;
+use crate::placement::{DeviceView, Phase};
 use crate::stats::{self, STATS};
 
 const TRACKED_DEVICES: usize = 64;
@@ -77,6 +77,38 @@ pub fn computing() -> bool {
     COMPUTING.load(Ordering::Relaxed)
 }
 
+/// Set by the first allocation that pools the program's weights (`Phase::LoadingAfterPool`).
+static POOLED: AtomicBool = AtomicBool::new(false);
+
+/// Notes an allocation of `size` for `device` before it is placed: when it is a pool of
+/// the program's weights (`Config::is_pool`, against what the process holds now), the
+/// reserve opens to the buffers that follow it whole.
+pub fn note_allocation(size: u64, device: CuDevice) {
+    if POOLED.load(Ordering::Relaxed) || computing() {
+        return;
+    }
+    let Some(physical) = cuda::physical_vram(device) else { return };
+    let held = vram_in_use(device).saturating_add(STATS.t2_used.load(Ordering::Relaxed));
+    if config::get().is_pool(size, held, device, physical) && !POOLED.swap(true, Ordering::Relaxed) {
+        info!(
+            "{} in one allocation on device {}: the program pools its weights; the VRAM reserve takes the buffers after it that fit it whole",
+            Mib(size),
+            device
+        );
+    }
+}
+
+/// The program's phase for the placement rule.
+pub fn phase() -> Phase {
+    if computing() {
+        Phase::Computing
+    } else if POOLED.load(Ordering::Relaxed) {
+        Phase::LoadingAfterPool
+    } else {
+        Phase::Loading
+    }
+}
+
 /// VRAM this process holds on `device` through the shim (charged and reserved).
 pub fn vram_in_use(device: CuDevice) -> u64 {
     vram_counter(device).map_or(0, |counter| counter.load(Ordering::Relaxed))
@@ -118,9 +150,9 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     let Some(physical) = cuda::physical_vram(device) else {
         return Some(reserve_unchecked(size, device));
     };
-    let computing = computing();
+    let phase = phase();
     let view = view(device, physical);
-    let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, computing).is_vram());
+    let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, phase).is_vram());
     if reserved.is_none() && budget_has_room(size, device) {
         // The budget had room: the device's state sent it to T2.
         stats::bump(&STATS.headroom_spills);
@@ -140,7 +172,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
 /// the device's state did (other processes, the headroom).
 pub fn budget_has_room(size: u64, device: CuDevice) -> bool {
     let Some(physical) = cuda::physical_vram(device) else { return true };
-    config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), computing()).is_vram()
+    config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), phase()).is_vram()
 }
 
 /// The placement limit on `device` now (budget and device room, the program running or
@@ -166,10 +198,10 @@ pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation
 /// in whole `granularity` units, at most `most`. `None` when not one unit is left.
 pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Option<VramReservation> {
     let (config, physical) = (config::get(), cuda::physical_vram(device)?);
-    let computing = computing();
+    let phase = phase();
     let counter = vram_counter(device)?;
     let view = view(device, physical);
-    let room = |in_use: u64| config.split_head(in_use, view, computing, granularity, most);
+    let room = |in_use: u64| config.split_head(in_use, view, phase, granularity, most);
     let before = counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
             let head = room(in_use);

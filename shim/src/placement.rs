@@ -45,6 +45,33 @@ impl Placement {
     }
 }
 
+/// How far the program has come, as far as the reserve is concerned (see `Config::place`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Loading: the reserve is kept free for what the program allocates once it computes.
+    Loading,
+    /// Loading, after one allocation took at least half the budget at once, more than the
+    /// process held before it: the program keeps its weights in one pool (llama.cpp and
+    /// ollama do), and what it allocates next is its working memory (KV cache, compute
+    /// buffers), made before it computes and never again. Those may take the reserve
+    /// when they fit it whole; a split head still leaves it.
+    LoadingAfterPool,
+    /// Computing (its first cuBLAS handle or product): the reserve is open.
+    Computing,
+}
+
+impl Phase {
+    /// Whether a whole allocation may use the reserve.
+    fn reserve_open_to_whole(self) -> bool {
+        self != Phase::Loading
+    }
+
+    /// Whether a split head may use the reserve.
+    pub fn reserve_open_to_split(self) -> bool {
+        self == Phase::Computing
+    }
+}
+
 impl Config {
     /// VRAM the process may use on device `ordinal` with `physical` bytes.
     pub fn budget(&self, ordinal: CuDevice, physical: u64) -> u64 {
@@ -64,14 +91,14 @@ impl Config {
 
     /// VRAM in use up to which allocations still go to VRAM: what this process may have
     /// — the budget, and never so much that less than the headroom stays free on the
-    /// device — minus the reserve, or all of it once the program is `running` (see
-    /// `place`). On a shared device the reserve is kept inside what the device leaves,
-    /// so that activations find VRAM there too.
-    pub fn vram_limit(&self, device: DeviceView, running: bool) -> u64 {
+    /// device — minus the reserve, or all of it when `reserve_open` (see `Phase`). On a
+    /// shared device the reserve is kept inside what the device leaves, so that
+    /// activations find VRAM there too.
+    pub fn vram_limit(&self, device: DeviceView, reserve_open: bool) -> u64 {
         let (ordinal, physical) = (device.ordinal, device.physical);
         let device_room = physical.saturating_sub(device.others).saturating_sub(self.headroom(ordinal, physical));
         let room = self.budget(ordinal, physical).min(device_room);
-        if running {
+        if reserve_open {
             room
         } else {
             room.saturating_sub(self.reserve(ordinal, physical))
@@ -79,21 +106,29 @@ impl Config {
     }
 
     /// The placement rule: small allocations and those that fit the budget minus the
-    /// reserve go to VRAM, the rest to T2. Once the program is `running` (it has started
-    /// computing: its first cuBLAS handle or product), the reserve is open too: what is allocated
-    /// then is activations, workspace and KV cache, read many times per token, while
-    /// the weights loaded before took their share and spilled.
+    /// reserve go to VRAM, the rest to T2. Once the program computes (its first cuBLAS
+    /// handle or product), or has pooled its weights (`Phase::LoadingAfterPool`), the
+    /// reserve is open too: what is allocated then is activations, workspace and KV
+    /// cache, read many times per token, while the weights loaded before took their
+    /// share and spilled.
     /// Allocations below the minimum T2 size always go to VRAM, headroom or not: they
     /// are small, and the headroom is sized to absorb them.
-    pub fn place(&self, size: u64, vram_in_use: u64, device: DeviceView, running: bool) -> Placement {
+    pub fn place(&self, size: u64, vram_in_use: u64, device: DeviceView, phase: Phase) -> Placement {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let limit = self.vram_limit(device, running);
+        let limit = self.vram_limit(device, phase.reserve_open_to_whole());
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
         }
+    }
+
+    /// Whether an allocation of `size` made while the process holds `held` bytes (VRAM
+    /// and T2) is a pool of the program's weights (see `Phase::LoadingAfterPool`): at
+    /// least half of device `ordinal`'s budget, and more than everything before it.
+    pub fn is_pool(&self, size: u64, held: u64, ordinal: CuDevice, physical: u64) -> bool {
+        size >= self.budget(ordinal, physical) / 2 && size > held
     }
 
     /// Whether an allocation of `size` that the budget sends to T2 may be split between
@@ -104,9 +139,11 @@ impl Config {
 
     /// The VRAM head a split allocation gets while `vram_in_use` bytes are in use: what
     /// is left under the placement limit, at most `most`, in whole `granularity` units
-    /// (0: no head, no split).
-    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, running: bool, granularity: u64, most: u64) -> u64 {
-        let room = self.vram_limit(device, running).saturating_sub(vram_in_use).min(most);
+    /// (0: no head, no split). The reserve is left out until the program computes: a
+    /// buffer too large for it would otherwise take all of it from the smaller ones that
+    /// follow.
+    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, phase: Phase, granularity: u64, most: u64) -> u64 {
+        let room = self.vram_limit(device, phase.reserve_open_to_split()).saturating_sub(vram_in_use).min(most);
         room - room % granularity.max(1)
     }
 
@@ -136,18 +173,18 @@ mod tests {
     fn split_head_is_the_room_left_in_whole_granules() {
         let config = Config { vram_budget: PerDevice::every(512 * M), vram_reserve: Some(0), ..Config::default() };
         let (physical, granule) = (G, 2 * M);
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), false, granule, G - granule), 512 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), Phase::Loading, granule, G - granule), 512 * M);
         // Room that is not a whole granule is left over.
-        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), false, granule, G), 410 * M);
+        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), Phase::Loading, granule, G), 410 * M);
         // Less than one granule left, or the budget spent: no head.
-        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), false, granule, G), 0);
-        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), false, granule, G), 0);
+        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), Phase::Loading, granule, G), 0);
+        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), Phase::Loading, granule, G), 0);
         // The head never takes all of the allocation.
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), false, granule, 300 * M + 1), 300 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), Phase::Loading, granule, 300 * M + 1), 300 * M);
         // The reserve counts until the program runs.
         let reserved = Config { vram_reserve: Some(128 * M), ..config };
-        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), false, granule, G), 384 * M);
-        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), true, granule, G), 512 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), Phase::Loading, granule, G), 384 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), Phase::Computing, granule, G), 512 * M);
     }
 
     #[test]
@@ -169,32 +206,56 @@ mod tests {
             ..Config::default()
         };
         let physical = 80 * G;
-        assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), false), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), false), Placement::Host);
-        assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), false), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), false), Placement::Host);
+        assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
         // Below the minimum: VRAM even when the budget is spent.
-        assert_eq!(config.place(M, 100 * G, DeviceView::alone(0, physical), false), Placement::Vram);
+        assert_eq!(config.place(M, 100 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
         // The physical size caps a larger budget.
         let small_card = 4 * G;
-        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(0, small_card), false), Placement::Host);
+        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(0, small_card), Phase::Loading), Placement::Host);
         // Overflowing sums never wrap into VRAM.
-        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(0, physical), false), Placement::Host);
+        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
     }
 
     #[test]
     fn running_programs_may_use_the_reserve() {
         let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), false), Placement::Host);
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), true), Placement::Vram);
-        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(0, physical), true), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Computing), Placement::Vram);
+        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(0, physical), Phase::Computing), Placement::Host);
+    }
+
+    #[test]
+    fn after_a_pool_the_reserve_takes_what_fits_it_whole() {
+        let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
+        let device = DeviceView::alone(0, 80 * G);
+        // llama.cpp: the weights in one allocation larger than the budget, split up to
+        // 7 GiB; then the KV cache and the compute buffer.
+        assert!(config.is_pool(30 * G, 0, 0, 80 * G));
+        assert_eq!(config.place(G / 2, 7 * G, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G / 2, 7 * G, device, Phase::LoadingAfterPool), Placement::Vram);
+        assert_eq!(config.place(G / 2, 7 * G + G / 2, device, Phase::LoadingAfterPool), Placement::Vram);
+        assert_eq!(config.place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::Host);
+        // A buffer larger than the reserve leaves it to the smaller ones after it: no head.
+        assert_eq!(config.split_head(7 * G, device, Phase::LoadingAfterPool, 2 * M, 2 * G), 0);
+        assert_eq!(config.split_head(7 * G, device, Phase::Computing, 2 * M, 2 * G), G);
+        // PyTorch's weights, one tensor at a time, are no pool: neither is a first
+        // tensor below half the budget nor a large one after others.
+        assert!(!config.is_pool(4 * G - 1, 0, 0, 80 * G));
+        assert!(!config.is_pool(5 * G, 5 * G, 0, 80 * G));
+        assert!(config.is_pool(5 * G, 5 * G - 1, 0, 80 * G));
+        // Without a budget, half the device.
+        assert!(Config::default().is_pool(40 * G, 0, 0, 80 * G));
+        assert!(!Config::default().is_pool(40 * G - 1, 0, 0, 80 * G));
     }
 
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
         let config = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), false), Placement::Host);
+        assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), Phase::Loading), Placement::Host);
     }
 
     #[test]
@@ -205,8 +266,8 @@ mod tests {
         let budgeted = Config { vram_budget: PerDevice::every(G), ..Config::default() };
         assert_eq!(budgeted.reserve(0, 80 * G), 128 * M);
         // 256 MiB device: three of six 64 MiB allocations fit under 224 MiB.
-        assert_eq!(config.place(64 * M, 128 * M, DeviceView::alone(0, 256 * M), false), Placement::Vram);
-        assert_eq!(config.place(64 * M, 192 * M, DeviceView::alone(0, 256 * M), false), Placement::Host);
+        assert_eq!(config.place(64 * M, 128 * M, DeviceView::alone(0, 256 * M), Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(64 * M, 192 * M, DeviceView::alone(0, 256 * M), Phase::Loading), Placement::Host);
     }
 
     #[test]
@@ -238,15 +299,15 @@ mod tests {
         let config = Config { vram_headroom: PerDevice::every(G), vram_reserve: Some(0), ..Config::default() };
         // Another process holds 70 of 80 GiB: 9 GiB may still be ours, not 10.
         let shared = DeviceView { ordinal: 0, physical: 80 * G, others: 70 * G };
-        assert_eq!(config.place(9 * G, 0, shared, false), Placement::Vram);
-        assert_eq!(config.place(9 * G + 1, 0, shared, false), Placement::Host);
-        assert_eq!(config.place(G, 8 * G + 1, shared, true), Placement::Host);
+        assert_eq!(config.place(9 * G, 0, shared, Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(9 * G + 1, 0, shared, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G, 8 * G + 1, shared, Phase::Computing), Placement::Host);
         // Small allocations ignore it: the headroom absorbs them.
-        assert_eq!(config.place(M, 9 * G, shared, true), Placement::Vram);
+        assert_eq!(config.place(M, 9 * G, shared, Phase::Computing), Placement::Vram);
         // The device full of others: no split head either.
         let full = DeviceView { ordinal: 0, physical: 80 * G, others: 79 * G + 1 };
-        assert_eq!(config.split_head(0, full, true, 2 * M, 4 * G), 0);
-        assert_eq!(config.split_head(0, shared, true, 2 * M, 20 * G), 9 * G);
+        assert_eq!(config.split_head(0, full, Phase::Computing, 2 * M, 4 * G), 0);
+        assert_eq!(config.split_head(0, shared, Phase::Computing, 2 * M, 20 * G), 9 * G);
         // The budget still bounds the process when the device has room.
         let budgeted = Config { vram_budget: PerDevice::every(4 * G), ..config };
         assert_eq!(budgeted.vram_limit(shared, true), 4 * G);

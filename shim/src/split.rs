@@ -108,7 +108,9 @@ pub fn create(
         }
     };
     stats::bump(&STATS.split_allocs);
-    debug!(
+    // One line per split at info level: it says how much of a large allocation (all of
+    // llama.cpp's weights) is read from VRAM and how much over PCIe.
+    info!(
         "split {:#x}: {} = {} VRAM + {} on host NUMA node {} for device {}",
         building.base,
         Mib(size),

@@ -338,6 +338,12 @@ t_control_split_fails() {
     run_fails control-split-fails "not split" FAKECUDA_VRAM=$SPLIT "$BIN/gbtest-rt13" split "$SPLIT" split
 }
 t_split_async() { shim split-async $SPLITENV "$BIN/gbtest-rt13" split-async "$SPLIT"; }
+t_split_pool() {
+    # A reserve of a quarter of the budget (the default's eighth would be 64 MiB here).
+    shim split-pool $SPLITENV GREENBOOST_VRAM_RESERVE=$(( SPLIT / 8 )) GREENBOOST_LOG=info \
+        "$BIN/gbtest-rt13" split-pool "$SPLIT" $(( SPLIT / 8 )) || return 1
+    out_has "the program pools its weights" "GREENBOOST_LOG=info: no line says the reserve opened after the pool"
+}
 t_driver_split() { shim driver-split $SPLITENV "$BIN/gbdriver" driver-split "$SPLIT"; }
 t_split_off() {
     # GREENBOOST_SPLIT_MIN=off: the allocation goes wholly to T2, as before splitting existed.
@@ -471,7 +477,7 @@ caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_phys
 reserve alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma vmm_shareable expandable_rt13
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
-split_rt13 split_fw control_split_fails split_async driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
+split_rt13 split_fw control_split_fails split_async split_pool driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
 gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_sliced gemm_sliced_differs gemm_sliced_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"

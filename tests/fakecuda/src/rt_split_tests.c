@@ -167,6 +167,44 @@ int test_split(int argc, char **argv)
     return 0;
 }
 
+/* split-pool SIZE RESERVE: llama.cpp's order of allocations under a budget with a
+ * reserve (GREENBOOST_VRAM_RESERVE=RESERVE): the weights in one cudaMalloc of SIZE, split
+ * with a head that leaves the reserve; then its KV cache and compute buffer, made before
+ * it computes, which take the reserve when they fit it whole; one that does not fit
+ * what is left of it goes to T2 and leaves that room to the next. */
+int test_split_pool(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: split-pool SIZE RESERVE\n");
+    size_t n = arg_size(argv[2]), reserve = arg_size(argv[3]);
+    size_t vram0 = fakegpu_vram_used();
+    void *weights, *kv, *compute, *too_large;
+    OK(cudaMalloc(&weights, n));
+    size_t head = fakegpu_vram_used() - vram0;
+    CHECK(!strcmp(kind(weights), "vmm-device") && !strcmp(kind((char *)weights + n - 1), "vmm-host"),
+          "the weights were not split: %s ... %s\n", kind(weights), kind((char *)weights + n - 1));
+    OK(cudaMalloc(&kv, reserve / 2));
+    CHECK(!strcmp(kind(kv), "vram"),
+          "the KV cache after the pooled weights went to %s, not to the VRAM reserve (%zu MiB of VRAM after a head of "
+          "%zu MiB)\n", kind(kv), (size_t)((fakegpu_vram_used() - vram0) / MiB), (size_t)(head / MiB));
+    OK(cudaMalloc(&too_large, reserve));
+    CHECK(!strcmp(kind(too_large), "hostreg"), "a buffer larger than the reserve left went to %s, not T2\n",
+          kind(too_large));
+    OK(cudaMalloc(&compute, reserve / 4));
+    CHECK(!strcmp(kind(compute), "vram"), "the compute buffer went to %s, not to what the reserve has left\n",
+          kind(compute));
+    CHECK(fakegpu_vram_used() - vram0 == head + reserve / 2 + reserve / 4, "VRAM used %zu, want %zu\n",
+          fakegpu_vram_used() - vram0, head + reserve / 2 + reserve / 4);
+    fill_and_verify(kv, reserve / 2, 77, 0);
+    fill_and_verify(compute, reserve / 4, 78, 1);
+    OK(cudaFree(compute));
+    OK(cudaFree(too_large));
+    OK(cudaFree(kv));
+    OK(cudaFree(weights));
+    printf("weights split (%zu MiB head), KV cache and compute buffer in the reserve, the larger buffer in T2\n",
+           (size_t)(head / MiB));
+    return 0;
+}
+
 /* split-async SIZE: cudaMallocAsync of a split allocation, cudaFreeAsync while the
  * stream is held: the range stays mapped and intact for the queued kernels, and is
  * given back once the stream passes the free. */

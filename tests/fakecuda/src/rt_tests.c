@@ -417,7 +417,7 @@ int gbtests_main(int argc, char **argv)
         { "errors", test_errors }, { "t2cap", test_t2cap }, { "entrypoints", test_entrypoints },
         { "no-t2", test_no_t2 }, { "expandable", test_expandable }, { "lasterror", test_lasterror },
         { "forkexit", test_forkexit },
-        { "split", test_split }, { "split-async", test_split_async }, { "t2cache", test_t2cache },
+        { "split", test_split }, { "split-async", test_split_async }, { "split-pool", test_split_pool }, { "t2cache", test_t2cache },
         { "t2cache-pressure", test_t2cache_pressure },
         { "headroom", test_headroom }, { "headroom-report", test_headroom_report },
         { "devices", test_devices },

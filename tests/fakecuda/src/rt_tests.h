@@ -70,6 +70,7 @@ int test_no_t2(int argc, char **argv);
 int test_expandable(int argc, char **argv);
 int test_split(int argc, char **argv);
 int test_split_async(int argc, char **argv);
+int test_split_pool(int argc, char **argv);
 int test_lasterror(int argc, char **argv);
 int test_t2cache_pressure(int argc, char **argv);
 int test_t2cache(int argc, char **argv);
