@@ -12,8 +12,9 @@ GGUF with the carried gguf-py package.
   analyze.py buffers STDERR_LOG
       prints the device buffers llama.cpp reported (-v log) as JSON, in MiB
   analyze.py report RAW_DIR OUT_DIR
-      reads what run.sh captured in RAW_DIR and writes OUT_DIR/llamacpp-<date>-<commit>.md
-      and OUT_DIR/llamacpp-latest.json; prints the markdown path
+      reads what run.sh captured in RAW_DIR and writes OUT_DIR/llamacpp-<kind>-<date>-<commit>.md
+      and OUT_DIR/llamacpp-<kind>-latest.json (kind: dense, moe, longctx), with the bounds
+      of bound.py; prints the markdown path
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import re
 import sys
 from pathlib import Path
 
+import bound
+
 MIB = 1024 * 1024
 # llama.cpp rounds the KV cache length up to a multiple of 256 cells.
 KV_PAD = 256
@@ -35,6 +38,8 @@ CONFIGS = {
     "vram": "all in VRAM (-ngl 99, no shim)",
     "partial": "llama.cpp partial offload (-ngl N fitted to the budget)",
     "cpu_moe": "llama.cpp experts on the CPU (-ngl 99 --n-cpu-moe N fitted to the budget)",
+    "ot_cpu": "llama.cpp every expert on the CPU (-ngl 99 -ot exps=CPU)",
+    "nkvo": "llama.cpp KV cache and attention on the CPU (-ngl 99 -nkvo 1)",
     "greenboost": "GreenBoost (-ngl 99, LD_PRELOAD shim, GREENBOOST_VRAM_BUDGET)",
 }
 
@@ -199,7 +204,7 @@ def report(args: argparse.Namespace) -> int:
     configs = {}
     for stem, title in CONFIGS.items():
         rc_text = read_text(raw / f"{stem}.rc").strip()
-        if not rc_text and stem in ("partial", "cpu_moe"):
+        if not rc_text and stem in ("partial", "cpu_moe", "ot_cpu", "nkvo"):
             continue  # the other model kind's comparison
         if not rc_text:
             configs[stem] = {"title": title, "status": "not run"}
@@ -239,19 +244,37 @@ def report(args: argparse.Namespace) -> int:
         return configs.get(stem, {}).get("results", {}).get(test, {}).get("tok_s")
 
     pp, tg = f"pp{meta.get('n_prompt', 512)}", f"tg{meta.get('n_gen', 128)}"
-    pairs = [("greenboost", "cpu_moe"), ("greenboost", "partial"), ("greenboost", "vram"), ("cpu_moe", "vram"),
-             ("partial", "vram")]
+    pairs = [("greenboost", "cpu_moe"), ("greenboost", "ot_cpu"), ("greenboost", "nkvo"), ("greenboost", "partial"),
+             ("greenboost", "vram"), ("cpu_moe", "vram"), ("ot_cpu", "vram"), ("nkvo", "vram"), ("partial", "vram")]
     ratios = {f"{a}_vs_{b}_{test}": ratio(ts(a, test), ts(b, test))
               for a, b in pairs if a in configs and b in configs for test in (tg, pp)}
+    kind = "longctx" if meta.get("depth") else "moe" if (meta.get("model") or {}).get("experts") else "dense"
+    limits = bound.bounds(raw, configs, meta)
+    figures = headline_figures(kind, configs, limits, ts, pp, tg)
     date = meta.get("date") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     commit = meta.get("greenboost_commit", "unknown")
-    doc = {"kind": "llamacpp", "date": date, "meta": meta, "configs": configs, "ratios": ratios}
+    doc = {"kind": f"llamacpp-{kind}", "date": date, "meta": meta, "configs": configs, "ratios": ratios,
+           "bounds": limits, "figures": figures}
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "llamacpp-latest.json").write_text(json.dumps(doc, indent=2) + "\n")
-    md_path = out_dir / f"llamacpp-{date}-{commit}.md"
+    (out_dir / f"llamacpp-{kind}-latest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    md_path = out_dir / f"llamacpp-{kind}-{date}-{commit}.md"
     md_path.write_text(markdown(doc, pp, tg))
     print(md_path)
     return 0
+
+
+def headline_figures(kind: str, configs: dict, limits: dict, ts, pp: str, tg: str) -> dict:
+    """The figures #13 names: GreenBoost against its tg bound, and against llama.cpp's
+    best own answer at the same VRAM (the faster of --n-cpu-moe and -ot for experts,
+    -nkvo for a long context)."""
+    if kind == "dense":
+        return {}
+    rivals = ["cpu_moe", "ot_cpu"] if kind == "moe" else ["nkvo"]
+    out = {f"llamacpp_{kind}_tg_vs_bound": limits.get("greenboost", {}).get("tg_vs_bound")}
+    for test, name in ((tg, "tg"), (pp, "pp")):
+        best = max((ts(r, test) or 0 for r in rivals), default=0)
+        out[f"llamacpp_{kind}_{name}"] = ratio(ts("greenboost", test), best or None)
+    return out
 
 
 def fmt(v, unit: str = "") -> str:
@@ -323,7 +346,8 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
             f"| {fmt(cfg['vram_buffers_mib'])} | {fmt(v.get('process_peak_mib'))} "
             f"| {fmt(v.get('gpu_used_peak_minus_idle_mib'))} | {cfg['status']} |")
     lines += ["", "| ratio | value |", "|---|---|"]
-    lines += [f"| {k} | {fmt(v)} |" for k, v in doc["ratios"].items()]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in {**doc.get("figures", {}), **doc["ratios"]}.items()]
+    lines += bounds_markdown(doc.get("bounds") or {}, c)
     lines += ["", "## Per configuration", ""]
     for stem, cfg in c.items():
         lines.append(f"### {cfg['title']}")
@@ -343,6 +367,32 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
     if m.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in m["notes"]] + [""]
     return "\n".join(lines)
+
+
+def bounds_markdown(limits: dict, configs: dict) -> list[str]:
+    """What bounds each configuration's generation, from the run's own measurements."""
+    rates = limits.get("rates")
+    if not rates:
+        return ["", "No bounds: the layout or the rates were not measured (see Notes)."]
+    lines = ["", "## What bounds generation", "",
+             f"Measured in this run on the idle GPU: pinned memcpy over the link {rates['link_gbs']} GB/s, "
+             f"HBM reads {rates['hbm_gbs']} GB/s, host RAM reads by {rates.get('cpu_threads')} CPU threads "
+             f"{rates['host_ram_gbs']} GB/s. A generated token reads the weights of the model buffer (of the "
+             "experts, the used share) and the KV cache; the bound is the time to stream those bytes from "
+             "where they are at those rates, one place after the other.", "",
+             "| configuration | GB per token from VRAM | over the link (T2) | host RAM (CPU) | tg bound tok/s "
+             "| measured / bound |", "|---|---|---|---|---|---|"]
+    for stem, b in limits.items():
+        if stem == "rates":
+            continue
+        r = b["read_per_token_gb"]
+        lines.append(f"| {configs[stem]['title']} | {r['vram']} | {r['t2']} | {r['host_ram']} "
+                     f"| {fmt(b['tg_bound_tok_s'])} | {fmt(b['tg_vs_bound'])} |")
+    share = configs.get("greenboost", {}).get("t2_share")
+    if share:
+        lines += ["", f"GreenBoost's placement (the shim's log): {share['model'] * 100:.1f}% of the model "
+                  f"buffer in T2, KV cache share in T2 {fmt(share['kv'])}."]
+    return lines
 
 
 def main() -> int:

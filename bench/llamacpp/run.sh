@@ -5,7 +5,12 @@
 # -ngl fitted to the budget; (c) -ngl 99 under the GreenBoost shim with that budget.
 # With a mixture-of-experts shape (LLAMACPP_SHAPE=qwen3moe-30b-a3b-24l, 31 GB), (b) is
 # llama.cpp's answer for experts that do not fit: -ngl 99 --n-cpu-moe N, the fewest
-# layers' experts on the CPU that let the rest fit the budget (cpu_moe).
+# layers' experts on the CPU that let the rest fit the budget (cpu_moe), and -ngl 99
+# -ot exps=CPU, every expert on the CPU (ot_cpu).
+# With LLAMACPP_DEPTH=D (long context), every test runs at a context already D tokens
+# deep (llama-bench -d D, flash attention on): (b) is -ngl 99 -nkvo 1, the KV cache and
+# attention on the CPU (nkvo), and (c) gets the VRAM (b)'s GPU buffers took as its
+# budget, so that the weights fit and the KV cache does not.
 #
 # Run from the repository root with build/llama-carry (bench/llamacpp/prepare.sh) and
 # build/gpu-carry (the shim) carried:
@@ -14,7 +19,8 @@
 #   bench/llamacpp/run.sh bench    writes the model, runs (a) (b) (c), writes the report
 #   bench/llamacpp/run.sh all      both, in one call
 #   bench/llamacpp/run.sh report RAW_DIR   the report again from a captured run
-# Output: bench/results/llamacpp-<UTC date>-<commit>.md and llamacpp-latest.json, and a
+# Output: bench/results/llamacpp-<kind>-<UTC date>-<commit>.md and llamacpp-<kind>-latest.json
+# (kind: dense, moe or longctx), with what bounds each configuration, and a
 # copy of them plus the raw logs under $OUT when it is set. A failing step is reported
 # and the others still run. Environment (defaults in brackets):
 #   LLAMACPP_BUDGET_MIB [8192]  VRAM budget of (b) and (c)
@@ -22,6 +28,8 @@
 #                               qwen3moe-*: the experts-on-CPU comparison)
 #   LLAMACPP_BIN                llama-bench to use instead of the built/carried one
 #   LLAMACPP_REPS [2]           llama-bench -r
+#   LLAMACPP_DEPTH [0]          the long-context comparison at this depth (see above);
+#                               LLAMACPP_BUDGET_MIB then defaults to (b)'s GPU buffers
 #   LLAMACPP_CUDA_FA [OFF]      build: compile the CUDA flash-attention kernels
 #   LLAMACPP_NVCC, LLAMACPP_LIBCUDA   build: nvcc and libcuda.so.1 instead of the found ones
 #   LLAMACPP_CONFIGURE_ONLY     build: stop after cmake's configure step (local check)
@@ -38,6 +46,11 @@ carry=build/llama-carry
 work=build/llama-device
 shim=${GREENBOOST_SHIM:-build/gpu-carry/libgreenboost_cuda.so}
 budget_mib=${LLAMACPP_BUDGET_MIB:-8192}
+depth=${LLAMACPP_DEPTH:-0}
+# Flags every configuration of a run shares (the depth and flash attention of the
+# long-context comparison).
+shared_flags=()
+((depth > 0)) && shared_flags=(-d "$depth" -fa on)
 shape=${LLAMACPP_SHAPE:-llama3-8b}
 reps=${LLAMACPP_REPS:-2}
 n_prompt=512
@@ -212,7 +225,7 @@ run_config() {
     # env inside timeout: the preload reaches llama-bench alone, not timeout itself.
     # shellcheck disable=SC2086  # $ngl is "-ngl's value [flags...]", split on purpose
     timeout -k 10 "$limit" env "$@" "$bin" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" \
-        -ngl $ngl -o jsonl -v >"$raw/$name.jsonl" 2>"$raw/$name.err"
+        "${shared_flags[@]}" -ngl $ngl -o jsonl -v >"$raw/$name.jsonl" 2>"$raw/$name.err"
     rc=$?
     awk -v end="$(date +%s.%N)" -v start="$started" 'BEGIN { printf "%.1f\n", end - start }' >"$raw/$name.wall"
     kill "$poller" 2>/dev/null
@@ -262,7 +275,7 @@ probe_compute_mib() {
     # the compute buffer, follow n_prompt + n_gen + depth); one token is generated after it.
     # shellcheck disable=SC2086  # placement flags, split on purpose
     timeout -k 10 60 "$bin" -m "$model" -p 0 -n 1 -d $((n_prompt + n_gen - 1)) -r 1 --no-warmup \
-        -ngl $1 -o jsonl -v \
+        "${shared_flags[@]:2}" -ngl $1 -o jsonl -v \
         >"$raw/probe.jsonl" 2>"$raw/probe.err"
     echo $? >"$raw/probe.rc"
     "$python" "$here/analyze.py" buffers "$raw/probe.err" | "$python" -c '
@@ -285,7 +298,7 @@ write_meta() {
     GB_SHIM=$shim GB_SHIM_COMMIT=$(cat "$(dirname "$shim")/COMMIT" "$(dirname "$shim")/commit" 2>/dev/null | head -1) \
     GB_MODEL_JSON=$(cat "$work/model/$shape.json" 2>/dev/null) GB_NGL_PLAN=$(cat "$raw/ngl-plan.json" 2>/dev/null) \
     GB_BASELINE=$gpu_baseline \
-    GB_BUDGET=$budget_mib GB_REPS=$reps GB_NP=$n_prompt GB_NG=$n_gen GB_NOTES=$(printf '%s\n' "${notes[@]}") \
+    GB_BUDGET=$budget_mib GB_REPS=$reps GB_NP=$n_prompt GB_NG=$n_gen GB_DEPTH=$depth GB_NOTES=$(printf '%s\n' "${notes[@]}") \
     "$python" - "$raw/meta.json" <<'EOF'
 import datetime, json, os, sys
 e = os.environ
@@ -303,7 +316,7 @@ meta = {
     "model": js(e["GB_MODEL_JSON"]) or {}, "ngl_plan": js(e["GB_NGL_PLAN"]),
     "gpu_used_baseline_mib": int(e["GB_BASELINE"]) if e["GB_BASELINE"].isdigit() else None,
     "budget_mib": int(e["GB_BUDGET"]), "reps": int(e["GB_REPS"]),
-    "n_prompt": int(e["GB_NP"]), "n_gen": int(e["GB_NG"]),
+    "n_prompt": int(e["GB_NP"]), "n_gen": int(e["GB_NG"]), "depth": int(e["GB_DEPTH"]),
     "notes": [n for n in e["GB_NOTES"].splitlines() if n],
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=2)
@@ -315,7 +328,8 @@ make_report() {
     md=$("$python" "$here/analyze.py" report "$raw" "$results") || { log "report: failed"; return 1; }
     log "report: $md"
     if [[ -n ${OUT:-} ]]; then
-        cp "$md" "$results/llamacpp-latest.json" "$OUT/" 2>/dev/null
+        kind=${md##*/llamacpp-}
+        cp "$md" "$results/llamacpp-${kind%%-*}-latest.json" "$OUT/" 2>/dev/null
         # The device tool brings back a few files only: the raw logs as one tarball.
         tar -C "$(dirname "$raw")" -czf "$OUT/llamacpp-raw.tar.gz" "$(basename "$raw")" 2>/dev/null \
             && rm -rf "$raw"
@@ -350,15 +364,32 @@ bench() {
         return 1
     fi
     log "model ready after $((SECONDS - started)) s"
+    # What bounds each configuration: which tensors a token reads, and the rates of the
+    # link, the HBM and the host's RAM, measured now on the idle GPU.
+    "$python" "$here/bound.py" layout "$model" --gguf-py "$carry/gguf-py" >"$raw/layout.json" 2>"$raw/layout.err" \
+        || notes+=("reading the model's layout failed: $(tail -1 "$raw/layout.err")")
+    timeout 120 "$python" "$here/bound.py" rates >"$raw/rates.json" 2>"$raw/rates.err" \
+        || notes+=("measuring the rates failed: $(tail -1 "$raw/rates.err")")
 
     run_config vram "${LLAMACPP_TIMEOUT_VRAM:-120}" 99
 
-    if grep -q '"experts"' "$work/model/$shape.json" 2>/dev/null; then
+    if ((depth > 0)); then
+        run_config nkvo "${LLAMACPP_TIMEOUT_PARTIAL:-150}" "99 -nkvo 1"
+        if [[ -z ${LLAMACPP_BUDGET_MIB:-} ]]; then
+            # The VRAM -nkvo's GPU buffers took (weights, compute buffer), rounded up.
+            budget_mib=$("$python" "$here/analyze.py" buffers "$raw/nkvo.err" | "$python" -c '
+import json, math, re, sys
+b = json.load(sys.stdin)
+print(math.ceil(sum(v for k, v in b.items() if re.match(r"CUDA\d+ ", k))) or 8192)')
+            log "budget: ${budget_mib} MiB, what -nkvo's GPU buffers took"
+        fi
+    elif grep -q '"experts"' "$work/model/$shape.json" 2>/dev/null; then
         if ngl=$(plan_placement fit-ncmoe ncmoe "99 -ncmoe "); then
             run_config cpu_moe "${LLAMACPP_TIMEOUT_CPU_MOE:-150}" "$ngl"
         else
             notes+=("planning --n-cpu-moe failed (see probe.err); (b) not run")
         fi
+        run_config ot_cpu "${LLAMACPP_TIMEOUT_CPU_MOE:-150}" "99 -ot exps=CPU"
     elif ngl=$(plan_placement fit-ngl ngl ""); then
         run_config partial "${LLAMACPP_TIMEOUT_PARTIAL:-150}" "$ngl"
     else
@@ -367,7 +398,8 @@ bench() {
 
     if [[ -f $shim ]]; then
         run_config greenboost "${LLAMACPP_TIMEOUT_GREENBOOST:-240}" 99 \
-            LD_PRELOAD="$(realpath "$shim")" GREENBOOST_VRAM_BUDGET="${budget_mib}M" GREENBOOST_LOG=info
+            LD_PRELOAD="$(realpath "$shim")" GREENBOOST_VRAM_BUDGET="${budget_mib}M" GREENBOOST_LOG=debug
+        # (debug: a line per placement, from which the bounds read where each buffer went)
     else
         notes+=("no shim at $shim; (c) not run")
     fi

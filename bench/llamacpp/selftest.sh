@@ -54,10 +54,10 @@ mkdir -p "$tmp/out"
 OUT=$tmp/out LLAMACPP_BIN=$bin LLAMACPP_SHAPE=tiny LLAMACPP_BUDGET_MIB=1024 LLAMACPP_REPS=1 \
     LLAMACPP_RESULTS_DIR=$tmp/results GREENBOOST_SHIM=$shim \
     "$here/run.sh" bench >"$tmp/bench.log" 2>&1
-json=$tmp/results/llamacpp-latest.json
-check "run.sh bench wrote llamacpp-latest.json" test -s "$json"
+json=$tmp/results/llamacpp-dense-latest.json
+check "run.sh bench wrote llamacpp-dense-latest.json" test -s "$json"
 check "run.sh bench wrote the markdown report" compgen -G "$tmp/results/llamacpp-*.md"
-check "report copied to \$OUT" test -s "$tmp/out/llamacpp-latest.json"
+check "report copied to \$OUT" test -s "$tmp/out/llamacpp-dense-latest.json"
 for cfg in vram partial; do
     check "$cfg: pp512 and tg128 measured on the tiny GGUF" python3 -c '
 import json, sys
@@ -90,12 +90,12 @@ mkdir -p "$tmp/moe-out"
 OUT=$tmp/moe-out LLAMACPP_BIN=$bin LLAMACPP_SHAPE=qwen3moe-tiny LLAMACPP_BUDGET_MIB=518 LLAMACPP_REPS=1 \
     LLAMACPP_RESULTS_DIR=$tmp/moe-results GREENBOOST_SHIM=$shim \
     "$here/run.sh" bench >"$tmp/moe-bench.log" 2>&1
-mjson=$tmp/moe-results/llamacpp-latest.json
-check "moe: vram and cpu_moe measured, no partial configuration" python3 -c '
+mjson=$tmp/moe-results/llamacpp-moe-latest.json
+check "moe: vram, cpu_moe and ot_cpu measured, no partial configuration" python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["configs"]
 assert "partial" not in c, c.keys()
-for name in ("vram", "cpu_moe"):
+for name in ("vram", "cpu_moe", "ot_cpu"):
     assert c[name]["status"] == "ok", c[name]
     assert c[name]["results"]["pp512"]["tok_s"] > 0 and c[name]["results"]["tg128"]["tok_s"] > 0' "$mjson"
 check "moe: --n-cpu-moe planned from the expert tensors and passed to llama-bench" python3 -c '
@@ -104,7 +104,12 @@ d = json.load(open(sys.argv[1]))
 plan = d["meta"]["ngl_plan"]
 assert plan["n_layer"] == 2 and plan["expert_bytes_per_layer"] == 3 * 8 * 128 * 256 * 2 and plan["ncmoe"] == 1, plan
 assert d["configs"]["cpu_moe"]["ngl"] == "99 -ncmoe " + str(plan["ncmoe"]), d["configs"]["cpu_moe"]["ngl"]
-assert d["meta"]["model"]["arch"] == "qwen3moe" and "greenboost_vs_cpu_moe_tg128" in d["ratios"], d["ratios"]' "$mjson"
+assert d["meta"]["model"]["arch"] == "qwen3moe" and "greenboost_vs_cpu_moe_tg128" in d["ratios"], d["ratios"]
+assert d["configs"]["ot_cpu"]["ngl"] == "99 -ot exps=CPU", d["configs"]["ot_cpu"]
+assert set(d["figures"]) == {"llamacpp_moe_tg_vs_bound", "llamacpp_moe_tg", "llamacpp_moe_pp"}, d["figures"]
+# The layout is read from the GGUF (without torch here, no rates and so no bounds).
+b = d["bounds"]["cpu_moe"]["read_per_token_gb"] if d["bounds"] else None
+assert b is None or b["host_ram"] > 0, d["bounds"]' "$mjson"
 
 # A captured GPU-style run: what the device produces, fed to the report code.
 raw=$tmp/gpu-raw
@@ -132,8 +137,8 @@ EOF
 printf 'greenboost: summary: pid 7: peak T1 8.0 GiB, peak T2 7.9 GiB\nsome tail line\n' >"$raw/greenboost.err"
 printf '1.0 600 123,590\n1.2 8500 123,8400\n1.4 8300 123,8350\n' >"$raw/partial.vram"
 python3 "$here/analyze.py" report "$raw" "$tmp/gpu-results" >/dev/null 2>"$tmp/gpu-report.err"
-gjson=$tmp/gpu-results/llamacpp-latest.json
-check "captured GPU run: report written as llamacpp-2026-11-30-abc123.md" test -s "$tmp/gpu-results/llamacpp-2026-11-30-abc123.md"
+gjson=$tmp/gpu-results/llamacpp-dense-latest.json
+check "captured GPU run: report written as llamacpp-dense-2026-11-30-abc123.md" test -s "$tmp/gpu-results/llamacpp-dense-2026-11-30-abc123.md"
 check "captured GPU run: buffers, peaks, ratios, shim summary, timeout" python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -146,6 +151,47 @@ assert g["results"]["pp512"]["tok_s"] == 1200 and "tg128" not in g["results"]
 r = d["ratios"]
 assert r["greenboost_vs_partial_pp512"] == 0.8 and r["greenboost_vs_partial_tg128"] is None, r
 assert r["partial_vs_vram_tg128"] == 0.04, r' "$gjson"
+
+# A captured long-context run: the bounds from the layout, the rates and the shim's
+# placement lines (the model buffer split 3:1, the KV cache wholly in T2).
+lraw=$tmp/longctx-raw
+mkdir -p "$lraw"
+cat >"$lraw/meta.json" <<'EOF'
+{"date": "2026-12-02", "greenboost_commit": "abc123", "budget_mib": 3100, "reps": 1, "n_prompt": 512,
+ "n_gen": 128, "depth": 8000, "model": {"shape": "x", "layers": 2, "hidden": 256, "heads": 2, "kv_heads": 1}}
+EOF
+cat >"$lraw/layout.json" <<'EOF'
+{"experts_used": null, "experts": null, "tensors": [
+ {"name": "output.weight", "bytes": 1000000000, "read": 1000000000, "layer": -1, "expert": false},
+ {"name": "blk.0.ffn_up.weight", "bytes": 1000000000, "read": 1000000000, "layer": 0, "expert": false},
+ {"name": "blk.1.ffn_up.weight", "bytes": 2000000000, "read": 2000000000, "layer": 1, "expert": false}]}
+EOF
+echo '{"link_gbs": 50.0, "hbm_gbs": 4000.0, "host_ram_gbs": 40.0, "cpu_threads": 16}' >"$lraw/rates.json"
+for cfg in vram nkvo greenboost; do echo 0 >"$lraw/$cfg.rc"; echo 10.0 >"$lraw/$cfg.wall"; done
+{ line 512 0 99 5000; line 0 128 99 500; } >"$lraw/vram.jsonl"
+{ line 512 0 99 400; line 0 128 99 20; } >"$lraw/nkvo.jsonl"
+{ line 512 0 99 2000; line 0 128 99 30; } >"$lraw/greenboost.jsonl"
+echo '99 -nkvo 1' >"$lraw/nkvo.ngl"
+printf 'load_tensors: CUDA0 model buffer size = 3814.70 MiB\nllama_kv_cache: CUDA0 KV buffer size = 1000.00 MiB\n' >"$lraw/greenboost.err"
+printf 'greenboost[7]: split 0x7f0000000000: 3814.7 MiB = 2861.0 MiB VRAM + 953.7 MiB on host NUMA node 0 for device 0\n' >>"$lraw/greenboost.err"
+printf 'greenboost[7]: T2 0x7f1000000000: 1000.0 MiB (userspace backend, buffer 1) for device 0; register 1.0 ms\n' >>"$lraw/greenboost.err"
+python3 "$here/analyze.py" report "$lraw" "$tmp/longctx-results" >/dev/null 2>"$tmp/longctx-report.err"
+check "captured long-context run: placement from the shim's log, bounds, figures" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["kind"] == "llamacpp-longctx", d["kind"]
+g = d["bounds"]["greenboost"]
+share = d["configs"]["greenboost"]["t2_share"]
+assert abs(share["model"] - 0.25) < 1e-3 and share["kv"] == 1.0, share
+# 2 layers x K and V x 8064 cells x 128 x 2 bytes of KV per token, all over the link;
+# of the 4 GB of weights, the last quarter (1 GB of blk.1) too.
+kv = 2 * 2 * 8064 * 128 * 2
+assert abs(g["read_per_token_gb"]["t2"] - (1e9 + kv) / 1e9) < 2e-3, g
+assert abs(g["read_per_token_gb"]["vram"] - 3.0) < 2e-3, g
+assert d["bounds"]["nkvo"]["read_per_token_gb"]["host_ram"] == round(kv / 1e9, 3), d["bounds"]["nkvo"]
+f = d["figures"]
+assert f["llamacpp_longctx_tg"] == 1.5 and f["llamacpp_longctx_pp"] == 5.0, f
+assert f["llamacpp_longctx_tg_vs_bound"] == round(30 / g["tg_bound_tok_s"], 3), (f, g)' "$tmp/longctx-results/llamacpp-longctx-latest.json"
 
 if ((failed)); then
     echo "--- run.sh bench log (tail)"; tail -40 "$tmp/bench.log"
