@@ -40,7 +40,11 @@ pub fn allocate<R: PartialEq + Copy>(
     vram: impl FnOnce() -> Result<CuDevicePtr, R>,
     prepare_host: impl FnOnce() -> bool,
 ) -> Allocated<R> {
+    let pool = budget::is_pool(size, device);
     let allocated = place(size, device, oom_status, vram, prepare_host);
+    if pool && matches!(allocated, Allocated::Vram | Allocated::Host(_)) {
+        budget::note_pool(size, device);
+    }
     if matches!(allocated, Allocated::Host(_)) {
         publish::update();
     }
@@ -56,7 +60,6 @@ fn place<R: PartialEq + Copy>(
     prepare_host: impl FnOnce() -> bool,
 ) -> Allocated<R> {
     release::reclaim(false);
-    budget::note_allocation(size, device);
     let mut vram = Some(vram);
     let mut after_oom = false;
     if let Some(reservation) = budget::reserve_vram(size, device) {

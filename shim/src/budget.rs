@@ -80,16 +80,21 @@ pub fn computing() -> bool {
 /// Set by the first allocation that pools the program's weights (`Phase::LoadingAfterPool`).
 static POOLED: AtomicBool = AtomicBool::new(false);
 
-/// Notes an allocation of `size` for `device` before it is placed: when it is a pool of
-/// the program's weights (`Config::is_pool`, against what the process holds now), the
-/// reserve opens to the buffers that follow it whole.
-pub fn note_allocation(size: u64, device: CuDevice) {
+/// Whether an allocation of `size` for `device`, not yet placed, pools the program's
+/// weights (`Config::is_pool`, against what the process holds now) while it loads.
+pub fn is_pool(size: u64, device: CuDevice) -> bool {
     if POOLED.load(Ordering::Relaxed) || computing() {
-        return;
+        return false;
     }
-    let Some(physical) = cuda::physical_vram(device) else { return };
+    let Some(physical) = cuda::physical_vram(device) else { return false };
     let held = vram_in_use(device).saturating_add(STATS.t2_used.load(Ordering::Relaxed));
-    if config::get().is_pool(size, held, device, physical) && !POOLED.swap(true, Ordering::Relaxed) {
+    config::get().is_pool(size, held, device, physical)
+}
+
+/// Notes that the pool `is_pool` found was placed: from now on the reserve takes the
+/// buffers that follow it whole (the pool itself was placed without it).
+pub fn note_pool(size: u64, device: CuDevice) {
+    if !POOLED.swap(true, Ordering::Relaxed) {
         info!(
             "{} in one allocation on device {}: the program pools its weights; the VRAM reserve takes the buffers after it that fit it whole",
             Mib(size),
@@ -195,13 +200,13 @@ pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation
 }
 
 /// Reserves the VRAM head of a split allocation: what is left under the placement limit
-/// in whole `granularity` units, at most `most`. `None` when not one unit is left.
+/// less the reserve (`Config::split_head`) in whole `granularity` units, at most `most`.
+/// `None` when not one unit is left.
 pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Option<VramReservation> {
     let (config, physical) = (config::get(), cuda::physical_vram(device)?);
-    let phase = phase();
     let counter = vram_counter(device)?;
     let view = view(device, physical);
-    let room = |in_use: u64| config.split_head(in_use, view, phase, granularity, most);
+    let room = |in_use: u64| config.split_head(in_use, view, granularity, most);
     let before = counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
             let head = room(in_use);

@@ -54,21 +54,16 @@ pub enum Phase {
     /// process held before it: the program keeps its weights in one pool (llama.cpp and
     /// ollama do), and what it allocates next is its working memory (KV cache, compute
     /// buffers), made before it computes and never again. Those may take the reserve
-    /// when they fit it whole; a split head still leaves it.
+    /// when they fit it whole.
     LoadingAfterPool,
     /// Computing (its first cuBLAS handle or product): the reserve is open.
     Computing,
 }
 
 impl Phase {
-    /// Whether a whole allocation may use the reserve.
-    fn reserve_open_to_whole(self) -> bool {
+    /// Whether an allocation placed whole may use the reserve.
+    fn reserve_open(self) -> bool {
         self != Phase::Loading
-    }
-
-    /// Whether a split head may use the reserve.
-    pub fn reserve_open_to_split(self) -> bool {
-        self == Phase::Computing
     }
 }
 
@@ -117,7 +112,7 @@ impl Config {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let limit = self.vram_limit(device, phase.reserve_open_to_whole());
+        let limit = self.vram_limit(device, phase.reserve_open());
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
@@ -138,12 +133,13 @@ impl Config {
     }
 
     /// The VRAM head a split allocation gets while `vram_in_use` bytes are in use: what
-    /// is left under the placement limit, at most `most`, in whole `granularity` units
-    /// (0: no head, no split). The reserve is left out until the program computes: a
-    /// buffer too large for it would otherwise take all of it from the smaller ones that
-    /// follow.
-    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, phase: Phase, granularity: u64, most: u64) -> u64 {
-        let room = self.vram_limit(device, phase.reserve_open_to_split()).saturating_sub(vram_in_use).min(most);
+    /// is left under the placement limit less the reserve, whatever the phase, at most
+    /// `most`, in whole `granularity` units (0: no head, no split). A buffer too large for
+    /// the reserve never takes it from the smaller, hotter ones made after it: llama.cpp
+    /// makes a context's KV cache, then its compute buffer, for every context, also once
+    /// it computes; cuBLAS's workspace and ggml's pool follow.
+    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, granularity: u64, most: u64) -> u64 {
+        let room = self.vram_limit(device, false).saturating_sub(vram_in_use).min(most);
         room - room % granularity.max(1)
     }
 
@@ -173,18 +169,17 @@ mod tests {
     fn split_head_is_the_room_left_in_whole_granules() {
         let config = Config { vram_budget: PerDevice::every(512 * M), vram_reserve: Some(0), ..Config::default() };
         let (physical, granule) = (G, 2 * M);
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), Phase::Loading, granule, G - granule), 512 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, G - granule), 512 * M);
         // Room that is not a whole granule is left over.
-        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), Phase::Loading, granule, G), 410 * M);
+        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G), 410 * M);
         // Less than one granule left, or the budget spent: no head.
-        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), Phase::Loading, granule, G), 0);
-        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), Phase::Loading, granule, G), 0);
+        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), granule, G), 0);
+        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), granule, G), 0);
         // The head never takes all of the allocation.
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), Phase::Loading, granule, 300 * M + 1), 300 * M);
-        // The reserve counts until the program runs.
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, 300 * M + 1), 300 * M);
+        // The reserve is left to smaller allocations.
         let reserved = Config { vram_reserve: Some(128 * M), ..config };
-        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), Phase::Loading, granule, G), 384 * M);
-        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), Phase::Computing, granule, G), 512 * M);
+        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G), 384 * M);
     }
 
     #[test]
@@ -239,9 +234,9 @@ mod tests {
         assert_eq!(config.place(G / 2, 7 * G, device, Phase::LoadingAfterPool), Placement::Vram);
         assert_eq!(config.place(G / 2, 7 * G + G / 2, device, Phase::LoadingAfterPool), Placement::Vram);
         assert_eq!(config.place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::Host);
-        // A buffer larger than the reserve leaves it to the smaller ones after it: no head.
-        assert_eq!(config.split_head(7 * G, device, Phase::LoadingAfterPool, 2 * M, 2 * G), 0);
-        assert_eq!(config.split_head(7 * G, device, Phase::Computing, 2 * M, 2 * G), G);
+        // A buffer larger than the reserve leaves it to the smaller ones after it: no
+        // head, before computing or after.
+        assert_eq!(config.split_head(7 * G, device, 2 * M, 2 * G), 0);
         // PyTorch's weights, one tensor at a time, are no pool: neither is a first
         // tensor below half the budget nor a large one after others.
         assert!(!config.is_pool(4 * G - 1, 0, 0, 80 * G));
@@ -306,8 +301,8 @@ mod tests {
         assert_eq!(config.place(M, 9 * G, shared, Phase::Computing), Placement::Vram);
         // The device full of others: no split head either.
         let full = DeviceView { ordinal: 0, physical: 80 * G, others: 79 * G + 1 };
-        assert_eq!(config.split_head(0, full, Phase::Computing, 2 * M, 4 * G), 0);
-        assert_eq!(config.split_head(0, shared, Phase::Computing, 2 * M, 20 * G), 9 * G);
+        assert_eq!(config.split_head(0, full, 2 * M, 4 * G), 0);
+        assert_eq!(config.split_head(0, shared, 2 * M, 20 * G), 9 * G);
         // The budget still bounds the process when the device has room.
         let budgeted = Config { vram_budget: PerDevice::every(4 * G), ..config };
         assert_eq!(budgeted.vram_limit(shared, true), 4 * G);
