@@ -263,6 +263,16 @@ def decode_bound(run, hbm, link):
     return bound, detail
 
 
+def add_cold_pass(detail, run, bound):
+    """The first pass's rate (each key length met for the first time; decode.py times
+    the second) and its ratio to the bound, beside a decode figure."""
+    cold_ms = (run or {}).get("cold_decode_step_ms_median")
+    if cold_ms:
+        detail["cold_pass_tok_s"] = 1e3 / cold_ms
+        if bound:
+            detail["cold_pass_vs_bound"] = 1e3 / cold_ms / bound
+
+
 def prefill_bound(run, vram_run, copy_rate, prompt):
     """(bound ms, detail): a prefill must copy each T2 weight byte once over the link and
     cannot beat the all-VRAM prefill; (None, detail) without the data."""
@@ -286,6 +296,7 @@ def decode(runs):
             table[config] = {"missing": runs["decode-" + config]["problem"]}
             continue
         table[config] = {k: r[k] for k in ("prefill_tok_s", "prefill_s_each", "decode_tok_s", "decode_tok_s_mean", "decode_step_ms_median",
+                                           "cold_decode_step_ms_median",
                                            "new_tokens", "same_tokens_when_repeated", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
                                            "setup_s", "shim_loaded", "profile") if k in r}
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
@@ -323,6 +334,7 @@ def decode(runs):
         return runs[label]["problem"] if label in runs else "not run"
 
     gb_tok = gb["decode_tok_s"] if gb else None
+    add_cold_pass(bound_detail, gb, bound)
     if gb and bound:
         figures["decode_vs_bound"] = figure("decode_vs_bound", gb_tok, bound, gb_tok / bound, "tokens/s", bound_detail)
     else:
@@ -332,8 +344,11 @@ def decode(runs):
     if "decode-hf_greenboost" in runs:
         hf_bound, hf_detail = decode_bound(hf, hbm, link)
         hf_tok = hf["decode_tok_s"] if hf else None
+        add_cold_pass(hf_detail, hf, hf_bound)
         if configs.get("hf_vram"):
             hf_detail["hf_all_vram_tok_s"] = configs["hf_vram"]["decode_tok_s"]
+            if configs["hf_vram"].get("cold_decode_step_ms_median"):
+                hf_detail["hf_all_vram_cold_tok_s"] = 1e3 / configs["hf_vram"]["cold_decode_step_ms_median"]
         if gb:
             hf_detail["bench_loop_tok_s"] = gb_tok
         figures["decode_hf_vs_bound"] = figure(

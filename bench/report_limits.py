@@ -85,13 +85,19 @@ def limits(report):
         generate = ((configs["hf_greenboost"].get("profile") or {}).get("hf_generate_4_tokens") or {}).get("cpu_self_top", [])
         syncs = next((e["calls"] for e in generate if e["name"] == "cudaStreamSynchronize"), None)
         attention = cpu_ms(configs["greenboost"], "decode_step", "aten::_cudnn_attention_forward")
+        tokens = (((configs["hf_greenboost"].get("profile") or {}).get("hf_generate_gaps") or {})
+                  .get("decode_tokens") or {})
         out["decode_hf_vs_bound"] = (
             f"The client, not the link: transformers' generate decodes a token in {hf_step:.0f} ms where the bench's "
             f"loop, same weights and placement, takes {loop_step:.0f} ms ({loop_step / hf_step:.2f}); generate "
             f"synchronises with the GPU {syncs if syncs is not None else '?'} times in 4 tokens, and after each the "
-            f"GPU waits for the CPU's own work instead of overlapping it"
-            + (f" (PyTorch's cuDNN attention alone takes {attention:.0f} ms of CPU time per decode step, in every "
-               f"configuration)" if attention else "") + ".")
+            f"GPU waits for the CPU to launch the next layers"
+            + (f" (profiled: busy {tokens['busy_ms_each']:.0f} ms and idle {tokens['idle_ms_each']:.1f} ms a token)"
+               if tokens.get("idle_ms_each") is not None else "")
+            + ". The layers read first after that wait are the first allocated, which the placement keeps in VRAM: "
+              "the GPU runs them faster than the CPU launches them"
+            + (f". On a key length met for the first time PyTorch's cuDNN attention adds {attention:.0f} ms of CPU "
+               f"time a step in every configuration (the first pass, in the decode table)" if attention else "") + ".")
     return out
 
 
@@ -123,5 +129,22 @@ def link_in_series(report, figure_name, config_name):
             f"the GPU was busy {busy:.1f} ms in all (copies {kinds.get('copy', 0):.1f}, GEMM kernels "
             f"{kinds.get('gemm', 0):.1f}, other kernels {kinds.get('other kernels', 0):.1f}), so {max(besides, 0):.1f} ms "
             f"of products and other kernels ran between the copies rather than beside them, and it idled "
-            f"{max(measured_ms - busy, 0):.1f} ms (launches, synchronisation): at most {bound_ms / busy:.3f} with the "
+            f"{max(measured_ms - busy, 0):.1f} ms{idle_causes(config, step)}: at most {bound_ms / busy:.3f} with the "
             f"work in series, measured {measured_ms:.1f} ms ({bound_ms / measured_ms:.3f}).")
+
+
+def idle_causes(config, step):
+    """Why the GPU idled in a decode step, from the profile of steps run back to back."""
+    gaps = (config.get("profile") or {}).get("decode_gaps")
+    if step != "decode_step" or not gaps:
+        return " (launches, synchronisation)"
+    units, causes = gaps["units"], gaps["idle_by_cause_ms"]
+    blocked = (gaps.get("cpu_blocked_in") or {}).get("calls") or {}
+    blocked_text = ("; the CPU waited in " + ", ".join(f"{name} ({e['ms'] / units:.1f} ms)" for name, e in blocked.items())
+                    if blocked else "; no CUDA call held the CPU 0.2 ms or more")
+    stalls = gaps.get("stalls") or {"count": 0, "ms": 0}
+    stall_text = (f", and {stalls['count']} stall of {stalls['ms']:.0f} ms in all (one-off CPU work, e.g. cuDNN "
+                  f"planning attention for a new length)" if stalls["count"] else "")
+    return (f" ({units} steps back to back: {gaps['idle_ms_each']:.1f} ms per step between GPU work, of which "
+            f"{causes.get('cpu late', 0) / units:.1f} ms with nothing queued — the program's CPU behind the GPU — and "
+            f"{causes.get('gpu dependency', 0) / units:.1f} ms between work already queued{stall_text}{blocked_text})")

@@ -77,11 +77,13 @@ def markdown(report):
                   f"{fmt((model.get('weight_bytes') or 0) / 1e9)} GB of bf16 weights (random), VRAM budget "
                   f"{fmt((model.get('budget_bytes') or 0) / 1e9)} GB, batch 1, {model.get('prompt_tokens')}-token prompt, "
                       f"greedy; torch {model.get('torch')}, transformers {model.get('transformers')}.", ""]
-        lines += ["| configuration | prefill tok/s | decode tok/s (median step) | tokens | weights GB by placement "
-                  "| tokens match vram |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += ["Decode is timed on the second of two passes over the same tokens; the first pass meets each "
+                  "key length for the first time (PyTorch's cuDNN attention then works on the CPU for it).", "",
+                  "| configuration | prefill tok/s | decode tok/s (median step) | first pass tok/s | tokens "
+                  "| weights GB by placement | tokens match vram |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for config, row in dec["configs"].items():
             if "missing" in row:
-                lines.append(f"| {config} | — | — | — | {row['missing'][:200]} | — |")
+                lines.append(f"| {config} | — | — | — | — | {row['missing'][:200]} | — |")
                 continue
             where = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(row["weights_by_placement"].items()))
             kv = row.get("kv_cache_by_placement") or {}
@@ -89,12 +91,16 @@ def markdown(report):
                 where += "; KV cache " + ", ".join(f"{k} {v / 1e9:.3f}" for k, v in sorted(kv.items()))
             match = row.get("tokens_match_vram")
             repeated = row.get("same_tokens_when_repeated")
-            reference_text = "reference" + {True: " (repeats itself)", False: " (NOT repeatable in-process)",
+            reference_text = "reference" + {True: " (passes agree)", False: " (passes DIFFER)",
                                             None: ""}[repeated]
             match_text = reference_text if config == "vram" else {True: f"yes ({row.get('tokens_compared')})",
                                                                False: f"no (from token {row.get('first_divergence_at')})",
                                                                None: "—"}[match]
-            lines.append(f"| {config} | {fmt(row['prefill_tok_s'])} | {fmt(row['decode_tok_s'])} | {row['new_tokens']} "
+            cold_ms = row.get("cold_decode_step_ms_median")
+            cold = fmt(1e3 / cold_ms) if cold_ms else "—"
+            if config != "vram" and repeated is False:
+                match_text += "; its passes DIFFER"
+            lines.append(f"| {config} | {fmt(row['prefill_tok_s'])} | {fmt(row['decode_tok_s'])} | {cold} | {row['new_tokens']} "
                          f"| {where} | {match_text} |")
         for config, row in dec["configs"].items():
             for line in row.get("shim_summary", []):
@@ -113,6 +119,25 @@ def markdown(report):
                     top = "; ".join(f"{t['name']} {t['ms']} ms x{t['calls']}" for t in part["top"][:3])
                     lines.append(f"| {config} | {step} | {kinds.get('copy', 0)} | {kinds.get('gemm', 0)} "
                                  f"| {kinds.get('other kernels', 0)} | {top} |")
+        gapped = {c: prof["decode_gaps"] for c, prof in profiled.items() if prof.get("decode_gaps")}
+        if gapped:
+            lines += ["", f"Where the GPU waited in decode steps run back to back (torch.profiler, CUDA activity only; "
+                          f"ms per step; \"CPU late\": the work after the gap was launched during it, nothing was "
+                          f"queued; \"dependency\": it was queued before, the gap is the wait for the work before it):", "",
+                      "| configuration | steps | busy | idle | of it stalls >= 10 ms | CPU late | dependency "
+                      "| longest gap | CPU blocked in (calls >= 0.2 ms) |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            for config, gaps in gapped.items():
+                units = gaps["units"]
+                causes = gaps["idle_by_cause_ms"]
+                longest = (gaps["long_gaps"]["longest"] or [{}])[0]
+                longest_text = (f"{longest['us'] / 1e3:.1f} ms before {longest['before'][:40]}" if longest else "—")
+                blocked = "; ".join(f"{name} {e['ms'] / units:.1f} ms x{e['count']}"
+                                    for name, e in (gaps.get("cpu_blocked_in") or {}).get("calls", {}).items()) or "—"
+                stalls = (gaps.get("stalls") or {}).get("ms", 0) / units
+                lines.append(f"| {config} | {units} | {gaps['busy_ms_each']:.1f} | {gaps['idle_ms_each']:.1f} "
+                             f"| {stalls:.1f} | {causes.get('cpu late', 0) / units:.1f} | {causes.get('gpu dependency', 0) / units:.1f} "
+                             f"| {longest_text} | {blocked} |")
         split = report["figures"].get("decode_vs_uvm", {}).get("detail", {})
         if split.get("greenboost_vs_uvm_split"):
             lines += ["", f"`uvm_split` is the Unified Memory allocator with GreenBoost's placement rule (VRAM while the "
@@ -125,6 +150,14 @@ def markdown(report):
                           f"{bound['hbm_GBps']:.0f} GB/s + {bound['bytes_per_token_t2'] / 1e9:.2f} GB/token from T2 at "
                           f"{bound['link_GBps']:.1f} GB/s (the faster of zero-copy and the copy engine, {bound['link_measured_at_gib']:g} GiB buffer)"
                           f" = {bound['bound_tok_s']:.2f} tokens/s."]
+        for name in ("decode_vs_bound", "decode_hf_vs_bound"):
+            detail = report["figures"].get(name, {}).get("detail") or {}
+            if detail.get("cold_pass_vs_bound"):
+                lines += ["", f"{name} on the first pass (every key length new): {fmt(detail['cold_pass_tok_s'])} "
+                              f"tokens/s, {fmt(detail['cold_pass_vs_bound'])} of the bound"
+                              + (f"; transformers' generate all in VRAM {fmt(detail['hf_all_vram_cold_tok_s'])} "
+                                 f"tokens/s on its first pass, {fmt(detail['hf_all_vram_tok_s'])} on the second"
+                                 if detail.get("hf_all_vram_cold_tok_s") else "") + "."]
     problems = [p for p in report["problems"]]
     if problems:
         lines += ["", "## Problems in this run", ""] + [f"- {p}" for p in problems]
