@@ -3,7 +3,7 @@
 # and unpacks them with `dpkg -x` into the cache, never installing them system-wide.
 # The QEMU suite boots this image and builds the self-contained module against these
 # headers; a user's own kernel uses its installed headers instead.
-# Usage: fetch-debian-kernel.sh [KERNELRELEASE]   (default 6.12.117+deb12-amd64)
+# Usage: fetch-debian-kernel.sh [KERNELRELEASE]   (default $GB_STOCK_KREL: scripts/lib.sh)
 # Prints the unpacked root (it holds boot/vmlinuz-REL, lib/modules/REL,
 # usr/src/linux-headers-REL).
 set -euo pipefail

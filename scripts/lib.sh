@@ -35,5 +35,15 @@ need_cmd() {
 }
 
 # The stock distro kernel the QEMU suite boots with the self-contained module: the
-# Debian 12 upload whose source linux-source-6.12 ships (scripts/fetch-debian-kernel.sh).
-GB_STOCK_KREL=${GB_STOCK_KREL:-6.12.117+deb12-amd64}
+# Debian 12 upload whose source linux-source-6.12 ships (scripts/fetch-debian-kernel.sh),
+# read from the installed package, because the module must be built from the very same
+# upload and the archive moves on (6.12.117-1~deb12u1 gives 6.12.117+deb12-amd64).
+stock_krel_of_installed_source() {
+  local version
+  version=$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null) || return 1
+  case $version in
+    6.12.*-*~deb12u*) echo "${version%%-*}+deb12-amd64" ;;
+    *) return 1 ;;
+  esac
+}
+GB_STOCK_KREL=${GB_STOCK_KREL:-$(stock_krel_of_installed_source || echo 6.12.117+deb12-amd64)}

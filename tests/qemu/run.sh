@@ -2,7 +2,7 @@
 # The module suite (`make kmod-test`): boots two QEMU guests and runs the guest test
 # suite in each against greenboost.ko, then prints `N passed, M failed` over both.
 #
-#   stock  Debian's unmodified vmlinuz-6.12.117+deb12-amd64 (linux-image-...-unsigned,
+#   stock  Debian's unmodified vmlinuz-$GB_STOCK_KREL (scripts/lib.sh; linux-image-...-unsigned,
 #          fetched into the cache, never installed) with the self-contained module
 #   rust   the minimal Rust-enabled 6.12 test kernel (scripts/build-test-kernel.sh)
 #          with the ordinary out-of-tree module
