@@ -128,17 +128,23 @@ def cpu_breakdown(run, top=12):
             "synchronisations": syncs}
 
 
-def gpu_time_breakdown(forward, prompt, cache, token):
+def gpu_time_breakdown(forward, prompt):
     """GPU time of one prefill and one decode step by kind of work, from torch.profiler:
     copies (the shim's staging copies are host-to-device cuMemcpyAsync), GEMM kernels,
-    other kernels; the top kernels by time. Explains what limits a configuration."""
+    other kernels; the top kernels by time. Explains what limits a configuration. Call
+    it with no KV cache held, as the timed prefills run."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     kind = gpu_timeline.kind
 
     result = {}
-    for label, run in (("prefill", lambda: forward(prompt)), ("decode_step", lambda: forward(token, cache))):
+    state = {}
+
+    def prefill():
+        state["token"], state["cache"] = forward(prompt)
+
+    for label, run in (("prefill", prefill), ("decode_step", lambda: forward(state["token"], state["cache"]))):
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run()
@@ -427,7 +433,10 @@ def main():
                     where = pointer_placement(driver, tensor.data_ptr()) if on_gpu else "cpu"
                     kv_placement[where] = kv_placement.get(where, 0) + tensor.numel() * tensor.element_size()
 
-        # More prefills, each alone, so that one slow first prefill does not make the figure.
+        # More prefills, each alone and, as the passes' own, with no KV cache held: under a
+        # budget, PyTorch reuses the freed cache's blocks for the next prefill's
+        # activations, and where the shim placed them (T2 for some, 2026-12-02) matters.
+        del cache
         prefills = [cold_times[0], times[0]]
         for _ in range(max(args.prefill_repeats, 2) - 2):
             sync()
@@ -440,7 +449,7 @@ def main():
         profile = None
         if args.profile and on_gpu:
             try:
-                profile = gpu_time_breakdown(forward, prompt, cache, token)
+                profile = gpu_time_breakdown(forward, prompt)
                 profile["decode_gaps"] = decode_gaps(forward, prompt)
                 if args.generate == "hf":
                     profile["hf_generate_4_tokens"] = cpu_breakdown(lambda: generate_hf(Clock(), 4))
