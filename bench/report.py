@@ -263,14 +263,20 @@ def decode_bound(run, hbm, link):
     return bound, detail
 
 
-def add_cold_pass(detail, run, bound):
-    """The first pass's rate (each key length met for the first time; decode.py times
-    the second) and its ratio to the bound, beside a decode figure."""
+def cold_pass_tok_s(run):
+    """The first pass's tokens/s (each key length met for the first time; decode.py
+    times the second), or None where the run has none."""
     cold_ms = (run or {}).get("cold_decode_step_ms_median")
-    if cold_ms:
-        detail["cold_pass_tok_s"] = 1e3 / cold_ms
+    return 1e3 / cold_ms if cold_ms else None
+
+
+def add_cold_pass(detail, run, bound):
+    """The first pass's rate and its ratio to the bound, beside a decode figure."""
+    cold = cold_pass_tok_s(run)
+    if cold:
+        detail["cold_pass_tok_s"] = cold
         if bound:
-            detail["cold_pass_vs_bound"] = 1e3 / cold_ms / bound
+            detail["cold_pass_vs_bound"] = cold / bound
 
 
 def prefill_bound(run, vram_run, copy_rate, prompt):
@@ -299,6 +305,8 @@ def decode(runs):
                                            "cold_decode_step_ms_median",
                                            "new_tokens", "same_tokens_when_repeated", "weights_by_placement", "bytes_per_token_by_placement", "kv_cache_by_placement",
                                            "setup_s", "shim_loaded", "profile") if k in r}
+        if cold_pass_tok_s(r):
+            table[config]["cold_pass_tok_s"] = cold_pass_tok_s(r)
         for k in ("uvm_vram_peak_bytes", "uvm_managed_peak_bytes", "device_map_cpu_modules"):
             if k in r:
                 table[config][k] = r[k]
@@ -347,8 +355,8 @@ def decode(runs):
         add_cold_pass(hf_detail, hf, hf_bound)
         if configs.get("hf_vram"):
             hf_detail["hf_all_vram_tok_s"] = configs["hf_vram"]["decode_tok_s"]
-            if configs["hf_vram"].get("cold_decode_step_ms_median"):
-                hf_detail["hf_all_vram_cold_tok_s"] = 1e3 / configs["hf_vram"]["cold_decode_step_ms_median"]
+            if cold_pass_tok_s(configs["hf_vram"]):
+                hf_detail["hf_all_vram_cold_tok_s"] = cold_pass_tok_s(configs["hf_vram"])
         if gb:
             hf_detail["bench_loop_tok_s"] = gb_tok
         figures["decode_hf_vs_bound"] = figure(

@@ -96,8 +96,7 @@ def markdown(report):
             match_text = reference_text if config == "vram" else {True: f"yes ({row.get('tokens_compared')})",
                                                                False: f"no (from token {row.get('first_divergence_at')})",
                                                                None: "—"}[match]
-            cold_ms = row.get("cold_decode_step_ms_median")
-            cold = fmt(1e3 / cold_ms) if cold_ms else "—"
+            cold = fmt(row["cold_pass_tok_s"]) if row.get("cold_pass_tok_s") else "—"
             if config != "vram" and repeated is False:
                 match_text += "; its passes DIFFER"
             lines.append(f"| {config} | {fmt(row['prefill_tok_s'])} | {fmt(row['decode_tok_s'])} | {cold} | {row['new_tokens']} "
