@@ -15,7 +15,7 @@ use crate::config;
 use crate::cuda;
 use crate::ffi::CuDevice;
 use crate::log::Mib;
-use crate::placement::{DeviceView, Phase};
+use crate::placement::{DeviceView, Phase, CHUNK_MAX};
 use crate::stats::{self, STATS};
 
 const TRACKED_DEVICES: usize = 64;
@@ -114,6 +114,15 @@ pub fn phase() -> Phase {
     }
 }
 
+/// The phase the placement rule applies to an allocation of `size` for `device`: the
+/// program's (`phase`), or `Phase::Pooling` for the allocation that pools its weights.
+fn phase_of(size: u64, device: CuDevice) -> Phase {
+    match phase() {
+        Phase::Loading if size > CHUNK_MAX && is_pool(size, device) => Phase::Pooling,
+        phase => phase,
+    }
+}
+
 /// VRAM this process holds on `device` through the shim (charged and reserved).
 pub fn vram_in_use(device: CuDevice) -> u64 {
     vram_counter(device).map_or(0, |counter| counter.load(Ordering::Relaxed))
@@ -155,7 +164,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     let Some(physical) = cuda::physical_vram(device) else {
         return Some(reserve_unchecked(size, device));
     };
-    let phase = phase();
+    let phase = phase_of(size, device);
     let view = view(device, physical);
     let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, phase).is_vram());
     if reserved.is_none() && budget_has_room(size, device) {
@@ -177,7 +186,8 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
 /// the device's state did (other processes, the headroom).
 pub fn budget_has_room(size: u64, device: CuDevice) -> bool {
     let Some(physical) = cuda::physical_vram(device) else { return true };
-    config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), phase()).is_vram()
+    let phase = phase_of(size, device);
+    config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), phase).is_vram()
 }
 
 /// The placement limit on `device` now (budget and device room, the program running or

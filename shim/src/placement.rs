@@ -45,11 +45,26 @@ impl Placement {
     }
 }
 
+/// The largest allocation placement takes for a chunk of a framework's memory pool rather
+/// than a tensor of its own: PyTorch's caching allocator carves every tensor of 1-10 MiB
+/// out of 20 MiB segments (the smaller ones out of 2 MiB segments), and what a chunk's
+/// weights leave free holds activations and KV-cache blocks once the program computes.
+/// A chunk in T2 puts those on the link: on the H200, an 8B model's 512-token prefill
+/// with 16 of its 32 chunks (each 16 MiB of weights, 4 MiB free) in T2 sent 1868 MiB of
+/// its blocks there and took 273 ms (`bench/results/placement-probe-2026-12-03.md`).
+pub const CHUNK_MAX: u64 = 20 << 20;
+
 /// How far the program has come, as far as the reserve is concerned (see `Config::place`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Loading: the reserve is kept free for what the program allocates once it computes.
+    /// Loading: the reserve is kept free for what the program allocates once it computes,
+    /// and allocations larger than a chunk (`CHUNK_MAX`) keep as much again free for the
+    /// chunks still to come (weights are weights wherever they are read from; a chunk
+    /// also holds what the program computes).
     Loading,
+    /// Loading, and this allocation pools the program's weights (`Config::is_pool`): it
+    /// keeps the reserve only, as it is all the weights.
+    Pooling,
     /// Loading, after one allocation took at least half the budget at once, more than the
     /// process held before it: the program keeps its weights in one pool (llama.cpp and
     /// ollama do), and what it allocates next is its working memory (KV cache, compute
@@ -61,9 +76,13 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Whether an allocation placed whole may use the reserve.
-    fn reserve_open(self) -> bool {
-        self != Phase::Loading
+    /// How many times over the reserve stays free for an allocation of `size`.
+    fn reserves_kept(self, size: u64) -> u64 {
+        match self {
+            Phase::Loading if size > CHUNK_MAX => 2,
+            Phase::Loading | Phase::Pooling => 1,
+            Phase::LoadingAfterPool | Phase::Computing => 0,
+        }
     }
 }
 
@@ -84,20 +103,21 @@ impl Config {
         self.vram_headroom.get(ordinal).unwrap_or_else(|| default_vram_headroom(physical))
     }
 
-    /// VRAM in use up to which allocations still go to VRAM: what this process may have
-    /// — the budget, and never so much that less than the headroom stays free on the
-    /// device — minus the reserve, or all of it when `reserve_open` (see `Phase`). On a
-    /// shared device the reserve is kept inside what the device leaves, so that
-    /// activations find VRAM there too.
-    pub fn vram_limit(&self, device: DeviceView, reserve_open: bool) -> u64 {
+    /// VRAM this process may have on `device`: the budget, and never so much that less
+    /// than the headroom stays free on the device.
+    fn room(&self, device: DeviceView) -> u64 {
         let (ordinal, physical) = (device.ordinal, device.physical);
         let device_room = physical.saturating_sub(device.others).saturating_sub(self.headroom(ordinal, physical));
-        let room = self.budget(ordinal, physical).min(device_room);
-        if reserve_open {
-            room
-        } else {
-            room.saturating_sub(self.reserve(ordinal, physical))
-        }
+        self.budget(ordinal, physical).min(device_room)
+    }
+
+    /// VRAM in use up to which allocations still go to VRAM: the room (`room`) minus the
+    /// reserve, or all of it when `reserve_open` (see `Phase`). On a shared device the
+    /// reserve is kept inside what the device leaves, so that activations find VRAM
+    /// there too.
+    pub fn vram_limit(&self, device: DeviceView, reserve_open: bool) -> u64 {
+        let kept = if reserve_open { 0 } else { self.reserve(device.ordinal, device.physical) };
+        self.room(device).saturating_sub(kept)
     }
 
     /// The placement rule: small allocations and those that fit the budget minus the
@@ -105,14 +125,18 @@ impl Config {
     /// handle or product), or has pooled its weights (`Phase::LoadingAfterPool`), the
     /// reserve is open too: what is allocated then is activations, workspace and KV
     /// cache, read many times per token, while the weights loaded before took their
-    /// share and spilled.
+    /// share and spilled. While it loads, allocations larger than a chunk leave the
+    /// reserve free twice over, so that the pool chunks loaded after the budget's share
+    /// of weights is spent still find VRAM (`CHUNK_MAX`); what the chunks leave of it
+    /// opens with the reserve.
     /// Allocations below the minimum T2 size always go to VRAM, headroom or not: they
     /// are small, and the headroom is sized to absorb them.
     pub fn place(&self, size: u64, vram_in_use: u64, device: DeviceView, phase: Phase) -> Placement {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let limit = self.vram_limit(device, phase.reserve_open());
+        let kept = self.reserve(device.ordinal, device.physical).saturating_mul(phase.reserves_kept(size));
+        let limit = self.room(device).saturating_sub(kept);
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
@@ -201,10 +225,10 @@ mod tests {
             ..Config::default()
         };
         let physical = 80 * G;
-        assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
-        assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
+        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::Host);
+        assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
+        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Pooling), Placement::Host);
         // Below the minimum: VRAM even when the budget is spent.
         assert_eq!(config.place(M, 100 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
         // The physical size caps a larger budget.
@@ -248,6 +272,29 @@ mod tests {
     }
 
     #[test]
+    fn while_loading_chunks_keep_vram_after_the_weights_share() {
+        let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
+        let device = DeviceView::alone(0, 80 * G);
+        // Tensors larger than a chunk stop at the budget less twice the reserve...
+        assert_eq!(config.place(G, 5 * G, device, Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(G, 5 * G + 1, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(CHUNK_MAX + 1, 6 * G - CHUNK_MAX, device, Phase::Loading), Placement::Host);
+        // ...so that a pool's chunks after them still find VRAM, up to the reserve.
+        assert_eq!(config.place(CHUNK_MAX, 6 * G, device, Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX, device, Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX + 1, device, Phase::Loading), Placement::Host);
+        // The weights in one pool keep the reserve once, as before; once the program
+        // computes, or after a pool, the reserve and what the chunks left of it open.
+        assert_eq!(config.place(7 * G, 0, device, Phase::Pooling), Placement::Vram);
+        assert_eq!(config.place(7 * G + 1, 0, device, Phase::Pooling), Placement::Host);
+        assert_eq!(config.place(2 * G, 6 * G, device, Phase::Computing), Placement::Vram);
+        assert_eq!(config.place(2 * G, 6 * G, device, Phase::LoadingAfterPool), Placement::Vram);
+        // No reserve, nothing kept for chunks either.
+        let unreserved = Config { vram_reserve: Some(0), ..config };
+        assert_eq!(unreserved.place(G, 7 * G, device, Phase::Loading), Placement::Vram);
+    }
+
+    #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
         let config = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
         assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), Phase::Loading), Placement::Host);
@@ -260,9 +307,14 @@ mod tests {
         assert_eq!(config.reserve(0, 80 * G), 512 * M);
         let budgeted = Config { vram_budget: PerDevice::every(G), ..Config::default() };
         assert_eq!(budgeted.reserve(0, 80 * G), 128 * M);
-        // 256 MiB device: three of six 64 MiB allocations fit under 224 MiB.
-        assert_eq!(config.place(64 * M, 128 * M, DeviceView::alone(0, 256 * M), Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(64 * M, 192 * M, DeviceView::alone(0, 256 * M), Phase::Loading), Placement::Host);
+        // 256 MiB device, 32 MiB of headroom and of reserve: while loading, two of six
+        // 64 MiB tensors fit under 160 MiB (the reserve kept twice over), the chunks after
+        // them up to 192 MiB.
+        let device = DeviceView::alone(0, 256 * M);
+        assert_eq!(config.place(64 * M, 64 * M, device, Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(64 * M, 128 * M, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(CHUNK_MAX, 128 * M, device, Phase::Loading), Placement::Vram);
+        assert_eq!(config.place(CHUNK_MAX, 192 * M - CHUNK_MAX + 1, device, Phase::Loading), Placement::Host);
     }
 
     #[test]

@@ -221,7 +221,11 @@ int test_placement(int argc, char **argv)
     size_t budget = env_size("GREENBOOST_VRAM_BUDGET", vram);
     size_t reserve = env_size("GREENBOOST_VRAM_RESERVE", 0);
     size_t min_t2 = env_size("GREENBOOST_MIN_T2_SIZE", 2 * MiB);
-    size_t limit = budget - reserve; /* what large allocations may take of VRAM */
+    size_t big_size = budget / 4;
+    /* While the program loads, allocations larger than a pool's chunk leave the reserve
+     * free twice over, for the chunks that follow (shim/src/placement.rs, CHUNK_MAX). */
+    size_t kept = big_size > CHUNK_MAX ? 2 * reserve : reserve;
+    size_t limit = budget > kept ? budget - kept : 0; /* what large allocations may take of VRAM */
     /* Small allocations stay in VRAM even past the budget. */
     void *small[64];
     size_t nsmall = 0, used = 0;
@@ -229,18 +233,33 @@ int test_placement(int argc, char **argv)
     size_t nbig = 0;
     /* Fill the budget with budget/4 chunks: the ones that fit land in VRAM. */
     for (; nbig < 6; nbig++) {
-        OK(cudaMalloc(&big[nbig], budget / 4));
-        fill_and_verify(big[nbig], budget / 4, 7 + (uint32_t)nbig, 0);
+        OK(cudaMalloc(&big[nbig], big_size));
+        fill_and_verify(big[nbig], big_size, 7 + (uint32_t)nbig, 0);
     }
     int vram_count = 0;
     for (size_t i = 0; i < nbig; i++)
         vram_count += !strcmp(kind(big[i]), "vram");
     printf("budget %zu MiB, reserve %zu MiB: %d of %zu quarter-budget allocations in VRAM, VRAM used %zu MiB\n",
            budget >> 20, reserve >> 20, vram_count, nbig, fakegpu_vram_used() >> 20);
-    CHECK(fakegpu_vram_used() <= limit, "VRAM use %zu exceeds budget %zu minus reserve %zu\n",
-          fakegpu_vram_used(), budget, reserve);
-    CHECK((size_t)vram_count == limit / (budget / 4), "%d quarter-budget allocations in VRAM; %zu fit "
-          "under budget minus reserve\n", vram_count, limit / (budget / 4));
+    CHECK(fakegpu_vram_used() <= limit, "VRAM use %zu exceeds budget %zu minus %zu kept (reserve %zu)\n",
+          fakegpu_vram_used(), budget, kept, reserve);
+    CHECK((size_t)vram_count == limit / big_size, "%d quarter-budget allocations in VRAM; %zu fit "
+          "under budget minus %zu MiB kept\n", vram_count, limit / big_size, kept >> 20);
+    /* Chunks after them take what the large ones had to leave, up to the reserve. */
+    void *chunk[8];
+    size_t nchunk = 0, chunk_size = CHUNK_MAX < budget / 8 ? CHUNK_MAX : budget / 8;
+    size_t chunk_room = budget - reserve - (size_t)vram_count * big_size;
+    size_t want_chunks = big_size > CHUNK_MAX && chunk_size >= min_t2 ? chunk_room / chunk_size + 1 : 0;
+    for (; nchunk < want_chunks && nchunk < 8; nchunk++) {
+        OK(cudaMalloc(&chunk[nchunk], chunk_size));
+        fill_and_verify(chunk[nchunk], chunk_size, 50 + (uint32_t)nchunk, 0);
+        int in_vram = !strcmp(kind(chunk[nchunk]), "vram");
+        CHECK(in_vram == (nchunk < chunk_room / chunk_size), "chunk %zu of %zu MiB in %s; %zu fit beside the "
+              "large allocations under budget minus reserve\n", nchunk, chunk_size >> 20, kind(chunk[nchunk]),
+              chunk_room / chunk_size);
+    }
+    if (nchunk)
+        printf("%zu chunks of %zu MiB after them: %zu in VRAM\n", nchunk, chunk_size >> 20, chunk_room / chunk_size);
     /* As many as physically fit beside the large ones (past that the driver's own
      * out-of-memory sends them to T2, rightly). */
     size_t sz = min_t2 / 2 + 4096, room = (vram - fakegpu_vram_used()) / (sz + 4096);
@@ -254,6 +273,10 @@ int test_placement(int argc, char **argv)
     }
     for (size_t i = 0; i < nbig; i++)
         verify(big[i], budget / 4, 7 + (uint32_t)i);
+    for (size_t i = 0; i < nchunk; i++) {
+        verify(chunk[i], chunk_size, 50 + (uint32_t)i);
+        OK(cudaFree(chunk[i]));
+    }
     for (size_t i = 0; i < nsmall; i++)
         OK(cudaFree(small[i]));
     for (size_t i = 0; i < nbig; i++)

@@ -15,6 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The largest allocation the shim's placement takes for a pool's chunk (its CHUNK_MAX,
+ * shim/src/placement.rs): PyTorch's caching allocator's 20 MiB segments. */
+#define CHUNK_MAX (20 * MiB)
+
 cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
