@@ -112,7 +112,7 @@ impl Config {
     }
 
     /// VRAM in use up to which allocations still go to VRAM: the room (`room`) minus the
-    /// reserve, or all of it when `reserve_open` (see `Phase`). On a shared device the
+    /// reserve, or all of it when `reserve_open` (the program computes). On a shared device the
     /// reserve is kept inside what the device leaves, so that activations find VRAM
     /// there too.
     pub fn vram_limit(&self, device: DeviceView, reserve_open: bool) -> u64 {
