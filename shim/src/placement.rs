@@ -116,7 +116,12 @@ impl Config {
     /// reserve is kept inside what the device leaves, so that activations find VRAM
     /// there too.
     pub fn vram_limit(&self, device: DeviceView, reserve_open: bool) -> u64 {
-        let kept = if reserve_open { 0 } else { self.reserve(device.ordinal, device.physical) };
+        self.room_keeping(device, if reserve_open { 0 } else { 1 })
+    }
+
+    /// The room less `reserves` times the reserve.
+    fn room_keeping(&self, device: DeviceView, reserves: u64) -> u64 {
+        let kept = self.reserve(device.ordinal, device.physical).saturating_mul(reserves);
         self.room(device).saturating_sub(kept)
     }
 
@@ -135,8 +140,7 @@ impl Config {
         if size < self.min_t2_size {
             return Placement::Vram;
         }
-        let kept = self.reserve(device.ordinal, device.physical).saturating_mul(phase.reserves_kept(size));
-        let limit = self.room(device).saturating_sub(kept);
+        let limit = self.room_keeping(device, phase.reserves_kept(size));
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
             _ => Placement::Host,
