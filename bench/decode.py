@@ -78,6 +78,47 @@ def meta_llama(shape):
     model.eval()
     return model, config
 
+def draw_weights(model, device, seed, reverse=False, target=None):
+    """Draws every weight of a `meta_llama` model on `device`, one parameter at a time in
+    the model's order (the reverse with `reverse`), each from a generator seeded with the
+    parameter's index, so that every configuration computes with the same weights; a
+    parameter for which `target(name)` names another device is moved there. Builds the
+    rotary embedding's computed buffer for real."""
+    import torch
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    generator = torch.Generator(device=device)
+    order = list(enumerate(name for name, _ in model.named_parameters()))
+    if reverse:
+        order.reverse()
+    for index, name in order:
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        tensor = torch.empty(getattr(module, attr).shape, dtype=torch.bfloat16, device=device)
+        if tensor.dim() == 1:
+            tensor.fill_(1.0)  # RMSNorm scales
+        else:
+            generator.manual_seed(seed * 1_000_003 + index)
+            tensor.normal_(0.0, 0.02, generator=generator)
+        where = target(name) if target else device
+        if where != device:
+            tensor = tensor.to(where)
+        setattr(module, attr, torch.nn.Parameter(tensor, requires_grad=False))
+    with device:
+        model.model.rotary_emb = LlamaRotaryEmbedding(config=model.config)
+
+
+def greedy_step(model):
+    """One greedy forward of `model`: (the next token, the KV cache) from the tokens `ids`
+    and the cache so far; only the last position's logits are computed."""
+
+    def forward(ids, cache=None):
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].argmax(-1, keepdim=True), out.past_key_values
+
+    return forward
+
+
 def kv_width(shape):
     return shape["num_key_value_heads"] * shape["hidden_size"] // shape["num_attention_heads"]
 
@@ -231,13 +272,12 @@ def main():
         torch.cuda.memory.change_current_allocator(allocator)
     import torch
     import transformers
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     on_gpu = args.device == "cuda"
     if args.no_cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(False)
     device = torch.device(args.device)
-    model, config = meta_llama(shape)
+    model, _ = meta_llama(shape)
     names = [name for name, _ in model.named_parameters()]
     counted = sum(p.numel() for p in model.parameters())
     if counted != weight_count(shape):
@@ -261,27 +301,7 @@ def main():
         where = device_map[best]
         return torch.device("cpu") if where == "cpu" else device
 
-    generator = torch.Generator(device=device)
-    order = list(enumerate(names))
-    if args.allocation_order == "reverse":
-        order.reverse()
-    for index, name in order:
-        module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
-        old = getattr(module, attr)
-        tensor = torch.empty(old.shape, dtype=torch.bfloat16, device=device)
-        if tensor.dim() == 1:
-            tensor.fill_(1.0)  # RMSNorm scales
-        else:
-            generator.manual_seed(args.seed * 1_000_003 + index)
-            tensor.normal_(0.0, 0.02, generator=generator)
-        where = target(name)
-        if where != device:
-            tensor = tensor.to(where)
-        setattr(module, attr, torch.nn.Parameter(tensor, requires_grad=False))
-    # The rotary embedding's inverse frequencies are a computed buffer: build it for real.
-    with device:
-        model.model.rotary_emb = LlamaRotaryEmbedding(config=config)
+    draw_weights(model, device, args.seed, reverse=args.allocation_order == "reverse", target=target)
     leftover = [name for name, b in model.named_buffers() if b.is_meta]
     if leftover:
         raise SystemExit(f"decode.py: buffers left on meta: {leftover}")
@@ -334,9 +354,7 @@ def main():
         if on_gpu:
             torch.cuda.synchronize()
 
-    def forward(ids, cache=None):
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].argmax(-1, keepdim=True), out.past_key_values
+    forward = greedy_step(model)
 
     class Clock:
         """CUDA events on the GPU, perf_counter on the CPU."""

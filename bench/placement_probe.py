@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from decode import BF16_BYTES, meta_llama, shape_of
+from decode import BF16_BYTES, draw_weights, greedy_step, meta_llama, shape_of
 
 
 def main():
@@ -36,29 +36,14 @@ def main():
     in_t2 = (lambda address, size: t2_bytes(address, size)) if t2_bytes else (lambda address, size: 0)
 
     device = torch.device("cuda")
-    generator = torch.Generator(device=device)
-    for index, (name, _) in enumerate(list(model.named_parameters())):
-        module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
-        tensor = torch.empty(getattr(module, attr).shape, dtype=torch.bfloat16, device=device)
-        if tensor.dim() == 1:
-            tensor.fill_(1.0)
-        else:
-            generator.manual_seed(1234 * 1_000_003 + index)
-            tensor.normal_(0.0, 0.02, generator=generator)
-        setattr(module, attr, torch.nn.Parameter(tensor, requires_grad=False))
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-    with device:
-        model.model.rotary_emb = LlamaRotaryEmbedding(config=model.config)
+    draw_weights(model, device, 1234)
     loaded_segments = {s["address"] for s in torch.cuda.memory_snapshot()}
     weights_t2 = sum(in_t2(p.data_ptr(), p.numel() * BF16_BYTES) for p in model.parameters())
 
     prompt = torch.randint(0, shape["vocab_size"], (1, args.prompt),
                            generator=torch.Generator().manual_seed(1234)).to(device)
 
-    def forward(ids, cache=None):
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].argmax(-1, keepdim=True), out.past_key_values
+    forward = greedy_step(model)
 
     def timed_prefill():
         torch.cuda.synchronize()

@@ -29,22 +29,9 @@ def build_model(decode, shape, seed):
     device, every weight drawn on the GPU from a generator seeded with the parameter's
     index."""
     import torch
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     model, config = decode.meta_llama(shape)
-    generator = torch.Generator(device="cuda")
-    for index, (name, _) in enumerate(list(model.named_parameters())):
-        module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
-        tensor = torch.empty(getattr(module, attr).shape, dtype=torch.bfloat16, device="cuda")
-        if tensor.dim() == 1:
-            tensor.fill_(1.0)
-        else:
-            generator.manual_seed(seed * 1_000_003 + index)
-            tensor.normal_(0.0, 0.02, generator=generator)
-        setattr(module, attr, torch.nn.Parameter(tensor, requires_grad=False))
-    with torch.device("cuda"):
-        model.model.rotary_emb = LlamaRotaryEmbedding(config=config)
+    decode.draw_weights(model, torch.device("cuda"), seed)
     return model, config
 
 
