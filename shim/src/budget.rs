@@ -209,14 +209,15 @@ pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation
     reserve_if(device, bytes, |in_use| in_use.checked_add(bytes).is_some_and(|after| after <= limit))
 }
 
-/// Reserves the VRAM head of a split allocation: what is left under the placement limit
-/// less the reserve (`Config::split_head`) in whole `granularity` units, at most `most`.
-/// `None` when not one unit is left.
-pub fn reserve_vram_head(device: CuDevice, granularity: u64, most: u64) -> Option<VramReservation> {
+/// Reserves the VRAM head of a split allocation of `total` bytes (whole `granularity`
+/// units): what the placement rule leaves it (`Config::split_head`), in whole units, one
+/// at least left to the tail. `None` when not one unit is left.
+pub fn reserve_vram_head(device: CuDevice, granularity: u64, total: u64) -> Option<VramReservation> {
     let (config, physical) = (config::get(), cuda::physical_vram(device)?);
     let counter = vram_counter(device)?;
     let view = view(device, physical);
-    let room = |in_use: u64| config.split_head(in_use, view, granularity, most);
+    let phase = phase_of(total, device);
+    let room = |in_use: u64| config.split_head(in_use, view, granularity, total, phase);
     let before = counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
             let head = room(in_use);

@@ -160,15 +160,22 @@ impl Config {
         self.split_min.is_some_and(|min| size >= min)
     }
 
-    /// The VRAM head a split allocation gets while `vram_in_use` bytes are in use: what
-    /// is left under the placement limit less the reserve, whatever the phase, at most
-    /// `most`, in whole `granularity` units (0: no head, no split). A buffer too large for
-    /// the reserve never takes it from the smaller, hotter ones made after it: llama.cpp
-    /// makes a context's KV cache, then its compute buffer, for every context, also once
-    /// it computes; cuBLAS's workspace and ggml's pool follow.
-    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, granularity: u64, most: u64) -> u64 {
-        let room = self.vram_limit(device, false).saturating_sub(vram_in_use).min(most);
-        room - room % granularity.max(1)
+    /// The VRAM head a split allocation of `total` bytes (whole `granularity` units) gets
+    /// in `phase` while `vram_in_use` bytes are in use: what is left under the room less
+    /// the reserves a whole allocation of its size keeps in that phase, and at least the
+    /// reserve whatever the phase; in whole granules, one at least left to the tail (0: no
+    /// head, no split). A buffer too large for the reserve never takes it from the
+    /// smaller, hotter ones made after it: llama.cpp makes a context's KV cache, then its
+    /// compute buffer, for every context, also once it computes; cuBLAS's workspace and
+    /// ggml's pool follow. While the program loads, a head keeps the chunks' room as a
+    /// whole allocation does (`CHUNK_MAX`): PyTorch loads weights larger than
+    /// GREENBOOST_SPLIT_MIN between the segments it later fills with activations.
+    pub fn split_head(&self, vram_in_use: u64, device: DeviceView, granularity: u64, total: u64, phase: Phase) -> u64 {
+        let granularity = granularity.max(1);
+        let reserves = phase.reserves_kept(total).max(1);
+        let most = total.saturating_sub(granularity);
+        let room = self.room_keeping(device, reserves).saturating_sub(vram_in_use).min(most);
+        room - room % granularity
     }
 
     /// The (free, total) a memory query reports, from the driver's real figures and the
@@ -197,17 +204,23 @@ mod tests {
     fn split_head_is_the_room_left_in_whole_granules() {
         let config = Config { vram_budget: PerDevice::every(512 * M), vram_reserve: Some(0), ..Config::default() };
         let (physical, granule) = (G, 2 * M);
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, G - granule), 512 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Computing), 512 * M);
         // Room that is not a whole granule is left over.
-        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G), 410 * M);
+        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G, Phase::Computing), 410 * M);
         // Less than one granule left, or the budget spent: no head.
-        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), granule, G), 0);
-        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), granule, G), 0);
+        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing), 0);
+        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing), 0);
         // The head never takes all of the allocation.
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, 300 * M + 1), 300 * M);
+        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, 302 * M, Phase::Computing), 300 * M);
         // The reserve is left to smaller allocations.
         let reserved = Config { vram_reserve: Some(128 * M), ..config };
-        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G), 384 * M);
+        for phase in [Phase::Pooling, Phase::LoadingAfterPool, Phase::Computing] {
+            assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G, phase), 384 * M);
+        }
+        // While loading, the chunks' room too, as for a whole allocation of its size.
+        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Loading), 256 * M);
+        assert_eq!(reserved.place(256 * M, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
+        assert_eq!(reserved.place(256 * M + 1, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
     }
 
     #[test]
@@ -264,7 +277,9 @@ mod tests {
         assert_eq!(config.place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::Host);
         // A buffer larger than the reserve leaves it to the smaller ones after it: no
         // head, before computing or after.
-        assert_eq!(config.split_head(7 * G, device, 2 * M, 2 * G), 0);
+        for phase in [Phase::LoadingAfterPool, Phase::Computing] {
+            assert_eq!(config.split_head(7 * G, device, 2 * M, 2 * G, phase), 0);
+        }
         // PyTorch's weights, one tensor at a time, are no pool: neither is a first
         // tensor below half the budget nor a large one after others.
         assert!(!config.is_pool(4 * G - 1, 0, 0, 80 * G));
@@ -357,8 +372,8 @@ mod tests {
         assert_eq!(config.place(M, 9 * G, shared, Phase::Computing), Placement::Vram);
         // The device full of others: no split head either.
         let full = DeviceView { ordinal: 0, physical: 80 * G, others: 79 * G + 1 };
-        assert_eq!(config.split_head(0, full, 2 * M, 4 * G), 0);
-        assert_eq!(config.split_head(0, shared, 2 * M, 20 * G), 9 * G);
+        assert_eq!(config.split_head(0, full, 2 * M, 4 * G, Phase::Computing), 0);
+        assert_eq!(config.split_head(0, shared, 2 * M, 20 * G, Phase::Computing), 9 * G);
         // The budget still bounds the process when the device has room.
         let budgeted = Config { vram_budget: PerDevice::every(4 * G), ..config };
         assert_eq!(budgeted.vram_limit(shared, true), 4 * G);

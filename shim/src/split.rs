@@ -96,7 +96,7 @@ pub fn create(
     let total = size.checked_next_multiple_of(granularity)?;
     // The head leaves at least one granule to the tail: an allocation that fits whole
     // would have gone to VRAM.
-    let head = budget::reserve_vram_head(device, granularity, total - granularity)?;
+    let head = budget::reserve_vram_head(device, granularity, total)?;
     let tail = reserve_tail(total - head.bytes())?;
     let mut building = Building { head_size: head.bytes(), tail_size: tail.bytes(), ..Building::default() };
     let (head_handle, tail_handle) = match building.run(device, &on_device, &on_host, granularity) {

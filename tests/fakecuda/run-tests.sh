@@ -237,6 +237,12 @@ t_reserve() {
     shim reserve $SHIMENV GREENBOOST_VRAM_RESERVE=$(( VRAM / 4 )) GREENBOOST_MIN_T2_SIZE=4M \
         "$BIN/gbtest-rt13" placement
 }
+t_reserve_split() {
+    # The same with the quarter-VRAM allocations large enough to split: a split's VRAM
+    # head keeps the chunks' room too, as the allocation whole would.
+    shim reserve-split $SHIMENV GREENBOOST_VRAM_RESERVE=$(( VRAM / 4 )) GREENBOOST_MIN_T2_SIZE=4M \
+        GREENBOOST_SPLIT_MIN=$(( VRAM / 4 )) "$BIN/gbtest-rt13" placement
+}
 t_alloc4x_deepbind() {
     shim alloc4x-fw-deepbind $SHIMENV GBTEST_DEEPBIND=1 GBTEST_EXPECT_VRAM_ALLOCS=2 "$BIN/gbtest-fw" alloc4x
 }
@@ -476,7 +482,7 @@ control_tests="control_fake_selftest control_fake_detectors control_fake_managed
 control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_expandable_fails control_lasterror_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
-reserve alloc4x_deepbind alloc4x_mlock
+reserve reserve_split alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma vmm_shareable expandable_rt13
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async split_pool driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access

@@ -198,6 +198,9 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
     fail torch_split.split "the shim's summary does not count one split allocation: $(grep 'summary:' "$logs/torch_split.err" | head -1)"
   fi
 
+  # --- pool chunks keep VRAM: the 20 MiB segments PyTorch later fills with activations ----
+  run_test torch_chunks "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G -- "$python" "$torch_check" chunks --label torch_chunks
+
   # --- GEMM operand staging: bit-identical to zero-copy and to all-VRAM --------------------
   gemm_env=("${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G GREENBOOST_VRAM_RESERVE=2G)
   run_test gemm_plain -- "$python" "$torch_check" gemm --label gemm_plain --expect vram --out "$logs/gemm_plain.pt"

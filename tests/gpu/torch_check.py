@@ -21,6 +21,9 @@ anything failed.
             before the first product (T2 under the shim), 512 tokens wide: the optimizer
             writes the weights between the products that read them (staging must see
             every write); losses and the trained weights are saved (--out).
+  chunks    layers of a 256 MiB and two 8 MiB weights past the budget: the segments
+            PyTorch carves the 8 MiB pairs from stay in VRAM, and so do the activations
+            it later puts in what they leave free.
   gemm-compare  the saved outputs of several runs must be bit-identical to the first's.
 """
 
@@ -206,6 +209,38 @@ def tensors(args):
     kv(f"{label}.end_free", end_free)
 
 
+def chunks(args):
+    """Layers of one 256 MiB weight and two 8 MiB ones, loaded past the budget: PyTorch
+    carves the 8 MiB pair out of one 20 MiB segment and later hands its free 4 MiB to
+    activations. Every such segment must be in VRAM (the 256 MiB weights spill instead,
+    one of them split: they are GREENBOOST_SPLIT_MIN large, and a split's VRAM head must
+    leave the segments' room as the weight whole would), and so must every 4 MiB
+    activation held once the program computes, more of them at once than there are
+    segments."""
+    label, drv = args.label, Driver()
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    layers = []
+    for _ in range(args.layers):
+        big = torch.empty(256 * MIB // 2, dtype=torch.bfloat16, device="cuda").normal_(generator=generator)
+        pair = [torch.empty(8 * MIB // 2, dtype=torch.bfloat16, device="cuda").normal_(generator=generator)
+                for _ in range(2)]
+        layers.append((big, pair))
+    big_places = [drv.placement(big.data_ptr()) for big, _ in layers]
+    pair_places = [drv.placement(t.data_ptr()) for _, pair in layers for t in pair]
+    kv(f"{label}.large_in_t2", big_places.count("t2"))
+    record(f"{label}.placement", "t2" in big_places and set(pair_places) == {"vram"},
+           f"{big_places.count('t2')} of {len(big_places)} 256 MiB weights in T2; the 8 MiB ones: "
+           f"{pair_places.count('t2')} of {len(pair_places)} in T2 (want some and none)")
+
+    weight = layers[0][1][0][: 1024 * 1024].view(1024, 1024)
+    product = torch.ones(2048, 1024, dtype=torch.bfloat16, device="cuda") @ weight  # computing: 4 MiB
+    activations = [product + i for i in range(args.layers + 8)]  # more than the segments' free blocks
+    places = [drv.placement(a.data_ptr()) for a in activations]
+    wrong = sum(not torch.equal(a, product + i) for i, a in enumerate(activations))
+    record(f"{label}.activations", places.count("t2") == 0 and wrong == 0,
+           f"{places.count('t2')} of {len(places)} activations of 4 MiB in T2 (want none); {wrong} wrong")
+
+
 GEMM_TOKENS = 512
 GEMM_WIDTH = 4096
 
@@ -368,10 +403,11 @@ def capacity(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["tensors", "capacity", "gemm", "train", "gemm-compare"])
+    p.add_argument("mode", choices=["tensors", "chunks", "capacity", "gemm", "train", "gemm-compare"])
     p.add_argument("--label", default="torch")
     p.add_argument("--total-gib", type=int, default=24)
     p.add_argument("--chunk-mib", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=16, help="chunks: layers loaded")
     p.add_argument("--budget-gib", type=int, default=0)
     p.add_argument("--t2-cap-gib", type=int, default=0)
     p.add_argument("--expect", choices=["t2", "vram", "any"], default="any")
@@ -387,6 +423,8 @@ def main():
     try:
         if args.mode == "tensors":
             tensors(args)
+        elif args.mode == "chunks":
+            chunks(args)
         elif args.mode == "gemm":
             gemm(args)
         elif args.mode == "train":
