@@ -206,7 +206,10 @@ mod tests {
         let (physical, granule) = (G, 2 * M);
         assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Computing), 512 * M);
         // Room that is not a whole granule is left over.
-        assert_eq!(config.split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G, Phase::Computing), 410 * M);
+        assert_eq!(
+            config.split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G, Phase::Computing),
+            410 * M
+        );
         // Less than one granule left, or the budget spent: no head.
         assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing), 0);
         assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing), 0);
