@@ -8,7 +8,6 @@ could not be measured says why. Nothing here judges a timing as pass or fail."""
 import argparse
 import datetime
 import json
-import math
 import os
 import re
 import statistics
@@ -245,13 +244,15 @@ def bandwidths(runs):
 
 def decode_bound(run, hbm, link):
     """Tokens/s the bandwidths allow for `run`'s placement: 1 / (bytes in VRAM / HBM rate
-    + bytes in T2 / the link's rate at the nearest measured size, the faster of zero-copy
-    and the copy engine); (None, {}) without data."""
+    + bytes in T2 / the link's best rate, the faster of zero-copy and the copy engine at
+    whichever size the run measured it fastest: a bound must not fall with one slow
+    measurement, and the copy engine, which staging reads T2 with, moves any size past a
+    GiB at one rate); (None, {}) without data."""
     if not (run and hbm and link):
         return None, {}
     per_token = run["bytes_per_token_by_placement"]
     in_vram, in_t2 = per_token.get("vram", 0), per_token.get("host", 0)
-    near = min(link, key=lambda gib: abs(math.log(gib * 2**30) - math.log(max(in_t2, 1))))
+    near = max(link, key=lambda gib: link[gib])
     rate = link[near]
     bound = 1.0 / (in_vram / (hbm * 1e9) + in_t2 / (rate * 1e9))
     detail = {"bytes_per_token_vram": in_vram, "bytes_per_token_t2": in_t2, "hbm_GBps": hbm,

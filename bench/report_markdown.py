@@ -147,7 +147,7 @@ def markdown(report):
         if bound.get("bound_tok_s"):
             lines += ["", f"Bandwidth bound: {bound['bytes_per_token_vram'] / 1e9:.2f} GB/token from VRAM at "
                           f"{bound['hbm_GBps']:.0f} GB/s + {bound['bytes_per_token_t2'] / 1e9:.2f} GB/token from T2 at "
-                          f"{bound['link_GBps']:.1f} GB/s (the faster of zero-copy and the copy engine, {bound['link_measured_at_gib']:g} GiB buffer)"
+                          f"{bound['link_GBps']:.1f} GB/s (the link's best rate in this run, the faster of zero-copy and the copy engine, at {bound['link_measured_at_gib']:g} GiB)"
                           f" = {bound['bound_tok_s']:.2f} tokens/s."]
         for name in ("decode_vs_bound", "decode_hf_vs_bound"):
             detail = report["figures"].get(name, {}).get("detail") or {}

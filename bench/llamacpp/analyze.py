@@ -388,11 +388,31 @@ def bounds_markdown(limits: dict, configs: dict) -> list[str]:
         r = b["read_per_token_gb"]
         lines.append(f"| {configs[stem]['title']} | {r['vram']} | {r['t2']} | {r['host_ram']} "
                      f"| {fmt(b['tg_bound_tok_s'])} | {fmt(b['tg_vs_bound'])} |")
+    below = limits.get("greenboost", {}).get("below_bound")
+    if below:
+        lines += ["", shortfall_text(below, rates)]
     share = configs.get("greenboost", {}).get("t2_share")
     if share:
         lines += ["", f"GreenBoost's placement (the shim's log): {share['model'] * 100:.1f}% of the model "
                   f"buffer in T2, KV cache share in T2 {fmt(share['kv'])}."]
     return lines
+
+
+def shortfall_text(below: dict, rates: dict) -> str:
+    """Where GreenBoost's token time goes beyond its bound, from `bound.below_bound`."""
+    zero_copy = rates.get("zero_copy_gbs")
+    t2 = f"{below['t2_at_link']} ms at the copy engine's {rates['link_gbs']} GB/s that the bound takes"
+    if below.get("t2_at_zero_copy"):
+        t2 += (f", {below['t2_at_zero_copy']} ms at the {zero_copy} GB/s of a GPU kernel reading pinned memory in "
+               "place (zero-copy, measured in this run)")
+    effective = (f" That leaves {below['t2_effective_gbs']} GB/s as the rate its kernels really read T2 at."
+                 if below.get("t2_effective_gbs") else "")
+    return (f"GreenBoost takes {below['measured_token']} ms a token. llama.cpp's kernels read T2 in place (zero-copy), "
+            f"not through the copy engine: its T2 bytes take {t2}; its VRAM bytes take {below['vram']} ms; and a "
+            f"token's work that is not streaming bytes (launches, routing, small kernels) takes {below['not_bytes']} ms, "
+            f"what the all-VRAM run spends beyond its own bytes ({below['vram_run_token']} ms a token against "
+            f"{below['vram_run_bytes']} ms).{effective} In series these allow {below['ceiling_tok_s']} tokens/s; "
+            f"measured / that = {fmt(below['measured_vs_ceiling'])}.")
 
 
 def main() -> int:

@@ -264,7 +264,11 @@ def below_bound(greenboost: dict, tg: float | None, vram: dict, tg_vram: float |
     ms["t2_at_zero_copy"] = reads["t2"] / (zero_copy * GB) * 1e3 if zero_copy else None
     ms["not_bytes"] = max(0.0, ms["vram_run_token"] - ms["vram_run_bytes"])
     ceiling = (ms["t2_at_zero_copy"] or ms["t2_at_link"]) + ms["vram"] + ms["not_bytes"]
+    # What the token time leaves for the T2 bytes once the rest is counted: the rate
+    # the program's kernels really read T2 at.
+    left_for_t2 = ms["measured_token"] - ms["vram"] - ms["not_bytes"]
     out = {key: round(value, 2) if value is not None else None for key, value in ms.items()}
+    out["t2_effective_gbs"] = round(reads["t2"] / (left_for_t2 * 1e-3) / GB, 1) if reads["t2"] and left_for_t2 > 0 else None
     out["ceiling_tok_s"] = round(1e3 / ceiling, 2)
     out["measured_vs_ceiling"] = ratio(tg, 1e3 / ceiling)
     return out
