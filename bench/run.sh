@@ -23,9 +23,11 @@
 #                       seconds of decoding (default 75; tokens/s is a median step either
 #                       way; the timed second pass generates as many tokens)
 #   BENCH_SLOW_MAX_S    the same for cpu_offload, uvm and uvm_split (default 15)
-#   BENCH_DECODE_CONFIGS  default "vram greenboost greenboost_sliced hf_vram hf_greenboost
-#                       cpu_offload uvm uvm_split" (hf_*: transformers' generate instead of the
-#                       bench's decode loop; greenboost_sliced: GREENBOOST_STAGE_SLICES=4)
+#   BENCH_DECODE_CONFIGS  default "vram greenboost hf_vram hf_greenboost cpu_offload uvm
+#                       greenboost_sliced uvm_split" (hf_*: transformers' generate instead of the
+#                       bench's decode loop; greenboost_sliced: GREENBOOST_STAGE_SLICES=4); the
+#                       figures' baselines first, the diagnostic runs last, where the deadline
+#                       cuts first
 #   GREENBOOST_SHIM     the shim; default: the first of build/bench-carry/,
 #                       build/gpu-carry/, target/release/ that holds libgreenboost_cuda.so
 #   BENCH_BASELINE_SHIM  an earlier libgreenboost_cuda.so: the greenboost decode
@@ -35,7 +37,7 @@
 #   BENCH_RESULTS       where the results go (default bench/results)
 #   BENCH_DEADLINE_S    seconds after which no measurement starts and a running one is
 #                       stopped, so that the report is always written inside one device
-#                       call (default 480)
+#                       call of 600 s (default 540; the report takes seconds)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +56,8 @@ new_tokens=${BENCH_NEW_TOKENS:-64}
 slow_tokens=${BENCH_SLOW_TOKENS:-32}
 decode_max_s=${BENCH_DECODE_MAX_S:-75}
 slow_max_s=${BENCH_SLOW_MAX_S:-15}
-decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost greenboost_sliced hf_vram hf_greenboost cpu_offload uvm uvm_split}
-deadline=${BENCH_DEADLINE_S:-480}
+decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost hf_vram hf_greenboost cpu_offload uvm greenboost_sliced uvm_split}
+deadline=${BENCH_DEADLINE_S:-540}
 baseline_shim=${BENCH_BASELINE_SHIM:-}
 work=${BENCH_WORK:-/tmp/gbbench}
 results=${BENCH_RESULTS:-bench/results}
