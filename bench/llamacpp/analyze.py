@@ -405,6 +405,8 @@ def shortfall_text(below: dict, rates: dict) -> str:
     if below.get("t2_at_zero_copy"):
         t2 += (f", {below['t2_at_zero_copy']} ms at the {zero_copy} GB/s of a GPU kernel reading pinned memory in "
                "place (zero-copy, measured in this run)")
+    elif rates.get("zero_copy_error"):
+        t2 += f" (a GPU kernel's zero-copy read was not measured: {rates['zero_copy_error']})"
     effective = (f" That leaves {below['t2_effective_gbs']} GB/s as the rate its kernels really read T2 at."
                  if below.get("t2_effective_gbs") else "")
     return (f"GreenBoost takes {below['measured_token']} ms a token. llama.cpp's kernels read T2 in place (zero-copy), "
