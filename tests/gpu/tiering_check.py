@@ -14,7 +14,8 @@ GREENBOOST_TIER_INTERVAL_MS=100):
                          round after round, on the program's stream while the shim
                          promotes; once tier_vram covers every movable tensor (and
                          greenboost_shim_t2_bytes says 0 for each) every word must be
-                         pattern + rounds; promoted bytes, promote_ns and the rate
+                         pattern + rounds, and what was still in T2 at the kill must
+                         have been promoted; promoted bytes, promote_ns and the rate
   demote_while_running   a foreign process asks for the free VRAM plus the movable bytes
                          in VRAM minus 2 GiB (memory we hold: the driver evicts, the shim
                          demotes); the same loop runs until demoted_bytes grew and the
