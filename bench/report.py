@@ -252,11 +252,11 @@ def decode_bound(run, hbm, link):
         return None, {}
     per_token = run["bytes_per_token_by_placement"]
     in_vram, in_t2 = per_token.get("vram", 0), per_token.get("host", 0)
-    near = max(link, key=lambda gib: link[gib])
-    rate = link[near]
+    fastest_at = max(link, key=lambda gib: link[gib])
+    rate = link[fastest_at]
     bound = 1.0 / (in_vram / (hbm * 1e9) + in_t2 / (rate * 1e9))
     detail = {"bytes_per_token_vram": in_vram, "bytes_per_token_t2": in_t2, "hbm_GBps": hbm,
-              "link_GBps": rate, "link_measured_at_gib": near, "bound_tok_s": bound}
+              "link_GBps": rate, "link_measured_at_gib": fastest_at, "bound_tok_s": bound}
     if in_t2 == 0:
         detail["note"] = "no weight landed in T2: the shim did not apply the budget"
     if not run.get("shim_loaded"):

@@ -193,10 +193,6 @@ def vram_peaks(samples: str) -> dict:
             "process_peak_mib": max(proc) if proc else None}
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a and b else None
-
-
 def report(args: argparse.Namespace) -> int:
     raw, out_dir = Path(args.raw), Path(args.out)
     meta = json.loads(read_text(raw / "meta.json") or "{}")
@@ -246,7 +242,7 @@ def report(args: argparse.Namespace) -> int:
     pp, tg = f"pp{meta.get('n_prompt', 512)}", f"tg{meta.get('n_gen', 128)}"
     pairs = [("greenboost", "cpu_moe"), ("greenboost", "ot_cpu"), ("greenboost", "nkvo"), ("greenboost", "partial"),
              ("greenboost", "vram"), ("cpu_moe", "vram"), ("ot_cpu", "vram"), ("nkvo", "vram"), ("partial", "vram")]
-    ratios = {f"{a}_vs_{b}_{test}": ratio(ts(a, test), ts(b, test))
+    ratios = {f"{a}_vs_{b}_{test}": bound.ratio(ts(a, test), ts(b, test))
               for a, b in pairs if a in configs and b in configs for test in (tg, pp)}
     kind = "longctx" if meta.get("depth") else "moe" if (meta.get("model") or {}).get("experts") else "dense"
     limits = bound.bounds(raw, configs, meta)
@@ -273,7 +269,7 @@ def headline_figures(kind: str, configs: dict, limits: dict, ts, pp: str, tg: st
     out = {f"llamacpp_{kind}_tg_vs_bound": limits.get("greenboost", {}).get("tg_vs_bound")}
     for test, name in ((tg, "tg"), (pp, "pp")):
         best = max((ts(r, test) or 0 for r in rivals), default=0)
-        out[f"llamacpp_{kind}_{name}"] = ratio(ts("greenboost", test), best or None)
+        out[f"llamacpp_{kind}_{name}"] = bound.ratio(ts("greenboost", test), best or None)
     return out
 
 

@@ -210,6 +210,7 @@ def bounds(raw, configs: dict, meta: dict) -> dict:
     kv = kv_read_per_token(meta)
     layers = sorted({t["layer"] for t in tensors if t["layer"] >= 0})
     out = {"rates": measured}
+    reads_by_stem = {}  # bytes a token reads from each place, per configuration
     for stem, cfg in configs.items():
         if "results" not in cfg:
             continue
@@ -232,13 +233,12 @@ def bounds(raw, configs: dict, meta: dict) -> dict:
         else:
             reads.update(vram=split_bytes(tensors, None)[0] + kv)
         bound = tokens_per_s(reads, measured)
+        reads_by_stem[stem] = reads
         out[stem] = {"read_per_token_gb": {k: round(v / GB, 3) for k, v in reads.items()},
-                     "tg_bound_tok_s": bound, "tg_vs_bound": ratio(tg_of(cfg, meta), bound), "reads": reads}
-    if "greenboost" in out and "vram" in out:
-        out["greenboost"]["below_bound"] = below_bound(out["greenboost"], tg_of(configs["greenboost"], meta),
-                                                       out["vram"], tg_of(configs["vram"], meta), measured)
-    for limit in out.values():
-        limit.pop("reads", None)
+                     "tg_bound_tok_s": bound, "tg_vs_bound": ratio(tg_of(cfg, meta), bound)}
+    if "greenboost" in reads_by_stem and "vram" in reads_by_stem:
+        out["greenboost"]["below_bound"] = below_bound(reads_by_stem["greenboost"], tg_of(configs["greenboost"], meta),
+                                                       reads_by_stem["vram"], tg_of(configs["vram"], meta), measured)
     return out
 
 
@@ -251,7 +251,7 @@ def ratio(measured: float | None, bound: float | None) -> float | None:
     return round(measured / bound, 3) if measured and bound else None
 
 
-def below_bound(greenboost: dict, tg: float | None, vram: dict, tg_vram: float | None, measured: dict) -> dict | None:
+def below_bound(reads: dict, tg: float | None, vram_reads: dict, tg_vram: float | None, measured: dict) -> dict | None:
     """Why GreenBoost's generation stays under its bound, in milliseconds a token: its T2
     bytes as GPU kernels read them in place (zero-copy, when measured) rather than at the
     copy engine's rate the bound takes, its VRAM bytes, and the work of a token that is
@@ -259,11 +259,10 @@ def below_bound(greenboost: dict, tg: float | None, vram: dict, tg_vram: float |
     its token time less its own bytes' time."""
     if not (tg and tg_vram):
         return None
-    reads = greenboost["reads"]
     ms = {"t2_at_link": reads["t2"] / (measured["link_gbs"] * GB) * 1e3,
           "vram": reads["vram"] / (measured["hbm_gbs"] * GB) * 1e3,
           "vram_run_token": 1e3 / tg_vram,
-          "vram_run_bytes": vram["reads"]["vram"] / (measured["hbm_gbs"] * GB) * 1e3,
+          "vram_run_bytes": vram_reads["vram"] / (measured["hbm_gbs"] * GB) * 1e3,
           "measured_token": 1e3 / tg}
     zero_copy = measured.get("zero_copy_gbs")
     ms["t2_at_zero_copy"] = reads["t2"] / (zero_copy * GB) * 1e3 if zero_copy else None
