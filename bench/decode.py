@@ -78,6 +78,7 @@ def meta_llama(shape):
     model.eval()
     return model, config
 
+
 def draw_weights(model, device, seed, reverse=False, target=None):
     """Draws every weight of a `meta_llama` model on `device`, one parameter at a time in
     the model's order (the reverse with `reverse`), each from a generator seeded with the
