@@ -272,7 +272,7 @@ int test_placement(int argc, char **argv)
         fill_and_verify(small[nsmall], sz, 77 + (uint32_t)nsmall, 1);
     }
     for (size_t i = 0; i < nbig; i++)
-        verify(big[i], budget / 4, 7 + (uint32_t)i);
+        verify(big[i], big_size, 7 + (uint32_t)i);
     for (size_t i = 0; i < nchunk; i++) {
         verify(chunk[i], chunk_size, 50 + (uint32_t)i);
         OK(cudaFree(chunk[i]));
