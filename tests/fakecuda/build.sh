@@ -18,7 +18,8 @@ $CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fake
     "$src/managed.c"
 # Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
-$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src/libcuda.c" $fake_ld
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src"/libcuda.c \
+    "$src"/libcuda_memory.c "$src"/libcuda_streams.c $fake_ld
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$src/libnvml.c" $fake_ld
 for major in 12 13; do
     sed "s/@MAJOR@/$major/" "$src/cudart.map.in" > "$b/cudart$major.map"
