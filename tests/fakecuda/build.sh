@@ -50,7 +50,7 @@ $prog -o "$out/bin/gbdriver" "$src/drv_tests.c" "$src/drv_managed_tests.c" -L"$b
 $prog -o "$out/bin/gbdiscover" "$src/discover.c" -L"$lib" -lfakegpu -ldl
 # Another process on the device (headroom tests): the driver API, never the shim.
 $prog -o "$out/bin/gbballoon" "$src/balloon.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu
-$prog -o "$out/bin/gbtier" "$src/tier_tests.c" -L"$b/link13" -lcudart -lcublas -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu \
+$prog -o "$out/bin/gbtier" "$src/tier_tests.c" "$src/tier_harness.c" -L"$b/link13" -lcudart -lcublas -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu \
     -ldl -lpthread
 gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
 $prog -o "$out/bin/gbgemm" "$src/rt_main.c" "$src/gemm_tests.c" $gemm_libs

@@ -1,0 +1,115 @@
+/* gbtier's harness (tier_tests.h): the other process, the verifying workload, waits. */
+#define _GNU_SOURCE
+#include "tier_tests.h"
+
+size_t vram, headroom;
+
+/* ---- the other process ---- */
+
+/* Starts gbballoon holding `hold` bytes; returns once it holds them. */
+struct balloon balloon_start(size_t hold)
+{
+    CHECK(hold < vram, "a balloon of %zu bytes on a device of %zu: the device was fuller than planned\n", hold, vram);
+    const char *bin = getenv("GBTEST_BALLOON_BIN");
+    CHECK(bin && getenv("FAKECUDA_DEVICE_SHARE"), "needs GBTEST_BALLOON_BIN and FAKECUDA_DEVICE_SHARE\n");
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe\n");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork\n");
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        unsetenv("LD_PRELOAD");
+        setenv("FAKECUDA_LOG", "/dev/null", 1);
+        char size[32];
+        snprintf(size, sizeof size, "%zu", hold);
+        execl(bin, bin, size, "0", "120", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    struct balloon b = { pid, fdopen(fds[0], "r") };
+    char line[256] = "";
+    CHECK(fgets(line, sizeof line, b.out) && !strncmp(line, "ready", 5), "the balloon (%zu MiB) did not start: %s\n",
+          hold >> 20, line);
+    /* The shim reuses its measurement of the device for 1 ms: the next allocation must
+     * see the balloon. */
+    usleep(5000);
+    return b;
+}
+
+void balloon_stop(struct balloon *b)
+{
+    kill(b->pid, SIGTERM);
+    int status = 0;
+    waitpid(b->pid, &status, 0);
+    fclose(b->out);
+    CHECK(WIFEXITED(status), "the balloon did not exit cleanly\n");
+}
+
+/* ---- kernels that keep running on two streams while memory moves ---- */
+
+void *keep_verifying(void *arg)
+{
+    struct workload *w = arg;
+    cudaStream_t s[2];
+    OK(cudaStreamCreateWithFlags(&s[0], 1));
+    OK(cudaStreamCreateWithFlags(&s[1], 1));
+    while (!w->stop) {
+        for (int i = 0; i < w->n; i++) {
+            unsigned long long bad = 0;
+            OK(fakegpu_launch_verify(dptr(w->blocks[i]), w->block, 700 + (uint32_t)i, s[i & 1], &bad));
+            OK(cudaStreamSynchronize(s[i & 1]));
+            w->bad += bad;
+        }
+        w->rounds++;
+    }
+    return NULL;
+}
+
+/* Verifies every block's pattern now (the workload's seeds), failing on a wrong word. */
+void check_blocks(void **blocks, int n, size_t block, const char *when)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "%s: block %d (%s) has %llu wrong words\n", when, i, fakegpu_ptr_kind(dptr(blocks[i])), bad);
+    }
+}
+
+/* Waits up to 10 s for `done`, watching that the device keeps `keep` bytes free. */
+int wait_for(int (*done)(void *), void *arg, size_t keep, size_t *lowest)
+{
+    for (int ms = 0; ms < 10000; ms++) {
+        size_t free_now = device_free();
+        if (free_now < *lowest)
+            *lowest = free_now;
+        CHECK(free_now >= keep, "the device has %zu MiB free, less than %zu MiB\n", free_now >> 20, keep >> 20);
+        if (done(arg))
+            return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+/* `done` predicates of wait_for: the shim's counters reached `want` bytes. */
+int tier_vram_at_least(void *want) { return shim_stats().tier_vram >= *(unsigned long long *)want; }
+int demoted_at_least(void *want) { return shim_stats().demoted_bytes >= *(unsigned long long *)want; }
+
+/* Allocates n blocks and fills them; returns how many are movable T2 (kind "managed"):
+ * beside another process, those that did not fit above the headroom. */
+int allocate_blocks(void **blocks, int n, size_t block)
+{
+    int movable = 0;
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&blocks[i], block));
+        int managed = !strcmp(fakegpu_ptr_kind(dptr(blocks[i])), "managed");
+        unsigned long long t2 = shim_t2_bytes(blocks[i], block);
+        CHECK((t2 == 0 || t2 == block) && (!managed || t2 == block), "block %d is %s with %llu T2 bytes\n", i,
+              fakegpu_ptr_kind(dptr(blocks[i])), t2);
+        movable += managed;
+        OK(fakegpu_launch_fill(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    return movable;
+}

@@ -1,0 +1,60 @@
+/* What gbtier's tests (tier_tests.c) share with their harness (tier_harness.c): the
+ * runtime and cuBLAS functions they call, the device's size and headroom, the other process
+ * (gbballoon), kernels that keep verifying blocks while they move, and waits on the shim's
+ * counters. */
+#ifndef TIER_TESTS_H
+#define TIER_TESTS_H
+#include "testutil.h"
+#include "shimstats.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+cudaError_t cudaMalloc(void **p, size_t n);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaSetDevice(int d);
+CUresult cuMemRangeGetAttribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n);
+typedef struct fake_cublas *cublasHandle_t;
+int cublasCreate_v2(cublasHandle_t *h);
+int cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
+                   int lda, const float *b, int ldb, const float *beta, float *c, int ldc);
+
+/* The fake device's VRAM and GREENBOOST_VRAM_HEADROOM (bytes), set by main. */
+extern size_t vram, headroom;
+
+static inline size_t device_free(void) { return vram - fakegpu_device_used(); }
+static inline CUdeviceptr dptr(void *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+/* The other process: gbballoon holding VRAM without the shim. */
+struct balloon {
+    pid_t pid;
+    FILE *out;
+};
+
+struct balloon balloon_start(size_t hold);
+void balloon_stop(struct balloon *b);
+
+/* Kernels that keep verifying `blocks` on two streams (keep_verifying, a thread's body)
+ * until `stop`, counting rounds and wrong words. */
+struct workload {
+    void **blocks;
+    int n;
+    size_t block;
+    volatile int stop;
+    unsigned long long rounds, bad;
+};
+void *keep_verifying(void *arg);
+void check_blocks(void **blocks, int n, size_t block, const char *when);
+int wait_for(int (*done)(void *), void *arg, size_t keep, size_t *lowest);
+int tier_vram_at_least(void *want);
+int demoted_at_least(void *want);
+int allocate_blocks(void **blocks, int n, size_t block);
+
+#endif
