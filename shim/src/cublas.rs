@@ -81,13 +81,9 @@ struct GemmCall {
 /// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
 /// transposed). `None` with slicing off, when the handle's math mode cannot be read (the
 /// shape would not say which kernel cuBLAS picks) or the output's span is unknown.
-fn gemm_slicing(call: &GemmCall, operands: &[Option<Operand>; 2]) -> Option<Slicing> {
-    // Slicing off (the default) and every operand small enough to be staged whole:
-    // nothing to describe, and no cuBLAS call to make for it. An operand above
-    // GREENBOOST_STAGE_MAX may be streamed in slices (`staging_stream`).
-    let config = config::get();
-    let oversized = operands.iter().flatten().any(|operand| operand.bytes > config.stage_max);
-    if call.batch != 1 || (config.stage_slices <= 1 && !oversized) {
+fn gemm_slicing(call: &GemmCall) -> Option<Slicing> {
+    // Off (the default): nothing to describe, and no cuBLAS call to make for it.
+    if call.batch != 1 || config::get().stage_slices <= 1 {
         return None;
     }
     let (c, c_type, ldc) = call.c;
@@ -218,8 +214,7 @@ pub unsafe fn gemm_ex(
         strides: (0, 0),
         batch: 1,
     };
-    let operands = gemm_operands(&call);
-    with_stream(handle, operands, gemm_slicing(&call, &operands), |[staged_a, staged_b], slice| {
+    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -290,8 +285,7 @@ pub unsafe fn sgemm(
         strides: (0, 0),
         batch: 1,
     };
-    let operands = gemm_operands(&call);
-    with_stream(handle, operands, gemm_slicing(&call, &operands), |[staged_a, staged_b], slice| {
+    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -366,8 +360,7 @@ pub unsafe fn gemm_strided_batched_ex(
         strides: (stride_a, stride_b),
         batch: batch.into(),
     };
-    let operands = gemm_operands(&call);
-    with_stream(handle, operands, gemm_slicing(&call, &operands), |[staged_a, staged_b], slice| {
+    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;

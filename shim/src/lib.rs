@@ -63,7 +63,6 @@ mod vmm;
 mod report;
 
 mod staging_slices;
-mod staging_stream;
 mod staging;
 mod cublas;
 mod cublas_lt;

@@ -13,8 +13,7 @@
 //!
 //! Scratch buffers are per context, grow to the largest staged product (at most
 //! GREENBOOST_STAGE_MAX, counted against the VRAM budget) and are never freed while the
-//! process runs. An operand that needs more is streamed through the scratch in slices
-//! where the product can be cut along it (`staging_stream`), else read in place. Reuse is ordered: the copy and the product are enqueued on the product's
+//! process runs. Reuse is ordered: the copy and the product are enqueued on the product's
 //! stream, and an event recorded after the product makes a product on another stream
 //! wait before it overwrites the scratch. Products on a stream being captured into a
 //! CUDA graph are not staged (a captured copy would replay into a scratch that later
@@ -44,8 +43,7 @@ use crate::ffi::*;
 use crate::lock::{const_mutex, Mutex};
 use crate::log::Mib;
 use crate::registry;
-use crate::staging_slices::{self, Comparison, Decision, Plan, Shape, SideCopies, Slice, SliceAxis, Slicing, Verdicts};
-use crate::staging_stream::{self, Ring, Streamed};
+use crate::staging_slices::{self, Comparison, Decision, Plan, SideCopies, Slice, SliceAxis, Slicing, Verdicts};
 use crate::stats::{self, STATS};
 
 /// Alignment a staged operand keeps (bytes): cuBLAS picks kernels by pointer alignment,
@@ -197,7 +195,8 @@ pub fn run_staged(
         }
     }
     if needed > config.stage_max {
-        return stage_streamed(stream, (context, device), &wanted, slicing, originals, product);
+        refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(needed)));
+        return product(originals, None);
     }
     let mut scratches = SCRATCH.lock();
     let Some(scratch) = scratch_for(&mut scratches, context, device, needed) else {
@@ -240,20 +239,16 @@ pub fn run_staged(
                 stats::bump(&STATS.gemm_sliced);
                 staging_slices::run_slices(&scratch.copies, stream, cut, placed, slicing.output, &mut product)
             } else {
-                let copies = &scratch.copies;
-                let (status, comparison) = staging_slices::verify(
-                    stream,
-                    device,
-                    slicing.output_span(),
-                    &mut product,
-                    |product, copy| staging_slices::run_slices(copies, stream, cut, placed, copy, product),
-                    |product| {
-                        // The whole product reads every slice: the last one landed, all have.
-                        copies.wait_landed(stream, plan.count - 1);
-                        product(placed, None)
-                    },
-                );
-                record_verdict(&mut scratch.verdicts, &slicing.shape, plan, comparison);
+                let output = (slicing.output, slicing.output_bytes, slicing.output_element);
+                let (status, comparison) =
+                    staging_slices::verify(&scratch.copies, stream, device, cut, placed, output, &mut product);
+                if let Some(comparison) = comparison {
+                    if comparison == Comparison::Differs {
+                        stats::bump(&STATS.gemm_slices_differed);
+                    }
+                    debug!("GEMM slices of {} rows: {:?} to the whole product", plan.per, comparison);
+                    scratch.verdicts.record(&slicing.shape, plan, comparison);
+                }
                 status
             }
         }
@@ -264,89 +259,6 @@ pub fn run_staged(
     stats::bump(&STATS.gemm_staged);
     STATS.gemm_staged_bytes.fetch_add(staged_bytes, Ordering::Relaxed);
     status
-}
-
-/// A product whose staged operand needs more scratch than GREENBOOST_STAGE_MAX: streamed
-/// through the scratch in slices (`staging_stream`) where the product can be cut along
-/// that operand and its shape's slices were identical to the whole product; otherwise,
-/// and where a step fails before the first slice, it reads the operand in place.
-fn stage_streamed(
-    stream: Stream,
-    (context, device): (Context, CuDevice),
-    wanted: &[Option<Operand>; 2],
-    slicing: Option<Slicing>,
-    originals: [Option<CuDevicePtr>; 2],
-    mut product: impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
-) -> CublasStatus {
-    let index = match wanted {
-        [Some(_), None] => 0,
-        [None, Some(_)] => 1,
-        _ => 2,
-    };
-    let cut =
-        slicing.zip(slicing.and_then(|slicing| *slicing.axes.get(index)?)).zip(wanted.get(index).copied().flatten());
-    let Some(((slicing, axis), operand)) = cut else {
-        refuse_once(format_args!(
-            "an operand that cannot be cut into slices needs more scratch than GREENBOOST_STAGE_MAX"
-        ));
-        return product(originals, None);
-    };
-    let mut scratches = SCRATCH.lock();
-    // Grown to two halves of the target where the budget allows, else as it is.
-    let target = (2 * staging_stream::HALF_TARGET).min(config::get().stage_max);
-    let _ = scratch_for(&mut scratches, context, device, target);
-    let scratch = scratches.iter_mut().find(|scratch| scratch.context == context && scratch.base != 0);
-    let ring = scratch.as_ref().and_then(|scratch| Ring::new(axis.length, axis.operand_step, scratch.bytes()));
-    let (Some(scratch), Some(ring)) = (scratch, ring) else {
-        drop(scratches);
-        return product(originals, None);
-    };
-    let decision = scratch.verdicts.decide(&slicing.shape, ring.plan);
-    if decision == Decision::Whole || !scratch.wait_writable(stream) {
-        drop(scratches);
-        return product(originals, None);
-    }
-    let streamed = Streamed { index, axis, source: operand.address, span: operand.bytes, scratch: scratch.base };
-    let copies = &mut scratch.copies;
-    let mut ran = false;
-    let status = if decision == Decision::Slice {
-        stats::bump(&STATS.gemm_sliced);
-        ran = true;
-        staging_stream::run_ring(copies, stream, ring, streamed, originals, slicing.output, &mut product)
-    } else {
-        let (status, comparison) = staging_slices::verify(
-            stream,
-            device,
-            slicing.output_span(),
-            &mut product,
-            |product, copy| {
-                ran = true;
-                staging_stream::run_ring(copies, stream, ring, streamed, originals, copy, product)
-            },
-            // What the program gets: the whole product, reading the operand in place.
-            |product| product(originals, None),
-        );
-        record_verdict(&mut scratch.verdicts, &slicing.shape, ring.plan, comparison);
-        status
-    };
-    scratch.record_read(stream);
-    drop(scratches);
-    if ran {
-        stats::bump(&STATS.gemm_staged);
-        STATS.gemm_staged_bytes.fetch_add(operand.bytes, Ordering::Relaxed);
-    }
-    status
-}
-
-/// Keeps what a shape's verification showed (nothing when nothing was compared).
-fn record_verdict(verdicts: &mut Verdicts, shape: &Shape, plan: Plan, comparison: Option<Comparison>) {
-    if let Some(comparison) = comparison {
-        if comparison == Comparison::Differs {
-            stats::bump(&STATS.gemm_slices_differed);
-        }
-        debug!("GEMM slices of {} rows: {:?} to the whole product", plan.per, comparison);
-        verdicts.record(shape, plan, comparison);
-    }
 }
 
 /// How to slice a product whose one copied operand is wide enough: the plan, the axis,

@@ -59,13 +59,6 @@ pub struct Slicing {
     pub shape: Shape,
 }
 
-impl Slicing {
-    /// The output as `verify` copies and compares it: address, bytes, element size.
-    pub fn output_span(&self) -> (CuDevicePtr, u64, usize) {
-        (self.output, self.output_bytes, self.output_element)
-    }
-}
-
 /// One slice of a product, as the hook calls cuBLAS for it: `count` rows of the output
 /// (operand 0 cut: `m` becomes `count`) or columns (operand 1 cut: `n` becomes `count`),
 /// written at `output`.
@@ -202,20 +195,13 @@ impl Verdicts {
 /// and each of `landed` are events of that context (null until first needed).
 pub struct SideCopies {
     pub side: Stream,
-    pub enqueued: Event,
-    pub landed: [Event; MAX_SLICES],
-    /// Streamed staging (`staging_stream`): the end of the last product slice that read
-    /// each half of the scratch.
-    pub read: [Event; 2],
+    enqueued: Event,
+    landed: [Event; MAX_SLICES],
 }
 
 impl SideCopies {
-    pub const EMPTY: SideCopies = SideCopies {
-        side: Stream::NULL,
-        enqueued: Event::NULL,
-        landed: [Event::NULL; MAX_SLICES],
-        read: [Event::NULL; 2],
-    };
+    pub const EMPTY: SideCopies =
+        SideCopies { side: Stream::NULL, enqueued: Event::NULL, landed: [Event::NULL; MAX_SLICES] };
 
     /// The side stream, made on first use in the current context.
     pub fn side_stream(&mut self) -> Option<Stream> {
@@ -225,11 +211,8 @@ impl SideCopies {
         (!self.side.is_null()).then_some(self.side)
     }
 
-    /// Makes `enqueued`, the first `count` of `landed` and, with `read`, the read events;
-    /// false when one cannot be had.
-    pub fn events(&mut self, count: usize, read: bool) -> bool {
-        let read = self.read.iter_mut().take(if read { 2 } else { 0 });
-        for event in std::iter::once(&mut self.enqueued).chain(self.landed.iter_mut().take(count)).chain(read) {
+    fn events(&mut self, count: usize) -> bool {
+        for event in std::iter::once(&mut self.enqueued).chain(self.landed.iter_mut().take(count)) {
             if event.is_null() {
                 *event = cuda::event_create().unwrap_or(Event::NULL);
             }
@@ -252,7 +235,7 @@ impl SideCopies {
         (source, target, span): (CuDevicePtr, CuDevicePtr, u64),
     ) -> bool {
         let Some(side) = self.side_stream() else { return false };
-        if !self.events(plan.count, false) {
+        if !self.events(plan.count) {
             return false;
         }
         let ordered = cuda::event_record(self.enqueued, stream) == CuResult::SUCCESS
@@ -272,7 +255,7 @@ impl SideCopies {
     /// Makes `stream` wait until slice `index` (and every slice before it: the side
     /// stream copies them in order) has landed; the host waits for the side stream when
     /// the wait cannot be enqueued.
-    pub fn wait_landed(&self, stream: Stream, index: usize) {
+    fn wait_landed(&self, stream: Stream, index: usize) {
         if cuda::stream_wait_event(stream, self.landed[index]) != CuResult::SUCCESS {
             cuda::stream_synchronize(self.side);
         }
@@ -313,19 +296,26 @@ pub fn run_slices(
     CublasStatus::SUCCESS
 }
 
-/// A shape's first product: `sliced` computes the slices into a copy of the output, then
-/// `whole` the whole product (what the program gets) into the output itself; the two
-/// outputs are read back and compared. Answers the whole product's status and what the
-/// comparison showed: a sliced call cuBLAS refused `Differs`; `None` when nothing was
-/// compared (no VRAM for the copy, a failed step): the shape is tried again.
-pub fn verify<P>(
+/// A shape's first product: the slices into a copy of the output, then the whole
+/// product (what the program gets) into the output itself, from the same staged
+/// operand; the two outputs read back and compared. Answers the whole product's status
+/// and what the comparison showed: a sliced call cuBLAS refused `Differs`; `None` when
+/// nothing was compared (no VRAM for the copy, a failed step): the shape is tried again.
+#[allow(clippy::too_many_arguments)]
+pub fn verify(
+    copies: &SideCopies,
     stream: Stream,
     device: CuDevice,
+    (plan, axis, operand): (Plan, SliceAxis, usize),
+    placed: [Option<CuDevicePtr>; 2],
     (output, output_bytes, element): (CuDevicePtr, u64, usize),
-    product: &mut P,
-    sliced: impl FnOnce(&mut P, CuDevicePtr) -> CublasStatus,
-    whole: impl FnOnce(&mut P) -> CublasStatus,
+    product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> (CublasStatus, Option<Comparison>) {
+    // The whole product reads every slice: the last one landed, all have.
+    let whole = |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus| {
+        copies.wait_landed(stream, plan.count - 1);
+        product(placed, None)
+    };
     let alignment = output % 256;
     let Some(reservation) = budget::reserve_vram(output_bytes + alignment, device) else {
         return (whole(product), None);
@@ -335,8 +325,8 @@ pub fn verify<P>(
     };
     let copy = copy_base + alignment;
     // The copy starts as the output is (a product with beta != 0 reads it).
-    let sliced =
-        (cuda::memcpy_async(copy, output, output_bytes, stream) == CuResult::SUCCESS).then(|| sliced(product, copy));
+    let sliced = (cuda::memcpy_async(copy, output, output_bytes, stream) == CuResult::SUCCESS)
+        .then(|| run_slices(copies, stream, (plan, axis, operand), placed, copy, product));
     let status = whole(product);
     let comparison = match sliced {
         Some(sliced) if sliced != CublasStatus::SUCCESS => {

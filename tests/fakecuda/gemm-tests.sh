@@ -69,21 +69,6 @@ t_gemm_sliced_off() {
     shim gemm-sliced-off $GEMMENV "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced by default"
 }
-t_gemm_streamed() {
-    # The same four products with GREENBOOST_STAGE_MAX half the weight: the weight is
-    # streamed through the scratch's two 2 MiB halves in 5 slices (the first product
-    # verifies the shape against the whole product reading the weight in place; beta = 1
-    # and the rewrite on the held stream among the three after it): every result right,
-    # all 4 staged, 3 streamed.
-    shim gemm-streamed $GEMMENV GREENBOOST_STAGE_MAX=4M "$BIN/gbgemm" sliced || return 1
-    out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the summary does not count 3 streamed products"
-}
-t_gemm_streamed_differs() {
-    # When cuBLAS would compute a slice with another kernel, the verification sees it:
-    # only the first product streamed (to compare), the rest read the weight in place.
-    shim gemm-streamed-differs $GEMMENV GREENBOOST_STAGE_MAX=4M FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
-    out_has "GEMMs staged 1 ([^)]*, 0 in slices, 1 shapes unsliced" "GREENBOOST_LOG=info: the summary does not say the shape stayed whole"
-}
 t_gemm_capture() {
     shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
     gemm_reads vram 0 || return 1
