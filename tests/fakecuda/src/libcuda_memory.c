@@ -96,19 +96,24 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
     GATE(1, 1);
     return free_async(__func__, p, s ? s : CU_STREAM_PER_THREAD);
 }
+/* The fake has one memory pool, the one cuDeviceGetDefaultMemPool answers: any other
+ * handle is refused. */
+static CUresult alloc_from_pool(const char *fn, CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+    if (!fg_pool_valid(pool))
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(fn, p, n, s);
+}
+
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
     GATE(1, 1);
-    if (!fg_pool_valid(pool))
-        return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(__func__, p, n, s);
+    return alloc_from_pool(__func__, p, n, pool, s);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
     GATE(1, 1);
-    if (!fg_pool_valid(pool))
-        return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(__func__, p, n, s ? s : CU_STREAM_PER_THREAD);
+    return alloc_from_pool(__func__, p, n, pool, s ? s : CU_STREAM_PER_THREAD);
 }
 EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
 {
