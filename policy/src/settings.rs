@@ -28,12 +28,12 @@ pub const DEFAULT_STAGING: bool = true;
 pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 1;
 /// Largest VRAM scratch buffer staging may hold per context.
 pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
-/// A wide product's staged operand is copied whole, then multiplied: on the H200 slices
-/// (copy of slice i + 1 beside the product of slice i) gained nothing for an 8B model's
-/// prefill (512 tokens: 195 vs 190 ms; 2048: 1117 vs 1079 ms), whose copies take 4-10
-/// times its staged products' compute; they are meant for products that compute about
-/// as long as their copies (large batches; not measured yet), when asked for.
-pub const DEFAULT_STAGE_SLICES: u64 = 1;
+/// A staged operand is copied in up to 4 slices, the product computed slice by slice as
+/// each lands (the copy of slice i + 1 beside the product of slice i), each slice with
+/// the whole product's own cuBLASLt algorithm: on the H200 that reproduced every product
+/// of an 8B model bit for bit, one token and 512 (bench/results/lt-algo-probe-2026-12-03.md),
+/// where cuBLAS's own choice for a slice's shape differed for most of them.
+pub const DEFAULT_STAGE_SLICES: u64 = 4;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
 /// How often live tiering looks at the device, in milliseconds.

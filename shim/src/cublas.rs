@@ -6,7 +6,9 @@ use std::ffi::{c_int, c_void};
 
 use crate::budget;
 use crate::config;
+use crate::cuda;
 use crate::ffi::*;
+use crate::lt_algo::{self, GemmShape, WholeAlgorithm};
 use crate::real::{self, pfn};
 use crate::registry;
 use crate::staging::{element_bytes, run_staged, span_bytes, Operand};
@@ -14,6 +16,11 @@ use crate::staging_slices::{Shape, Slice, SliceAxis, Slicing};
 
 /// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
 const CUBLAS_OP_N: c_int = 0;
+
+/// The hooked entry points, as a product's shape names them.
+const GEMM_EX_ENTRY: i64 = 1;
+const SGEMM_ENTRY: i64 = 2;
+const GEMM_STRIDED_BATCHED_ENTRY: i64 = 3;
 
 /// A column-major operand stored `rows` x `cols` as the transpose flag says:
 /// `op(X)` is `op_rows` x `op_cols`.
@@ -57,6 +64,14 @@ fn handle_math_mode(handle: CublasHandle) -> Option<c_int> {
     (unsafe { get_mode(handle, &mut mode) } == CublasStatus::SUCCESS).then_some(mode)
 }
 
+/// The pointer mode of a cuBLAS handle (host or device scalars).
+fn handle_pointer_mode(handle: CublasHandle) -> Option<c_int> {
+    let get_mode = real::cublasGetPointerMode_v2()?;
+    let mut mode: c_int = 0;
+    // SAFETY: the program's handle (cuBLAS validates it) and a valid local for the mode.
+    (unsafe { get_mode(handle, &mut mode) } == CublasStatus::SUCCESS).then_some(mode)
+}
+
 /// One cuBLAS GEMM call, as the program made it (column-major, cuBLAS's names; each
 /// operand as pointer, type, leading dimension; `strides` the batch strides of A and B).
 struct GemmCall {
@@ -81,8 +96,8 @@ struct GemmCall {
 /// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
 /// transposed). `None` with slicing off, when the handle's math mode cannot be read (the
 /// shape would not say which kernel cuBLAS picks) or the output's span is unknown.
-fn gemm_slicing(call: &GemmCall) -> Option<Slicing> {
-    // Off (the default): nothing to describe, and no cuBLAS call to make for it.
+fn gemm_slicing(call: &GemmCall) -> Option<(Slicing, Option<(WholeAlgorithm, GemmShape)>)> {
+    // Off: nothing to describe, and no cuBLAS call to make for it.
     if call.batch != 1 || config::get().stage_slices <= 1 {
         return None;
     }
@@ -123,13 +138,78 @@ fn gemm_slicing(call: &GemmCall) -> Option<Slicing> {
         alignment(c),
         0,
     ];
-    Some(Slicing {
+    let lt = lt_shape(call, mode).and_then(|lt_shape| {
+        let algorithm = lt_algo::whole_algorithm(&lt_shape, cuda::current_device()?)?;
+        Some((algorithm, lt_shape))
+    });
+    let slicing = Slicing {
         axes: [rows, columns],
         output: c as CuDevicePtr,
         output_bytes,
         output_element: usize::try_from(output_element).ok()?,
         shape,
+        whole_algorithm_workspace: lt.map(|(algorithm, _)| algorithm.workspace),
+    };
+    Some((slicing, lt))
+}
+
+/// The call as cuBLASLt's heuristic sees it; `None` for calls that cannot be cut (only
+/// those whose cut operand lies in T2 are asked about: the others are not staged).
+fn lt_shape(call: &GemmCall, math_mode: c_int) -> Option<GemmShape> {
+    const COMPUTE_32F: c_int = 68;
+    // An operand stored with the inner dimension first (A used transposed, B as stored).
+    let in_t2 = |(address, data_type, ld): (*const c_void, c_int, i64), inner_first: bool, other: i64| {
+        let (rows, cols) = if inner_first { (call.k, other) } else { (other, call.k) };
+        let span = span_bytes(rows, cols, ld, 1, 0, element_bytes(data_type)?)?;
+        registry::touches_pinned_t2(address as CuDevicePtr, span).then_some(())
+    };
+    in_t2(call.a, call.transa != CUBLAS_OP_N, call.m).or_else(|| in_t2(call.b, call.transb == CUBLAS_OP_N, call.n))?;
+    let alignment = |address: *const c_void| 1u64 << (address as u64).trailing_zeros().min(8);
+    Some(GemmShape {
+        transa: call.transa,
+        transb: call.transb,
+        m: call.m,
+        n: call.n,
+        k: call.k,
+        types: [call.a.1, call.b.1, call.c.1],
+        lds: [call.a.2, call.b.2, call.c.2],
+        // cublasSgemm_v2 computes in fp32 (the math mode may allow TF32).
+        compute_type: if call.entry == SGEMM_ENTRY { COMPUTE_32F } else { call.compute_type },
+        math_mode,
+        pointer_mode: handle_pointer_mode(call.handle)?,
+        alignments: [alignment(call.a.0), alignment(call.b.0), alignment(call.c.0.cast_const())],
     })
+}
+
+/// A slice computed with the whole product's algorithm; `None` when there is none for
+/// this call or cuBLASLt did not compute it (the slice then goes to cuBLAS itself).
+fn whole_algorithm_part(
+    lt: Option<(WholeAlgorithm, GemmShape)>,
+    slice: Option<Slice>,
+    handle: CublasHandle,
+    scalars: (*const c_void, *const c_void),
+    (a, b): (*const c_void, *const c_void),
+) -> Option<CublasStatus> {
+    let ((algorithm, shape), slice) = (lt?, slice?);
+    let stream = handle_stream(handle)?;
+    // SAFETY: `a` and `b` are the slice's operands (the staged copy, offset to the slice,
+    // or the program's own), `slice.output` its rows (columns) of the program's output,
+    // within the spans the program's arguments cover, laid out as `shape` says; the
+    // scalars are the program's, in its handle's pointer mode; `slice.workspace` is the
+    // scratch's workspace, `algorithm.workspace` bytes used by this product's slices
+    // alone, one after the other on `stream`.
+    let status = unsafe {
+        lt_algo::run_part(
+            &algorithm,
+            &shape,
+            slice.dimensions(shape.m, shape.n),
+            scalars,
+            (a, b, slice.output as *mut c_void),
+            slice.workspace,
+            stream,
+        )
+    }?;
+    (status == CublasStatus::SUCCESS).then_some(status)
 }
 
 /// The output a slice writes (or the program's own for the whole product).
@@ -199,7 +279,7 @@ pub unsafe fn gemm_ex(
     algo: c_int,
 ) -> CublasStatus {
     let call = GemmCall {
-        entry: 1,
+        entry: GEMM_EX_ENTRY,
         handle,
         transa,
         transb,
@@ -214,7 +294,12 @@ pub unsafe fn gemm_ex(
         strides: (0, 0),
         batch: 1,
     };
-    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
+    let (slicing, lt) = gemm_slicing(&call).unzip();
+    with_stream(handle, gemm_operands(&call), slicing, |[staged_a, staged_b], slice| {
+        let (a, b) = (read_from(staged_a, a), read_from(staged_b, b));
+        if let Some(status) = whole_algorithm_part(lt.flatten(), slice, handle, (alpha.cast(), beta.cast()), (a.cast(), b.cast())) {
+            return status;
+        }
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -229,10 +314,10 @@ pub unsafe fn gemm_ex(
                 n,
                 k,
                 alpha,
-                read_from(staged_a, a),
+                a,
                 a_type,
                 lda,
-                read_from(staged_b, b),
+                b,
                 b_type,
                 ldb,
                 beta,
@@ -270,7 +355,7 @@ pub unsafe fn sgemm(
 ) -> CublasStatus {
     const CUDA_R_32F: c_int = 0;
     let call = GemmCall {
-        entry: 2,
+        entry: SGEMM_ENTRY,
         handle,
         transa,
         transb,
@@ -285,7 +370,12 @@ pub unsafe fn sgemm(
         strides: (0, 0),
         batch: 1,
     };
-    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
+    let (slicing, lt) = gemm_slicing(&call).unzip();
+    with_stream(handle, gemm_operands(&call), slicing, |[staged_a, staged_b], slice| {
+        let (a, b) = (read_from(staged_a, a), read_from(staged_b, b));
+        if let Some(status) = whole_algorithm_part(lt.flatten(), slice, handle, (alpha.cast(), beta.cast()), (a.cast(), b.cast())) {
+            return status;
+        }
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -300,9 +390,9 @@ pub unsafe fn sgemm(
                 n,
                 k,
                 alpha,
-                read_from(staged_a, a),
+                a,
                 lda,
-                read_from(staged_b, b),
+                b,
                 ldb,
                 beta,
                 write_to(slice, c),
@@ -345,7 +435,7 @@ pub unsafe fn gemm_strided_batched_ex(
 ) -> CublasStatus {
     // A batch of one is cut as a single product; larger batches stay whole.
     let call = GemmCall {
-        entry: 3,
+        entry: GEMM_STRIDED_BATCHED_ENTRY,
         handle,
         transa,
         transb,
@@ -360,7 +450,12 @@ pub unsafe fn gemm_strided_batched_ex(
         strides: (stride_a, stride_b),
         batch: batch.into(),
     };
-    with_stream(handle, gemm_operands(&call), gemm_slicing(&call), |[staged_a, staged_b], slice| {
+    let (slicing, lt) = gemm_slicing(&call).unzip();
+    with_stream(handle, gemm_operands(&call), slicing, |[staged_a, staged_b], slice| {
+        let (a, b) = (read_from(staged_a, a), read_from(staged_b, b));
+        if let Some(status) = whole_algorithm_part(lt.flatten(), slice, handle, (alpha.cast(), beta.cast()), (a.cast(), b.cast())) {
+            return status;
+        }
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -375,11 +470,11 @@ pub unsafe fn gemm_strided_batched_ex(
                 n,
                 k,
                 alpha,
-                read_from(staged_a, a),
+                a,
                 a_type,
                 lda,
                 stride_a,
-                read_from(staged_b, b),
+                b,
                 b_type,
                 ldb,
                 stride_b,

@@ -62,6 +62,7 @@ mod allocate;
 mod vmm;
 mod report;
 
+mod lt_algo;
 mod staging_slices;
 mod staging;
 mod cublas;

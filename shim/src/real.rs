@@ -116,6 +116,17 @@ macro_rules! cuda_functions {
             Cublas called fn cublasGetStream_v2(handle: CublasHandle, stream: *mut Stream) -> CublasStatus;
             Cublas called fn cublasGetMathMode(handle: CublasHandle, mode: *mut c_int) -> CublasStatus;
             CublasLt called fn cublasLtMatrixLayoutGetAttribute(layout: *mut c_void, attribute: c_int, buffer: *mut c_void, size: usize, written: *mut usize) -> CublasStatus;
+            Cublas called fn cublasGetPointerMode_v2(handle: CublasHandle, mode: *mut c_int) -> CublasStatus;
+            CublasLt called fn cublasLtDestroy(handle: CublasHandle) -> CublasStatus;
+            CublasLt called fn cublasLtMatrixLayoutCreate(layout: *mut *mut c_void, data_type: c_int, rows: u64, cols: u64, ld: i64) -> CublasStatus;
+            CublasLt called fn cublasLtMatrixLayoutDestroy(layout: *mut c_void) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulDescCreate(desc: *mut *mut c_void, compute_type: c_int, scale_type: c_int) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulDescDestroy(desc: *mut c_void) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulDescSetAttribute(desc: *mut c_void, attribute: c_int, buffer: *const c_void, size: usize) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulPreferenceCreate(preference: *mut *mut c_void) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulPreferenceDestroy(preference: *mut c_void) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulPreferenceSetAttribute(preference: *mut c_void, attribute: c_int, buffer: *const c_void, size: usize) -> CublasStatus;
+            CublasLt called fn cublasLtMatmulAlgoGetHeuristic(handle: CublasHandle, desc: *mut c_void, a: *mut c_void, b: *mut c_void, c: *mut c_void, d: *mut c_void, preference: *mut c_void, requested: c_int, results: *mut c_void, returned: *mut c_int) -> CublasStatus;
             // libc: naked trampolines that keep the caller's return address (see `hooks`).
             Libc trampoline fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
             Libc trampoline fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;

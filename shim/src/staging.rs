@@ -194,6 +194,10 @@ pub fn run_staged(
             needed = (start + operand.bytes).div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
         }
     }
+    // The workspace of slices run with the whole product's algorithm, after the operands.
+    let workspace_offset = needed;
+    let workspace = slicing.and_then(|slicing| slicing.whole_algorithm_workspace).unwrap_or(0);
+    needed += workspace.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
     if needed > config.stage_max {
         refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(needed)));
         return product(originals, None);
@@ -234,7 +238,7 @@ pub fn run_staged(
     }
     let status = match (sliced, slicing) {
         (Some((plan, axis, operand, decision)), Some(slicing)) => {
-            let cut = (plan, axis, operand);
+            let cut = (plan, axis, operand, scratch.base + workspace_offset);
             if decision == Decision::Slice {
                 stats::bump(&STATS.gemm_sliced);
                 staging_slices::run_slices(&scratch.copies, stream, cut, placed, slicing.output, &mut product)
@@ -274,7 +278,7 @@ fn slices_for(
         [None, Some(_)] => 1,
         _ => return None,
     };
-    if wanted[operand]?.width < staging_slices::MIN_SLICED_WIDTH {
+    if slicing.whole_algorithm_workspace.is_none() && wanted[operand]?.width < staging_slices::MIN_SLICED_WIDTH {
         return None;
     }
     let axis = slicing.axes[operand]?;

@@ -24,7 +24,9 @@ pub const MAX_SLICES: usize = 8;
 const SLICE_ALIGN: u64 = 256;
 /// Least bytes one slice copies: a copy of a few MiB runs below the link's rate.
 const MIN_SLICE_BYTES: u64 = 4 << 20;
-/// Narrower products compute in microseconds: nothing to overlap their copy with.
+/// Narrower products sliced through cuBLAS itself are not worth verifying: cuBLAS picks
+/// another kernel for a narrow slice (split-K), so they differ (slices run with the whole
+/// product's algorithm have no such floor: a one-token product's slices are identical).
 pub const MIN_SLICED_WIDTH: i64 = 128;
 /// Shapes whose verification saw mostly zeros are tried again this many times, then
 /// left whole.
@@ -49,7 +51,9 @@ pub type Shape = [i64; 20];
 
 /// What a hook tells staging about slicing its product: the axis along each operand
 /// (`None`: that operand cannot be cut so that each slice is contiguous), the output,
-/// the bytes it spans and its element size, and the call's shape.
+/// the bytes it spans and its element size, the call's shape, and whether its slices run
+/// the whole product's own algorithm (`lt_algo`), with the VRAM workspace they need
+/// (`None`: each slice is a call to cuBLAS for the slice's shape).
 #[derive(Clone, Copy, Debug)]
 pub struct Slicing {
     pub axes: [Option<SliceAxis>; 2],
@@ -57,16 +61,19 @@ pub struct Slicing {
     pub output_bytes: u64,
     pub output_element: usize,
     pub shape: Shape,
+    pub whole_algorithm_workspace: Option<u64>,
 }
 
 /// One slice of a product, as the hook calls cuBLAS for it: `count` rows of the output
 /// (operand 0 cut: `m` becomes `count`) or columns (operand 1 cut: `n` becomes `count`),
-/// written at `output`.
+/// written at `output`; `workspace`: the VRAM its whole-product algorithm may use (the
+/// slices of one product run one after the other on its stream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slice {
     pub operand: usize,
     pub count: i64,
     pub output: CuDevicePtr,
+    pub workspace: CuDevicePtr,
 }
 
 impl Slice {
@@ -80,6 +87,10 @@ impl Slice {
         }
     }
 }
+
+/// How one product is cut: the plan, the axis, which operand, and the VRAM workspace its
+/// slices may use.
+pub type Cut = (Plan, SliceAxis, usize, CuDevicePtr);
 
 /// The slices of a product: `count` of them, `per` rows (columns) each, the last the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,7 +280,7 @@ impl SideCopies {
 pub fn run_slices(
     copies: &SideCopies,
     stream: Stream,
-    (plan, axis, operand): (Plan, SliceAxis, usize),
+    (plan, axis, operand, workspace): Cut,
     placed: [Option<CuDevicePtr>; 2],
     output: CuDevicePtr,
     product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
@@ -278,7 +289,7 @@ pub fn run_slices(
         |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus, first: i64, count: i64| {
             let mut at = placed;
             at[operand] = at[operand].map(|base| base + first as u64 * axis.operand_step);
-            product(at, Some(Slice { operand, count, output: output + first as u64 * axis.output_step }))
+            product(at, Some(Slice { operand, count, output: output + first as u64 * axis.output_step, workspace }))
         };
     for index in 0..plan.count {
         let (first, count) = plan.slice(index, axis.length);
@@ -306,12 +317,13 @@ pub fn verify(
     copies: &SideCopies,
     stream: Stream,
     device: CuDevice,
-    (plan, axis, operand): (Plan, SliceAxis, usize),
+    cut: Cut,
     placed: [Option<CuDevicePtr>; 2],
     (output, output_bytes, element): (CuDevicePtr, u64, usize),
     product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> (CublasStatus, Option<Comparison>) {
     // The whole product reads every slice: the last one landed, all have.
+    let plan = cut.0;
     let whole = |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus| {
         copies.wait_landed(stream, plan.count - 1);
         product(placed, None)
@@ -326,7 +338,7 @@ pub fn verify(
     let copy = copy_base + alignment;
     // The copy starts as the output is (a product with beta != 0 reads it).
     let sliced = (cuda::memcpy_async(copy, output, output_bytes, stream) == CuResult::SUCCESS)
-        .then(|| run_slices(copies, stream, (plan, axis, operand), placed, copy, product));
+        .then(|| run_slices(copies, stream, cut, placed, copy, product));
     let status = whole(product);
     let comparison = match sliced {
         Some(sliced) if sliced != CublasStatus::SUCCESS => {
@@ -411,8 +423,8 @@ mod tests {
 
     #[test]
     fn a_slice_changes_the_dimension_of_its_operand() {
-        let rows = Slice { operand: 0, count: 1024, output: 0 };
-        let columns = Slice { operand: 1, count: 256, output: 0 };
+        let rows = Slice { operand: 0, count: 1024, output: 0, workspace: 0 };
+        let columns = Slice { operand: 1, count: 256, output: 0, workspace: 0 };
         assert_eq!(rows.dimensions(4096_i32, 512), (1024, 512));
         assert_eq!(columns.dimensions(4096_i64, 512), (4096, 256));
     }

@@ -20,18 +20,20 @@ enum {
     CUBLAS_STATUS_NOT_SUPPORTED = 15,
 };
 
-/* FAKECUDA_GEMM_NARROW_BELOW=M: products of fewer than M rows run "another kernel" that
- * rounds otherwise (alpha scaled by 1 + 1/64), as real cuBLAS may pick a kernel that
- * splits the inner dimension for a smaller shape: the shim must notice that a product
- * computed in slices would not be the whole product, bit for bit. */
-static void narrow_kernel_rounding(struct fakegpu_gemm *gemm)
+/* FAKECUDA_GEMM_NARROW_BELOW=M: a kernel chosen for fewer than M rows is "another
+ * kernel" that rounds otherwise (alpha scaled by 1 + 1/64), as real cuBLAS may pick a
+ * kernel that splits the inner dimension for a smaller shape: the shim must notice that
+ * a product computed in slices would not be the whole product, bit for bit. cuBLAS
+ * chooses the kernel for the call's own rows; cuBLASLt runs the algorithm it is handed,
+ * chosen for the rows its heuristic was asked about (see cublasLtMatmulAlgoGetHeuristic). */
+static void narrow_kernel_rounding(struct fakegpu_gemm *gemm, long kernel_rows)
 {
     const char *below = getenv("FAKECUDA_GEMM_NARROW_BELOW");
-    if (below && gemm->m < atol(below))
+    if (below && kernel_rows < atol(below))
         gemm->alpha *= 1.0f + 1.0f / 64;
 }
 
-static cublasStatus_t launch(struct fakegpu_gemm *gemm, CUstream stream)
+static cublasStatus_t launch(struct fakegpu_gemm *gemm, long kernel_rows, CUstream stream)
 {
     if (gemm->m < 0 || gemm->n < 0 || gemm->k < 0 || gemm->batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -43,7 +45,7 @@ static cublasStatus_t launch(struct fakegpu_gemm *gemm, CUstream stream)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (gemm->type != FAKEGPU_R_32F && gemm->type != FAKEGPU_R_16BF)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    narrow_kernel_rounding(gemm);
+    narrow_kernel_rounding(gemm, kernel_rows);
     return fakegpu_launch_gemm(gemm, stream) == CUDA_SUCCESS ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
@@ -102,6 +104,17 @@ EXPORT cublasStatus_t cublasSetMathMode(cublasHandle_t h, int mode)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* Host pointer mode only (the fake reads alpha and beta on the host). */
+EXPORT cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t h, int *mode)
+{
+    if (!handle_ok(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!mode)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *mode = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 EXPORT cublasStatus_t cublasGetMathMode(cublasHandle_t h, int *mode)
 {
     if (!handle_ok(h))
@@ -126,7 +139,7 @@ static cublasStatus_t gemm_on(cublasHandle_t h, int transa, int transb, int m, i
         .a = (CUdeviceptr)(uintptr_t)a, .b = (CUdeviceptr)(uintptr_t)b, .c = (CUdeviceptr)(uintptr_t)c,
         .lda = lda, .ldb = ldb, .ldc = ldc, .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c,
     };
-    return launch(&gemm, h->stream);
+    return launch(&gemm, m, h->stream);
 }
 
 EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha,
@@ -278,6 +291,51 @@ EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, int
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* An algorithm as the fake heuristic hands it out: the rows of the shape it was chosen
+ * for (which decide how its kernel rounds), marked as the fake's. */
+struct lt_algo { uint64_t magic, rows, unused[6]; };
+#define ALGO_MAGIC 0x4c54414c474f4b4eULL
+struct lt_heuristic_result { struct lt_algo algo; size_t workspace; int state; float waves; int reserved[4]; };
+typedef void *cublasLtMatmulPreference_t;
+
+EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *out)
+{
+    if (!out)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *out = malloc(1);
+    return *out ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, int attr, const void *buf,
+                                                           size_t size)
+{
+    return p && buf && size ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* One algorithm, the one cuBLAS's own GEMM would run for the shape (chosen for its rows);
+ * FAKECUDA_LT_HEURISTIC_OTHER=1: another one, chosen as for a narrow shape, so that its
+ * result differs from cuBLAS's own where FAKECUDA_GEMM_NARROW_BELOW makes kernels differ. */
+EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                                     cublasLtMatrixLayout_t ad, cublasLtMatrixLayout_t bd,
+                                                     cublasLtMatrixLayout_t cd, cublasLtMatrixLayout_t od,
+                                                     cublasLtMatmulPreference_t p, int requested,
+                                                     struct lt_heuristic_result *results, int *returned)
+{
+    if (!h || !d || !ad || !bd || !cd || !od || !p || requested < 1 || !results || !returned)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const char *other = getenv("FAKECUDA_LT_HEURISTIC_OTHER");
+    memset(results, 0, sizeof *results);
+    results->algo = (struct lt_algo){ .magic = ALGO_MAGIC, .rows = other && *other == '1' ? 1 : od->rows };
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* D = alpha op(A) op(B) + beta C; the fake supports column-major layouts and C == D. */
 EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,
                                      cublasLtMatrixLayout_t ad, const void *b, cublasLtMatrixLayout_t bd,
@@ -300,7 +358,9 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
         .lda = ad->ld, .ldb = bd->ld, .ldc = od->ld,
         .stride_a = ad->stride, .stride_b = bd->stride, .stride_c = od->stride,
     };
-    return launch(&gemm, stream);
+    const struct lt_algo *chosen = algo;
+    long kernel_rows = chosen && chosen->magic == ALGO_MAGIC ? (long)chosen->rows : gemm.m;
+    return launch(&gemm, kernel_rows, stream);
 }
 
 #endif
