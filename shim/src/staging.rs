@@ -278,7 +278,7 @@ fn slices_for(
         [None, Some(_)] => 1,
         _ => return None,
     };
-    if slicing.whole_algorithm_workspace.is_none() && wanted[operand]?.width < staging_slices::MIN_SLICED_WIDTH {
+    if wanted[operand]?.width < staging_slices::MIN_SLICED_WIDTH {
         return None;
     }
     let axis = slicing.axes[operand]?;
