@@ -266,8 +266,8 @@ const TABLE: [Setting; 19] = [
         "GREENBOOST_STAGE_SLICES",
         Some("stage-slices"),
         Kind::Count,
-        "1",
-        "Copy a wide product's staged operand in up to this many slices (at most 8) and compute each slice as it lands, for products that compute about as long as their copies (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
+        "4",
+        "Copy a staged operand of a product at least 128 wide in up to this many slices (at most 8) and compute each slice as it lands, with the whole product's cuBLASLt algorithm (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
     ),
     row(
         Id::Tiering,

@@ -13,7 +13,9 @@
 //! `release::PENDING`. `staging::SCRATCH` is held across the asynchronous enqueues of
 //! one staged product and is taken while no other lock is held; under it only
 //! the budget's counters are touched (a sliced product's verification reserves VRAM),
-//! none of the list's locks, so SCRATCH comes before the whole list. `movable::LIVE` (the movable allocations, for
+//! none of the list's locks, so SCRATCH comes before the whole list. `lt_algo::WHOLE_ALGORITHMS`
+//! (the whole products' cuBLASLt algorithms) is a leaf, taken in the hook before staging
+//! with no other lock held. `movable::LIVE` (the movable allocations, for
 //! the tier thread) is held with no other lock and comes last; each movable
 //! allocation's own `state` lock is a leaf, never held across a CUDA call. The fork
 //! handlers (`lifecycle`) take the five of the list in this order, not SCRATCH: a child
@@ -65,6 +67,7 @@ mod report;
 mod lt_algo;
 mod staging_slices;
 mod staging;
+mod cublas_gemm;
 mod cublas;
 mod cublas_lt;
 mod driver;

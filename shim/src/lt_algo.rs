@@ -122,13 +122,16 @@ impl GemmShape {
     /// reduced-precision reductions, legacy compute types): those are cut through cuBLAS.
     fn lt_types(&self) -> Option<(c_int, c_int)> {
         let mode = self.math_mode & MATH_MODE_BITS;
-        if self.math_mode & !MATH_MODE_BITS != 0 || ![MATH_DEFAULT, MATH_TENSOR_OP, MATH_TF32_TENSOR_OP].contains(&mode) {
+        if self.math_mode & !MATH_MODE_BITS != 0 || ![MATH_DEFAULT, MATH_TENSOR_OP, MATH_TF32_TENSOR_OP].contains(&mode)
+        {
             return None;
         }
         Some(match self.compute_type {
             COMPUTE_32F if mode == MATH_TF32_TENSOR_OP => (COMPUTE_32F_FAST_TF32, R_32F),
             COMPUTE_16F => (COMPUTE_16F, R_16F),
-            COMPUTE_32F | COMPUTE_32F_FAST_16F | COMPUTE_32F_FAST_16BF | COMPUTE_32F_FAST_TF32 => (self.compute_type, R_32F),
+            COMPUTE_32F | COMPUTE_32F_FAST_16F | COMPUTE_32F_FAST_16BF | COMPUTE_32F_FAST_TF32 => {
+                (self.compute_type, R_32F)
+            }
             COMPUTE_64F => (COMPUTE_64F, R_64F),
             COMPUTE_32I => (COMPUTE_32I, R_32I),
             _ => return None,
@@ -229,7 +232,8 @@ fn ask_heuristic(shape: &GemmShape) -> Option<WholeAlgorithm> {
     if unsafe { desc_create(&mut desc, compute, scale) } != CublasStatus::SUCCESS {
         return None;
     }
-    let desc_attributes = [(DESC_TRANSA, shape.transa), (DESC_TRANSB, shape.transb), (DESC_POINTER_MODE, shape.pointer_mode)];
+    let desc_attributes =
+        [(DESC_TRANSA, shape.transa), (DESC_TRANSB, shape.transb), (DESC_POINTER_MODE, shape.pointer_mode)];
     let described = desc_attributes.iter().all(|(attribute, value)| {
         // SAFETY: each of these attributes is an int32, read from `value` (4 bytes).
         unsafe { desc_set(desc, *attribute, (value as *const c_int).cast(), 4) == CublasStatus::SUCCESS }
@@ -258,8 +262,20 @@ fn ask_heuristic(shape: &GemmShape) -> Option<WholeAlgorithm> {
     let [a, b, c] = layouts.0;
     // SAFETY: handle, descriptor, layouts and preference made above; room for one result.
     let asked = limited
-        && unsafe { heuristic(handle, desc, a, b, c, c, preference, 1, (&mut result as *mut HeuristicResult).cast(), &mut returned) }
-            == CublasStatus::SUCCESS;
+        && unsafe {
+            heuristic(
+                handle,
+                desc,
+                a,
+                b,
+                c,
+                c,
+                preference,
+                1,
+                (&mut result as *mut HeuristicResult).cast(),
+                &mut returned,
+            )
+        } == CublasStatus::SUCCESS;
     if preferred {
         // SAFETY: the preference made above, destroyed once.
         unsafe { pref_destroy(preference) };

@@ -5,9 +5,11 @@
 //! after everything the program enqueued before the product (an event recorded on the
 //! product's stream), and a product never writes its own operands.
 //!
-//! A slice is another call to cuBLAS (fewer rows or columns), for which cuBLAS may pick
-//! another kernel (another tile, a split of the inner dimension) that rounds otherwise.
-//! So the first product of each shape is computed both ways, the sliced result into a
+//! A slice is another call (fewer rows or columns): through cuBLASLt with the whole
+//! product's own algorithm where cuBLASLt has one for the call (`lt_algo`), else to cuBLAS
+//! for the slice's shape, for which cuBLAS may pick another kernel (another tile, a split
+//! of the inner dimension) that rounds otherwise. Either way the first product of each
+//! shape is computed both ways, the sliced result into a
 //! copy of the output, and the two are compared bit for bit on the host; a shape is
 //! sliced only once its sliced result was identical (on data that shows it: most output
 //! elements nonzero), and never once it differed.
