@@ -11,7 +11,7 @@ use crate::lt_algo::{self, GemmShape, WholeAlgorithm};
 use crate::real;
 use crate::registry;
 use crate::staging::{element_bytes, span_bytes, Operand};
-use crate::staging_slices::{Shape, Slice, SliceAxis, Slicing};
+use crate::staging_slices::{Shape, Slice, SliceAxis, Slicing, MIN_SLICED_WIDTH};
 
 /// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
 pub const CUBLAS_OP_N: c_int = 0;
@@ -152,17 +152,18 @@ pub fn gemm_slicing(call: &GemmCall) -> Option<(Slicing, Option<(WholeAlgorithm,
     Some((slicing, lt))
 }
 
-/// The call as cuBLASLt's heuristic sees it; `None` for calls that cannot be cut (only
-/// those whose cut operand lies in T2 are asked about: the others are not staged).
+/// The call as cuBLASLt's heuristic sees it; `None` unless an operand that can be cut
+/// (A used transposed, B as stored: the inner dimension first) lies in T2 and its product
+/// is wide enough to be sliced — the others are never cut, so cuBLASLt is not asked.
 fn lt_shape(call: &GemmCall, math_mode: c_int) -> Option<GemmShape> {
     const COMPUTE_32F: c_int = 68;
-    // An operand stored with the inner dimension first (A used transposed, B as stored).
-    let in_t2 = |(address, data_type, ld): (*const c_void, c_int, i64), inner_first: bool, other: i64| {
-        let (rows, cols) = if inner_first { (call.k, other) } else { (other, call.k) };
-        let span = span_bytes(rows, cols, ld, 1, 0, element_bytes(data_type)?)?;
-        registry::touches_pinned_t2(address as CuDevicePtr, span).then_some(())
+    let cut_in_t2 = |(address, data_type, ld): (*const c_void, c_int, i64), length: i64, width: i64| {
+        let span = span_bytes(call.k, length, ld, 1, 0, element_bytes(data_type)?)?;
+        (width >= MIN_SLICED_WIDTH && registry::touches_pinned_t2(address as CuDevicePtr, span)).then_some(())
     };
-    in_t2(call.a, call.transa != CUBLAS_OP_N, call.m).or_else(|| in_t2(call.b, call.transb == CUBLAS_OP_N, call.n))?;
+    let a_cut = || (call.transa != CUBLAS_OP_N).then_some(()).and_then(|()| cut_in_t2(call.a, call.m, call.n));
+    let b_cut = || (call.transb == CUBLAS_OP_N).then_some(()).and_then(|()| cut_in_t2(call.b, call.n, call.m));
+    a_cut().or_else(b_cut)?;
     let alignment = |address: *const c_void| 1u64 << (address as u64).trailing_zeros().min(8);
     Some(GemmShape {
         transa: call.transa,

@@ -113,8 +113,12 @@ type Algorithms = HashMap<(GemmShape, CuDevice), Option<WholeAlgorithm>>;
 
 static WHOLE_ALGORITHMS: Mutex<Option<Algorithms>> = const_mutex(None);
 
-/// One cuBLASLt handle for the process, made on first use (null until then).
-static LT_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// Devices with a cuBLASLt handle of their own; products on others are cut through cuBLAS.
+const MAX_DEVICES: usize = 64;
+
+/// One cuBLASLt handle per device (a handle belongs to the device current when it was
+/// made), made on the device's first product that asks (null until then).
+static LT_HANDLES: [AtomicPtr<c_void>; MAX_DEVICES] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
 
 impl GemmShape {
     /// The compute and scale types cuBLASLt gets for this call, `None` for calls whose
@@ -175,8 +179,10 @@ impl Drop for Layouts {
     }
 }
 
-fn lt_handle() -> Option<CublasHandle> {
-    let known = LT_HANDLE.load(Ordering::Acquire);
+/// The cuBLASLt handle of `device`, the current device (made with it current).
+fn lt_handle(device: CuDevice) -> Option<CublasHandle> {
+    let slot = LT_HANDLES.get(usize::try_from(device).ok()?)?;
+    let known = slot.load(Ordering::Acquire);
     if !known.is_null() {
         return Some(CublasHandle(known));
     }
@@ -186,7 +192,7 @@ fn lt_handle() -> Option<CublasHandle> {
     if unsafe { create(&mut made) } != CublasStatus::SUCCESS || made.0.is_null() {
         return None;
     }
-    match LT_HANDLE.compare_exchange(std::ptr::null_mut(), made.0, Ordering::AcqRel, Ordering::Acquire) {
+    match slot.compare_exchange(std::ptr::null_mut(), made.0, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => Some(made),
         Err(first) => {
             // Another thread's handle won: ours goes.
@@ -199,15 +205,15 @@ fn lt_handle() -> Option<CublasHandle> {
     }
 }
 
-/// The whole product's algorithm for `shape` on `device`, asked of cuBLASLt once per
-/// shape; `None` when cuBLASLt is not there, the call has no cuBLASLt equivalent, or
+/// The whole product's algorithm for `shape` on `device` (the current device), asked of
+/// cuBLASLt once per shape and device; `None` when cuBLASLt is not there, the call has no cuBLASLt equivalent, or
 /// the heuristic offers nothing.
 pub fn whole_algorithm(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> {
     if let Some(known) = WHOLE_ALGORITHMS.lock().as_ref().and_then(|known| known.get(&(*shape, device))) {
         return *known;
     }
     // Asked without the lock (a library call); a racing thread's answer is the same.
-    let found = ask_heuristic(shape);
+    let found = ask_heuristic(shape, device);
     let mut known = WHOLE_ALGORITHMS.lock();
     let map = known.get_or_insert_with(HashMap::new);
     if map.len() < MAX_SHAPES && map.try_reserve(1).is_ok() {
@@ -216,9 +222,9 @@ pub fn whole_algorithm(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgor
     found
 }
 
-fn ask_heuristic(shape: &GemmShape) -> Option<WholeAlgorithm> {
+fn ask_heuristic(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> {
     let (compute, scale) = shape.lt_types()?;
-    let handle = lt_handle()?;
+    let handle = lt_handle(device)?;
     let (desc_create, desc_set) = (real::cublasLtMatmulDescCreate()?, real::cublasLtMatmulDescSetAttribute()?);
     let (pref_create, pref_set, pref_destroy) = (
         real::cublasLtMatmulPreferenceCreate()?,

@@ -11,8 +11,9 @@
 //! with the same offset modulo 256 bytes (its alignment, which cuBLAS's kernel choice
 //! depends on), so it picks the same kernel over the same bytes.
 //!
-//! Scratch buffers are per context, grow to the largest staged product (at most
-//! GREENBOOST_STAGE_MAX, counted against the VRAM budget) and are never freed while the
+//! Scratch buffers are per context, grow to the largest staged product (its operands at
+//! most GREENBOOST_STAGE_MAX, then its slices' workspace, a few KiB; counted against the
+//! VRAM budget) and are never freed while the
 //! process runs. Reuse is ordered: the copy and the product are enqueued on the product's
 //! stream, and an event recorded after the product makes a product on another stream
 //! wait before it overwrites the scratch. Products on a stream being captured into a
@@ -198,12 +199,13 @@ pub fn run_staged(
     let workspace_offset = needed;
     let workspace = slicing.and_then(|slicing| slicing.whole_algorithm_workspace).unwrap_or(0);
     needed += workspace.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
-    if needed > config.stage_max {
-        refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(needed)));
+    // The operands are held to the limit; their slices' workspace (KiB) comes on top.
+    if workspace_offset > config.stage_max {
+        refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(workspace_offset)));
         return product(originals, None);
     }
     let mut scratches = SCRATCH.lock();
-    let Some(scratch) = scratch_for(&mut scratches, context, device, needed) else {
+    let Some(scratch) = scratch_for(&mut scratches, context, device, (needed, workspace_offset)) else {
         drop(scratches);
         return product(originals, None);
     };
@@ -289,9 +291,16 @@ fn slices_for(
     }
 }
 
-/// The context's scratch, grown to at least `needed` bytes; `None` (logged once) when
-/// VRAM for it does not fit the budget or cannot be had.
-fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice, needed: u64) -> Option<&mut Scratch> {
+/// The context's scratch, grown to at least `needed` bytes, of which the operands take
+/// `operands` (grown to a power of two, the workspace after them not: a 128 MiB weight's
+/// few KiB of workspace must not double the scratch); `None` (logged once) when VRAM for
+/// it does not fit the budget or cannot be had.
+fn scratch_for(
+    scratches: &mut Vec<Scratch>,
+    context: Context,
+    device: CuDevice,
+    (needed, operands): (u64, u64),
+) -> Option<&mut Scratch> {
     let index = match scratches.iter().position(|scratch| scratch.context == context) {
         Some(index) => index,
         None => {
@@ -314,7 +323,7 @@ fn scratch_for(scratches: &mut Vec<Scratch>, context: Context, device: CuDevice,
     }
     // Grow: the growth counts against the budget like any allocation (the old buffer's
     // charge becomes the new one's).
-    let grown = needed.next_power_of_two().min(config::get().stage_max).max(needed);
+    let grown = operands.next_power_of_two().min(config::get().stage_max).max(operands) + (needed - operands);
     let Some(growth) = budget::reserve_vram(grown.saturating_sub(scratch.bytes()), device) else {
         refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
         return None;
