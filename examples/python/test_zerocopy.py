@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+import greenboost_kvcache as kv  # noqa: E402
 import greenboost_zerocopy as gz  # noqa: E402
 from test_zerocopy_tiers import (test_tier_api, test_tiered_degradation, test_tiered_policy,  # noqa: E402
                                  test_tiered_refusals)
@@ -167,7 +168,7 @@ def test_views():
         skip("KV cache views", "neither numpy nor PyTorch is installed")
         return
     device = MemfdDevice()
-    cache = gz.KVCache(device, layers=3, max_tokens=64, kv_heads=4, head_dim=32)
+    cache = kv.KVCache(device, layers=3, max_tokens=64, kv_heads=4, head_dim=32)
     check("KV cache: one buffer per layer of 2*tokens*heads*dim*2 bytes", device.sizes == [2 * 64 * 4 * 32 * 2] * 3, str(device.sizes))
     k0, v0 = cache.layer(0)
     k1, v1 = cache.layer(1)
@@ -267,7 +268,7 @@ def test_device_t3():
                   and stats.moves_to_t3 > before.moves_to_t3, str(stats))
         if not have_array_library("tiered KV cache on the module"):
             return
-        cache = gz.TieredKVCache(device, blocks=4, hot_blocks=2, **CACHE_SHAPE)
+        cache = kv.TieredKVCache(device, blocks=4, hot_blocks=2, **CACHE_SHAPE)
         for index in (0, 1, 2, 3, 0, 2):
             cache.block(index)[...] = index + 1
         check("tiered cache on the module: at most hot_blocks blocks in T2, unless it said it could not tier",

@@ -7,6 +7,7 @@ import errno
 import os
 import warnings
 
+import greenboost_kvcache as kv
 from zerocopy_testlib import CACHE_SHAPE, FakeKernel, check, check_raises, gz, have_array_library, memfd_buffer
 
 
@@ -93,7 +94,7 @@ def tiered_cache(kernel, blocks, hot_blocks):
     device = gz.Device(os.devnull, ioctl=kernel)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cache = gz.TieredKVCache(device, blocks=blocks, hot_blocks=hot_blocks, **CACHE_SHAPE)
+        cache = kv.TieredKVCache(device, blocks=blocks, hot_blocks=hot_blocks, **CACHE_SHAPE)
     return device, cache, caught
 
 
@@ -154,7 +155,7 @@ def test_tiered_policy():
     check("tiered cache: every block kept its data across its moves (same view, same mapping)",
           all(float(cache.block(i).min()) == float(cache.block(i).max()) == stamps[i] for i in stamps))
     check_raises("tiered cache: a block index out of range is an IndexError", lambda: cache.block(6), IndexError, lambda error: True)
-    check_raises("tiered cache: hot_blocks 0 is refused", lambda: gz.TieredKVCache(device, 2, 0, **CACHE_SHAPE),
+    check_raises("tiered cache: hot_blocks 0 is refused", lambda: kv.TieredKVCache(device, 2, 0, **CACHE_SHAPE),
                  ValueError, lambda error: "hot_blocks" in str(error))
     del view, first_views
     cache.close()
