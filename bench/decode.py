@@ -36,6 +36,7 @@ import os
 import sys
 import time
 
+import gpu_profile
 import gpu_timeline
 
 # Llama 3 8B's shape (Meta-Llama-3-8B config.json); --layers keeps the per-layer shape
@@ -150,63 +151,6 @@ def pointer_placement(driver, ptr):
 def shim_loaded():
     with open("/proc/self/maps") as maps:
         return any("libgreenboost_cuda" in line for line in maps)
-
-
-def cpu_breakdown(run, top=12):
-    """The CPU's `top` self times (each event's own, not its children's) and the
-    synchronisations while `run` runs (torch.profiler, CPU only): a GPU waiting for the
-    CPU shows here as hooks, allocations or synchronisations."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-        torch.cuda.synchronize()
-    events = prof.key_averages()
-    heaviest = sorted(((e.self_cpu_time_total / 1e3, e.count, e.key[:60]) for e in events), reverse=True)[:top]
-    syncs = {e.key: e.count for e in events if "ynchronize" in e.key or e.key in ("aten::item", "aten::_local_scalar_dense")}
-    return {"cpu_self_top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in heaviest],
-            "synchronisations": syncs}
-
-
-def gpu_time_breakdown(forward, prompt):
-    """GPU time of one prefill and one decode step by kind of work, from torch.profiler:
-    copies (the shim's staging copies are host-to-device cuMemcpyAsync), GEMM kernels,
-    other kernels; the top kernels by time. Explains what limits a configuration. Call
-    it with no KV cache held, as the timed prefills run."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    kind = gpu_timeline.kind
-
-    result = {}
-    state = {}
-
-    def prefill():
-        state["token"], state["cache"] = forward(prompt)
-
-    for label, run in (("prefill", prefill), ("decode_step", lambda: forward(state["token"], state["cache"]))):
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run()
-            torch.cuda.synchronize()
-        by_kind, top = {}, []
-        for event in prof.key_averages():
-            device_us = getattr(event, "device_time_total", None)
-            if device_us is None:
-                device_us = getattr(event, "cuda_time_total", 0)
-            if not device_us:
-                continue
-            by_kind[kind(event.key)] = by_kind.get(kind(event.key), 0) + device_us / 1e3
-            top.append((device_us / 1e3, event.count, event.key[:90]))
-        top.sort(reverse=True)
-        # Where the CPU's time went, in a second run profiled on the CPU only. (No GPU
-        # idle figure: a profiled run's wall time is mostly the profiler's own.)
-        result[label] = {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
-                         "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top[:8]],
-                         "cpu_self_top": cpu_breakdown(run, top=10)["cpu_self_top"]}
-    return result
 
 
 def median(values):
@@ -468,10 +412,10 @@ def main():
         profile = None
         if args.profile and on_gpu:
             try:
-                profile = gpu_time_breakdown(forward, prompt)
+                profile = gpu_profile.gpu_time_breakdown(forward, prompt)
                 profile["decode_gaps"] = decode_gaps(forward, prompt)
                 if args.generate == "hf":
-                    profile["hf_generate_4_tokens"] = cpu_breakdown(lambda: generate_hf(Clock(), 4))
+                    profile["hf_generate_4_tokens"] = gpu_profile.cpu_breakdown(lambda: generate_hf(Clock(), 4))
                     # generate always prefills first: its decode tokens' idle time is that
                     # of 1 + GAP_STEPS tokens less that of the first token alone.
                     first = gpu_timeline.profile_gaps(lambda: generate_hf(Clock(), 1), 1)
