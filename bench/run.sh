@@ -24,8 +24,8 @@
 #                       way; the timed second pass generates as many tokens)
 #   BENCH_SLOW_MAX_S    the same for cpu_offload, uvm and uvm_split (default 15)
 #   BENCH_DECODE_CONFIGS  default "vram greenboost hf_vram hf_greenboost cpu_offload uvm
-#                       greenboost_unsliced uvm_split" (hf_*: transformers' generate instead of the
-#                       bench's decode loop; greenboost_unsliced: GREENBOOST_STAGE_SLICES=1); the
+#                       greenboost_sliced uvm_split" (hf_*: transformers' generate instead of the
+#                       bench's decode loop; greenboost_sliced: GREENBOOST_STAGE_SLICES=4); the
 #                       figures' baselines first, the diagnostic runs last, where the deadline
 #                       cuts first
 #   GREENBOOST_SHIM     the shim; default: the first of build/bench-carry/,
@@ -56,7 +56,7 @@ new_tokens=${BENCH_NEW_TOKENS:-64}
 slow_tokens=${BENCH_SLOW_TOKENS:-32}
 decode_max_s=${BENCH_DECODE_MAX_S:-75}
 slow_max_s=${BENCH_SLOW_MAX_S:-15}
-decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost hf_vram hf_greenboost cpu_offload uvm greenboost_unsliced uvm_split}
+decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost hf_vram hf_greenboost cpu_offload uvm greenboost_sliced uvm_split}
 deadline=${BENCH_DEADLINE_S:-540}
 baseline_shim=${BENCH_BASELINE_SHIM:-}
 work=${BENCH_WORK:-/tmp/gbbench}
@@ -225,7 +225,7 @@ if want decode; then
                 decode_greenboost decode-greenboost
                 # The same process with the earlier shim (LD_PRELOAD given last wins).
                 [[ -n $baseline_shim ]] && decode_greenboost decode-greenboost_baseline LD_PRELOAD="$baseline_shim" -- ;;
-            greenboost_unsliced) decode_greenboost decode-greenboost_unsliced GREENBOOST_STAGE_SLICES=1 -- ;;
+            greenboost_sliced) decode_greenboost decode-greenboost_sliced GREENBOOST_STAGE_SLICES=4 -- ;;
             hf_vram) run decode-hf_vram 150 -- python3 bench/decode.py --config vram --generate hf "${common[@]}" \
                 --max-seconds "$decode_max_s" --new-tokens "$new_tokens" --profile ;;
             hf_greenboost) decode_greenboost decode-hf_greenboost -- --generate hf ;;

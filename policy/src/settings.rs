@@ -28,12 +28,13 @@ pub const DEFAULT_STAGING: bool = true;
 pub const DEFAULT_STAGE_MIN_WIDTH: u64 = 1;
 /// Largest VRAM scratch buffer staging may hold per context.
 pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
-/// A staged operand is copied in up to 4 slices, the product computed slice by slice as
-/// each lands (the copy of slice i + 1 beside the product of slice i), each slice with
-/// the whole product's own cuBLASLt algorithm: on the H200 that reproduced every product
-/// of an 8B model bit for bit, one token and 512 (bench/results/lt-algo-probe-2026-12-03.md),
-/// where cuBLAS's own choice for a slice's shape differed for most of them.
-pub const DEFAULT_STAGE_SLICES: u64 = 4;
+/// A staged operand is copied whole, then multiplied. Slices (the copy of slice i + 1
+/// beside the product of slice i, each with the whole product's cuBLASLt algorithm) are
+/// bit-identical and pay where products compute long (H200: 8192-token products 0.73 of
+/// the time, bench/results/lt-algo-probe-2026-12-03.md) but little for a 512-token prefill
+/// (0.98), and the first product of every new shape is verified synchronously: a server
+/// whose prompts change length would pay that on each new length. Asked for, they are on.
+pub const DEFAULT_STAGE_SLICES: u64 = 1;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
 /// How often live tiering looks at the device, in milliseconds.
@@ -266,7 +267,7 @@ const TABLE: [Setting; 19] = [
         "GREENBOOST_STAGE_SLICES",
         Some("stage-slices"),
         Kind::Count,
-        "4",
+        "1",
         "Copy a staged operand of a product at least 128 wide in up to this many slices (at most 8) and compute each slice as it lands, with the whole product's cuBLASLt algorithm (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
     ),
     row(

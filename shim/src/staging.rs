@@ -20,8 +20,8 @@
 //! CUDA graph are not staged (a captured copy would replay into a scratch that later
 //! products reuse): they run zero-copy as before.
 //!
-//! Slices (`staging_slices`, GREENBOOST_STAGE_SLICES, 4 by default): a wide product's
-//! one staged operand is copied in slices on a side stream, each ordered after
+//! Slices (`staging_slices`, GREENBOOST_STAGE_SLICES, off by default): a wide product's
+//! one staged operand can be copied in slices on a side stream, each ordered after
 //! everything enqueued before the product, and the product computed slice by slice as
 //! each lands (each slice with the whole product's cuBLASLt algorithm, `lt_algo`). No copy is ever issued before the product that reads it: an earlier copy
 //! (a prefetch of the next product's operand) would run before writes the shim cannot

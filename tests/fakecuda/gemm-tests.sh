@@ -53,8 +53,8 @@ t_gemm_two_streams() {
 t_gemm_sliced() {
     # Four products of one 8 MiB weight (the first verifies the shape; the three after
     # it, beta = 1 and a rewrite of the weight among them, are computed in two slices
-    # each, by default): every result right (the program checks), three counted in slices.
-    shim gemm-sliced $GEMMENV "$BIN/gbgemm" sliced || return 1
+    # each): every result right (the program checks), three counted in slices.
+    shim gemm-sliced $GEMMENV GREENBOOST_STAGE_SLICES=4 "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the summary does not count 3 sliced products"
 }
 t_gemm_sliced_narrow() {
@@ -62,20 +62,20 @@ t_gemm_sliced_narrow() {
     # (the fake rounds products chosen for fewer than 8192 rows otherwise): each slice
     # runs the whole product's cuBLASLt algorithm, so the slices are the whole product
     # and the shape is sliced.
-    shim gemm-sliced-narrow $GEMMENV FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
+    shim gemm-sliced-narrow $GEMMENV GREENBOOST_STAGE_SLICES=4 FAKECUDA_GEMM_NARROW_BELOW=8192 "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the slices did not run the whole product's algorithm"
 }
 t_gemm_sliced_differs() {
     # ... and where cuBLASLt's heuristic offers another algorithm than cuBLAS's own
     # (one that rounds as the narrow kernel): the verification sees it and every product
     # is computed whole, every result still right.
-    shim gemm-sliced-differs $GEMMENV FAKECUDA_GEMM_NARROW_BELOW=8192 FAKECUDA_LT_HEURISTIC_OTHER=1 "$BIN/gbgemm" sliced || return 1
+    shim gemm-sliced-differs $GEMMENV GREENBOOST_STAGE_SLICES=4 FAKECUDA_GEMM_NARROW_BELOW=8192 FAKECUDA_LT_HEURISTIC_OTHER=1 "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 0 in slices, 1 shapes unsliced" "GREENBOOST_LOG=info: the summary does not say the shape stayed whole"
 }
 t_gemm_sliced_off() {
-    # GREENBOOST_STAGE_SLICES=1: one copy, then the product.
-    shim gemm-sliced-off $GEMMENV GREENBOOST_STAGE_SLICES=1 "$BIN/gbgemm" sliced || return 1
-    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced with slices off"
+    # The default (GREENBOOST_STAGE_SLICES=1): one copy, then the product.
+    shim gemm-sliced-off $GEMMENV "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 0 in slices, 0 shapes" "GREENBOOST_LOG=info: a product was sliced by default"
 }
 t_gemm_capture() {
     shim gemm-capture $GEMMENV "$BIN/gbgemm" capture || return 1
