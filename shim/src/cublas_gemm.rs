@@ -154,12 +154,14 @@ pub fn gemm_slicing(call: &GemmCall) -> Option<(Slicing, Option<(WholeAlgorithm,
 
 /// The call as cuBLASLt's heuristic sees it; `None` unless an operand that can be cut
 /// (A used transposed, B as stored: the inner dimension first) lies in T2 and its product
-/// is wide enough to be sliced — the others are never cut, so cuBLASLt is not asked.
+/// is wide enough to be sliced, or the operand too large for the scratch (streamed
+/// through it) — the others are never cut, so cuBLASLt is not asked.
 fn lt_shape(call: &GemmCall, math_mode: c_int) -> Option<GemmShape> {
     const COMPUTE_32F: c_int = 68;
     let cut_in_t2 = |(address, data_type, ld): (*const c_void, c_int, i64), length: i64, width: i64| {
         let span = span_bytes(call.k, length, ld, 1, 0, element_bytes(data_type)?)?;
-        (width >= MIN_SLICED_WIDTH && registry::touches_pinned_t2(address as CuDevicePtr, span)).then_some(())
+        let cut = width >= MIN_SLICED_WIDTH || span > config::get().stage_max;
+        (cut && registry::touches_pinned_t2(address as CuDevicePtr, span)).then_some(())
     };
     let a_cut = || (call.transa != CUBLAS_OP_N).then_some(()).and_then(|()| cut_in_t2(call.a, call.m, call.n));
     let b_cut = || (call.transb == CUBLAS_OP_N).then_some(()).and_then(|()| cut_in_t2(call.b, call.n, call.m));

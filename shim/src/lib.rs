@@ -66,6 +66,7 @@ mod report;
 
 mod lt_algo;
 mod staging_slices;
+mod staging_streamed;
 mod staging;
 mod cublas_gemm;
 mod cublas;

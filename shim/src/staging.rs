@@ -44,12 +44,18 @@ use crate::ffi::*;
 use crate::lock::{const_mutex, Mutex};
 use crate::log::Mib;
 use crate::registry;
-use crate::staging_slices::{self, Comparison, Decision, Plan, SideCopies, Slice, SliceAxis, Slicing, Verdicts};
+use crate::staging_slices::{self, Comparison, Decision, Plan, Shape, SideCopies, Slice, SliceAxis, Slicing, Verdicts};
+use crate::staging_streamed::{self, Ring, RingEvents};
 use crate::stats::{self, STATS};
 
 /// Alignment a staged operand keeps (bytes): cuBLAS picks kernels by pointer alignment,
 /// at most 256 bytes matters.
 const KEPT_ALIGNMENT: u64 = 256;
+
+/// Each half of the scratch a streamed operand passes through holds at most this much:
+/// on the H200 copies of 64 MiB run at the link's rate, and an 8B model's other staged
+/// products already grow the scratch to 128 MiB.
+const STREAM_HALF: u64 = 64 << 20;
 
 /// Bytes per element of a `cudaDataType_t`, for the types cuBLAS multiplies; `None`
 /// for sub-byte and unknown types (never staged).
@@ -111,8 +117,8 @@ impl Operand {
 /// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
 /// `charge` is `None`), counted against the device's budget; `read_done`, when not null,
 /// is an event of `context` recorded after the last product that read the scratch, on
-/// `last_reader`; `copies` are `context`'s (its side stream carries sliced copies);
-/// `verdicts` are of products in `context`.
+/// `last_reader`; `copies` and `ring_events` are `context`'s (its side stream carries
+/// sliced and streamed copies); `verdicts` are of products in `context`.
 struct Scratch {
     context: Context,
     base: CuDevicePtr,
@@ -120,6 +126,7 @@ struct Scratch {
     read_done: Event,
     last_reader: Option<Stream>,
     copies: SideCopies,
+    ring_events: RingEvents,
     verdicts: Verdicts,
 }
 
@@ -201,6 +208,9 @@ pub fn run_staged(
     needed += workspace.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
     // The operands are held to the limit; their slices' workspace (KiB) comes on top.
     if workspace_offset > config.stage_max {
+        if let Some(status) = stream_through((stream, device, context), &wanted, slicing, &mut product) {
+            return status;
+        }
         refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(workspace_offset)));
         return product(originals, None);
     }
@@ -246,15 +256,17 @@ pub fn run_staged(
                 staging_slices::run_slices(&scratch.copies, stream, cut, placed, slicing.output, &mut product)
             } else {
                 let output = (slicing.output, slicing.output_bytes, slicing.output_element);
-                let (status, comparison) =
-                    staging_slices::verify(&scratch.copies, stream, device, cut, placed, output, &mut product);
-                if let Some(comparison) = comparison {
-                    if comparison == Comparison::Differs {
-                        stats::bump(&STATS.gemm_slices_differed);
+                let copies = &scratch.copies;
+                let mut compute = |into: Option<CuDevicePtr>| match into {
+                    Some(copy) => staging_slices::run_slices(copies, stream, cut, placed, copy, &mut product),
+                    // The whole product reads every slice: the last one landed, all have.
+                    None => {
+                        copies.wait_landed(stream, plan.count - 1);
+                        product(placed, None)
                     }
-                    debug!("GEMM slices of {} rows: {:?} to the whole product", plan.per, comparison);
-                    scratch.verdicts.record(&slicing.shape, plan, comparison);
-                }
+                };
+                let (status, comparison) = staging_slices::verify(stream, device, output, &mut compute);
+                record_verdict(&mut scratch.verdicts, (&slicing.shape, plan), comparison);
                 status
             }
         }
@@ -265,6 +277,81 @@ pub fn run_staged(
     stats::bump(&STATS.gemm_staged);
     STATS.gemm_staged_bytes.fetch_add(staged_bytes, Ordering::Relaxed);
     status
+}
+
+/// Streamed staging (`staging_streamed`) of a product's one operand too large for the
+/// scratch: with pipelined staging asked for and the whole product's algorithm at hand,
+/// through two halves of a scratch of at most GREENBOOST_STAGE_MAX and 2 x 64 MiB; each
+/// shape verified first like a sliced one. `None` (nothing enqueued) when it does not
+/// apply: the product then reads the operand in place.
+fn stream_through(
+    (stream, device, context): (Stream, CuDevice, Context),
+    wanted: &[Option<Operand>; 2],
+    slicing: Option<Slicing>,
+    product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
+) -> Option<CublasStatus> {
+    let config = config::get();
+    let slicing = slicing.filter(|_| config.stage_slices > 1)?;
+    let workspace = slicing.whole_algorithm_workspace?.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
+    let (operand, source) = match wanted {
+        [Some(source), None] => (0, *source),
+        [None, Some(source)] => (1, *source),
+        _ => return None,
+    };
+    let axis = slicing.axes[operand]?;
+    let ring_bytes = config.stage_max.min(2 * STREAM_HALF) / (2 * KEPT_ALIGNMENT) * (2 * KEPT_ALIGNMENT);
+    let mut scratches = SCRATCH.lock();
+    let scratch = scratch_for(&mut scratches, context, device, (ring_bytes + workspace, ring_bytes))?;
+    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2], half_bytes: ring_bytes / 2 };
+    let plan = ring.plan(axis.length, axis.operand_step)?;
+    let decision = scratch.verdicts.decide(&slicing.shape, plan);
+    let side = scratch.copies.side_stream()?;
+    if decision == Decision::Whole || !scratch.wait_writable(stream) {
+        return None;
+    }
+    let cut = (plan, axis, operand, scratch.base + ring_bytes);
+    // The other operand is the program's own; the streamed one is set slice by slice.
+    let placed = [None, None];
+    let events = &mut scratch.ring_events;
+    let source_span = (source.address, source.bytes);
+    let status = if decision == Decision::Slice {
+        stats::bump(&STATS.gemm_sliced);
+        staging_streamed::run_streamed(events, (stream, side), cut, source_span, &ring, placed, slicing.output, product)
+    } else {
+        let output = (slicing.output, slicing.output_bytes, slicing.output_element);
+        let mut compute = |into: Option<CuDevicePtr>| match into {
+            Some(copy) => staging_streamed::run_streamed(
+                events,
+                (stream, side),
+                cut,
+                source_span,
+                &ring,
+                placed,
+                copy,
+                &mut *product,
+            ),
+            // The whole product, as the program asked for it: the operand read in place.
+            None => product([None, None], None),
+        };
+        let (status, comparison) = staging_slices::verify(stream, device, output, &mut compute);
+        record_verdict(&mut scratch.verdicts, (&slicing.shape, plan), comparison);
+        status
+    };
+    scratch.record_read(stream);
+    drop(scratches);
+    stats::bump(&STATS.gemm_staged);
+    STATS.gemm_staged_bytes.fetch_add(source.bytes, Ordering::Relaxed);
+    Some(status)
+}
+
+/// What a shape's verification showed (`None`: nothing compared), remembered and counted.
+fn record_verdict(verdicts: &mut Verdicts, (shape, plan): (&Shape, Plan), comparison: Option<Comparison>) {
+    let Some(comparison) = comparison else { return };
+    if comparison == Comparison::Differs {
+        stats::bump(&STATS.gemm_slices_differed);
+    }
+    debug!("GEMM slices of {} rows: {:?} to the whole product", plan.per, comparison);
+    verdicts.record(shape, plan, comparison);
 }
 
 /// How to slice a product whose one copied operand is wide enough: the plan, the axis,
@@ -312,6 +399,7 @@ fn scratch_for(
                 read_done: Event::NULL,
                 last_reader: None,
                 copies: SideCopies::EMPTY,
+                ring_events: RingEvents::EMPTY,
                 verdicts: Verdicts::default(),
             });
             scratches.len() - 1

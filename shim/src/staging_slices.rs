@@ -269,7 +269,7 @@ impl SideCopies {
     /// Makes `stream` wait until slice `index` (and every slice before it: the side
     /// stream copies them in order) has landed; the host waits for the side stream when
     /// the wait cannot be enqueued.
-    fn wait_landed(&self, stream: Stream, index: usize) {
+    pub fn wait_landed(&self, stream: Stream, index: usize) {
         if cuda::stream_wait_event(stream, self.landed[index]) != CuResult::SUCCESS {
             cuda::stream_synchronize(self.side);
         }
@@ -310,39 +310,30 @@ pub fn run_slices(
     CublasStatus::SUCCESS
 }
 
-/// A shape's first product: the slices into a copy of the output, then the whole
-/// product (what the program gets) into the output itself, from the same staged
-/// operand; the two outputs read back and compared. Answers the whole product's status
-/// and what the comparison showed: a sliced call cuBLAS refused `Differs`; `None` when
-/// nothing was compared (no VRAM for the copy, a failed step): the shape is tried again.
-#[allow(clippy::too_many_arguments)]
+/// A shape's first product: `compute(Some(copy))` computes it in slices into a copy of
+/// the output, then `compute(None)` the whole product (what the program gets) into the
+/// output itself, both on `stream`; the two outputs are read back and compared. Answers
+/// the whole product's status and what the comparison showed: a sliced computation
+/// cuBLAS refused `Differs`; `None` when nothing was compared (no VRAM for the copy, a
+/// failed step): the shape is tried again.
 pub fn verify(
-    copies: &SideCopies,
     stream: Stream,
     device: CuDevice,
-    cut: Cut,
-    placed: [Option<CuDevicePtr>; 2],
     (output, output_bytes, element): (CuDevicePtr, u64, usize),
-    product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
+    compute: &mut dyn FnMut(Option<CuDevicePtr>) -> CublasStatus,
 ) -> (CublasStatus, Option<Comparison>) {
-    // The whole product reads every slice: the last one landed, all have.
-    let plan = cut.0;
-    let whole = |product: &mut dyn FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus| {
-        copies.wait_landed(stream, plan.count - 1);
-        product(placed, None)
-    };
     let alignment = output % 256;
     let Some(reservation) = budget::reserve_vram(output_bytes + alignment, device) else {
-        return (whole(product), None);
+        return (compute(None), None);
     };
     let Ok(copy_base) = cuda::mem_alloc(reservation.bytes()) else {
-        return (whole(product), None);
+        return (compute(None), None);
     };
     let copy = copy_base + alignment;
     // The copy starts as the output is (a product with beta != 0 reads it).
-    let sliced = (cuda::memcpy_async(copy, output, output_bytes, stream) == CuResult::SUCCESS)
-        .then(|| run_slices(copies, stream, cut, placed, copy, product));
-    let status = whole(product);
+    let sliced =
+        (cuda::memcpy_async(copy, output, output_bytes, stream) == CuResult::SUCCESS).then(|| compute(Some(copy)));
+    let status = compute(None);
     let comparison = match sliced {
         Some(sliced) if sliced != CublasStatus::SUCCESS => {
             cuda::stream_synchronize(stream);

@@ -72,6 +72,16 @@ t_gemm_sliced_differs() {
     shim gemm-sliced-differs $GEMMENV GREENBOOST_STAGE_SLICES=4 FAKECUDA_GEMM_NARROW_BELOW=8192 FAKECUDA_LT_HEURISTIC_OTHER=1 "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 0 in slices, 1 shapes unsliced" "GREENBOOST_LOG=info: the summary does not say the shape stayed whole"
 }
+t_gemm_streamed() {
+    # The same program with a scratch of 4 MiB (GREENBOOST_STAGE_MAX) for the 8 MiB weight:
+    # streamed through its two 2 MiB halves in five slices, each half refilled only after
+    # the slice that read it; the fake rounds kernels chosen for fewer than 8192 rows
+    # otherwise, so the slices must run the whole product's algorithm. Every result right
+    # (the weight's rewrite on the held stream among them), three counted in slices.
+    shim gemm-streamed $GEMMENV GREENBOOST_STAGE_SLICES=4 GREENBOOST_STAGE_MAX=4M FAKECUDA_GEMM_NARROW_BELOW=8192 \
+        "$BIN/gbgemm" sliced || return 1
+    out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the weight was not streamed through the scratch"
+}
 t_gemm_sliced_off() {
     # The default (GREENBOOST_STAGE_SLICES=1): one copy, then the product.
     shim gemm-sliced-off $GEMMENV "$BIN/gbgemm" sliced || return 1
