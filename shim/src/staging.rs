@@ -52,10 +52,12 @@ use crate::stats::{self, STATS};
 /// at most 256 bytes matters.
 const KEPT_ALIGNMENT: u64 = 256;
 
-/// Each half of the scratch a streamed operand passes through holds at most this much:
-/// on the H200 copies of 64 MiB run at the link's rate, and an 8B model's other staged
-/// products already grow the scratch to 128 MiB.
+/// Each half of a scratch grown for a streamed operand holds this much: on the H200 copies
+/// of 64 MiB run at the link's rate, and an 8B model's other staged products already grow
+/// the scratch to 128 MiB. A scratch already holding two halves of `MIN_STREAM_HALF` is
+/// used as it is.
 const STREAM_HALF: u64 = 64 << 20;
+const MIN_STREAM_HALF: u64 = 8 << 20;
 
 /// Bytes per element of a `cudaDataType_t`, for the types cuBLAS multiplies; `None`
 /// for sub-byte and unknown types (never staged).
@@ -281,8 +283,8 @@ pub fn run_staged(
 
 /// Streamed staging (`staging_streamed`) of a product's one operand too large for the
 /// scratch: with pipelined staging asked for and the whole product's algorithm at hand,
-/// through two halves of a scratch of at most GREENBOOST_STAGE_MAX and 2 x 64 MiB; each
-/// shape verified first like a sliced one. `None` (nothing enqueued) when it does not
+/// through two halves of the scratch (grown, when it is small, to GREENBOOST_STAGE_MAX or
+/// 2 x 64 MiB, whichever is less); each shape verified first like a sliced one. `None` (nothing enqueued) when it does not
 /// apply: the product then reads the operand in place.
 fn stream_through(
     (stream, device, context): (Stream, CuDevice, Context),
@@ -299,8 +301,15 @@ fn stream_through(
         _ => return None,
     };
     let axis = slicing.axes[operand]?;
-    let ring_bytes = config.stage_max.min(2 * STREAM_HALF) / (2 * KEPT_ALIGNMENT) * (2 * KEPT_ALIGNMENT);
     let mut scratches = SCRATCH.lock();
+    // The scratch as it is when it holds two halves of a few MiB (the other staged
+    // products grew it: streaming takes no more VRAM), else grown for two full halves.
+    let current = scratches.iter().find(|scratch| scratch.context == context).map_or(0, Scratch::bytes);
+    let ring_bytes = match current.checked_sub(workspace) {
+        Some(room) if room >= 2 * MIN_STREAM_HALF => room,
+        _ => config.stage_max.min(2 * STREAM_HALF),
+    } / (2 * KEPT_ALIGNMENT)
+        * (2 * KEPT_ALIGNMENT);
     let scratch = scratch_for(&mut scratches, context, device, (ring_bytes + workspace, ring_bytes))?;
     let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2], half_bytes: ring_bytes / 2 };
     let plan = ring.plan(axis.length, axis.operand_step)?;
