@@ -93,8 +93,8 @@ pub struct GemmShape {
 ///
 /// # Invariants
 /// `handle` is a cuBLASLt handle and `desc` a matmul descriptor of the shape's types,
-/// transposes and pointer mode, both made here and never destroyed (the map keeps at most
-/// `MAX_SHAPES`); `algo` is the heuristic's algorithm for the whole shape on the device it
+/// transposes and pointer mode, both made here; a descriptor the map keeps (at most
+/// `MAX_SHAPES`) is never destroyed, and only those are handed out; `algo` is the heuristic's algorithm for the whole shape on the device it
 /// was asked for, needing `workspace` bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct WholeAlgorithm {
@@ -206,20 +206,44 @@ fn lt_handle(device: CuDevice) -> Option<CublasHandle> {
 }
 
 /// The whole product's algorithm for `shape` on `device` (the current device), asked of
-/// cuBLASLt once per shape and device; `None` when cuBLASLt is not there, the call has no cuBLASLt equivalent, or
-/// the heuristic offers nothing.
+/// cuBLASLt once per shape and device; `None` when cuBLASLt is not there, the call has
+/// no cuBLASLt equivalent, the heuristic offers nothing, or `MAX_SHAPES` are known
+/// already (the slices then go to cuBLAS).
 pub fn whole_algorithm(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> {
-    if let Some(known) = WHOLE_ALGORITHMS.lock().as_ref().and_then(|known| known.get(&(*shape, device))) {
-        return *known;
+    let key = (*shape, device);
+    {
+        let known = WHOLE_ALGORITHMS.lock();
+        let map = known.as_ref();
+        if let Some(found) = map.and_then(|map| map.get(&key)) {
+            return *found;
+        }
+        if map.is_some_and(|map| map.len() >= MAX_SHAPES) {
+            return None;
+        }
     }
-    // Asked without the lock (a library call); a racing thread's answer is the same.
+    // Asked without the lock (a library call); the map keeps the first answer, and every
+    // descriptor it does not keep is destroyed (none is used but through the map).
     let found = ask_heuristic(shape, device);
     let mut known = WHOLE_ALGORITHMS.lock();
     let map = known.get_or_insert_with(HashMap::new);
-    if map.len() < MAX_SHAPES && map.try_reserve(1).is_ok() {
-        map.entry((*shape, device)).or_insert(found);
-    }
-    found
+    let kept = match map.get(&key).copied() {
+        Some(first) => first,
+        None if map.len() < MAX_SHAPES && map.try_reserve(1).is_ok() => {
+            map.insert(key, found);
+            return found;
+        }
+        None => None,
+    };
+    drop(known);
+    destroy_descriptor(found);
+    kept
+}
+
+fn destroy_descriptor(algorithm: Option<WholeAlgorithm>) {
+    let (Some(algorithm), Some(destroy)) = (algorithm, real::cublasLtMatmulDescDestroy()) else { return };
+    // SAFETY: a descriptor made by `ask_heuristic` that the map did not keep, so that
+    // nothing else holds it.
+    unsafe { destroy(algorithm.desc) };
 }
 
 fn ask_heuristic(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> {
@@ -286,14 +310,12 @@ fn ask_heuristic(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> 
         // SAFETY: the preference made above, destroyed once.
         unsafe { pref_destroy(preference) };
     }
+    let algorithm = WholeAlgorithm { handle, desc, algo: result.algo, workspace: result.workspace as u64 };
     if !asked || returned < 1 || result.state != CublasStatus::SUCCESS {
-        if let Some(destroy) = real::cublasLtMatmulDescDestroy() {
-            // SAFETY: the descriptor made above, used by nothing else.
-            unsafe { destroy(desc) };
-        }
+        destroy_descriptor(Some(algorithm));
         return None;
     }
-    Some(WholeAlgorithm { handle, desc, algo: result.algo, workspace: result.workspace as u64 })
+    Some(algorithm)
 }
 
 /// Computes the `m` x `n` part of a product whose first output element is at `c` (the
