@@ -303,16 +303,20 @@ fn stream_through(
     let axis = slicing.axes[operand]?;
     let mut scratches = SCRATCH.lock();
     // The scratch as it is when it holds two halves of a few MiB (the other staged
-    // products grew it: streaming takes no more VRAM), else grown for two full halves.
-    let current = scratches.iter().find(|scratch| scratch.context == context).map_or(0, Scratch::bytes);
-    let ring_bytes = match current.checked_sub(workspace) {
+    // products grew it: streaming takes no more VRAM), else grown for two full halves —
+    // only once the plan says the operand can be streamed and its shape may be.
+    let existing = scratches.iter().find(|scratch| scratch.context == context);
+    let ring_bytes = match existing.map_or(0, Scratch::bytes).checked_sub(workspace) {
         Some(room) if room >= 2 * MIN_STREAM_HALF => room,
         _ => config.stage_max.min(2 * STREAM_HALF),
     } / (2 * KEPT_ALIGNMENT)
         * (2 * KEPT_ALIGNMENT);
+    let plan = Ring { halves: [0, 0], half_bytes: ring_bytes / 2 }.plan(axis.length, axis.operand_step)?;
+    if existing.is_some_and(|scratch| scratch.verdicts.decide(&slicing.shape, plan) == Decision::Whole) {
+        return None;
+    }
     let scratch = scratch_for(&mut scratches, context, device, (ring_bytes + workspace, ring_bytes))?;
     let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2], half_bytes: ring_bytes / 2 };
-    let plan = ring.plan(axis.length, axis.operand_step)?;
     let decision = scratch.verdicts.decide(&slicing.shape, plan);
     let side = scratch.copies.side_stream()?;
     if decision == Decision::Whole || !scratch.wait_writable(stream) {
