@@ -11,30 +11,40 @@ use crate::cublas_gemm::{
 use crate::ffi::*;
 use crate::real::pfn;
 use crate::registry;
-use crate::staging::{run_staged, Operand};
-use crate::staging_slices::{Slice, Slicing};
+use crate::staging::run_staged;
+use crate::staging_slices::Slice;
 
 /// The output a slice writes (or the program's own for the whole product).
 fn write_to<T>(slice: Option<Slice>, original: *mut T) -> *mut T {
     slice.map_or(original, |slice| slice.output as *mut T)
 }
 
-fn with_stream(
-    handle: CublasHandle,
-    operands: [Option<Operand>; 2],
-    slicing: Option<Slicing>,
-    mut product: impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
+/// Runs the program's product `call` through staging: its operands noted for live
+/// tiering's heat, staged on the handle's stream, and cut into slices where staging
+/// decides to. `real_product` calls cuBLAS itself with the operands to read (staged or
+/// the program's own) and the slice (`None`: the whole product); a slice with the whole
+/// product's cuBLASLt algorithm at hand is computed with it instead.
+fn run_gemm(
+    call: &GemmCall,
+    scalars: (*const c_void, *const c_void),
+    mut real_product: impl FnMut((*const c_void, *const c_void), Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
+    let operands = gemm_operands(call);
     for operand in operands.iter().flatten() {
         registry::note_read(operand.address, operand.bytes);
     }
-    match handle_stream(handle) {
-        Some(stream) => run_staged(stream, operands, slicing, product),
-        None => {
-            budget::note_computing();
-            product(operands.map(|operand| operand.map(|operand| operand.address)), None)
-        }
-    }
+    let read =
+        |[staged_a, staged_b]: [Option<CuDevicePtr>; 2]| (read_from(staged_a, call.a.0), read_from(staged_b, call.b.0));
+    let Some(stream) = handle_stream(call.handle) else {
+        budget::note_computing();
+        return real_product(read([None, None]), None);
+    };
+    let (slicing, lt) = gemm_slicing(call, &operands).unzip();
+    run_staged(stream, operands, slicing, |placed, slice| {
+        let operands = read(placed);
+        whole_algorithm_part(lt.flatten(), slice, stream, scalars, operands)
+            .unwrap_or_else(|| real_product(operands, slice))
+    })
 }
 
 /// The address an operand is read from: staged, or the program's own.
@@ -96,14 +106,7 @@ pub unsafe fn gemm_ex(
         strides: (0, 0),
         batch: 1,
     };
-    let (slicing, lt) = gemm_slicing(&call).unzip();
-    with_stream(handle, gemm_operands(&call), slicing, |[staged_a, staged_b], slice| {
-        let (a, b) = (read_from(staged_a, a), read_from(staged_b, b));
-        if let Some(status) =
-            whole_algorithm_part(lt.flatten(), slice, handle, (alpha.cast(), beta.cast()), (a.cast(), b.cast()))
-        {
-            return status;
-        }
+    run_gemm(&call, (alpha.cast(), beta.cast()), |(a, b), slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -174,20 +177,15 @@ pub unsafe fn sgemm(
         strides: (0, 0),
         batch: 1,
     };
-    let (slicing, lt) = gemm_slicing(&call).unzip();
-    with_stream(handle, gemm_operands(&call), slicing, |[staged_a, staged_b], slice| {
-        let (a, b) = (read_from(staged_a, a), read_from(staged_b, b));
-        if let Some(status) =
-            whole_algorithm_part(lt.flatten(), slice, handle, (alpha.cast(), beta.cast()), (a.cast(), b.cast()))
-        {
-            return status;
-        }
+    run_gemm(&call, (alpha.cast(), beta.cast()), |(a, b), slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
         // a slice computes rows (columns) of the program's output from the matching
         // part of that copy, within the spans the program's arguments cover.
-        unsafe { real(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, write_to(slice, c), ldc) }
+        unsafe {
+            real(handle, transa, transb, m, n, k, alpha, a.cast(), lda, b.cast(), ldb, beta, write_to(slice, c), ldc)
+        }
     })
 }
 
@@ -239,14 +237,7 @@ pub unsafe fn gemm_strided_batched_ex(
         strides: (stride_a, stride_b),
         batch: batch.into(),
     };
-    let (slicing, lt) = gemm_slicing(&call).unzip();
-    with_stream(handle, gemm_operands(&call), slicing, |[staged_a, staged_b], slice| {
-        let (a, b) = (read_from(staged_a, a), read_from(staged_b, b));
-        if let Some(status) =
-            whole_algorithm_part(lt.flatten(), slice, handle, (alpha.cast(), beta.cast()), (a.cast(), b.cast()))
-        {
-            return status;
-        }
+    run_gemm(&call, (alpha.cast(), beta.cast()), |(a, b), slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;

@@ -95,7 +95,10 @@ pub struct GemmCall {
 /// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
 /// transposed). `None` with slicing off, when the handle's math mode cannot be read (the
 /// shape would not say which kernel cuBLAS picks) or the output's span is unknown.
-pub fn gemm_slicing(call: &GemmCall) -> Option<(Slicing, Option<(WholeAlgorithm, GemmShape)>)> {
+pub fn gemm_slicing(
+    call: &GemmCall,
+    operands: &[Option<Operand>; 2],
+) -> Option<(Slicing, Option<(WholeAlgorithm, GemmShape)>)> {
     // Off: nothing to describe, and no cuBLAS call to make for it.
     if call.batch != 1 || config::get().stage_slices <= 1 {
         return None;
@@ -137,7 +140,7 @@ pub fn gemm_slicing(call: &GemmCall) -> Option<(Slicing, Option<(WholeAlgorithm,
         alignment(c),
         0,
     ];
-    let lt = lt_shape(call, mode).and_then(|lt_shape| {
+    let lt = lt_shape(call, operands, mode).and_then(|lt_shape| {
         let algorithm = lt_algo::whole_algorithm(&lt_shape, cuda::current_device()?)?;
         Some((algorithm, lt_shape))
     });
@@ -153,19 +156,21 @@ pub fn gemm_slicing(call: &GemmCall) -> Option<(Slicing, Option<(WholeAlgorithm,
 }
 
 /// The call as cuBLASLt's heuristic sees it; `None` unless an operand that can be cut
-/// (A used transposed, B as stored: the inner dimension first) lies in T2 and its product
-/// is wide enough to be sliced, or the operand too large for the scratch (streamed
-/// through it) — the others are never cut, so cuBLASLt is not asked.
-fn lt_shape(call: &GemmCall, math_mode: c_int) -> Option<GemmShape> {
+/// (A used transposed, B as stored: `gemm_operands`' spans of them are their slices'
+/// rows one after the other) lies in T2 and its product is wide enough to be sliced, or
+/// the operand is too large for the scratch (streamed through it) — the others are never
+/// cut, so cuBLASLt is not asked.
+fn lt_shape(call: &GemmCall, operands: &[Option<Operand>; 2], math_mode: c_int) -> Option<GemmShape> {
     const COMPUTE_32F: c_int = 68;
-    let cut_in_t2 = |(address, data_type, ld): (*const c_void, c_int, i64), length: i64, width: i64| {
-        let span = span_bytes(call.k, length, ld, 1, 0, element_bytes(data_type)?)?;
-        let cut = width >= MIN_SLICED_WIDTH || span > config::get().stage_max;
-        (cut && registry::touches_pinned_t2(address as CuDevicePtr, span)).then_some(())
+    let cuttable = [call.transa != CUBLAS_OP_N, call.transb == CUBLAS_OP_N];
+    let cut_in_t2 = |(operand, cuttable): (&Option<Operand>, bool)| {
+        operand.filter(|operand| {
+            cuttable
+                && (operand.width >= MIN_SLICED_WIDTH || operand.bytes > config::get().stage_max)
+                && registry::touches_pinned_t2(operand.address, operand.bytes)
+        })
     };
-    let a_cut = || (call.transa != CUBLAS_OP_N).then_some(()).and_then(|()| cut_in_t2(call.a, call.m, call.n));
-    let b_cut = || (call.transb == CUBLAS_OP_N).then_some(()).and_then(|()| cut_in_t2(call.b, call.n, call.m));
-    a_cut().or_else(b_cut)?;
+    operands.iter().zip(cuttable).find_map(cut_in_t2)?;
     let alignment = |address: *const c_void| 1u64 << (address as u64).trailing_zeros().min(8);
     Some(GemmShape {
         transa: call.transa,
@@ -188,12 +193,11 @@ fn lt_shape(call: &GemmCall, math_mode: c_int) -> Option<GemmShape> {
 pub fn whole_algorithm_part(
     lt: Option<(WholeAlgorithm, GemmShape)>,
     slice: Option<Slice>,
-    handle: CublasHandle,
+    stream: Stream,
     scalars: (*const c_void, *const c_void),
     (a, b): (*const c_void, *const c_void),
 ) -> Option<CublasStatus> {
     let ((algorithm, shape), slice) = (lt?, slice?);
-    let stream = handle_stream(handle)?;
     // SAFETY: `a` and `b` are the slice's operands (the staged copy, offset to the slice,
     // or the program's own), `slice.output` its rows (columns) of the program's output,
     // within the spans the program's arguments cover, laid out as `shape` says; the

@@ -311,12 +311,12 @@ fn stream_through(
         _ => config.stage_max.min(2 * STREAM_HALF),
     } / (2 * KEPT_ALIGNMENT)
         * (2 * KEPT_ALIGNMENT);
-    let plan = Ring { halves: [0, 0], half_bytes: ring_bytes / 2 }.plan(axis.length, axis.operand_step)?;
+    let plan = staging_streamed::plan(ring_bytes / 2, axis.length, axis.operand_step)?;
     if existing.is_some_and(|scratch| scratch.verdicts.decide(&slicing.shape, plan) == Decision::Whole) {
         return None;
     }
     let scratch = scratch_for(&mut scratches, context, device, (ring_bytes + workspace, ring_bytes))?;
-    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2], half_bytes: ring_bytes / 2 };
+    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2] };
     let decision = scratch.verdicts.decide(&slicing.shape, plan);
     let side = scratch.copies.side_stream()?;
     if decision == Decision::Whole || !scratch.wait_writable(stream) {

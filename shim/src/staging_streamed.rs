@@ -24,26 +24,26 @@ const SLICE_ALIGN: u64 = 256;
 #[derive(Clone, Copy, Debug)]
 pub struct Ring {
     pub halves: [CuDevicePtr; 2],
-    pub half_bytes: u64,
+}
+
+/// The plan for an operand of `length` rows (columns) `operand_step` bytes apart through
+/// halves of `half_bytes`: the most whole tiles a half holds (with a slice's alignment
+/// offset), at least two slices; `None` when a half cannot hold one tile's rows, or one
+/// slice is all of it.
+pub fn plan(half_bytes: u64, length: i64, operand_step: u64) -> Option<Plan> {
+    let length = u64::try_from(length).ok().filter(|length| *length > 0)?;
+    if operand_step == 0 {
+        return None;
+    }
+    let rows = half_bytes.checked_sub(KEPT_ALIGNMENT)? / operand_step / SLICE_ALIGN * SLICE_ALIGN;
+    if rows == 0 {
+        return None;
+    }
+    let count = usize::try_from(length.div_ceil(rows)).ok()?;
+    (count >= 2).then_some(Plan { count, per: i64::try_from(rows).ok()? })
 }
 
 impl Ring {
-    /// The plan for an operand of `length` rows (columns) `operand_step` bytes apart:
-    /// the most whole tiles a half holds (with a slice's alignment offset), at least two
-    /// slices; `None` when a half cannot hold one tile's rows, or one slice is all of it.
-    pub fn plan(&self, length: i64, operand_step: u64) -> Option<Plan> {
-        let length = u64::try_from(length).ok().filter(|length| *length > 0)?;
-        if operand_step == 0 {
-            return None;
-        }
-        let rows = self.half_bytes.checked_sub(KEPT_ALIGNMENT)? / operand_step / SLICE_ALIGN * SLICE_ALIGN;
-        if rows == 0 {
-            return None;
-        }
-        let count = usize::try_from(length.div_ceil(rows)).ok()?;
-        (count >= 2).then_some(Plan { count, per: i64::try_from(rows).ok()? })
-    }
-
     /// Where slice `index`, which starts at `source`, is copied: its half, at the
     /// source's alignment within 256 bytes (cuBLAS picks kernels by it).
     fn target(&self, index: usize, source: CuDevicePtr) -> CuDevicePtr {
@@ -153,10 +153,10 @@ mod tests {
     fn a_slice_and_its_alignment_fit_a_half() {
         // An 8B model's output layer (128256 rows of 8 KiB) through two 64 MiB halves:
         // 7936 rows a slice (8192 would leave no room for the alignment offset).
-        let ring = Ring { halves: [0, 64 * MIB], half_bytes: 64 * MIB };
-        let plan = ring.plan(128_256, 8192).unwrap();
+        let ring = Ring { halves: [0, 64 * MIB] };
+        let plan = plan(64 * MIB, 128_256, 8192).unwrap();
         assert_eq!(plan, Plan { count: 17, per: 7936 });
-        assert!(plan.per as u64 * 8192 + KEPT_ALIGNMENT - 1 <= ring.half_bytes);
+        assert!(plan.per as u64 * 8192 + KEPT_ALIGNMENT - 1 <= 64 * MIB);
         assert_eq!(plan.slice(16, 128_256), (16 * 7936, 128_256 - 16 * 7936));
         // Alignment kept: a source 0x40 past 256 bytes lands 0x40 into its half.
         assert_eq!(ring.target(3, 0x1_0040), 64 * MIB + 0x40);
@@ -165,14 +165,13 @@ mod tests {
 
     #[test]
     fn rings_too_small_or_operands_that_fit_are_not_streamed() {
-        let ring = Ring { halves: [0, MIB], half_bytes: MIB };
         // 1 MiB halves cannot hold 256 rows of 8 KiB (2 MiB).
-        assert_eq!(ring.plan(128_256, 8192), None);
+        assert_eq!(plan(MIB, 128_256, 8192), None);
         // 512 rows of 1 KiB fit one half: nothing to stream.
-        assert_eq!(ring.plan(512, 1024), None);
-        assert_eq!(ring.plan(0, 1024), None);
-        assert_eq!(ring.plan(4096, 0), None);
+        assert_eq!(plan(MIB, 512, 1024), None);
+        assert_eq!(plan(MIB, 0, 1024), None);
+        assert_eq!(plan(MIB, 4096, 0), None);
         // 8192 rows of 1 KiB (8 MiB) through 1 MiB halves: 768 rows (3 tiles) a slice.
-        assert_eq!(ring.plan(8192, 1024), Some(Plan { count: 11, per: 768 }));
+        assert_eq!(plan(MIB, 8192, 1024), Some(Plan { count: 11, per: 768 }));
     }
 }
