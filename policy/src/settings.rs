@@ -260,7 +260,7 @@ const TABLE: [Setting; 19] = [
         Some("stage-max"),
         Kind::Size,
         "256M",
-        "Largest VRAM scratch buffer for staged operands, counted against the budget",
+        "Largest VRAM scratch buffer for staged operands, counted against the budget; a larger operand is streamed through two halves of the scratch (grown to 2 x 64 MiB at most for it) where its shape computes bit-identically in slices, else read zero-copy",
     ),
     row(
         Id::StageSlices,

@@ -10,7 +10,7 @@ use crate::ffi::*;
 use crate::lt_algo::{self, GemmShape, WholeAlgorithm};
 use crate::real;
 use crate::registry;
-use crate::staging::{element_bytes, span_bytes, Operand};
+use crate::staging::{element_bytes, may_cut, span_bytes, Operand};
 use crate::staging_slices::{Shape, Slice, SliceAxis, Slicing, MIN_SLICED_WIDTH};
 
 /// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
@@ -93,14 +93,14 @@ pub struct GemmCall {
 /// How a single (unbatched) GEMM may be cut: A used transposed along the output's rows
 /// (each row of op(A) is one stored column), B untransposed along its columns — the
 /// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
-/// transposed). `None` with slicing off, when the handle's math mode cannot be read (the
+/// transposed). `None` when `may_cut` says no product of these operands is cut, when the handle's math mode cannot be read (the
 /// shape would not say which kernel cuBLAS picks) or the output's span is unknown.
 pub fn gemm_slicing(
     call: &GemmCall,
     operands: &[Option<Operand>; 2],
 ) -> Option<(Slicing, Option<(WholeAlgorithm, GemmShape)>)> {
-    // Off: nothing to describe, and no cuBLAS call to make for it.
-    if call.batch != 1 || config::get().stage_slices <= 1 {
+    // Never cut: nothing to describe, and no cuBLAS call to make for it.
+    if call.batch != 1 || !may_cut(operands) {
         return None;
     }
     let (c, c_type, ldc) = call.c;

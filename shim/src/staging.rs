@@ -28,6 +28,11 @@
 //! see — unhooked kernels, an optimizer step, PyTorch reusing a cached block for
 //! activations — and read stale bytes (an opt-in prefetch did so on the H200).
 //!
+//! Streamed (`staging_streamed`, on by default): an operand larger than
+//! GREENBOOST_STAGE_MAX, which would otherwise be read zero-copy, is copied through two
+//! halves of the scratch slice by slice, each slice of the product computed with the
+//! whole product's algorithm once its shape proved bit-identical.
+//!
 //! Lock: `SCRATCH` is held across the asynchronous enqueues of one staged product (copies,
 //! product, events) so that threads cannot interleave uses of one scratch buffer; it is
 //! taken with no other lock held, and under it only the registry's (see lib.rs). The fork
@@ -111,6 +116,18 @@ impl Operand {
             && u64::try_from(self.width).is_ok_and(|width| width >= min_width)
             && registry::touches_pinned_t2(self.address, self.bytes)
     }
+}
+
+/// Whether a product of `operands` may be computed in slices, so that the hooks describe
+/// its slices (`cublas_gemm::gemm_slicing`, a cuBLAS query and a cuBLASLt lookup): with
+/// pipelined staging asked for (GREENBOOST_STAGE_SLICES), or when an operand staging wants
+/// is larger than GREENBOOST_STAGE_MAX — streamed through the scratch (`stream_through`),
+/// by default, as the alternative is reading it zero-copy.
+pub fn may_cut(operands: &[Option<Operand>; 2]) -> bool {
+    let config = config::get();
+    let too_large =
+        |operand: &Operand| operand.bytes > config.stage_max && operand.wants_staging(config.stage_min_width);
+    config.staging && (config.stage_slices > 1 || operands.iter().flatten().any(too_large))
 }
 
 /// A context's scratch buffer: where staged operands are read from instead of T2.
@@ -282,7 +299,7 @@ pub fn run_staged(
 }
 
 /// Streamed staging (`staging_streamed`) of a product's one operand too large for the
-/// scratch: with pipelined staging asked for and the whole product's algorithm at hand,
+/// scratch (by default; GREENBOOST_STAGE_SLICES does not matter): with the whole product's algorithm at hand,
 /// through two halves of the scratch (grown, when it is small, to GREENBOOST_STAGE_MAX or
 /// 2 x 64 MiB, whichever is less); each shape verified first like a sliced one. `None` (nothing enqueued) when it does not
 /// apply: the product then reads the operand in place.
@@ -293,7 +310,7 @@ fn stream_through(
     product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> Option<CublasStatus> {
     let config = config::get();
-    let slicing = slicing.filter(|_| config.stage_slices > 1)?;
+    let slicing = slicing?;
     let workspace = slicing.whole_algorithm_workspace?.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
     let (operand, source) = match wanted {
         [Some(source), None] => (0, *source),

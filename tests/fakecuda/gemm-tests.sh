@@ -77,8 +77,9 @@ t_gemm_streamed() {
     # streamed through its two 2 MiB halves in five slices, each half refilled only after
     # the slice that read it; the fake rounds kernels chosen for fewer than 8192 rows
     # otherwise, so the slices must run the whole product's algorithm. Every result right
-    # (the weight's rewrite on the held stream among them), three counted in slices.
-    shim gemm-streamed $GEMMENV GREENBOOST_STAGE_SLICES=4 GREENBOOST_STAGE_MAX=4M FAKECUDA_GEMM_NARROW_BELOW=8192 \
+    # (the weight's rewrite on the held stream among them), three counted in slices. The
+    # default GREENBOOST_STAGE_SLICES (1): streaming is on by default.
+    shim gemm-streamed $GEMMENV GREENBOOST_STAGE_MAX=4M FAKECUDA_GEMM_NARROW_BELOW=8192 \
         "$BIN/gbgemm" sliced || return 1
     out_has "GEMMs staged 4 ([^)]*, 3 in slices, 0 shapes unsliced" "GREENBOOST_LOG=info: the weight was not streamed through the scratch"
 }
