@@ -414,6 +414,7 @@ def main():
             try:
                 profile = gpu_profile.gpu_time_breakdown(forward, prompt)
                 profile["decode_gaps"] = decode_gaps(forward, prompt)
+                profile["prefill_gaps"] = gpu_timeline.profile_gaps(lambda: forward(prompt), 1)
                 if args.generate == "hf":
                     profile["hf_generate_4_tokens"] = gpu_profile.cpu_breakdown(lambda: generate_hf(Clock(), 4))
                     # generate always prefills first: its decode tokens' idle time is that

@@ -134,9 +134,12 @@ def link_in_series(report, figure_name, config_name):
 
 
 def idle_causes(config, step):
-    """Why the GPU idled in a decode step, from the profile of steps run back to back."""
-    gaps = (config.get("profile") or {}).get("decode_gaps")
-    if step != "decode_step" or not gaps:
+    """Why the GPU idled in a decode step or a prefill, from the profile of steps run back
+    to back (of one prefill): the gaps between its GPU work; the rest of the measured time
+    is before the first GPU work and after the last (launch, the result's read-back)."""
+    decode = step == "decode_step"
+    gaps = (config.get("profile") or {}).get("decode_gaps" if decode else "prefill_gaps")
+    if not gaps:
         return " (launches, synchronisation)"
     units, causes = gaps["units"], gaps["idle_by_cause_ms"]
     blocked = (gaps.get("cpu_blocked_in") or {}).get("calls") or {}
@@ -145,6 +148,8 @@ def idle_causes(config, step):
     stalls = gaps.get("stalls") or {"count": 0, "ms": 0}
     stall_text = (f", and {stalls['count']} stall of {stalls['ms']:.0f} ms in all (one-off CPU work, e.g. cuDNN "
                   f"planning attention for a new length)" if stalls["count"] else "")
-    return (f" ({units} steps back to back: {gaps['idle_ms_each']:.1f} ms per step between GPU work, of which "
+    profiled = f"{units} steps back to back" if decode else "one prefill profiled"
+    return (f" ({profiled}: {gaps['span_ms_each']:.1f} ms a {'step' if decode else 'prefill'} from its first GPU "
+            f"work to its last, {gaps['idle_ms_each']:.1f} ms of it between GPU work, of which "
             f"{causes.get('cpu late', 0) / units:.1f} ms with nothing queued — the program's CPU behind the GPU — and "
             f"{causes.get('gpu dependency', 0) / units:.1f} ms between work already queued{stall_text}{blocked_text})")

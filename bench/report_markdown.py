@@ -118,10 +118,11 @@ def markdown(report):
                     top = "; ".join(f"{t['name']} {t['ms']} ms x{t['calls']}" for t in part["top"][:3])
                     lines.append(f"| {config} | {step} | {kinds.get('copy', 0)} | {kinds.get('gemm', 0)} "
                                  f"| {kinds.get('other kernels', 0)} | {top} |")
-        gapped = {c: prof["decode_gaps"] for c, prof in profiled.items() if prof.get("decode_gaps")}
+        gapped = {f"{c}{label}": prof[key] for c, prof in profiled.items()
+                  for key, label in (("decode_gaps", ""), ("prefill_gaps", " (prefill)")) if prof.get(key)}
         if gapped:
-            lines += ["", f"Where the GPU waited in decode steps run back to back (torch.profiler, CUDA activity only; "
-                          f"ms per step; \"CPU late\": the work after the gap was launched during it, nothing was "
+            lines += ["", f"Where the GPU waited in decode steps run back to back and in one prefill (torch.profiler, "
+                          f"CUDA activity only; ms per step; \"CPU late\": the work after the gap was launched during it, nothing was "
                           f"queued; \"dependency\": it was queued before, the gap is the wait for the work before it):", "",
                       "| configuration | steps | busy | idle | of it stalls >= 10 ms | CPU late | dependency "
                       "| longest gap | CPU blocked in (calls >= 0.2 ms) |",
