@@ -93,8 +93,9 @@ pub struct GemmCall {
 /// How a single (unbatched) GEMM may be cut: A used transposed along the output's rows
 /// (each row of op(A) is one stored column), B untransposed along its columns — the
 /// cuts whose slices are contiguous in the operand (a PyTorch Linear's weight is A,
-/// transposed). `None` when `may_cut` says no product of these operands is cut, when the handle's math mode cannot be read (the
-/// shape would not say which kernel cuBLAS picks) or the output's span is unknown.
+/// transposed). `None` when `may_cut` says no product of these operands is cut, when the
+/// handle's math mode cannot be read (the shape would not say which kernel cuBLAS picks)
+/// or the output's span is unknown.
 pub fn gemm_slicing(
     call: &GemmCall,
     operands: &[Option<Operand>; 2],

@@ -299,10 +299,11 @@ pub fn run_staged(
 }
 
 /// Streamed staging (`staging_streamed`) of a product's one operand too large for the
-/// scratch (by default; GREENBOOST_STAGE_SLICES does not matter): with the whole product's algorithm at hand,
-/// through two halves of the scratch (grown, when it is small, to GREENBOOST_STAGE_MAX or
-/// 2 x 64 MiB, whichever is less); each shape verified first like a sliced one. `None` (nothing enqueued) when it does not
-/// apply: the product then reads the operand in place.
+/// scratch (by default; GREENBOOST_STAGE_SLICES does not matter): with the whole
+/// product's algorithm at hand, through two halves of the scratch (grown, when it is
+/// small, to GREENBOOST_STAGE_MAX or 2 x 64 MiB, whichever is less); each shape verified
+/// first like a sliced one. `None` (nothing enqueued) when it does not apply: the product
+/// then reads the operand in place.
 fn stream_through(
     (stream, device, context): (Stream, CuDevice, Context),
     wanted: &[Option<Operand>; 2],
