@@ -13,6 +13,7 @@ import re
 import statistics
 import sys
 
+import report_llamacpp
 from report_limits import limits, median
 from report_markdown import markdown
 
@@ -439,6 +440,7 @@ def main():
     figures.update(hook(runs))
     decode_figures, decode_table = decode(runs)
     figures.update(decode_figures)
+    figures.update(report_llamacpp.figures(args.results, commit))
     report = {
         "schema": 1,
         "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -450,7 +452,7 @@ def main():
         "problems": [r["problem"] for r in runs.values() if r["problem"]],
         "measurements": {label: r["result"] for label, r in runs.items() if r["result"]},
     }
-    report["limits"] = limits(report)
+    report["limits"] = limits(report) | report_llamacpp.limits(figures)
     os.makedirs(args.results, exist_ok=True)
     stem = f"{now.strftime('%Y-%m-%d')}-{commit}"
     text = json.dumps(report, indent=1, sort_keys=False)

@@ -15,6 +15,14 @@ def markdown(report):
         met = {True: "yes", False: "no", None: "—"}[f["met"]]
         lines.append(f"| {name} | {fmt(f['value'])} | {fmt(f['baseline'])} | {f['unit']} | {fmt(f['ratio'])} | "
                      f"{f['goal']} | {met} |")
+    sources = {f["detail"]["file"]: f["detail"] for f in report["figures"].values()
+               if (f.get("detail") or {}).get("comparison")}
+    if sources:
+        lines += ["", "The llama.cpp figures come from `make bench-llamacpp` (llama-bench, same GPU), each "
+                  "comparison's own page in this folder:", ""]
+        lines += [f"- {d['comparison']}: `{name}`, {d['date']}, commit {d['commit']}"
+                  + ("" if d["same_commit_as_bench"] else f" (not this run's {report['commit']})")
+                  for name, d in sources.items()]
     missing = [(n, f["missing"]) for n, f in report["figures"].items() if f.get("missing")]
     if missing:
         lines += ["", "Missing figures:", ""] + [f"- {n}: {why}" for n, why in missing]
