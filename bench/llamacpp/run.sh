@@ -20,9 +20,9 @@
 #   bench/llamacpp/run.sh all      both, in one call
 #   bench/llamacpp/run.sh report RAW_DIR   the report again from a captured run
 # Output: bench/results/llamacpp-<kind>-<UTC date>-<commit>.md and llamacpp-<kind>-latest.json
-# (kind: dense, moe or longctx), with what bounds each configuration, and a
-# copy of them plus the raw logs under $OUT when it is set. A failing step is reported
-# and the others still run. Environment (defaults in brackets):
+# (kind: dense, moe or longctx), with what bounds each configuration, and a copy of
+# them plus the raw logs (llamacpp-<kind>-raw.tar.gz) under $OUT when it is set. A
+# failing step is reported and the others still run. Environment (defaults in brackets):
 #   LLAMACPP_BUDGET_MIB [8192]  VRAM budget of (b) and (c)
 #   LLAMACPP_SHAPE [llama3-8b]  make_gguf.py shape (tiny, qwen3moe-tiny: local smoke tests;
 #                               qwen3moe-*: the experts-on-CPU comparison)
@@ -329,9 +329,11 @@ make_report() {
     log "report: $md"
     if [[ -n ${OUT:-} ]]; then
         kind=${md##*/llamacpp-}
-        cp "$md" "$results/llamacpp-${kind%%-*}-latest.json" "$OUT/" 2>/dev/null
-        # The device tool brings back a few files only: the raw logs as one tarball.
-        tar -C "$(dirname "$raw")" -czf "$OUT/llamacpp-raw.tar.gz" "$(basename "$raw")" 2>/dev/null \
+        kind=${kind%%-*}
+        cp "$md" "$results/llamacpp-$kind-latest.json" "$OUT/" 2>/dev/null
+        # The device tool brings back a few files only: the raw logs as one tarball,
+        # named for the comparison so that a second bench in the same call keeps it.
+        tar -C "$(dirname "$raw")" -czf "$OUT/llamacpp-$kind-raw.tar.gz" "$(basename "$raw")" 2>/dev/null \
             && rm -rf "$raw"
     fi
     cat "$md"

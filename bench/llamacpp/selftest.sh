@@ -58,6 +58,7 @@ json=$tmp/results/llamacpp-dense-latest.json
 check "run.sh bench wrote llamacpp-dense-latest.json" test -s "$json"
 check "run.sh bench wrote the markdown report" compgen -G "$tmp/results/llamacpp-*.md"
 check "report copied to \$OUT" test -s "$tmp/out/llamacpp-dense-latest.json"
+check "raw logs copied to \$OUT, named for the comparison" tar -tzf "$tmp/out/llamacpp-dense-raw.tar.gz" llamacpp-raw/meta.json
 for cfg in vram partial; do
     check "$cfg: pp512 and tg128 measured on the tiny GGUF" python3 -c '
 import json, sys
@@ -85,12 +86,16 @@ assert "llama.cpp" in m["llama_version"], m' "$json"
 # The same for the mixture-of-experts shape: the experts-on-CPU configuration replaces
 # partial offload, --n-cpu-moe planned from the GGUF's expert tensors. A CPU build reports
 # no CUDA compute buffer, so the plan assumes 512 MiB; a 518 MiB budget then leaves room
-# for the other weights, the KV cache and one of the two layers' experts: N = 1.
-mkdir -p "$tmp/moe-out"
-OUT=$tmp/moe-out LLAMACPP_BIN=$bin LLAMACPP_SHAPE=qwen3moe-tiny LLAMACPP_BUDGET_MIB=518 LLAMACPP_REPS=1 \
+# for the other weights, the KV cache and one of the two layers' experts: N = 1. It
+# writes into the same $OUT, as a device call running both comparisons does.
+OUT=$tmp/out LLAMACPP_BIN=$bin LLAMACPP_SHAPE=qwen3moe-tiny LLAMACPP_BUDGET_MIB=518 LLAMACPP_REPS=1 \
     LLAMACPP_RESULTS_DIR=$tmp/moe-results GREENBOOST_SHIM=$shim \
     "$here/run.sh" bench >"$tmp/moe-bench.log" 2>&1
 mjson=$tmp/moe-results/llamacpp-moe-latest.json
+check "moe: raw logs beside the dense run's, which are kept" \
+    tar -tzf "$tmp/out/llamacpp-moe-raw.tar.gz" llamacpp-raw/meta.json
+check "dense raw logs still there after the moe run" \
+    tar -tzf "$tmp/out/llamacpp-dense-raw.tar.gz" llamacpp-raw/meta.json
 check "moe: vram, cpu_moe and ot_cpu measured, no partial configuration" python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["configs"]
