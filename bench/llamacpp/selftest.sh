@@ -58,7 +58,8 @@ json=$tmp/results/llamacpp-dense-latest.json
 check "run.sh bench wrote llamacpp-dense-latest.json" test -s "$json"
 check "run.sh bench wrote the markdown report" compgen -G "$tmp/results/llamacpp-*.md"
 check "report copied to \$OUT" test -s "$tmp/out/llamacpp-dense-latest.json"
-check "raw logs copied to \$OUT, named for the comparison" tar -tzf "$tmp/out/llamacpp-dense-raw.tar.gz" llamacpp-raw/meta.json
+check "raw logs copied to \$OUT, named for the comparison" \
+    tar -tzf "$tmp/out/llamacpp-dense-raw.tar.gz" llamacpp-raw/meta.json
 for cfg in vram partial; do
     check "$cfg: pp512 and tg128 measured on the tiny GGUF" python3 -c '
 import json, sys
