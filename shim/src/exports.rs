@@ -4,9 +4,9 @@ use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
 
 use crate::backend;
-use crate::ffi::CuDevicePtr;
-use crate::registry;
-use crate::stats::{self, ShimStats};
+use crate::cuda::ffi::CuDevicePtr;
+use crate::memory::registry;
+use crate::sys::stats::{self, ShimStats};
 
 /// Bytes of `ShimStats` that `greenboost_shim_stats` writes: the fields it had when
 /// `greenboost_shim_stats_sized` came. Fields appended since reach callers only through
@@ -74,7 +74,7 @@ pub extern "C" fn greenboost_shim_t2_bytes(device_ptr: CuDevicePtr, len: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::STATS;
+    use crate::sys::stats::STATS;
 
     #[test]
     fn stats_export_copies_the_counters_and_refuses_null() {

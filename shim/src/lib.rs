@@ -26,56 +26,14 @@
 //! stall another's program, and the fork handlers leave it (the child closes its copy).
 
 #[macro_use]
-mod log;
-mod clock;
-mod env;
-mod ffi;
-mod lock;
-mod phase;
-mod stats;
-mod shm_path;
-mod publish;
-
-mod libs;
-mod real;
+mod sys;
 mod cuda;
-mod elf;
-
-mod config;
-mod placement;
-
-mod t2_buffer;
-mod userspace;
-mod kmod_backend;
+mod rules;
 mod backend;
-mod budget;
-mod t2cache;
-mod host;
-mod split;
-
-mod movable;
-mod tiering;
-
-mod registry;
-mod release;
-mod tier_lock;
-mod tier_thread;
-mod allocate;
-mod vmm;
-mod report;
-
-mod lt_algo;
-mod staging_slices;
-mod staging_streamed;
-mod staging;
-mod cublas_gemm;
-mod cublas;
-mod cublas_lt;
-mod driver;
-mod nvml;
-mod routing;
-mod runtime;
+mod memory;
+mod engine;
+mod gemm;
+mod hooks;
 
 mod exports;
-mod hooks;
 mod lifecycle;

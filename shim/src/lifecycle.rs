@@ -5,19 +5,19 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backend;
-use crate::budget;
-use crate::config;
-use crate::host;
-use crate::lock::ForkLock;
-use crate::log::{self, Mib};
-use crate::movable;
-use crate::phase;
-use crate::publish;
-use crate::registry;
-use crate::release;
-use crate::stats::{self, STATS};
-use crate::tier_thread;
-use crate::vmm;
+use crate::engine::tier_thread;
+use crate::memory::budget;
+use crate::memory::host;
+use crate::memory::movable;
+use crate::memory::registry;
+use crate::memory::release;
+use crate::memory::vmm;
+use crate::rules::config;
+use crate::sys::lock::ForkLock;
+use crate::sys::log::{self, Mib};
+use crate::sys::phase;
+use crate::sys::publish;
+use crate::sys::stats::{self, STATS};
 
 /// Runs from `.init_array` when the shim is loaded, before the program's `main`.
 extern "C" fn initialise() {

@@ -1,0 +1,13 @@
+//! CUDA access: the C types (`ffi`), finding the real libraries (`libs`), the one table
+//! of every function the shim hooks or calls with typed accessors of the real ones
+//! (`real`), and the typed driver calls the shim makes for its own work (`calls`, whose
+//! functions are this folder's face: `cuda::mem_alloc`, `cuda::event_record`, ...).
+//!
+//! May import: `sys`.
+
+pub(crate) mod ffi;
+pub(crate) mod libs;
+pub(crate) mod real;
+mod calls;
+
+pub(crate) use calls::*;

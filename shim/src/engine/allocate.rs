@@ -1,0 +1,199 @@
+//! The allocation procedure shared by every pointer-returning allocation hook (cudaMalloc,
+//! cuMemAlloc and their async and pool forms) and the free procedure shared by every
+//! free hook: placement (`budget`, `placement`), then VRAM, a split range or T2, and
+//! the registry.
+
+use crate::cuda;
+use crate::cuda::ffi::*;
+use crate::engine::tier_thread;
+use crate::memory::budget;
+use crate::memory::host::{self, HostFailure};
+use crate::memory::movable::{self, MovableFailure};
+use crate::memory::registry::{self, Backed, Lookup, Record};
+use crate::memory::release;
+use crate::memory::split;
+use crate::rules::config::{self, TieringChoice};
+use crate::sys::log::Mib;
+use crate::sys::publish;
+use crate::sys::stats::{self, STATS};
+
+/// How an allocation attempt ended; `R` is the hook's API's status type.
+pub enum Allocated<R> {
+    Vram,
+    /// Memory the shim made (T2, or split between VRAM and T2) at this address.
+    Host(CuDevicePtr),
+    /// The real allocation failed with this status (not out-of-memory): pass it on.
+    Failed(R),
+    OutOfMemory,
+}
+
+/// VRAM when the placement rule allows it (the real allocation, `vram`), T2 otherwise
+/// or when the driver answers `oom_status`; a large allocation the rule sends to T2 is
+/// split when VRAM is left under the limit; `prepare_host` makes a context current for
+/// the T2 and split paths. When T2 is exhausted the answer is out-of-memory; when T2
+/// fails for another reason, an allocation the rule sent to T2 is tried in VRAM after
+/// all (the real function). Memory the shim made is published for `greenboost status`.
+pub fn allocate<R: PartialEq + Copy>(
+    size: u64,
+    device: CuDevice,
+    oom_status: R,
+    vram: impl FnOnce() -> Result<CuDevicePtr, R>,
+    prepare_host: impl FnOnce() -> bool,
+) -> Allocated<R> {
+    let pool = budget::is_pool(size, device);
+    let allocated = place(size, device, oom_status, vram, prepare_host);
+    if pool && matches!(allocated, Allocated::Vram | Allocated::Host(_)) {
+        budget::note_pool(size, device);
+    }
+    if matches!(allocated, Allocated::Host(_)) {
+        publish::update();
+    }
+    allocated
+}
+
+/// `allocate`'s placement: VRAM, movable T2, a split range or T2.
+fn place<R: PartialEq + Copy>(
+    size: u64,
+    device: CuDevice,
+    oom_status: R,
+    vram: impl FnOnce() -> Result<CuDevicePtr, R>,
+    prepare_host: impl FnOnce() -> bool,
+) -> Allocated<R> {
+    release::reclaim(false);
+    let mut vram = Some(vram);
+    let mut after_oom = false;
+    if let Some(reservation) = budget::reserve_vram(size, device) {
+        if let Some(vram) = vram.take() {
+            match vram() {
+                Ok(device_ptr) => {
+                    registry::insert(device_ptr, Record::Vram(reservation.commit()));
+                    debug!("T1 {:#x}: {} on device {}", device_ptr, Mib(size), device);
+                    return Allocated::Vram;
+                }
+                Err(status) if status == oom_status => {
+                    debug!("VRAM out of memory for {} on device {}: trying T2", Mib(size), device);
+                    after_oom = true;
+                }
+                Err(status) => return Allocated::Failed(status),
+            }
+        }
+    }
+    let host_ready = prepare_host();
+    if host_ready && movable_wanted(size, device, after_oom) {
+        match allocate_movable(size, device) {
+            Ok(device_ptr) => {
+                if after_oom {
+                    stats::bump(&STATS.t2_after_vram_oom);
+                }
+                return Allocated::Host(device_ptr);
+            }
+            Err(MovableFailure::Exhausted) => return stats::out_of_memory(Allocated::OutOfMemory),
+            Err(MovableFailure::Unsupported) => {}
+        }
+    }
+    // After a driver out-of-memory the VRAM the rule promised is not there: no head.
+    if host_ready && !after_oom {
+        if let Some(split) = split::create(size, device, release::reserve_t2) {
+            let device_ptr = split.base();
+            registry::insert(device_ptr, Record::Backed(Backed::Split(split)));
+            return Allocated::Host(device_ptr);
+        }
+    }
+    let t2 = if host_ready { allocate_t2(size, device) } else { Err(HostFailure::Internal) };
+    match t2 {
+        Ok(device_ptr) => {
+            if after_oom {
+                stats::bump(&STATS.t2_after_vram_oom);
+            }
+            Allocated::Host(device_ptr)
+        }
+        Err(HostFailure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {
+            Some(Ok(device_ptr)) => {
+                info!("T2 unavailable: {} placed in VRAM beyond the budget", Mib(size));
+                registry::insert(device_ptr, Record::Vram(budget::reserve_unchecked(size, device).commit()));
+                Allocated::Vram
+            }
+            Some(Err(status)) if status != oom_status => Allocated::Failed(status),
+            _ => stats::out_of_memory(Allocated::OutOfMemory),
+        },
+        Err(_) => stats::out_of_memory(Allocated::OutOfMemory),
+    }
+}
+
+/// Whether a T2 allocation of `size` is movable (GREENBOOST_TIERING): with `auto`, when
+/// the device's state sent it to T2 (the driver's out-of-memory, or other users and the
+/// headroom while the budget had room), since VRAM may come back; what the budget
+/// itself sent to T2 stays in pinned T2, where nothing could be gained by moving it.
+fn movable_wanted(size: u64, device: CuDevice, after_oom: bool) -> bool {
+    match config::get().tiering {
+        TieringChoice::Off => false,
+        TieringChoice::On => true,
+        TieringChoice::Auto => after_oom || budget::budget_has_room(size, device),
+    }
+}
+
+/// `size` bytes of movable T2 for `device` in the current context, recorded; its device
+/// pointer.
+fn allocate_movable(size: u64, device: CuDevice) -> Result<CuDevicePtr, MovableFailure> {
+    let context = cuda::current_context().ok_or(MovableFailure::Unsupported)?;
+    let len = host::rounded_len(size).ok_or(MovableFailure::Exhausted)?;
+    let reservation = release::reserve_t2(len).ok_or(MovableFailure::Exhausted)?;
+    let allocation = movable::create(len, device, context, reservation)?;
+    let device_ptr = allocation.base();
+    registry::insert(device_ptr, Record::Backed(Backed::Movable(allocation)));
+    tier_thread::ensure_started();
+    Ok(device_ptr)
+}
+
+/// `size` bytes of T2 for `device` in the current context, recorded; its device pointer.
+fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> {
+    let context = cuda::current_context().ok_or(HostFailure::Internal)?;
+    let len = host::rounded_len(size).ok_or(HostFailure::Exhausted)?;
+    // A cached registration of that length first: its room in the cap is freed as it
+    // leaves the cache, before the reservation.
+    let cached = host::take_cached(len, context);
+    let Some(reservation) = release::reserve_t2(len) else {
+        cached.into_iter().for_each(host::unregister_and_release);
+        return Err(HostFailure::Exhausted);
+    };
+    let registered = match cached {
+        Some(cached) => cached,
+        None => host::register_new(len, device, context)?,
+    };
+    let allocation = registered.charged(reservation.commit());
+    let device_ptr = allocation.device_ptr();
+    registry::insert(device_ptr, Record::Backed(Backed::Host(allocation)));
+    Ok(device_ptr)
+}
+
+/// The shared body of the free hooks, driver and runtime alike (`success` and
+/// `invalid_value` are the hook's API's codes): memory the shim made (T2, split) is
+/// released by `release`, a double free of it is answered invalid-value, anything else
+/// goes to the real free, and a VRAM allocation the real free refused stays recorded.
+pub fn free_with<R: PartialEq>(
+    device_ptr: CuDevicePtr,
+    success: R,
+    invalid_value: R,
+    real: impl FnOnce() -> R,
+    release: impl FnOnce(Backed),
+) -> R {
+    release::reclaim(false);
+    match registry::take(device_ptr) {
+        Lookup::Found(Record::Backed(allocation)) => {
+            release(allocation);
+            publish::update();
+            success
+        }
+        Lookup::Found(Record::Vram(charge)) => {
+            let status = real();
+            if status == success {
+                debug!("T1 {:#x}: {} freed", device_ptr, Mib(charge.bytes()));
+            } else {
+                registry::insert(device_ptr, Record::Vram(charge));
+            }
+            status
+        }
+        Lookup::DoubleFree => invalid_value,
+        Lookup::Unknown => real(),
+    }
+}

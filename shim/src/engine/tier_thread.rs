@@ -1,0 +1,276 @@
+//! The live-tiering thread: every GREENBOOST_TIER_INTERVAL_MS it measures each device
+//! that holds movable allocations (`movable`), asks the policy (`tiering`) what moves,
+//! and moves it: a prefetch per allocation on a low-priority stream of the allocation's
+//! context, in groups of at most `GROUP_BYTES`, each group waited for before the next, so
+//! that a free of one of them waits at most one group. Started by the first movable
+//! allocation; the program's own streams never wait for it.
+//!
+//! The preferred location stays the host (`movable`) whatever the residence: a move is
+//! the prefetch alone. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
+//! advising the device before the prefetch made promotion 0.65 of the prefetch alone
+//! (the advice call re-maps the whole range), and pages the driver then evicted for
+//! another process faulted back at 6-7 GB/s; with the host preferred, promoted pages
+//! stay in VRAM (the GPU's own accesses never fault), and evicted ones go to the host
+//! where the device reads them over the link like any T2. The driver does not say what
+//! it evicted: a tick that finds free VRAM under a quarter of the headroom marks what is
+//! in VRAM as maybe evicted, and the policy moves it again once there is room.
+//!
+//! A tick holds its GPU's `tier_lock` from the measurement to the end of its moves.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cuda::ffi::*;
+use crate::cuda::{self, Where};
+use crate::engine::tier_lock::{self, Turn};
+use crate::memory::budget;
+use crate::memory::movable::{self, Movable, Reserved, Started};
+use crate::memory::release;
+use crate::rules::config;
+use crate::rules::tiering::{self, Candidate, Move, Room};
+use crate::sys::log::Mib;
+use crate::sys::publish;
+use crate::sys::shm_path::ShmPath;
+use crate::sys::stats::{self, STATS};
+
+/// Most bytes moved before the thread waits for them.
+const GROUP_BYTES: u64 = 2 << 30;
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the thread once per process.
+pub fn ensure_started() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Err(error) = std::thread::Builder::new().name("greenboost-tier".into()).spawn(run) {
+        warn!("no live-tiering thread ({error}): movable T2 stays where it was placed");
+    }
+}
+
+/// In the child of a fork: the thread stayed in the parent.
+pub fn restart_in_child() {
+    STARTED.store(false, Ordering::Release);
+    tier_lock::close_in_child();
+}
+
+/// A context's stream for moves, made on first use.
+struct MoveStream {
+    context: Context,
+    stream: Stream,
+}
+
+/// What the thread keeps per device: bytes demoted since free VRAM last stood at the
+/// headroom, and the lock its ticks take.
+struct PerDevice {
+    device: CuDevice,
+    answered: u64,
+    lock: ShmPath,
+}
+
+fn run() {
+    let status = cuda::relax_stream_capture_mode();
+    if status != CuResult::SUCCESS {
+        info!("live tiering: relaxed capture mode refused (CUDA error {})", status.0);
+    }
+    let interval = Duration::from_millis(config::get().tier_interval_ms);
+    let mut streams: Vec<MoveStream> = Vec::new();
+    let mut known: Vec<PerDevice> = Vec::new();
+    let mut unlocked_said = false;
+    loop {
+        std::thread::sleep(interval);
+        if !movable::any() {
+            continue;
+        }
+        let live = movable::live();
+        let mut devices: Vec<CuDevice> = live.iter().map(|m| m.device()).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for device in devices {
+            let members: Vec<&Movable> = live.iter().filter(|m| m.device() == device).map(|m| &**m).collect();
+            let slot = match known.iter().position(|d| d.device == device) {
+                Some(index) => index,
+                None => {
+                    let lock = tier_lock::lock_path(cuda::pci_address(device));
+                    known.push(PerDevice { device, answered: 0, lock });
+                    known.len() - 1
+                }
+            };
+            let this = &mut known[slot];
+            // Held from the measurement to the end of the moves (see `tier_lock`).
+            let held = match tier_lock::acquire(&this.lock) {
+                Turn::Held(held) => Some(held),
+                Turn::Busy => continue,
+                Turn::Unlocked => {
+                    if !unlocked_said {
+                        unlocked_said = true;
+                        info!("live tiering: no lock shared with other processes ({})", this.lock.as_str());
+                    }
+                    None
+                }
+            };
+            let context = members[0].context();
+            this.answered = cuda::with_context(context, || tick(device, &members, this.answered, &mut streams));
+            drop(held);
+        }
+    }
+}
+
+/// One tick on `device` (a context of it current): measure, plan, move. Returns the
+/// bytes answered from now on.
+fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec<MoveStream>) -> u64 {
+    let config = config::get();
+    let (Some((free, total)), Some(physical)) = (cuda::device_memory(), cuda::physical_vram(device)) else {
+        return answered;
+    };
+    let headroom = config.headroom(device, physical.max(total));
+    let answered = if free >= headroom { 0 } else { answered };
+    let room = Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
+    if room.pressing() {
+        members.iter().for_each(|m| m.mark_maybe_evicted());
+    }
+    let candidates: Vec<Candidate> = members
+        .iter()
+        .map(|m| Candidate {
+            bytes: m.len(),
+            in_vram: m.in_vram(),
+            heat: m.take_heat(),
+            sequence: m.sequence(),
+            after_computing: m.after_computing(),
+            maybe_evicted: m.maybe_evicted(),
+        })
+        .collect();
+    let moves = tiering::plan(&room, &candidates);
+    if moves.is_empty() {
+        return answered;
+    }
+    let chosen: Vec<(&Movable, Move)> = moves
+        .iter()
+        .map(|&step| match step {
+            Move::Promote(i) | Move::Demote(i) | Move::Refresh(i) => (members[i], step),
+        })
+        .collect();
+    let mut demoted = 0;
+    for group in groups(&chosen) {
+        demoted += move_group(device, group, streams);
+    }
+    publish::update();
+    debug!(
+        "live tiering on device {}: {} free, headroom {}, {} moves ({} demoted)",
+        device,
+        Mib(free),
+        Mib(headroom),
+        chosen.len(),
+        Mib(demoted)
+    );
+    answered + demoted
+}
+
+/// `moves` cut into runs of at most `GROUP_BYTES` (one allocation larger is a run).
+fn groups<'a>(moves: &'a [(&'a Movable, Move)]) -> Vec<&'a [(&'a Movable, Move)]> {
+    let mut runs = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (m, _)) in moves.iter().enumerate() {
+        if i > start && bytes + m.len() > GROUP_BYTES {
+            runs.push(&moves[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += m.len();
+    }
+    if start < moves.len() {
+        runs.push(&moves[start..]);
+    }
+    runs
+}
+
+/// Starts every move of `group`, waits for the driver, ends them. Returns the bytes
+/// demoted.
+fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<MoveStream>) -> u64 {
+    let began = Instant::now();
+    let mut started: Vec<(&Movable, Move, Started, Option<Stream>)> = Vec::new();
+    for &(m, step) in group {
+        let Some(stream) = stream_of(m.context(), streams) else { continue };
+        let move_started = match step {
+            Move::Promote(_) => m.start_move(true, |len| budget::reserve_promotion(len, device).map(Reserved::Vram)),
+            Move::Demote(_) => m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2)),
+            Move::Refresh(_) => m.start_refresh(),
+        };
+        let Some(move_started) = move_started else { continue };
+        let to = if matches!(step, Move::Demote(_)) { Where::Host } else { Where::Device(device) };
+        let issuing = Instant::now();
+        let issued = cuda::with_context(m.context(), || prefetch(m, to, stream));
+        let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
+        started.push((m, step, move_started, issued.then_some(stream)));
+    }
+    if started.is_empty() {
+        return 0;
+    }
+    // Each stream the group used, waited for once.
+    let mut used: Vec<Stream> = Vec::new();
+    for stream in started.iter().filter_map(|(_, _, _, stream)| *stream) {
+        if !used.contains(&stream) {
+            used.push(stream);
+        }
+    }
+    let streams_done = used.into_iter().all(|stream| cuda::stream_synchronize(stream) == CuResult::SUCCESS);
+    let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut demoted = 0;
+    let (mut promoted_any, mut demoted_any) = (false, false);
+    for (m, step, move_started, stream) in started {
+        let arrived = stream.is_some() && streams_done;
+        if let (false, Move::Promote(_), Some(stream)) = (arrived, step, stream) {
+            // The driver may have moved part of it into VRAM the accounts give back now:
+            // send it home (best effort; the host is where eviction sends it anyway).
+            cuda::with_context(m.context(), || prefetch(m, Where::Host, stream));
+        }
+        m.finish_move(move_started, arrived);
+        if !arrived {
+            continue;
+        }
+        match step {
+            // Charged and counted in VRAM already: no move in the counters.
+            Move::Refresh(_) => {
+                debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", m.base(), Mib(m.len()))
+            }
+            Move::Promote(_) => {
+                promoted_any = true;
+                stats::bump(&STATS.promotions);
+                STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+            }
+            Move::Demote(_) => {
+                demoted_any = true;
+                demoted += m.len();
+                stats::bump(&STATS.demotions);
+                STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+            }
+        }
+    }
+    if promoted_any {
+        STATS.promote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    }
+    if demoted_any {
+        STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    }
+    demoted
+}
+
+/// Enqueues the migration of `m` to `to` on `stream`.
+fn prefetch(m: &Movable, to: Where, stream: Stream) -> bool {
+    let prefetched = cuda::mem_prefetch_async(m.base(), m.len(), to, stream);
+    if prefetched != CuResult::SUCCESS {
+        info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", m.base(), prefetched.0);
+        return false;
+    }
+    true
+}
+
+/// The move stream of `context`, made (lowest priority, non-blocking) on first use.
+fn stream_of(context: Context, streams: &mut Vec<MoveStream>) -> Option<Stream> {
+    if let Some(known) = streams.iter().find(|s| s.context == context) {
+        return Some(known.stream);
+    }
+    let stream = cuda::with_context(context, cuda::stream_create_low_priority).ok()?;
+    streams.push(MoveStream { context, stream });
+    Some(stream)
+}

@@ -1,0 +1,186 @@
+//! The registry of live allocations the shim made or counted, by device pointer: what a
+//! free must undo, and where T2 bytes lie (GEMM staging, the T2-bytes export).
+//!
+//! Lock: `REGISTRY` comes first in the lock order (lib.rs); no CUDA call runs under it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::cuda;
+use crate::cuda::ffi::*;
+use crate::memory::budget::VramCharge;
+use crate::memory::host::HostAllocation;
+use crate::memory::movable::{self, Movable};
+use crate::memory::split::SplitAllocation;
+use crate::sys::lock::{const_mutex, ForkLock, Mutex};
+use crate::sys::stats::{self, STATS};
+
+/// Memory the shim made itself (rather than counted on its way to the driver), to be
+/// released when the program frees it.
+pub enum Backed {
+    /// T2: backend memory registered with CUDA.
+    Host(HostAllocation),
+    /// A VRAM head and a T2 tail under one address range.
+    Split(SplitAllocation),
+    /// T2 that live tiering moves to VRAM and back (`movable`); the tier thread holds
+    /// the other reference.
+    Movable(Arc<Movable>),
+}
+
+impl Backed {
+    pub fn context(&self) -> Context {
+        match self {
+            Backed::Host(allocation) => allocation.context(),
+            Backed::Split(split) => split.context(),
+            Backed::Movable(movable) => movable.context(),
+        }
+    }
+
+    /// The CUDA side of freeing, with the allocation's context current and the device
+    /// past every use of the memory: a split range is unmapped and released; T2 memory
+    /// needs nothing here (`finish` keeps it registered or unregisters it), nor does
+    /// movable T2 (`finish` waits for a move in progress, then frees it).
+    pub fn detach(&self) {
+        if let Backed::Split(split) = self {
+            split.unmap();
+        }
+    }
+
+    /// The rest of freeing, after `detach`: memory and accounting.
+    pub fn finish(self) {
+        match self {
+            Backed::Host(allocation) => allocation.release(),
+            Backed::Split(split) => split.finish(),
+            Backed::Movable(movable) => cuda::with_context(movable.context(), || movable.release()),
+        }
+    }
+}
+
+/// A live allocation.
+pub enum Record {
+    /// Device memory the driver made, counted against the budget.
+    Vram(VramCharge),
+    Backed(Backed),
+}
+
+struct Registry {
+    live: BTreeMap<CuDevicePtr, Record>,
+    /// Device pointers of recently freed `Backed` memory, to answer a double free.
+    freed_backed: VecDeque<CuDevicePtr>,
+}
+
+const FREED_REMEMBERED: usize = 4096;
+
+static REGISTRY: Mutex<Registry> = const_mutex(Registry { live: BTreeMap::new(), freed_backed: VecDeque::new() });
+
+/// Records a live allocation at `device_ptr`.
+pub fn insert(device_ptr: CuDevicePtr, record: Record) {
+    let mut registry = REGISTRY.lock();
+    if matches!(record, Record::Backed(_)) {
+        registry.freed_backed.retain(|freed| *freed != device_ptr);
+    }
+    registry.live.insert(device_ptr, record);
+}
+
+/// What a pointer passed to a free function is.
+pub enum Lookup {
+    Found(Record),
+    /// Memory the shim made that was already freed: answer invalid-value, touch nothing.
+    DoubleFree,
+    /// Not the shim's: the real free function answers as CUDA does.
+    Unknown,
+}
+
+/// Takes `device_ptr`'s record out of the registry, remembering freed `Backed` memory
+/// to answer a double free. A record that the real free then refuses goes back with
+/// `insert`, its charge untouched.
+pub fn take(device_ptr: CuDevicePtr) -> Lookup {
+    if device_ptr == 0 {
+        return Lookup::Unknown;
+    }
+    let mut registry = REGISTRY.lock();
+    match registry.live.remove(&device_ptr) {
+        Some(record) => {
+            if matches!(record, Record::Backed(_)) {
+                if registry.freed_backed.len() >= FREED_REMEMBERED {
+                    registry.freed_backed.pop_front();
+                }
+                registry.freed_backed.push_back(device_ptr);
+            }
+            Lookup::Found(record)
+        }
+        None if registry.freed_backed.contains(&device_ptr) => {
+            drop(registry);
+            // The address may since have been given to memory the shim did not see
+            // allocated (an unhooked allocation function): then it is not a double free.
+            if cuda::is_allocation(device_ptr) {
+                REGISTRY.lock().freed_backed.retain(|freed| *freed != device_ptr);
+                Lookup::Unknown
+            } else {
+                Lookup::DoubleFree
+            }
+        }
+        None => Lookup::Unknown,
+    }
+}
+
+/// How many bytes of [`device_ptr`, `device_ptr + len`) lie in T2 memory (a T2
+/// allocation, the host tail of a split one, or movable T2 while it is in T2).
+pub fn t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
+    t2_overlap(device_ptr, len, true)
+}
+
+/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in pinned T2 (a T2
+/// allocation or a split tail): what GEMM staging copies. Movable T2 is read in place:
+/// a copy from managed memory runs at a fraction of the link's rate (HF decode with
+/// 8.7 GB of movable weights staged: 0.96 tokens/s on the H200), while kernels read it
+/// at the rate of pinned T2.
+pub fn touches_pinned_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
+    t2_overlap(device_ptr, len, false) != 0
+}
+
+fn t2_overlap(device_ptr: CuDevicePtr, len: u64, with_movable: bool) -> u64 {
+    if stats::load(&STATS.t2_used) == 0 || len == 0 {
+        return 0;
+    }
+    let end = device_ptr.saturating_add(len);
+    let overlap = |start: u64, stop: u64| stop.min(end).saturating_sub(start.max(device_ptr));
+    let registry = REGISTRY.lock();
+    // The allocation starting at or before the range, then any that start inside it.
+    let before = registry.live.range(..=device_ptr).next_back();
+    let inside = registry.live.range(device_ptr.saturating_add(1)..end);
+    before
+        .into_iter()
+        .chain(inside)
+        .map(|(base, record)| match record {
+            Record::Backed(Backed::Host(allocation)) => overlap(*base, base.saturating_add(allocation.len())),
+            Record::Backed(Backed::Split(split)) => {
+                let (tail, tail_end) = split.tail_range();
+                overlap(tail, tail_end)
+            }
+            Record::Backed(Backed::Movable(movable)) if with_movable => {
+                overlap(*base, base.saturating_add(movable.t2_len()))
+            }
+            Record::Backed(Backed::Movable(_)) | Record::Vram(_) => 0,
+        })
+        .sum()
+}
+
+/// A matrix product reads [`device_ptr`, `device_ptr + len`): the movable allocation
+/// holding it gets warmer (live tiering promotes the hottest first).
+pub fn note_read(device_ptr: CuDevicePtr, len: u64) {
+    if !movable::any() || len == 0 {
+        return;
+    }
+    let registry = REGISTRY.lock();
+    if let Some((base, Record::Backed(Backed::Movable(movable)))) = registry.live.range(..=device_ptr).next_back() {
+        if device_ptr < base.saturating_add(movable.len()) {
+            movable.note_read(len.min(base.saturating_add(movable.len()) - device_ptr));
+        }
+    }
+}
+
+/// The lock the fork handlers hold (see `lifecycle`).
+pub fn fork_lock() -> &'static dyn ForkLock {
+    &REGISTRY
+}

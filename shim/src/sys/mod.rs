@@ -1,0 +1,18 @@
+//! Foundations: what every other folder may use and that itself uses neither CUDA nor
+//! the configuration — logging, the clock, the environment, the fork-safe mutex, the
+//! process phase and re-entry guard, the counters and the record `greenboost status`
+//! reads, and reading a library's ELF header. Nothing here allocates before `main` or
+//! takes a lock another folder holds.
+//!
+//! May import: nothing in the crate.
+
+#[macro_use]
+pub(crate) mod log;
+pub(crate) mod clock;
+pub(crate) mod elf;
+pub(crate) mod env;
+pub(crate) mod lock;
+pub(crate) mod phase;
+pub(crate) mod publish;
+pub(crate) mod shm_path;
+pub(crate) mod stats;
