@@ -7,29 +7,33 @@ CRATE is one of:
 
   kmod   kmod/ (crate root kmod/greenboost.rs); the map rows are the files of kmod/
          (plus the ABI file the crate includes by #[path]), Rust and C
-  shim   shim/ (crate root shim/src/lib.rs); the map rows are `src/<file>.rs`, one per
-         Rust file under shim/src/
+  shim   shim/ (crate root shim/src/lib.rs), one folder per layer: the map has a row per
+         folder (`src/<folder>/`) and per file at the root (`src/lib.rs`, ...), each with
+         what it may import, and a row per file of a folder (`src/<folder>/<file>.rs`)
+         with an empty "may import" cell: the files of a folder share its row
 
 The map is the first table of CRATE/README.md with the columns `file | holds | may
-import` (its "File map"), one row per file, the file named in backticks relative to
-CRATE/. The "may import" column lists, in backticks, the modules (Rust rows) or files
-(C rows) the file may use, or "-" for none. Checked:
+import` (its "File map"), the file or folder named in backticks relative to CRATE/. A
+unit is a module the crate root declares: a folder (its files below it) or one file. The
+"may import" column lists, in backticks, the units (Rust rows) or files (C rows) the
+unit may use, or "-" for none. Checked:
 
-  map-complete      every file of the crate has a row and every row names an existing
-                    file
-  mod-tree          every Rust row is a module the crate root declares (`mod` lines,
-                    #[path] honoured), and back; no other file declares a file module
+  map-complete      every file and folder of the crate has a row and every row names an
+                    existing file or folder
+  mod-tree          every Rust file is a module of the crate's module tree (`mod` lines
+                    from the crate root down, #[path] honoured), and back
   map-acyclic       the allowed imports form no cycle (so the map is a layering) and
-                    name only modules/files of the map
-  imports <file>    every import of the file is allowed by its row. For Rust, an
+                    name only units/files of the map
+  imports <file>    every import of the file is allowed by its unit's row. For Rust, an
                     import is every `crate::` / `super::` path anywhere in the code
                     (use trees, inline paths, inside inline `mod` blocks such as
                     `mod tests`, where `super::` is resolved; comments and strings
-                    excluded); every invocation of a macro defined in a
-                    `#[macro_use]` module (an import of that module); and in the crate
-                    root every path through a child module or an alias of one. For C,
-                    every `#include "..."`
-  no-cycle          the imports actually made form no cycle
+                    excluded), resolved to the module it names; every invocation of a
+                    macro defined in a `#[macro_use]` module (an import of that module);
+                    and in the crate root every path through a child module or an alias
+                    of one. For C, every `#include "..."`
+  no-cycle          the imports actually made form no cycle, between units and between
+                    the files of one folder
   no-fn-statics     no `static` holds a function pointer (a callback stored in a
                     static would hide an edge). Exempt: a static the loader reads,
                     in `.init_array`/`.fini_array`/`.preinit_array` (#[link_section]),
@@ -132,8 +136,16 @@ def line_of(code, pos):
     return code.count('\n', 0, pos) + 1
 
 
+PATH_RE = r'[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*'
+
+
+def segments(text):
+    return [x.strip() for x in text.split('::')]
+
+
 def use_group_heads(code, start):
-    """First path segments of the use-tree group that opens at code[start] == '{'."""
+    """The leading path of each item of the use-tree group that opens at code[start] ==
+    '{', as a list of segments (`{a::b::{c, d}, e}` gives [a, b] and [e])."""
     depth, i, item, heads = 0, start, '', []
     while i < len(code):
         c = code[i]
@@ -155,9 +167,9 @@ def use_group_heads(code, start):
         i += 1
     result = []
     for h in heads:
-        m = re.match(r'\s*([A-Za-z_]\w*)', h)
+        m = re.match(r'\s*(' + PATH_RE + ')', h)
         if m:
-            result.append(m.group(1))
+            result.append(segments(m.group(1)))
     return result
 
 
@@ -183,8 +195,8 @@ def inline_modules(code):
 
 
 def rust_paths(code):
-    """(position, line, prefix, number of super segments, first segment after them) for
-    every crate::/super:: path in stripped code; group heads give one entry each."""
+    """(position, line, prefix, number of super segments, path segments after them) for
+    every crate::/super:: path in stripped code; group items give one entry each."""
     found = []
     for m in re.finditer(r'(?<![\w$])(crate|super)((?:\s*::\s*super\b)*)\s*::\s*', code):
         if re.search(r'::\s*$', code[:m.start()]):
@@ -193,12 +205,18 @@ def rust_paths(code):
         line = line_of(code, m.start())
         rest = m.end()
         if rest < len(code) and code[rest] == '{':
-            for head in use_group_heads(code, rest):
-                found.append((m.start(), line, m.group(1), supers, head))
+            for path in use_group_heads(code, rest):
+                found.append((m.start(), line, m.group(1), supers, path))
         else:
-            mm = re.match(r'[A-Za-z_]\w*', code[rest:])
+            mm = re.match(PATH_RE, code[rest:])
             if mm:
-                found.append((m.start(), line, m.group(1), supers, mm.group(0)))
+                path = segments(mm.group(0))
+                found.append((m.start(), line, m.group(1), supers, path))
+                tail = re.match(r'\s*::\s*\{', code[rest + mm.end():])
+                if tail:
+                    brace = rest + mm.end() + tail.end() - 1
+                    for sub in use_group_heads(code, brace):
+                        found.append((m.start(), line, m.group(1), supers, path + sub))
     return found
 
 
@@ -259,6 +277,47 @@ def item_attributes(raw, start):
     return m.group(1) if m else ''
 
 
+def module_tree(base, root_file, read):
+    """The crate's file modules from the root's `mod` declarations down (#[path]
+    honoured): {path relative to the crate's directory: module path ('' for the root,
+    'memory::budget', ...)}, the module paths declared #[macro_use], and the declarations
+    that name no file."""
+    node_of, macro_use, dangling = {}, [], []
+
+    def visit(rel, modpath):
+        node_of[os.path.normpath(rel)] = modpath
+        raw = read(rel)
+        code = strip_rust(raw)
+        own_dir = os.path.dirname(rel)
+        if modpath and os.path.basename(rel) != 'mod.rs':
+            own_dir = os.path.join(own_dir, os.path.splitext(os.path.basename(rel))[0])
+        for m in re.finditer(r'((?:#\[[^\]]*\]\s*)*)(?:pub(?:\s*\([^)]*\))?\s+)?\bmod\s+([A-Za-z_]\w*)\s*;', code):
+            name = m.group(2)
+            attrs = raw[m.start(1):m.end(1)]
+            child = f'{modpath}::{name}' if modpath else name
+            pm = re.search(r'#\[\s*path\s*=\s*"([^"]+)"', attrs)
+            if pm:
+                child_rel = os.path.join(os.path.dirname(rel), pm.group(1))
+            else:
+                child_rel = os.path.join(own_dir, name + '.rs')
+                if not os.path.isfile(os.path.join(base, child_rel)):
+                    child_rel = os.path.join(own_dir, name, 'mod.rs')
+            if re.search(r'#\[\s*macro_use\s*\]', attrs):
+                macro_use.append(child)
+            if os.path.isfile(os.path.join(base, child_rel)):
+                visit(child_rel, child)
+            else:
+                dangling.append(f'{rel}: mod {name}')
+
+    visit(root_file, '')
+    return node_of, macro_use, dangling
+
+
+def unit_of(modpath):
+    """The unit of a module: the crate root's child it lies in (the root is its own)."""
+    return modpath.split('::')[0] if modpath else ROOT_NODE
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] not in CRATES:
         print(f'usage: check-layers.py {{{"|".join(CRATES)}}} [REPO_ROOT]', file=sys.stderr)
@@ -289,36 +348,20 @@ def main():
     def read(rel):
         return open(os.path.join(base, rel)).read()
 
-    # The crate's module tree, from the root's `mod` declarations (with #[path]).
-    root_raw = read(root_file)
-    root_code = strip_rust(root_raw)
-    root_dir = os.path.dirname(root_file)
-    modules = {}  # module name -> path relative to the crate's directory
-    macro_use = []  # modules declared #[macro_use]
-    for m in re.finditer(r'((?:#\[[^\]]*\]\s*)*)(?:pub(?:\s*\([^)]*\))?\s+)?\bmod\s+([A-Za-z_]\w*)\s*;', root_code):
-        name = m.group(2)
-        attrs = root_raw[m.start(1):m.end(1)]
-        pm = re.search(r'#\[\s*path\s*=\s*"([^"]+)"', attrs)
-        if pm:
-            rel = os.path.join(root_dir, pm.group(1))
-        else:
-            rel = os.path.join(root_dir, name + '.rs')
-            if not os.path.isfile(os.path.join(base, rel)):
-                rel = os.path.join(root_dir, name, 'mod.rs')
-        modules[name] = os.path.normpath(rel)
-        if re.search(r'#\[\s*macro_use\s*\]', attrs):
-            macro_use.append(name)
-    node_of = {os.path.normpath(root_file): ROOT_NODE}
-    for name, rel in modules.items():
-        node_of[rel] = name
+    node_of, macro_use, dangling = module_tree(base, root_file, read)
+    modules = set(node_of.values()) - {''}
+    top = {m for m in modules if '::' not in m}
+    root_code = strip_rust(read(root_file))
     aliases = {}  # root-level `use <child> as <alias>;`
     for m in re.finditer(r'\buse\s+(?:crate\s*::\s*)?([A-Za-z_]\w*)\s+as\s+([A-Za-z_]\w*)\s*;', root_code):
-        if m.group(1) in modules:
+        if m.group(1) in top:
             aliases[m.group(2)] = m.group(1)
 
     files = spec['files'](base)
-    missing = [f for f in files if f not in rows]
-    stale = [r for r in rows if not os.path.isfile(os.path.join(base, r))]
+    folders = sorted({os.path.dirname(f) + '/' for f in files if f.endswith('.rs') and node_of.get(os.path.normpath(f), '').count('::')})
+    folder_rows = [r for r in rows if r.endswith('/')]
+    missing = [f for f in files + folders if f not in rows]
+    stale = [r for r in rows if not os.path.exists(os.path.join(base, r))]
     check('map-complete', not missing and not stale,
           '; '.join(filter(None, [missing and 'no row for ' + ', '.join(missing),
                                   stale and 'row for a missing file: ' + ', '.join(stale)])))
@@ -326,85 +369,105 @@ def main():
     rust_rows = [r for r in rows if r.endswith('.rs')]
     undeclared = [r for r in rust_rows if os.path.normpath(r) not in node_of]
     mapped = {os.path.normpath(r) for r in rows}
-    unmapped = [n for n, rel in modules.items() if rel not in mapped]
-    nested = []  # file modules declared below the root: not handled
-    for r in rust_rows:
-        if os.path.normpath(r) != os.path.normpath(root_file) and os.path.isfile(os.path.join(base, r)):
-            code = strip_rust(read(r))
-            for m in re.finditer(r'\bmod\s+([A-Za-z_]\w*)\s*;', code):
-                nested.append(f'{r}:{line_of(code, m.start())} (mod {m.group(1)};)')
-    check('mod-tree', not undeclared and not unmapped and not nested,
-          '; '.join(filter(None, [undeclared and 'not declared by the crate root: ' + ', '.join(undeclared),
-                                  unmapped and 'declared but not in the map: ' + ', '.join(unmapped),
-                                  nested and 'file module declared outside the crate root: ' + ', '.join(nested)])))
+    unmapped = [rel for rel in node_of if rel not in mapped]
+    check('mod-tree', not undeclared and not unmapped and not dangling,
+          '; '.join(filter(None, [undeclared and 'not in the module tree: ' + ', '.join(undeclared),
+                                  unmapped and 'in the module tree but not in the map: ' + ', '.join(unmapped),
+                                  dangling and 'declared with no file: ' + ', '.join(dangling)])))
 
-    def node(row):
-        return node_of.get(os.path.normpath(row), row)
+    def unit_row(row):
+        """The unit a row stands for: a folder row's folder, a root file's module, a C file."""
+        if row.endswith('/'):
+            return os.path.basename(row.rstrip('/'))
+        rel = os.path.normpath(row)
+        return unit_of(node_of[rel]) if rel in node_of else row
 
-    allowed = {node(r): set(a) for r, a in rows.items()}
+    allowed, shared = {}, []
+    for r, a in rows.items():
+        modpath = node_of.get(os.path.normpath(r), '')
+        if r.endswith('.rs') and ('::' in modpath or (modpath and os.path.basename(r) == 'mod.rs')):
+            if a - {'-'}:
+                shared.append(r)  # a folder's file takes its folder's row
+            continue
+        allowed[unit_row(r)] = set(a) - {'-'}
     known = set(allowed)
     bad_targets = sorted({f'{n} -> {t}' for n, ts in allowed.items() for t in ts if t not in known})
     cycles = tarjan_cycles(allowed)
-    check('map-acyclic', not cycles and not bad_targets,
+    check('map-acyclic', not cycles and not bad_targets and not shared,
           '; '.join(filter(None, ['cycle among ' + ', '.join(c) for c in cycles] +
-                           [bad_targets and 'unknown names in "may import": ' + ', '.join(bad_targets)])))
+                           [bad_targets and 'unknown names in "may import": ' + ', '.join(bad_targets),
+                            shared and 'a folder\'s file lists imports of its own (its folder\'s row holds them): '
+                            + ', '.join(shared)])))
 
     # Macros of #[macro_use] modules are in scope everywhere after their `mod` line.
     macro_home = {}
-    for name in macro_use:
-        if os.path.isfile(os.path.join(base, modules[name])):
-            for m in re.finditer(r'\bmacro_rules\s*!\s*([A-Za-z_]\w*)', strip_rust(read(modules[name]))):
-                macro_home[m.group(1)] = name
+    for rel, modpath in node_of.items():
+        if modpath in macro_use:
+            for m in re.finditer(r'\bmacro_rules\s*!\s*([A-Za-z_]\w*)', strip_rust(read(rel))):
+                macro_home[m.group(1)] = modpath
 
-    actual = {}
+    def resolve(path):
+        """The module a path of absolute segments names: its longest prefix that is one."""
+        for n in range(len(path), 0, -1):
+            if '::'.join(path[:n]) in modules:
+                return '::'.join(path[:n])
+        return ''
+
+    actual = {}  # unit -> units it imports
+    file_edges = {}  # module -> modules of its own unit it imports
     for row in sorted(rows, key=lambda r: (not r.endswith('.rs'), r)):
-        if not os.path.isfile(os.path.join(base, row)) or not row.endswith(sources):
+        if row.endswith('/') or not os.path.isfile(os.path.join(base, row)) or not row.endswith(sources):
             continue
-        me = node(row)
+        rel = os.path.normpath(row)
+        me = node_of.get(rel, row)
+        my_unit = unit_of(me) if rel in node_of else row
         text = read(row)
         edges = {}  # target -> first line
         problems = []
         if row.endswith('.rs'):
             code = strip_rust(text)
-            own_path = [] if me == ROOT_NODE else [me]
+            own_path = me.split('::') if me else []
             spans = inline_modules(code)
-            for pos, line, prefix, supers, head in rust_paths(code):
+            for pos, line, prefix, supers, path in rust_paths(code):
                 scope = own_path + [name for start, end, name in spans if start <= pos < end]
                 if supers > len(scope):
                     problems.append(f'line {line}: {"super::" * supers} goes above the crate root')
                     continue
-                parent = scope[:len(scope) - supers] if prefix == 'super' else []
-                if parent:
-                    target = parent[0]  # inside a file module (this one, for super::)
-                elif head in modules:
-                    target = head
-                elif head in aliases:
-                    target = aliases[head]
-                else:
-                    target = ROOT_NODE  # `self` or an item of the crate root
-                edges.setdefault(target, line)
+                absolute = (scope[:len(scope) - supers] if prefix == 'super' else []) + path
+                if not me and absolute and absolute[0] in aliases:
+                    absolute = [aliases[absolute[0]]] + absolute[1:]
+                edges.setdefault(resolve(absolute), line)
             if macro_home:
                 pattern = r'(?<![\w$:!])(' + '|'.join(map(re.escape, sorted(macro_home))) + r')\s*!\s*[(\[{]'
                 for m in re.finditer(pattern, code):
                     edges.setdefault(macro_home[m.group(1)], line_of(code, m.start()))
-            if me == ROOT_NODE:
-                names = list(modules) + list(aliases)
+            if not me:
+                names = sorted(top) + list(aliases)
                 for m in re.finditer(r'(?<![\w:.$])(' + '|'.join(map(re.escape, names)) + r')\s*::', code):
-                    target = aliases.get(m.group(1), m.group(1))
-                    edges.setdefault(target, line_of(code, m.start()))
+                    edges.setdefault(aliases.get(m.group(1), m.group(1)), line_of(code, m.start()))
+            edges = {(t or ''): ln for t, ln in edges.items()}
+            units = {}
+            for t, ln in edges.items():
+                u = unit_of(t)
+                if u != my_unit:
+                    units.setdefault(u, ln)
+                elif t != me and not me.startswith(t + '::'):
+                    file_edges.setdefault(me, set()).add(t)  # a file of its own folder
+            edges = units
         else:
             code = strip_c(text)
             for m in re.finditer(r'^\s*#\s*include\s*"([^"]+)"', code, flags=re.M):
                 edges.setdefault(os.path.normpath(m.group(1)), line_of(code, m.start()))
-        edges.pop(me, None)
-        actual[me] = set(edges)
-        wrong = sorted(t for t in edges if t not in allowed.get(me, set()))
+            edges.pop(my_unit, None)
+        actual.setdefault(my_unit, set()).update(edges)
+        wrong = sorted(t for t in edges if t not in allowed.get(my_unit, set()))
         problems += [f'{t} (line {edges[t]}) not allowed' for t in wrong]
         check(f'imports {row}', not problems, ', '.join(problems) or f'{len(edges)} imports allowed')
-        for t in sorted(allowed.get(me, set()) - set(edges)):
-            print(f'note {row}: may import {t} but does not')
+    for unit in sorted(allowed):
+        for t in sorted(allowed[unit] - actual.get(unit, set())):
+            print(f'note {unit}: may import {t} but does not')
 
-    cycles = tarjan_cycles(actual)
+    cycles = tarjan_cycles(actual) + tarjan_cycles(file_edges)
     check('no-cycle', not cycles, '; '.join('cycle among ' + ', '.join(c) for c in cycles))
 
     fn_statics, exempt = [], []

@@ -3,9 +3,10 @@
 //! by pinned system RAM (T2) that the GPU reads over PCIe, from the greenboost kernel
 //! module or, without it, from anonymous huge pages.
 //!
-//! The files form layers; each imports only from layers below it. README.md has the
-//! map (one line per file: what it holds, what it may import), and
-//! `scripts/check-layers.py shim` checks it against the code.
+//! One folder per layer, declared below bottom first; each imports only the folders
+//! below it, and each folder's `mod.rs` states its contract and declares its face.
+//! README.md has the map (a row per folder: what it holds, what it may import; a row
+//! per file), and `scripts/check-layers.py shim` checks it against the code.
 //!
 //! Lock order — the shim's only locks, each taken for a few map operations, none held
 //! across a CUDA or backend call, none held while a lock earlier in the list is taken:
