@@ -8,7 +8,7 @@
 
 pub(crate) mod kmod;
 pub(crate) mod t2_buffer;
-pub(crate) mod userspace;
+mod userspace;
 mod choice;
 
 pub(crate) use choice::*;

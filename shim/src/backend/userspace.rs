@@ -17,7 +17,7 @@ use crate::sys::log::Mib;
 
 /// Anonymous memory: 2 MiB-aligned, transparent huge pages requested, populated before
 /// registration so that a shortage shows as an error here, not as a fault later.
-pub struct UserspaceBackend;
+pub(super) struct UserspaceBackend;
 
 impl Backend for UserspaceBackend {
     fn name(&self) -> &'static str {
@@ -149,7 +149,7 @@ fn mem_available(text: &[u8]) -> Option<u64> {
 }
 
 /// Milliseconds, for log lines.
-pub fn millis(duration: Duration) -> f64 {
+pub(super) fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 

@@ -19,7 +19,7 @@ impl CuResult {
     pub const SUCCESS: CuResult = CuResult(0);
     pub const INVALID_VALUE: CuResult = CuResult(1);
     pub const OUT_OF_MEMORY: CuResult = CuResult(2);
-    pub const NOT_INITIALIZED: CuResult = CuResult(3);
+    pub(super) const NOT_INITIALIZED: CuResult = CuResult(3);
     pub const NOT_READY: CuResult = CuResult(600);
 
     /// `Ok` for CUDA_SUCCESS, else the error.
@@ -52,7 +52,7 @@ impl CudaError {
     pub const INVALID_VALUE: CudaError = CudaError(1);
     pub const MEMORY_ALLOCATION: CudaError = CudaError(2);
     /// cudaErrorInitializationError, the answer when the runtime cannot be found.
-    pub const INITIALIZATION: CudaError = CudaError(3);
+    pub(super) const INITIALIZATION: CudaError = CudaError(3);
 }
 
 /// `nvmlReturn_t`.
@@ -62,7 +62,7 @@ pub struct NvmlReturn(pub c_int);
 
 impl NvmlReturn {
     pub const SUCCESS: NvmlReturn = NvmlReturn(0);
-    pub const UNINITIALIZED: NvmlReturn = NvmlReturn(1);
+    pub(super) const UNINITIALIZED: NvmlReturn = NvmlReturn(1);
 }
 
 /// `cublasStatus_t`.
@@ -72,7 +72,7 @@ pub struct CublasStatus(pub c_int);
 
 impl CublasStatus {
     pub const SUCCESS: CublasStatus = CublasStatus(0);
-    pub const NOT_INITIALIZED: CublasStatus = CublasStatus(1);
+    pub(super) const NOT_INITIALIZED: CublasStatus = CublasStatus(1);
 }
 
 /// The status a function of each library answers when the library cannot be found at
@@ -180,7 +180,7 @@ impl ExternalMemory {
 impl Stream {
     /// `CU_STREAM_PER_THREAD`: the per-thread default stream handle, which a `_ptsz`
     /// entry point means by stream 0.
-    pub const PER_THREAD: Stream = Stream(0x2 as *mut c_void);
+    pub(super) const PER_THREAD: Stream = Stream(0x2 as *mut c_void);
 
     /// The stream a `_ptsz` entry point orders its work on.
     pub fn per_thread_default(self) -> Stream {
@@ -202,50 +202,50 @@ pub type CuDriverProcAddressQueryResult = c_int;
 /// `cudaDriverEntryPointQueryResult`.
 pub type CudaDriverEntryPointQueryResult = c_int;
 
-pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
-pub const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x02;
-pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
-pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+pub(super) const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
+pub(super) const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x02;
+pub(super) const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub(super) const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 
 /// `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`: the host NUMA node closest to the GPU (-1: none).
-pub const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
+pub(super) const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 
 /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the device and the CPU may use
 /// managed memory at the same time (the driver resolves it); without it the CPU may not
 /// touch managed memory while any kernel runs.
-pub const CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: c_int = 89;
+pub(super) const CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: c_int = 89;
 /// `CU_DEVICE_ATTRIBUTE_PCI_BUS_ID`, `_PCI_DEVICE_ID`, `_PCI_DOMAIN_ID`: where the GPU
 /// sits, the same in every process whatever CUDA_VISIBLE_DEVICES numbers it.
-pub const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
-pub const CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: c_int = 34;
-pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: c_int = 50;
+pub(super) const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
+pub(super) const CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: c_int = 34;
+pub(super) const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: c_int = 50;
 
 /// `CUmemLocationType`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
-pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
-pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
+pub(super) const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
+pub(super) const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
 
 /// `CU_MEM_ATTACH_GLOBAL`: managed memory any stream may use.
-pub const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
+pub(super) const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
 /// `CUmem_advise`: where managed memory should live, and who maps it.
 pub const CU_MEM_ADVISE_SET_PREFERRED_LOCATION: c_int = 3;
 pub const CU_MEM_ADVISE_SET_ACCESSED_BY: c_int = 5;
 /// `CU_DEVICE_CPU`: the host, where the v1 managed-memory calls take a device.
-pub const CU_DEVICE_CPU: CuDevice = -1;
+pub(super) const CU_DEVICE_CPU: CuDevice = -1;
 /// `CUstreamCaptureMode`: this thread's calls neither join nor break other threads'
 /// stream captures.
-pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
+pub(super) const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 
 /// `CU_MEM_HANDLE_TYPE_FABRIC` (`CUmemAllocationHandleType`): memory exported across
 /// NVLink fabric.
 pub const CU_MEM_HANDLE_TYPE_FABRIC: c_int = 0x8;
 
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`: the one `CUmemAllocationType` cuMemCreate makes.
-pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+pub(super) const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
 /// `CU_MEM_ALLOC_GRANULARITY_MINIMUM` (`CUmemAllocationGranularity_flags`).
-pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
+pub(super) const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
 /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE` (`CUmemAccess_flags`).
-pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
+pub(super) const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
 
 /// `CUmemLocation`.
 #[repr(C)]
@@ -262,7 +262,7 @@ pub struct CuMemAllocationProp {
     pub type_: c_int,
     pub requested_handle_types: c_int,
     pub location: CuMemLocation,
-    pub win32_handle_meta_data: *mut c_void,
+    pub(super) win32_handle_meta_data: *mut c_void,
     pub compression_type: u8,
     pub gpu_direct_rdma_capable: u8,
     pub usage: u16,
@@ -316,7 +316,7 @@ pub const CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD: c_int = 9;
 #[repr(C)]
 pub struct CudaExternalMemoryHandleDesc {
     pub type_: c_int,
-    pub pad: c_int,
+    pub(super) pad: c_int,
     /// The union `handle`: `fd` occupies its first 4 bytes.
     pub handle: [u64; 2],
     pub size: u64,
@@ -352,12 +352,12 @@ pub const CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET: usize = 256 + 16 + 8 + 4 + 4
 
 /// The leading fields of `cudaDeviceProp`, to compute the offset above from the C layout.
 #[repr(C)]
-pub struct CudaDevicePropPrefix {
+pub(super) struct CudaDevicePropPrefix {
     pub name: [c_char; 256],
-    pub uuid: [u8; 16],
-    pub luid: [c_char; 8],
-    pub luid_device_node_mask: c_uint,
-    pub total_global_mem: usize,
+    pub(super) uuid: [u8; 16],
+    pub(super) luid: [c_char; 8],
+    pub(super) luid_device_node_mask: c_uint,
+    pub(super) total_global_mem: usize,
 }
 const _: () =
     assert!(std::mem::offset_of!(CudaDevicePropPrefix, total_global_mem) == CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET);

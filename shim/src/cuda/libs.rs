@@ -20,7 +20,7 @@ static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 static REAL_DLOPEN: AtomicPtr<c_void> = AtomicPtr::new(ptr::null_mut());
 
 /// The next definition of a libc function after the shim, by glibc symbol version.
-pub fn libc_next(name: &CStr) -> *mut c_void {
+pub(super) fn libc_next(name: &CStr) -> *mut c_void {
     for version in GLIBC_VERSIONS {
         // SAFETY: both strings are NUL-terminated; dlvsym is not interposed by the shim.
         let found = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) };

@@ -6,5 +6,5 @@
 //! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod allocate;
-pub(crate) mod tier_lock;
+mod tier_lock;
 pub(crate) mod tier_thread;

@@ -23,7 +23,7 @@ use crate::sys::shm_path::ShmPath;
 const WAIT: Duration = Duration::from_secs(2);
 
 /// The lock of the GPU at PCI address `pci`, or the host's.
-pub fn lock_path(pci: Option<(u32, u32, u32)>) -> ShmPath {
+pub(super) fn lock_path(pci: Option<(u32, u32, u32)>) -> ShmPath {
     match pci {
         Some((domain, bus, device)) => {
             ShmPath::new(format_args!("greenboost-tier.{domain:04x}:{bus:02x}:{device:02x}.lock"))
@@ -36,7 +36,7 @@ pub fn lock_path(pci: Option<(u32, u32, u32)>) -> ShmPath {
 static HELD: AtomicI32 = AtomicI32::new(-1);
 
 /// What `acquire` got.
-pub enum Turn {
+pub(super) enum Turn {
     /// This process's turn; the lock goes when this is dropped.
     Held(Held),
     /// Another process held it for all of `WAIT`: skip this tick.
@@ -49,12 +49,12 @@ pub enum Turn {
 ///
 /// # Invariants
 /// `fd` is an open descriptor of the lock file, flocked exclusively, owned here.
-pub struct Held {
+pub(super) struct Held {
     fd: i32,
 }
 
 /// Waits up to `WAIT` for the tiering lock at `path`.
-pub fn acquire(path: &ShmPath) -> Turn {
+pub(super) fn acquire(path: &ShmPath) -> Turn {
     let Some(fd) = open_lock(path) else { return Turn::Unlocked };
     let began = Instant::now();
     loop {
@@ -90,7 +90,7 @@ impl Drop for Held {
 /// In the child of a fork (the tier thread stayed in the parent): closes the child's
 /// copy of a descriptor a tick held at the fork, so that the lock, which the parent
 /// gives back, is not kept alive by the child if the parent dies first.
-pub fn close_in_child() {
+pub(super) fn close_in_child() {
     let fd = HELD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         close(fd);

@@ -39,7 +39,7 @@ const GROUP_BYTES: u64 = 2 << 30;
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Starts the thread once per process.
-pub fn ensure_started() {
+pub(super) fn ensure_started() {
     if STARTED.swap(true, Ordering::AcqRel) {
         return;
     }

@@ -14,7 +14,7 @@ use crate::memory::registry;
 use crate::rules::config;
 
 /// `cublasOperation_t`: N is 0; T, C and conjugate transpose are not N.
-pub const CUBLAS_OP_N: c_int = 0;
+pub(super) const CUBLAS_OP_N: c_int = 0;
 
 /// The hooked entry points, as a product's shape names them.
 pub const GEMM_EX_ENTRY: i64 = 1;

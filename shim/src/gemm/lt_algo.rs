@@ -79,14 +79,14 @@ pub struct GemmShape {
     /// Element types of A, B, C.
     pub types: [c_int; 3],
     /// Leading dimensions of A, B, C.
-    pub lds: [i64; 3],
+    pub(super) lds: [i64; 3],
     /// The call's compute type (`cublasComputeType_t`).
     pub compute_type: c_int,
     /// The handle's math mode and pointer mode.
-    pub math_mode: c_int,
-    pub pointer_mode: c_int,
+    pub(super) math_mode: c_int,
+    pub(super) pointer_mode: c_int,
     /// Alignment of A, B, C (bytes, at most 256).
-    pub alignments: [u64; 3],
+    pub(super) alignments: [u64; 3],
 }
 
 /// The whole product's algorithm, ready to run its slices.
@@ -209,7 +209,7 @@ fn lt_handle(device: CuDevice) -> Option<CublasHandle> {
 /// cuBLASLt once per shape and device; `None` when cuBLASLt is not there, the call has
 /// no cuBLASLt equivalent, the heuristic offers nothing, or `MAX_SHAPES` are known
 /// already (the slices then go to cuBLAS).
-pub fn whole_algorithm(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> {
+pub(super) fn whole_algorithm(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> {
     let key = (*shape, device);
     {
         let known = WHOLE_ALGORITHMS.lock();
@@ -327,7 +327,7 @@ fn ask_heuristic(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> 
 /// are scalars of the call's scale type where its pointer mode says; `workspace` is
 /// `algorithm.workspace` bytes of VRAM that nothing else uses until the product has run.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn run_part(
+pub(super) unsafe fn run_part(
     algorithm: &WholeAlgorithm,
     shape: &GemmShape,
     (m, n): (i64, i64),

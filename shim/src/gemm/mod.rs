@@ -6,7 +6,7 @@
 //! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod cublas_gemm;
-pub(crate) mod lt_algo;
+mod lt_algo;
 pub(crate) mod staging;
 pub(crate) mod staging_slices;
-pub(crate) mod staging_streamed;
+mod staging_streamed;

@@ -125,7 +125,7 @@ impl Operand {
 /// pipelined staging asked for (GREENBOOST_STAGE_SLICES), or when an operand staging wants
 /// is larger than GREENBOOST_STAGE_MAX — streamed through the scratch (`stream_through`),
 /// by default, as the alternative is reading it zero-copy.
-pub fn may_cut(operands: &[Option<Operand>; 2]) -> bool {
+pub(super) fn may_cut(operands: &[Option<Operand>; 2]) -> bool {
     let config = config::get();
     let too_large =
         |operand: &Operand| operand.bytes > config.stage_max && operand.wants_staging(config.stage_min_width);

@@ -21,7 +21,7 @@ use crate::cuda::ffi::*;
 use crate::memory::budget;
 
 /// Most slices of one product (events kept per context).
-pub const MAX_SLICES: usize = 8;
+pub(super) const MAX_SLICES: usize = 8;
 /// Slices start at multiples of this many rows (columns): whole output tiles each.
 const SLICE_ALIGN: u64 = 256;
 /// Least bytes one slice copies: a copy of a few MiB runs below the link's rate.
@@ -30,7 +30,7 @@ const MIN_SLICE_BYTES: u64 = 4 << 20;
 /// H200 an 8B model's one-token products in 4 slices (the whole product's algorithm,
 /// bit-identical) decoded no faster: the copies took 1.2 ms more per token in 4 times as
 /// many pieces, and the program's CPU fell behind with 4 times the calls.
-pub const MIN_SLICED_WIDTH: i64 = 128;
+pub(super) const MIN_SLICED_WIDTH: i64 = 128;
 /// Shapes whose verification saw mostly zeros are tried again this many times, then
 /// left whole.
 const UNDECIDED_TRIES: u8 = 3;
@@ -41,16 +41,16 @@ const MAX_SHAPES: usize = 4096;
 /// output, each `operand_step` bytes apart in that operand and `output_step` bytes apart
 /// in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SliceAxis {
-    pub length: i64,
-    pub operand_step: u64,
-    pub output_step: u64,
+pub(super) struct SliceAxis {
+    pub(super) length: i64,
+    pub(super) operand_step: u64,
+    pub(super) output_step: u64,
 }
 
 /// Everything about a call that can change which kernel cuBLAS picks for it (entry
 /// point, handle and math mode, transposes, dimensions, leading dimensions, types,
 /// compute type, algorithm, pointer alignments), as the hook lists it.
-pub type Shape = [i64; 20];
+pub(super) type Shape = [i64; 20];
 
 /// What a hook tells staging about slicing its product: the axis along each operand
 /// (`None`: that operand cannot be cut so that each slice is contiguous), the output,
@@ -59,12 +59,12 @@ pub type Shape = [i64; 20];
 /// (`None`: each slice is a call to cuBLAS for the slice's shape).
 #[derive(Clone, Copy, Debug)]
 pub struct Slicing {
-    pub axes: [Option<SliceAxis>; 2],
+    pub(super) axes: [Option<SliceAxis>; 2],
     pub output: CuDevicePtr,
-    pub output_bytes: u64,
-    pub output_element: usize,
-    pub shape: Shape,
-    pub whole_algorithm_workspace: Option<u64>,
+    pub(super) output_bytes: u64,
+    pub(super) output_element: usize,
+    pub(super) shape: Shape,
+    pub(super) whole_algorithm_workspace: Option<u64>,
 }
 
 /// One slice of a product, as the hook calls cuBLAS for it: `count` rows of the output
@@ -93,13 +93,13 @@ impl Slice {
 
 /// How one product is cut: the plan, the axis, which operand, and the VRAM workspace its
 /// slices may use.
-pub type Cut = (Plan, SliceAxis, usize, CuDevicePtr);
+pub(super) type Cut = (Plan, SliceAxis, usize, CuDevicePtr);
 
 /// The slices of a product: `count` of them, `per` rows (columns) each, the last the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub(super) struct Plan {
     pub count: usize,
-    pub per: i64,
+    pub(super) per: i64,
 }
 
 impl Plan {
@@ -125,7 +125,7 @@ impl Plan {
 
     /// The bytes of the operand slice `index` copies: (offset, length). The slices
     /// cover `[0, span)` one after the other, the last ending at the span's end.
-    pub fn copy_range(&self, index: usize, operand_step: u64, span: u64) -> (u64, u64) {
+    pub(super) fn copy_range(&self, index: usize, operand_step: u64, span: u64) -> (u64, u64) {
         let start = index as u64 * self.per as u64 * operand_step;
         let end = if index + 1 == self.count { span } else { (index as u64 + 1) * self.per as u64 * operand_step };
         (start, end.saturating_sub(start))
@@ -134,7 +134,7 @@ impl Plan {
 
 /// What comparing a shape's sliced output with its whole output showed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Comparison {
+pub(super) enum Comparison {
     Identical,
     Differs,
     /// Equal, but mostly zeros: a kernel that rounds otherwise would not show.
@@ -142,7 +142,7 @@ pub enum Comparison {
 }
 
 /// Compares the whole product's output with the sliced one's, `element` bytes apiece.
-pub fn compare(whole: &[u8], sliced: &[u8], element: usize) -> Comparison {
+pub(super) fn compare(whole: &[u8], sliced: &[u8], element: usize) -> Comparison {
     if whole != sliced {
         return Comparison::Differs;
     }
@@ -165,7 +165,7 @@ enum Verdict {
 
 /// What to do with a product of a known shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(super) enum Decision {
     Slice,
     Verify,
     Whole,
@@ -173,7 +173,7 @@ pub enum Decision {
 
 /// What each shape's verification showed, per context.
 #[derive(Default)]
-pub struct Verdicts {
+pub(super) struct Verdicts {
     shapes: HashMap<(Shape, i64), Verdict>,
 }
 
@@ -207,18 +207,18 @@ impl Verdicts {
 /// # Invariants
 /// `side`, when not null, is a non-blocking stream of the scratch's context; `enqueued`
 /// and each of `landed` are events of that context (null until first needed).
-pub struct SideCopies {
-    pub side: Stream,
+pub(super) struct SideCopies {
+    pub(super) side: Stream,
     enqueued: Event,
     landed: [Event; MAX_SLICES],
 }
 
 impl SideCopies {
-    pub const EMPTY: SideCopies =
+    pub(super) const EMPTY: SideCopies =
         SideCopies { side: Stream::NULL, enqueued: Event::NULL, landed: [Event::NULL; MAX_SLICES] };
 
     /// The side stream, made on first use in the current context.
-    pub fn side_stream(&mut self) -> Option<Stream> {
+    pub(super) fn side_stream(&mut self) -> Option<Stream> {
         if self.side.is_null() {
             self.side = cuda::stream_create_non_blocking().unwrap_or(Stream::NULL);
         }
@@ -241,7 +241,7 @@ impl SideCopies {
     /// the side stream, after everything enqueued on `stream` so far; each slice's end is
     /// marked for `wait_landed`. False when a step failed: then the side stream has run
     /// everything it was given (nothing of it is still writing `target`).
-    pub fn copy_sliced(
+    pub(super) fn copy_sliced(
         &mut self,
         stream: Stream,
         plan: Plan,
@@ -269,7 +269,7 @@ impl SideCopies {
     /// Makes `stream` wait until slice `index` (and every slice before it: the side
     /// stream copies them in order) has landed; the host waits for the side stream when
     /// the wait cannot be enqueued.
-    pub fn wait_landed(&self, stream: Stream, index: usize) {
+    pub(super) fn wait_landed(&self, stream: Stream, index: usize) {
         if cuda::stream_wait_event(stream, self.landed[index]) != CuResult::SUCCESS {
             cuda::stream_synchronize(self.side);
         }
@@ -280,7 +280,7 @@ impl SideCopies {
 /// `placed` is where each operand is read from (the sliced one in the scratch).
 /// A slice that fails has the rest of the product computed in one call, whose status is
 /// the answer.
-pub fn run_slices(
+pub(super) fn run_slices(
     copies: &SideCopies,
     stream: Stream,
     (plan, axis, operand, workspace): Cut,
@@ -316,7 +316,7 @@ pub fn run_slices(
 /// the whole product's status and what the comparison showed: a sliced computation
 /// cuBLAS refused `Differs`; `None` when nothing was compared (no VRAM for the copy, a
 /// failed step): the shape is tried again.
-pub fn verify(
+pub(super) fn verify(
     stream: Stream,
     device: CuDevice,
     (output, output_bytes, element): (CuDevicePtr, u64, usize),

@@ -22,8 +22,8 @@ const SLICE_ALIGN: u64 = 256;
 
 /// The scratch's two halves a streamed operand passes through.
 #[derive(Clone, Copy, Debug)]
-pub struct Ring {
-    pub halves: [CuDevicePtr; 2],
+pub(super) struct Ring {
+    pub(super) halves: [CuDevicePtr; 2],
 }
 
 /// The plan for an operand of `length` rows (columns) `operand_step` bytes apart through
@@ -55,14 +55,14 @@ impl Ring {
 ///
 /// # Invariants
 /// Each event, when not null, is an event of the scratch's context.
-pub struct RingEvents {
+pub(super) struct RingEvents {
     enqueued: Event,
     landed: [Event; 2],
     freed: [Event; 2],
 }
 
 impl RingEvents {
-    pub const EMPTY: RingEvents =
+    pub(super) const EMPTY: RingEvents =
         RingEvents { enqueued: Event::NULL, landed: [Event::NULL; 2], freed: [Event::NULL; 2] };
 
     fn made(&mut self) -> bool {
@@ -81,7 +81,7 @@ impl RingEvents {
 /// at `output`. A step that fails has the rest of the product computed in one call
 /// from the operand in place (zero-copy), whose status is the answer.
 #[allow(clippy::too_many_arguments)]
-pub fn run_streamed(
+pub(super) fn run_streamed(
     events: &mut RingEvents,
     (stream, side): (Stream, Stream),
     (plan, axis, operand, workspace): Cut,

@@ -6,10 +6,10 @@
 //!
 //! May import: `sys`, `cuda`, `rules`, `memory`, `engine`, `gemm`.
 
-pub(crate) mod cublas;
-pub(crate) mod cublas_lt;
-pub(crate) mod driver;
-pub(crate) mod nvml;
-pub(crate) mod routing;
-pub(crate) mod runtime;
+mod cublas;
+mod cublas_lt;
+mod driver;
+mod nvml;
+mod routing;
+mod runtime;
 mod table;

@@ -73,7 +73,7 @@ pub fn note_computing() {
     }
 }
 
-pub fn computing() -> bool {
+pub(super) fn computing() -> bool {
     COMPUTING.load(Ordering::Relaxed)
 }
 
@@ -212,7 +212,7 @@ pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation
 /// Reserves the VRAM head of a split allocation of `total` bytes (whole `granularity`
 /// units): what the placement rule leaves it (`Config::split_head`), in whole units, one
 /// at least left to the tail. `None` when not one unit is left.
-pub fn reserve_vram_head(device: CuDevice, granularity: u64, total: u64) -> Option<VramReservation> {
+pub(super) fn reserve_vram_head(device: CuDevice, granularity: u64, total: u64) -> Option<VramReservation> {
     let (config, physical) = (config::get(), cuda::physical_vram(device)?);
     let counter = vram_counter(device)?;
     let view = view(device, physical);
@@ -268,7 +268,7 @@ impl VramReservation {
 
     /// Memory that moved into VRAM (live tiering) is there: a charge, not a new
     /// allocation.
-    pub fn commit_moved(self) -> VramCharge {
+    pub(super) fn commit_moved(self) -> VramCharge {
         self.land();
         let charge = VramCharge { device: self.device, bytes: self.bytes };
         std::mem::forget(self);
@@ -325,7 +325,7 @@ fn report_t1(device: CuDevice) {
 }
 
 /// T2 capacity: GREENBOOST_T2_CAP, else the backend's own.
-pub fn t2_capacity() -> u64 {
+pub(super) fn t2_capacity() -> u64 {
     config::get().t2_cap.unwrap_or_else(|| backend::get().map_or(0, |backend| backend.default_cap()))
 }
 
@@ -367,7 +367,7 @@ impl T2Reservation {
 
     /// Memory that moved into T2 (live tiering) is there: a charge, not a new
     /// allocation.
-    pub fn commit_moved(self) -> T2Charge {
+    pub(super) fn commit_moved(self) -> T2Charge {
         let charge = T2Charge { bytes: self.bytes };
         std::mem::forget(self);
         STATS.t2_peak.fetch_max(stats::load(&STATS.t2_used), Ordering::Relaxed);

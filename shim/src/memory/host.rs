@@ -50,7 +50,7 @@ pub fn rounded_len(size: u64) -> Option<u64> {
 }
 
 /// Bytes held by the T2 cache.
-pub fn cached_bytes() -> u64 {
+pub(super) fn cached_bytes() -> u64 {
     CACHE.bytes()
 }
 
@@ -72,7 +72,7 @@ pub fn take_cached(len: u64, context: Context) -> Option<Registered> {
 }
 
 /// Empties the T2 cache (its pinned RAM goes back to the backend).
-pub fn drain_cache() {
+pub(super) fn drain_cache() {
     CACHE.drain().into_iter().for_each(unregister_and_release);
 }
 

@@ -14,5 +14,5 @@ pub(crate) mod registry;
 pub(crate) mod release;
 pub(crate) mod report;
 pub(crate) mod split;
-pub(crate) mod t2cache;
+mod t2cache;
 pub(crate) mod vmm;

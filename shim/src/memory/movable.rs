@@ -183,7 +183,7 @@ impl Movable {
     }
 
     /// Bytes of it in T2 now (all of it, unless it is in VRAM).
-    pub fn t2_len(&self) -> u64 {
+    pub(super) fn t2_len(&self) -> u64 {
         if self.in_vram() {
             0
         } else {

@@ -40,14 +40,14 @@ impl Backed {
     /// past every use of the memory: a split range is unmapped and released; T2 memory
     /// needs nothing here (`finish` keeps it registered or unregisters it), nor does
     /// movable T2 (`finish` waits for a move in progress, then frees it).
-    pub fn detach(&self) {
+    pub(super) fn detach(&self) {
         if let Backed::Split(split) = self {
             split.unmap();
         }
     }
 
     /// The rest of freeing, after `detach`: memory and accounting.
-    pub fn finish(self) {
+    pub(super) fn finish(self) {
         match self {
             Backed::Host(allocation) => allocation.release(),
             Backed::Split(split) => split.finish(),

@@ -140,14 +140,14 @@ impl SplitAllocation {
     }
 
     /// [start, end) of the T2 part.
-    pub fn tail_range(&self) -> (CuDevicePtr, CuDevicePtr) {
+    pub(super) fn tail_range(&self) -> (CuDevicePtr, CuDevicePtr) {
         let start = self.base + self.head.size;
         (start, start + self.tail.size)
     }
 
     /// Unmaps and releases both pieces and frees the range. The caller has made the
     /// context current and waited until the device is past every use.
-    pub fn unmap(&self) {
+    pub(super) fn unmap(&self) {
         let (tail_at, _) = self.tail_range();
         let steps = [
             ("cuMemUnmap (device)", cuda::mem_unmap(self.base, self.head.size)),
@@ -164,7 +164,7 @@ impl SplitAllocation {
     }
 
     /// The accounting after `unmap`: the head leaves T1, the tail T2 (their charges go).
-    pub fn finish(self) {
+    pub(super) fn finish(self) {
         let SplitAllocation { base, head, tail, head_charge, tail_charge, .. } = self;
         debug!("split {:#x}: {} + {} freed", base, Mib(head.size), Mib(tail.size));
         drop((head_charge, tail_charge));

@@ -106,7 +106,7 @@ impl<T> T2Cache<T> {
     }
 
     /// Empties the cache; the caller unregisters and releases what it returns.
-    pub fn drain(&self) -> Vec<T> {
+    pub(super) fn drain(&self) -> Vec<T> {
         if self.bytes() == 0 {
             return Vec::new();
         }

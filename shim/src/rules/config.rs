@@ -18,12 +18,12 @@ pub struct Config {
     pub vram_budget: PerDevice,
     /// VRAM kept free under the budget for workspace and activations while the program
     /// loads; `None`: one eighth of the budget, at most 512 MiB.
-    pub vram_reserve: Option<u64>,
+    pub(super) vram_reserve: Option<u64>,
     /// VRAM kept free on each device for what the shim does not see; devices not listed:
     /// the default, at most an eighth of the device (see `placement`).
-    pub vram_headroom: PerDevice,
+    pub(super) vram_headroom: PerDevice,
     /// Allocations smaller than this always go to VRAM.
-    pub min_t2_size: u64,
+    pub(super) min_t2_size: u64,
     /// Most T2 bytes in use at once; `None`: the backend's default.
     pub t2_cap: Option<u64>,
     /// Most bytes of freed T2 buffers kept registered for reuse (0: none).
@@ -33,7 +33,7 @@ pub struct Config {
     pub host_reserve: Option<u64>,
     /// Allocations at least this large that placement sends to T2 are split: VRAM that
     /// is still free under the limit holds their head, T2 the rest. `None`: never split.
-    pub split_min: Option<u64>,
+    pub(super) split_min: Option<u64>,
     pub report: ReportMode,
     pub backend: BackendChoice,
     pub log: Level,
@@ -133,7 +133,10 @@ fn describe_default<'a>(buffer: &'a mut [u8; 200], setting: &policy::Setting) ->
 
 /// Builds the configuration from a variable lookup (the environment in the product, a
 /// table in tests). `complain` receives (variable, bad value, what is used instead).
-pub fn from_lookup(lookup: impl Fn(&str) -> Option<&'static [u8]>, complain: impl FnMut(&str, &[u8], &str)) -> Config {
+pub(super) fn from_lookup(
+    lookup: impl Fn(&str) -> Option<&'static [u8]>,
+    complain: impl FnMut(&str, &[u8], &str),
+) -> Config {
     let mut reader = Reader { lookup, complain };
     let mut config = Config::default();
     if let Some(log) = reader.read(Id::Log, LogLevel::parse) {
