@@ -1,5 +1,5 @@
 //! The process's life under the shim: initialisation when the library is loaded, the
-//! fork handlers (every lock of the shim, in the lock order of lib.rs), and the summary
+//! fork handlers (built from the lock order's table, `sys::lock_order`), and the summary
 //! at exit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +14,7 @@ use crate::memory::release;
 use crate::memory::vmm;
 use crate::rules::config;
 use crate::sys::lock::ForkLock;
+use crate::sys::lock_order::{AtFork, Rank, LOCK_ORDER};
 use crate::sys::log::{self, Mib};
 use crate::sys::phase;
 use crate::sys::publish;
@@ -48,20 +49,32 @@ extern "C" fn initialise() {
 #[link_section = ".init_array"]
 static INITIALISE: extern "C" fn() = initialise;
 
-/// Every lock of the shim, in the lock order (lib.rs).
-fn locks() -> [&'static dyn ForkLock; 5] {
-    [registry::fork_lock(), vmm::fork_lock(), host::fork_lock(), release::fork_lock(), movable::fork_lock()]
+/// The lock of `rank` that the fork handlers take, if the table says they do.
+fn fork_lock(rank: Rank) -> Option<&'static dyn ForkLock> {
+    match rank {
+        Rank::Registry => Some(registry::fork_lock()),
+        Rank::Vmm => Some(vmm::fork_lock()),
+        Rank::T2Cache => Some(host::fork_lock()),
+        Rank::Pending => Some(release::fork_lock()),
+        Rank::Live => Some(movable::fork_lock()),
+        Rank::TierFlock | Rank::Scratch | Rank::MovableState | Rank::WholeAlgorithms => None,
+    }
 }
 
-/// pthread_atfork prepare: every lock is held, in the lock order, so that the child does
-/// not inherit one mid-update.
+/// The locks the fork handlers take (`AtFork::Held` in the lock order), in rank order.
+fn fork_locks() -> impl DoubleEndedIterator<Item = &'static dyn ForkLock> {
+    LOCK_ORDER.iter().filter(|row| matches!(row.at_fork, AtFork::Held)).filter_map(|row| fork_lock(row.rank))
+}
+
+/// pthread_atfork prepare: every lock the table holds across a fork is taken, in rank
+/// order, so that the child does not inherit one mid-update.
 extern "C" fn before_fork() {
-    locks().iter().for_each(|lock| lock.hold_for_fork());
+    fork_locks().for_each(|lock| lock.hold_for_fork());
 }
 
 /// pthread_atfork parent: releases what `before_fork` took, in reverse order.
 extern "C" fn after_fork_in_parent() {
-    for lock in locks().iter().rev() {
+    for lock in fork_locks().rev() {
         // SAFETY: `before_fork` took every lock on this thread, the one that forked.
         unsafe { lock.release_in_parent() };
     }
@@ -72,7 +85,7 @@ extern "C" fn after_fork_in_parent() {
 /// aside and lets the real functions answer; its records stay. A child forked before
 /// any CUDA use keeps the shim active.
 extern "C" fn after_fork_in_child() {
-    for lock in locks().iter().rev() {
+    for lock in fork_locks().rev() {
         // SAFETY: `before_fork` took every lock on the thread that forked, which is the
         // only thread of the child.
         unsafe { lock.reset_in_child() };
@@ -138,5 +151,17 @@ extern "C" fn summary_at_exit() {
             stats.move_issue_ns / 1_000_000,
             Mib(stats.tier_vram),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fork_handlers_take_exactly_the_locks_the_table_holds() {
+        for row in LOCK_ORDER {
+            assert_eq!(fork_lock(row.rank).is_some(), matches!(row.at_fork, AtFork::Held), "{}", row.name);
+        }
     }
 }

@@ -18,6 +18,7 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::sys::lock_order::{self, rank, Ranked};
 use crate::sys::shm_path::ShmPath;
 
 const WAIT: Duration = Duration::from_secs(2);
@@ -56,6 +57,8 @@ pub(super) struct Held {
 /// Waits up to `WAIT` for the tiering lock at `path`.
 pub(super) fn acquire(path: &ShmPath) -> Turn {
     let Some(fd) = open_lock(path) else { return Turn::Unlocked };
+    // The first rank: the tier thread takes it holding nothing.
+    lock_order::acquiring(rank::TierFlock::RANK);
     let began = Instant::now();
     loop {
         // SAFETY: `fd` is open and ours; flock takes it and constant flags only.
@@ -65,10 +68,12 @@ pub(super) fn acquire(path: &ShmPath) -> Turn {
         }
         let error = std::io::Error::last_os_error().raw_os_error();
         if error != Some(libc::EWOULDBLOCK) && error != Some(libc::EINTR) {
+            lock_order::released(rank::TierFlock::RANK);
             close(fd);
             return Turn::Unlocked;
         }
         if began.elapsed() >= WAIT {
+            lock_order::released(rank::TierFlock::RANK);
             close(fd);
             return Turn::Busy;
         }
@@ -84,6 +89,7 @@ impl Drop for Held {
         // SAFETY: `fd` is open and ours (invariant), closed right after.
         unsafe { libc::flock(self.fd, libc::LOCK_UN) };
         close(self.fd);
+        lock_order::released(rank::TierFlock::RANK);
     }
 }
 

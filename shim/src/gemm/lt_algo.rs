@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use crate::cuda::ffi::*;
 use crate::cuda::real;
 use crate::sys::lock::{const_mutex, Mutex};
+use crate::sys::lock_order::rank;
 
 /// The workspace limit under which cublasGemmEx's own choice was the heuristic's first
 /// algorithm on the H200 (PyTorch's handles); a program whose handle has another
@@ -111,7 +112,7 @@ unsafe impl Send for WholeAlgorithm {}
 /// Shape and device → the whole product's algorithm (`None`: the heuristic had none).
 type Algorithms = HashMap<(GemmShape, CuDevice), Option<WholeAlgorithm>>;
 
-static WHOLE_ALGORITHMS: Mutex<Option<Algorithms>> = const_mutex(None);
+static WHOLE_ALGORITHMS: Mutex<rank::WholeAlgorithms, Option<Algorithms>> = const_mutex(None);
 
 /// Devices with a cuBLASLt handle of their own; products on others are cut through cuBLAS.
 const MAX_DEVICES: usize = 64;

@@ -19,6 +19,7 @@ use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
 use crate::memory::budget::{self, T2Charge, T2Reservation, VramCharge, VramReservation};
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
+use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
 
@@ -55,11 +56,11 @@ pub struct Movable {
     /// In VRAM while free VRAM fell so low that the driver evicts managed pages: part
     /// of it may be on the host (the driver does not say which) until moved again.
     maybe_evicted: AtomicBool,
-    state: Mutex<State>,
+    state: Mutex<rank::MovableState, State>,
 }
 
 /// Every live movable allocation, for the tier thread.
-static LIVE: Mutex<Vec<Arc<Movable>>> = const_mutex(Vec::new());
+static LIVE: Mutex<rank::Live, Vec<Arc<Movable>>> = const_mutex(Vec::new());
 static LIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 

@@ -13,6 +13,7 @@ use crate::memory::host::HostAllocation;
 use crate::memory::movable::{self, Movable};
 use crate::memory::split::SplitAllocation;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
+use crate::sys::lock_order::rank;
 use crate::sys::stats::{self, STATS};
 
 /// Memory the shim made itself (rather than counted on its way to the driver), to be
@@ -71,7 +72,8 @@ struct Registry {
 
 const FREED_REMEMBERED: usize = 4096;
 
-static REGISTRY: Mutex<Registry> = const_mutex(Registry { live: BTreeMap::new(), freed_backed: VecDeque::new() });
+static REGISTRY: Mutex<rank::Registry, Registry> =
+    const_mutex(Registry { live: BTreeMap::new(), freed_backed: VecDeque::new() });
 
 /// Records a live allocation at `device_ptr`.
 pub fn insert(device_ptr: CuDevicePtr, record: Record) {

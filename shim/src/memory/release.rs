@@ -14,6 +14,7 @@ use crate::memory::budget::{self, T2Reservation};
 use crate::memory::host;
 use crate::memory::registry::Backed;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
+use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
 
@@ -23,7 +24,7 @@ struct PendingFree {
 }
 
 /// Stream-ordered frees waiting for their event.
-static PENDING: Mutex<Vec<PendingFree>> = const_mutex(Vec::new());
+static PENDING: Mutex<rank::Pending, Vec<PendingFree>> = const_mutex(Vec::new());
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Frees `allocation` as cudaFree/cuMemFree free device memory: after the device has

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cuda::ffi::Context;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
+use crate::sys::lock_order::rank;
 
 struct Entry<T> {
     len: u64,
@@ -70,7 +71,7 @@ impl<T> BoundedCache<T> {
 
 /// The cache with its lock and a lock-free count of its bytes.
 pub struct T2Cache<T> {
-    cache: Mutex<BoundedCache<T>>,
+    cache: Mutex<rank::T2Cache, BoundedCache<T>>,
     /// The cache's bytes, readable without its lock (T2 capacity checks).
     bytes: AtomicU64,
 }

@@ -15,6 +15,7 @@ use crate::cuda::ffi::*;
 use crate::memory::budget::{self, T2Charge, VramCharge};
 use crate::memory::release;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
+use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
 
@@ -35,7 +36,7 @@ impl VmmCharge {
     }
 }
 
-static VMM: Mutex<BTreeMap<CuMemGenericAllocationHandle, VmmCharge>> = const_mutex(BTreeMap::new());
+static VMM: Mutex<rank::Vmm, BTreeMap<CuMemGenericAllocationHandle, VmmCharge>> = const_mutex(BTreeMap::new());
 
 fn insert(handle: CuMemGenericAllocationHandle, charge: VmmCharge) {
     VMM.lock().insert(handle, charge);

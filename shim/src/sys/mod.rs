@@ -12,6 +12,7 @@ pub(crate) mod clock;
 pub(crate) mod elf;
 pub(crate) mod env;
 pub(crate) mod lock;
+pub(crate) mod lock_order;
 pub(crate) mod phase;
 pub(crate) mod publish;
 pub(crate) mod shm_path;
