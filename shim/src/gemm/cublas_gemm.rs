@@ -7,9 +7,9 @@ use std::ffi::{c_int, c_void};
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::cuda::real;
-use crate::gemm::lt_algo::{self, GemmShape, WholeAlgorithm};
-use crate::gemm::staging::{element_bytes, may_cut, span_bytes, Operand};
-use crate::gemm::staging_slices::{Shape, Slice, SliceAxis, Slicing, MIN_SLICED_WIDTH};
+use crate::gemm::lt_algo::{self, GemmShape, Part, WholeAlgorithm};
+use crate::gemm::product::{element_bytes, span_bytes, Operand, Shape, Slice, SliceAxis, Slicing};
+use crate::gemm::stage_plan::{self, Settings};
 use crate::memory::registry;
 use crate::rules::config;
 
@@ -48,11 +48,10 @@ pub fn handle_stream(handle: CublasHandle) -> Option<Stream> {
 /// A product of `m` x `k` times `k` x `n` on `handle`'s stream; A is re-read by every
 /// column tile (width `n`), B by every row tile (width `m`).
 pub fn gemm_operands(call: &GemmCall) -> [Option<Operand>; 2] {
-    let ((a, a_type, lda), (b, b_type, ldb)) = (call.a, call.b);
-    let (stride_a, stride_b) = call.strides;
-    let a_span = stored_span(call.transa != CUBLAS_OP_N, call.m, call.k, lda, call.batch, stride_a, a_type);
-    let b_span = stored_span(call.transb != CUBLAS_OP_N, call.k, call.n, ldb, call.batch, stride_b, b_type);
-    [Operand::new(a, a_span, call.n), Operand::new(b, b_span, call.m)]
+    let (a, b) = (&call.a, &call.b);
+    let a_span = stored_span(call.transa != CUBLAS_OP_N, call.m, call.k, a.ld, call.batch, call.stride_a, a.data_type);
+    let b_span = stored_span(call.transb != CUBLAS_OP_N, call.k, call.n, b.ld, call.batch, call.stride_b, b.data_type);
+    [Operand::new(a.pointer, a_span, call.n), Operand::new(b.pointer, b_span, call.m)]
 }
 
 /// The math mode of a cuBLAS handle (it can change the kernel a product gets).
@@ -71,8 +70,31 @@ fn handle_pointer_mode(handle: CublasHandle) -> Option<c_int> {
     (unsafe { get_mode(handle, &mut mode) } == CublasStatus::SUCCESS).then_some(mode)
 }
 
-/// One cuBLAS GEMM call, as the program made it (column-major, cuBLAS's names; each
-/// operand as pointer, type, leading dimension; `strides` the batch strides of A and B).
+/// A matrix of a cuBLAS call: where it is, its `cudaDataType_t`, its leading dimension.
+#[derive(Clone, Copy)]
+pub struct Matrix<P> {
+    pub pointer: P,
+    pub data_type: c_int,
+    pub ld: i64,
+}
+
+/// A product's scalars as the program passed them (in host or device memory, as its
+/// handle's pointer mode says).
+#[derive(Clone, Copy)]
+pub struct Scalars {
+    pub alpha: *const c_void,
+    pub beta: *const c_void,
+}
+
+/// The operands a product reads: staged copies or the program's own.
+#[derive(Clone, Copy)]
+pub struct Reads {
+    pub a: *const c_void,
+    pub b: *const c_void,
+}
+
+/// One cuBLAS GEMM call, as the program made it (column-major, cuBLAS's names; the
+/// batch strides of A and B in elements).
 pub struct GemmCall {
     pub entry: i64,
     pub handle: CublasHandle,
@@ -81,12 +103,13 @@ pub struct GemmCall {
     pub m: i64,
     pub n: i64,
     pub k: i64,
-    pub a: (*const c_void, c_int, i64),
-    pub b: (*const c_void, c_int, i64),
-    pub c: (*mut c_void, c_int, i64),
+    pub a: Matrix<*const c_void>,
+    pub b: Matrix<*const c_void>,
+    pub c: Matrix<*mut c_void>,
     pub compute_type: c_int,
     pub algo: c_int,
-    pub strides: (i64, i64),
+    pub stride_a: i64,
+    pub stride_b: i64,
     pub batch: i64,
 }
 
@@ -101,20 +124,22 @@ pub fn gemm_slicing(
     operands: &[Option<Operand>; 2],
 ) -> Option<(Slicing, Option<(WholeAlgorithm, GemmShape)>)> {
     // Never cut: nothing to describe, and no cuBLAS call to make for it.
-    if call.batch != 1 || !may_cut(operands) {
+    let settings = Settings::of(config::get());
+    let in_t2 = |operand: &Operand| registry::touches_pinned_t2(operand.address, operand.bytes);
+    if call.batch != 1 || !stage_plan::may_cut(&settings, operands, in_t2) {
         return None;
     }
-    let (c, c_type, ldc) = call.c;
+    let Matrix { pointer: c, data_type: c_type, ld: ldc } = call.c;
     let output_element = element_bytes(c_type)?;
     let output_bytes = span_bytes(call.m, call.n, ldc, 1, 0, output_element)?;
     let mode = handle_math_mode(call.handle)?;
-    let axis = |(_, data_type, ld): (*const c_void, c_int, i64), length: i64, output_step: u64| {
-        let operand_step = u64::try_from(ld).ok()?.checked_mul(element_bytes(data_type)?)?;
+    let axis = |operand: &Matrix<*const c_void>, length: i64, output_step: u64| {
+        let operand_step = u64::try_from(operand.ld).ok()?.checked_mul(element_bytes(operand.data_type)?)?;
         Some(SliceAxis { length, operand_step, output_step })
     };
-    let rows = if call.transa != CUBLAS_OP_N { axis(call.a, call.m, output_element) } else { None };
+    let rows = if call.transa != CUBLAS_OP_N { axis(&call.a, call.m, output_element) } else { None };
     let columns = if call.transb == CUBLAS_OP_N {
-        axis(call.b, call.n, u64::try_from(ldc).ok()?.checked_mul(output_element)?)
+        axis(&call.b, call.n, u64::try_from(ldc).ok()?.checked_mul(output_element)?)
     } else {
         None
     };
@@ -128,20 +153,20 @@ pub fn gemm_slicing(
         call.m,
         call.n,
         call.k,
-        call.a.2,
-        call.b.2,
+        call.a.ld,
+        call.b.ld,
         ldc,
-        i64::from(call.a.1),
-        i64::from(call.b.1),
+        i64::from(call.a.data_type),
+        i64::from(call.b.data_type),
         i64::from(c_type),
         i64::from(call.compute_type),
         i64::from(call.algo),
-        alignment(call.a.0),
-        alignment(call.b.0),
+        alignment(call.a.pointer),
+        alignment(call.b.pointer),
         alignment(c),
         0,
     ];
-    let lt = lt_shape(call, operands, mode).and_then(|lt_shape| {
+    let lt = lt_shape(call, operands, &settings, mode).and_then(|lt_shape| {
         let algorithm = lt_algo::whole_algorithm(&lt_shape, cuda::current_device()?)?;
         Some((algorithm, lt_shape))
     });
@@ -161,13 +186,18 @@ pub fn gemm_slicing(
 /// rows one after the other) lies in T2 and its product is wide enough to be sliced, or
 /// the operand is too large for the scratch (streamed through it) — the others are never
 /// cut, so cuBLASLt is not asked.
-fn lt_shape(call: &GemmCall, operands: &[Option<Operand>; 2], math_mode: c_int) -> Option<GemmShape> {
+fn lt_shape(
+    call: &GemmCall,
+    operands: &[Option<Operand>; 2],
+    settings: &Settings,
+    math_mode: c_int,
+) -> Option<GemmShape> {
     const COMPUTE_32F: c_int = 68;
     let cuttable = [call.transa != CUBLAS_OP_N, call.transb == CUBLAS_OP_N];
     let cut_in_t2 = |(operand, cuttable): (&Option<Operand>, bool)| {
         operand.filter(|operand| {
             cuttable
-                && (operand.width >= MIN_SLICED_WIDTH || operand.bytes > config::get().stage_max)
+                && stage_plan::may_be_cut(settings, operand)
                 && registry::touches_pinned_t2(operand.address, operand.bytes)
         })
     };
@@ -179,13 +209,13 @@ fn lt_shape(call: &GemmCall, operands: &[Option<Operand>; 2], math_mode: c_int) 
         m: call.m,
         n: call.n,
         k: call.k,
-        types: [call.a.1, call.b.1, call.c.1],
-        lds: [call.a.2, call.b.2, call.c.2],
+        types: [call.a.data_type, call.b.data_type, call.c.data_type],
+        lds: [call.a.ld, call.b.ld, call.c.ld],
         // cublasSgemm_v2 computes in fp32 (the math mode may allow TF32).
         compute_type: if call.entry == SGEMM_ENTRY { COMPUTE_32F } else { call.compute_type },
         math_mode,
         pointer_mode: handle_pointer_mode(call.handle)?,
-        alignments: [alignment(call.a.0), alignment(call.b.0), alignment(call.c.0.cast_const())],
+        alignments: [alignment(call.a.pointer), alignment(call.b.pointer), alignment(call.c.pointer.cast_const())],
     })
 }
 
@@ -195,27 +225,28 @@ pub fn whole_algorithm_part(
     lt: Option<(WholeAlgorithm, GemmShape)>,
     slice: Option<Slice>,
     stream: Stream,
-    scalars: (*const c_void, *const c_void),
-    (a, b): (*const c_void, *const c_void),
+    scalars: Scalars,
+    reads: Reads,
 ) -> Option<CublasStatus> {
     let ((algorithm, shape), slice) = (lt?, slice?);
+    let (m, n) = slice.dimensions(shape.m, shape.n);
+    let part = Part {
+        m,
+        n,
+        alpha: scalars.alpha,
+        beta: scalars.beta,
+        a: reads.a,
+        b: reads.b,
+        c: slice.output as *mut c_void,
+        workspace: slice.workspace,
+    };
     // SAFETY: `a` and `b` are the slice's operands (the staged copy, offset to the slice,
     // or the program's own), `slice.output` its rows (columns) of the program's output,
     // within the spans the program's arguments cover, laid out as `shape` says; the
     // scalars are the program's, in its handle's pointer mode; `slice.workspace` is the
     // scratch's workspace, `algorithm.workspace` bytes used by this product's slices
     // alone, one after the other on `stream`.
-    let status = unsafe {
-        lt_algo::run_part(
-            &algorithm,
-            &shape,
-            slice.dimensions(shape.m, shape.n),
-            scalars,
-            (a, b, slice.output as *mut c_void),
-            slice.workspace,
-            stream,
-        )
-    }?;
+    let status = unsafe { lt_algo::run_part(&algorithm, &shape, &part, stream) }?;
     (status == CublasStatus::SUCCESS).then_some(status)
 }
 
@@ -241,12 +272,13 @@ mod tests {
             m: 4096,
             n: 512,
             k: 1024,
-            a: (0x1000 as *const c_void, 14, 1024),
-            b: (0x9000 as *const c_void, 14, 1024),
-            c: (std::ptr::null_mut(), 14, 4096),
+            a: Matrix { pointer: 0x1000 as *const c_void, data_type: 14, ld: 1024 },
+            b: Matrix { pointer: 0x9000 as *const c_void, data_type: 14, ld: 1024 },
+            c: Matrix { pointer: std::ptr::null_mut(), data_type: 14, ld: 4096 },
             compute_type: 68,
             algo: -1,
-            strides: (0, 0),
+            stride_a: 0,
+            stride_b: 0,
             batch: 1,
         });
         let (a, b) = (a.unwrap(), b.unwrap());

@@ -319,24 +319,36 @@ fn ask_heuristic(shape: &GemmShape, device: CuDevice) -> Option<WholeAlgorithm> 
     Some(algorithm)
 }
 
-/// Computes the `m` x `n` part of a product whose first output element is at `c` (the
-/// whole shape's leading dimensions), with the whole product's algorithm, on `stream`.
+/// One part of a product, as `run_part` computes it: `m` x `n` of the output whose
+/// first element is at `c` (the whole shape's leading dimensions), from the operands at
+/// `a` and `b`, with the program's scalars, `workspace` the VRAM its algorithm may use.
+#[derive(Clone, Copy)]
+pub(super) struct Part {
+    pub(super) m: i64,
+    pub(super) n: i64,
+    pub(super) alpha: *const c_void,
+    pub(super) beta: *const c_void,
+    pub(super) a: *const c_void,
+    pub(super) b: *const c_void,
+    pub(super) c: *mut c_void,
+    pub(super) workspace: CuDevicePtr,
+}
+
+/// Computes `part` of a product with the whole product's algorithm, on `stream`.
 ///
 /// # Safety
-/// `a`, `b`, `c` point to the operands and output of an `m` x `n` x `shape.k` product
-/// laid out as `shape` says (device memory of the stream's context); `alpha` and `beta`
-/// are scalars of the call's scale type where its pointer mode says; `workspace` is
-/// `algorithm.workspace` bytes of VRAM that nothing else uses until the product has run.
-#[allow(clippy::too_many_arguments)]
+/// `part.a`, `.b`, `.c` point to the operands and output of an `m` x `n` x `shape.k`
+/// product laid out as `shape` says (device memory of the stream's context); `alpha` and
+/// `beta` are scalars of the call's scale type where its pointer mode says; `workspace`
+/// is `algorithm.workspace` bytes of VRAM that nothing else uses until the product has
+/// run.
 pub(super) unsafe fn run_part(
     algorithm: &WholeAlgorithm,
     shape: &GemmShape,
-    (m, n): (i64, i64),
-    (alpha, beta): (*const c_void, *const c_void),
-    (a, b, c): (*const c_void, *const c_void, *mut c_void),
-    workspace: CuDevicePtr,
+    part: &Part,
     stream: Stream,
 ) -> Option<CublasStatus> {
+    let Part { m, n, alpha, beta, a, b, c, workspace } = *part;
     let matmul = real::cublasLtMatmul()?;
     let layouts = Layouts::new(shape, m, n)?;
     let [a_layout, b_layout, c_layout] = layouts.0;

@@ -33,104 +33,29 @@
 //! halves of the scratch slice by slice, each slice of the product computed with the
 //! whole product's algorithm once its shape proved bit-identical.
 //!
-//! Lock: `SCRATCH` is held across the asynchronous enqueues of one staged product (copies,
-//! product, events) so that threads cannot interleave uses of one scratch buffer; it is
-//! taken with no other lock held, and under it only the registry's (see lib.rs). The fork
-//! handlers do not take it: a child forked after CUDA use never stages (the shim steps
-//! aside there).
+//! What is done with a product is decided by `stage_plan::plan`; this file carries the
+//! plan out: the scratch, its reuse across streams, the copies and the product.
+//!
+//! Lock: `SCRATCH` (`sys::lock_order`) is held across the asynchronous enqueues of one
+//! staged product (copies, product, events) so that threads cannot interleave uses of
+//! one scratch buffer.
 
-use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cuda;
 use crate::cuda::ffi::*;
-use crate::gemm::staging_slices::{
-    self, Comparison, Decision, Plan, Shape, SideCopies, Slice, SliceAxis, Slicing, Verdicts,
-};
-use crate::gemm::staging_streamed::{self, Ring, RingEvents};
+use crate::gemm::product::{Operand, Slice, Slicing};
+use crate::gemm::stage_plan::{self, CutPlan, Layout, PlanInput, Settings, StagePlan, Streamed, ZeroCopy};
+use crate::gemm::staging_slices::{self, Cut, SideCopies, SpanCopy};
+use crate::gemm::staging_streamed::{self, Ring, RingEvents, Streams};
+use crate::gemm::verdicts::{Comparison, Verdicts};
 use crate::memory::budget::{self, VramCharge};
 use crate::memory::registry;
 use crate::rules::config;
 use crate::sys::lock::{const_mutex, Mutex};
+use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
-
-/// Alignment a staged operand keeps (bytes): cuBLAS picks kernels by pointer alignment,
-/// at most 256 bytes matters.
-const KEPT_ALIGNMENT: u64 = 256;
-
-/// Each half of a scratch grown for a streamed operand holds this much: on the H200 copies
-/// of 64 MiB run at the link's rate, and an 8B model's other staged products already grow
-/// the scratch to 128 MiB. A scratch already holding two halves of `MIN_STREAM_HALF` is
-/// used as it is.
-const STREAM_HALF: u64 = 64 << 20;
-const MIN_STREAM_HALF: u64 = 8 << 20;
-
-/// Bytes per element of a `cudaDataType_t`, for the types cuBLAS multiplies; `None`
-/// for sub-byte and unknown types (never staged).
-pub fn element_bytes(data_type: c_int) -> Option<u64> {
-    Some(match data_type {
-        // R_8I, R_8U, R_8F_E4M3, R_8F_E5M2, R_8F_UE8M0
-        3 | 8 | 28 | 29 | 30 => 1,
-        // R_16F, R_16BF, C_8I, C_8U, R_16I, R_16U
-        2 | 14 | 7 | 9 | 20 | 22 => 2,
-        // R_32F, C_16F, C_16BF, R_32I, R_32U, C_16I, C_16U
-        0 | 6 | 15 | 10 | 12 | 21 | 23 => 4,
-        // R_64F, C_32F, C_32I, C_32U, R_64I, R_64U
-        1 | 4 | 11 | 13 | 24 | 26 => 8,
-        // C_64F, C_64I, C_64U
-        5 | 25 | 27 => 16,
-        _ => return None,
-    })
-}
-
-/// Bytes spanned by a column-major `rows` x `cols` matrix with leading dimension `ld`
-/// repeated `batch` times `stride` elements apart; `None` when cuBLAS would refuse the
-/// shape (it then answers the program itself) or the span does not fit 64 bits.
-pub fn span_bytes(rows: i64, cols: i64, ld: i64, batch: i64, stride: i64, element: u64) -> Option<u64> {
-    if rows <= 0 || cols <= 0 || batch <= 0 || ld < rows || stride < 0 {
-        return None;
-    }
-    let matrix = ld.checked_mul(cols - 1)?.checked_add(rows)?;
-    let elements = stride.checked_mul(batch - 1)?.checked_add(matrix)?;
-    u64::try_from(elements).ok()?.checked_mul(element)
-}
-
-/// One operand of a product: where it is, how many bytes it spans, and the width of the
-/// product that re-reads it.
-#[derive(Clone, Copy, Debug)]
-pub struct Operand {
-    pub address: CuDevicePtr,
-    pub bytes: u64,
-    pub width: i64,
-}
-
-impl Operand {
-    /// The operand of a column-major product stored `rows` x `cols` (as the program
-    /// stored it, before any transpose).
-    pub fn new(address: *const c_void, stored: Option<u64>, width: i64) -> Option<Operand> {
-        Some(Operand { address: address as CuDevicePtr, bytes: stored?, width })
-    }
-
-    fn wants_staging(&self, min_width: u64) -> bool {
-        self.address != 0
-            && self.bytes != 0
-            && u64::try_from(self.width).is_ok_and(|width| width >= min_width)
-            && registry::touches_pinned_t2(self.address, self.bytes)
-    }
-}
-
-/// Whether a product of `operands` may be computed in slices, so that the hooks describe
-/// its slices (`cublas_gemm::gemm_slicing`, a cuBLAS query and a cuBLASLt lookup): with
-/// pipelined staging asked for (GREENBOOST_STAGE_SLICES), or when an operand staging wants
-/// is larger than GREENBOOST_STAGE_MAX — streamed through the scratch (`stream_through`),
-/// by default, as the alternative is reading it zero-copy.
-pub(super) fn may_cut(operands: &[Option<Operand>; 2]) -> bool {
-    let config = config::get();
-    let too_large =
-        |operand: &Operand| operand.bytes > config.stage_max && operand.wants_staging(config.stage_min_width);
-    config.staging && (config.stage_slices > 1 || operands.iter().flatten().any(too_large))
-}
 
 /// A context's scratch buffer: where staged operands are read from instead of T2.
 ///
@@ -180,7 +105,7 @@ impl Scratch {
     }
 }
 
-static SCRATCH: Mutex<Vec<Scratch>> = const_mutex(Vec::new());
+static SCRATCH: Mutex<rank::Scratch, Vec<Scratch>> = const_mutex(Vec::new());
 
 /// Logged once: why staging stays off in this process.
 static REFUSAL_LOGGED: AtomicBool = AtomicBool::new(false);
@@ -191,7 +116,15 @@ fn refuse_once(why: std::fmt::Arguments<'_>) {
     }
 }
 
-/// Runs `product` for `operands`, staging those that need it. `product` receives the
+/// Where a staged product runs: its stream, and the current context and device.
+#[derive(Clone, Copy)]
+struct Place {
+    stream: Stream,
+    context: Context,
+    device: CuDevice,
+}
+
+/// Runs `product` for `operands` as `stage_plan::plan` decides. `product` receives the
 /// address each operand is to be read from, and the slice of the output to compute
 /// (`None`: all of it); `slicing` says how the hook's product may be cut.
 pub fn run_staged(
@@ -201,226 +134,187 @@ pub fn run_staged(
     mut product: impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
     budget::note_computing();
-    let config = config::get();
     let originals = operands.map(|operand| operand.map(|operand| operand.address));
-    if !config.staging {
-        return product(originals, None);
-    }
-    let wanted = operands.map(|operand| operand.filter(|operand| operand.wants_staging(config.stage_min_width)));
-    if wanted.iter().all(Option::is_none) || cuda::stream_is_capturing(stream) != Ok(false) {
-        return product(originals, None);
-    }
-    let (Some(context), Some(device)) = (cuda::current_context(), cuda::current_device()) else {
-        return product(originals, None);
-    };
-    // Each staged operand at its own alignment offset, one after the other.
-    let mut offsets: [Option<u64>; 2] = [None, None];
-    let mut needed: u64 = 0;
-    for (slot, operand) in offsets.iter_mut().zip(wanted.iter()) {
-        if let Some(operand) = operand {
-            let start = needed + operand.address % KEPT_ALIGNMENT;
-            *slot = Some(start);
-            needed = (start + operand.bytes).div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
+    let settings = Settings::of(config::get());
+    // Measured only as far as the plan can use it: the registry for the candidates, the
+    // stream's capture state when one is in T2, the context when it is not captured.
+    let in_t2 = stage_plan::candidates(&settings, &operands)
+        .map(|candidate| candidate.is_some_and(|operand| registry::touches_pinned_t2(operand.address, operand.bytes)));
+    let capturing = in_t2.contains(&true) && cuda::stream_is_capturing(stream) != Ok(false);
+    let place = (in_t2.contains(&true) && !capturing)
+        .then(|| Some(Place { stream, context: cuda::current_context()?, device: cuda::current_device()? }))
+        .flatten();
+    let mut scratches = place.map(|_| SCRATCH.lock());
+    let current = scratches
+        .as_deref()
+        .zip(place)
+        .and_then(|(scratches, place)| scratches.iter().find(|scratch| scratch.context == place.context));
+    let plan = stage_plan::plan(&PlanInput {
+        settings,
+        operands,
+        in_t2,
+        capturing,
+        has_context: place.is_some(),
+        slicing: slicing.as_ref(),
+        scratch_bytes: current.map_or(0, Scratch::bytes),
+        verdicts: current.map(|scratch| &scratch.verdicts),
+    });
+    let staged = match (plan, scratches.as_deref_mut(), place, slicing.as_ref()) {
+        (StagePlan::Whole(layout), Some(scratches), Some(at), _) => {
+            stage_into(scratches, &at, &layout, None, &mut product)
         }
-    }
-    // The workspace of slices run with the whole product's algorithm, after the operands.
-    let workspace_offset = needed;
-    let workspace = slicing.and_then(|slicing| slicing.whole_algorithm_workspace).unwrap_or(0);
-    needed += workspace.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
-    // The operands are held to the limit; their slices' workspace (KiB) comes on top.
-    if workspace_offset > config.stage_max {
-        if let Some(status) = stream_through((stream, device, context), &wanted, slicing, &mut product) {
-            return status;
+        (StagePlan::Sliced(layout, cut), Some(scratches), Some(at), Some(slicing)) => {
+            stage_into(scratches, &at, &layout, Some(Sliced { cut, slicing }), &mut product)
         }
-        refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(workspace_offset)));
-        return product(originals, None);
-    }
-    let mut scratches = SCRATCH.lock();
-    let Some(scratch) = scratch_for(&mut scratches, context, device, (needed, workspace_offset)) else {
-        drop(scratches);
-        return product(originals, None);
+        (StagePlan::Streamed(streamed), Some(scratches), Some(at), Some(slicing)) => {
+            stream_through(scratches, &at, &streamed, slicing, &mut product)
+        }
+        (StagePlan::ZeroCopy(ZeroCopy::TooLarge { needed }), ..) => {
+            refuse_once(format_args!("an operand needs {} of scratch, above GREENBOOST_STAGE_MAX", Mib(needed)));
+            None
+        }
+        _ => None,
     };
-    if !scratch.wait_writable(stream) {
-        drop(scratches);
-        return product(originals, None);
+    drop(scratches);
+    staged.unwrap_or_else(|| product(originals, None))
+}
+
+/// Counts a staged product of `bytes` staged bytes.
+fn count_staged(bytes: u64) {
+    stats::bump(&STATS.gemm_staged);
+    STATS.gemm_staged_bytes.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// A sliced plan's cut, with the product's description it was made from.
+struct Sliced<'a> {
+    cut: CutPlan,
+    slicing: &'a Slicing,
+}
+
+/// Carries out a whole or sliced plan: each staged operand copied into the scratch, then
+/// the product (in `cut`'s slices on the side stream when given; a failed sliced copy
+/// falls back to whole copies). `None` (nothing enqueued that a product reads) when the
+/// scratch cannot be had or a copy fails: the product then reads in place.
+fn stage_into(
+    scratches: &mut Vec<Scratch>,
+    at: &Place,
+    layout: &Layout,
+    sliced: Option<Sliced<'_>>,
+    product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
+) -> Option<CublasStatus> {
+    let scratch = scratch_for(scratches, at, layout.total_bytes, layout.operands_bytes)?;
+    if !scratch.wait_writable(at.stream) {
+        return None;
     }
-    // A wide product copying one operand copies it in slices, when its shape allows.
-    let mut sliced = slicing.and_then(|slicing| slices_for(&wanted, &slicing, &scratch.verdicts, config.stage_slices));
-    let mut placed = originals;
+    let workspace = scratch.base + layout.operands_bytes;
+    let mut cut = sliced.as_ref().map(|sliced| executed(&sliced.cut, workspace));
+    let mut placed = layout.staged.map(|operand| operand.map(|operand| operand.address));
     let mut staged_bytes = 0;
-    for ((target, offset), operand) in placed.iter_mut().zip(offsets).zip(wanted) {
+    for ((target, offset), operand) in placed.iter_mut().zip(layout.offsets).zip(layout.staged) {
         let (Some(offset), Some(operand)) = (offset, operand) else { continue };
-        let destination = scratch.base + offset;
-        if let Some((plan, axis, ..)) = sliced {
-            if !scratch.copies.copy_sliced(stream, plan, axis, (operand.address, destination, operand.bytes)) {
-                sliced = None;
+        let copy = SpanCopy { source: operand.address, target: scratch.base + offset, bytes: operand.bytes };
+        if let Some(sliced_copy) = &cut {
+            if !scratch.copies.copy_sliced(at.stream, sliced_copy, copy) {
+                cut = None;
             }
         }
-        if sliced.is_none() {
-            let status = cuda::memcpy_async(destination, operand.address, operand.bytes, stream);
+        if cut.is_none() {
+            let status = cuda::memcpy_async(copy.target, copy.source, copy.bytes, at.stream);
             if status != CuResult::SUCCESS {
                 // Nothing was overwritten that a product still reads: the copies run on
                 // this stream, after the wait above. The product reads in place.
-                debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(operand.bytes), status.0);
-                drop(scratches);
-                return product(originals, None);
+                debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(copy.bytes), status.0);
+                return None;
             }
         }
-        *target = Some(destination);
+        *target = Some(copy.target);
         staged_bytes += operand.bytes;
     }
-    let status = match (sliced, slicing) {
-        (Some((plan, axis, operand, decision)), Some(slicing)) => {
-            let cut = (plan, axis, operand, scratch.base + workspace_offset);
-            if decision == Decision::Slice {
-                stats::bump(&STATS.gemm_sliced);
-                staging_slices::run_slices(&scratch.copies, stream, cut, placed, slicing.output, &mut product)
-            } else {
-                let output = (slicing.output, slicing.output_bytes, slicing.output_element);
-                let copies = &scratch.copies;
-                let mut compute = |into: Option<CuDevicePtr>| match into {
-                    Some(copy) => staging_slices::run_slices(copies, stream, cut, placed, copy, &mut product),
-                    // The whole product reads every slice: the last one landed, all have.
-                    None => {
-                        copies.wait_landed(stream, plan.count - 1);
-                        product(placed, None)
-                    }
-                };
-                let (status, comparison) = staging_slices::verify(stream, device, output, &mut compute);
-                record_verdict(&mut scratch.verdicts, (&slicing.shape, plan), comparison);
-                status
-            }
+    let status = match (cut, sliced) {
+        (Some(cut), Some(Sliced { cut: CutPlan { verify: false, .. }, slicing })) => {
+            stats::bump(&STATS.gemm_sliced);
+            staging_slices::run_slices(&scratch.copies, at.stream, &cut, placed, slicing.output, product)
+        }
+        (Some(cut), Some(Sliced { slicing, .. })) => {
+            let copies = &scratch.copies;
+            let mut compute = |into: Option<CuDevicePtr>| match into {
+                Some(copy) => staging_slices::run_slices(copies, at.stream, &cut, placed, copy, &mut *product),
+                // The whole product reads every slice: the last one landed, all have.
+                None => {
+                    copies.wait_landed(at.stream, cut.slices.count - 1);
+                    product(placed, None)
+                }
+            };
+            let (status, comparison) = staging_slices::verify(at.stream, at.device, slicing, &mut compute);
+            record_verdict(&mut scratch.verdicts, slicing, &cut, comparison);
+            status
         }
         _ => product(placed, None),
     };
-    scratch.record_read(stream);
-    drop(scratches);
-    stats::bump(&STATS.gemm_staged);
-    STATS.gemm_staged_bytes.fetch_add(staged_bytes, Ordering::Relaxed);
-    status
-}
-
-/// Streamed staging (`staging_streamed`) of a product's one operand too large for the
-/// scratch (by default; GREENBOOST_STAGE_SLICES does not matter): with the whole
-/// product's algorithm at hand, through two halves of the scratch (grown, when it is
-/// small, to GREENBOOST_STAGE_MAX or 2 x 64 MiB, whichever is less); each shape verified
-/// first like a sliced one. `None` (nothing enqueued) when it does not apply: the product
-/// then reads the operand in place.
-fn stream_through(
-    (stream, device, context): (Stream, CuDevice, Context),
-    wanted: &[Option<Operand>; 2],
-    slicing: Option<Slicing>,
-    product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
-) -> Option<CublasStatus> {
-    let config = config::get();
-    let slicing = slicing?;
-    let workspace = slicing.whole_algorithm_workspace?.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT;
-    let (operand, source) = match wanted {
-        [Some(source), None] => (0, *source),
-        [None, Some(source)] => (1, *source),
-        _ => return None,
-    };
-    let axis = slicing.axes[operand]?;
-    let mut scratches = SCRATCH.lock();
-    // The scratch as it is when it holds two halves of a few MiB (the other staged
-    // products grew it: streaming takes no more VRAM), else grown for two full halves —
-    // only once the plan says the operand can be streamed and its shape may be.
-    let existing = scratches.iter().find(|scratch| scratch.context == context);
-    let ring_bytes = match existing.map_or(0, Scratch::bytes).checked_sub(workspace) {
-        Some(room) if room >= 2 * MIN_STREAM_HALF => room,
-        _ => config.stage_max.min(2 * STREAM_HALF),
-    } / (2 * KEPT_ALIGNMENT)
-        * (2 * KEPT_ALIGNMENT);
-    let plan = staging_streamed::plan(ring_bytes / 2, axis.length, axis.operand_step)?;
-    if existing.is_some_and(|scratch| scratch.verdicts.decide(&slicing.shape, plan) == Decision::Whole) {
-        return None;
-    }
-    let scratch = scratch_for(&mut scratches, context, device, (ring_bytes + workspace, ring_bytes))?;
-    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2] };
-    let decision = scratch.verdicts.decide(&slicing.shape, plan);
-    let side = scratch.copies.side_stream()?;
-    if decision == Decision::Whole || !scratch.wait_writable(stream) {
-        return None;
-    }
-    let cut = (plan, axis, operand, scratch.base + ring_bytes);
-    // The other operand is the program's own; the streamed one is set slice by slice.
-    let placed = [None, None];
-    let events = &mut scratch.ring_events;
-    let source_span = (source.address, source.bytes);
-    let status = if decision == Decision::Slice {
-        stats::bump(&STATS.gemm_sliced);
-        staging_streamed::run_streamed(events, (stream, side), cut, source_span, &ring, placed, slicing.output, product)
-    } else {
-        let output = (slicing.output, slicing.output_bytes, slicing.output_element);
-        let mut compute = |into: Option<CuDevicePtr>| match into {
-            Some(copy) => staging_streamed::run_streamed(
-                events,
-                (stream, side),
-                cut,
-                source_span,
-                &ring,
-                placed,
-                copy,
-                &mut *product,
-            ),
-            // The whole product, as the program asked for it: the operand read in place.
-            None => product([None, None], None),
-        };
-        let (status, comparison) = staging_slices::verify(stream, device, output, &mut compute);
-        record_verdict(&mut scratch.verdicts, (&slicing.shape, plan), comparison);
-        status
-    };
-    scratch.record_read(stream);
-    drop(scratches);
-    stats::bump(&STATS.gemm_staged);
-    STATS.gemm_staged_bytes.fetch_add(source.bytes, Ordering::Relaxed);
+    scratch.record_read(at.stream);
+    count_staged(staged_bytes);
     Some(status)
 }
 
+/// Carries out a streamed plan (`staging_streamed`), each shape verified first like a
+/// sliced one. `None` (nothing enqueued) when the scratch or its side stream cannot be
+/// had: the product then reads the operand in place.
+fn stream_through(
+    scratches: &mut Vec<Scratch>,
+    at: &Place,
+    streamed: &Streamed,
+    slicing: &Slicing,
+    product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
+) -> Option<CublasStatus> {
+    let Streamed { source, ring_bytes, workspace, cut: plan } = *streamed;
+    let scratch = scratch_for(scratches, at, ring_bytes + workspace, ring_bytes)?;
+    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2] };
+    let side = scratch.copies.side_stream()?;
+    if !scratch.wait_writable(at.stream) {
+        return None;
+    }
+    let cut = executed(&plan, scratch.base + ring_bytes);
+    let streams = Streams { product: at.stream, side };
+    let events = &mut scratch.ring_events;
+    let status = if !plan.verify {
+        stats::bump(&STATS.gemm_sliced);
+        staging_streamed::run_streamed(events, streams, &cut, &source, &ring, slicing.output, product)
+    } else {
+        let mut compute = |into: Option<CuDevicePtr>| match into {
+            Some(copy) => staging_streamed::run_streamed(events, streams, &cut, &source, &ring, copy, &mut *product),
+            // The whole product, as the program asked for it: the operand read in place.
+            None => product([None, None], None),
+        };
+        let (status, comparison) = staging_slices::verify(at.stream, at.device, slicing, &mut compute);
+        record_verdict(&mut scratch.verdicts, slicing, &cut, comparison);
+        status
+    };
+    scratch.record_read(at.stream);
+    count_staged(source.bytes);
+    Some(status)
+}
+
+/// The cut a plan describes, with its slices' workspace at `workspace`.
+fn executed(plan: &CutPlan, workspace: CuDevicePtr) -> Cut {
+    Cut { slices: plan.slices, axis: plan.axis, operand: plan.operand, workspace }
+}
+
 /// What a shape's verification showed (`None`: nothing compared), remembered and counted.
-fn record_verdict(verdicts: &mut Verdicts, (shape, plan): (&Shape, Plan), comparison: Option<Comparison>) {
+fn record_verdict(verdicts: &mut Verdicts, slicing: &Slicing, cut: &Cut, comparison: Option<Comparison>) {
     let Some(comparison) = comparison else { return };
     if comparison == Comparison::Differs {
         stats::bump(&STATS.gemm_slices_differed);
     }
-    debug!("GEMM slices of {} rows: {:?} to the whole product", plan.per, comparison);
-    verdicts.record(shape, plan, comparison);
-}
-
-/// How to slice a product whose one copied operand is wide enough: the plan, the axis,
-/// which operand, and whether its shape is sliced or verified first; `None`: whole.
-fn slices_for(
-    wanted: &[Option<Operand>; 2],
-    slicing: &Slicing,
-    verdicts: &Verdicts,
-    slices: u64,
-) -> Option<(Plan, SliceAxis, usize, Decision)> {
-    let operand = match wanted {
-        [Some(_), None] => 0,
-        [None, Some(_)] => 1,
-        _ => return None,
-    };
-    if wanted[operand]?.width < staging_slices::MIN_SLICED_WIDTH {
-        return None;
-    }
-    let axis = slicing.axes[operand]?;
-    let plan = Plan::new(axis.length, axis.operand_step, slices)?;
-    match verdicts.decide(&slicing.shape, plan) {
-        Decision::Whole => None,
-        decision => Some((plan, axis, operand, decision)),
-    }
+    debug!("GEMM slices of {} rows: {:?} to the whole product", cut.slices.per, comparison);
+    verdicts.record(&slicing.shape, cut.slices, comparison);
 }
 
 /// The context's scratch, grown to at least `needed` bytes, of which the operands take
 /// `operands` (grown to a power of two, the workspace after them not: a 128 MiB weight's
 /// few KiB of workspace must not double the scratch); `None` (logged once) when VRAM for
 /// it does not fit the budget or cannot be had.
-fn scratch_for(
-    scratches: &mut Vec<Scratch>,
-    context: Context,
-    device: CuDevice,
-    (needed, operands): (u64, u64),
-) -> Option<&mut Scratch> {
+fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, operands: u64) -> Option<&'a mut Scratch> {
+    let Place { context, device, .. } = *at;
     let index = match scratches.iter().position(|scratch| scratch.context == context) {
         Some(index) => index,
         None => {
@@ -474,25 +368,4 @@ fn scratch_for(
         None => growth.commit(),
     });
     Some(scratch)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spans_cover_exactly_what_cublas_reads() {
-        // 4 x 3 column-major, ld 4: 12 elements.
-        assert_eq!(span_bytes(4, 3, 4, 1, 0, 2), Some(24));
-        // ld 6: the last column ends at 6 * 2 + 4.
-        assert_eq!(span_bytes(4, 3, 6, 1, 0, 2), Some(32));
-        // A batch of 3, 20 elements apart; stride 0 broadcasts one matrix.
-        assert_eq!(span_bytes(4, 3, 6, 3, 20, 1), Some(56));
-        assert_eq!(span_bytes(4, 3, 6, 3, 0, 1), Some(16));
-        // Shapes cuBLAS refuses are never staged.
-        assert_eq!(span_bytes(4, 3, 3, 1, 0, 2), None);
-        assert_eq!(span_bytes(0, 3, 4, 1, 0, 2), None);
-        assert_eq!(span_bytes(4, 3, 4, 2, -1, 2), None);
-        assert_eq!(span_bytes(i64::MAX, 3, i64::MAX, 1, 0, 2), None);
-    }
 }

@@ -13,12 +13,9 @@
 
 use crate::cuda;
 use crate::cuda::ffi::*;
-use crate::gemm::staging_slices::{Cut, Plan, Slice};
-
-/// Alignment a slice's copy keeps within its half (bytes), as staging keeps it.
-const KEPT_ALIGNMENT: u64 = 256;
-/// Slices start at multiples of this many rows (columns): whole output tiles each.
-const SLICE_ALIGN: u64 = 256;
+use crate::gemm::product::KEPT_ALIGNMENT;
+use crate::gemm::product::{Operand, Slice};
+use crate::gemm::staging_slices::Cut;
 
 /// The scratch's two halves a streamed operand passes through.
 #[derive(Clone, Copy, Debug)]
@@ -26,21 +23,12 @@ pub(super) struct Ring {
     pub(super) halves: [CuDevicePtr; 2],
 }
 
-/// The plan for an operand of `length` rows (columns) `operand_step` bytes apart through
-/// halves of `half_bytes`: the most whole tiles a half holds (with a slice's alignment
-/// offset), at least two slices; `None` when a half cannot hold one tile's rows, or one
-/// slice is all of it.
-pub fn plan(half_bytes: u64, length: i64, operand_step: u64) -> Option<Plan> {
-    let length = u64::try_from(length).ok().filter(|length| *length > 0)?;
-    if operand_step == 0 {
-        return None;
-    }
-    let rows = half_bytes.checked_sub(KEPT_ALIGNMENT)? / operand_step / SLICE_ALIGN * SLICE_ALIGN;
-    if rows == 0 {
-        return None;
-    }
-    let count = usize::try_from(length.div_ceil(rows)).ok()?;
-    (count >= 2).then_some(Plan { count, per: i64::try_from(rows).ok()? })
+/// The streams of a streamed product: the product's own, and the side stream its copies
+/// run on.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Streams {
+    pub(super) product: Stream,
+    pub(super) side: Stream,
 }
 
 impl Ring {
@@ -76,21 +64,23 @@ impl RingEvents {
     }
 }
 
-/// Runs `product` slice by slice on `stream` as each slice of the operand `source`
-/// (`span` bytes) comes through `ring` on the side stream `side`, the slices' output
-/// at `output`. A step that fails has the rest of the product computed in one call
-/// from the operand in place (zero-copy), whose status is the answer.
-#[allow(clippy::too_many_arguments)]
+/// Runs `product` slice by slice on the product's stream as each slice of the operand
+/// `source` comes through `ring` on the side stream, the slices' output at `output`; the
+/// other operand is the program's own. A step that fails has the rest of the product
+/// computed in one call from the operand in place (zero-copy), whose status is the answer.
 pub(super) fn run_streamed(
     events: &mut RingEvents,
-    (stream, side): (Stream, Stream),
-    (plan, axis, operand, workspace): Cut,
-    (source, span): (CuDevicePtr, u64),
+    streams: Streams,
+    cut: &Cut,
+    source: &Operand,
     ring: &Ring,
-    placed: [Option<CuDevicePtr>; 2],
     output: CuDevicePtr,
     product: &mut impl FnMut([Option<CuDevicePtr>; 2], Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
+    let Cut { slices: plan, axis, operand, workspace } = *cut;
+    let Streams { product: stream, side } = streams;
+    let (source, span) = (source.address, source.bytes);
+    let placed = [None, None];
     let slice_of = |first: i64, count: i64, from: CuDevicePtr| {
         let mut at = placed;
         at[operand] = Some(from);
@@ -147,31 +137,11 @@ pub(super) fn run_streamed(
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
-
     #[test]
-    fn a_slice_and_its_alignment_fit_a_half() {
-        // An 8B model's output layer (128256 rows of 8 KiB) through two 64 MiB halves:
-        // 7936 rows a slice (8192 would leave no room for the alignment offset).
-        let ring = Ring { halves: [0, 64 * MIB] };
-        let plan = plan(64 * MIB, 128_256, 8192).unwrap();
-        assert_eq!(plan, Plan { count: 17, per: 7936 });
-        assert!(plan.per as u64 * 8192 + KEPT_ALIGNMENT - 1 <= 64 * MIB);
-        assert_eq!(plan.slice(16, 128_256), (16 * 7936, 128_256 - 16 * 7936));
-        // Alignment kept: a source 0x40 past 256 bytes lands 0x40 into its half.
-        assert_eq!(ring.target(3, 0x1_0040), 64 * MIB + 0x40);
+    fn slices_keep_their_alignment_within_their_half() {
+        // A source 0x40 past 256 bytes lands 0x40 into its half.
+        let ring = Ring { halves: [0, 64 << 20] };
+        assert_eq!(ring.target(3, 0x1_0040), (64 << 20) + 0x40);
         assert_eq!(ring.target(4, 0x1_0040), 0x40);
-    }
-
-    #[test]
-    fn rings_too_small_or_operands_that_fit_are_not_streamed() {
-        // 1 MiB halves cannot hold 256 rows of 8 KiB (2 MiB).
-        assert_eq!(plan(MIB, 128_256, 8192), None);
-        // 512 rows of 1 KiB fit one half: nothing to stream.
-        assert_eq!(plan(MIB, 512, 1024), None);
-        assert_eq!(plan(MIB, 0, 1024), None);
-        assert_eq!(plan(MIB, 4096, 0), None);
-        // 8192 rows of 1 KiB (8 MiB) through 1 MiB halves: 768 rows (3 tiles) a slice.
-        assert_eq!(plan(MIB, 8192, 1024), Some(Plan { count: 11, per: 768 }));
     }
 }

@@ -6,11 +6,10 @@ use std::ffi::{c_int, c_void};
 use crate::cuda::ffi::*;
 use crate::cuda::real::pfn;
 use crate::gemm::cublas_gemm::{
-    gemm_operands, gemm_slicing, handle_stream, whole_algorithm_part, GemmCall, GEMM_EX_ENTRY,
+    gemm_operands, gemm_slicing, handle_stream, whole_algorithm_part, GemmCall, Matrix, Reads, Scalars, GEMM_EX_ENTRY,
     GEMM_STRIDED_BATCHED_ENTRY, SGEMM_ENTRY,
 };
-use crate::gemm::staging::run_staged;
-use crate::gemm::staging_slices::Slice;
+use crate::gemm::{run_staged, Slice};
 use crate::memory::budget;
 use crate::memory::registry;
 
@@ -26,15 +25,17 @@ fn write_to<T>(slice: Option<Slice>, original: *mut T) -> *mut T {
 /// product's cuBLASLt algorithm at hand is computed with it instead.
 fn run_gemm(
     call: &GemmCall,
-    scalars: (*const c_void, *const c_void),
-    mut real_product: impl FnMut((*const c_void, *const c_void), Option<Slice>) -> CublasStatus,
+    scalars: Scalars,
+    mut real_product: impl FnMut(Reads, Option<Slice>) -> CublasStatus,
 ) -> CublasStatus {
     let operands = gemm_operands(call);
     for operand in operands.iter().flatten() {
         registry::note_read(operand.address, operand.bytes);
     }
-    let read =
-        |[staged_a, staged_b]: [Option<CuDevicePtr>; 2]| (read_from(staged_a, call.a.0), read_from(staged_b, call.b.0));
+    let read = |[staged_a, staged_b]: [Option<CuDevicePtr>; 2]| Reads {
+        a: read_from(staged_a, call.a.pointer),
+        b: read_from(staged_b, call.b.pointer),
+    };
     let Some(stream) = handle_stream(call.handle) else {
         budget::note_computing();
         return real_product(read([None, None]), None);
@@ -98,15 +99,16 @@ pub unsafe fn gemm_ex(
         m: m.into(),
         n: n.into(),
         k: k.into(),
-        a: (a, a_type, lda.into()),
-        b: (b, b_type, ldb.into()),
-        c: (c, c_type, ldc.into()),
+        a: Matrix { pointer: a, data_type: a_type, ld: lda.into() },
+        b: Matrix { pointer: b, data_type: b_type, ld: ldb.into() },
+        c: Matrix { pointer: c, data_type: c_type, ld: ldc.into() },
         compute_type,
         algo,
-        strides: (0, 0),
+        stride_a: 0,
+        stride_b: 0,
         batch: 1,
     };
-    run_gemm(&call, (alpha.cast(), beta.cast()), |(a, b), slice| {
+    run_gemm(&call, Scalars { alpha: alpha.cast(), beta: beta.cast() }, |Reads { a, b }, slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -169,15 +171,16 @@ pub unsafe fn sgemm(
         m: m.into(),
         n: n.into(),
         k: k.into(),
-        a: (a.cast(), CUDA_R_32F, lda.into()),
-        b: (b.cast(), CUDA_R_32F, ldb.into()),
-        c: (c.cast(), CUDA_R_32F, ldc.into()),
+        a: Matrix { pointer: a.cast(), data_type: CUDA_R_32F, ld: lda.into() },
+        b: Matrix { pointer: b.cast(), data_type: CUDA_R_32F, ld: ldb.into() },
+        c: Matrix { pointer: c.cast(), data_type: CUDA_R_32F, ld: ldc.into() },
         compute_type: CUDA_R_32F,
         algo: 0,
-        strides: (0, 0),
+        stride_a: 0,
+        stride_b: 0,
         batch: 1,
     };
-    run_gemm(&call, (alpha.cast(), beta.cast()), |(a, b), slice| {
+    run_gemm(&call, Scalars { alpha: alpha.cast(), beta: beta.cast() }, |Reads { a, b }, slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;
@@ -229,15 +232,16 @@ pub unsafe fn gemm_strided_batched_ex(
         m: m.into(),
         n: n.into(),
         k: k.into(),
-        a: (a, a_type, lda.into()),
-        b: (b, b_type, ldb.into()),
-        c: (c, c_type, ldc.into()),
+        a: Matrix { pointer: a, data_type: a_type, ld: lda.into() },
+        b: Matrix { pointer: b, data_type: b_type, ld: ldb.into() },
+        c: Matrix { pointer: c, data_type: c_type, ld: ldc.into() },
         compute_type,
         algo,
-        strides: (stride_a, stride_b),
+        stride_a,
+        stride_b,
         batch: batch.into(),
     };
-    run_gemm(&call, (alpha.cast(), beta.cast()), |(a, b), slice| {
+    run_gemm(&call, Scalars { alpha: alpha.cast(), beta: beta.cast() }, |Reads { a, b }, slice| {
         let (m, n) = slice.map_or((m, n), |slice| slice.dimensions(m, n));
         // SAFETY: the program's arguments; a staged operand points into VRAM scratch
         // holding a copy of the same bytes, enqueued before the product on its stream;

@@ -5,8 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use crate::cuda::ffi::*;
 use crate::cuda::real::{self, pfn};
-use crate::gemm::staging::{element_bytes, run_staged, span_bytes, Operand};
-use crate::gemm::staging_slices::Slice;
+use crate::gemm::{element_bytes, run_staged, span_bytes, Operand, Slice};
 use crate::hooks::cublas::read_from;
 use crate::memory::budget;
 
