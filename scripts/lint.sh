@@ -4,14 +4,18 @@
 # failed; ends with `N passed, M failed`, exit status 1 on any failure.
 #
 #   fmt          cargo fmt --all -- --check (rustfmt.toml at the root)
-#   clippy       cargo clippy --workspace --all-targets, every warning an error, plus
+#   clippy       cargo clippy --workspace --all-targets --all-features (the shim's
+#                lock-order check included), every warning an error, plus
 #                undocumented_unsafe_blocks and missing_safety_doc
 #   shim-layers  scripts/check-layers.py shim (shim/README.md's file map)
 #   kmod-layers  scripts/check-layers.py kmod (kmod/README.md's file map)
 #   kmod-glue    scripts/check-kmod-glue.py (glue.h against its Rust mirrors)
 #   kmod-safety  scripts/check-kmod-safety.py (SAFETY comments in kmod/)
 #   kmod-fmt     scripts/check-kmod-fmt.sh (kmod/ is outside the workspace)
-#   shim-unit    cargo test -p greenboost-shim
+#   shim-unit    cargo test -p greenboost-shim --features lock-order (the lock order's
+#                own tests need the check)
+#   selftest     scripts/lint-selftest.sh: each structural check fails on its defect,
+#                planted in a temporary copy
 #
 # kmod's clippy gate (scripts/check-kmod-clippy.sh) needs a Rust-enabled kernel tree and
 # the kernel rustc's clippy: make kmod-test runs it, on the rust guest's test kernel.
@@ -39,14 +43,15 @@ gate() {
 }
 
 gate fmt "$cargo" fmt --all -- --check
-gate clippy "$cargo" clippy --workspace --all-targets -- -D warnings \
+gate clippy "$cargo" clippy --workspace --all-targets --all-features -- -D warnings \
   -W clippy::undocumented_unsafe_blocks -W clippy::missing_safety_doc
 gate shim-layers python3 scripts/check-layers.py shim
 gate kmod-layers python3 scripts/check-layers.py kmod
 gate kmod-glue python3 scripts/check-kmod-glue.py
 gate kmod-safety python3 scripts/check-kmod-safety.py
 gate kmod-fmt scripts/check-kmod-fmt.sh
-gate shim-unit "$cargo" test -p greenboost-shim
+gate shim-unit "$cargo" test -p greenboost-shim --features lock-order
+gate selftest scripts/lint-selftest.sh
 
 [ "$failed" -eq 0 ] || echo "failed: ${failures[*]}"
 echo "$passed passed, $failed failed"
