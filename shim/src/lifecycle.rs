@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::backend;
 use crate::engine::tier_thread;
 use crate::memory::budget;
-use crate::memory::host;
 use crate::memory::movable;
 use crate::memory::registry;
 use crate::memory::release;
+use crate::memory::t2;
 use crate::memory::vmm;
 use crate::rules::config;
 use crate::sys::lock::ForkLock;
@@ -54,7 +54,7 @@ fn fork_lock(rank: Rank) -> Option<&'static dyn ForkLock> {
     match rank {
         Rank::Registry => Some(registry::fork_lock()),
         Rank::Vmm => Some(vmm::fork_lock()),
-        Rank::T2Cache => Some(host::fork_lock()),
+        Rank::T2Cache => Some(t2::fork_lock()),
         Rank::Pending => Some(release::fork_lock()),
         Rank::Live => Some(movable::fork_lock()),
         Rank::TierFlock | Rank::Scratch | Rank::MovableState | Rank::WholeAlgorithms => None,
@@ -90,7 +90,7 @@ extern "C" fn after_fork_in_child() {
         // only thread of the child.
         unsafe { lock.reset_in_child() };
     }
-    host::forget_cache_in_child();
+    t2::forget_cache_in_child();
     release::restart_reclaimer_in_child();
     tier_thread::restart_in_child();
     publish::forget_in_child();

@@ -1,6 +1,6 @@
 //! What a T2 backend hands out: a host mapping (`HostBuffer`) of whole 2 MiB chunks,
 //! the errors, and the `Backend` trait both sources implement (`kmod_backend`,
-//! `userspace`). `host` registers the mappings with CUDA.
+//! `userspace`). `memory::t2` registers the mappings with CUDA.
 
 use std::ffi::{c_int, c_void};
 

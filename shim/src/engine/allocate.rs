@@ -7,11 +7,11 @@ use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::tier_thread;
 use crate::memory::budget;
-use crate::memory::host::{self, HostFailure};
 use crate::memory::movable::{self, MovableFailure};
 use crate::memory::registry::{self, Backed, Lookup, Record};
 use crate::memory::release;
 use crate::memory::split;
+use crate::memory::t2::{self, HostFailure};
 use crate::rules::config::{self, TieringChoice};
 use crate::sys::log::Mib;
 use crate::sys::publish;
@@ -136,7 +136,7 @@ fn movable_wanted(size: u64, device: CuDevice, after_oom: bool) -> bool {
 /// pointer.
 fn allocate_movable(size: u64, device: CuDevice) -> Result<CuDevicePtr, MovableFailure> {
     let context = cuda::current_context().ok_or(MovableFailure::Unsupported)?;
-    let len = host::rounded_len(size).ok_or(MovableFailure::Exhausted)?;
+    let len = t2::rounded_len(size).ok_or(MovableFailure::Exhausted)?;
     let reservation = release::reserve_t2(len).ok_or(MovableFailure::Exhausted)?;
     let allocation = movable::create(len, device, context, reservation)?;
     let device_ptr = allocation.base();
@@ -148,17 +148,17 @@ fn allocate_movable(size: u64, device: CuDevice) -> Result<CuDevicePtr, MovableF
 /// `size` bytes of T2 for `device` in the current context, recorded; its device pointer.
 fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> {
     let context = cuda::current_context().ok_or(HostFailure::Internal)?;
-    let len = host::rounded_len(size).ok_or(HostFailure::Exhausted)?;
+    let len = t2::rounded_len(size).ok_or(HostFailure::Exhausted)?;
     // A cached registration of that length first: its room in the cap is freed as it
     // leaves the cache, before the reservation.
-    let cached = host::take_cached(len, context);
+    let cached = t2::take_cached(len, context);
     let Some(reservation) = release::reserve_t2(len) else {
-        cached.into_iter().for_each(host::unregister_and_release);
+        cached.into_iter().for_each(t2::unregister_and_release);
         return Err(HostFailure::Exhausted);
     };
     let registered = match cached {
         Some(cached) => cached,
-        None => host::register_new(len, device, context)?,
+        None => t2::register_new(len, device, context)?,
     };
     let allocation = registered.charged(reservation.commit());
     let device_ptr = allocation.device_ptr();

@@ -1,6 +1,6 @@
 //! The memory the shim holds and its accounting: the budget (VRAM and T2 as reservations
 //! and charges, the device's measured state), the T2 path (backend memory registered
-//! with CUDA, `host`, with its cache `t2cache`), split and movable allocations, VMM
+//! with CUDA, `t2`, with its cache `t2cache`), split and movable allocations, VMM
 //! placement, the registry of live allocations by device pointer, freeing now or after
 //! a stream (`release`), and what the memory queries report (`report`). No hook and no
 //! policy decision lives here: `engine` decides and calls in.
@@ -8,7 +8,7 @@
 //! May import: `sys`, `cuda`, `rules`, `backend`.
 
 pub(crate) mod budget;
-pub(crate) mod host;
+pub(crate) mod t2;
 pub(crate) mod movable;
 pub(crate) mod registry;
 pub(crate) mod release;

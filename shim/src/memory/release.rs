@@ -11,8 +11,8 @@ use crate::backend;
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::memory::budget::{self, T2Reservation};
-use crate::memory::host;
 use crate::memory::registry::Backed;
+use crate::memory::t2;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
 use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
@@ -74,7 +74,7 @@ pub fn reserve_t2(bytes: u64) -> Option<T2Reservation> {
         return Some(reservation);
     }
     reclaim(true);
-    host::drain_cache();
+    t2::drain_cache();
     let reservation = reserve_t2_now(bytes);
     if reservation.is_none() {
         info!("T2 cap of {} reached ({} in use)", Mib(budget::t2_capacity()), Mib(stats::load(&STATS.t2_used)));
@@ -85,7 +85,7 @@ pub fn reserve_t2(bytes: u64) -> Option<T2Reservation> {
 /// T2 capacity for `bytes` as it is now, without waiting for pending frees (the tier
 /// thread's: its moves in progress a pending free would wait for).
 pub fn reserve_t2_now(bytes: u64) -> Option<T2Reservation> {
-    budget::reserve_t2(bytes, budget::t2_capacity().saturating_sub(host::cached_bytes()))
+    budget::reserve_t2(bytes, budget::t2_capacity().saturating_sub(t2::cached_bytes()))
 }
 
 static RECLAIMER_STARTED: AtomicBool = AtomicBool::new(false);

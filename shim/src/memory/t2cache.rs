@@ -2,7 +2,7 @@
 //! later T2 allocation of the same (chunk-rounded) length in the same context skips what
 //! makes a cold T2 allocation slow: mapping, populating (the kernel zeroing every page)
 //! and cuMemHostRegister (pinning). Bounded by GREENBOOST_T2_CACHE (default 1 GiB, 0:
-//! off). `host` holds the one cache of the process and decides what enters it.
+//! off). `t2` holds the one cache of the process and decides what enters it.
 //!
 //! Cached bytes are pinned RAM the program no longer uses: not T2 in use (the
 //! statistics and the capacity reports leave them out), but they do count against the

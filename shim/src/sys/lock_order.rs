@@ -93,7 +93,7 @@ lock_order! {
         protects "the records of VMM handles placed on the host",
         while held "map operations only",
         at fork AtFork::Held;
-    T2Cache = 4: "memory::host::CACHE (memory::t2cache::T2Cache's lock)",
+    T2Cache = 4: "memory::t2::CACHE (memory::t2cache::T2Cache's lock)",
         protects "freed T2 buffers still registered with CUDA",
         while held "list operations only; buffers leave it before they are unregistered",
         at fork AtFork::Held;
