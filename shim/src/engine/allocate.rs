@@ -11,7 +11,7 @@ use crate::memory::movable::{self, MovableFailure};
 use crate::memory::registry::{self, Backed, Lookup, Record};
 use crate::memory::release;
 use crate::memory::split;
-use crate::memory::t2::{self, HostFailure};
+use crate::memory::t2::{self, T2Failure};
 use crate::rules::config::{self, TieringChoice};
 use crate::sys::log::Mib;
 use crate::sys::publish;
@@ -21,7 +21,7 @@ use crate::sys::stats::{self, STATS};
 pub enum Allocated<R> {
     Vram,
     /// Memory the shim made (T2, or split between VRAM and T2) at this address.
-    Host(CuDevicePtr),
+    ShimMade(CuDevicePtr),
     /// The real allocation failed with this status (not out-of-memory): pass it on.
     Failed(R),
     OutOfMemory,
@@ -29,7 +29,7 @@ pub enum Allocated<R> {
 
 /// VRAM when the placement rule allows it (the real allocation, `vram`), T2 otherwise
 /// or when the driver answers `oom_status`; a large allocation the rule sends to T2 is
-/// split when VRAM is left under the limit; `prepare_host` makes a context current for
+/// split when VRAM is left under the limit; `prepare_t2` makes a context current for
 /// the T2 and split paths. When T2 is exhausted the answer is out-of-memory; when T2
 /// fails for another reason, an allocation the rule sent to T2 is tried in VRAM after
 /// all (the real function). Memory the shim made is published for `greenboost status`.
@@ -38,14 +38,14 @@ pub fn allocate<R: PartialEq + Copy>(
     device: CuDevice,
     oom_status: R,
     vram: impl FnOnce() -> Result<CuDevicePtr, R>,
-    prepare_host: impl FnOnce() -> bool,
+    prepare_t2: impl FnOnce() -> bool,
 ) -> Allocated<R> {
     let pool = budget::is_pool(size, device);
-    let allocated = place(size, device, oom_status, vram, prepare_host);
-    if pool && matches!(allocated, Allocated::Vram | Allocated::Host(_)) {
+    let allocated = place(size, device, oom_status, vram, prepare_t2);
+    if pool && matches!(allocated, Allocated::Vram | Allocated::ShimMade(_)) {
         budget::note_pool(size, device);
     }
-    if matches!(allocated, Allocated::Host(_)) {
+    if matches!(allocated, Allocated::ShimMade(_)) {
         publish::update();
     }
     allocated
@@ -57,7 +57,7 @@ fn place<R: PartialEq + Copy>(
     device: CuDevice,
     oom_status: R,
     vram: impl FnOnce() -> Result<CuDevicePtr, R>,
-    prepare_host: impl FnOnce() -> bool,
+    prepare_t2: impl FnOnce() -> bool,
 ) -> Allocated<R> {
     release::reclaim(false);
     let mut vram = Some(vram);
@@ -78,36 +78,36 @@ fn place<R: PartialEq + Copy>(
             }
         }
     }
-    let host_ready = prepare_host();
-    if host_ready && movable_wanted(size, device, after_oom) {
+    let t2_ready = prepare_t2();
+    if t2_ready && movable_wanted(size, device, after_oom) {
         match allocate_movable(size, device) {
             Ok(device_ptr) => {
                 if after_oom {
                     stats::bump(&STATS.t2_after_vram_oom);
                 }
-                return Allocated::Host(device_ptr);
+                return Allocated::ShimMade(device_ptr);
             }
             Err(MovableFailure::Exhausted) => return stats::out_of_memory(Allocated::OutOfMemory),
             Err(MovableFailure::Unsupported) => {}
         }
     }
     // After a driver out-of-memory the VRAM the rule promised is not there: no head.
-    if host_ready && !after_oom {
+    if t2_ready && !after_oom {
         if let Some(split) = split::create(size, device, release::reserve_t2) {
             let device_ptr = split.base();
             registry::insert(device_ptr, Record::Backed(Backed::Split(split)));
-            return Allocated::Host(device_ptr);
+            return Allocated::ShimMade(device_ptr);
         }
     }
-    let t2 = if host_ready { allocate_t2(size, device) } else { Err(HostFailure::Internal) };
+    let t2 = if t2_ready { allocate_t2(size, device) } else { Err(T2Failure::Internal) };
     match t2 {
         Ok(device_ptr) => {
             if after_oom {
                 stats::bump(&STATS.t2_after_vram_oom);
             }
-            Allocated::Host(device_ptr)
+            Allocated::ShimMade(device_ptr)
         }
-        Err(HostFailure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {
+        Err(T2Failure::Internal) if vram.is_some() => match vram.map(|vram| vram()) {
             Some(Ok(device_ptr)) => {
                 info!("T2 unavailable: {} placed in VRAM beyond the budget", Mib(size));
                 registry::insert(device_ptr, Record::Vram(budget::reserve_unchecked(size, device).commit()));
@@ -146,15 +146,15 @@ fn allocate_movable(size: u64, device: CuDevice) -> Result<CuDevicePtr, MovableF
 }
 
 /// `size` bytes of T2 for `device` in the current context, recorded; its device pointer.
-fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> {
-    let context = cuda::current_context().ok_or(HostFailure::Internal)?;
-    let len = t2::rounded_len(size).ok_or(HostFailure::Exhausted)?;
+fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, T2Failure> {
+    let context = cuda::current_context().ok_or(T2Failure::Internal)?;
+    let len = t2::rounded_len(size).ok_or(T2Failure::Exhausted)?;
     // A cached registration of that length first: its room in the cap is freed as it
     // leaves the cache, before the reservation.
     let cached = t2::take_cached(len, context);
     let Some(reservation) = release::reserve_t2(len) else {
         cached.into_iter().for_each(t2::unregister_and_release);
-        return Err(HostFailure::Exhausted);
+        return Err(T2Failure::Exhausted);
     };
     let registered = match cached {
         Some(cached) => cached,
@@ -162,7 +162,7 @@ fn allocate_t2(size: u64, device: CuDevice) -> Result<CuDevicePtr, HostFailure> 
     };
     let allocation = registered.charged(reservation.commit());
     let device_ptr = allocation.device_ptr();
-    registry::insert(device_ptr, Record::Backed(Backed::Host(allocation)));
+    registry::insert(device_ptr, Record::Backed(Backed::T2(allocation)));
     Ok(device_ptr)
 }
 

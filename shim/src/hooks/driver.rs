@@ -35,7 +35,7 @@ unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> C
     );
     match outcome {
         Allocated::Vram => CuResult::SUCCESS,
-        Allocated::Host(device_ptr) => {
+        Allocated::ShimMade(device_ptr) => {
             // SAFETY: `dptr` is non-null and valid for writing (the contract).
             unsafe { *dptr = device_ptr };
             CuResult::SUCCESS

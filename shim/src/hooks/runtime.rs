@@ -38,7 +38,7 @@ fn clear_last_error(failed_with: CudaError) {
 
 /// Makes the runtime's context current on this thread, as any runtime allocation would
 /// (cudaFree(NULL) is the documented way to initialise it).
-fn prepare_host() -> bool {
+fn prepare_t2() -> bool {
     if cuda::current_context().is_some() {
         return true;
     }
@@ -86,7 +86,7 @@ unsafe fn allocate(
     let Some(device) = current_device() else { return vram() };
     // The context first, as the runtime's own allocation would make it: placement reads
     // the device's state through it, also for the program's very first allocation.
-    let context_ready = prepare_host();
+    let context_ready = prepare_t2();
     let real_failure = std::cell::Cell::new(CudaError::SUCCESS);
     let outcome = allocate::allocate(
         size as u64,
@@ -104,7 +104,7 @@ unsafe fn allocate(
     );
     match outcome {
         Allocated::Vram => CudaError::SUCCESS,
-        Allocated::Host(device_ptr) => {
+        Allocated::ShimMade(device_ptr) => {
             if real_failure.get() != CudaError::SUCCESS {
                 clear_last_error(real_failure.get());
             }

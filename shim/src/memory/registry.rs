@@ -11,7 +11,7 @@ use crate::cuda::ffi::*;
 use crate::memory::budget::VramCharge;
 use crate::memory::movable::{self, Movable};
 use crate::memory::split::SplitAllocation;
-use crate::memory::t2::HostAllocation;
+use crate::memory::t2::T2Allocation;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
 use crate::sys::lock_order::rank;
 use crate::sys::stats::{self, STATS};
@@ -20,7 +20,7 @@ use crate::sys::stats::{self, STATS};
 /// released when the program frees it.
 pub enum Backed {
     /// T2: backend memory registered with CUDA.
-    Host(HostAllocation),
+    T2(T2Allocation),
     /// A VRAM head and a T2 tail under one address range.
     Split(SplitAllocation),
     /// T2 that live tiering moves to VRAM and back (`movable`); the tier thread holds
@@ -31,7 +31,7 @@ pub enum Backed {
 impl Backed {
     pub fn context(&self) -> Context {
         match self {
-            Backed::Host(allocation) => allocation.context(),
+            Backed::T2(allocation) => allocation.context(),
             Backed::Split(split) => split.context(),
             Backed::Movable(movable) => movable.context(),
         }
@@ -50,7 +50,7 @@ impl Backed {
     /// The rest of freeing, after `detach`: memory and accounting.
     pub(super) fn finish(self) {
         match self {
-            Backed::Host(allocation) => allocation.release(),
+            Backed::T2(allocation) => allocation.release(),
             Backed::Split(split) => split.finish(),
             Backed::Movable(movable) => cuda::with_context(movable.context(), || movable.release()),
         }
@@ -155,7 +155,7 @@ fn t2_overlap(device_ptr: CuDevicePtr, len: u64, with_movable: bool) -> u64 {
         .into_iter()
         .chain(inside)
         .map(|(base, record)| match record {
-            Record::Backed(Backed::Host(allocation)) => overlap(*base, base.saturating_add(allocation.len())),
+            Record::Backed(Backed::T2(allocation)) => overlap(*base, base.saturating_add(allocation.len())),
             Record::Backed(Backed::Split(split)) => {
                 let (tail, tail_end) = split.tail_range();
                 overlap(tail, tail_end)

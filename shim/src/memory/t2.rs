@@ -27,7 +27,7 @@ pub struct Registered {
 }
 
 /// A live T2 allocation: registered memory and the T2 it is charged as.
-pub struct HostAllocation {
+pub struct T2Allocation {
     registered: Registered,
     charge: T2Charge,
 }
@@ -36,7 +36,7 @@ static CACHE: T2Cache<Registered> = T2Cache::new();
 
 /// Why T2 could not be had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostFailure {
+pub enum T2Failure {
     /// T2 is full: the cap, or the module / the kernel refused for lack of memory.
     Exhausted,
     /// Something else failed (no context, no backend, registration refused).
@@ -77,9 +77,9 @@ pub(super) fn drain_cache() {
 }
 
 /// New T2 memory of `len` bytes (chunk-rounded) for `device`, registered in `context`.
-pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Registered, HostFailure> {
-    let backend = backend::get().ok_or(HostFailure::Internal)?;
-    let len_bytes = usize::try_from(len).map_err(|_| HostFailure::Exhausted)?;
+pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Registered, T2Failure> {
+    let backend = backend::get().ok_or(T2Failure::Internal)?;
+    let len_bytes = usize::try_from(len).map_err(|_| T2Failure::Exhausted)?;
     let numa_node = cuda::host_numa_node(device);
     // Under pressure the cache's pinned pages go back first, before the module is asked
     // for more (and before anyone demotes a buffer to T3 for want of RAM).
@@ -99,11 +99,11 @@ pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Regi
     let buffer = allocated.map_err(|error| match error {
         BackendError::OutOfMemory(errno) => {
             info!("{} backend: no memory for {} (errno {})", backend.name(), Mib(len), errno);
-            HostFailure::Exhausted
+            T2Failure::Exhausted
         }
         BackendError::Failed(errno) => {
             warn!("{} backend failed to allocate {} (errno {})", backend.name(), Mib(len), errno);
-            HostFailure::Internal
+            T2Failure::Internal
         }
     })?;
     let registering = Instant::now();
@@ -113,7 +113,7 @@ pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Regi
     if status != CuResult::SUCCESS {
         warn!("cuMemHostRegister of {} failed (CUDA error {})", Mib(buffer.len as u64), status.0);
         backend.release(buffer);
-        return Err(HostFailure::Internal);
+        return Err(T2Failure::Internal);
     }
     let device_ptr = match cuda::host_device_pointer(buffer.ptr()) {
         Ok(device_ptr) => device_ptr,
@@ -122,7 +122,7 @@ pub fn register_new(len: u64, device: CuDevice, context: Context) -> Result<Regi
             // SAFETY: registered just above; no work was given the memory.
             unsafe { cuda::host_unregister(buffer.ptr()) };
             backend.release(buffer);
-            return Err(HostFailure::Internal);
+            return Err(T2Failure::Internal);
         }
     };
     debug!(
@@ -143,12 +143,12 @@ impl Registered {
     }
 
     /// The memory becomes a live allocation charged as `charge`.
-    pub fn charged(self, charge: T2Charge) -> HostAllocation {
-        HostAllocation { registered: self, charge }
+    pub fn charged(self, charge: T2Charge) -> T2Allocation {
+        T2Allocation { registered: self, charge }
     }
 }
 
-impl HostAllocation {
+impl T2Allocation {
     pub fn device_ptr(&self) -> CuDevicePtr {
         self.registered.device_ptr
     }
@@ -165,7 +165,7 @@ impl HostAllocation {
     /// cache, still registered, or (cache off or full of newer buffers) back to the
     /// backend.
     pub fn release(self) {
-        let HostAllocation { registered, charge } = self;
+        let T2Allocation { registered, charge } = self;
         debug!("T2 {:#x}: {} freed", registered.device_ptr, Mib(registered.len()));
         drop(charge);
         let (len, context) = (registered.len(), registered.context);

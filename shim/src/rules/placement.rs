@@ -36,7 +36,7 @@ impl DeviceView {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     Vram,
-    Host,
+    T2,
 }
 
 impl Placement {
@@ -143,7 +143,7 @@ impl Config {
         let limit = self.room_keeping(device, phase.reserves_kept(size));
         match vram_in_use.checked_add(size) {
             Some(after) if after <= limit => Placement::Vram,
-            _ => Placement::Host,
+            _ => Placement::T2,
         }
     }
 
@@ -223,7 +223,7 @@ mod tests {
         // While loading, the chunks' room too, as for a whole allocation of its size.
         assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Loading), 256 * M);
         assert_eq!(reserved.place(256 * M, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
-        assert_eq!(reserved.place(256 * M + 1, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
+        assert_eq!(reserved.place(256 * M + 1, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
     }
 
     #[test]
@@ -246,25 +246,25 @@ mod tests {
         };
         let physical = 80 * G;
         assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::Host);
+        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::T2);
         assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Pooling), Placement::Host);
+        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Pooling), Placement::T2);
         // Below the minimum: VRAM even when the budget is spent.
         assert_eq!(config.place(M, 100 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
         // The physical size caps a larger budget.
         let small_card = 4 * G;
-        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(0, small_card), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(0, small_card), Phase::Loading), Placement::T2);
         // Overflowing sums never wrap into VRAM.
-        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
     }
 
     #[test]
     fn running_programs_may_use_the_reserve() {
         let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
         assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Computing), Placement::Vram);
-        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(0, physical), Phase::Computing), Placement::Host);
+        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(0, physical), Phase::Computing), Placement::T2);
     }
 
     #[test]
@@ -274,10 +274,10 @@ mod tests {
         // llama.cpp: the weights in one allocation larger than the budget, split up to
         // 7 GiB; then the KV cache and the compute buffer.
         assert!(config.is_pool(30 * G, 0, 0, 80 * G));
-        assert_eq!(config.place(G / 2, 7 * G, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G / 2, 7 * G, device, Phase::Loading), Placement::T2);
         assert_eq!(config.place(G / 2, 7 * G, device, Phase::LoadingAfterPool), Placement::Vram);
         assert_eq!(config.place(G / 2, 7 * G + G / 2, device, Phase::LoadingAfterPool), Placement::Vram);
-        assert_eq!(config.place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::Host);
+        assert_eq!(config.place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::T2);
         // A buffer larger than the reserve leaves it to the smaller ones after it: no
         // head, before computing or after.
         for phase in [Phase::LoadingAfterPool, Phase::Computing] {
@@ -299,16 +299,16 @@ mod tests {
         let device = DeviceView::alone(0, 80 * G);
         // Tensors larger than a chunk stop at the budget less twice the reserve...
         assert_eq!(config.place(G, 5 * G, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(G, 5 * G + 1, device, Phase::Loading), Placement::Host);
-        assert_eq!(config.place(CHUNK_MAX + 1, 6 * G - CHUNK_MAX, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(G, 5 * G + 1, device, Phase::Loading), Placement::T2);
+        assert_eq!(config.place(CHUNK_MAX + 1, 6 * G - CHUNK_MAX, device, Phase::Loading), Placement::T2);
         // ...so that a pool's chunks after them still find VRAM, up to the reserve.
         assert_eq!(config.place(CHUNK_MAX, 6 * G, device, Phase::Loading), Placement::Vram);
         assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX + 1, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX + 1, device, Phase::Loading), Placement::T2);
         // The weights in one pool keep the reserve once, as before; once the program
         // computes, or after a pool, the reserve and what the chunks left of it open.
         assert_eq!(config.place(7 * G, 0, device, Phase::Pooling), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, device, Phase::Pooling), Placement::Host);
+        assert_eq!(config.place(7 * G + 1, 0, device, Phase::Pooling), Placement::T2);
         assert_eq!(config.place(2 * G, 6 * G, device, Phase::Computing), Placement::Vram);
         assert_eq!(config.place(2 * G, 6 * G, device, Phase::LoadingAfterPool), Placement::Vram);
         // No reserve, nothing kept for chunks either.
@@ -319,7 +319,7 @@ mod tests {
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
         let config = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), Phase::Loading), Placement::Host);
+        assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), Phase::Loading), Placement::T2);
     }
 
     #[test]
@@ -334,9 +334,9 @@ mod tests {
         // them up to 192 MiB.
         let device = DeviceView::alone(0, 256 * M);
         assert_eq!(config.place(64 * M, 64 * M, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(64 * M, 128 * M, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(64 * M, 128 * M, device, Phase::Loading), Placement::T2);
         assert_eq!(config.place(CHUNK_MAX, 128 * M, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(CHUNK_MAX, 192 * M - CHUNK_MAX + 1, device, Phase::Loading), Placement::Host);
+        assert_eq!(config.place(CHUNK_MAX, 192 * M - CHUNK_MAX + 1, device, Phase::Loading), Placement::T2);
     }
 
     #[test]
@@ -369,8 +369,8 @@ mod tests {
         // Another process holds 70 of 80 GiB: 9 GiB may still be ours, not 10.
         let shared = DeviceView { ordinal: 0, physical: 80 * G, others: 70 * G };
         assert_eq!(config.place(9 * G, 0, shared, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(9 * G + 1, 0, shared, Phase::Loading), Placement::Host);
-        assert_eq!(config.place(G, 8 * G + 1, shared, Phase::Computing), Placement::Host);
+        assert_eq!(config.place(9 * G + 1, 0, shared, Phase::Loading), Placement::T2);
+        assert_eq!(config.place(G, 8 * G + 1, shared, Phase::Computing), Placement::T2);
         // Small allocations ignore it: the headroom absorbs them.
         assert_eq!(config.place(M, 9 * G, shared, Phase::Computing), Placement::Vram);
         // The device full of others: no split head either.
