@@ -27,6 +27,7 @@ use crate::memory::budget;
 use crate::memory::movable::{self, Movable, Reserved, Started};
 use crate::memory::release;
 use crate::rules::config;
+use crate::rules::placement::Rules;
 use crate::rules::tiering::{self, Candidate, Move, Room};
 use crate::sys::log::Mib;
 use crate::sys::publish;
@@ -123,7 +124,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     let (Some((free, total)), Some(physical)) = (cuda::device_memory(), cuda::physical_vram(device)) else {
         return answered;
     };
-    let headroom = config.headroom(device, physical.max(total));
+    let headroom = Rules::of(config).headroom(device, physical.max(total));
     let answered = if free >= headroom { 0 } else { answered };
     let room = Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
     if room.pressing() {

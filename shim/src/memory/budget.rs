@@ -13,7 +13,7 @@ use crate::backend;
 use crate::cuda;
 use crate::cuda::ffi::CuDevice;
 use crate::rules::config;
-use crate::rules::placement::{DeviceView, Phase, CHUNK_MAX};
+use crate::rules::placement::{DeviceView, Phase, Rules, CHUNK_MAX};
 use crate::sys::clock::monotonic_ns;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
@@ -81,14 +81,14 @@ pub(super) fn computing() -> bool {
 static POOLED: AtomicBool = AtomicBool::new(false);
 
 /// Whether an allocation of `size` for `device`, not yet placed, pools the program's
-/// weights (`Config::is_pool`, against what the process holds now) while it loads.
+/// weights (`placement::Rules::is_pool`, against what the process holds now) while it loads.
 pub fn is_pool(size: u64, device: CuDevice) -> bool {
     if POOLED.load(Ordering::Relaxed) || computing() {
         return false;
     }
     let Some(physical) = cuda::physical_vram(device) else { return false };
     let held = vram_in_use(device).saturating_add(STATS.t2_used.load(Ordering::Relaxed));
-    config::get().is_pool(size, held, device, physical)
+    Rules::of(config::get()).is_pool(size, held, device, physical)
 }
 
 /// Notes that the pool `is_pool` found was placed: from now on the reserve takes the
@@ -166,7 +166,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     };
     let phase = phase_of(size, device);
     let view = view(device, physical);
-    let reserved = reserve_if(device, size, |in_use| config.place(size, in_use, view, phase).is_vram());
+    let reserved = reserve_if(device, size, |in_use| Rules::of(config).place(size, in_use, view, phase).is_vram());
     if reserved.is_none() && budget_has_room(size, device) {
         // The budget had room: the device's state sent it to T2.
         stats::bump(&STATS.headroom_spills);
@@ -175,7 +175,7 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
             Mib(size),
             device,
             Mib(view.others),
-            Mib(config.headroom(device, physical))
+            Mib(Rules::of(config).headroom(device, physical))
         );
     }
     reserved
@@ -187,14 +187,14 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
 pub fn budget_has_room(size: u64, device: CuDevice) -> bool {
     let Some(physical) = cuda::physical_vram(device) else { return true };
     let phase = phase_of(size, device);
-    config::get().place(size, vram_in_use(device), DeviceView::alone(device, physical), phase).is_vram()
+    Rules::of(config::get()).place(size, vram_in_use(device), DeviceView::alone(device, physical), phase).is_vram()
 }
 
 /// The placement limit on `device` now (budget and device room, the program running or
 /// not); `None` when the driver does not tell the device's size.
 fn placement_limit(device: CuDevice) -> Option<u64> {
     let physical = cuda::physical_vram(device)?;
-    Some(config::get().vram_limit(view(device, physical), computing()))
+    Some(Rules::of(config::get()).vram_limit(view(device, physical), computing()))
 }
 
 /// VRAM the placement limit still leaves this process on `device`, for live tiering's
@@ -210,14 +210,14 @@ pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation
 }
 
 /// Reserves the VRAM head of a split allocation of `total` bytes (whole `granularity`
-/// units): what the placement rule leaves it (`Config::split_head`), in whole units, one
+/// units): what the placement rule leaves it (`placement::Rules::split_head`), in whole units, one
 /// at least left to the tail. `None` when not one unit is left.
 pub(super) fn reserve_vram_head(device: CuDevice, granularity: u64, total: u64) -> Option<VramReservation> {
     let (config, physical) = (config::get(), cuda::physical_vram(device)?);
     let counter = vram_counter(device)?;
     let view = view(device, physical);
     let phase = phase_of(total, device);
-    let room = |in_use: u64| config.split_head(in_use, view, granularity, total, phase);
+    let room = |in_use: u64| Rules::of(config).split_head(in_use, view, granularity, total, phase);
     let before = counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |in_use| {
             let head = room(in_use);
@@ -319,7 +319,8 @@ fn uncount_vram(device: CuDevice, bytes: u64) {
 /// first VRAM charge so that the module's stats show T1 even before anything spills.
 fn report_t1(device: CuDevice) {
     if let Some(backend) = backend::get() {
-        let budget = cuda::physical_vram(device).map_or(0, |physical| config::get().budget(device, physical));
+        let budget =
+            cuda::physical_vram(device).map_or(0, |physical| Rules::of(config::get()).budget(device, physical));
         backend.report_t1(stats::load(&STATS.t1_used), budget, false);
     }
 }

@@ -6,6 +6,7 @@ use crate::cuda;
 use crate::cuda::ffi::CuDevice;
 use crate::memory::budget;
 use crate::rules::config::{self, ReportMode};
+use crate::rules::placement::Rules;
 use crate::sys::stats::{self, STATS};
 
 /// (free, total) as the program should see them, from the driver's real figures.
@@ -15,7 +16,7 @@ pub fn reported(device: CuDevice, real_free: u64, real_total: u64) -> (u64, u64)
         ReportMode::Physical => (0, 0),
         ReportMode::Combined => (budget::t2_capacity(), stats::load(&STATS.t2_used)),
     };
-    config.report(device, real_free, real_total, t2_cap, t2_used)
+    Rules::of(config).report(device, real_free, real_total, t2_cap, t2_used)
 }
 
 /// After a successful real cuMemGetInfo/cudaMemGetInfo: the free and total figures it

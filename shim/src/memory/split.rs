@@ -18,6 +18,7 @@ use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::memory::budget::{self, T2Charge, T2Reservation, VramCharge};
 use crate::rules::config;
+use crate::rules::placement::Rules;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
 
@@ -76,7 +77,7 @@ pub fn create(
     device: CuDevice,
     reserve_tail: impl FnOnce(u64) -> Option<T2Reservation>,
 ) -> Option<SplitAllocation> {
-    if !config::get().may_split(size) {
+    if !Rules::of(config::get()).may_split(size) {
         return None;
     }
     let context = cuda::current_context()?;

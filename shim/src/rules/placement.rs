@@ -54,7 +54,7 @@ impl Placement {
 /// its blocks there and took 273 ms (`bench/results/placement-probe-2026-12-03.md`).
 pub const CHUNK_MAX: u64 = 20 << 20;
 
-/// How far the program has come, as far as the reserve is concerned (see `Config::place`).
+/// How far the program has come, as far as the reserve is concerned (see `Rules::place`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// Loading: the reserve is kept free for what the program allocates once it computes,
@@ -62,7 +62,7 @@ pub enum Phase {
     /// chunks still to come (weights are weights wherever they are read from; a chunk
     /// also holds what the program computes).
     Loading,
-    /// Loading, and this allocation pools the program's weights (`Config::is_pool`): it
+    /// Loading, and this allocation pools the program's weights (`Rules::is_pool`): it
     /// keeps the reserve only, as it is all the weights.
     Pooling,
     /// Loading, after one allocation took at least half the budget at once, more than the
@@ -86,21 +86,31 @@ impl Phase {
     }
 }
 
-impl Config {
+/// The placement and report rules of one configuration.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    config: &'a Config,
+}
+
+impl<'a> Rules<'a> {
+    pub fn of(config: &'a Config) -> Rules<'a> {
+        Rules { config }
+    }
+
     /// VRAM the process may use on device `ordinal` with `physical` bytes.
     pub fn budget(&self, ordinal: CuDevice, physical: u64) -> u64 {
-        self.vram_budget.get(ordinal).map_or(physical, |budget| budget.min(physical))
+        self.config.vram_budget.get(ordinal).map_or(physical, |budget| budget.min(physical))
     }
 
     /// VRAM kept free under the budget while the program loads.
     pub fn reserve(&self, ordinal: CuDevice, physical: u64) -> u64 {
-        self.vram_reserve.unwrap_or_else(|| default_vram_reserve(self.budget(ordinal, physical)))
+        self.config.vram_reserve.unwrap_or_else(|| default_vram_reserve(self.budget(ordinal, physical)))
     }
 
     /// VRAM kept free on a device with `physical` bytes: GREENBOOST_VRAM_HEADROOM, else
     /// the default, at most an eighth of the device.
     pub fn headroom(&self, ordinal: CuDevice, physical: u64) -> u64 {
-        self.vram_headroom.get(ordinal).unwrap_or_else(|| default_vram_headroom(physical))
+        self.config.vram_headroom.get(ordinal).unwrap_or_else(|| default_vram_headroom(physical))
     }
 
     /// VRAM this process may have on `device`: the budget, and never so much that less
@@ -137,7 +147,7 @@ impl Config {
     /// Allocations below the minimum T2 size always go to VRAM, headroom or not: they
     /// are small, and the headroom is sized to absorb them.
     pub fn place(&self, size: u64, vram_in_use: u64, device: DeviceView, phase: Phase) -> Placement {
-        if size < self.min_t2_size {
+        if size < self.config.min_t2_size {
             return Placement::Vram;
         }
         let limit = self.room_keeping(device, phase.reserves_kept(size));
@@ -157,7 +167,7 @@ impl Config {
     /// Whether an allocation of `size` that the budget sends to T2 may be split between
     /// VRAM and T2 (GREENBOOST_SPLIT_MIN).
     pub fn may_split(&self, size: u64) -> bool {
-        self.split_min.is_some_and(|min| size >= min)
+        self.config.split_min.is_some_and(|min| size >= min)
     }
 
     /// The VRAM head a split allocation of `total` bytes (whole `granularity` units) gets
@@ -186,7 +196,7 @@ impl Config {
         let total = self.budget(ordinal, real_total);
         let used = real_total.saturating_sub(real_free);
         let free = total.saturating_sub(used).min(real_free).saturating_sub(self.headroom(ordinal, real_total));
-        match self.report {
+        match self.config.report {
             ReportMode::Physical => (free, total),
             ReportMode::Combined => (free.saturating_add(t2_cap.saturating_sub(t2_used)), total.saturating_add(t2_cap)),
         }
@@ -201,39 +211,69 @@ mod tests {
     const G: u64 = 1 << 30;
     const M: u64 = 1 << 20;
     #[test]
+    fn only_allocations_of_the_split_minimum_are_split() {
+        let default = Config::default();
+        assert!(!Rules::of(&default).may_split(256 * M - 1));
+        assert!(Rules::of(&default).may_split(256 * M));
+        let off = Config { split_min: None, ..Config::default() };
+        assert!(!Rules::of(&off).may_split(u64::MAX));
+    }
+
+    #[test]
     fn split_head_is_the_room_left_in_whole_granules() {
         let config = Config { vram_budget: PerDevice::every(512 * M), vram_reserve: Some(0), ..Config::default() };
         let (physical, granule) = (G, 2 * M);
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Computing), 512 * M);
+        assert_eq!(
+            Rules::of(&config).split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Computing),
+            512 * M
+        );
         // Room that is not a whole granule is left over.
         assert_eq!(
-            config.split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G, Phase::Computing),
+            Rules::of(&config).split_head(100 * M + 1, DeviceView::alone(0, physical), granule, G, Phase::Computing),
             410 * M
         );
         // Less than one granule left, or the budget spent: no head.
-        assert_eq!(config.split_head(511 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing), 0);
-        assert_eq!(config.split_head(600 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing), 0);
+        assert_eq!(
+            Rules::of(&config).split_head(511 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing),
+            0
+        );
+        assert_eq!(
+            Rules::of(&config).split_head(600 * M, DeviceView::alone(0, physical), granule, G, Phase::Computing),
+            0
+        );
         // The head never takes all of the allocation.
-        assert_eq!(config.split_head(0, DeviceView::alone(0, physical), granule, 302 * M, Phase::Computing), 300 * M);
+        assert_eq!(
+            Rules::of(&config).split_head(0, DeviceView::alone(0, physical), granule, 302 * M, Phase::Computing),
+            300 * M
+        );
         // The reserve is left to smaller allocations.
         let reserved = Config { vram_reserve: Some(128 * M), ..config };
         for phase in [Phase::Pooling, Phase::LoadingAfterPool, Phase::Computing] {
-            assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G, phase), 384 * M);
+            assert_eq!(Rules::of(&reserved).split_head(0, DeviceView::alone(0, physical), granule, G, phase), 384 * M);
         }
         // While loading, the chunks' room too, as for a whole allocation of its size.
-        assert_eq!(reserved.split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Loading), 256 * M);
-        assert_eq!(reserved.place(256 * M, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
-        assert_eq!(reserved.place(256 * M + 1, 0, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
+        assert_eq!(
+            Rules::of(&reserved).split_head(0, DeviceView::alone(0, physical), granule, G, Phase::Loading),
+            256 * M
+        );
+        assert_eq!(
+            Rules::of(&reserved).place(256 * M, 0, DeviceView::alone(0, physical), Phase::Loading),
+            Placement::Vram
+        );
+        assert_eq!(
+            Rules::of(&reserved).place(256 * M + 1, 0, DeviceView::alone(0, physical), Phase::Loading),
+            Placement::T2
+        );
     }
 
     #[test]
     fn vram_limit_is_the_budget_minus_the_reserve_until_running() {
         let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
-        assert_eq!(config.vram_limit(DeviceView::alone(0, 80 * G), false), 7 * G);
-        assert_eq!(config.vram_limit(DeviceView::alone(0, 80 * G), true), 8 * G);
+        assert_eq!(Rules::of(&config).vram_limit(DeviceView::alone(0, 80 * G), false), 7 * G);
+        assert_eq!(Rules::of(&config).vram_limit(DeviceView::alone(0, 80 * G), true), 8 * G);
         let reserve_over_budget =
             Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(reserve_over_budget.vram_limit(DeviceView::alone(0, 80 * G), false), 0);
+        assert_eq!(Rules::of(&reserve_over_budget).vram_limit(DeviceView::alone(0, 80 * G), false), 0);
     }
 
     #[test]
@@ -245,26 +285,47 @@ mod tests {
             ..Config::default()
         };
         let physical = 80 * G;
-        assert_eq!(config.place(7 * G, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::T2);
-        assert_eq!(config.place(G, 6 * G, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
-        assert_eq!(config.place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Pooling), Placement::T2);
+        assert_eq!(Rules::of(&config).place(7 * G, 0, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
+        assert_eq!(
+            Rules::of(&config).place(7 * G + 1, 0, DeviceView::alone(0, physical), Phase::Pooling),
+            Placement::T2
+        );
+        assert_eq!(Rules::of(&config).place(G, 6 * G, DeviceView::alone(0, physical), Phase::Pooling), Placement::Vram);
+        assert_eq!(
+            Rules::of(&config).place(G, 6 * G + 1, DeviceView::alone(0, physical), Phase::Pooling),
+            Placement::T2
+        );
         // Below the minimum: VRAM even when the budget is spent.
-        assert_eq!(config.place(M, 100 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::Vram);
+        assert_eq!(
+            Rules::of(&config).place(M, 100 * G, DeviceView::alone(0, physical), Phase::Loading),
+            Placement::Vram
+        );
         // The physical size caps a larger budget.
         let small_card = 4 * G;
-        assert_eq!(config.place(3 * G + 1, 0, DeviceView::alone(0, small_card), Phase::Loading), Placement::T2);
+        assert_eq!(
+            Rules::of(&config).place(3 * G + 1, 0, DeviceView::alone(0, small_card), Phase::Loading),
+            Placement::T2
+        );
         // Overflowing sums never wrap into VRAM.
-        assert_eq!(config.place(u64::MAX, 1, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
+        assert_eq!(
+            Rules::of(&config).place(u64::MAX, 1, DeviceView::alone(0, physical), Phase::Loading),
+            Placement::T2
+        );
     }
 
     #[test]
     fn running_programs_may_use_the_reserve() {
         let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
         let physical = 80 * G;
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
-        assert_eq!(config.place(G, 7 * G, DeviceView::alone(0, physical), Phase::Computing), Placement::Vram);
-        assert_eq!(config.place(G, 7 * G + 1, DeviceView::alone(0, physical), Phase::Computing), Placement::T2);
+        assert_eq!(Rules::of(&config).place(G, 7 * G, DeviceView::alone(0, physical), Phase::Loading), Placement::T2);
+        assert_eq!(
+            Rules::of(&config).place(G, 7 * G, DeviceView::alone(0, physical), Phase::Computing),
+            Placement::Vram
+        );
+        assert_eq!(
+            Rules::of(&config).place(G, 7 * G + 1, DeviceView::alone(0, physical), Phase::Computing),
+            Placement::T2
+        );
     }
 
     #[test]
@@ -273,24 +334,24 @@ mod tests {
         let device = DeviceView::alone(0, 80 * G);
         // llama.cpp: the weights in one allocation larger than the budget, split up to
         // 7 GiB; then the KV cache and the compute buffer.
-        assert!(config.is_pool(30 * G, 0, 0, 80 * G));
-        assert_eq!(config.place(G / 2, 7 * G, device, Phase::Loading), Placement::T2);
-        assert_eq!(config.place(G / 2, 7 * G, device, Phase::LoadingAfterPool), Placement::Vram);
-        assert_eq!(config.place(G / 2, 7 * G + G / 2, device, Phase::LoadingAfterPool), Placement::Vram);
-        assert_eq!(config.place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::T2);
+        assert!(Rules::of(&config).is_pool(30 * G, 0, 0, 80 * G));
+        assert_eq!(Rules::of(&config).place(G / 2, 7 * G, device, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(G / 2, 7 * G, device, Phase::LoadingAfterPool), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(G / 2, 7 * G + G / 2, device, Phase::LoadingAfterPool), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(G / 2, 7 * G + G / 2 + 1, device, Phase::LoadingAfterPool), Placement::T2);
         // A buffer larger than the reserve leaves it to the smaller ones after it: no
         // head, before computing or after.
         for phase in [Phase::LoadingAfterPool, Phase::Computing] {
-            assert_eq!(config.split_head(7 * G, device, 2 * M, 2 * G, phase), 0);
+            assert_eq!(Rules::of(&config).split_head(7 * G, device, 2 * M, 2 * G, phase), 0);
         }
         // PyTorch's weights, one tensor at a time, are no pool: neither is a first
         // tensor below half the budget nor a large one after others.
-        assert!(!config.is_pool(4 * G - 1, 0, 0, 80 * G));
-        assert!(!config.is_pool(5 * G, 5 * G, 0, 80 * G));
-        assert!(config.is_pool(5 * G, 5 * G - 1, 0, 80 * G));
+        assert!(!Rules::of(&config).is_pool(4 * G - 1, 0, 0, 80 * G));
+        assert!(!Rules::of(&config).is_pool(5 * G, 5 * G, 0, 80 * G));
+        assert!(Rules::of(&config).is_pool(5 * G, 5 * G - 1, 0, 80 * G));
         // Without a budget, half the device.
-        assert!(Config::default().is_pool(40 * G, 0, 0, 80 * G));
-        assert!(!Config::default().is_pool(40 * G - 1, 0, 0, 80 * G));
+        assert!(Rules::of(&Config::default()).is_pool(40 * G, 0, 0, 80 * G));
+        assert!(!Rules::of(&Config::default()).is_pool(40 * G - 1, 0, 0, 80 * G));
     }
 
     #[test]
@@ -298,51 +359,51 @@ mod tests {
         let config = Config { vram_budget: PerDevice::every(8 * G), vram_reserve: Some(G), ..Config::default() };
         let device = DeviceView::alone(0, 80 * G);
         // Tensors larger than a chunk stop at the budget less twice the reserve...
-        assert_eq!(config.place(G, 5 * G, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(G, 5 * G + 1, device, Phase::Loading), Placement::T2);
-        assert_eq!(config.place(CHUNK_MAX + 1, 6 * G - CHUNK_MAX, device, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(G, 5 * G, device, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(G, 5 * G + 1, device, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(CHUNK_MAX + 1, 6 * G - CHUNK_MAX, device, Phase::Loading), Placement::T2);
         // ...so that a pool's chunks after them still find VRAM, up to the reserve.
-        assert_eq!(config.place(CHUNK_MAX, 6 * G, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(CHUNK_MAX, 7 * G - CHUNK_MAX + 1, device, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(CHUNK_MAX, 6 * G, device, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(CHUNK_MAX, 7 * G - CHUNK_MAX, device, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(CHUNK_MAX, 7 * G - CHUNK_MAX + 1, device, Phase::Loading), Placement::T2);
         // The weights in one pool keep the reserve once, as before; once the program
         // computes, or after a pool, the reserve and what the chunks left of it open.
-        assert_eq!(config.place(7 * G, 0, device, Phase::Pooling), Placement::Vram);
-        assert_eq!(config.place(7 * G + 1, 0, device, Phase::Pooling), Placement::T2);
-        assert_eq!(config.place(2 * G, 6 * G, device, Phase::Computing), Placement::Vram);
-        assert_eq!(config.place(2 * G, 6 * G, device, Phase::LoadingAfterPool), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(7 * G, 0, device, Phase::Pooling), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(7 * G + 1, 0, device, Phase::Pooling), Placement::T2);
+        assert_eq!(Rules::of(&config).place(2 * G, 6 * G, device, Phase::Computing), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(2 * G, 6 * G, device, Phase::LoadingAfterPool), Placement::Vram);
         // No reserve, nothing kept for chunks either.
         let unreserved = Config { vram_reserve: Some(0), ..config };
-        assert_eq!(unreserved.place(G, 7 * G, device, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&unreserved).place(G, 7 * G, device, Phase::Loading), Placement::Vram);
     }
 
     #[test]
     fn reserve_larger_than_budget_sends_everything_large_to_t2() {
         let config = Config { vram_budget: PerDevice::every(G), vram_reserve: Some(2 * G), ..Config::default() };
-        assert_eq!(config.place(2 * M, 0, DeviceView::alone(0, 8 * G), Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(2 * M, 0, DeviceView::alone(0, 8 * G), Phase::Loading), Placement::T2);
     }
 
     #[test]
     fn default_reserve_is_an_eighth_of_the_budget_up_to_512_mib() {
         let config = Config::default();
-        assert_eq!(config.reserve(0, 256 * M), 32 * M);
-        assert_eq!(config.reserve(0, 80 * G), 512 * M);
+        assert_eq!(Rules::of(&config).reserve(0, 256 * M), 32 * M);
+        assert_eq!(Rules::of(&config).reserve(0, 80 * G), 512 * M);
         let budgeted = Config { vram_budget: PerDevice::every(G), ..Config::default() };
-        assert_eq!(budgeted.reserve(0, 80 * G), 128 * M);
+        assert_eq!(Rules::of(&budgeted).reserve(0, 80 * G), 128 * M);
         // 256 MiB device, 32 MiB of headroom and of reserve: while loading, two of six
         // 64 MiB tensors fit under 160 MiB (the reserve kept twice over), the chunks after
         // them up to 192 MiB.
         let device = DeviceView::alone(0, 256 * M);
-        assert_eq!(config.place(64 * M, 64 * M, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(64 * M, 128 * M, device, Phase::Loading), Placement::T2);
-        assert_eq!(config.place(CHUNK_MAX, 128 * M, device, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(CHUNK_MAX, 192 * M - CHUNK_MAX + 1, device, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(64 * M, 64 * M, device, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(64 * M, 128 * M, device, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(CHUNK_MAX, 128 * M, device, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(CHUNK_MAX, 192 * M - CHUNK_MAX + 1, device, Phase::Loading), Placement::T2);
     }
 
     #[test]
     fn physical_report_without_budget_is_the_driver_figure() {
         let config = Config { vram_headroom: PerDevice::every(0), ..Config::default() };
-        assert_eq!(config.report(0, 3 * G, 16 * G, 64 * G, 0), (3 * G, 16 * G));
+        assert_eq!(Rules::of(&config).report(0, 3 * G, 16 * G, 64 * G, 0), (3 * G, 16 * G));
     }
 
     #[test]
@@ -350,17 +411,17 @@ mod tests {
         let config =
             Config { vram_budget: PerDevice::every(8 * G), vram_headroom: PerDevice::every(0), ..Config::default() };
         // 80 GiB card with 10 GiB used: 8 GiB total, nothing... used 10 > 8 -> 0 free.
-        assert_eq!(config.report(0, 70 * G, 80 * G, 0, 0), (0, 8 * G));
+        assert_eq!(Rules::of(&config).report(0, 70 * G, 80 * G, 0, 0), (0, 8 * G));
         // 2 GiB used: 6 GiB free.
-        assert_eq!(config.report(0, 78 * G, 80 * G, 0, 0), (6 * G, 8 * G));
+        assert_eq!(Rules::of(&config).report(0, 78 * G, 80 * G, 0, 0), (6 * G, 8 * G));
     }
 
     #[test]
     fn combined_report_adds_t2() {
         let config = Config { report: ReportMode::Combined, vram_headroom: PerDevice::every(0), ..Config::default() };
-        assert_eq!(config.report(0, 3 * G, 16 * G, 64 * G, 4 * G), (63 * G, 80 * G));
+        assert_eq!(Rules::of(&config).report(0, 3 * G, 16 * G, 64 * G, 4 * G), (63 * G, 80 * G));
         // T2 over its cap (pending frees) never makes free wrap.
-        assert_eq!(config.report(0, 3 * G, 16 * G, 64 * G, 65 * G), (3 * G, 80 * G));
+        assert_eq!(Rules::of(&config).report(0, 3 * G, 16 * G, 64 * G, 65 * G), (3 * G, 80 * G));
     }
 
     #[test]
@@ -368,37 +429,37 @@ mod tests {
         let config = Config { vram_headroom: PerDevice::every(G), vram_reserve: Some(0), ..Config::default() };
         // Another process holds 70 of 80 GiB: 9 GiB may still be ours, not 10.
         let shared = DeviceView { ordinal: 0, physical: 80 * G, others: 70 * G };
-        assert_eq!(config.place(9 * G, 0, shared, Phase::Loading), Placement::Vram);
-        assert_eq!(config.place(9 * G + 1, 0, shared, Phase::Loading), Placement::T2);
-        assert_eq!(config.place(G, 8 * G + 1, shared, Phase::Computing), Placement::T2);
+        assert_eq!(Rules::of(&config).place(9 * G, 0, shared, Phase::Loading), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(9 * G + 1, 0, shared, Phase::Loading), Placement::T2);
+        assert_eq!(Rules::of(&config).place(G, 8 * G + 1, shared, Phase::Computing), Placement::T2);
         // Small allocations ignore it: the headroom absorbs them.
-        assert_eq!(config.place(M, 9 * G, shared, Phase::Computing), Placement::Vram);
+        assert_eq!(Rules::of(&config).place(M, 9 * G, shared, Phase::Computing), Placement::Vram);
         // The device full of others: no split head either.
         let full = DeviceView { ordinal: 0, physical: 80 * G, others: 79 * G + 1 };
-        assert_eq!(config.split_head(0, full, 2 * M, 4 * G, Phase::Computing), 0);
-        assert_eq!(config.split_head(0, shared, 2 * M, 20 * G, Phase::Computing), 9 * G);
+        assert_eq!(Rules::of(&config).split_head(0, full, 2 * M, 4 * G, Phase::Computing), 0);
+        assert_eq!(Rules::of(&config).split_head(0, shared, 2 * M, 20 * G, Phase::Computing), 9 * G);
         // The budget still bounds the process when the device has room.
         let budgeted = Config { vram_budget: PerDevice::every(4 * G), ..config };
-        assert_eq!(budgeted.vram_limit(shared, true), 4 * G);
+        assert_eq!(Rules::of(&budgeted).vram_limit(shared, true), 4 * G);
         // While the program loads, the reserve is kept inside what the device leaves.
         let reserved = Config { vram_reserve: Some(G), ..config };
-        assert_eq!(reserved.vram_limit(shared, false), 8 * G);
-        assert_eq!(reserved.vram_limit(shared, true), 9 * G);
+        assert_eq!(Rules::of(&reserved).vram_limit(shared, false), 8 * G);
+        assert_eq!(Rules::of(&reserved).vram_limit(shared, true), 9 * G);
     }
 
     #[test]
     fn the_headroom_is_never_reported_free() {
         let config = Config { vram_headroom: PerDevice::every(G), ..Config::default() };
-        assert_eq!(config.report(0, 3 * G, 80 * G, 0, 0), (2 * G, 80 * G));
-        assert_eq!(config.report(0, G / 2, 80 * G, 0, 0), (0, 80 * G));
+        assert_eq!(Rules::of(&config).report(0, 3 * G, 80 * G, 0, 0), (2 * G, 80 * G));
+        assert_eq!(Rules::of(&config).report(0, G / 2, 80 * G, 0, 0), (0, 80 * G));
         let combined = Config { report: ReportMode::Combined, ..config };
-        assert_eq!(combined.report(0, 3 * G, 80 * G, 64 * G, 4 * G), (62 * G, 144 * G));
+        assert_eq!(Rules::of(&combined).report(0, 3 * G, 80 * G, 64 * G, 4 * G), (62 * G, 144 * G));
     }
 
     #[test]
     fn the_default_headroom_is_at_most_an_eighth_of_the_device() {
         let config = Config::default();
-        assert_eq!(config.headroom(0, 80 * G), G);
-        assert_eq!(config.headroom(0, 128 * M), 16 * M);
+        assert_eq!(Rules::of(&config).headroom(0, 80 * G), G);
+        assert_eq!(Rules::of(&config).headroom(0, 128 * M), 16 * M);
     }
 }
