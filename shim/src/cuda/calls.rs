@@ -157,6 +157,49 @@ pub fn memcpy_async(destination: CuDevicePtr, source: CuDevicePtr, len: u64, str
     driver_call!(cuMemcpyAsync(destination, source, len, stream), "device addresses only, checked by the driver")
 }
 
+/// Loads a module from a NUL-terminated PTX (or cubin) image into the current context.
+pub fn module_load_data(image: &'static [u8]) -> Result<CuModule, CuError> {
+    if image.last() != Some(&0) {
+        return Err(CuError(CuResult::INVALID_VALUE.0));
+    }
+    let mut module = CuModule::NULL;
+    let status = driver_call!(
+        cuModuleLoadData(&mut module, image.as_ptr().cast()),
+        "a NUL-terminated image that outlives the call (static), a valid local for the handle"
+    );
+    status.ok().map(|()| module)
+}
+
+/// The kernel `name` (NUL-terminated) of `module`.
+pub fn module_get_function(module: CuModule, name: &'static std::ffi::CStr) -> Result<CuFunction, CuError> {
+    let mut function = CuFunction::NULL;
+    let status = driver_call!(
+        cuModuleGetFunction(&mut function, module, name.as_ptr()),
+        "a module handle the driver validates, a NUL-terminated name, a valid local for the handle"
+    );
+    status.ok().map(|()| function)
+}
+
+/// Launches `function` on `stream` over a one-dimensional grid of `blocks` blocks of
+/// `threads` threads, with the arguments `params` points to.
+///
+/// # Safety
+/// `params` holds one pointer per parameter of `function`, in order, each to a value of
+/// that parameter's type, live until the call returns; the memory the kernel reads and
+/// writes through those values is the device's, valid until the kernel has run.
+pub unsafe fn launch_kernel(
+    function: CuFunction,
+    blocks: u32,
+    threads: u32,
+    stream: Stream,
+    params: &mut [*mut c_void],
+) -> CuResult {
+    driver_call!(
+        cuLaunchKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()),
+        "the caller's parameters (see # Safety); no extra launch options"
+    )
+}
+
 /// Copies `destination.len()` bytes from a device address into host memory (waits).
 pub fn memcpy_to_host(destination: &mut [u8], source: CuDevicePtr) -> CuResult {
     driver_call!(

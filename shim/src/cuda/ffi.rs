@@ -151,6 +151,14 @@ handle!(
     ExternalMemory
 );
 handle!(
+    /// `CUmodule`.
+    CuModule
+);
+handle!(
+    /// `CUfunction`.
+    CuFunction
+);
+handle!(
     /// `nvmlDevice_t`.
     NvmlDevice
 );
@@ -175,6 +183,14 @@ nullable!(Context, Stream, Event);
 
 impl ExternalMemory {
     pub const NULL: ExternalMemory = ExternalMemory(std::ptr::null_mut());
+}
+
+impl CuModule {
+    pub const NULL: CuModule = CuModule(std::ptr::null_mut());
+}
+
+impl CuFunction {
+    pub const NULL: CuFunction = CuFunction(std::ptr::null_mut());
 }
 
 impl Stream {

@@ -9,5 +9,6 @@ pub(crate) mod ffi;
 pub(crate) mod libs;
 pub(crate) mod real;
 mod calls;
+pub(crate) mod sm_copy;
 
 pub(crate) use calls::*;

@@ -102,6 +102,9 @@ macro_rules! cuda_functions {
             Driver called fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> CuResult;
             Driver called fn cuImportExternalMemory(external: *mut ExternalMemory, desc: *const CudaExternalMemoryHandleDesc) -> CuResult;
             Driver called fn cuDestroyExternalMemory(external: ExternalMemory) -> CuResult;
+            Driver called fn cuModuleLoadData(module: *mut CuModule, image: *const c_void) -> CuResult;
+            Driver called fn cuModuleGetFunction(function: *mut CuFunction, module: CuModule, name: *const c_char) -> CuResult;
+            Driver called fn cuLaunchKernel(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
             // NVML (libnvidia-ml.so.1).
             Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
             Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;
@@ -163,8 +166,9 @@ macro_rules! is_hooked {
 
 macro_rules! real_functions {
     ($($api:ident $mode:ident fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*) => {
-        /// One variant per function of the table, in table order.
-        #[allow(non_camel_case_types)]
+        /// One variant per function of the table, in table order, named as in C (so
+        /// `cuModuleGetFunction` ends with the enum's name).
+        #[allow(non_camel_case_types, clippy::enum_variant_names)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[repr(usize)]
         pub enum Function { $($name,)* }

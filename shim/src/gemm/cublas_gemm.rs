@@ -125,7 +125,7 @@ pub fn gemm_slicing(
 ) -> Option<(Slicing, Option<(WholeAlgorithm, GemmShape)>)> {
     // Never cut: nothing to describe, and no cuBLAS call to make for it.
     let settings = Settings::of(config::get());
-    let in_t2 = |operand: &Operand| registry::touches_pinned_t2(operand.address, operand.bytes);
+    let in_t2 = |operand: &Operand| registry::t2_kind(operand.address, operand.bytes).is_some();
     if call.batch != 1 || !stage_plan::may_cut(&settings, operands, in_t2) {
         return None;
     }
@@ -198,7 +198,7 @@ fn lt_shape(
         operand.filter(|operand| {
             cuttable
                 && stage_plan::may_be_cut(settings, operand)
-                && registry::touches_pinned_t2(operand.address, operand.bytes)
+                && registry::t2_kind(operand.address, operand.bytes).is_some()
         })
     };
     operands.iter().zip(cuttable).find_map(cut_in_t2)?;

@@ -11,6 +11,7 @@
 use crate::gemm::product::{Operand, SliceAxis, Slicing, KEPT_ALIGNMENT};
 use crate::gemm::slice_plan::SlicePlan;
 use crate::gemm::verdicts::{Decision, Verdicts};
+use crate::memory::registry::T2Kind;
 use crate::rules::config::Config;
 
 /// Each half of a scratch grown for a streamed operand holds this much: on the H200 copies
@@ -82,8 +83,11 @@ pub(super) struct PlanInput<'a> {
     pub(super) settings: Settings,
     /// The product's operands, as its hook described them.
     pub(super) operands: [Option<Operand>; 2],
-    /// Which operands lie (partly) in pinned T2; asked for `candidates` only.
-    pub(super) in_t2: [bool; 2],
+    /// Which operands lie (partly) in T2, and in which kind; asked for `candidates` only.
+    pub(super) in_t2: [Option<T2Kind>; 2],
+    /// Whether the SMs can copy in this context (its copy kernels loaded): movable T2 is
+    /// staged only then; asked only when a candidate is in movable T2.
+    pub(super) sm_copies: bool,
     /// Whether the product's stream is being captured into a graph; asked only when an
     /// operand would be staged.
     pub(super) capturing: bool,
@@ -102,7 +106,8 @@ pub(super) struct PlanInput<'a> {
 pub(super) enum ZeroCopy {
     /// GREENBOOST_STAGING=off.
     StagingOff,
-    /// No operand in T2 is wide enough to be worth a copy.
+    /// No operand in T2 is wide enough to be worth a copy (or can be copied: movable T2
+    /// where the SMs cannot copy).
     NothingToStage,
     /// A captured copy would replay into a scratch that later products reuse.
     Capturing,
@@ -116,12 +121,20 @@ pub(super) enum ZeroCopy {
     SlicesDiffer,
 }
 
+/// An operand staging copies, and from which kind of T2 (pinned: by the copy engine;
+/// movable: by the SMs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Staged {
+    pub(super) operand: Operand,
+    pub(super) kind: T2Kind,
+}
+
 /// Where each staged operand lies in the scratch (offsets from its base, each at its
 /// operand's own alignment within 256 bytes) and what the scratch must hold: the
 /// operands (`operands_bytes`) and, after them, the slices' workspace (`total_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Layout {
-    pub(super) staged: [Option<Operand>; 2],
+    pub(super) staged: [Option<Staged>; 2],
     pub(super) offsets: [Option<u64>; 2],
     pub(super) operands_bytes: u64,
     pub(super) total_bytes: u64,
@@ -154,14 +167,14 @@ pub(super) enum StagePlan {
 /// workspace (`workspace` bytes) after them, in `cut`'s slices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Streamed {
-    pub(super) source: Operand,
+    pub(super) source: Staged,
     pub(super) ring_bytes: u64,
     pub(super) workspace: u64,
     pub(super) cut: CutPlan,
 }
 
 /// The one staged operand of `staged` (and its index), if exactly one is.
-fn only_one(staged: &[Option<Operand>; 2]) -> Option<(usize, Operand)> {
+fn only_one(staged: &[Option<Staged>; 2]) -> Option<(usize, Staged)> {
     match staged {
         [Some(operand), None] => Some((0, *operand)),
         [None, Some(operand)] => Some((1, *operand)),
@@ -173,17 +186,36 @@ fn round_up(bytes: u64) -> u64 {
     bytes.div_ceil(KEPT_ALIGNMENT) * KEPT_ALIGNMENT
 }
 
+/// Each staged operand at its own alignment offset, one after the other, then the
+/// slices' workspace.
+fn layout(staged: [Option<Staged>; 2], workspace: u64) -> Layout {
+    let mut offsets = [None, None];
+    let mut operands_bytes = 0;
+    for (slot, staged) in offsets.iter_mut().zip(staged.iter()) {
+        if let Some(Staged { operand, .. }) = staged {
+            let start = operands_bytes + operand.address % KEPT_ALIGNMENT;
+            *slot = Some(start);
+            operands_bytes = round_up(start + operand.bytes);
+        }
+    }
+    Layout { staged, offsets, operands_bytes, total_bytes: operands_bytes + round_up(workspace) }
+}
+
 /// What staging does with the product `input` describes.
 pub(super) fn plan(input: &PlanInput<'_>) -> StagePlan {
     let settings = &input.settings;
     if !settings.staging {
         return StagePlan::ZeroCopy(ZeroCopy::StagingOff);
     }
-    let mut staged = candidates(settings, &input.operands);
-    for (operand, in_t2) in staged.iter_mut().zip(input.in_t2) {
-        if !in_t2 {
-            *operand = None;
-        }
+    let mut staged = [None, None];
+    for ((slot, candidate), kind) in staged.iter_mut().zip(candidates(settings, &input.operands)).zip(input.in_t2) {
+        *slot = match (candidate, kind) {
+            (Some(operand), Some(T2Kind::Pinned)) => Some(Staged { operand, kind: T2Kind::Pinned }),
+            (Some(operand), Some(T2Kind::Movable)) if input.sm_copies => {
+                Some(Staged { operand, kind: T2Kind::Movable })
+            }
+            _ => None,
+        };
     }
     if staged.iter().all(Option::is_none) {
         return StagePlan::ZeroCopy(ZeroCopy::NothingToStage);
@@ -196,24 +228,39 @@ pub(super) fn plan(input: &PlanInput<'_>) -> StagePlan {
     }
     let empty = Verdicts::default();
     let verdicts = input.verdicts.unwrap_or(&empty);
-    // Each staged operand at its own alignment offset, one after the other.
-    let mut offsets = [None, None];
-    let mut operands_bytes = 0;
-    for (slot, operand) in offsets.iter_mut().zip(staged.iter()) {
-        if let Some(operand) = operand {
-            let start = operands_bytes + operand.address % KEPT_ALIGNMENT;
-            *slot = Some(start);
-            operands_bytes = round_up(start + operand.bytes);
-        }
-    }
-    // The operands are held to the limit; their slices' workspace (KiB) comes on top.
-    if operands_bytes > settings.stage_max {
-        return streamed(input, &staged, verdicts)
-            .unwrap_or(StagePlan::ZeroCopy(ZeroCopy::TooLarge { needed: operands_bytes }));
-    }
     let workspace = input.slicing.and_then(|slicing| slicing.whole_algorithm_workspace).unwrap_or(0);
-    let layout = Layout { staged, offsets, operands_bytes, total_bytes: operands_bytes + round_up(workspace) };
-    match sliced(input, &staged, verdicts) {
+    let all = layout(staged, workspace);
+    // The operands are held to the limit; their slices' workspace (KiB) comes on top.
+    if all.operands_bytes <= settings.stage_max {
+        return whole_or_sliced(input, all, verdicts);
+    }
+    let [Some(a), Some(b)] = staged else {
+        return streamed(input, &staged, verdicts)
+            .unwrap_or(StagePlan::ZeroCopy(ZeroCopy::TooLarge { needed: all.operands_bytes }));
+    };
+    // Two that do not fit together: the one that fits alone and spares the most reads
+    // over the link (its bytes times the width that re-reads them); else one streamed,
+    // the larger first.
+    let alone = [[Some(a), None], [None, Some(b)]];
+    let saved = |staged: &Staged| staged.operand.bytes.saturating_mul(staged.operand.width.max(0) as u64);
+    let fitting = alone
+        .iter()
+        .map(|one| layout(*one, workspace))
+        .filter(|one| one.operands_bytes <= settings.stage_max)
+        .max_by_key(|one| one.staged.iter().flatten().map(saved).sum::<u64>());
+    if let Some(one) = fitting {
+        return whole_or_sliced(input, one, verdicts);
+    }
+    let larger_first = if a.operand.bytes >= b.operand.bytes { alone } else { [alone[1], alone[0]] };
+    larger_first
+        .iter()
+        .find_map(|one| streamed(input, one, verdicts))
+        .unwrap_or(StagePlan::ZeroCopy(ZeroCopy::TooLarge { needed: all.operands_bytes }))
+}
+
+/// The operands of `layout` copied into the scratch, whole or in slices.
+fn whole_or_sliced(input: &PlanInput<'_>, layout: Layout, verdicts: &Verdicts) -> StagePlan {
+    match sliced(input, &layout.staged, verdicts) {
         Some(cut) => StagePlan::Sliced(layout, cut),
         None => StagePlan::Whole(layout),
     }
@@ -221,10 +268,10 @@ pub(super) fn plan(input: &PlanInput<'_>) -> StagePlan {
 
 /// How to slice a product whose one staged operand is wide enough (GREENBOOST_STAGE_SLICES
 /// above 1); `None`: whole.
-fn sliced(input: &PlanInput<'_>, staged: &[Option<Operand>; 2], verdicts: &Verdicts) -> Option<CutPlan> {
+fn sliced(input: &PlanInput<'_>, staged: &[Option<Staged>; 2], verdicts: &Verdicts) -> Option<CutPlan> {
     let slicing = input.slicing?;
     let (operand, source) = only_one(staged)?;
-    if source.width < MIN_SLICED_WIDTH {
+    if source.operand.width < MIN_SLICED_WIDTH {
         return None;
     }
     let axis = slicing.axes[operand]?;
@@ -240,7 +287,7 @@ fn sliced(input: &PlanInput<'_>, staged: &[Option<Operand>; 2], verdicts: &Verdi
 /// of `MIN_STREAM_HALF` (other staged products grew it: streaming takes no more VRAM),
 /// else through one grown to two halves of GREENBOOST_STAGE_MAX / 2 or `STREAM_HALF`,
 /// whichever is less. `None` when it does not apply.
-fn streamed(input: &PlanInput<'_>, staged: &[Option<Operand>; 2], verdicts: &Verdicts) -> Option<StagePlan> {
+fn streamed(input: &PlanInput<'_>, staged: &[Option<Staged>; 2], verdicts: &Verdicts) -> Option<StagePlan> {
     let slicing = input.slicing?;
     let workspace = round_up(slicing.whole_algorithm_workspace?);
     let (operand, source) = only_one(staged)?;
@@ -260,169 +307,5 @@ fn streamed(input: &PlanInput<'_>, staged: &[Option<Operand>; 2], verdicts: &Ver
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gemm::verdicts::Comparison;
-
-    const MIB: u64 = 1 << 20;
-
-    fn settings(slices: u64) -> Settings {
-        Settings { staging: true, min_width: 1, stage_max: 256 * MIB, slices }
-    }
-
-    /// A weight of `rows` rows of 8 KiB (bf16, 4096 wide) at `address`, re-read `width` times.
-    fn weight(address: u64, rows: i64, width: i64) -> Operand {
-        Operand { address, bytes: rows as u64 * 8192, width }
-    }
-
-    fn slicing(rows: i64, workspace: Option<u64>) -> Slicing {
-        Slicing {
-            axes: [Some(SliceAxis { length: rows, operand_step: 8192, output_step: 2 }), None],
-            output: 0x9000_0000,
-            output_bytes: rows as u64 * 2 * 512,
-            output_element: 2,
-            shape: [7; 20],
-            whole_algorithm_workspace: workspace,
-        }
-    }
-
-    fn input<'a>(settings: Settings, operands: [Option<Operand>; 2], slicing: Option<&'a Slicing>) -> PlanInput<'a> {
-        PlanInput {
-            settings,
-            operands,
-            in_t2: operands.map(|operand| operand.is_some()),
-            capturing: false,
-            has_context: true,
-            slicing,
-            scratch_bytes: 0,
-            verdicts: None,
-        }
-    }
-
-    #[test]
-    fn products_read_in_place_say_why() {
-        let a = Some(weight(0x1000, 4096, 512));
-        let mut off = settings(1);
-        off.staging = false;
-        assert_eq!(plan(&input(off, [a, None], None)), StagePlan::ZeroCopy(ZeroCopy::StagingOff));
-        let mut not_in_t2 = input(settings(1), [a, None], None);
-        not_in_t2.in_t2 = [false, false];
-        assert_eq!(plan(&not_in_t2), StagePlan::ZeroCopy(ZeroCopy::NothingToStage));
-        // Narrower than GREENBOOST_STAGE_MIN_WIDTH: not worth a copy, not even looked up.
-        let mut wide_only = settings(1);
-        wide_only.min_width = 1024;
-        assert_eq!(candidates(&wide_only, &[a, None]), [None, None]);
-        assert_eq!(plan(&input(wide_only, [a, None], None)), StagePlan::ZeroCopy(ZeroCopy::NothingToStage));
-        let mut capturing = input(settings(1), [a, None], None);
-        capturing.capturing = true;
-        assert_eq!(plan(&capturing), StagePlan::ZeroCopy(ZeroCopy::Capturing));
-        let mut no_context = input(settings(1), [a, None], None);
-        no_context.has_context = false;
-        assert_eq!(plan(&no_context), StagePlan::ZeroCopy(ZeroCopy::NoContext));
-    }
-
-    #[test]
-    fn operands_that_fit_are_copied_whole_at_their_alignment() {
-        // A at 0x40 past 256 bytes, B at 0x10: each keeps its offset, one after the other.
-        let a = weight(0x1_0040, 1024, 512);
-        let b = Operand { address: 0x2_0010, bytes: 1000, width: 4096 };
-        let StagePlan::Whole(layout) = plan(&input(settings(1), [Some(a), Some(b)], None)) else { panic!() };
-        let a_end = (0x40 + a.bytes).div_ceil(256) * 256;
-        assert_eq!(layout.offsets, [Some(0x40), Some(a_end + 0x10)]);
-        assert_eq!(layout.operands_bytes, (a_end + 0x10 + 1000).div_ceil(256) * 256);
-        assert_eq!(layout.total_bytes, layout.operands_bytes);
-        assert_eq!(layout.staged, [Some(a), Some(b)]);
-        // Only the operand in T2 is staged; the slices' workspace comes after the operands.
-        let cut = slicing(1024, Some(1000));
-        let mut half_in_t2 = input(settings(1), [Some(a), Some(b)], Some(&cut));
-        half_in_t2.in_t2 = [false, true];
-        let StagePlan::Whole(layout) = plan(&half_in_t2) else { panic!() };
-        assert_eq!(layout.staged, [None, Some(b)]);
-        assert_eq!(layout.total_bytes, layout.operands_bytes + 1024);
-    }
-
-    #[test]
-    fn wide_products_are_sliced_once_their_shape_proved_identical() {
-        let a = weight(0x1000, 4096, 512);
-        let cut = slicing(4096, Some(0));
-        let sliced = |verdicts: Option<&Verdicts>| {
-            let mut request = input(settings(4), [Some(a), None], Some(&cut));
-            request.verdicts = verdicts;
-            plan(&request)
-        };
-        let slices = SlicePlan { count: 4, per: 1024 };
-        let StagePlan::Sliced(_, first) = sliced(None) else { panic!() };
-        assert_eq!((first.slices, first.operand, first.verify), (slices, 0, true));
-        let mut verdicts = Verdicts::default();
-        verdicts.record(&cut.shape, slices, Comparison::Identical);
-        let StagePlan::Sliced(_, known) = sliced(Some(&verdicts)) else { panic!() };
-        assert!(!known.verify);
-        let mut differs = Verdicts::default();
-        differs.record(&cut.shape, slices, Comparison::Differs);
-        assert!(matches!(sliced(Some(&differs)), StagePlan::Whole(_)));
-        // One slice, narrow products, an operand that cannot be cut, two staged: whole.
-        assert!(matches!(plan(&input(settings(1), [Some(a), None], Some(&cut))), StagePlan::Whole(_)));
-        let narrow = weight(0x1000, 4096, 64);
-        assert!(matches!(plan(&input(settings(4), [Some(narrow), None], Some(&cut))), StagePlan::Whole(_)));
-        assert!(matches!(plan(&input(settings(4), [None, Some(a)], Some(&cut))), StagePlan::Whole(_)));
-        assert!(matches!(plan(&input(settings(4), [Some(a), Some(narrow)], Some(&cut))), StagePlan::Whole(_)));
-    }
-
-    #[test]
-    fn operands_too_large_are_streamed_or_read_in_place() {
-        // An 8B model's output layer: 128256 rows of 8 KiB, 1002 MiB.
-        let head = weight(0x1000, 128_256, 1);
-        let needed = head.bytes.div_ceil(256) * 256;
-        // Without a whole-product algorithm (or any description) it cannot be streamed.
-        assert_eq!(
-            plan(&input(settings(1), [Some(head), None], None)),
-            StagePlan::ZeroCopy(ZeroCopy::TooLarge { needed })
-        );
-        let no_algorithm = slicing(128_256, None);
-        assert_eq!(
-            plan(&input(settings(1), [Some(head), None], Some(&no_algorithm))),
-            StagePlan::ZeroCopy(ZeroCopy::TooLarge { needed })
-        );
-        // Streamed through two 64 MiB halves of a new scratch, 7936 rows a slice.
-        let cut = slicing(128_256, Some(4096));
-        let StagePlan::Streamed(Streamed { source, ring_bytes, workspace, cut: streamed }) =
-            plan(&input(settings(1), [Some(head), None], Some(&cut)))
-        else {
-            panic!()
-        };
-        assert_eq!((source, ring_bytes, workspace), (head, 128 * MIB, 4096));
-        assert_eq!((streamed.slices, streamed.verify), (SlicePlan { count: 17, per: 7936 }, true));
-        // A scratch the other products grew to 32 MiB (and its workspace) is used as it is.
-        let mut grown = input(settings(1), [Some(head), None], Some(&cut));
-        grown.scratch_bytes = 32 * MIB + 4096;
-        let StagePlan::Streamed(Streamed { ring_bytes, .. }) = plan(&grown) else { panic!() };
-        assert_eq!(ring_bytes, 32 * MIB);
-        // A shape whose streamed slices differed is read in place.
-        let mut differs = Verdicts::default();
-        differs.record(&cut.shape, SlicePlan { count: 17, per: 7936 }, Comparison::Differs);
-        grown.scratch_bytes = 0;
-        grown.verdicts = Some(&differs);
-        assert_eq!(plan(&grown), StagePlan::ZeroCopy(ZeroCopy::SlicesDiffer));
-        // Two operands together above the limit: neither is staged (one stream at a time).
-        let half = weight(0x1000, 20_000, 512);
-        let both = plan(&input(settings(1), [Some(half), Some(half)], Some(&cut)));
-        assert!(matches!(both, StagePlan::ZeroCopy(ZeroCopy::TooLarge { .. })));
-    }
-
-    #[test]
-    fn only_products_that_may_be_cut_are_described() {
-        let small = weight(0x1000, 1024, 512);
-        let head = weight(0x1000, 128_256, 1);
-        let in_t2 = |_: &Operand| true;
-        assert!(!may_cut(&settings(1), &[Some(small), None], in_t2));
-        assert!(may_cut(&settings(4), &[Some(small), None], in_t2));
-        assert!(may_cut(&settings(1), &[Some(head), None], in_t2));
-        assert!(!may_cut(&settings(1), &[Some(head), None], |_| false), "too large, but not in T2");
-        let mut off = settings(4);
-        off.staging = false;
-        assert!(!may_cut(&off, &[Some(head), None], in_t2));
-        assert!(may_be_cut(&settings(1), &small));
-        assert!(may_be_cut(&settings(1), &head), "narrow, but too large: streamed");
-        assert!(!may_be_cut(&settings(1), &weight(0x1000, 1024, 64)));
-    }
-}
+#[path = "stage_plan_tests.rs"]
+mod tests;

@@ -44,13 +44,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cuda;
 use crate::cuda::ffi::*;
+use crate::cuda::sm_copy::SmCopy;
 use crate::gemm::product::{Operand, Slice, Slicing};
-use crate::gemm::stage_plan::{self, CutPlan, Layout, PlanInput, Settings, StagePlan, Streamed, ZeroCopy};
-use crate::gemm::staging_slices::{self, Cut, SideCopies, SpanCopy};
+use crate::gemm::stage_plan::{self, CutPlan, Layout, PlanInput, Settings, StagePlan, Staged, Streamed, ZeroCopy};
+use crate::gemm::staging_slices::{self, Copier, Cut, SideCopies, SpanCopy};
 use crate::gemm::staging_streamed::{self, Ring, RingEvents, Streams};
 use crate::gemm::verdicts::{Comparison, Verdicts};
 use crate::memory::budget::{self, VramCharge};
-use crate::memory::registry;
+use crate::memory::registry::{self, T2Kind};
 use crate::rules::config;
 use crate::sys::lock::{const_mutex, Mutex};
 use crate::sys::lock_order::rank;
@@ -64,7 +65,8 @@ use crate::sys::stats::{self, STATS};
 /// `charge` is `None`), counted against the device's budget; `read_done`, when not null,
 /// is an event of `context` recorded after the last product that read the scratch, on
 /// `last_reader`; `copies` and `ring_events` are `context`'s (its side stream carries
-/// sliced and streamed copies); `verdicts` are of products in `context`.
+/// sliced and streamed copies); `verdicts` are of products in `context`; `sm_copy`'s
+/// kernels are loaded into `context`.
 struct Scratch {
     context: Context,
     base: CuDevicePtr,
@@ -74,9 +76,57 @@ struct Scratch {
     copies: SideCopies,
     ring_events: RingEvents,
     verdicts: Verdicts,
+    sm_copy: SmCopyState,
+}
+
+/// Whether the SMs can copy in a scratch's context (see `cuda::sm_copy`).
+#[derive(Clone, Copy)]
+enum SmCopyState {
+    Untried,
+    Loaded(SmCopy),
+    Unavailable,
 }
 
 impl Scratch {
+    fn new(context: Context) -> Scratch {
+        Scratch {
+            context,
+            base: 0,
+            charge: None,
+            read_done: Event::NULL,
+            last_reader: None,
+            copies: SideCopies::EMPTY,
+            ring_events: RingEvents::EMPTY,
+            verdicts: Verdicts::default(),
+            sm_copy: SmCopyState::Untried,
+        }
+    }
+
+    /// The SMs' copy kernels, loaded into the context (current) on first use.
+    fn sm_copy(&mut self) -> Option<SmCopy> {
+        if let SmCopyState::Untried = self.sm_copy {
+            self.sm_copy = match SmCopy::load() {
+                Some(loaded) => SmCopyState::Loaded(loaded),
+                None => {
+                    refuse_once(format_args!("the SMs' copy kernels do not load: movable T2 is read in place"));
+                    SmCopyState::Unavailable
+                }
+            };
+        }
+        match self.sm_copy {
+            SmCopyState::Loaded(loaded) => Some(loaded),
+            SmCopyState::Untried | SmCopyState::Unavailable => None,
+        }
+    }
+
+    /// How an operand of `kind` is copied here; `None` when it cannot be.
+    fn copier(&mut self, kind: T2Kind) -> Option<Copier> {
+        match kind {
+            T2Kind::Pinned => Some(Copier::CopyEngine),
+            T2Kind::Movable => self.sm_copy().map(Copier::Sms),
+        }
+    }
+
     fn bytes(&self) -> u64 {
         self.charge.as_ref().map_or(0, VramCharge::bytes)
     }
@@ -139,12 +189,20 @@ pub fn run_staged(
     // Measured only as far as the plan can use it: the registry for the candidates, the
     // stream's capture state when one is in T2, the context when it is not captured.
     let in_t2 = stage_plan::candidates(&settings, &operands)
-        .map(|candidate| candidate.is_some_and(|operand| registry::touches_pinned_t2(operand.address, operand.bytes)));
-    let capturing = in_t2.contains(&true) && cuda::stream_is_capturing(stream) != Ok(false);
-    let place = (in_t2.contains(&true) && !capturing)
+        .map(|candidate| candidate.and_then(|operand| registry::t2_kind(operand.address, operand.bytes)));
+    let any_in_t2 = in_t2.iter().any(Option::is_some);
+    let capturing = any_in_t2 && cuda::stream_is_capturing(stream) != Ok(false);
+    let place = (any_in_t2 && !capturing)
         .then(|| Some(Place { stream, context: cuda::current_context()?, device: cuda::current_device()? }))
         .flatten();
     let mut scratches = place.map(|_| SCRATCH.lock());
+    // The SMs' copy kernels, asked for (and loaded on first use) only for movable T2.
+    let sm_copies = match (scratches.as_deref_mut(), place) {
+        (Some(scratches), Some(at)) if in_t2.contains(&Some(T2Kind::Movable)) => {
+            entry(scratches, at.context).is_some_and(|scratch| scratch.sm_copy().is_some())
+        }
+        _ => false,
+    };
     let current = scratches
         .as_deref()
         .zip(place)
@@ -153,6 +211,7 @@ pub fn run_staged(
         settings,
         operands,
         in_t2,
+        sm_copies,
         capturing,
         has_context: place.is_some(),
         slicing: slicing.as_ref(),
@@ -208,23 +267,23 @@ fn stage_into(
     }
     let workspace = scratch.base + layout.operands_bytes;
     let mut cut = sliced.as_ref().map(|sliced| executed(&sliced.cut, workspace));
-    let mut placed = layout.staged.map(|operand| operand.map(|operand| operand.address));
+    let mut placed = layout.staged.map(|staged| staged.map(|staged| staged.operand.address));
     let mut staged_bytes = 0;
-    for ((target, offset), operand) in placed.iter_mut().zip(layout.offsets).zip(layout.staged) {
-        let (Some(offset), Some(operand)) = (offset, operand) else { continue };
+    for ((target, offset), staged) in placed.iter_mut().zip(layout.offsets).zip(layout.staged) {
+        let (Some(offset), Some(Staged { operand, kind })) = (offset, staged) else { continue };
         let copy = SpanCopy { source: operand.address, target: scratch.base + offset, bytes: operand.bytes };
+        // Loaded before planning when the plan stages movable T2: never `None` here.
+        let Some(copier) = scratch.copier(kind) else { return abandoned(scratch, at) };
         if let Some(sliced_copy) = &cut {
-            if !scratch.copies.copy_sliced(at.stream, sliced_copy, copy) {
+            if !scratch.copies.copy_sliced(at.stream, sliced_copy, copy, copier) {
                 cut = None;
             }
         }
         if cut.is_none() {
-            let status = cuda::memcpy_async(copy.target, copy.source, copy.bytes, at.stream);
+            let status = copier.copy(copy, at.stream);
             if status != CuResult::SUCCESS {
-                // Nothing was overwritten that a product still reads: the copies run on
-                // this stream, after the wait above. The product reads in place.
                 debug!("staging copy of {} failed (CUDA error {}): zero-copy", Mib(copy.bytes), status.0);
-                return None;
+                return abandoned(scratch, at);
             }
         }
         *target = Some(copy.target);
@@ -256,6 +315,14 @@ fn stage_into(
     Some(status)
 }
 
+/// A staging abandoned after copies into the scratch may have been enqueued on the
+/// product's stream: the next writer on another stream is ordered after them as after a
+/// product, and the product reads in place (`None`).
+fn abandoned(scratch: &mut Scratch, at: &Place) -> Option<CublasStatus> {
+    scratch.record_read(at.stream);
+    None
+}
+
 /// Carries out a streamed plan (`staging_streamed`), each shape verified first like a
 /// sliced one. `None` (nothing enqueued) when the scratch or its side stream cannot be
 /// had: the product then reads the operand in place.
@@ -268,7 +335,8 @@ fn stream_through(
 ) -> Option<CublasStatus> {
     let Streamed { source, ring_bytes, workspace, cut: plan } = *streamed;
     let scratch = scratch_for(scratches, at, ring_bytes + workspace, ring_bytes)?;
-    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2] };
+    let copier = scratch.copier(source.kind)?;
+    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2], copier };
     let side = scratch.copies.side_stream()?;
     if !scratch.wait_writable(at.stream) {
         return None;
@@ -278,10 +346,12 @@ fn stream_through(
     let events = &mut scratch.ring_events;
     let status = if !plan.verify {
         stats::bump(&STATS.gemm_sliced);
-        staging_streamed::run_streamed(events, streams, &cut, &source, &ring, slicing.output, product)
+        staging_streamed::run_streamed(events, streams, &cut, &source.operand, &ring, slicing.output, product)
     } else {
         let mut compute = |into: Option<CuDevicePtr>| match into {
-            Some(copy) => staging_streamed::run_streamed(events, streams, &cut, &source, &ring, copy, &mut *product),
+            Some(copy) => {
+                staging_streamed::run_streamed(events, streams, &cut, &source.operand, &ring, copy, &mut *product)
+            }
             // The whole product, as the program asked for it: the operand read in place.
             None => product([None, None], None),
         };
@@ -290,7 +360,7 @@ fn stream_through(
         status
     };
     scratch.record_read(at.stream);
-    count_staged(source.bytes);
+    count_staged(source.operand.bytes);
     Some(status)
 }
 
@@ -315,24 +385,7 @@ fn record_verdict(verdicts: &mut Verdicts, slicing: &Slicing, cut: &Cut, compari
 /// it does not fit the budget or cannot be had.
 fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, operands: u64) -> Option<&'a mut Scratch> {
     let Place { context, device, .. } = *at;
-    let index = match scratches.iter().position(|scratch| scratch.context == context) {
-        Some(index) => index,
-        None => {
-            scratches.try_reserve(1).ok()?;
-            scratches.push(Scratch {
-                context,
-                base: 0,
-                charge: None,
-                read_done: Event::NULL,
-                last_reader: None,
-                copies: SideCopies::EMPTY,
-                ring_events: RingEvents::EMPTY,
-                verdicts: Verdicts::default(),
-            });
-            scratches.len() - 1
-        }
-    };
-    let scratch = scratches.get_mut(index)?;
+    let scratch = entry(scratches, context)?;
     if scratch.bytes() >= needed {
         return Some(scratch);
     }
@@ -368,4 +421,17 @@ fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, ope
         None => growth.commit(),
     });
     Some(scratch)
+}
+
+/// The context's scratch record, made (empty) when it has none.
+fn entry(scratches: &mut Vec<Scratch>, context: Context) -> Option<&mut Scratch> {
+    let index = match scratches.iter().position(|scratch| scratch.context == context) {
+        Some(index) => index,
+        None => {
+            scratches.try_reserve(1).ok()?;
+            scratches.push(Scratch::new(context));
+            scratches.len() - 1
+        }
+    };
+    scratches.get_mut(index)
 }

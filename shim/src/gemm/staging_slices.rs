@@ -16,6 +16,7 @@
 
 use crate::cuda;
 use crate::cuda::ffi::*;
+use crate::cuda::sm_copy::SmCopy;
 use crate::gemm::product::{Slice, SliceAxis, Slicing};
 use crate::gemm::slice_plan::{SlicePlan, MAX_SLICES};
 use crate::gemm::verdicts::{compare, Comparison};
@@ -31,7 +32,25 @@ pub(super) struct Cut {
     pub(super) workspace: CuDevicePtr,
 }
 
-/// One copy the side stream makes: `bytes` from `source` to `target`.
+/// What makes a staging copy: the copy engine (pinned T2), or the SMs (movable T2,
+/// which the copy engine reads slowly; see `cuda::sm_copy`).
+#[derive(Clone, Copy)]
+pub(super) enum Copier {
+    CopyEngine,
+    Sms(SmCopy),
+}
+
+impl Copier {
+    /// Enqueues `copy` on `stream`.
+    pub(super) fn copy(self, copy: SpanCopy, stream: Stream) -> CuResult {
+        match self {
+            Copier::CopyEngine => cuda::memcpy_async(copy.target, copy.source, copy.bytes, stream),
+            Copier::Sms(kernels) => kernels.copy(copy.target, copy.source, copy.bytes, stream),
+        }
+    }
+}
+
+/// One copy staging makes: `bytes` from `source` to `target`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SpanCopy {
     pub(super) source: CuDevicePtr,
@@ -74,11 +93,11 @@ impl SideCopies {
         true
     }
 
-    /// Enqueues `copy` in `cut`'s slices on the side stream, after everything enqueued on
-    /// `stream` so far; each slice's end is marked for `wait_landed`. False when a step
-    /// failed: then the side stream has run everything it was given (nothing of it is
-    /// still writing the target).
-    pub(super) fn copy_sliced(&mut self, stream: Stream, cut: &Cut, copy: SpanCopy) -> bool {
+    /// Enqueues `copy` in `cut`'s slices on the side stream by `copier`, after everything
+    /// enqueued on `stream` so far; each slice's end is marked for `wait_landed`. False
+    /// when a step failed: then the side stream has run everything it was given (nothing
+    /// of it is still writing the target).
+    pub(super) fn copy_sliced(&mut self, stream: Stream, cut: &Cut, copy: SpanCopy, copier: Copier) -> bool {
         let Some(side) = self.side_stream() else { return false };
         let count = cut.slices.count;
         if !self.events(count) {
@@ -89,7 +108,8 @@ impl SideCopies {
         let copied = ordered
             && (0..count).all(|index| {
                 let (offset, bytes) = cut.slices.copy_range(index, cut.axis.operand_step, copy.bytes);
-                cuda::memcpy_async(copy.target + offset, copy.source + offset, bytes, side) == CuResult::SUCCESS
+                let slice = SpanCopy { source: copy.source + offset, target: copy.target + offset, bytes };
+                copier.copy(slice, side) == CuResult::SUCCESS
                     && cuda::event_record(self.landed[index], side) == CuResult::SUCCESS
             });
         if !copied {

@@ -15,12 +15,14 @@ use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::gemm::product::KEPT_ALIGNMENT;
 use crate::gemm::product::{Operand, Slice};
-use crate::gemm::staging_slices::Cut;
+use crate::gemm::staging_slices::{Copier, Cut, SpanCopy};
 
-/// The scratch's two halves a streamed operand passes through.
-#[derive(Clone, Copy, Debug)]
+/// The scratch's two halves a streamed operand passes through, and what copies it into
+/// them.
+#[derive(Clone, Copy)]
 pub(super) struct Ring {
     pub(super) halves: [CuDevicePtr; 2],
+    pub(super) copier: Copier,
 }
 
 /// The streams of a streamed product: the product's own, and the side stream its copies
@@ -101,7 +103,9 @@ pub(super) fn run_streamed(
         let (offset, bytes) = plan.copy_range(index, axis.operand_step, span);
         let half = index % 2;
         (index < 2 || cuda::stream_wait_event(side, events.freed[half]) == CuResult::SUCCESS)
-            && cuda::memcpy_async(ring.target(index, source + offset), source + offset, bytes, side)
+            && ring
+                .copier
+                .copy(SpanCopy { source: source + offset, target: ring.target(index, source + offset), bytes }, side)
                 == CuResult::SUCCESS
             && cuda::event_record(events.landed[half], side) == CuResult::SUCCESS
     };
@@ -140,7 +144,7 @@ mod tests {
     #[test]
     fn slices_keep_their_alignment_within_their_half() {
         // A source 0x40 past 256 bytes lands 0x40 into its half.
-        let ring = Ring { halves: [0, 64 << 20] };
+        let ring = Ring { halves: [0, 64 << 20], copier: Copier::CopyEngine };
         assert_eq!(ring.target(3, 0x1_0040), (64 << 20) + 0x40);
         assert_eq!(ring.target(4, 0x1_0040), 0x40);
     }

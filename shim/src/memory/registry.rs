@@ -129,21 +129,41 @@ pub fn take(device_ptr: CuDevicePtr) -> Lookup {
 /// How many bytes of [`device_ptr`, `device_ptr + len`) lie in T2 memory (a T2
 /// allocation, the host tail of a split one, or movable T2 while it is in T2).
 pub fn t2_bytes(device_ptr: CuDevicePtr, len: u64) -> u64 {
-    t2_overlap(device_ptr, len, true)
+    let (pinned, movable) = t2_overlaps(device_ptr, len);
+    pinned + movable
 }
 
-/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in pinned T2 (a T2
-/// allocation or a split tail): what GEMM staging copies. Movable T2 is read in place:
-/// a copy from managed memory runs at a fraction of the link's rate (HF decode with
-/// 8.7 GB of movable weights staged: 0.96 tokens/s on the H200), while kernels read it
-/// at the rate of pinned T2.
-pub fn touches_pinned_t2(device_ptr: CuDevicePtr, len: u64) -> bool {
-    t2_overlap(device_ptr, len, false) != 0
+/// What kind of T2 memory a range lies in, for GEMM staging's copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum T2Kind {
+    /// Pinned T2 (a T2 allocation or a split tail): the copy engine reads it at the
+    /// link's rate.
+    Pinned,
+    /// Only movable T2 while it is in T2 (managed memory on the host): the copy engine
+    /// reads it at a fraction of the link's rate (HF decode with 8.7 GB of movable
+    /// weights staged by copy-engine copies: 0.96 tokens/s on the H200), kernels at the
+    /// link's rate.
+    Movable,
 }
 
-fn t2_overlap(device_ptr: CuDevicePtr, len: u64, with_movable: bool) -> u64 {
+/// Whether any byte of [`device_ptr`, `device_ptr + len`) lies in T2, and which kind
+/// (pinned wins: a range touching both is copied as pinned).
+pub fn t2_kind(device_ptr: CuDevicePtr, len: u64) -> Option<T2Kind> {
+    let (pinned, movable) = t2_overlaps(device_ptr, len);
+    if pinned != 0 {
+        Some(T2Kind::Pinned)
+    } else if movable != 0 {
+        Some(T2Kind::Movable)
+    } else {
+        None
+    }
+}
+
+/// Bytes of [`device_ptr`, `device_ptr + len`) in pinned T2 and in movable T2 (while it
+/// is in T2).
+fn t2_overlaps(device_ptr: CuDevicePtr, len: u64) -> (u64, u64) {
     if stats::load(&STATS.t2_used) == 0 || len == 0 {
-        return 0;
+        return (0, 0);
     }
     let end = device_ptr.saturating_add(len);
     let overlap = |start: u64, stop: u64| stop.min(end).saturating_sub(start.max(device_ptr));
@@ -151,21 +171,19 @@ fn t2_overlap(device_ptr: CuDevicePtr, len: u64, with_movable: bool) -> u64 {
     // The allocation starting at or before the range, then any that start inside it.
     let before = registry.live.range(..=device_ptr).next_back();
     let inside = registry.live.range(device_ptr.saturating_add(1)..end);
-    before
-        .into_iter()
-        .chain(inside)
-        .map(|(base, record)| match record {
-            Record::Backed(Backed::T2(allocation)) => overlap(*base, base.saturating_add(allocation.len())),
-            Record::Backed(Backed::Split(split)) => {
-                let (tail, tail_end) = split.tail_range();
-                overlap(tail, tail_end)
-            }
-            Record::Backed(Backed::Movable(movable)) if with_movable => {
-                overlap(*base, base.saturating_add(movable.t2_len()))
-            }
-            Record::Backed(Backed::Movable(_)) | Record::Vram(_) => 0,
-        })
-        .sum()
+    before.into_iter().chain(inside).fold((0, 0), |(pinned, movable), (base, record)| match record {
+        Record::Backed(Backed::T2(allocation)) => {
+            (pinned + overlap(*base, base.saturating_add(allocation.len())), movable)
+        }
+        Record::Backed(Backed::Split(split)) => {
+            let (tail, tail_end) = split.tail_range();
+            (pinned + overlap(tail, tail_end), movable)
+        }
+        Record::Backed(Backed::Movable(allocation)) => {
+            (pinned, movable + overlap(*base, base.saturating_add(allocation.t2_len())))
+        }
+        Record::Vram(_) => (pinned, movable),
+    })
 }
 
 /// A matrix product reads [`device_ptr`, `device_ptr + len`): the movable allocation
