@@ -9,13 +9,11 @@ JSON line: window_tok_s, the tokens, the times after the kill, the shim's counte
 
 import argparse
 import json
-import os
-import sys
 import time
 
-from tiering_common import Shim, kill_pid
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+import decode  # bench/decode.py: the shapes
+from gbgpu.foreign import kill_pid
+from tiering_shim import Shim
 
 KILL_AT = 24          # the token at which the foreign process is killed
 AFTER_KILL_S = 10.0   # the window starts at the first token this long after the kill
@@ -45,9 +43,6 @@ def role_decode(args):
     import torch
     import transformers
     from transformers import StoppingCriteria, StoppingCriteriaList
-
-    sys.path.insert(0, HERE)
-    import decode  # bench/decode.py: the shapes
 
     torch.backends.cuda.enable_cudnn_sdp(False)
     shim = Shim()

@@ -1,7 +1,7 @@
 """Issue 12's first study, on a real GPU: CUDA managed memory as a T2 that can move.
 
-Beside a foreign process that leaves LEAVE_GIB of VRAM free (tests/gpu/shared_gpu.py
-balloon, started by this script), it measures:
+Beside a foreign process that leaves LEAVE_GIB of VRAM free (gbgpu.foreign's balloon,
+started by this script), it measures:
   safety     managed memory of 2 x LEAVE_GIB, preferred on the host and accessed by the
              device, filled by the CPU and read by the GPU twice: how much free VRAM the
              reads took (host-preferred pages must stay on the host; no migration), the
@@ -22,22 +22,19 @@ Output: KV lines and one JSON line (the last). Run without the shim:
 
 import ctypes
 import json
-import os
 import subprocess
 import sys
 import time
 
-# The driver's constants and CUmemLocation, defined once for both studies.
-from tiering_promote_probe import (CU_MEM_ADVISE_SET_ACCESSED_BY, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,  # noqa: E402
-                                   CU_MEM_ATTACH_GLOBAL, GIB, LOCATION_DEVICE, LOCATION_HOST, Location)
+from gbgpu.managed import (CU_MEM_ADVISE_SET_ACCESSED_BY, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, CU_MEM_ATTACH_GLOBAL,
+                           GIB, LOCATION_DEVICE, LOCATION_HOST, Location)
 
 
 def main():
     leave_gib = float(sys.argv[1]) if len(sys.argv) > 1 else 4.0
     promote_gib = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
-    here = os.path.dirname(os.path.abspath(__file__))
-    balloon = subprocess.Popen([sys.executable, os.path.join(here, "..", "tests", "gpu", "shared_gpu.py"), "balloon",
-                                str(leave_gib)], stdout=subprocess.PIPE, text=True)
+    balloon = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "balloon", str(leave_gib)],
+                               stdout=subprocess.PIPE, text=True)
     try:
         ready = balloon.stdout.readline().strip()
         print(f"KV balloon={ready}", flush=True)

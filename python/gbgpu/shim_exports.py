@@ -1,7 +1,7 @@
 """The shim's exports, read from Python through ctypes in a process where the shim is
 LD_PRELOADed: `greenboost_shim_stats_sized` into ShimStats (shim/src/stats.rs, through
-the live-tiering counters appended last) and `greenboost_shim_t2_bytes`. The one copy of
-the layout for tests/gpu/tiering_check.py's parts and bench/tiering.py's roles."""
+the live-tiering counters appended last) and `greenboost_shim_t2_bytes`. The one Python
+copy of the layout, for tests/gpu/tiering_check.py's parts and bench/tiering.py's roles."""
 
 import ctypes
 

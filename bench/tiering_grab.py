@@ -1,21 +1,10 @@
-"""bench/tiering.py's foreign roles, run without the shim: balloon (holds all but a few
-GiB of the free VRAM) and grab (asks for more VRAM than is free until it gets it)."""
+"""bench/tiering.py's grab role, a foreign process run without the shim: asks for more
+VRAM than is free until it gets it (the demotion figure's foreign process; the balloon
+role is gbgpu.foreign's)."""
 
 import time
 
-from tiering_common import GIB, MIB
-
-
-def role_balloon(args):
-    """All but LEAVE_GIB of the free VRAM, in one block; "ready MIB"; holds."""
-    import torch
-
-    free, _ = torch.cuda.mem_get_info()
-    block = torch.empty(max(0, free - int(float(args[0]) * GIB)), dtype=torch.uint8, device="cuda")
-    torch.cuda.synchronize()
-    print(f"ready {block.numel() // MIB}", flush=True)
-    while True:
-        time.sleep(1)
+from gbgpu.foreign import GIB, MIB
 
 
 def role_grab(args):
