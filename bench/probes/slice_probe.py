@@ -5,8 +5,8 @@ the first product, so that under the shim with a budget whose reserve is all of 
 land in T2; then products of 512 to 8192 tokens against each, timed with CUDA events
 (after a warm-up round, in which a sliced shape is verified). Run once per setting, each
 in its own process, and compare:
-  GREENBOOST_STAGE_SLICES=1 LD_PRELOAD=... python3 bench/slice_probe.py
-  GREENBOOST_STAGE_SLICES=4 LD_PRELOAD=... python3 bench/slice_probe.py
+  GREENBOOST_STAGE_SLICES=1 LD_PRELOAD=... python3 bench/probes/slice_probe.py
+  GREENBOOST_STAGE_SLICES=4 LD_PRELOAD=... python3 bench/probes/slice_probe.py
 (bench/README.md gives the environment). Prints `KV tokens.<n>.ms_per_product=...` and a
 hash of every output (equal hashes: bit-identical results).
 """

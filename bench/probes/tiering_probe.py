@@ -17,7 +17,8 @@ started by this script), it measures:
              half of it: whether the driver evicts our pages for it, how long it takes,
              and what our reads see meanwhile and after
 Output: KV lines and one JSON line (the last). Run without the shim:
-  python3 bench/tiering_probe.py [LEAVE_GIB=4] [PROMOTE_GIB=2]
+  PYTHONPATH=build/bench-carry/python python3 bench/probes/tiering_probe.py [LEAVE_GIB=4] [PROMOTE_GIB=2]
+(bench/prepare.sh carries the gbgpu package there)
 """
 
 import ctypes

@@ -6,13 +6,14 @@ them with PyTorch's allocation history on, so that every block it allocates is l
 up in the shim (greenboost_shim_t2_bytes): how many of its bytes lie in T2, and in which
 kind of segment (made while loading or once computing). Prints one JSON object.
 
-A probe, not a benchmark: it explains prefill_vs_bound (bench/README.md)."""
+A probe, not a benchmark: it explains prefill_vs_bound (bench/README.md). It builds
+bench/decode.py's model, so bench/ goes on PYTHONPATH:
+  GREENBOOST_VRAM_BUDGET=... LD_PRELOAD=... PYTHONPATH=bench python3 bench/probes/placement_probe.py"""
 
 import argparse
 import ctypes
 import json
 import sys
-import time
 
 from decode import BF16_BYTES, draw_weights, greedy_step, meta_llama, shape_of
 

@@ -9,7 +9,7 @@ and 512-token products (bf16, as PyTorch's Linear calls cublasGemmEx):
      own product (the program's cublasGemmEx), bit for bit, at which workspace limit;
   2. whether slices of 256-row multiples computed with that algorithm reproduce it too;
   3. how long the slices take together against the whole product (both from VRAM).
-No shim needed: `python3 bench/lt_algo_probe.py`. Prints `KV` lines.
+No shim needed: `python3 bench/probes/lt_algo_probe.py`. Prints `KV` lines.
 """
 
 import ctypes

@@ -5,7 +5,7 @@ time instead of 137 ms in series with the products. This measures the pinned
 host-to-device copy rate of 256 MiB blocks alone, beside a stream of bf16 GEMMs of a
 prefill's shape (512 x 4096 by 4096 x 14336), and beside another copy. Run without the
 shim:
-  python3 bench/overlap_probe.py
+  python3 bench/probes/overlap_probe.py
 Prints one JSON line.
 """
 

@@ -3,7 +3,8 @@ memory (the shim's movable T2) to the copy engine's rate, and what eviction does
 pages promoted without changing their preferred location.
 
 Without the shim, on a free GPU (the eviction step starts its own foreign process):
-  python3 bench/tiering_promote_probe.py [BUFFERS=16] [BUFFER_GIB=1]
+  PYTHONPATH=build/bench-carry/python python3 bench/probes/tiering_promote_probe.py [BUFFERS=16] [BUFFER_GIB=1]
+(bench/prepare.sh carries the gbgpu package there)
 Each variant gets fresh buffers, host-preferred and accessed by the device, written by
 the GPU (as movable T2 is), moves them to the device, checks every byte, frees them:
   shim           per buffer: preferred location device, prefetch; waits every 2 GiB
