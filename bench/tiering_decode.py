@@ -11,8 +11,8 @@ import argparse
 import json
 import time
 
-import decode  # bench/decode.py: the shapes
 from gbgpu.foreign import kill_pid
+from llama_model import draw_weights, meta_llama, shape_of
 from tiering_shim import Shim
 
 KILL_AT = 24          # the token at which the foreign process is killed
@@ -22,14 +22,13 @@ MIN_WINDOW = 64       # and at least this many tokens
 PROMPT = 128
 
 
-def build_model(decode, shape, seed):
-    """bench/decode.py's model (`decode` is that module): Llama from a config on the meta
-    device, every weight drawn on the GPU from a generator seeded with the parameter's
-    index."""
+def build_model(shape, seed):
+    """bench/decode.py's model (llama_model.py): Llama from a config on the meta device,
+    every weight drawn on the GPU from a generator seeded with the parameter's index."""
     import torch
 
-    model, config = decode.meta_llama(shape)
-    decode.draw_weights(model, torch.device("cuda"), seed)
+    model, config = meta_llama(shape)
+    draw_weights(model, torch.device("cuda"), seed)
     return model, config
 
 
@@ -46,7 +45,7 @@ def role_decode(args):
 
     torch.backends.cuda.enable_cudnn_sdp(False)
     shim = Shim()
-    model, config = build_model(decode, decode.shape_of("8b", opts.layers), 1234)
+    model, config = build_model(shape_of("8b", opts.layers), 1234)
     weights = list(model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in weights)
     t2_at_start = sum(shim.t2_bytes(p) for p in weights)

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Where a prefill's blocks live under the shim: the 8B-shape model of decode.py, in
-model order, under GREENBOOST_VRAM_BUDGET (set by the caller), warmed up, one greedy
-generation by the bench's loop, then prefills with no KV cache held, each timed; one of
-them with PyTorch's allocation history on, so that every block it allocates is looked
-up in the shim (greenboost_shim_t2_bytes): how many of its bytes lie in T2, and in which
-kind of segment (made while loading or once computing). Prints one JSON object.
+"""Where a prefill's blocks live under the shim: the 8B-shape model of decode.py
+(llama_model.py), in model order, under GREENBOOST_VRAM_BUDGET (set by the caller),
+warmed up, one greedy generation by the bench's loop, then prefills with no KV cache
+held, each timed; one of them with PyTorch's allocation history on, so that every block
+it allocates is looked up in the shim (greenboost_shim_t2_bytes): how many of its bytes
+lie in T2, and in which kind of segment (made while loading or once computing). Prints
+one JSON object.
 
 A probe, not a benchmark: it explains prefill_vs_bound (bench/README.md). It builds
-bench/decode.py's model, so bench/ goes on PYTHONPATH:
+bench/llama_model.py's model, so bench/ goes on PYTHONPATH:
   GREENBOOST_VRAM_BUDGET=... LD_PRELOAD=... PYTHONPATH=bench python3 bench/probes/placement_probe.py"""
 
 import argparse
@@ -15,7 +16,7 @@ import ctypes
 import json
 import sys
 
-from decode import BF16_BYTES, draw_weights, greedy_step, meta_llama, shape_of
+from llama_model import BF16_BYTES, draw_weights, greedy_step, meta_llama, shape_of
 
 
 def main():
