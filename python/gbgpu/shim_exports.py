@@ -1,13 +1,14 @@
 """The shim's exports, read from Python through ctypes in a process where the shim is
 LD_PRELOADed: `greenboost_shim_stats_sized` into ShimStats (shim/src/stats.rs, through
 the live-tiering counters appended last) and `greenboost_shim_t2_bytes`. The one Python
-copy of the layout, for tests/gpu/tiering_check.py's parts and bench/tiering.py's roles."""
+copy of the layout, for tests/gpu/tiering_check.py's parts and bench/tiering.py's roles;
+scripts/check-shim-stats.py (make lint) checks it against the Rust struct."""
 
 import ctypes
 
 
 class ShimStats(ctypes.Structure):
-    """shim/src/stats.rs ShimStats, through the tiering counters appended last."""
+    """ShimStats of the shim's stats.rs, field by field."""
 
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "t1_used", "t1_peak", "t2_used", "t2_peak", "t1_allocs", "t2_allocs", "t2_after_vram_oom", "oom_returned",

@@ -7,8 +7,9 @@
 #include <string.h>
 #include "testutil.h"
 
-/* The shim's counters (`greenboost_shim_stats_sized`, shim/src/stats.rs): the fields
- * read here, then room for those appended after them. */
+/* The shim's counters (`greenboost_shim_stats_sized`): ShimStats in the shim's stats.rs,
+ * field by field, then room for fields appended after them. scripts/check-shim-stats.py
+ * (make lint) checks the fields against the Rust struct. */
 struct shim_stats {
     unsigned long long t1_used, t1_peak, t2_used, t2_peak, t1_allocs, t2_allocs, t2_after_vram_oom, oom_returned,
         vmm_host, deferred_frees;
