@@ -15,7 +15,7 @@ b=$out/.build
 # setup, contexts) and the fakegpu_*.c files beside it, and managed.c for managed memory
 # (its data on the host, its residency as VRAM that fakegpu_vram.c lends).
 $CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c" "$src"/fakegpu_*.c \
-    "$src/managed.c"
+    "$src/managed.c" "$src/managed_streams.c"
 # Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src"/libcuda.c \

@@ -35,10 +35,13 @@
  * host memory at the device address, which device_view lets the fake GPU reach; only its
  * residency takes VRAM, through fg_vram_take_locked.
  *
- * Files: this one (the state, log, setup, contexts) and, beside it, fakegpu_vram.c,
- * fakegpu_hostreg.c, fakegpu_vmm.c, fakegpu_access.c (what the fake GPU reaches),
- * fakegpu_gemm.c, fakegpu_streams.c (streams, events, the work they run) and
- * fakegpu_copies.c (copies, kernels, test queries); fakegpu_state.h is what they share.
+ * Files, each using only those listed before it: this one (the state, log, setup,
+ * contexts), fakegpu_vram.c (VRAM pages), fakegpu_hostreg.c, fakegpu_vmm.c, managed.c
+ * (the managed memory model), fakegpu_access.c (what the fake GPU reaches),
+ * fakegpu_gemm.c, fakegpu_streams.c (streams, events, the work they run),
+ * managed_streams.c (managed memory's free and prefetch), fakegpu_alloc.c (cuMemAlloc,
+ * cuMemFree, address ranges) and fakegpu_copies.c (copies, kernels, test queries);
+ * fakegpu_state.h is what they share, managed_state.h what the two managed files share.
  */
 #define _GNU_SOURCE
 #include "fakegpu_state.h"

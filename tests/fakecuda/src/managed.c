@@ -18,37 +18,19 @@
  * copy timing model, so a prefetch takes no simulated time.
  *
  * All state here is under the device lock (fg_lock).
+ *
+ * This file is the model: the allocations and their pages, look-ups (which the fake
+ * GPU's access uses), allocation, advice, page moves, range attributes and test
+ * queries; it uses the device's VRAM pages only. The calls that go through the
+ * device's streams (cuMemFree, which waits for them, and the stream-ordered prefetch)
+ * are managed_streams.c's, above the streams; managed_state.h is what both share.
  */
 #define _GNU_SOURCE
-#include "fakegpu_internal.h"
+#include "managed_state.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
-
-#define MANAGED_PAGE (2UL << 20)
-#define ON_HOST CU_DEVICE_CPU  /* -1: a location that is the host */
-#define NOWHERE CU_DEVICE_INVALID /* -2: no location (no advice, no prefetch, mixed) */
-#define ACCESSED_BY_HOST 0x80  /* accessed_by bit of the host; bit d: device d */
-
-struct mpage {
-    signed char where;         /* ON_HOST or the device whose VRAM holds the page */
-    signed char preferred;     /* SET_PREFERRED_LOCATION: NOWHERE, ON_HOST or a device */
-    signed char last_prefetch; /* the last prefetch asked for (not whether it ran) */
-    unsigned char read_mostly;
-    unsigned char accessed_by;
-    size_t vram_first;         /* on a device: its first 4 KiB page of that VRAM */
-};
-
-struct managed {
-    uintptr_t base; /* 2 MiB aligned; the host address and the device address */
-    size_t size;    /* as allocated */
-    size_t npages;  /* size in 2 MiB pages, rounded up: the mapping's length */
-    unsigned flags;
-    struct mpage *pages;
-    struct managed *next;
-};
 
 static struct {
     struct managed *list;
@@ -59,7 +41,8 @@ static struct {
 
 /* ------------------------------------------------------------------ lookup */
 
-static struct managed *containing(uintptr_t p)
+/* The live allocation holding p, or NULL. */
+struct managed *managed_containing(uintptr_t p)
 {
     for (struct managed *a = m.list; a; a = a->next)
         if (p >= a->base && p - a->base < a->size)
@@ -69,7 +52,7 @@ static struct managed *containing(uintptr_t p)
 
 int fg_managed_range_locked(uintptr_t p, uintptr_t *base, size_t *size)
 {
-    struct managed *a = containing(p);
+    struct managed *a = managed_containing(p);
     if (a && base)
         *base = a->base;
     if (a && size)
@@ -80,16 +63,16 @@ int fg_managed_range_locked(uintptr_t p, uintptr_t *base, size_t *size)
 int fg_managed_contains(CUdeviceptr p)
 {
     fg_lock();
-    int found = containing(p) != NULL;
+    int found = managed_containing(p) != NULL;
     fg_unlock();
     return found;
 }
 
 /* The allocation that holds all of [p, p + n), n > 0, and the pages it spans; NULL when
  * no single live one does (CUDA_ERROR_INVALID_VALUE). */
-static struct managed *range_pages(uintptr_t p, size_t n, size_t *first, size_t *last)
+struct managed *managed_range_pages(uintptr_t p, size_t n, size_t *first, size_t *last)
 {
-    struct managed *a = n ? containing(p) : NULL;
+    struct managed *a = n ? managed_containing(p) : NULL;
     if (!a || n > a->size - (p - a->base))
         return NULL;
     *first = (p - a->base) / MANAGED_PAGE;
@@ -99,7 +82,7 @@ static struct managed *range_pages(uintptr_t p, size_t n, size_t *first, size_t 
 
 /* A CUmemLocation as the calls take it: *where ON_HOST or a device. The fake host has
  * one NUMA node, 0. */
-static CUresult location(CUmemLocation loc, int *where)
+CUresult managed_location(CUmemLocation loc, int *where)
 {
     switch (loc.type) {
     case CU_MEM_LOCATION_TYPE_DEVICE:
@@ -119,7 +102,7 @@ static CUresult location(CUmemLocation loc, int *where)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* ------------------------------------------------------------------ allocate, free */
+/* ------------------------------------------------------------------ allocate, unlink */
 
 CUresult fg_managed_alloc(CUdeviceptr *p, size_t n, unsigned flags)
 {
@@ -165,29 +148,17 @@ CUresult fg_managed_alloc(CUdeviceptr *p, size_t n, unsigned flags)
     return CUDA_SUCCESS;
 }
 
-int fg_managed_free(CUdeviceptr p, CUresult *rc)
+/* Lock held. Takes the allocation starting at base out of the list and gives back
+ * its pages (VRAM or host) in the counts; NULL when there is none (freed meanwhile).
+ * managed_unmap then releases its memory, without the lock. */
+struct managed *managed_unlink_locked(uintptr_t base)
 {
-    fg_lock();
-    struct managed *a = containing(p);
-    if (!a) {
-        fg_unlock();
-        return 0;
-    }
-    *rc = CUDA_ERROR_INVALID_VALUE;
-    if (a->base != p) {
-        fg_unlock();
-        return 1;
-    }
-    /* cuMemFree synchronises with the device, as for device memory; another thread may
-     * have freed it meanwhile. */
-    fg_wait_idle_locked();
     struct managed **pp = &m.list;
-    while (*pp && (*pp)->base != p)
+    while (*pp && (*pp)->base != base)
         pp = &(*pp)->next;
-    if (!(a = *pp)) {
-        fg_unlock();
-        return 1;
-    }
+    struct managed *a = *pp;
+    if (!a)
+        return NULL;
     *pp = a->next;
     m.live--;
     for (size_t i = 0; i < a->npages; i++) {
@@ -199,12 +170,14 @@ int fg_managed_free(CUdeviceptr p, CUresult *rc)
             m.on_host -= MANAGED_PAGE;
         }
     }
-    fg_unlock();
+    return a;
+}
+
+void managed_unmap(struct managed *a)
+{
     munmap((void *)a->base, a->npages * MANAGED_PAGE);
     free(a->pages);
     free(a);
-    *rc = CUDA_SUCCESS;
-    return 1;
 }
 
 /* ------------------------------------------------------------------ advice */
@@ -216,20 +189,20 @@ CUresult fg_managed_advise(CUdeviceptr p, size_t n, int advice, CUmemLocation lo
         return CUDA_ERROR_INVALID_VALUE;
     fg_lock();
     size_t first, last;
-    int ok = range_pages(p, n, &first, &last) != NULL;
+    int ok = managed_range_pages(p, n, &first, &last) != NULL;
     fg_unlock();
     if (!ok)
         return CUDA_ERROR_INVALID_VALUE;
     /* Read-mostly advice and unsetting the preferred location ignore the location. */
     if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION || advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
         advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
-        CUresult rc = location(loc, &where);
+        CUresult rc = managed_location(loc, &where);
         if (rc)
             return rc;
     }
     unsigned char bit = where == ON_HOST ? ACCESSED_BY_HOST : (unsigned char)(1u << (where & 7));
     fg_lock();
-    struct managed *a = range_pages(p, n, &first, &last);
+    struct managed *a = managed_range_pages(p, n, &first, &last);
     for (size_t i = first; a && i <= last; i++) {
         struct mpage *pg = &a->pages[i];
         switch (advice) {
@@ -245,14 +218,12 @@ CUresult fg_managed_advise(CUdeviceptr p, size_t n, int advice, CUmemLocation lo
     return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* ------------------------------------------------------------------ prefetch */
-
-struct prefetch { uintptr_t p; size_t n; int where; };
+/* ------------------------------------------------------------------ page moves */
 
 /* Moves one page to `where` (lock held): to a device it takes VRAM there, and a page
  * that cannot get it stays where it is (0); to the host it gives its VRAM back. The data
  * stays at the host address either way: the VRAM only stands for it. */
-static int move_page(struct mpage *pg, int where)
+int managed_move_page(struct mpage *pg, int where)
 {
     if (pg->where == where)
         return 1;
@@ -275,57 +246,6 @@ static int move_page(struct mpage *pg, int where)
     pg->where = (signed char)where;
     pg->vram_first = vram_first;
     return 1;
-}
-
-/* The prefetch, when its stream reaches it. The memory cannot have been freed since it
- * was queued (cuMemFree waits for every stream), but a look-up costs nothing. Once the
- * device has no VRAM for a page it has none for the rest either (nothing frees VRAM
- * while the lock is held), so the rest stays where it is without a search each. */
-static void run_prefetch(void *data)
-{
-    struct prefetch *pf = data;
-    size_t first, last;
-    /* FAKECUDA_PREFETCH_DELAY_US: the copy's duration, on the stream, before the move. */
-    const char *delay = getenv("FAKECUDA_PREFETCH_DELAY_US");
-    if (delay)
-        usleep((useconds_t)strtoul(delay, NULL, 0));
-    fg_lock();
-    struct managed *a = range_pages(pf->p, pf->n, &first, &last);
-    for (size_t i = first; a && i <= last; i++)
-        if (!move_page(&a->pages[i], pf->where))
-            break;
-    fg_unlock();
-    free(pf);
-}
-
-CUresult fg_managed_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream s)
-{
-    size_t first, last;
-    fg_lock();
-    int ok = range_pages(p, n, &first, &last) != NULL;
-    fg_unlock();
-    if (!ok || flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    int where;
-    CUresult rc = location(loc, &where);
-    if (rc)
-        return rc;
-    if (!fg_stream_usable(s))
-        return CUDA_ERROR_INVALID_HANDLE;
-    struct prefetch *pf = malloc(sizeof *pf);
-    if (!pf)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *pf = (struct prefetch){ p, n, where };
-    /* The last prefetch location is what was asked for, whether or not it has run. */
-    fg_lock();
-    struct managed *a = range_pages(p, n, &first, &last);
-    for (size_t i = first; a && i <= last; i++)
-        a->pages[i].last_prefetch = (signed char)where;
-    fg_unlock();
-    rc = fg_enqueue_work(s, run_prefetch, pf);
-    if (rc)
-        free(pf);
-    return rc;
 }
 
 /* ------------------------------------------------------------------ range attributes */
@@ -360,7 +280,7 @@ CUresult fg_managed_range_attribute(void *data, size_t size, int attribute, CUde
     size_t first, last;
     CUresult rc = CUDA_SUCCESS;
     fg_lock();
-    struct managed *a = range_pages(p, n, &first, &last);
+    struct managed *a = managed_range_pages(p, n, &first, &last);
     if (!a) {
         fg_unlock();
         return CUDA_ERROR_INVALID_VALUE;
@@ -453,7 +373,7 @@ int fakegpu_managed_live(void)
 int fakegpu_managed_where(CUdeviceptr p)
 {
     fg_lock();
-    struct managed *a = containing(p);
+    struct managed *a = managed_containing(p);
     int where = a ? a->pages[(p - a->base) / MANAGED_PAGE].where : NOWHERE;
     fg_unlock();
     return where;
@@ -465,9 +385,9 @@ int fakegpu_managed_where(CUdeviceptr p)
 int fakegpu_managed_evict(CUdeviceptr p)
 {
     fg_lock();
-    struct managed *a = containing(p);
+    struct managed *a = managed_containing(p);
     for (size_t i = 0; a && i < a->npages; i++)
-        move_page(&a->pages[i], ON_HOST);
+        managed_move_page(&a->pages[i], ON_HOST);
     fg_unlock();
     return a != NULL;
 }
