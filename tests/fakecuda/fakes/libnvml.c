@@ -3,7 +3,7 @@
  * the reserved memory; v2 reports reserved separately (FAKECUDA_NVML_RESERVED, default
  * 0) and insists on the struct version nvmlMemory_v2. Used memory is every process's
  * when they share the device (FAKECUDA_DEVICE_SHARE), as NVML's is. */
-#include "fakegpu_internal.h"
+#include "gpu/fakegpu_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

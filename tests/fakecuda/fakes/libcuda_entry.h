@@ -4,7 +4,7 @@
 #ifndef LIBCUDA_ENTRY_H
 #define LIBCUDA_ENTRY_H
 
-#include "fakegpu_internal.h"
+#include "gpu/fakegpu_internal.h"
 
 /* Built with -fvisibility=hidden: only the driver API is exported. */
 #define EXPORT __attribute__((visibility("default")))
