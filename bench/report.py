@@ -16,7 +16,7 @@ import sys
 
 import report_llamacpp
 import results_latest
-from report_limits import limits, median
+from report_limits import limits
 from report_markdown import markdown
 
 GOALS = {
