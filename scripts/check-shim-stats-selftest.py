@@ -34,8 +34,9 @@ spec.loader.exec_module(check)
 
 
 def sources():
-    """(stats.rs, [C mirrors], [Python mirrors]) of the real tree, relative to ROOT."""
-    rust = [p for p in check.walk(ROOT, 'shim/src', ('.rs',)) if os.path.basename(p) == 'stats.rs']
+    """(the file defining ShimStats, [C mirrors], [Python mirrors]) of the real tree,
+    relative to ROOT."""
+    rust = check.definitions(ROOT)
     c = [p for p in check.walk(ROOT, 'tests', ('.h', '.c')) if check.c_fields(open(p).read()) is not None]
     py = [p for top in ('python', 'bench', 'tests') for p in check.walk(ROOT, top, ('.py',))
           if 'ShimStats' in open(p).read() and check.python_fields(open(p).read(), p) is not None]

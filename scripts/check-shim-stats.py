@@ -6,9 +6,9 @@ the wrong place, and nothing else would notice.
 
 usage: check-shim-stats.py [REPO_ROOT]
 
-The definition: the one stats.rs under shim/src (searched recursively, wherever the
-shim's layers put it), its `pub struct ShimStats`: each `pub NAME: TYPE` in order, TYPE
-u64, u32 or i32.
+The definition: `pub struct ShimStats` in the one .rs file under shim/src that defines
+it (searched recursively, wherever the shim's layers put stats.rs): each `pub NAME: TYPE`
+in order, TYPE u64, u32 or i32.
 The mirrors, found by what they define (so that a moved file is still checked, and a
 lost one is a failure):
   C       every .h/.c file under tests/ that defines `struct shim_stats { ... }`: the
@@ -51,6 +51,12 @@ def walk(root, top, suffixes):
 def strip_comments(text):
     text = re.sub(r'/\*.*?\*/', ' ', text, flags=re.S)
     return re.sub(r'//[^\n]*', '', text)
+
+
+def definitions(root):
+    """The .rs files under shim/src that define `pub struct ShimStats` (comments aside)."""
+    return [p for p in walk(root, 'shim/src', ('.rs',))
+            if re.search(r'\bpub struct ShimStats\b', strip_comments(open(p).read()))]
 
 
 def rust_fields(path):
@@ -145,14 +151,15 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} {what}")
         passed, failed = passed + ok, failed + (not ok)
 
-    definitions = [p for p in walk(root, 'shim/src', ('.rs',)) if os.path.basename(p) == 'stats.rs']
-    if len(definitions) != 1:
-        report(False, f'shim/src/**/stats.rs: want exactly one, found {len(definitions)}')
+    found = definitions(root)
+    if len(found) != 1:
+        names = ', '.join(os.path.relpath(p, root) for p in found) or 'none'
+        report(False, f'shim/src/**/*.rs defining pub struct ShimStats: want exactly one, found {names}')
         print(f'shim-stats: {passed} passed, {failed} failed')
         return 1
-    rel = os.path.relpath(definitions[0], root)
+    rel = os.path.relpath(found[0], root)
     try:
-        want = rust_fields(definitions[0])
+        want = rust_fields(found[0])
     except ValueError as error:
         report(False, f'{rel}: {error}')
         print(f'shim-stats: {passed} passed, {failed} failed')
