@@ -4,7 +4,7 @@
 #   make cli           the `greenboost` command
 #   make install       sudo: shim, CLI, module, udev/modprobe/limits/DKMS files (DESTDIR ok)
 #   make test          every suite that needs no GPU (what CI runs)
-#   make lint          the static gates (rustfmt, clippy, file maps, kmod/ checks) + shim unit tests
+#   make lint          the static gates (rustfmt, clippy, file maps, kmod/ checks, counter mirrors) + shim unit tests
 #   make kmod-test     module suite in QEMU guests (stock Debian kernel + Rust test kernel)
 #   make shim-test     shim suite against fake CUDA libraries
 #   make gpu-test      GPU suite (on a machine with an NVIDIA GPU)
@@ -30,7 +30,8 @@ cli:
 
 # rustfmt, clippy (warnings are errors; SAFETY comments and `# Safety` sections), the
 # file maps of shim/ and kmod/ (scripts/check-layers.py), kmod/'s glue, SAFETY and
-# rustfmt checks, and the shim's unit tests: one count per gate (scripts/lint.sh).
+# rustfmt checks, the mirrors of the shim's counters (with a self-test that plants
+# defects), and the shim's unit tests: one count per gate (scripts/lint.sh).
 lint:
 	@CARGO="$(CARGO)" scripts/run-suite.sh lint scripts/lint.sh
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Turns the raw measurements of bench/run.sh (one LABEL.out/.err/.rc per process)
-into bench/results/latest.json, bench/results/<date>-<commit>.json and
-bench/results/<date>-<commit>.md. Each figure carries the GreenBoost value, the
-baseline measured in the same run, their ratio, and the goal of issue 4; a figure that
-could not be measured says why. Nothing here judges a timing as pass or fail."""
+into bench/results/<date>-<commit>.json and bench/results/<date>-<commit>.md, and
+bench/results/latest.json from the newest dated report (results_latest.py). Each figure
+carries the GreenBoost value, the baseline measured in the same run, their ratio, and
+the goal of issue 4; a figure that could not be measured says why. Nothing here judges a
+timing as pass or fail."""
 
 import argparse
 import datetime
@@ -14,7 +15,8 @@ import statistics
 import sys
 
 import report_llamacpp
-from report_limits import limits, median
+import results_latest
+from report_limits import limits
 from report_markdown import markdown
 
 GOALS = {
@@ -455,10 +457,10 @@ def main():
     report["limits"] = limits(report) | report_llamacpp.limits(figures)
     os.makedirs(args.results, exist_ok=True)
     stem = f"{now.strftime('%Y-%m-%d')}-{commit}"
-    text = json.dumps(report, indent=1, sort_keys=False)
-    for name in ("latest.json", stem + ".json"):
-        with open(os.path.join(args.results, name), "w") as out:
-            out.write(text + "\n")
+    with open(os.path.join(args.results, stem + ".json"), "w") as out:
+        out.write(json.dumps(report, indent=1, sort_keys=False) + "\n")
+    # latest.json is generated, not committed: the newest dated report, this one.
+    results_latest.write(args.results)
     md = markdown(report)
     with open(os.path.join(args.results, stem + ".md"), "w") as out:
         out.write(md)

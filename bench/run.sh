@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make bench: the GreenBoost benchmark suite, one command on a machine with an NVIDIA GPU.
 # Builds the CUDA programs with nvcc, runs every measurement in a fresh process (with
-# and without the shim preloaded), and writes bench/results/<date>-<commit>.md and
-# bench/results/latest.json (copied to $OUT when that is set). bench/README.md explains
-# each figure. Benchmarks are not tests: nothing here fails on a timing.
+# and without the shim preloaded), and writes bench/results/<date>-<commit>.{md,json} and
+# bench/results/latest.json, generated from the newest dated JSON (report.py; copied to
+# $OUT when that is set). bench/README.md explains each figure. Benchmarks are not
+# tests: nothing here fails on a timing.
 #
 # Environment (all optional):
 #   BENCH_ONLY          comma list of sections: bw,t2_read,t2_alloc,hook,decode

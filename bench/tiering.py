@@ -3,7 +3,8 @@
 by hand, not by run.sh; its output is committed by hand as
 bench/results/tiering-<date>-<commit>.md).
 
-  python3 bench/tiering.py [--shim PATH] [--out DIR] [--only recovery,migration,demotion]
+  PYTHONPATH=build/bench-carry/python python3 bench/tiering.py [--shim PATH] [--out DIR]
+      [--only recovery,migration,demotion]
 
 The shim is --shim, else GREENBOOST_SHIM, else the first of build/bench-carry/,
 build/gpu-carry/, target/release/ that holds libgreenboost_cuda.so (as bench/run.sh).
@@ -68,8 +69,10 @@ the three decode runs ~55 s); --only picks figures.
 This file holds the run: the subprocesses, each figure's measurement, the JSON. The
 subprocesses are this file's roles too (first argument), dispatched to the modules
 beside it: decode (tiering_decode.py), migrate, uvm, demote (tiering_moves.py; under the
-shim, except uvm), balloon LEAVE_GIB and grab EXTRA_GIB TIMEOUT_S (tiering_foreign.py;
-foreign, no shim); tiering_common.py holds what they share (the shim's counters).
+shim, except uvm), balloon LEAVE_GIB (gbgpu.foreign's) and grab EXTRA_GIB TIMEOUT_S
+(tiering_grab.py; foreign, no shim); tiering_shim.py holds what the roles under the shim
+share (the shim's counters). PYTHONPATH names the gbgpu package's folder (bench/prepare.sh
+carries it beside the shim); the subprocesses inherit it.
 """
 
 import argparse
@@ -81,9 +84,9 @@ import sys
 import threading
 import time
 
-from tiering_common import die_with_parent
+from gbgpu.foreign import balloon, die_with_parent
 from tiering_decode import role_decode
-from tiering_foreign import role_balloon, role_grab
+from tiering_grab import role_grab
 from tiering_moves import role_demote, role_migrate, role_prefetch, role_uvm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -400,7 +403,7 @@ def main():
 
 
 ROLES = {"decode": role_decode, "migrate": role_migrate, "prefetch": role_prefetch, "uvm": role_uvm, "demote": role_demote,
-         "balloon": role_balloon, "grab": role_grab}
+         "balloon": lambda args: balloon(float(args[0])), "grab": role_grab}
 
 if __name__ == "__main__":
     main()

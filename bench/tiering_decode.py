@@ -9,13 +9,11 @@ JSON line: window_tok_s, the tokens, the times after the kill, the shim's counte
 
 import argparse
 import json
-import os
-import sys
 import time
 
-from tiering_common import Shim, kill_pid
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from gbgpu.foreign import kill_pid
+from llama_model import draw_weights, meta_llama, shape_of
+from tiering_shim import Shim
 
 KILL_AT = 24          # the token at which the foreign process is killed
 AFTER_KILL_S = 10.0   # the window starts at the first token this long after the kill
@@ -24,14 +22,13 @@ MIN_WINDOW = 64       # and at least this many tokens
 PROMPT = 128
 
 
-def build_model(decode, shape, seed):
-    """bench/decode.py's model (`decode` is that module): Llama from a config on the meta
-    device, every weight drawn on the GPU from a generator seeded with the parameter's
-    index."""
+def build_model(shape, seed):
+    """bench/decode.py's model (llama_model.py): Llama from a config on the meta device,
+    every weight drawn on the GPU from a generator seeded with the parameter's index."""
     import torch
 
-    model, config = decode.meta_llama(shape)
-    decode.draw_weights(model, torch.device("cuda"), seed)
+    model, config = meta_llama(shape)
+    draw_weights(model, torch.device("cuda"), seed)
     return model, config
 
 
@@ -46,12 +43,9 @@ def role_decode(args):
     import transformers
     from transformers import StoppingCriteria, StoppingCriteriaList
 
-    sys.path.insert(0, HERE)
-    import decode  # bench/decode.py: the shapes
-
     torch.backends.cuda.enable_cudnn_sdp(False)
     shim = Shim()
-    model, config = build_model(decode, decode.shape_of("8b", opts.layers), 1234)
+    model, config = build_model(shape_of("8b", opts.layers), 1234)
     weights = list(model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in weights)
     t2_at_start = sum(shim.t2_bytes(p) for p in weights)

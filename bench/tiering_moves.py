@@ -12,7 +12,9 @@ import select
 import sys
 import time
 
-from tiering_common import GIB, MIB, Shim, kill_pid, wait_promoted
+from gbgpu.foreign import kill_pid
+from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Driver, Location, eviction_wait, promote
+from tiering_shim import GIB, MIB, Shim, wait_promoted
 
 
 # --- migration (under the shim) ------------------------------------------------------
@@ -73,8 +75,6 @@ def role_prefetch(args):
     GPU (the same buffers sent back and moved again). Then the eviction the shim's
     preferred location leads to: a foreign cuMemAlloc of the free VRAM + 4 GiB beside
     the buffers in VRAM, once preferred on the host (the shim's way), once on the device."""
-    from tiering_promote_probe import LOCATION_DEVICE, LOCATION_HOST, Driver, eviction_wait, promote
-
     parser = argparse.ArgumentParser(prog="tiering.py prefetch")
     parser.add_argument("--kill-pid", type=int, default=0)
     parser.add_argument("--buffers", type=int, default=16)
@@ -114,7 +114,6 @@ def role_prefetch(args):
 def role_uvm(args):
     gib = float(args[0]) if args else 8.0
     import cupy
-    from tiering_promote_probe import Location
 
     cuda = ctypes.CDLL("libcuda.so.1")
 

@@ -10,6 +10,10 @@
 #   shim-layers  scripts/check-layers.py shim (shim/README.md's file map)
 #   kmod-layers  scripts/check-layers.py kmod (kmod/README.md's file map)
 #   kmod-glue    scripts/check-kmod-glue.py (glue.h against its Rust mirrors)
+#   shim-stats   scripts/check-shim-stats.py (the C and Python mirrors of the shim's
+#                counters against ShimStats in stats.rs)
+#   shim-stats-selftest  scripts/check-shim-stats-selftest.py (defects planted in a
+#                temporary copy: shim-stats must fail on each)
 #   kmod-safety  scripts/check-kmod-safety.py (SAFETY comments in kmod/)
 #   kmod-fmt     scripts/check-kmod-fmt.sh (kmod/ is outside the workspace)
 #   shim-unit    cargo test -p greenboost-shim --features lock-order (the lock order's
@@ -48,6 +52,8 @@ gate clippy "$cargo" clippy --workspace --all-targets --all-features -- -D warni
 gate shim-layers python3 scripts/check-layers.py shim
 gate kmod-layers python3 scripts/check-layers.py kmod
 gate kmod-glue python3 scripts/check-kmod-glue.py
+gate shim-stats python3 scripts/check-shim-stats.py
+gate shim-stats-selftest python3 scripts/check-shim-stats-selftest.py
 gate kmod-safety python3 scripts/check-kmod-safety.py
 gate kmod-fmt scripts/check-kmod-fmt.sh
 gate shim-unit "$cargo" test -p greenboost-shim --features lock-order

@@ -3,55 +3,56 @@
 #   tests/fakecuda/build.sh OUTDIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-src=$here/src
+fakes=$here/fakes        # the fake libraries; fakes/gpu: the simulated device they share
+programs=$here/programs  # the test programs
 out=$1
 CC=${CC:-gcc}
-CFLAGS="-O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -fPIC -pthread -I$src"
+# fakes/ on the include path for fakecuda.h, what programs see of the fakes.
+CFLAGS="-O2 -g -Wall -Wextra -Werror -Wno-unused-parameter -fPIC -pthread -I$fakes"
 mkdir -p "$out/lib" "$out/bin" "$out/.build/link12" "$out/.build/link13" "$out/.build/linkcuda"
 lib=$out/lib
 b=$out/.build
 
 # The simulated device, shared by the fake driver and NVML: fakegpu.c (how it works,
-# setup, contexts) and the fakegpu_*.c files beside it, and managed.c for managed memory
+# setup, contexts) and the fakegpu_*.c files beside it, and managed*.c for managed memory
 # (its data on the host, its residency as VRAM that fakegpu_vram.c lends).
-$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$src/fakegpu.c" "$src"/fakegpu_*.c \
-    "$src/managed.c"
+$CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$fakes"/gpu/*.c
 # Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
-$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src"/libcuda.c \
-    "$src"/libcuda_memory.c "$src"/libcuda_streams.c $fake_ld
-$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$src/libnvml.c" $fake_ld
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$fakes"/libcuda.c \
+    "$fakes"/libcuda_memory.c "$fakes"/libcuda_streams.c $fake_ld
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$fakes/libnvml.c" $fake_ld
 for major in 12 13; do
-    sed "s/@MAJOR@/$major/" "$src/cudart.map.in" > "$b/cudart$major.map"
+    sed "s/@MAJOR@/$major/" "$fakes/cudart.map.in" > "$b/cudart$major.map"
     $CC $CFLAGS -shared -fvisibility=hidden -DCUDART_MAJOR=$major -Wl,-soname,libcudart.so.$major \
         -Wl,--version-script="$b/cudart$major.map" -Wl,-Bsymbolic -Wl,--no-undefined \
-        -o "$lib/libcudart.so.$major" "$src/libcudart.c" "$src/libcudart_errors.c" -ldl
+        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_errors.c" -ldl
     ln -sf "$lib/libcudart.so.$major" "$b/link$major/libcudart.so"
 done
 ln -sf "$lib/libcuda.so.1" "$b/linkcuda/libcuda.so"
 
 # cuBLAS and cuBLASLt; libcublas links libcublasLt, as the real one does.
 $CC $CFLAGS -shared -fvisibility=hidden -DFAKE_CUBLASLT -Wl,-soname,libcublasLt.so.13 -o "$lib/libcublasLt.so.13" \
-    "$src/libcublas.c" $fake_ld
-$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcublas.so.13 -o "$lib/libcublas.so.13" "$src/libcublas.c" \
+    "$fakes/libcublas.c" $fake_ld
+$CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcublas.so.13 -o "$lib/libcublas.so.13" "$fakes/libcublas.c" \
     $fake_ld -l:libcublasLt.so.13
 ln -sf "$lib/libcublas.so.13" "$b/link13/libcublas.so"
 ln -sf "$lib/libcublasLt.so.13" "$b/link13/libcublasLt.so"
 
 # Programs: LD_LIBRARY_PATH=OUTDIR/lib at run time, as with a CUDA install.
-rt_tests="$src/rt_tests.c $src/rt_process_tests.c $src/rt_split_tests.c $src/rt_headroom_tests.c"
+rt_tests="$programs/rt_tests.c $programs/rt_process_tests.c $programs/rt_split_tests.c $programs/rt_headroom_tests.c"
 prog="$CC $CFLAGS -Wl,--no-as-needed"
-$prog -o "$out/bin/gbtest-rt13" "$src/rt_main.c" $rt_tests -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl
-$prog -o "$out/bin/gbtest-rt12" "$src/rt_main.c" $rt_tests -L"$b/link12" -lcudart -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbtest-rt13" "$programs/rt_main.c" $rt_tests -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbtest-rt12" "$programs/rt_main.c" $rt_tests -L"$b/link12" -lcudart -L"$lib" -lfakegpu -ldl
 $CC $CFLAGS -shared -Wl,-soname,libgbframework.so -o "$lib/libgbframework.so" $rt_tests \
     -L"$b/link13" -lcudart -L"$lib" -lfakegpu -ldl -Wl,-rpath,\$ORIGIN
-$prog -o "$out/bin/gbtest-fw" "$src/fw_host.c" -ldl
-$prog -o "$out/bin/gbdriver" "$src/drv_tests.c" "$src/drv_managed_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
-$prog -o "$out/bin/gbdiscover" "$src/discover.c" -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbtest-fw" "$programs/fw_host.c" -ldl
+$prog -o "$out/bin/gbdriver" "$programs/drv_tests.c" "$programs/drv_managed_tests.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl
+$prog -o "$out/bin/gbdiscover" "$programs/discover.c" -L"$lib" -lfakegpu -ldl
 # Another process on the device (headroom tests): the driver API, never the shim.
-$prog -o "$out/bin/gbballoon" "$src/balloon.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu
-$prog -o "$out/bin/gbtier" "$src/tier_tests.c" "$src/tier_harness.c" -L"$b/link13" -lcudart -lcublas -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu \
+$prog -o "$out/bin/gbballoon" "$programs/balloon.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu
+$prog -o "$out/bin/gbtier" "$programs/tier_tests.c" "$programs/tier_harness.c" -L"$b/link13" -lcudart -lcublas -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu \
     -ldl -lpthread
 gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
-$prog -o "$out/bin/gbgemm" "$src/rt_main.c" "$src/gemm_tests.c" $gemm_libs
-$CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$src/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN
+$prog -o "$out/bin/gbgemm" "$programs/rt_main.c" "$programs/gemm_tests.c" $gemm_libs
+$CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$programs/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN

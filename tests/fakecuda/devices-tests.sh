@@ -1,6 +1,6 @@
 # Sourced by run-tests.sh (the two-device tests of gbdriver and gbtest-rt13).
 # FAKECUDA_DEVICES=2: a second fake device (FAKECUDA_VRAM1 bytes, default VRAM) with VRAM
-# of its own. The programs' "devices" test (src/devices.h) allocates blocks of VRAM/16
+# of its own. The programs' "devices" test (programs/devices.h) allocates blocks of VRAM/16
 # on both devices in turn, switching device before each, and checks every placement,
 # the fake's VRAM in use of both devices and the current device's memory reports
 # against the per-device budget and headroom it is given; it prints

@@ -1,4 +1,4 @@
-# GEMM operand staging (gbgemm, src/gemm_tests.c), sourced by run-tests.sh.
+# GEMM operand staging (gbgemm, programs/gemm_tests.c), sourced by run-tests.sh.
 
 # GEMM operand staging: a budget whose reserve is all of it, so the 4 MiB weights the
 # programs load first go to T2 and their small activations to VRAM. The fake's log says

@@ -7,6 +7,8 @@
 #       (lib/ with the fakes and libgreenboost_cuda.so, bin/, run-tests.sh,
 #       kmod-tests.list, run.sh) to copy into a guest; there `OUTDIR/run.sh` runs the
 #       kmod-tagged tests against the module.
+# The sources: fakes/ (the fake libraries; fakes/gpu/ the simulated device) and
+# programs/ (the test programs), compiled by build.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -1,4 +1,4 @@
-# Live tiering (gbtier, src/tier_tests.c), sourced by run-tests.sh: movable T2 beside
+# Live tiering (gbtier, programs/tier_tests.c), sourced by run-tests.sh: movable T2 beside
 # another process on a shared fake device. The program starts and stops its balloons
 # itself (GBTEST_BALLOON_BIN); the tier thread looks every 10 ms.
 

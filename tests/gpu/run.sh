@@ -8,7 +8,8 @@
 # versions, every test's outcome and its figures.
 #
 # Settings (environment):
-#   GB_GPU_CARRY   folder with libgreenboost_cuda.so, gb-gpu-check, COMMIT (build/gpu-carry)
+#   GB_GPU_CARRY   folder with libgreenboost_cuda.so, gb-gpu-check, python/gbgpu, COMMIT
+#                  (build/gpu-carry)
 #   GB_GPU_MODE    full (default) | control: control runs only the tests without the shim,
 #                  to validate the programs and the device before the shim exists
 #   PYTHON         python with torch and pynvml (python3)
@@ -127,6 +128,13 @@ if [ ! -x "$check" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
+if [ ! -f "$carry/python/gbgpu/shim_exports.py" ]; then
+  echo "tests/gpu/run.sh: $carry/python/gbgpu is missing; run tests/gpu/prepare.sh on the build machine and carry $carry" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+# The Python programs import the helpers prepare.sh carried (those of the shim's commit).
+export PYTHONPATH=$carry/python${PYTHONPATH:+:$PYTHONPATH}
 if [ "$mode" = full ] && [ ! -f "$shim" ]; then
   fail shim.present "$shim is missing: run tests/gpu/prepare.sh (or GB_GPU_MODE=control for the tests without the shim)"
 fi

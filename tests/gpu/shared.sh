@@ -13,7 +13,7 @@ run_test shared.measure -- "$python" "$shared_py" measure
 # start_foreign NAME LEAVE_GIB [GROW_GIB DELAY_S]: the balloon; sets foreign_pid.
 start_foreign() {
   local name=$1; shift
-  "$python" "$shared_py" balloon "$@" >"$logs/$name.balloon" 2>&1 &
+  "$python" -m gbgpu.foreign balloon "$@" >"$logs/$name.balloon" 2>&1 &
   foreign_pid=$!
   background+=("$foreign_pid")
   for _ in $(seq 1 120); do

@@ -4,11 +4,6 @@ One program, several roles (first argument):
   measure              what the context, cuBLAS/cuBLASLt handles and workspaces, and a
                        cuDNN handle take on the device (nvml), as KV lines: the measurement
                        behind the default VRAM headroom
-  balloon LEAVE_GIB [GROW_GIB DELAY_S]
-                       a foreign process (run without the shim): holds all but LEAVE_GIB of
-                       free VRAM in plain cudaMalloc memory, prints "ready", optionally grows
-                       by GROW_GIB after DELAY_S seconds (prints "grown"), and holds until
-                       it is killed
   generate NAME        HF transformers greedy generate of a LLaMA-shaped model (random
                        weights, fixed seed, deterministic algorithms): prints the tokens'
                        digest as KV NAME.tokens and PASS NAME.generate
@@ -19,7 +14,8 @@ One program, several roles (first argument):
                        cudaMalloc) or async (MemoryAsyncPool: cudaMallocAsync)
   sampler FILE         writes the device's free VRAM (MiB, nvml) every 50 ms to FILE until
                        killed
-Output lines: PASS name: why / FAIL name: why / KV key=value.
+Output lines: PASS name: why / FAIL name: why / KV key=value. The foreign process the
+section runs beside is gbgpu.foreign's balloon (`python3 -m gbgpu.foreign balloon`).
 """
 
 import hashlib
@@ -75,25 +71,6 @@ def measure():
     kv("shared.measure.torch_allocated_mib", torch.cuda.memory_allocated() // MIB)
     kv("shared.measure.torch_reserved_mib", torch.cuda.memory_reserved() // MIB)
     verdict(True, "shared.measure", "measured")
-
-
-def balloon(leave_gib, grow_gib=0.0, delay_s=0.0):
-    import torch
-
-    free, _ = torch.cuda.mem_get_info()
-    hold = max(0, free - int(leave_gib * GIB))
-    blocks = [torch.empty(hold, dtype=torch.uint8, device="cuda")]
-    torch.cuda.synchronize()
-    print(f"ready {hold // MIB}", flush=True)
-    if grow_gib > 0:
-        time.sleep(delay_s)
-        free, _ = torch.cuda.mem_get_info()
-        grow = min(int(grow_gib * GIB), max(0, free - 256 * MIB))
-        blocks.append(torch.empty(grow, dtype=torch.uint8, device="cuda"))
-        torch.cuda.synchronize()
-        print(f"grown {grow // MIB}", flush=True)
-    while True:
-        time.sleep(1)
 
 
 def generate(name):
@@ -190,8 +167,6 @@ def main():
     role, args = sys.argv[1], sys.argv[2:]
     if role == "measure":
         measure()
-    elif role == "balloon":
-        balloon(*[float(a) for a in args])
     elif role == "generate":
         generate(args[0])
     elif role == "hold":

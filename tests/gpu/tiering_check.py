@@ -34,7 +34,7 @@ GREENBOOST_TIER_INTERVAL_MS=100):
 The foreign processes are this program's own roles (its first argument), started
 without the shim (LD_PRELOAD removed from their environment), killed when the program
 ends and when it dies (PR_SET_PDEATHSIG):
-  balloon LEAVE_GIB      holds all but LEAVE_GIB of the free VRAM (shared_gpu.py's
+  balloon LEAVE_GIB      holds all but LEAVE_GIB of the free VRAM (gbgpu.foreign's
                          balloon), prints "ready MIB", holds until killed
   grab LEAVE_GIB EXTRA   asks for the free VRAM + EXTRA bytes - LEAVE_GIB (more than is
                          free: VRAM we hold) every 100 ms for up to 50 s, prints
@@ -48,8 +48,9 @@ failed.
 This file holds the entry point: the checks' order and the role dispatch. Beside it:
 tiering_tensors.py (movable, promote_while_running, demote_while_running, graph_replay),
 tiering_model.py (model_bit_identical), tiering_foreign.py (the roles and the Foreign
-processes that run them), tiering_common.py (limits, KV/PASS/FAIL output, the shim's
-counters).
+processes that run them), tiering_common.py (limits, KV/PASS/FAIL output); the shim's
+counters are gbgpu.shim_exports' (python/gbgpu, on PYTHONPATH: run.sh puts the copy
+tests/gpu/prepare.sh carries there).
 """
 
 import os
@@ -62,7 +63,7 @@ import signal
 import sys
 import time
 
-from shim_exports import Shim, ShimStats
+from gbgpu.shim_exports import Shim, ShimStats
 from tiering_common import failure_count, kv, verdict
 from tiering_foreign import LIVE, role_balloon, role_grab
 from tiering_model import check_model

@@ -1,6 +1,6 @@
 """What tests/gpu/tiering_check.py's parts share: the units, the waits' limits (WAIT_S
 each, DEADLINE_S in all) and the output (KV lines, PASS/FAIL verdicts and their count).
-The shim's counters are shim_exports.py's."""
+The shim's counters are gbgpu.shim_exports'."""
 
 import time
 

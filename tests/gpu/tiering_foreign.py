@@ -3,34 +3,22 @@
 Foreign, which starts one, reads its output lines, waits for it and kills it (LIVE: those
 still running, killed when the program ends)."""
 
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 
+from gbgpu.foreign import balloon, die_with_parent
 from tiering_common import GIB, MIB, wait_s
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENTRY = os.path.join(HERE, "tiering_check.py")  # the script whose first argument picks the role
 
 
-def die_with_parent():
-    """A foreign process must never outlive this program (it holds the device's VRAM)."""
-    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    parent = int(os.environ.get("GB_TIERING_PARENT", "0"))
-    if parent and os.getppid() != parent:
-        os._exit(1)
-
-
 def role_balloon(leave_gib):
     die_with_parent()
-    sys.path.insert(0, HERE)
-    import shared_gpu
-
-    shared_gpu.balloon(leave_gib)
+    balloon(leave_gib)
 
 
 def role_grab(leave_gib, extra):

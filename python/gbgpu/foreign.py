@@ -1,0 +1,67 @@
+"""A foreign process on the device: a program without the shim that holds VRAM, as
+another user's process would (bench/tiering.py's and tests/gpu/tiering_check.py's
+`balloon` roles, tests/gpu/shared.sh, bench/probes/tiering_probe.py), and the process
+helpers that keep such children from outliving the run.
+
+  python3 -m gbgpu.foreign balloon LEAVE_GIB [GROW_GIB DELAY_S]
+"""
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def balloon(leave_gib, grow_gib=0.0, delay_s=0.0):
+    """Holds all but LEAVE_GIB of the free VRAM in plain cudaMalloc memory (PyTorch's
+    caching allocator), prints "ready MIB", optionally grows by GROW_GIB after DELAY_S
+    seconds (prints "grown MIB"; never past 256 MiB short of free), and holds until it
+    is killed."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    hold = max(0, free - int(leave_gib * GIB))
+    blocks = [torch.empty(hold, dtype=torch.uint8, device="cuda")]
+    torch.cuda.synchronize()
+    print(f"ready {hold // MIB}", flush=True)
+    if grow_gib > 0:
+        time.sleep(delay_s)
+        free, _ = torch.cuda.mem_get_info()
+        grow = min(int(grow_gib * GIB), max(0, free - 256 * MIB))
+        blocks.append(torch.empty(grow, dtype=torch.uint8, device="cuda"))
+        torch.cuda.synchronize()
+        print(f"grown {grow // MIB}", flush=True)
+    while True:
+        time.sleep(1)
+
+
+def die_with_parent():
+    """A foreign process must never outlive the program that started it (it holds the
+    device's VRAM): SIGKILL when the parent dies, and exit at once if it already has
+    (the parent's pid is GB_TIERING_PARENT, set by the parent)."""
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    parent = int(os.environ.get("GB_TIERING_PARENT", "0"))
+    if parent and os.getppid() != parent:
+        os._exit(1)
+
+
+def kill_pid(pid):
+    """SIGKILL, where the process may already be gone."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def main():
+    if len(sys.argv) < 3 or sys.argv[1] != "balloon":
+        raise SystemExit("usage: python3 -m gbgpu.foreign balloon LEAVE_GIB [GROW_GIB DELAY_S]")
+    balloon(*[float(a) for a in sys.argv[2:]])
+
+
+if __name__ == "__main__":
+    main()
