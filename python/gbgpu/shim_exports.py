@@ -1,5 +1,5 @@
 """The shim's exports, read from Python through ctypes in a process where the shim is
-LD_PRELOADed: `greenboost_shim_stats_sized` into ShimStats (shim/src/stats.rs, through
+LD_PRELOADed: `greenboost_shim_stats_sized` into ShimStats (shim/src/sys/stats.rs, through
 the live-tiering counters appended last) and `greenboost_shim_t2_bytes`. The one Python
 copy of the layout, for tests/gpu/tiering_check.py's parts and bench/tiering.py's roles;
 scripts/check-shim-stats.py (make lint) checks it against the Rust struct."""

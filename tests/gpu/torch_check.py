@@ -339,7 +339,7 @@ def gemm_compare(args):
 
 
 def expected_report(real_free, real_total, budget, mode, t2_cap):
-    """What the shim's config implies (shim/src/config.rs Config::report, T2 unused)."""
+    """What the shim's config implies (shim/src/rules/config.rs Config::report, T2 unused)."""
     total = min(budget, real_total) if budget else real_total
     used = real_total - real_free
     free = min(max(total - used, 0), real_free)

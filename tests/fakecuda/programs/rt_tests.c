@@ -223,7 +223,7 @@ int test_placement(int argc, char **argv)
     size_t min_t2 = env_size("GREENBOOST_MIN_T2_SIZE", 2 * MiB);
     size_t big_size = budget / 4;
     /* While the program loads, allocations larger than a pool's chunk leave the reserve
-     * free twice over, for the chunks that follow (shim/src/placement.rs, CHUNK_MAX). */
+     * free twice over, for the chunks that follow (shim/src/rules/placement.rs, CHUNK_MAX). */
     size_t kept = big_size > CHUNK_MAX ? 2 * reserve : reserve;
     size_t limit = budget > kept ? budget - kept : 0; /* what large allocations may take of VRAM */
     /* Small allocations stay in VRAM even past the budget. */

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* The largest allocation the shim's placement takes for a pool's chunk (its CHUNK_MAX,
- * shim/src/placement.rs): PyTorch's caching allocator's 20 MiB segments. */
+ * shim/src/rules/placement.rs): PyTorch's caching allocator's 20 MiB segments. */
 #define CHUNK_MAX (20 * MiB)
 
 cudaError_t cudaMalloc(void **p, size_t n);

@@ -1,4 +1,4 @@
-/* gbtier: live tiering (shim/src/tiering.rs, tier_thread.rs) on the fake device beside
+/* gbtier: live tiering (shim/src/rules/tiering.rs, shim/src/engine/tier_thread.rs) on the fake device beside
  * another process: T2 allocations the device's state sent to T2 are movable; they move
  * to VRAM when it frees up and back when the other process needs it, at the same
  * address, data intact, kernels running on two streams meanwhile.
