@@ -26,13 +26,14 @@ def shape_of(name, layers):
     return shape
 
 
-def meta_llama(shape):
-    """The Llama model of `shape` (bf16, eval mode) on the meta device, and its config:
-    no memory yet; the callers draw every weight where they want it."""
+def meta_llama(shape, max_positions=8192):
+    """The Llama model of `shape` (bf16, eval mode) for sequences up to `max_positions`
+    tokens, on the meta device, and its config: no memory yet; the callers draw every
+    weight where they want it."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+    config = LlamaConfig(**shape, max_position_embeddings=max_positions, rms_norm_eps=1e-5, tie_word_embeddings=False,
                          hidden_act="silu", attention_bias=False, mlp_bias=False)
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)

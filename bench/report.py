@@ -15,6 +15,7 @@ import statistics
 import sys
 
 import report_llamacpp
+import report_longctx
 import results_latest
 from report_limits import limits
 from report_markdown import markdown
@@ -41,6 +42,10 @@ GOALS = {
     # Against an earlier shim (BENCH_BASELINE_SHIM) in the same run: no worse.
     "decode_vs_baseline_shim": (">=", 1.0),
     "prefill_vs_baseline_shim": (">=", 1.0),
+    # Long prompts beside a foreign process (report_longctx.py): prefill under the shim
+    # over the free GPU's, and decode against the best placement's bound.
+    "longctx_hf_prefill_vs_free": ("<=", 1.5),
+    "longctx_hf_decode_vs_bound": (">=", 0.90),
 }
 
 
@@ -443,6 +448,7 @@ def main():
     decode_figures, decode_table = decode(runs)
     figures.update(decode_figures)
     figures.update(report_llamacpp.figures(args.results, commit))
+    figures.update(report_longctx.figures(runs, result, figure, bandwidths(runs)))
     report = {
         "schema": 1,
         "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -7,9 +7,14 @@
 # tests: nothing here fails on a timing.
 #
 # Environment (all optional):
-#   BENCH_ONLY          comma list of sections: bw,t2_read,t2_alloc,hook,decode
-#                       (default: all; t2_read and decode pull in bw, whose bandwidths
-#                       they are divided by)
+#   BENCH_ONLY          comma list of sections: bw,t2_read,t2_alloc,hook,decode,longctx
+#                       (default: all but longctx, which wants its own device call;
+#                       t2_read, decode and longctx pull in bw, whose bandwidths they
+#                       are divided by)
+#   BENCH_LONGCTX_TOKENS  prompt lengths of the longctx section (default 16384)
+#   BENCH_LONGCTX_MODES   its cache modes (default dynamic,static_eager,static: see
+#                       bench/longctx.py)
+#   BENCH_LONGCTX_LEAVE_GIB  VRAM the foreign process leaves free (default 18)
 #   BENCH_T2_SIZES      GiB sizes for t2_read (default "1 8 32")
 #   BENCH_ALLOC_ROUNDS  fresh processes per allocation kind (default 3)
 #   BENCH_HOOK_ITERS    cudaMalloc+cudaFree iterations per hook process (default 20000;
@@ -43,7 +48,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 only=",${BENCH_ONLY:-bw,t2_read,t2_alloc,hook,decode},"
-case $only in *,t2_read,*|*,decode,*) only="$only,bw," ;; esac
+case $only in *,t2_read,*|*,decode,*|*,longctx,*) only="$only,bw," ;; esac
 want() { [[ $only == *",$1,"* ]]; }
 
 sizes=${BENCH_T2_SIZES:-1 8 32}
@@ -235,6 +240,29 @@ if want decode; then
                 "${common[@]}" "${slow[@]}" --uvm-lib "$work/uvm_alloc.so" ;;
             *) log "unknown decode configuration $config" ;;
         esac
+    done
+fi
+
+# Long prompts (bench/longctx.py): on the free GPU, then beside a foreign process (a
+# balloon of plain cudaMalloc memory leaving BENCH_LONGCTX_LEAVE_GIB free) with the shim
+# at its defaults and with BENCH_BASELINE_SHIM. report_longctx.py divides them.
+if want longctx; then
+    longctx_modes=${BENCH_LONGCTX_MODES:-dynamic,static_eager,static}
+    leave_gib=${BENCH_LONGCTX_LEAVE_GIB:-18}
+    python_path=$PWD/build/bench-carry/python
+    for tokens in ${BENCH_LONGCTX_TOKENS:-16384}; do
+        longctx=(python3 bench/longctx.py --tokens "$tokens" --modes "$longctx_modes")
+        run "longctx-free-$tokens" 300 -- "${longctx[@]}"
+        balloon_out=$work/balloon-$tokens.out
+        PYTHONPATH=$python_path python3 -m gbgpu.foreign balloon "$leave_gib" >"$balloon_out" 2>&1 &
+        balloon=$!
+        for _ in $(seq 120); do grep -q ready "$balloon_out" && break; sleep 0.5; done
+        log "longctx: balloon $(cat "$balloon_out")"
+        run "longctx-greenboost-$tokens" 300 with-shim -- "${longctx[@]}"
+        [[ -n $baseline_shim ]] && run "longctx-greenboost_baseline-$tokens" 300 with-shim \
+            LD_PRELOAD="$baseline_shim" -- "${longctx[@]}"
+        kill "$balloon" 2>/dev/null
+        wait "$balloon" 2>/dev/null
     done
 fi
 

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Long prompts: transformers' `generate` of the benchmarks' 8B-shape model (random bf16
+weights, `llama_model`) with a prompt of --tokens tokens, greedy, deterministic
+algorithms, timed per cache mode in one process:
+
+  dynamic           transformers' default cache
+  static            cache_implementation="static", compiled (transformers' default for it)
+  static_eager      cache_implementation="static", generate(disable_compile=True)
+
+Each mode runs once untimed with a short prompt (kernels, cuBLAS handles, compilation at
+the decode shapes) and then timed: prefill = the first token's time from the call, decode =
+tokens per second over the rest. Prints one JSON line per mode:
+{"mode", "tokens", "prefill_s", "decode_tok_s", "new_tokens", "ids"} (ids: the generated
+tokens, compared across configurations by the report), or {"mode", "error"} when a mode
+failed (out of memory, say), so that one mode's failure leaves the others' figures; then
+one line with every mode and what the decode bound needs: {"modes": {mode: ...},
+"weight_bytes", "kv_bytes", "free_vram_bytes" (NVML, before the model: what the process
+had beside the foreign one), "headroom_bytes" (the shim's default headroom)}.
+
+bench/run.sh's `longctx` section runs it on the free GPU, then beside a foreign process
+with the shim and with BENCH_BASELINE_SHIM; bench/README.md says what each figure means.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from llama_model import BF16_BYTES, draw_weights, kv_width, meta_llama, shape_of, weight_count  # noqa: E402
+
+MODES = ("dynamic", "static", "static_eager")
+GIB = 1 << 30
+# GREENBOOST_VRAM_HEADROOM's default on a large device (policy/src/settings.rs).
+SHIM_HEADROOM = GIB
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=16384, help="prompt tokens")
+    parser.add_argument("--new-tokens", type=int, default=16, help="tokens generated after the prompt")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma list of " + ", ".join(MODES))
+    parser.add_argument("--shape", default="8b")
+    parser.add_argument("--layers", type=int, default=0, help="decoder layers (0: the shape's own)")
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args()
+
+
+def generate_timed(model, prompt, new_tokens, mode):
+    """One greedy generate in `mode`: (seconds to the first token, decode tokens/s, the
+    generated ids)."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    marks = []
+
+    class MarkEachToken(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            torch.cuda.synchronize()
+            marks.append(time.perf_counter())
+            return scores
+
+    extra = {}
+    if mode != "dynamic":
+        extra["cache_implementation"] = "static"
+    if mode == "static_eager":
+        extra["disable_compile"] = True
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                         min_new_tokens=new_tokens, do_sample=False,
+                         logits_processor=LogitsProcessorList([MarkEachToken()]), **extra)
+    torch.cuda.synchronize()
+    prefill = marks[0] - started
+    decode = (len(marks) - 1) / (marks[-1] - marks[0]) if len(marks) > 1 and marks[-1] > marks[0] else 0.0
+    return prefill, decode, [int(t) for t in out[0, prompt.shape[1]:].tolist()]
+
+
+def free_vram():
+    """The device's free VRAM as NVML sees it (not through the shim's report)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).free
+
+
+def main():
+    args = parse_args()
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    shape = shape_of(args.shape, args.layers)
+    free_at_start = free_vram()
+    model, _ = meta_llama(shape, max_positions=args.tokens + args.new_tokens + 64)
+    draw_weights(model, "cuda", args.seed)
+    generator = torch.Generator(device="cpu").manual_seed(args.seed)
+    prompt = torch.randint(0, shape["vocab_size"], (1, args.tokens), generator=generator).to("cuda")
+    warm_prompt = prompt[:, :128]
+    modes = {}
+    for mode in args.modes.split(","):
+        try:
+            with torch.no_grad():
+                generate_timed(model, warm_prompt, args.new_tokens, mode)
+                prefill, decode, ids = generate_timed(model, prompt, args.new_tokens, mode)
+            record = {"mode": mode, "tokens": args.tokens, "prefill_s": round(prefill, 4),
+                      "decode_tok_s": round(decode, 3), "new_tokens": args.new_tokens, "ids": ids}
+        except Exception as error:  # a mode that fails (out of memory) leaves the others
+            record = {"mode": mode, "tokens": args.tokens, "error": f"{type(error).__name__}: {error}"[:500]}
+            torch.cuda.empty_cache()
+        print(json.dumps(record), flush=True)
+        modes[mode] = record
+    kv_bytes = (args.tokens + args.new_tokens) * shape["num_hidden_layers"] * 2 * kv_width(shape) * BF16_BYTES
+    print(json.dumps({"modes": modes, "weight_bytes": weight_count(shape) * BF16_BYTES, "kv_bytes": kv_bytes,
+                      "free_vram_bytes": free_at_start, "headroom_bytes": SHIM_HEADROOM}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
