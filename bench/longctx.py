@@ -95,7 +95,7 @@ def main():
     shape = shape_of(args.shape, args.layers)
     free_at_start = free_vram()
     model, _ = meta_llama(shape, max_positions=args.tokens + args.new_tokens + 64)
-    draw_weights(model, "cuda", args.seed)
+    draw_weights(model, torch.device("cuda"), args.seed)
     generator = torch.Generator(device="cpu").manual_seed(args.seed)
     prompt = torch.randint(0, shape["vocab_size"], (1, args.tokens), generator=generator).to("cuda")
     warm_prompt = prompt[:, :128]

@@ -85,12 +85,19 @@ def timed(run, size, repeats=3):
     return round(size / best / 1e9, 2)
 
 
+def step(what):
+    """Says on stderr how far the probe came (a crash in the driver leaves no trace)."""
+    print(f"sm_copy_probe: {what}", file=sys.stderr, flush=True)
+
+
 def main():
     import torch
 
     size = int(float(sys.argv[1]) * (1 << 30)) if len(sys.argv) > 1 else 1 << 30
     cuda = Cuda()
+    step("context made; loading the shim's PTX")
     module, log = cuda.load(shim_ptx())
+    step(f"loaded: {log}")
     result = {"jit": "ok" if module else log}
     if not module:
         print(json.dumps(result), flush=True)
@@ -105,13 +112,16 @@ def main():
             if count:
                 cuda.launch(function, dst + offset, src + offset, count)
 
+    step("kernels found")
     source = torch.randint(0, 255, (size,), dtype=torch.uint8, device="cuda")
     managed = cuda.managed_on_host(size)
     ctypes.memmove(managed, source.cpu().numpy().ctypes.data, size)
     target = torch.zeros(size + 64, dtype=torch.uint8, device="cuda")
+    step("managed memory written")
     # An unaligned head and tail: 5 bytes in, 1000003 bytes, at the same offset in the target.
     sm_copy(target.data_ptr() + 5, managed + 5, 1000003)
     torch.cuda.synchronize()
+    step("unaligned copy ran")
     result["correct"] = bool(torch.equal(target[5:1000008], source[5:1000008]))
     result["managed_sm_gbs"] = timed(lambda: sm_copy(target.data_ptr(), managed, size), size)
     result["managed_copy_engine_gbs"] = timed(

@@ -126,7 +126,14 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     };
     let headroom = Rules::of(config).headroom(device, physical.max(total));
     let answered = if free >= headroom { 0 } else { answered };
-    let room = Room { free, headroom, budget_room: budget::promotion_room(device), answered, demote: config.demote };
+    let room = Room {
+        free,
+        headroom,
+        budget_room: budget::promotion_room(device, false),
+        loaded_room: budget::promotion_room(device, true),
+        answered,
+        demote: config.demote,
+    };
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
     }
@@ -192,7 +199,10 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
     for &(m, step) in group {
         let Some(stream) = stream_of(m.context(), streams) else { continue };
         let move_started = match step {
-            Move::Promote(_) => m.start_move(true, |len| budget::reserve_promotion(len, device).map(Reserved::Vram)),
+            Move::Promote(_) => {
+                let loaded = !m.after_computing();
+                m.start_move(true, |len| budget::reserve_promotion(len, device, loaded).map(Reserved::Vram))
+            }
             Move::Demote(_) => m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2)),
             Move::Refresh(_) => m.start_refresh(),
         };

@@ -190,22 +190,26 @@ pub fn budget_has_room(size: u64, device: CuDevice) -> bool {
     Rules::of(config::get()).place(size, vram_in_use(device), DeviceView::alone(device, physical), phase).is_vram()
 }
 
-/// The placement limit on `device` now (budget and device room, the program running or
-/// not); `None` when the driver does not tell the device's size.
-fn placement_limit(device: CuDevice) -> Option<u64> {
+/// The placement limit on `device` (budget and device room), with the reserve open or
+/// kept; `None` when the driver does not tell the device's size.
+fn placement_limit(device: CuDevice, reserve_open: bool) -> Option<u64> {
     let physical = cuda::physical_vram(device)?;
-    Some(Rules::of(config::get()).vram_limit(view(device, physical), computing()))
+    Some(Rules::of(config::get()).vram_limit(view(device, physical), reserve_open))
 }
 
-/// VRAM the placement limit still leaves this process on `device`, for live tiering's
-/// promotions.
-pub fn promotion_room(device: CuDevice) -> u64 {
-    placement_limit(device).map_or(0, |limit| limit.saturating_sub(vram_in_use(device)))
+/// VRAM the placement limit still leaves this process on `device` for live tiering's
+/// promotions: of what it allocated once it computed (the reserve open, as for an
+/// allocation then), and of what it allocated before (`loaded`: the reserve kept free,
+/// for the working set).
+pub fn promotion_room(device: CuDevice, loaded: bool) -> u64 {
+    let reserve_open = computing() && !loaded;
+    placement_limit(device, reserve_open).map_or(0, |limit| limit.saturating_sub(vram_in_use(device)))
 }
 
-/// Reserves `bytes` on `device` for a promotion if they fit under the placement limit.
-pub fn reserve_promotion(bytes: u64, device: CuDevice) -> Option<VramReservation> {
-    let limit = placement_limit(device)?;
+/// Reserves `bytes` on `device` for a promotion if they fit under the placement limit
+/// (`loaded`: as `promotion_room` says).
+pub fn reserve_promotion(bytes: u64, device: CuDevice, loaded: bool) -> Option<VramReservation> {
+    let limit = placement_limit(device, computing() && !loaded)?;
     reserve_if(device, bytes, |in_use| in_use.checked_add(bytes).is_some_and(|after| after <= limit))
 }
 
