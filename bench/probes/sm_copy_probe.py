@@ -115,7 +115,8 @@ def main():
     step("kernels found")
     source = torch.randint(0, 255, (size,), dtype=torch.uint8, device="cuda")
     managed = cuda.managed_on_host(size)
-    ctypes.memmove(managed, source.cpu().numpy().ctypes.data, size)
+    on_host = source.cpu().numpy()  # held: memmove reads it
+    ctypes.memmove(managed, on_host.ctypes.data, size)
     target = torch.zeros(size + 64, dtype=torch.uint8, device="cuda")
     step("managed memory written")
     # An unaligned head and tail: 5 bytes in, 1000003 bytes, at the same offset in the target.
