@@ -23,6 +23,7 @@ impl FakeRoot {
             device: dir.join("dev/greenboost"),
             state: dir.join("state"),
             shm: dir.join("shm"),
+            modules: dir.join("lib/modules"),
         };
         FakeRoot { dir, paths }
     }

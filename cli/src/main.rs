@@ -6,7 +6,10 @@ mod cuda;
 mod demo;
 mod device;
 mod doctor;
+mod environment;
 mod json;
+mod memlock;
+mod module;
 mod nvml;
 mod paths;
 mod policy;
@@ -29,7 +32,7 @@ use clap::{Parser, Subcommand};
     name = "greenboost",
     version,
     about = "GreenBoost: CUDA allocations that do not fit in VRAM, backed by pinned system RAM",
-    after_help = "Paths can be redirected for tests: GREENBOOST_SYSFS_ROOT (/sys), GREENBOOST_PROC_ROOT (/proc), GREENBOOST_DEVICE (/dev/greenboost), GREENBOOST_STATE_DIR (/var/lib/greenboost), GREENBOOST_NVML_LIBRARY (libnvidia-ml.so.1, or `none`), GREENBOOST_SHIM (the shim)."
+    after_help = paths::tool_variables_help()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,7 +55,7 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
         /// The program and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Check everything GreenBoost needs on this machine and say how to fix what is missing.

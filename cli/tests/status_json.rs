@@ -30,6 +30,7 @@ impl FakeRoot {
             .env("GREENBOOST_PROC_ROOT", self.0.join("proc"))
             .env("GREENBOOST_DEVICE", self.0.join("dev/greenboost"))
             .env("GREENBOOST_SHM_DIR", self.0.join("shm"))
+            .env("GREENBOOST_MODULES_DIR", self.0.join("lib/modules"))
             .env("GREENBOOST_NVML_LIBRARY", "none")
             .output()
             .unwrap();
@@ -73,8 +74,9 @@ proc pid=45 uid=0 t1=0 t1_budget=0 t2=0 t2_peak=0 buffers=0 files=1 comm=
 const EXPECTED_JSON: &str = r#"{
   "module": {
     "loaded": true,
+    "state": "loaded",
     "device": "DEVICE",
-    "device_error": "DEVICE does not exist: the greenboost module is not loaded (run `sudo modprobe greenboost`; `greenboost doctor` says why it may not load). Until then the shim uses its userspace backend",
+    "device_error": "DEVICE does not exist although the module is loaded: `sudo udevadm trigger` makes it (the udev rule of `sudo make install` names it)",
     "abi_version": null,
     "sysfs_error": null,
     "parameters": {
@@ -195,18 +197,36 @@ fn status_json_reads_the_fake_sysfs() {
 #[test]
 fn status_without_the_module_says_so_and_succeeds() {
     let root = FakeRoot::new("absent");
-    root.write("proc/.keep", "");
+    root.write("proc/modules", "");
+    root.write("proc/sys/kernel/osrelease", "6.1.0-test\n");
     let (stdout, stderr, ok) = root.status(&["--json"]);
     assert!(ok, "status failed: {stderr}");
-    assert!(stdout.contains("\"loaded\": false"), "{stdout}");
+    assert!(stdout.contains("\"loaded\": false,\n    \"state\": \"not_installed\""), "{stdout}");
     assert!(stdout.contains("\"sources\": []"), "{stdout}");
     assert!(stdout.contains("\"active\": null"), "{stdout}");
     assert!(stdout.contains("cannot read"), "{stdout}");
 
+    // No module to load: modprobe would fail, so status points at doctor instead.
     let (text, _, ok) = root.status(&[]);
     assert!(ok);
-    assert!(text.contains("Module: not loaded"), "{text}");
-    assert!(text.contains("sudo modprobe greenboost"), "{text}");
+    let module = text.lines().next().unwrap();
+    assert!(module.starts_with("Module: the greenboost module is not installed for kernel 6.1.0-test: see `greenboost doctor`. T2 comes from the shim's userspace backend"), "{text}");
+    assert!(!text.contains("modprobe"), "{text}");
+
+    root.write("lib/modules/6.1.0-test/extra/greenboost.ko", "");
+    let (text, _, _) = root.status(&[]);
+    assert!(text.contains("is installed") && text.contains("sudo modprobe greenboost"), "{text}");
+}
+
+#[test]
+fn status_names_a_kernel_without_module_support() {
+    let root = FakeRoot::new("no-modules");
+    root.write("proc/sys/kernel/osrelease", "6.1.0-tiny\n");
+    let (text, _, ok) = root.status(&[]);
+    assert!(ok);
+    assert!(text.starts_with("Module: this kernel cannot load modules (no /proc/modules"), "{text}");
+    let (json, _, _) = root.status(&["--json"]);
+    assert!(json.contains("\"state\": \"no_module_support\""), "{json}");
 }
 
 #[test]
@@ -322,7 +342,7 @@ fn status_says_when_the_module_has_no_t3() {
 
     // No statistics at all: nothing is claimed about T3.
     let absent = FakeRoot::new("no-t3-absent");
-    absent.write("proc/.keep", "");
+    absent.write("proc/modules", "");
     let (text, _, ok) = absent.status(&[]);
     assert!(ok);
     assert!(!text.contains("T3:"), "{text}");

@@ -112,13 +112,28 @@ fn add_and_remove_never_touch_a_file_they_did_not_make() {
     fs::write(&precious, "keep me").unwrap();
     let path = precious.to_str().unwrap();
     assert_refused(&sandbox.run(&["swap", "add", "--size", "1G", "--path", path]), 1, "did not create it");
-    assert_refused(&sandbox.run(&["swap", "remove", "--path", path]), 1, "was not created by `greenboost swap add`");
+    assert_refused(
+        &sandbox.run(&["swap", "remove", "--path", path]),
+        1,
+        "is not one of its files, so it is left alone",
+    );
     assert_refused(
         &sandbox.run(&["swap", "add", "--size", "1G", "--path", "/nonexistent-dir/t3.swap"]),
         1,
         "make the directory first",
     );
     assert_eq!(fs::read_to_string(&precious).unwrap(), "keep me");
+    assert!(sandbox.calls().is_empty());
+}
+
+#[test]
+fn remove_with_nothing_added_says_so() {
+    let sandbox = Sandbox::new("nothing-added");
+    assert_refused(
+        &sandbox.run(&["swap", "remove"]),
+        1,
+        "nothing to remove: `greenboost swap add` has not created a swap file",
+    );
     assert!(sandbox.calls().is_empty());
 }
 

@@ -4,6 +4,7 @@
 use super::view::{both, json, shown, Body, Cell, Column, Empty, Field, Section, Table};
 use super::{shim, t3, ProcessRow, Status};
 use crate::json::Json;
+use crate::module::ModuleState;
 use crate::nvml::{Gpu, NvmlReport};
 use crate::size::format_bytes;
 use crate::stats::StatValue;
@@ -66,6 +67,10 @@ static PROCESS_COLUMNS_T3: [Column; 8] = [
     Column::right("buffers", 8, " "),
 ];
 
+/// Where a user without the module sees T2 (the module's sysfs and dmesg lines stay
+/// empty).
+const USERSPACE_VIEW: &str = "T2 comes from the shim's userspace backend in each process: its figures are under \"Under the shim\" while one runs, and in its exit summary (GREENBOOST_LOG=info)";
+
 fn bytes(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), format_bytes)
 }
@@ -102,21 +107,22 @@ impl Status {
     fn module_section(&self) -> Section {
         let parameters = self.parameters.iter().map(|(k, v)| (k.clone(), Json::from(v.as_str()))).collect();
         let fields = vec![
-            json("loaded", Cell::Flag(Some(self.module_loaded))),
+            json("loaded", Cell::Flag(Some(self.module == ModuleState::Loaded))),
+            json("state", Cell::text(self.module.name())),
             json("device", Cell::text(self.device_path.as_str())),
             json("device_error", Cell::Text(self.device_error.clone())),
             json("abi_version", Cell::Count(self.abi_version.map(u64::from))),
             json("sysfs_error", Cell::Text(self.sysfs_error.clone())),
             json("parameters", Cell::Json(Json::Object(parameters))),
         ];
-        let line = match (self.module_loaded, &self.device_error) {
-            (true, None) => format!(
+        let line = match (self.module.why_absent(), &self.device_error) {
+            (None, None) => format!(
                 "Module: loaded{}, {} ready",
                 self.abi_version.map_or(String::new(), |v| format!(" (ABI {v})")),
                 self.device_path
             ),
-            (true, Some(e)) => format!("Module: loaded, but {e}"),
-            (false, _) => "Module: not loaded. T2 comes from the shim's userspace backend (per process, not shown here). Load it with `sudo modprobe greenboost`; `greenboost doctor` says what is missing.".to_owned(),
+            (None, Some(e)) => format!("Module: loaded, but {e}"),
+            (Some(why), _) => format!("Module: {why}. {USERSPACE_VIEW}"),
         };
         section("module", Body::Object(fields), vec![line])
     }
@@ -215,8 +221,8 @@ impl Status {
 
     /// The text only: why the statistics file was unreadable while the module is loaded.
     fn note_section(&self) -> Section {
-        let lines = match (self.module_loaded, &self.sysfs_error) {
-            (true, Some(e)) => vec![String::new(), format!("note: {e}")],
+        let lines = match (&self.module, &self.sysfs_error) {
+            (ModuleState::Loaded, Some(e)) => vec![String::new(), format!("note: {e}")],
             _ => vec![],
         };
         section("note", Body::None, lines)
@@ -266,7 +272,7 @@ mod tests {
 
     fn status_with(processes: Vec<ProcessRow>) -> Status {
         Status {
-            module_loaded: true,
+            module: ModuleState::Loaded,
             device_path: "/dev/greenboost".into(),
             device_error: None,
             abi_version: Some(1),

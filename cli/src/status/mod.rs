@@ -22,8 +22,9 @@ mod view;
 
 use std::fs;
 
-use crate::device::{explain_open_error, Device};
+use crate::device::Device;
 use crate::json::Json;
+use crate::module::{explain_open_error, ModuleState};
 use crate::nvml::{self, NvmlReport};
 use crate::paths::SystemPaths;
 use crate::stats::{parse_stats, StatGroup};
@@ -66,7 +67,7 @@ pub struct ProcessRow {
 }
 
 pub struct Status {
-    pub module_loaded: bool,
+    pub module: ModuleState,
     pub device_path: String,
     pub device_error: Option<String>,
     pub abi_version: Option<u32>,
@@ -234,7 +235,7 @@ fn read_ioctls(
 ) -> (Option<u32>, bool, Option<String>) {
     let device = match Device::open(&paths.device) {
         Ok(device) => device,
-        Err(e) => return (None, false, Some(explain_open_error(&paths.device, &e))),
+        Err(e) => return (None, false, Some(explain_open_error(paths, &e))),
     };
     let info = device.info().ok();
     if let Some(info) = &info {
@@ -350,7 +351,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
         sources.push("shim");
     }
     Status {
-        module_loaded: paths.module_dir().is_dir(),
+        module: ModuleState::of(paths),
         device_path: paths.device.display().to_string(),
         device_error,
         abi_version,
