@@ -70,6 +70,11 @@ record() {
   for e in "${entries[@]}"; do [ "$e" = "$line" ] && return 0; done
   entries+=("$line")
 }
+forget() {
+  local line="$*" e kept=()
+  for e in "${entries[@]}"; do [ "$e" = "$line" ] || kept+=("$e"); done
+  entries=("${kept[@]}")
+}
 ensure_dir() {
   local dir=$1
   [ -d "$DESTDIR$dir" ] && return 0
@@ -163,6 +168,7 @@ install_file 0755 "$target_dir/libgreenboost_cuda.so" "$PREFIX/lib/libgreenboost
 install_file 0644 "$root/abi/greenboost.h" "$PREFIX/include/greenboost.h"
 
 # --- 2. group, device access, limits, module configuration ----------------------------
+group_user=
 if staged; then
   say "staged install: not creating the greenboost group"
 elif ! getent group greenboost >/dev/null; then
@@ -170,11 +176,15 @@ elif ! getent group greenboost >/dev/null; then
   record group greenboost
   say "created the system group greenboost"
 fi
-if ! staged && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ] \
-   && ! id -nG "$SUDO_USER" | tr ' ' '\n' | grep -qx greenboost; then
-  usermod -aG greenboost "$SUDO_USER"
-  record member greenboost "$SUDO_USER"
-  say "added $SUDO_USER to the greenboost group (log out and in again for it to apply)"
+# The user who ran sudo joins the group; anyone else (every user, when root installs
+# without sudo) is added by hand, which the last lines say.
+if ! staged && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+  if ! id -nG "$SUDO_USER" | tr ' ' '\n' | grep -qx greenboost; then
+    usermod -aG greenboost "$SUDO_USER"
+    record member greenboost "$SUDO_USER"
+    say "added $SUDO_USER to the greenboost group (log out and in again for it to apply)"
+  fi
+  group_user=$SUDO_USER
 fi
 install_file 0644 "$root/packaging/udev/70-greenboost.rules" /etc/udev/rules.d/70-greenboost.rules
 install_file 0644 "$root/packaging/modprobe.d/greenboost.conf" /etc/modprobe.d/greenboost.conf
@@ -206,10 +216,28 @@ config=${KERNEL_HEADERS:-/lib/modules/$krel/build}/.config
 [ -f "$config" ] || config=/boot/config-$krel
 [ -n "${KERNEL_HEADERS:-}" ] || kmod_packages+=("linux-headers-$krel")
 grep -qs '^CONFIG_RUST=y' "$config" || kmod_packages+=("linux-source-$kernel_series")
+# A kernel built without CONFIG_MODULES loads no module: nothing to build, install or
+# register with DKMS for it. The running one says so by having no /proc/modules.
+modules_unsupported() {
+  if [ "$krel" = "$(uname -r)" ] && [ ! -e /proc/modules ]; then
+    echo "no /proc/modules"
+  elif [ -f "$config" ] && ! grep -qs '^CONFIG_MODULES=y' "$config"; then
+    echo "CONFIG_MODULES is off in $config"
+  else
+    return 1
+  fi
+}
+module_support=1
 install_module() {
   if [ "${GREENBOOST_SKIP_KMOD:-0}" = 1 ]; then
     module_note="module not built (GREENBOOST_SKIP_KMOD=1)"
     return 0
+  fi
+  local why
+  if why=$(modules_unsupported); then
+    module_support=0
+    module_note="kernel $krel cannot load modules ($why: it was built without CONFIG_MODULES), so no module was built, installed or registered with DKMS for it"
+    return 1
   fi
   if [ -f /etc/debian_version ] && command -v dpkg-query >/dev/null; then
     if ! apt_install "${kmod_packages[@]}" dkms; then
@@ -234,7 +262,16 @@ install_module() {
       module_note="module built and installed by DKMS for $krel (rebuilt for new kernels)"
       return 0
     fi
-    module_note="DKMS could not build the module for $krel (see above; /var/lib/dkms/greenboost/$version/build/make.log)"
+    # A registration whose build failed would stay "added" in `dkms status` for good:
+    # remove it, keeping its build log (when the build got that far) in the cache.
+    local dkms_log=/var/lib/dkms/greenboost/$version/build/make.log kept_log=
+    if [ -f "$dkms_log" ]; then
+      kept_log=$system_cache/dkms-make-$krel.log
+      mkdir -p "$system_cache" && cp "$dkms_log" "$kept_log"
+    fi
+    dkms remove "greenboost/$version" --all >/dev/null 2>&1 || true
+    forget "dkms greenboost/$version"
+    module_note="DKMS could not build the module for $krel (see above${kept_log:+; its log: $kept_log}); its registration is removed, so \`dkms status\` lists no GreenBoost"
     return 1
   fi
   # A staged install builds like `make kmod`, with the builder's own cache and the
@@ -301,5 +338,10 @@ fi
 
 say "installed GreenBoost $version into ${DESTDIR:-/} (manifest $manifest)"
 say "$module_note"
-[ $module_ok = 1 ] || say "meanwhile the shim uses its userspace backend (pinned memory without the module); \`greenboost doctor\` lists what the module build needs"
+if [ $module_ok != 1 ]; then
+  needs=
+  [ $module_support = 1 ] && needs="; \`greenboost doctor\` lists what the module build needs"
+  say "meanwhile the shim uses its userspace backend (pinned memory without the module)$needs"
+fi
+[ -n "$group_user" ] || say "the greenboost group's members may open /dev/greenboost and lock memory without limit; add each user of the GPU: \`sudo usermod -aG greenboost USER\` (as root: \`usermod -aG greenboost USER\`), then they log in again"
 say "next: greenboost demo    (or: greenboost run -- YOUR_PROGRAM)"
