@@ -42,11 +42,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Tiers (T1 VRAM, T2 pinned RAM, T3 swappable RAM and swap) per GPU and per process, and memory pressure.
-    Status {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
+    Status(status::StatusArgs),
     /// Run a program under the shim: greenboost run [POLICY] -- ollama serve
     Run {
         #[command(flatten)]
@@ -79,15 +75,7 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Status { json } => {
-            let status = status::collect(&paths::SystemPaths::from_env());
-            if json {
-                println!("{:#}", status.to_json());
-            } else {
-                status.print();
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Status(args) => status::status(&args),
         Command::Run { policy, quiet, command } => run::run(&policy, &command, quiet).map(|()| ExitCode::SUCCESS),
         Command::Doctor { json } => Ok(doctor::doctor(json)),
         Command::Demo(args) => demo::demo(&args),

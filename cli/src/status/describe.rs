@@ -268,24 +268,9 @@ fn process_row(p: &ProcessRow) -> Vec<Field> {
 mod tests {
     use super::super::view;
     use super::*;
-    use crate::stats::StatGroup;
 
     fn status_with(processes: Vec<ProcessRow>) -> Status {
-        Status {
-            module: ModuleState::Loaded,
-            device_path: "/dev/greenboost".into(),
-            device_error: None,
-            abi_version: Some(1),
-            sysfs_error: None,
-            sysfs_raw: StatGroup::default(),
-            parameters: vec![],
-            totals: Default::default(),
-            processes,
-            processes_note: None,
-            nvml: Err("NVML disabled".into()),
-            shim_processes: vec![],
-            sources: vec!["ioctl"],
-        }
+        Status { processes, ..Status::loaded_for_tests() }
     }
 
     #[test]

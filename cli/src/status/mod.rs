@@ -12,13 +12,18 @@
 //! live tiering's moves) in /dev/shm; `shim.rs` reads them.
 //!
 //! `collect` gathers the figures into a `Status`; `describe.rs` turns it into the one
-//! description of what status shows (`view::Section`s), from which both the text
-//! (`print`) and `--json` (`to_json`) are rendered.
+//! description of what status shows (`view::Section`s), from which both the text and
+//! `--json` (`to_json`) are rendered; `prometheus.rs` renders its figures as metrics.
+//! `output.rs` is the command: its flags, where the rendering goes, `--watch`.
 
 mod describe;
+mod output;
+mod prometheus;
 mod shim;
 mod t3;
 mod view;
+
+pub use output::{status, StatusArgs};
 
 use std::fs;
 
@@ -373,8 +378,23 @@ impl Status {
         view::to_json(&self.describe())
     }
 
-    /// `status` as text.
-    pub fn print(&self) {
-        print!("{}", view::text(&self.describe(), describe::TEXT_ORDER));
+    /// A loaded module whose device opened, with no figures, no process and no NVML.
+    #[cfg(test)]
+    fn loaded_for_tests() -> Status {
+        Status {
+            module: ModuleState::Loaded,
+            device_path: "/dev/greenboost".into(),
+            device_error: None,
+            abi_version: Some(1),
+            sysfs_error: None,
+            sysfs_raw: StatGroup::default(),
+            parameters: vec![],
+            totals: Totals::default(),
+            processes: vec![],
+            processes_note: None,
+            nvml: Err("NVML disabled".into()),
+            shim_processes: vec![],
+            sources: vec!["ioctl"],
+        }
     }
 }
