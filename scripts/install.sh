@@ -15,6 +15,7 @@
 #   /etc/security/limits.d/greenboost.conf         no memlock limit for the group
 #   /etc/systemd/system/ollama.service.d/greenboost.conf
 #                       only when an ollama.service unit exists: LD_PRELOAD for it alone
+#                       (written by `greenboost service enable ollama`)
 #   $PREFIX/share/greenboost/install-manifest      what uninstall removes
 # and the system group `greenboost` (with the invoking sudo user in it).
 #
@@ -305,9 +306,20 @@ if [ -z "$ollama_unit" ] && ! staged && command -v systemctl >/dev/null \
   ollama_unit=ollama.service
 fi
 if [ -n "$ollama_unit" ]; then
-  install_text 0644 /etc/systemd/system/ollama.service.d/greenboost.conf \
-    < <(sed "s#@LIBDIR@#$PREFIX/lib#" "$root/packaging/systemd/ollama-greenboost.conf.in")
-  say "ollama.service found ($ollama_unit): it will run under GreenBoost after \`sudo systemctl restart ollama\`"
+  # The drop-in is `greenboost service enable`'s, as for any service. --report combined
+  # tells ollama the GPU has VRAM + T2, so that it places every layer on the GPU and
+  # the shim backs what does not fit in VRAM with pinned RAM (`physical` lets ollama
+  # split layers between GPU and CPU as it would without GreenBoost); --log info puts
+  # the tier split at exit in the journal (journalctl -u ollama). Staged, or without
+  # systemctl, the CLI writes the file under the root and asks systemd nothing.
+  dropin=/etc/systemd/system/ollama.service.d/greenboost.conf
+  ensure_dir "$(dirname "$dropin")"
+  enable=("$DESTDIR$PREFIX/bin/greenboost" service enable ollama --report combined --log info
+          --shim "$PREFIX/lib/libgreenboost_cuda.so")
+  if staged || ! command -v systemctl >/dev/null; then enable+=(--root "${DESTDIR:-/}"); fi
+  env -u GREENBOOST_SYSTEMD_DIR "${enable[@]}" >/dev/null || die "\`greenboost service enable ollama\` failed (see above)"
+  record file "$dropin"
+  say "ollama.service found ($ollama_unit): it will run under GreenBoost after \`sudo systemctl restart ollama\`; any other service: \`sudo greenboost service enable UNIT\`"
 fi
 
 # --- 6. activate (not when staging) ---------------------------------------------------
@@ -333,7 +345,6 @@ if ! staged; then
       fi
     fi
   fi
-  [ -n "$ollama_unit" ] && command -v systemctl >/dev/null && systemctl daemon-reload || true
 fi
 
 say "installed GreenBoost $version into ${DESTDIR:-/} (manifest $manifest)"

@@ -24,6 +24,7 @@ impl FakeRoot {
             state: dir.join("state"),
             shm: dir.join("shm"),
             modules: dir.join("lib/modules"),
+            systemd: dir.join("etc/systemd/system"),
         };
         FakeRoot { dir, paths }
     }

@@ -13,7 +13,9 @@ mod module;
 mod nvml;
 mod paths;
 mod policy;
+mod replace_file;
 mod run;
+mod service;
 mod size;
 mod stats;
 mod status;
@@ -64,6 +66,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// A swap file for T3 (T3 needs swap, ideally on NVMe): add, remove, status.
     Swap(swap::SwapArgs),
+    /// A systemd service under GreenBoost (a drop-in for it alone): enable, disable.
+    Service(service::ServiceArgs),
     /// The GPU side of `demo`, run as a child under LD_PRELOAD.
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Doctor { json } => Ok(doctor::doctor(json)),
         Command::Demo(args) => demo::demo(&args),
         Command::Swap(args) => swap::swap(&args),
+        Command::Service(args) => service::service(&args),
         Command::DemoWorker(args) => demo::worker(&args),
     };
     result.unwrap_or_else(|message| {

@@ -15,6 +15,8 @@ pub struct SystemPaths {
     pub shm: PathBuf,
     /// `/lib/modules`: where an installed module is looked for.
     pub modules: PathBuf,
+    /// `/etc/systemd/system`: where `service enable` writes its drop-ins.
+    pub systemd: PathBuf,
 }
 
 /// The `GREENBOOST_*` variables the tools read that are not settings of the shim
@@ -27,6 +29,7 @@ pub const TOOL_VARIABLES: &[(&str, &str)] = &[
     ("GREENBOOST_STATE_DIR", "replaces /var/lib/greenboost, where `swap add` records its swap files"),
     ("GREENBOOST_SHM_DIR", "replaces /dev/shm, where processes under the shim publish their figures"),
     ("GREENBOOST_MODULES_DIR", "replaces /lib/modules, where an installed module is looked for"),
+    ("GREENBOOST_SYSTEMD_DIR", "replaces /etc/systemd/system, where `service enable` writes its drop-ins"),
     ("GREENBOOST_NVML_LIBRARY", "replaces libnvidia-ml.so.1; `none`: no NVML"),
     ("GREENBOOST_CUDA_LIBRARY", "replaces libcuda.so.1 (demo)"),
     ("GREENBOOST_SHIM", "the shim to preload instead of the installed one"),
@@ -57,6 +60,7 @@ impl SystemPaths {
             state: var("GREENBOOST_STATE_DIR", STATE_DIR),
             shm: var("GREENBOOST_SHM_DIR", greenboost_policy::PUBLISHED_DIR),
             modules: var("GREENBOOST_MODULES_DIR", "/lib/modules"),
+            systemd: var("GREENBOOST_SYSTEMD_DIR", "/etc/systemd/system"),
         }
     }
 

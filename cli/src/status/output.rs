@@ -2,7 +2,6 @@
 //! `--prometheus`), where they go (stdout, or `--textfile DIR` for node_exporter's
 //! textfile collector) and `--watch N`, which repeats them until interrupted.
 
-use std::fs;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +12,7 @@ use clap::Args;
 
 use super::{collect, prometheus, view};
 use crate::paths::SystemPaths;
+use crate::replace_file;
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -33,8 +33,7 @@ pub struct StatusArgs {
     watch: Option<u64>,
 }
 
-/// The file node_exporter's textfile collector reads (it reads `*.prom` files only, so
-/// the temporary one beside it, `.greenboost.prom.PID`, is never read half-written).
+/// The file node_exporter's textfile collector reads.
 pub const TEXTFILE_NAME: &str = "greenboost.prom";
 
 enum Format {
@@ -91,22 +90,10 @@ fn show(paths: &SystemPaths, format: &Format, textfile: Option<&Path>, watching:
     Ok(())
 }
 
-/// `DIR/greenboost.prom`, replaced whole: written and synced beside it, then renamed,
-/// readable by the collector's user whatever the umask.
+/// `DIR/greenboost.prom`, replaced whole, readable by the collector's user.
 fn write_textfile(dir: &Path, text: &str) -> Result<(), String> {
     let target = dir.join(TEXTFILE_NAME);
-    let staging = dir.join(format!(".{TEXTFILE_NAME}.{}", std::process::id()));
-    let written = (|| {
-        let mut file = fs::File::create(&staging)?;
-        file.write_all(text.as_bytes())?;
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-        file.sync_all()?;
-        fs::rename(&staging, &target)
-    })();
-    written.map_err(|e| {
-        let _ = fs::remove_file(&staging);
-        format!("cannot write {}: {e}", target.display())
-    })
+    replace_file::replace(&target, text, 0o644).map_err(|e| format!("cannot write {}: {e}", target.display()))
 }
 
 /// Set by SIGINT or SIGTERM while watching: the loop ends after the current round, so
@@ -126,27 +113,5 @@ fn stop_on_interrupt() {
         // SAFETY: the handler only touches an atomic and calls _exit, both
         // async-signal-safe.
         unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_textfile_is_replaced_whole_and_errors_say_where() {
-        let dir = tempfile::tempdir().unwrap();
-        write_textfile(dir.path(), "a 1\n").unwrap();
-        write_textfile(dir.path(), "a 2\n").unwrap();
-        let names: Vec<String> =
-            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-        assert_eq!(names, [TEXTFILE_NAME], "no temporary file left");
-        assert_eq!(fs::read_to_string(dir.path().join(TEXTFILE_NAME)).unwrap(), "a 2\n");
-        let missing = dir.path().join("absent");
-        let error = write_textfile(&missing, "a 1\n").unwrap_err();
-        assert_eq!(
-            error,
-            format!("cannot write {}/greenboost.prom: No such file or directory (os error 2)", missing.display())
-        );
     }
 }

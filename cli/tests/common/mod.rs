@@ -1,6 +1,6 @@
 //! For the integration tests: a temporary directory standing in for /sys, /proc,
-//! /dev, /dev/shm, /lib/modules and /var/lib/greenboost (removed when dropped), and the
-//! `greenboost` command pointed there, NVML off.
+//! /dev, /dev/shm, /lib/modules, /etc/systemd/system and /var/lib/greenboost (removed
+//! when dropped), and the `greenboost` command pointed there, NVML off.
 
 #![allow(dead_code)] // each test binary uses its own part
 
@@ -66,6 +66,7 @@ impl FakeRoot {
             .env("GREENBOOST_SHM_DIR", self.path("shm"))
             .env("GREENBOOST_MODULES_DIR", self.path("lib/modules"))
             .env("GREENBOOST_STATE_DIR", self.path("state"))
+            .env("GREENBOOST_SYSTEMD_DIR", self.path("etc/systemd/system"))
             .env("GREENBOOST_NVML_LIBRARY", "none")
             .env_remove("LD_PRELOAD");
         command
