@@ -5,6 +5,7 @@
 mod cuda;
 mod demo;
 mod device;
+mod docs;
 mod doctor;
 mod environment;
 mod json;
@@ -27,12 +28,15 @@ mod fake_root;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// `--version`: the crate's version and the commit it was built from (build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GB_BUILD_COMMIT"), ")");
 
 #[derive(Parser)]
 #[command(
     name = "greenboost",
-    version,
+    version = VERSION,
     about = "GreenBoost: CUDA allocations that do not fit in VRAM, backed by pinned system RAM",
     after_help = paths::tool_variables_help()
 )]
@@ -68,6 +72,16 @@ enum Command {
     Swap(swap::SwapArgs),
     /// A systemd service under GreenBoost (a drop-in for it alone): enable, disable.
     Service(service::ServiceArgs),
+    /// Shell completions: greenboost completions bash > /usr/share/bash-completion/completions/greenboost
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Manual pages (greenboost.1, one per subcommand, and greenboost.4 for the module), written into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: std::path::PathBuf,
+    },
     /// The GPU side of `demo`, run as a child under LD_PRELOAD.
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -86,6 +100,8 @@ fn main() -> ExitCode {
         Command::Swap(args) => swap::swap(&args),
         Command::Service(args) => service::service(&args),
         Command::DemoWorker(args) => demo::worker(&args),
+        Command::Completions { shell } => docs::completions(Cli::command(), shell),
+        Command::Man { dir } => docs::man(Cli::command(), &dir),
     };
     result.unwrap_or_else(|message| {
         eprintln!("greenboost: {message}");

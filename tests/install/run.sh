@@ -97,13 +97,20 @@ skip=()
 check "staged install succeeds" stage_install "$stage" "${skip[@]}"
 cat "$stage.log" | sed 's/^/     | /'
 
+# The manual pages are one per subcommand: the built CLI names them.
+target/release/greenboost man "$work/man" >/dev/null
 expected_outside_src="/etc/modprobe.d/greenboost.conf
 /etc/security/limits.d/greenboost.conf
 /etc/udev/rules.d/70-greenboost.rules
 /usr/local/bin/greenboost
 /usr/local/include/greenboost.h
 /usr/local/lib/libgreenboost_cuda.so
-/usr/local/share/greenboost/install-manifest"
+/usr/local/share/greenboost/install-manifest
+/usr/local/share/bash-completion/completions/greenboost
+/usr/local/share/zsh/site-functions/_greenboost
+/usr/local/share/fish/vendor_completions.d/greenboost.fish
+/usr/local/share/man/man4/greenboost.4
+$(cd "$work/man" && ls *.1 | sed 's#^#/usr/local/share/man/man1/#')"
 [ $build_kmod = 1 ] && expected_outside_src="/lib/modules/$krel/extra/greenboost.ko
 /etc/modules-load.d/greenboost.conf
 $expected_outside_src"
@@ -176,7 +183,14 @@ fi
 
 # The installed CLI works from the stage and finds the shim installed beside it.
 cli=$stage/usr/local/bin/greenboost
-check "installed CLI runs: --version" bash -c "'$cli' --version | grep -qx 'greenboost $version'"
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+check "installed CLI runs: --version, with the commit" bash -c "'$cli' --version | grep -qx 'greenboost $version (commit $commit)'"
+check "manual pages: greenboost(1) and greenboost(4) with every module parameter" bash -c "
+  grep -q '^.TH greenboost 1' '$stage/usr/local/share/man/man1/greenboost.1' &&
+  for p in $(echo $params); do grep -q \"fB\$p\" '$stage/usr/local/share/man/man4/greenboost.4' || { echo \$p; exit 1; }; done"
+check "bash completion parses and completes the subcommands" bash -c "
+  bash -n '$stage/usr/local/share/bash-completion/completions/greenboost' &&
+  grep -q 'service' '$stage/usr/local/share/bash-completion/completions/greenboost'"
 check "installed CLI 'run' preloads the shim installed beside it" bash -c "
   out=\$(GREENBOOST_DEVICE=/nonexistent '$cli' run -q --vram-budget 1G -- sh -c 'echo \"\$LD_PRELOAD \$GREENBOOST_VRAM_BUDGET\"')
   [ \"\$out\" = '$stage/usr/local/lib/libgreenboost_cuda.so 1073741824' ] || { echo \"\$out\"; false; }"
