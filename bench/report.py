@@ -14,7 +14,7 @@ import statistics
 import sys
 
 import report_llamacpp
-from report_limits import limits, median
+from report_limits import limits
 from report_markdown import markdown
 
 GOALS = {
