@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn the_warning_names_the_backend_charged() {
-        let root = FakeRoot::new("memlock");
+        let root = FakeRoot::new();
         root.write("proc/self/status", WITHOUT_IPC_LOCK);
         let paths = &root.paths;
         let module = Backend::Module { t2_cap: Some(16 << 30) };
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_process_with_cap_ipc_lock_is_not_warned() {
-        let root = FakeRoot::new("memlock-root");
+        let root = FakeRoot::new();
         root.write("proc/self/status", ROOTS_CAPABILITIES);
         assert!(exempt(&root.paths));
         assert_eq!(warning(&root.paths, Backend::Module { t2_cap: None }, Some(64 << 10)), None);

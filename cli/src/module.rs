@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn each_state_says_what_to_do() {
-        let root = FakeRoot::new("module-state");
+        let root = FakeRoot::new();
         let paths = &root.paths;
         assert_eq!(ModuleState::of(paths), ModuleState::NoModuleSupport);
         assert!(ModuleState::of(paths).why_absent().unwrap().contains("cannot load modules"));

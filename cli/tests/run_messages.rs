@@ -3,19 +3,31 @@
 //! limit as the backend in use meets it, flags clap does not know, and the environment
 //! the shim would read otherwise than written.
 
-use std::fs;
-use std::process::{Command, Output};
+mod common;
 
-use tempfile::TempDir;
+use std::fs;
+use std::ops::Deref;
+use std::os::unix::process::CommandExt;
+use std::process::Output;
+
+use common::FakeRoot;
 
 /// A fake /proc (a kernel that loads modules, release 6.1.0-test, a session with
 /// CAP_IPC_LOCK, so that no memlock warning shows unless a test asks for one), an empty
 /// /lib/modules and a stand-in shim.
-struct Machine(TempDir);
+struct Machine(FakeRoot);
+
+impl Deref for Machine {
+    type Target = FakeRoot;
+
+    fn deref(&self) -> &FakeRoot {
+        &self.0
+    }
+}
 
 impl Machine {
     fn new() -> Machine {
-        let machine = Machine(TempDir::new().unwrap());
+        let machine = Machine(FakeRoot::new());
         machine.write("proc/modules", "");
         machine.write("proc/sys/kernel/osrelease", "6.1.0-test\n");
         machine.write("proc/self/status", WITH_IPC_LOCK);
@@ -24,43 +36,28 @@ impl Machine {
         machine
     }
 
-    fn path(&self, relative: &str) -> std::path::PathBuf {
-        self.0.path().join(relative)
-    }
-
-    fn write(&self, relative: &str, content: &str) {
-        let path = self.path(relative);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
-
     /// `greenboost ARGS` with `env` added.
     fn greenboost(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        self.command(Command::new(env!("CARGO_BIN_EXE_greenboost")), args, env).output().unwrap()
+        let mut command = self.command(args);
+        command.env("GREENBOOST_SHIM", self.path("lib/libgreenboost_cuda.so")).envs(env.iter().copied());
+        command.output().unwrap()
     }
 
-    /// As `greenboost`, with the locked-memory limit lowered to `kib` (both limits, as
+    /// As `greenboost`, with the locked-memory limit lowered to `kib` (soft and hard, as
     /// `ulimit -l` sets them; lowering needs no privilege).
     fn greenboost_with_memlock(&self, kib: u64, args: &[&str]) -> Output {
-        let mut shell = Command::new("sh");
-        shell.arg("-c").arg(format!("ulimit -l {kib} && exec \"$@\"")).arg("sh").arg(env!("CARGO_BIN_EXE_greenboost"));
-        self.command(shell, args, &[]).output().unwrap()
-    }
-
-    fn command(&self, mut command: Command, args: &[&str], env: &[(&str, &str)]) -> Command {
-        command
-            .args(args)
-            .env("GREENBOOST_PROC_ROOT", self.path("proc"))
-            .env("GREENBOOST_SYSFS_ROOT", self.path("sys"))
-            .env("GREENBOOST_MODULES_DIR", self.path("lib/modules"))
-            .env("GREENBOOST_DEVICE", self.path("dev/greenboost"))
-            .env("GREENBOOST_SHIM", self.path("lib/libgreenboost_cuda.so"))
-            .env("GREENBOOST_NVML_LIBRARY", "none")
-            .env_remove("LD_PRELOAD");
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        command
+        let mut command = self.command(args);
+        command.env("GREENBOOST_SHIM", self.path("lib/libgreenboost_cuda.so"));
+        let limit = libc::rlimit { rlim_cur: kib << 10, rlim_max: kib << 10 };
+        // SAFETY: between fork and exec the closure only calls setrlimit, which is
+        // async-signal-safe, on a limit it owns.
+        unsafe {
+            command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            })
+        };
+        command.output().unwrap()
     }
 
     /// `greenboost run ARGS`'s stderr, less the dynamic loader's complaint about the

@@ -65,7 +65,7 @@ mod tests {
 
     #[test]
     fn adds_once_removes_and_deletes_the_empty_record() {
-        let root = FakeRoot::new("record");
+        let root = FakeRoot::new();
         let paths = &root.paths;
         assert!(read(paths).unwrap().is_empty(), "no record: nothing created");
         add(paths, Path::new("/var/lib/greenboost/t3.swap")).unwrap();

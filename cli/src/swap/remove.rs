@@ -81,7 +81,7 @@ mod tests {
 
     #[test]
     fn only_recorded_files_are_removed() {
-        let root = FakeRoot::new("remove-check");
+        let root = FakeRoot::new();
         root.write("proc/swaps", "Filename Type Size Used Priority\n");
         let foreign = root.write("precious.swap", "x");
         let refusal = check(&root.paths, &foreign).unwrap_err();
