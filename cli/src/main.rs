@@ -8,7 +8,6 @@ mod device;
 mod docs;
 mod doctor;
 mod environment;
-mod json;
 mod memlock;
 mod module;
 mod nvml;

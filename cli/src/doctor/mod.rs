@@ -13,8 +13,8 @@ mod system;
 
 use std::process::ExitCode;
 
-use crate::json::Json;
 use crate::paths::SystemPaths;
+use serde_json::{json, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
@@ -69,21 +69,13 @@ impl Findings {
 }
 
 fn print_json(release: &str, findings: &Findings) {
-    let items: Vec<Json> = findings
+    let items: Vec<Value> = findings
         .0
         .iter()
-        .map(|f| {
-            Json::object()
-                .with("area", f.area)
-                .with("level", f.level.name())
-                .with("finding", f.what.as_str())
-                .with("fix", f.fix.clone())
-        })
+        .map(|f| json!({"area": f.area, "level": f.level.name(), "finding": f.what, "fix": f.fix}))
         .collect();
-    println!(
-        "{:#}",
-        Json::object().with("kernel", release).with("ok", findings.worst() != Level::Fail).with("findings", items)
-    );
+    let report = json!({"kernel": release, "ok": findings.worst() != Level::Fail, "findings": items});
+    println!("{report:#}");
 }
 
 fn print_text(release: &str, findings: &Findings) {

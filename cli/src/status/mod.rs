@@ -28,12 +28,12 @@ pub use output::{status, StatusArgs};
 use std::fs;
 
 use crate::device::Device;
-use crate::json::Json;
 use crate::module::{explain_open_error, ModuleState};
 use crate::nvml::{self, NvmlReport};
 use crate::paths::SystemPaths;
 use crate::stats::{parse_stats, StatGroup};
 use greenboost_abi::{GbProcRow, GbProcRowT3, GB_INFO_PROC_LIST, GB_INFO_T3};
+use serde_json::Value;
 use t3::T3Totals;
 
 /// Module-wide figures, whichever source gave them.
@@ -374,7 +374,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
 
 impl Status {
     /// `status --json`.
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(&self) -> Value {
         view::to_json(&self.describe())
     }
 
