@@ -38,6 +38,7 @@ import ctypes
 import functools
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -96,12 +97,6 @@ def pointer_placement(driver, ptr):
 def shim_loaded():
     with open("/proc/self/maps") as maps:
         return any("libgreenboost_cuda" in line for line in maps)
-
-
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def decode_gaps(forward, prompt):
@@ -438,7 +433,7 @@ def main():
 
     prefill_s = sorted(prefills)[len(prefills) // 2]
     steps = times[1:]
-    median_step = median(steps)
+    median_step = statistics.median(steps)
     result = {
         "cmd": "decode",
         "config": args.config,
@@ -450,7 +445,7 @@ def main():
         "prompt_tokens": args.prompt,
         "new_tokens": len(tokens),
         "same_tokens_when_repeated": repeat_matches,
-        "cold_decode_step_ms_median": median(cold_times[1:]) * 1e3,
+        "cold_decode_step_ms_median": statistics.median(cold_times[1:]) * 1e3,
         "prefill_s": prefill_s,
         "prefill_s_each": prefills,
         "prefill_tok_s": args.prompt / prefill_s,

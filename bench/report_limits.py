@@ -1,6 +1,8 @@
 """What limits each goal of bench/report.py's figures that a run did not meet, in words
 computed from that run's own measurements; and the formatting helpers both use."""
 
+import statistics
+
 
 def fmt(value, digits=3):
     if value is None:
@@ -10,12 +12,10 @@ def fmt(value, digits=3):
     return str(value)
 
 
-def median(values):
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return None
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+def median_measured(values):
+    """The median of the values a run measured (None: not measured), or None."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 def limits(report):
@@ -44,8 +44,8 @@ def limits(report):
               for each in alloc.get("detail", {}).get("t2_phases_each", [])]
     phases = [p for p in phases if p]
     if unmet("t2_alloc_ratio") and phases:
-        populate = median(p.get("populate_ms") for p in phases)
-        register = median(p.get("register_ms") for p in phases)
+        populate = median_measured(p.get("populate_ms") for p in phases)
+        register = median_measured(p.get("register_ms") for p in phases)
         threads = phases[0].get("populate_threads", "?")
         out["t2_alloc_ratio"] = (
             f"Fresh pages: of the cold {fmt(alloc['value'])} ms, populating 1 GiB ({threads} threads, the kernel "

@@ -6,6 +6,9 @@ set -euo pipefail
 PKGS=(linux-source-6.12 rustc-web rust-web-src rust-web-clippy clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
       make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy dkms patch)
+# make cli-test reads `status --prometheus` with Prometheus's own parser
+# (prometheus_client); Debian's package where the sources have it (Debian 12 does).
+apt-cache show python3-prometheus-client >/dev/null 2>&1 && PKGS+=(python3-prometheus-client)
 missing=()
 for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -30,5 +33,11 @@ fi
 if ! python3 -c 'import numpy' >/dev/null 2>&1; then
   log "installing numpy for $(command -v python3)"
   python3 -m pip install -q numpy >&2 || log "pip install numpy failed: the Python example skips its numpy views"
+fi
+# As numpy: Debian's package serves Debian's python3 only. Without it the check skips.
+if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
+  log "installing prometheus-client for $(command -v python3)"
+  python3 -m pip install -q prometheus-client >&2 \
+    || log "pip install prometheus-client failed: the status --prometheus parser check skips"
 fi
 ensure_bindgen

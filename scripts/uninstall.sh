@@ -9,8 +9,12 @@
 # off with swapoff (after the module is unloaded, so no T3 buffer has pages in it any
 # more), then deleted; a file whose swapoff fails is kept, with its record.
 #
+# And what processes under the shim leave in /dev/shm: live tiering's lock files, and
+# the figures a killed process published, unless in use.
+#
 # Environment: DESTDIR and PREFIX as for install.sh (the same values). With DESTDIR
-# set, only files under it are touched: no rmmod, dkms, groupdel, swapoff or systemctl.
+# set, only files under it are touched (DESTDIR/dev/shm included): no rmmod, dkms,
+# groupdel, swapoff or systemctl.
 set -euo pipefail
 
 DESTDIR=${DESTDIR:-}
@@ -79,7 +83,31 @@ if [ -f "$DESTDIR$swap_record" ]; then
   fi
 fi
 
-# 3. Files.
+# 3. What processes under the shim leave in /dev/shm: live tiering's lock files
+# (shim/src/engine/tier_lock.rs) and the records of processes killed before they could
+# remove their own (policy/src/published.rs). A lock a process holds now, and the
+# record of a process still running, stay: they are in use.
+shm=$DESTDIR/dev/shm
+for lock in "$shm"/greenboost-tier.lock "$shm"/greenboost-tier.*.lock; do
+  [ -f "$lock" ] || continue
+  if ! command -v flock >/dev/null; then
+    warn "kept ${lock#"$DESTDIR"}: flock (util-linux) is missing, so whether a process holds it cannot be told"
+  elif flock -n -x "$lock" rm -f "$lock"; then
+    say "removed ${lock#"$DESTDIR"}"
+  else
+    warn "kept ${lock#"$DESTDIR"}: a process under the shim holds it; remove it once that process ends"
+  fi
+done
+for published in "$shm"/greenboost-shim.*; do
+  pid=${published##*.}
+  case $pid in ''|*[!0-9]*) continue ;; esac
+  if [ -f "$published" ] && [ ! -d "/proc/$pid" ]; then
+    rm -f "$published"
+    say "removed ${published#"$DESTDIR"} (process $pid has ended)"
+  fi
+done
+
+# 4. Files.
 ollama_dropin=0 module_kernels=()
 while IFS= read -r path; do
   [ -n "$path" ] || continue
@@ -91,7 +119,7 @@ while IFS= read -r path; do
 done < <(field file)
 rm -f "$DESTDIR$manifest"
 
-# 4. Trees created as a whole (the module build cache), then directories, deepest first.
+# 5. Trees created as a whole (the module build cache), then directories, deepest first.
 while IFS= read -r tree; do
   [ -n "$tree" ] && ! staged && rm -rf "$tree"
 done < <(field tree)
@@ -100,7 +128,7 @@ while IFS= read -r dir; do
   rmdir "$DESTDIR$dir" 2>/dev/null || [ ! -d "$DESTDIR$dir" ] || say "kept $dir: it holds files that are not GreenBoost's"
 done < <(field dir | awk '{ print gsub("/", "/"), $0 }' | sort -rn | cut -d' ' -f2-)
 
-# 5. Group membership and the group, when install created them; refresh the system.
+# 6. Group membership and the group, when install created them; refresh the system.
 if ! staged; then
   while read -r group user; do
     [ -n "$user" ] && gpasswd -d "$user" "$group" >/dev/null 2>&1 || true

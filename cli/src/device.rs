@@ -106,18 +106,3 @@ impl Device {
         Err(io::Error::other("the process list kept growing"))
     }
 }
-
-/// Why the node could not be opened, as a sentence with the fix.
-pub fn explain_open_error(path: &Path, error: &io::Error) -> String {
-    match error.raw_os_error() {
-        Some(libc::ENOENT) => format!(
-            "{} does not exist: the greenboost module is not loaded (run `sudo modprobe greenboost`; `greenboost doctor` says why it may not load). Until then the shim uses its userspace backend",
-            path.display()
-        ),
-        Some(libc::EACCES) | Some(libc::EPERM) => format!(
-            "{} exists but you may not open it: add yourself to the greenboost group (`sudo usermod -aG greenboost $USER`) and log in again",
-            path.display()
-        ),
-        _ => format!("cannot open {}: {error}", path.display()),
-    }
-}

@@ -5,12 +5,17 @@
 mod cuda;
 mod demo;
 mod device;
+mod docs;
 mod doctor;
-mod json;
+mod environment;
+mod memlock;
+mod module;
 mod nvml;
 mod paths;
 mod policy;
+mod replace_file;
 mod run;
+mod service;
 mod size;
 mod stats;
 mod status;
@@ -22,14 +27,17 @@ mod fake_root;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// `--version`: the crate's version and the commit it was built from (build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GB_BUILD_COMMIT"), ")");
 
 #[derive(Parser)]
 #[command(
     name = "greenboost",
-    version,
+    version = VERSION,
     about = "GreenBoost: CUDA allocations that do not fit in VRAM, backed by pinned system RAM",
-    after_help = "Paths can be redirected for tests: GREENBOOST_SYSFS_ROOT (/sys), GREENBOOST_PROC_ROOT (/proc), GREENBOOST_DEVICE (/dev/greenboost), GREENBOOST_STATE_DIR (/var/lib/greenboost), GREENBOOST_NVML_LIBRARY (libnvidia-ml.so.1, or `none`), GREENBOOST_SHIM (the shim)."
+    after_help = paths::tool_variables_help()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -39,11 +47,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Tiers (T1 VRAM, T2 pinned RAM, T3 swappable RAM and swap) per GPU and per process, and memory pressure.
-    Status {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
+    Status(status::StatusArgs),
     /// Run a program under the shim: greenboost run [POLICY] -- ollama serve
     Run {
         #[command(flatten)]
@@ -52,7 +56,7 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
         /// The program and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Check everything GreenBoost needs on this machine and say how to fix what is missing.
@@ -65,6 +69,18 @@ enum Command {
     Demo(demo::DemoArgs),
     /// A swap file for T3 (T3 needs swap, ideally on NVMe): add, remove, status.
     Swap(swap::SwapArgs),
+    /// A systemd service under GreenBoost (a drop-in for it alone): enable, disable.
+    Service(service::ServiceArgs),
+    /// Shell completions: greenboost completions bash > /usr/share/bash-completion/completions/greenboost
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Manual pages (greenboost.1, one per subcommand, and greenboost.4 for the module), written into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: std::path::PathBuf,
+    },
     /// The GPU side of `demo`, run as a child under LD_PRELOAD.
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -76,20 +92,15 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Status { json } => {
-            let status = status::collect(&paths::SystemPaths::from_env());
-            if json {
-                println!("{:#}", status.to_json());
-            } else {
-                status.print();
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Status(args) => status::status(&args),
         Command::Run { policy, quiet, command } => run::run(&policy, &command, quiet).map(|()| ExitCode::SUCCESS),
         Command::Doctor { json } => Ok(doctor::doctor(json)),
         Command::Demo(args) => demo::demo(&args),
         Command::Swap(args) => swap::swap(&args),
+        Command::Service(args) => service::service(&args),
         Command::DemoWorker(args) => demo::worker(&args),
+        Command::Completions { shell } => docs::completions(Cli::command(), shell),
+        Command::Man { dir } => docs::man(Cli::command(), &dir),
     };
     result.unwrap_or_else(|message| {
         eprintln!("greenboost: {message}");

@@ -5,11 +5,7 @@
 use std::env;
 use std::path::{Path, PathBuf};
 
-/// `GREENBOOST_SYSFS_ROOT` replaces `/sys`, `GREENBOOST_PROC_ROOT` replaces `/proc`,
-/// `GREENBOOST_DEVICE` replaces `/dev/greenboost`, `GREENBOOST_STATE_DIR` replaces
-/// `/var/lib/greenboost` (where `greenboost swap add` records its swap files),
-/// `GREENBOOST_SHM_DIR` replaces `/dev/shm` (where processes under the shim publish
-/// their figures).
+/// Each field is redirected by its variable of `TOOL_VARIABLES`.
 #[derive(Clone, Debug)]
 pub struct SystemPaths {
     pub sys: PathBuf,
@@ -17,6 +13,38 @@ pub struct SystemPaths {
     pub device: PathBuf,
     pub state: PathBuf,
     pub shm: PathBuf,
+    /// `/lib/modules`: where an installed module is looked for.
+    pub modules: PathBuf,
+    /// `/etc/systemd/system`: where `service enable` writes its drop-ins.
+    pub systemd: PathBuf,
+}
+
+/// The `GREENBOOST_*` variables the tools read that are not settings of the shim
+/// (`greenboost_policy::SETTINGS`), each with what it does: `greenboost --help` lists
+/// them, and `greenboost run` warns about any other `GREENBOOST_*` name.
+pub const TOOL_VARIABLES: &[(&str, &str)] = &[
+    ("GREENBOOST_SYSFS_ROOT", "replaces /sys"),
+    ("GREENBOOST_PROC_ROOT", "replaces /proc"),
+    ("GREENBOOST_DEVICE", "replaces /dev/greenboost"),
+    ("GREENBOOST_STATE_DIR", "replaces /var/lib/greenboost, where `swap add` records its swap files"),
+    ("GREENBOOST_SHM_DIR", "replaces /dev/shm, where processes under the shim publish their figures"),
+    ("GREENBOOST_MODULES_DIR", "replaces /lib/modules, where an installed module is looked for"),
+    ("GREENBOOST_SYSTEMD_DIR", "replaces /etc/systemd/system, where `service enable` writes its drop-ins"),
+    ("GREENBOOST_NVML_LIBRARY", "replaces libnvidia-ml.so.1; `none`: no NVML"),
+    ("GREENBOOST_CUDA_LIBRARY", "replaces libcuda.so.1 (demo)"),
+    ("GREENBOOST_SHIM", "the shim to preload instead of the installed one"),
+    // scripts/install.sh and the module build (see their headers).
+    ("GREENBOOST_CACHE", "the module build's cache (~/.cache/greenboost)"),
+    ("GREENBOOST_SKIP_KMOD", "install: 1 skips the module"),
+    ("GREENBOOST_NO_BUILD", "install: 1 installs what target/release holds"),
+    ("GREENBOOST_NO_APT", "install: 1 installs no distribution package"),
+    ("GREENBOOST_TEST_KMOD", "make install-test: 1 or 0 builds the module or not"),
+];
+
+/// `TOOL_VARIABLES` as `greenboost --help` shows them.
+pub fn tool_variables_help() -> String {
+    let lines: Vec<String> = TOOL_VARIABLES.iter().map(|(name, what)| format!("  {name}: {what}")).collect();
+    format!("Variables of the tools (the shim's settings are in `greenboost run --help`):\n{}", lines.join("\n"))
 }
 
 /// The directory scripts/uninstall.sh reads the swap-file record from.
@@ -31,6 +59,8 @@ impl SystemPaths {
             device: var("GREENBOOST_DEVICE", greenboost_abi::GB_DEVICE_PATH),
             state: var("GREENBOOST_STATE_DIR", STATE_DIR),
             shm: var("GREENBOOST_SHM_DIR", greenboost_policy::PUBLISHED_DIR),
+            modules: var("GREENBOOST_MODULES_DIR", "/lib/modules"),
+            systemd: var("GREENBOOST_SYSTEMD_DIR", "/etc/systemd/system"),
         }
     }
 
@@ -61,5 +91,11 @@ impl SystemPaths {
 
     pub fn proc_path(&self, relative: impl AsRef<Path>) -> PathBuf {
         self.proc.join(relative)
+    }
+
+    /// The running kernel's release (`/proc/sys/kernel/osrelease`).
+    pub fn kernel_release(&self) -> Option<String> {
+        let release = std::fs::read_to_string(self.proc_path("sys/kernel/osrelease")).ok()?;
+        Some(release.trim().to_owned()).filter(|release| !release.is_empty())
     }
 }

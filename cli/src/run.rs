@@ -8,10 +8,12 @@ use std::process::Command;
 
 use greenboost_policy::BackendChoice;
 
-use crate::device::{explain_open_error, Device};
+use crate::device::Device;
+use crate::environment;
+use crate::memlock::{self, Backend};
+use crate::module::explain_open_error;
 use crate::paths::SystemPaths;
 use crate::policy::Policy;
-use crate::size::format_bytes;
 
 pub const SHIM_NAME: &str = "libgreenboost_cuda.so";
 
@@ -76,50 +78,24 @@ pub fn preload_with(shim: &Path, existing: Option<OsString>) -> OsString {
 /// cannot work at all). Raises the soft memlock limit to the hard one on the way.
 pub fn preflight(policy: &Policy, paths: &SystemPaths) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
-    if let Err(e) = Device::open(&paths.device) {
-        let why = explain_open_error(&paths.device, &e);
-        if policy.backend() == Some(BackendChoice::Kmod) {
-            return Err(format!("--backend kmod needs the module, but {why}"));
+    let backend = match Device::open(&paths.device) {
+        Ok(_) if policy.backend() == Some(BackendChoice::Userspace) => Backend::Userspace,
+        Ok(device) => Backend::Module { t2_cap: device.info().ok().map(|info| info.pool_cap) },
+        Err(e) => {
+            let why = explain_open_error(paths, &e);
+            if policy.backend() == Some(BackendChoice::Kmod) {
+                return Err(format!("--backend kmod needs the module, but {why}"));
+            }
+            if policy.backend() != Some(BackendChoice::Userspace) {
+                warnings.push(why);
+            }
+            Backend::Userspace
         }
-        if policy.backend() != Some(BackendChoice::Userspace) {
-            warnings.push(why);
-        }
-    }
-    if let Some(warning) = raise_memlock() {
-        warnings.push(warning);
-    }
+    };
+    let limit = memlock::raise_soft_to_hard();
+    warnings.extend(limit.and_then(|limit| memlock::warning(paths, backend, limit.soft)));
+    warnings.extend(environment::warnings(policy, std::env::vars_os()));
     Ok(warnings)
-}
-
-/// GreenBoost's T2 memory is pinned by the module or by the driver's registration,
-/// which RLIMIT_MEMLOCK does not limit; but what serving stacks lock themselves (NCCL,
-/// GPUDirect RDMA, io_uring buffers, mlock) does. Lift the soft limit to the hard one
-/// and warn when even that is small.
-fn raise_memlock() -> Option<String> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
-        return None;
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-        // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one
-        // is always permitted.
-        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
-            limit = raised;
-        }
-    }
-    (limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < MEMLOCK_ENOUGH).then(|| memlock_advice(limit.rlim_cur))
-}
-
-/// Below this, libraries that lock host memory next to GreenBoost fail.
-pub const MEMLOCK_ENOUGH: u64 = 64 << 20;
-
-pub fn memlock_advice(limit: u64) -> String {
-    format!(
-        "the locked-memory limit (ulimit -l) is {}. GreenBoost's T2 memory does not count against it, but what NCCL, GPUDirect RDMA or io_uring lock next to it does, and they fail at that limit. The installer lifts it for the greenboost group (/etc/security/limits.d/greenboost.conf): join the group and log in again; for a systemd service set LimitMEMLOCK=infinity",
-        format_bytes(limit)
-    )
 }
 
 pub fn run(policy: &Policy, command: &[OsString], quiet: bool) -> Result<(), String> {

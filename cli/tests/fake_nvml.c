@@ -5,7 +5,7 @@
 #include <string.h>
 
 typedef void *handle_t;
-struct memory { uint64_t total, free, used; };
+struct memory_v2 { unsigned version; uint64_t total, reserved, free, used; };
 struct pci { char legacy[16]; unsigned domain, bus, device, id, subsystem; char bus_id[32]; };
 struct process { unsigned pid; uint64_t used; unsigned gi, ci; };
 
@@ -20,10 +20,13 @@ int nvmlDeviceGetName(handle_t h, char *b, unsigned n) {
     strncpy(b, index_of(h) == 0 ? "NVIDIA H200" : "NVIDIA RTX 4090 with a long name", n);
     return 0;
 }
-int nvmlDeviceGetMemoryInfo(handle_t h, struct memory *m) {
+int nvmlDeviceGetMemoryInfo_v2(handle_t h, struct memory_v2 *m) {
+    if (m->version != (sizeof(struct memory_v2) | 2u << 24)) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+    /* Not free: 1.5 GiB (GPU 0) or 3 GiB (GPU 1), 512 MiB of it the driver's reservation. */
     m->total = (uint64_t)(index_of(h) + 1) * 80 << 30;
-    m->used = (uint64_t)(index_of(h) + 1) * 3 << 29;
-    m->free = m->total - m->used;
+    m->reserved = 1 << 29;
+    m->used = ((uint64_t)(index_of(h) + 1) * 3 << 29) - m->reserved;
+    m->free = m->total - m->used - m->reserved;
     return 0;
 }
 int nvmlDeviceGetPciInfo_v3(handle_t h, struct pci *p) {

@@ -2,49 +2,16 @@
 //! stats format), with the device node and NVML absent, so every figure comes from the
 //! text file and the output is exactly predictable.
 
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-struct FakeRoot(PathBuf);
+use common::{text, FakeRoot};
 
-impl FakeRoot {
-    fn new(name: &str) -> FakeRoot {
-        let root = std::env::temp_dir().join(format!("greenboost-cli-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root).unwrap();
-        FakeRoot(root)
-    }
-
-    fn write(&self, relative: &str, content: &str) {
-        let path = self.0.join(relative);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
-
-    fn status(&self, extra_args: &[&str]) -> (String, String, bool) {
-        let output = Command::new(env!("CARGO_BIN_EXE_greenboost"))
-            .arg("status")
-            .args(extra_args)
-            .env("GREENBOOST_SYSFS_ROOT", self.0.join("sys"))
-            .env("GREENBOOST_PROC_ROOT", self.0.join("proc"))
-            .env("GREENBOOST_DEVICE", self.0.join("dev/greenboost"))
-            .env("GREENBOOST_SHM_DIR", self.0.join("shm"))
-            .env("GREENBOOST_NVML_LIBRARY", "none")
-            .output()
-            .unwrap();
-        (String::from_utf8(output.stdout).unwrap(), String::from_utf8(output.stderr).unwrap(), output.status.success())
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for FakeRoot {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// `greenboost status ARGS` against `root`: stdout, stderr and whether it succeeded.
+fn status(root: &FakeRoot, args: &[&str]) -> (String, String, bool) {
+    let mut full = vec!["status"];
+    full.extend_from_slice(args);
+    let output = root.run(&full);
+    (text(&output.stdout), text(&output.stderr), output.status.success())
 }
 
 const STATS: &str = "abi_version 1
@@ -73,8 +40,9 @@ proc pid=45 uid=0 t1=0 t1_budget=0 t2=0 t2_peak=0 buffers=0 files=1 comm=
 const EXPECTED_JSON: &str = r#"{
   "module": {
     "loaded": true,
+    "state": "loaded",
     "device": "DEVICE",
-    "device_error": "DEVICE does not exist: the greenboost module is not loaded (run `sudo modprobe greenboost`; `greenboost doctor` says why it may not load). Until then the shim uses its userspace backend",
+    "device_error": "DEVICE does not exist although the module is loaded: `sudo udevadm trigger` makes it (the udev rule of `sudo make install` names it)",
     "abi_version": null,
     "sysfs_error": null,
     "parameters": {
@@ -178,43 +146,61 @@ const EXPECTED_JSON: &str = r#"{
 
 #[test]
 fn status_json_reads_the_fake_sysfs() {
-    let root = FakeRoot::new("loaded");
+    let root = FakeRoot::new();
     root.write("sys/kernel/greenboost/stats", STATS);
     root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
     root.write("sys/module/greenboost/parameters/pool_cap_mb", "512\n");
     // pid 45 has an empty comm in sysfs: the module's name wins over /proc, which may
     // belong to another pid namespace than the module's pids.
     root.write("proc/45/comm", "from-proc\n");
-    let (stdout, stderr, ok) = root.status(&["--json"]);
+    let (stdout, stderr, ok) = status(&root, &["--json"]);
     assert!(ok, "status failed: {stderr}");
-    let device = root.path().join("dev/greenboost");
+    let device = root.path("dev/greenboost");
     let expected = EXPECTED_JSON.replace("DEVICE", &device.display().to_string());
     assert_eq!(stdout, expected);
 }
 
 #[test]
 fn status_without_the_module_says_so_and_succeeds() {
-    let root = FakeRoot::new("absent");
-    root.write("proc/.keep", "");
-    let (stdout, stderr, ok) = root.status(&["--json"]);
+    let root = FakeRoot::new();
+    root.write("proc/modules", "");
+    root.write("proc/sys/kernel/osrelease", "6.1.0-test\n");
+    let (stdout, stderr, ok) = status(&root, &["--json"]);
     assert!(ok, "status failed: {stderr}");
-    assert!(stdout.contains("\"loaded\": false"), "{stdout}");
+    assert!(stdout.contains("\"loaded\": false,\n    \"state\": \"not_installed\""), "{stdout}");
     assert!(stdout.contains("\"sources\": []"), "{stdout}");
     assert!(stdout.contains("\"active\": null"), "{stdout}");
     assert!(stdout.contains("cannot read"), "{stdout}");
 
-    let (text, _, ok) = root.status(&[]);
+    // No module to load: modprobe would fail, so status points at doctor instead.
+    let (text, _, ok) = status(&root, &[]);
     assert!(ok);
-    assert!(text.contains("Module: not loaded"), "{text}");
-    assert!(text.contains("sudo modprobe greenboost"), "{text}");
+    let module = text.lines().next().unwrap();
+    assert!(module.starts_with("Module: the greenboost module is not installed for kernel 6.1.0-test: see `greenboost doctor`. T2 comes from the shim's userspace backend"), "{text}");
+    assert!(!text.contains("modprobe"), "{text}");
+
+    root.write("lib/modules/6.1.0-test/extra/greenboost.ko", "");
+    let (text, _, _) = status(&root, &[]);
+    assert!(text.contains("is installed") && text.contains("sudo modprobe greenboost"), "{text}");
+}
+
+#[test]
+fn status_names_a_kernel_without_module_support() {
+    let root = FakeRoot::new();
+    root.write("proc/sys/kernel/osrelease", "6.1.0-tiny\n");
+    let (text, _, ok) = status(&root, &[]);
+    assert!(ok);
+    assert!(text.starts_with("Module: this kernel cannot load modules (no /proc/modules"), "{text}");
+    let (json, _, _) = status(&root, &["--json"]);
+    assert!(json.contains("\"state\": \"no_module_support\""), "{json}");
 }
 
 #[test]
 fn status_text_shows_pressure_and_processes() {
-    let root = FakeRoot::new("text");
+    let root = FakeRoot::new();
     root.write("sys/kernel/greenboost/stats", STATS);
     root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
-    let (text, stderr, ok) = root.status(&[]);
+    let (text, stderr, ok) = status(&root, &[]);
     assert!(ok, "{stderr}");
     assert!(text.contains("Pressure: ACTIVE: free RAM 775.00 MiB is below the reserve 64.00 MiB"), "{text}");
     assert!(
@@ -231,13 +217,13 @@ fn status_text_shows_pressure_and_processes() {
 /// GB_IOC_LIST_PROCS): without the device, status lists no process and says why.
 #[test]
 fn status_says_when_process_rows_need_the_device() {
-    let root = FakeRoot::new("totals-only");
+    let root = FakeRoot::new();
     let totals_only: String = STATS.lines().filter(|l| !l.starts_with("proc ")).map(|l| format!("{l}\n")).collect();
     root.write("sys/kernel/greenboost/stats", &totals_only);
-    let (json, stderr, ok) = root.status(&["--json"]);
+    let (json, stderr, ok) = status(&root, &["--json"]);
     assert!(ok, "status failed: {stderr}");
     assert!(json.contains("\"processes\": []"), "{json}");
-    let (text, stderr, ok) = root.status(&[]);
+    let (text, stderr, ok) = status(&root, &[]);
     assert!(ok, "status failed: {stderr}");
     assert!(
         text.lines().any(|l| l
@@ -265,14 +251,14 @@ t3_move_refusals 0
 
 #[test]
 fn status_shows_the_modules_t3_figures() {
-    let root = FakeRoot::new("t3");
+    let root = FakeRoot::new();
     let with_t3 = STATS.replace("t3_used_bytes 0\n", T3_KEYS);
     root.write("sys/kernel/greenboost/stats", &with_t3);
     root.write(
         "proc/meminfo",
         "MemTotal:       16384000 kB\nSwapTotal:       4194304 kB\nSwapFree:        3932160 kB\n",
     );
-    let (json, stderr, ok) = root.status(&["--json"]);
+    let (json, stderr, ok) = status(&root, &["--json"]);
     assert!(ok, "status failed: {stderr}");
     let t3 = r#"    "t3": {
       "supported": true,
@@ -294,7 +280,7 @@ fn status_shows_the_modules_t3_figures() {
     assert!(json.contains(t3), "{json}");
     assert!(json.contains("\"t3_move_refusals\": 0"), "the raw sysfs keys are kept: {json}");
 
-    let (text, stderr, ok) = root.status(&[]);
+    let (text, stderr, ok) = status(&root, &[]);
     assert!(ok, "status failed: {stderr}");
     let row = text.lines().find(|l| l.starts_with("T3 ")).unwrap_or_else(|| panic!("no T3 row: {text}"));
     assert!(
@@ -313,30 +299,30 @@ fn status_shows_the_modules_t3_figures() {
 
 #[test]
 fn status_says_when_the_module_has_no_t3() {
-    let root = FakeRoot::new("no-t3");
+    let root = FakeRoot::new();
     root.write("sys/kernel/greenboost/stats", STATS);
-    let (text, stderr, ok) = root.status(&[]);
+    let (text, stderr, ok) = status(&root, &[]);
     assert!(ok, "status failed: {stderr}");
     assert!(text.lines().any(|l| l == "T3: not supported by this module"), "{text}");
     assert!(!text.contains("T3 used"), "no per-process T3 columns without T3 rows: {text}");
 
     // No statistics at all: nothing is claimed about T3.
-    let absent = FakeRoot::new("no-t3-absent");
-    absent.write("proc/.keep", "");
-    let (text, _, ok) = absent.status(&[]);
+    let absent = FakeRoot::new();
+    absent.write("proc/modules", "");
+    let (text, _, ok) = status(&absent, &[]);
     assert!(ok);
     assert!(!text.contains("T3:"), "{text}");
-    let (json, _, _) = absent.status(&["--json"]);
+    let (json, _, _) = status(&absent, &["--json"]);
     assert!(json.contains("\"supported\": null"), "{json}");
 }
 
 #[test]
 fn status_says_when_t3_has_no_swap() {
-    let root = FakeRoot::new("t3-noswap");
+    let root = FakeRoot::new();
     let no_swap = STATS.replace("t3_used_bytes 0\n", &T3_KEYS.replace("4026531840", "0"));
     root.write("sys/kernel/greenboost/stats", &no_swap);
     root.write("proc/meminfo", "SwapTotal:             0 kB\n");
-    let (text, stderr, ok) = root.status(&[]);
+    let (text, stderr, ok) = status(&root, &[]);
     assert!(ok, "status failed: {stderr}");
     assert!(
         text.lines()

@@ -3,9 +3,12 @@
 //! per-process GPU memory and their JSON are exactly predictable. Skipped, with a note,
 //! where there is no C compiler.
 
-use std::fs;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use common::{text, FakeRoot};
 
 const STATS: &str = "t1_reported_bytes 8589934592
 t2_used_bytes 6291456
@@ -38,19 +41,11 @@ fn fake_nvml(dir: &Path) -> Option<PathBuf> {
     }
 }
 
-fn status(root: &Path, nvml: &Path, json: bool) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_greenboost"))
-        .arg("status")
-        .args(json.then_some("--json"))
-        .env("GREENBOOST_SYSFS_ROOT", root.join("sys"))
-        .env("GREENBOOST_PROC_ROOT", root.join("proc"))
-        .env("GREENBOOST_DEVICE", root.join("dev/greenboost"))
-        .env("GREENBOOST_SHM_DIR", root.join("shm"))
-        .env("GREENBOOST_NVML_LIBRARY", nvml)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
+fn status(root: &FakeRoot, nvml: &Path, json: bool) -> String {
+    let args = if json { &["status", "--json"][..] } else { &["status"] };
+    let output = root.command(args).env("GREENBOOST_NVML_LIBRARY", nvml).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    text(&output.stdout)
 }
 
 const TEXT: &str = "\
@@ -141,18 +136,11 @@ const JSON_NVML_PROCESS: &str = r#"    {
 
 #[test]
 fn status_shows_nvml_gpus_and_their_processes() {
-    let root = std::env::temp_dir().join(format!("greenboost-cli-nvml-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    for (path, content) in [
-        ("sys/kernel/greenboost/stats", STATS),
-        ("sys/module/greenboost/parameters/reserve_mb", "64\n"),
-        ("proc/999/comm", "python3\n"),
-    ] {
-        let path = root.join(path);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
-    let Some(nvml) = fake_nvml(&root) else {
+    let root = FakeRoot::new();
+    root.write("sys/kernel/greenboost/stats", STATS);
+    root.write("sys/module/greenboost/parameters/reserve_mb", "64\n");
+    root.write("proc/999/comm", "python3\n");
+    let Some(nvml) = fake_nvml(root.root()) else {
         return;
     };
     let text = status(&root, &nvml, false);
@@ -163,5 +151,4 @@ fn status_shows_nvml_gpus_and_their_processes() {
     assert!(json.contains(JSON_GPUS), "{json}");
     assert!(json.contains(JSON_NVML_PROCESS), "{json}");
     assert!(json.contains("\"gpu_memory\": 5368709120"), "{json}");
-    let _ = fs::remove_dir_all(&root);
 }

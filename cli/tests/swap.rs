@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-struct Sandbox(PathBuf);
+struct Sandbox(tempfile::TempDir);
 
 impl Sandbox {
     /// Under target/ (not /tmp, which may be tmpfs, where `swap add` rightly refuses).
@@ -28,17 +28,18 @@ impl Sandbox {
     }
 
     fn new_in(base: &Path, name: &str) -> Sandbox {
-        let dir = base.join(format!("greenboost-swap-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("proc")).unwrap();
-        fs::create_dir_all(dir.join("sys")).unwrap();
-        fs::create_dir_all(dir.join("bin")).unwrap();
-        fs::write(dir.join("proc/swaps"), "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n").unwrap();
+        let dir = tempfile::Builder::new().prefix(&format!("greenboost-swap-{name}-")).tempdir_in(base).unwrap();
+        // Others may enter it, as a directory made by hand (tempfile makes it 0700).
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        for sub in ["proc", "sys", "bin"] {
+            fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        fs::write(dir.path().join("proc/swaps"), "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n").unwrap();
         Sandbox(dir)
     }
 
     fn path(&self, relative: &str) -> PathBuf {
-        self.0.join(relative)
+        self.0.path().join(relative)
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -67,12 +68,6 @@ impl Sandbox {
 
     fn calls(&self) -> String {
         fs::read_to_string(self.path("calls")).unwrap_or_default()
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -112,13 +107,28 @@ fn add_and_remove_never_touch_a_file_they_did_not_make() {
     fs::write(&precious, "keep me").unwrap();
     let path = precious.to_str().unwrap();
     assert_refused(&sandbox.run(&["swap", "add", "--size", "1G", "--path", path]), 1, "did not create it");
-    assert_refused(&sandbox.run(&["swap", "remove", "--path", path]), 1, "was not created by `greenboost swap add`");
+    assert_refused(
+        &sandbox.run(&["swap", "remove", "--path", path]),
+        1,
+        "is not one of its files, so it is left alone",
+    );
     assert_refused(
         &sandbox.run(&["swap", "add", "--size", "1G", "--path", "/nonexistent-dir/t3.swap"]),
         1,
         "make the directory first",
     );
     assert_eq!(fs::read_to_string(&precious).unwrap(), "keep me");
+    assert!(sandbox.calls().is_empty());
+}
+
+#[test]
+fn remove_with_nothing_added_says_so() {
+    let sandbox = Sandbox::new("nothing-added");
+    assert_refused(
+        &sandbox.run(&["swap", "remove"]),
+        1,
+        "nothing to remove: `greenboost swap add` has not created a swap file",
+    );
     assert!(sandbox.calls().is_empty());
 }
 

@@ -31,9 +31,9 @@ pub use published::{
     start_time_from_stat, Published, PUBLISHED_DIR, PUBLISHED_MAGIC, PUBLISHED_PREFIX, PUBLISHED_VERSION,
 };
 pub use settings::{
-    by_env, by_flag, default_host_reserve, default_vram_headroom, default_vram_reserve, Id, Kind, Setting,
+    by_env, by_flag, default_host_reserve, default_vram_headroom, default_vram_reserve, Bounds, Id, Kind, Setting,
     DEFAULT_DEMOTE, DEFAULT_MIN_T2_SIZE, DEFAULT_SPLIT_MIN, DEFAULT_STAGE_MAX, DEFAULT_STAGE_MIN_WIDTH,
     DEFAULT_STAGE_SLICES, DEFAULT_STAGING, DEFAULT_T2_CACHE, DEFAULT_TIER_INTERVAL_MS, DEFAULT_VRAM_HEADROOM,
-    DEFAULT_VRAM_RESERVE, HOST_RESERVE_MAX, HOST_RESERVE_MIN, SETTINGS,
+    DEFAULT_VRAM_RESERVE, HOST_RESERVE_MAX, HOST_RESERVE_MIN, MAX_STAGE_SLICES, SETTINGS,
 };
 pub use size::{is_unset, parse_count, parse_size, trim, try_parse_size, SizeError, SizeOrOff, SIZE_SYNTAX};

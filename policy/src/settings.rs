@@ -35,6 +35,9 @@ pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
 /// (0.98), and the first product of every new shape is verified synchronously: a server
 /// whose prompts change length would pay that on each new length. Asked for, they are on.
 pub const DEFAULT_STAGE_SLICES: u64 = 1;
+/// The most slices a staged operand is copied in (GREENBOOST_STAGE_SLICES above it is
+/// clamped to it).
+pub const MAX_STAGE_SLICES: u64 = 8;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
 /// How often live tiering looks at the device, in milliseconds.
@@ -122,6 +125,26 @@ pub enum Id {
     Disable,
 }
 
+/// The values of a count the shim uses: one outside is clamped to the nearer end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Bounds {
+    /// The value the shim uses for `value`.
+    pub const fn clamp(self, value: u64) -> u64 {
+        if value < self.min {
+            self.min
+        } else if value > self.max {
+            self.max
+        } else {
+            value
+        }
+    }
+}
+
 /// One setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setting {
@@ -133,8 +156,11 @@ pub struct Setting {
     pub kind: Kind,
     /// What applies when the variable is unset, as the READMEs and `--help` show it.
     pub default: &'static str,
-    /// One line of help (no variable name, no default: those are shown beside it).
+    /// One line of help (no variable name, no default: those are shown beside it). A
+    /// switch's is a noun phrase, as its flag's help reads "Turn off <help>".
     pub help: &'static str,
+    /// For a count the shim clamps: the values it uses.
+    pub bounds: Option<Bounds>,
 }
 
 impl Id {
@@ -170,7 +196,14 @@ const fn row(
     default: &'static str,
     help: &'static str,
 ) -> Setting {
-    Setting { id, env, flag, kind, default, help }
+    Setting { id, env, flag, kind, default, help, bounds: None }
+}
+
+impl Setting {
+    /// This setting, with the values the shim clamps it to.
+    const fn bounded(self, min: u64, max: u64) -> Setting {
+        Setting { bounds: Some(Bounds { min, max }), ..self }
+    }
 }
 
 const TABLE: [Setting; 19] = [
@@ -253,7 +286,8 @@ const TABLE: [Setting; 19] = [
         Kind::Count,
         "1",
         "Stage a product's T2 operand when the dimension re-reading it is at least this",
-    ),
+    )
+    .bounded(1, u64::MAX),
     row(
         Id::StageMax,
         "GREENBOOST_STAGE_MAX",
@@ -269,7 +303,8 @@ const TABLE: [Setting; 19] = [
         Kind::Count,
         "1",
         "Copy a staged operand of a product at least 128 wide in up to this many slices (at most 8) and compute each slice as it lands, with the whole product's cuBLASLt algorithm (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
-    ),
+    )
+    .bounded(1, MAX_STAGE_SLICES),
     row(
         Id::Tiering,
         "GREENBOOST_TIERING",
@@ -284,7 +319,7 @@ const TABLE: [Setting; 19] = [
         Some("no-demote"),
         Kind::Switch,
         "on",
-        "Live tiering gives VRAM back (coldest allocations first) when free VRAM falls below the headroom; off: what moved to VRAM stays there",
+        "demotion, where live tiering gives VRAM back (coldest allocations first) when free VRAM falls below the headroom; off: what moved to VRAM stays there",
     ),
     row(
         Id::TierInterval,
@@ -293,7 +328,8 @@ const TABLE: [Setting; 19] = [
         Kind::Count,
         "100",
         "How often live tiering looks at free VRAM, in milliseconds",
-    ),
+    )
+    .bounded(1, u64::MAX),
     row(
         Id::Report,
         "GREENBOOST_REPORT",
@@ -409,6 +445,35 @@ mod tests {
         assert_eq!(parse_size(b"512M"), Some(DEFAULT_VRAM_RESERVE));
         assert!(Id::HostReserve.setting().default.contains("64M to 1G"));
         assert_eq!((parse_size(b"64M"), parse_size(b"1G")), (Some(HOST_RESERVE_MIN), Some(HOST_RESERVE_MAX)));
+    }
+
+    #[test]
+    fn switch_helps_read_after_turn_on_or_off() {
+        for setting in SETTINGS.iter().filter(|setting| setting.kind == Kind::Switch && setting.flag.is_some()) {
+            let first = setting.help.split([' ', ',']).next().unwrap();
+            let acronym = first.bytes().all(|b| b.is_ascii_uppercase());
+            assert!(
+                acronym || first.starts_with(|c: char| c.is_ascii_lowercase()),
+                "{}: {}",
+                setting.env,
+                setting.help
+            );
+        }
+    }
+
+    #[test]
+    fn counts_say_their_bounds_and_default_inside_them() {
+        for setting in SETTINGS {
+            if let Some(bounds) = setting.bounds {
+                assert_eq!(setting.kind, Kind::Count, "{}", setting.env);
+                let default = parse_count(setting.default.as_bytes()).unwrap();
+                assert_eq!(bounds.clamp(default), default, "{}", setting.env);
+            }
+        }
+        let slices = Id::StageSlices.setting();
+        assert!(slices.help.contains(&std::format!("(at most {MAX_STAGE_SLICES})")), "{}", slices.help);
+        let bounds = slices.bounds.unwrap();
+        assert_eq!((bounds.clamp(0), bounds.clamp(3), bounds.clamp(99)), (1, 3, MAX_STAGE_SLICES));
     }
 
     #[test]

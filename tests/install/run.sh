@@ -97,13 +97,20 @@ skip=()
 check "staged install succeeds" stage_install "$stage" "${skip[@]}"
 cat "$stage.log" | sed 's/^/     | /'
 
+# The manual pages are one per subcommand: the built CLI names them.
+target/release/greenboost man "$work/man" >/dev/null
 expected_outside_src="/etc/modprobe.d/greenboost.conf
 /etc/security/limits.d/greenboost.conf
 /etc/udev/rules.d/70-greenboost.rules
 /usr/local/bin/greenboost
 /usr/local/include/greenboost.h
 /usr/local/lib/libgreenboost_cuda.so
-/usr/local/share/greenboost/install-manifest"
+/usr/local/share/greenboost/install-manifest
+/usr/local/share/bash-completion/completions/greenboost
+/usr/local/share/zsh/site-functions/_greenboost
+/usr/local/share/fish/vendor_completions.d/greenboost.fish
+/usr/local/share/man/man4/greenboost.4
+$(cd "$work/man" && ls *.1 | sed 's#^#/usr/local/share/man/man1/#')"
 [ $build_kmod = 1 ] && expected_outside_src="/lib/modules/$krel/extra/greenboost.ko
 /etc/modules-load.d/greenboost.conf
 $expected_outside_src"
@@ -176,7 +183,14 @@ fi
 
 # The installed CLI works from the stage and finds the shim installed beside it.
 cli=$stage/usr/local/bin/greenboost
-check "installed CLI runs: --version" bash -c "'$cli' --version | grep -qx 'greenboost $version'"
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+check "installed CLI runs: --version, with the commit" bash -c "'$cli' --version | grep -qx 'greenboost $version (commit $commit)'"
+check "manual pages: greenboost(1) and greenboost(4) with every module parameter" bash -c "
+  grep -q '^.TH greenboost 1' '$stage/usr/local/share/man/man1/greenboost.1' &&
+  for p in $(echo $params); do grep -q \"fB\$p\" '$stage/usr/local/share/man/man4/greenboost.4' || { echo \$p; exit 1; }; done"
+check "bash completion parses and completes the subcommands" bash -c "
+  bash -n '$stage/usr/local/share/bash-completion/completions/greenboost' &&
+  grep -q 'service' '$stage/usr/local/share/bash-completion/completions/greenboost'"
 check "installed CLI 'run' preloads the shim installed beside it" bash -c "
   out=\$(GREENBOOST_DEVICE=/nonexistent '$cli' run -q --vram-budget 1G -- sh -c 'echo \"\$LD_PRELOAD \$GREENBOOST_VRAM_BUDGET\"')
   [ \"\$out\" = '$stage/usr/local/lib/libgreenboost_cuda.so 1073741824' ] || { echo \"\$out\"; false; }"
@@ -232,6 +246,24 @@ check "it installs no module and no boot-time load, everything else" bash -c \
 check "uninstall after it leaves the stage empty" bash -c \
   "DESTDIR='$stage3' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage3' -mindepth 1)\" ]"
 
+# --- case 3a: a kernel built without module support: named, nothing built -------------
+stage_nomod=$work/stage-nomodules
+nomod_headers=$work/nomodules-headers
+mkdir -p "$stage_nomod" "$nomod_headers"
+printf '# CONFIG_MODULES is not set\nCONFIG_RUST=y\n' > "$nomod_headers/.config"
+check "install for a kernel without module support succeeds" \
+  stage_install "$stage_nomod" KERNELRELEASE=0.0.0-greenboost-test-nomodules KERNEL_HEADERS="$nomod_headers"
+check "it names the kernel's missing module support" \
+  grep -q "kernel 0.0.0-greenboost-test-nomodules cannot load modules (CONFIG_MODULES is off in $nomod_headers/.config" "$stage_nomod.log"
+check "it advises no module build (no make kmod, headers or DKMS log)" bash -c \
+  "! grep -q 'make kmod\|linux-headers\|make.log\|lists what the module build needs' '$stage_nomod.log'"
+check "it installs no module and no boot-time load" bash -c \
+  "[ ! -e '$stage_nomod/lib' ] && [ ! -e '$stage_nomod/etc/modules-load.d' ]"
+check "uninstall after it leaves the stage empty" bash -c \
+  "DESTDIR='$stage_nomod' scripts/uninstall.sh >/dev/null && [ -z \"\$(find '$stage_nomod' -mindepth 1)\" ]"
+check "an install without a user added says how to add users to the greenboost group" \
+  grep -q 'usermod -aG greenboost USER' "$stage_nomod.log"
+
 # --- case 3b: swap files recorded by `greenboost swap add` ------------------------------
 # The record is written as the CLI writes it (cli/src/swap/record.rs: a comment, then one
 # absolute path a line). A staged uninstall deletes the recorded files under DESTDIR
@@ -254,6 +286,24 @@ check "it removes the recorded files, the record and its directory, keeps a reco
   diff <(cd "$stage_swap" && find . | sort) <(printf '%s\n' . ./srv ./srv/nvme ./srv/nvme/link.swap ./srv/nvme/other ./var ./var/lib)
 check "it warns about the symlink instead of following it" grep -q 'link.swap is not a regular file any more' "$stage_swap.log"
 check "the file the symlink points to is untouched" test "$(cat "$stage_swap/srv/nvme/other")" = "not ours"
+
+# --- case 3c: what processes under the shim leave in /dev/shm ---------------------------
+# Live tiering's lock files and the records of killed processes go; a lock a process holds
+# and the record of a running process stay, as does anything else there.
+stage_shm=$work/stage-shm
+shm=$stage_shm/dev/shm
+mkdir -p "$shm"
+check "staged install for the /dev/shm case succeeds" stage_install "$stage_shm" GREENBOOST_SKIP_KMOD=1
+touch "$shm/greenboost-tier.lock" "$shm/greenboost-tier.0000:1b:00.lock" "$shm/greenboost-tier.0000:3d:00.lock" \
+  "$shm/greenboost-shim.$$" "$shm/greenboost-shim.999999999" "$shm/other"
+flock -x "$shm/greenboost-tier.0000:3d:00.lock" sleep 60 &
+holder=$!
+for _ in $(seq 50); do flock -n "$shm/greenboost-tier.0000:3d:00.lock" true || break; sleep 0.1; done
+check "uninstall with lock files and records in /dev/shm succeeds" stage_uninstall "$stage_shm"
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+check "it removes free lock files and a dead process's record, keeps what is in use and the rest" \
+  diff <(cd "$shm" && ls -A | sort) <(printf '%s\n' "greenboost-shim.$$" greenboost-tier.0000:3d:00.lock other | sort)
+check "it says which lock it kept and why" grep -q 'kept /dev/shm/greenboost-tier.0000:3d:00.lock: a process under the shim holds it' "$stage_shm.log"
 
 # --- case 4: the module for Debian's stock kernel, from the QEMU suite's headers ---------
 # `make kmod-test` unpacks linux-headers of the stock kernel into the build cache; when

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::probe::{command_output, install_hint, on_path, package_version};
 use super::{Findings, Level};
+use crate::module::{ModuleState, NO_MODULE_SUPPORT, USERSPACE_MEANWHILE};
 use crate::paths::SystemPaths;
 
 /// `CONFIG_NAME` of the running kernel's configuration (`y`, `m`, a string, or None).
@@ -33,8 +34,19 @@ impl KernelConfig {
     }
 }
 
-/// The kernel's configuration, then (when it was found) the build prerequisites.
+/// Whether the kernel loads modules at all, its configuration, then (when it was
+/// found) the build prerequisites.
 pub(super) fn check(findings: &mut Findings, paths: &SystemPaths, release: &str) {
+    if ModuleState::of(paths) == ModuleState::NoModuleSupport {
+        // Nothing below matters: no build of the module could be loaded.
+        findings.add(
+            "kernel",
+            Level::Fail,
+            format!("kernel {release}: {NO_MODULE_SUPPORT}; {USERSPACE_MEANWHILE}"),
+            Some("boot a kernel built with CONFIG_MODULES=y (every distribution kernel is) to use the module".into()),
+        );
+        return;
+    }
     let Some((config, source)) = KernelConfig::load(release, paths) else {
         findings.add(
             "kernel",

@@ -13,8 +13,8 @@ mod system;
 
 use std::process::ExitCode;
 
-use crate::json::Json;
 use crate::paths::SystemPaths;
+use serde_json::{json, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
@@ -25,12 +25,21 @@ enum Level {
 }
 
 impl Level {
-    fn label(self) -> &'static str {
+    /// The JSON's word: lower case, as every other value of the JSON.
+    fn name(self) -> &'static str {
         match self {
             Level::Ok => "ok",
             Level::Info => "info",
             Level::Warn => "warn",
-            Level::Fail => "FAIL",
+            Level::Fail => "fail",
+        }
+    }
+
+    /// The text's tag: failures stand out in capitals.
+    fn tag(self) -> String {
+        match self {
+            Level::Fail => self.name().to_ascii_uppercase(),
+            _ => self.name().to_owned(),
         }
     }
 }
@@ -59,32 +68,20 @@ impl Findings {
     }
 }
 
-fn kernel_release(paths: &SystemPaths) -> String {
-    probe::read(paths.proc_path("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".into())
-}
-
 fn print_json(release: &str, findings: &Findings) {
-    let items: Vec<Json> = findings
+    let items: Vec<Value> = findings
         .0
         .iter()
-        .map(|f| {
-            Json::object()
-                .with("area", f.area)
-                .with("level", f.level.label())
-                .with("finding", f.what.as_str())
-                .with("fix", f.fix.clone())
-        })
+        .map(|f| json!({"area": f.area, "level": f.level.name(), "finding": f.what, "fix": f.fix}))
         .collect();
-    println!(
-        "{:#}",
-        Json::object().with("kernel", release).with("ok", findings.worst() != Level::Fail).with("findings", items)
-    );
+    let report = json!({"kernel": release, "ok": findings.worst() != Level::Fail, "findings": items});
+    println!("{report:#}");
 }
 
 fn print_text(release: &str, findings: &Findings) {
     println!("GreenBoost doctor, kernel {release}\n");
     for f in &findings.0 {
-        println!("[{:>4}] {:<7} {}", f.level.label(), f.area, f.what);
+        println!("[{:>4}] {:<7} {}", f.level.tag(), f.area, f.what);
         if let Some(fix) = &f.fix {
             println!("{:15}fix: {fix}", "");
         }
@@ -95,11 +92,11 @@ fn print_text(release: &str, findings: &Findings) {
 
 pub fn doctor(json: bool) -> ExitCode {
     let paths = SystemPaths::from_env();
-    let release = kernel_release(&paths);
+    let release = paths.kernel_release().unwrap_or_else(|| "unknown".into());
     let mut findings = Findings::default();
     kernel::check(&mut findings, &paths, &release);
     module::check(&mut findings, &paths, &release);
-    system::check(&mut findings);
+    system::check(&mut findings, &paths);
     swap::check(&mut findings, &paths);
     gpu::check(&mut findings, &paths);
     if json {

@@ -3,11 +3,11 @@
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
 
 use super::probe::read;
 use super::{Findings, Level};
-use crate::device::{explain_open_error, Device};
+use crate::device::Device;
+use crate::module::{explain_open_error, ModuleState, USERSPACE_MEANWHILE};
 use crate::paths::SystemPaths;
 use crate::size::format_bytes;
 
@@ -19,30 +19,25 @@ pub(super) fn check(findings: &mut Findings, paths: &SystemPaths, release: &str)
 }
 
 fn check_loaded(findings: &mut Findings, paths: &SystemPaths, release: &str) {
-    if paths.module_dir().is_dir() {
-        let version = read(paths.module_dir().join("version")).map(|v| format!(" {v}")).unwrap_or_default();
-        findings.add("module", Level::Ok, format!("greenboost{version} is loaded"), None);
-        return;
-    }
-    let installed = ["updates/dkms", "updates", "extra"].iter().find_map(|dir| {
-        ["greenboost.ko", "greenboost.ko.xz", "greenboost.ko.zst"]
-            .iter()
-            .map(|f| PathBuf::from(format!("/lib/modules/{release}/{dir}/{f}")))
-            .find(|p| p.is_file())
-    });
-    match installed {
-        Some(path) => findings.add(
+    match ModuleState::of(paths) {
+        ModuleState::Loaded => {
+            let version = read(paths.module_dir().join("version")).map(|v| format!(" {v}")).unwrap_or_default();
+            findings.add("module", Level::Ok, format!("greenboost{version} is loaded"), None);
+        }
+        ModuleState::Installed(path) => findings.add(
             "module",
             Level::Fail,
             format!("greenboost is installed ({}) but not loaded", path.display()),
             Some("sudo modprobe greenboost; if it fails, `sudo dmesg | tail` says why (Secure Boot: sign the module)".into()),
         ),
-        None => findings.add(
+        ModuleState::NotInstalled(_) => findings.add(
             "module",
             Level::Fail,
-            format!("greenboost.ko is not installed for {release}; the shim uses its userspace backend meanwhile"),
+            format!("greenboost.ko is not installed for {release}; {USERSPACE_MEANWHILE}"),
             Some("fix the build problems above, then `sudo make install` (in the GreenBoost source tree) builds and installs it".into()),
         ),
+        // The kernel check has said it: no module can be loaded, built or not.
+        ModuleState::NoModuleSupport => {}
     }
 }
 
@@ -97,7 +92,7 @@ fn check_device(findings: &mut Findings, paths: &SystemPaths) {
 fn check_device_abi(findings: &mut Findings, paths: &SystemPaths) {
     let device = match Device::open(&paths.device) {
         Ok(device) => device,
-        Err(e) => return findings.add("device", Level::Fail, explain_open_error(&paths.device, &e), None),
+        Err(e) => return findings.add("device", Level::Fail, explain_open_error(paths, &e), None),
     };
     match device.info() {
         Ok(info) if info.abi_version == greenboost_abi::GB_ABI_VERSION => findings.add(

@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn no_swap_is_said_plainly_with_the_fix() {
-        let root = FakeRoot::new("doctor-noswap");
+        let root = FakeRoot::new();
         root.write("proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n");
         let findings = swap_findings(&root);
         assert_eq!(findings.len(), 1, "{findings:?}");
@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn each_area_with_its_disk() {
-        let root = FakeRoot::new("doctor-areas");
+        let root = FakeRoot::new();
         let nvme = "sys/devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0/nvme0n1";
         root.write(&format!("{nvme}/queue/rotational"), "0\n");
         root.write(&format!("{nvme}/nvme0n1p3/partition"), "3\n");

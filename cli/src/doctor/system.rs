@@ -3,37 +3,35 @@
 
 use super::probe::read;
 use super::{Findings, Level};
-use crate::run::{locate_shim, memlock_advice, MEMLOCK_ENOUGH};
+use crate::device::Device;
+use crate::memlock::{self, Backend};
+use crate::paths::SystemPaths;
+use crate::run::locate_shim;
 use crate::size::format_bytes;
 
-pub(super) fn check(findings: &mut Findings) {
-    check_memlock(findings);
+pub(super) fn check(findings: &mut Findings, paths: &SystemPaths) {
+    check_memlock(findings, paths);
     check_shim(findings);
 }
 
-fn check_memlock(findings: &mut Findings) {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
-        return;
-    }
-    let show = |v: libc::rlim_t| {
-        if v == libc::RLIM_INFINITY {
-            "unlimited".to_owned()
-        } else {
-            format_bytes(v)
-        }
+/// The limit as it bears on the backend a program would get now (see `memlock`).
+fn check_memlock(findings: &mut Findings, paths: &SystemPaths) {
+    let Some(limit) = memlock::current() else { return };
+    let backend = match Device::open(&paths.device) {
+        Ok(device) => Backend::Module { t2_cap: device.info().ok().map(|info| info.pool_cap) },
+        Err(_) => Backend::Userspace,
     };
-    if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= MEMLOCK_ENOUGH {
-        findings.add(
-            "memlock",
-            Level::Ok,
-            format!("locked-memory limit {} (hard {})", show(limit.rlim_cur), show(limit.rlim_max)),
-            None,
-        );
-    } else {
-        findings.add("memlock", Level::Warn, memlock_advice(limit.rlim_cur), None);
+    if let Some(warning) = memlock::warning(paths, backend, limit.soft) {
+        return findings.add("memlock", Level::Warn, warning, None);
     }
+    let show = |value: Option<u64>| value.map_or_else(|| "unlimited".to_owned(), format_bytes);
+    let exempt = if memlock::exempt(paths) { "; CAP_IPC_LOCK exempts this session from it" } else { "" };
+    findings.add(
+        "memlock",
+        Level::Ok,
+        format!("locked-memory limit {} (hard {}){exempt}", show(limit.soft), show(limit.hard)),
+        None,
+    );
 }
 
 fn check_shim(findings: &mut Findings) {

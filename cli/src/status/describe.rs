@@ -3,10 +3,11 @@
 
 use super::view::{both, json, shown, Body, Cell, Column, Empty, Field, Section, Table};
 use super::{shim, t3, ProcessRow, Status};
-use crate::json::Json;
+use crate::module::ModuleState;
 use crate::nvml::{Gpu, NvmlReport};
 use crate::size::format_bytes;
 use crate::stats::StatValue;
+use serde_json::{json, Value};
 
 /// The sections the text shows, in its order; "" is a blank line. The JSON has every
 /// section, in the order of `Status::describe`.
@@ -66,6 +67,10 @@ static PROCESS_COLUMNS_T3: [Column; 8] = [
     Column::right("buffers", 8, " "),
 ];
 
+/// Where a user without the module sees T2 (the module's sysfs and dmesg lines stay
+/// empty).
+const USERSPACE_VIEW: &str = "T2 comes from the shim's userspace backend in each process: its figures are under \"Under the shim\" while one runs, and in its exit summary (GREENBOOST_LOG=info)";
+
 fn bytes(value: Option<u64>) -> String {
     value.map_or_else(|| "-".to_owned(), format_bytes)
 }
@@ -89,34 +94,31 @@ impl Status {
             self.processes_section(),
             section("processes_note", Body::None, self.processes_note.iter().cloned().collect()),
             shim::section(&self.shim_processes),
-            section(
-                "sources",
-                Body::Cell(Cell::Json(Json::Array(self.sources.iter().map(|s| Json::from(*s)).collect()))),
-                vec![],
-            ),
+            section("sources", Body::Cell(Cell::Json(json!(self.sources))), vec![]),
             section("sysfs", Body::Cell(Cell::Json(self.sysfs_json())), vec![]),
             self.note_section(),
         ]
     }
 
     fn module_section(&self) -> Section {
-        let parameters = self.parameters.iter().map(|(k, v)| (k.clone(), Json::from(v.as_str()))).collect();
+        let parameters = self.parameters.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         let fields = vec![
-            json("loaded", Cell::Flag(Some(self.module_loaded))),
+            json("loaded", Cell::Flag(Some(self.module == ModuleState::Loaded))),
+            json("state", Cell::text(self.module.name())),
             json("device", Cell::text(self.device_path.as_str())),
             json("device_error", Cell::Text(self.device_error.clone())),
             json("abi_version", Cell::Count(self.abi_version.map(u64::from))),
             json("sysfs_error", Cell::Text(self.sysfs_error.clone())),
-            json("parameters", Cell::Json(Json::Object(parameters))),
+            json("parameters", Cell::Json(Value::Object(parameters))),
         ];
-        let line = match (self.module_loaded, &self.device_error) {
-            (true, None) => format!(
+        let line = match (self.module.why_absent(), &self.device_error) {
+            (None, None) => format!(
                 "Module: loaded{}, {} ready",
                 self.abi_version.map_or(String::new(), |v| format!(" (ABI {v})")),
                 self.device_path
             ),
-            (true, Some(e)) => format!("Module: loaded, but {e}"),
-            (false, _) => "Module: not loaded. T2 comes from the shim's userspace backend (per process, not shown here). Load it with `sudo modprobe greenboost`; `greenboost doctor` says what is missing.".to_owned(),
+            (None, Some(e)) => format!("Module: loaded, but {e}"),
+            (Some(why), _) => format!("Module: {why}. {USERSPACE_VIEW}"),
         };
         section("module", Body::Object(fields), vec![line])
     }
@@ -205,18 +207,18 @@ impl Status {
         section("processes", Body::Table(table), vec![])
     }
 
-    fn sysfs_json(&self) -> Json {
+    fn sysfs_json(&self) -> Value {
         let value = |v: &StatValue| match v {
-            StatValue::Number(n) => Json::UInt(*n),
-            StatValue::Text(s) => Json::Str(s.clone()),
+            StatValue::Number(n) => json!(n),
+            StatValue::Text(s) => json!(s),
         };
-        Json::Object(self.sysfs_raw.0.iter().map(|(k, v)| (k.clone(), value(v))).collect())
+        Value::Object(self.sysfs_raw.0.iter().map(|(k, v)| (k.clone(), value(v))).collect())
     }
 
     /// The text only: why the statistics file was unreadable while the module is loaded.
     fn note_section(&self) -> Section {
-        let lines = match (self.module_loaded, &self.sysfs_error) {
-            (true, Some(e)) => vec![String::new(), format!("note: {e}")],
+        let lines = match (&self.module, &self.sysfs_error) {
+            (ModuleState::Loaded, Some(e)) => vec![String::new(), format!("note: {e}")],
             _ => vec![],
         };
         section("note", Body::None, lines)
@@ -228,7 +230,7 @@ fn gpu_row(g: &Gpu) -> Vec<Field> {
         (Some((cg, mg)), Some((cw, mw))) => format!("Gen{cg}x{cw}/Gen{mg}x{mw}"),
         _ => "-".into(),
     };
-    let processes = g.processes.iter().map(|p| Json::object().with("pid", p.pid).with("used", p.used)).collect();
+    let processes = g.processes.iter().map(|p| json!({"pid": p.pid, "used": p.used})).collect();
     vec![
         both("index", "gpu", Cell::Count(Some(g.index.into()))),
         both("name", "name", Cell::text(g.name.as_str())),
@@ -239,7 +241,7 @@ fn gpu_row(g: &Gpu) -> Vec<Field> {
         json("pcie_generation", Cell::Link(g.pcie_generation)),
         json("pcie_width", Cell::Link(g.pcie_width)),
         shown("PCIe now/max", Cell::text(link)),
-        json("processes", Cell::Json(Json::Array(processes))),
+        json("processes", Cell::Json(Value::Array(processes))),
     ]
 }
 
@@ -262,24 +264,9 @@ fn process_row(p: &ProcessRow) -> Vec<Field> {
 mod tests {
     use super::super::view;
     use super::*;
-    use crate::stats::StatGroup;
 
     fn status_with(processes: Vec<ProcessRow>) -> Status {
-        Status {
-            module_loaded: true,
-            device_path: "/dev/greenboost".into(),
-            device_error: None,
-            abi_version: Some(1),
-            sysfs_error: None,
-            sysfs_raw: StatGroup::default(),
-            parameters: vec![],
-            totals: Default::default(),
-            processes,
-            processes_note: None,
-            nvml: Err("NVML disabled".into()),
-            shim_processes: vec![],
-            sources: vec!["ioctl"],
-        }
+        Status { processes, ..Status::loaded_for_tests() }
     }
 
     #[test]

@@ -12,22 +12,28 @@
 //! live tiering's moves) in /dev/shm; `shim.rs` reads them.
 //!
 //! `collect` gathers the figures into a `Status`; `describe.rs` turns it into the one
-//! description of what status shows (`view::Section`s), from which both the text
-//! (`print`) and `--json` (`to_json`) are rendered.
+//! description of what status shows (`view::Section`s), from which both the text and
+//! `--json` (`to_json`) are rendered; `prometheus.rs` renders its figures as metrics.
+//! `output.rs` is the command: its flags, where the rendering goes, `--watch`.
 
 mod describe;
+mod output;
+mod prometheus;
 mod shim;
 mod t3;
 mod view;
 
+pub use output::{status, StatusArgs};
+
 use std::fs;
 
-use crate::device::{explain_open_error, Device};
-use crate::json::Json;
+use crate::device::Device;
+use crate::module::{explain_open_error, ModuleState};
 use crate::nvml::{self, NvmlReport};
 use crate::paths::SystemPaths;
 use crate::stats::{parse_stats, StatGroup};
 use greenboost_abi::{GbProcRow, GbProcRowT3, GB_INFO_PROC_LIST, GB_INFO_T3};
+use serde_json::Value;
 use t3::T3Totals;
 
 /// Module-wide figures, whichever source gave them.
@@ -66,7 +72,7 @@ pub struct ProcessRow {
 }
 
 pub struct Status {
-    pub module_loaded: bool,
+    pub module: ModuleState,
     pub device_path: String,
     pub device_error: Option<String>,
     pub abi_version: Option<u32>,
@@ -234,7 +240,7 @@ fn read_ioctls(
 ) -> (Option<u32>, bool, Option<String>) {
     let device = match Device::open(&paths.device) {
         Ok(device) => device,
-        Err(e) => return (None, false, Some(explain_open_error(&paths.device, &e))),
+        Err(e) => return (None, false, Some(explain_open_error(paths, &e))),
     };
     let info = device.info().ok();
     if let Some(info) = &info {
@@ -350,7 +356,7 @@ pub fn collect(paths: &SystemPaths) -> Status {
         sources.push("shim");
     }
     Status {
-        module_loaded: paths.module_dir().is_dir(),
+        module: ModuleState::of(paths),
         device_path: paths.device.display().to_string(),
         device_error,
         abi_version,
@@ -368,12 +374,27 @@ pub fn collect(paths: &SystemPaths) -> Status {
 
 impl Status {
     /// `status --json`.
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(&self) -> Value {
         view::to_json(&self.describe())
     }
 
-    /// `status` as text.
-    pub fn print(&self) {
-        print!("{}", view::text(&self.describe(), describe::TEXT_ORDER));
+    /// A loaded module whose device opened, with no figures, no process and no NVML.
+    #[cfg(test)]
+    fn loaded_for_tests() -> Status {
+        Status {
+            module: ModuleState::Loaded,
+            device_path: "/dev/greenboost".into(),
+            device_error: None,
+            abi_version: Some(1),
+            sysfs_error: None,
+            sysfs_raw: StatGroup::default(),
+            parameters: vec![],
+            totals: Totals::default(),
+            processes: vec![],
+            processes_note: None,
+            nvml: Err("NVML disabled".into()),
+            shim_processes: vec![],
+            sources: vec!["ioctl"],
+        }
     }
 }

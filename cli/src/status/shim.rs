@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn live_records_are_listed_and_stale_ones_skipped() {
-        let root = FakeRoot::new("status-shim");
+        let root = FakeRoot::new();
         // pid 100 is live with start time 555; pid 200 now has another start time (its
         // pid reused); pid 300 is gone.
         root.write("proc/100/stat", "100 (python3 (x)) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 0 0\n");

@@ -203,10 +203,10 @@ pub fn process_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::Json;
     use crate::stats::parse_stats;
+    use serde_json::Value;
 
-    fn tier_json(t: &T3Totals) -> Json {
+    fn tier_json(t: &T3Totals) -> Value {
         super::super::view::object(&tier_row(t))
     }
 

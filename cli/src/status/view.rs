@@ -4,8 +4,8 @@
 //! `text` walk the same sections, so a figure added to the description appears in both
 //! (or, by its key and column, deliberately in one).
 
-use crate::json::Json;
 use crate::size::format_bytes;
+use serde_json::{json, Map, Value};
 
 /// A value as both outputs show it.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,7 +21,7 @@ pub enum Cell {
     /// A PCIe link figure now and at most; JSON: `{"current": .., "max": ..}` or null.
     Link(Option<(u32, u32)>),
     /// JSON only, as it is (lists and raw maps).
-    Json(Json),
+    Json(Value),
 }
 
 impl Cell {
@@ -29,14 +29,12 @@ impl Cell {
         Cell::Text(Some(text.into()))
     }
 
-    fn json(&self) -> Json {
+    fn json(&self) -> Value {
         match self {
-            Cell::Bytes(value) | Cell::Count(value) => (*value).into(),
-            Cell::Text(value) => value.clone().into(),
-            Cell::Flag(value) => (*value).into(),
-            Cell::Link(value) => {
-                value.map_or(Json::Null, |(current, max)| Json::object().with("current", current).with("max", max))
-            }
+            Cell::Bytes(value) | Cell::Count(value) => json!(value),
+            Cell::Text(value) => json!(value),
+            Cell::Flag(value) => json!(value),
+            Cell::Link(value) => value.map_or(Value::Null, |(current, max)| json!({"current": current, "max": max})),
             Cell::Json(value) => value.clone(),
         }
     }
@@ -109,8 +107,8 @@ pub fn shown(column: &'static str, cell: Cell) -> Field {
     Field { key: None, column: Some(column), cell }
 }
 
-pub(super) fn object(fields: &[Field]) -> Json {
-    Json::Object(fields.iter().filter_map(|f| f.key.map(|key| (key.to_owned(), f.cell.json()))).collect())
+pub(super) fn object(fields: &[Field]) -> Value {
+    Value::Object(fields.iter().filter_map(|f| f.key.map(|key| (key.to_owned(), f.cell.json()))).collect())
 }
 
 /// What the text shows for an empty table.
@@ -131,11 +129,13 @@ pub struct Table {
 }
 
 impl Table {
-    fn json(&self) -> Json {
+    fn json(&self) -> Value {
         if !self.rows.is_empty() && self.rows.iter().all(|(key, _)| key.is_some()) {
-            Json::Object(self.rows.iter().map(|(key, row)| (key.unwrap_or_default().to_owned(), object(row))).collect())
+            Value::Object(
+                self.rows.iter().map(|(key, row)| (key.unwrap_or_default().to_owned(), object(row))).collect(),
+            )
         } else {
-            Json::Array(self.rows.iter().map(|(_, row)| object(row)).collect())
+            Value::Array(self.rows.iter().map(|(_, row)| object(row)).collect())
         }
     }
 
@@ -182,7 +182,7 @@ pub struct Section {
     pub lines: Vec<String>,
 }
 
-pub fn to_json(sections: &[Section]) -> Json {
+pub fn to_json(sections: &[Section]) -> Value {
     let member = |section: &Section| {
         let value = match &section.body {
             Body::Cell(cell) => cell.json(),
@@ -192,7 +192,7 @@ pub fn to_json(sections: &[Section]) -> Json {
         };
         Some((section.key.to_owned(), value))
     };
-    Json::Object(sections.iter().filter_map(member).collect())
+    Value::Object(sections.iter().filter_map(member).collect::<Map<_, _>>())
 }
 
 /// The text: the sections named in `order` (an empty name: a blank line), each as its

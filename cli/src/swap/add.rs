@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn refuses_a_file_it_did_not_make() {
-        let root = FakeRoot::new("add-foreign");
+        let root = FakeRoot::new();
         let path = root.write("data/precious", "keep me");
         let refusal = plan(&root.paths, &path, Some(1 << 30)).unwrap_err();
         assert!(refusal.contains("exists and `greenboost swap add` did not create it"), "{refusal}");
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn a_new_file_needs_a_size_that_fits() {
-        let root = FakeRoot::new("add-new");
+        let root = FakeRoot::new();
         let path = root.path("t3.swap");
         assert!(plan(&root.paths, &path, None).unwrap_err().contains("--size is needed"));
         assert!(plan(&root.paths, &path, Some(4096)).unwrap_err().contains("too small"));
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_recorded_file_is_enabled_again_or_left_as_it_is() {
-        let root = FakeRoot::new("add-again");
+        let root = FakeRoot::new();
         let path = root.path("t3.swap");
         fs::write(&path, vec![0u8; 8192]).unwrap();
         record::add(&root.paths, &path).unwrap();

@@ -181,8 +181,8 @@ mod tests {
     const SATA: &str = "sys/devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0/block/sdz";
 
     /// nvme0n1p3 and sdz9 (rotational) as sysfs shows them, dm-7 over nvme0n1p3, zram0.
-    fn machine(name: &str) -> FakeRoot {
-        let root = FakeRoot::new(name);
+    fn machine() -> FakeRoot {
+        let root = FakeRoot::new();
         root.write(&format!("{NVME}/queue/rotational"), "0\n");
         root.write(&format!("{NVME}/nvme0n1p3/partition"), "3\n");
         root.link("sys/class/block/nvme0n1p3", &format!("../../{}/nvme0n1p3", &NVME[4..]));
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn partitions_are_classified_by_their_sysfs_device() {
-        let root = machine("partitions");
+        let root = machine();
         let nvme = of_area(&root.paths, &partition("/dev/nvme0n1p3"));
         assert_eq!(nvme, Backing { medium: Medium::Nvme, disks: vec!["nvme0n1".into()], rotational: Some(false) });
         let sata = of_area(&root.paths, &partition("/dev/sdz9"));
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn files_are_classified_by_their_filesystems_device_number() {
-        let root = machine("files");
+        let root = machine();
         let file = root.write("swapfile", "");
         let (major, minor) = major_minor(fs::metadata(&file).unwrap().dev());
         let area =

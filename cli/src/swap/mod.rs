@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn paths_resolve_to_what_proc_swaps_will_show() {
-        let root = FakeRoot::new("resolve");
+        let root = FakeRoot::new();
         let paths = &root.paths;
         assert_eq!(resolve_path(paths, None).unwrap(), paths.state.join("t3.swap"), "default, directory not made yet");
         std::fs::create_dir_all(root.path("nvme/dir")).unwrap();

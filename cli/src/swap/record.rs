@@ -7,10 +7,11 @@
 //! swap file.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::paths::SystemPaths;
+use crate::replace_file;
 
 const HEADER: &str =
     "# Swap files created by `greenboost swap add`; `greenboost swap remove` and scripts/uninstall.sh remove them.\n";
@@ -28,8 +29,8 @@ pub fn contains(paths: &SystemPaths, path: &Path) -> io::Result<bool> {
     Ok(read(paths)?.iter().any(|p| p == path))
 }
 
-/// Replaces the record with `entries` (written beside it, then renamed over it, so a
-/// reader never sees half a list). An empty list removes the record.
+/// Replaces the record with `entries` (whole, see `replace_file`). An empty list
+/// removes the record.
 fn write(paths: &SystemPaths, entries: &[PathBuf]) -> io::Result<()> {
     let record = paths.swap_record();
     if entries.is_empty() {
@@ -39,14 +40,8 @@ fn write(paths: &SystemPaths, entries: &[PathBuf]) -> io::Result<()> {
         };
     }
     fs::create_dir_all(&paths.state)?;
-    let staging = record.with_extension("new");
-    let mut file = fs::File::create(&staging)?;
-    file.write_all(HEADER.as_bytes())?;
-    for entry in entries {
-        writeln!(file, "{}", entry.display())?;
-    }
-    file.sync_all()?;
-    fs::rename(&staging, &record)
+    let lines: String = entries.iter().map(|entry| format!("{}\n", entry.display())).collect();
+    replace_file::replace(&record, &format!("{HEADER}{lines}"), 0o644)
 }
 
 pub fn add(paths: &SystemPaths, path: &Path) -> io::Result<()> {
@@ -70,7 +65,7 @@ mod tests {
 
     #[test]
     fn adds_once_removes_and_deletes_the_empty_record() {
-        let root = FakeRoot::new("record");
+        let root = FakeRoot::new();
         let paths = &root.paths;
         assert!(read(paths).unwrap().is_empty(), "no record: nothing created");
         add(paths, Path::new("/var/lib/greenboost/t3.swap")).unwrap();

@@ -12,18 +12,39 @@ use crate::paths::SystemPaths;
 
 /// Checks that `path` is ours; `Ok(true)` when it is active swap now.
 pub fn check(paths: &SystemPaths, path: &Path) -> Result<bool, String> {
-    if !record::contains(paths, path).map_err(|e| e.to_string())? {
-        return Err(format!(
-            "{} was not created by `greenboost swap add` (it is not in {}): not touching it",
-            path.display(),
-            paths.swap_record().display()
-        ));
+    let recorded = record::read(paths).map_err(|e| e.to_string())?;
+    if !recorded.iter().any(|p| p == path) {
+        return Err(not_recorded(paths, path, &recorded));
     }
     if fs::symlink_metadata(path).is_ok_and(|meta| !meta.file_type().is_file()) {
         return Err(format!("{} is not a regular file any more: remove it yourself", path.display()));
     }
     let areas = proc_swaps::read(paths).map_err(|e| format!("cannot read /proc/swaps: {e}"))?;
     Ok(active_area(&areas, path).is_some())
+}
+
+/// Why `path` is not removed: nothing was ever added, no such file, or a file `swap add`
+/// did not create (with the ones it did).
+fn not_recorded(paths: &SystemPaths, path: &Path, recorded: &[std::path::PathBuf]) -> String {
+    let shown = path.display();
+    if recorded.is_empty() {
+        return format!(
+            "nothing to remove: `greenboost swap add` has not created a swap file ({} records none){}",
+            paths.swap_record().display(),
+            if path.exists() {
+                format!("; {shown} is not one of its files, so it is left alone")
+            } else {
+                String::new()
+            }
+        );
+    }
+    let ours: Vec<String> = recorded.iter().map(|p| p.display().to_string()).collect();
+    let what = if fs::symlink_metadata(path).is_ok() {
+        format!("{shown} was not created by `greenboost swap add`: not touching it")
+    } else {
+        format!("{shown}: no such file (ENOENT)")
+    };
+    format!("{what}. The swap files it created: {} (remove one with --path)", ours.join(", "))
 }
 
 pub fn remove(paths: &SystemPaths, path: Option<&Path>) -> Result<ExitCode, String> {
@@ -60,13 +81,26 @@ mod tests {
 
     #[test]
     fn only_recorded_files_are_removed() {
-        let root = FakeRoot::new("remove-check");
+        let root = FakeRoot::new();
         root.write("proc/swaps", "Filename Type Size Used Priority\n");
         let foreign = root.write("precious.swap", "x");
         let refusal = check(&root.paths, &foreign).unwrap_err();
-        assert!(refusal.contains("was not created by `greenboost swap add`"), "{refusal}");
+        assert!(
+            refusal.starts_with("nothing to remove: `greenboost swap add` has not created a swap file"),
+            "{refusal}"
+        );
+        assert!(refusal.ends_with("precious.swap is not one of its files, so it is left alone"), "{refusal}");
         let ours = root.write("t3.swap", "x");
         record::add(&root.paths, &ours).unwrap();
+        let refusal = check(&root.paths, &foreign).unwrap_err();
+        assert!(
+            refusal.contains(
+                "precious.swap was not created by `greenboost swap add`: not touching it. The swap files it created: "
+            ),
+            "{refusal}"
+        );
+        let refusal = check(&root.paths, &root.path("typo.swap")).unwrap_err();
+        assert!(refusal.contains("typo.swap: no such file (ENOENT). The swap files it created: "), "{refusal}");
         assert_eq!(check(&root.paths, &ours), Ok(false));
         root.write("proc/swaps", &format!("Filename Type Size Used Priority\n{} file 4 0 -2\n", ours.display()));
         assert_eq!(check(&root.paths, &ours), Ok(true));

@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn lists_areas_and_the_files_it_made() {
-        let root = FakeRoot::new("swap-status");
+        let root = FakeRoot::new();
         root.write("proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n");
         let text = render(&root.paths).unwrap();
         assert!(

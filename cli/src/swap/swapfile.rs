@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn creates_a_private_fully_allocated_file_once() {
-        let root = FakeRoot::new("swapfile-create");
+        let root = FakeRoot::new();
         let path = root.path("t3.swap");
         create(&path, 3 << 20).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
