@@ -5,7 +5,7 @@
 use crate::gemm::product::KEPT_ALIGNMENT;
 
 /// Most slices of one product (events kept per context).
-pub(super) const MAX_SLICES: usize = 8;
+pub(super) const MAX_SLICES: usize = greenboost_policy::MAX_STAGE_SLICES as usize;
 /// Slices start at multiples of this many rows (columns): whole output tiles each.
 const SLICE_ALIGN: u64 = 256;
 /// Least bytes one slice copies: a copy of a few MiB runs below the link's rate.

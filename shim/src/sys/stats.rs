@@ -119,7 +119,7 @@ pub struct ShimStats {
     /// type), -1 if not tried.
     pub import_dmabuf_result: i32,
     /// The same for the OPAQUE_FD type.
-    pub(super) import_opaque_result: i32,
+    pub import_opaque_result: i32,
     pub reserved: u32,
     /// Appended after the fields above, so that a caller built against the shorter
     /// struct still reads them where they were.
@@ -130,7 +130,7 @@ pub struct ShimStats {
     /// From here on, only through `greenboost_shim_stats_sized` (see exports.rs).
     /// Always 0: it counted the products of a staging prefetch (removed), and keeps the
     /// fields after it where callers read them.
-    pub(super) unused_prefetched: u64,
+    pub unused_prefetched: u64,
     pub movable_allocs: u64,
     pub tier_vram: u64,
     pub promoted_bytes: u64,
