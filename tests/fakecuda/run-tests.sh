@@ -435,7 +435,7 @@ async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entr
 threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async split_pool driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
-gemm_products_rt13 gemm_products_fw gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_sliced gemm_sliced_narrow gemm_sliced_differs gemm_streamed gemm_sliced_off"
+gemm_products_rt13 gemm_products_fw gemm_movable gemm_movable_no_kernels gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_sliced gemm_sliced_narrow gemm_sliced_differs gemm_streamed gemm_sliced_off"
 headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_two_shims headroom_report headroom_default"
 . "$dir/gemm-tests.sh"
 . "$dir/headroom-tests.sh"

@@ -21,6 +21,8 @@ typedef struct fake_event *cudaEvent_t;
 typedef struct fake_pool *CUmemoryPool;
 typedef struct fake_pool *cudaMemPool_t;
 typedef struct fake_extmem *CUexternalMemory;
+typedef struct fake_module *CUmodule;
+typedef struct fake_function *CUfunction;
 typedef void (*CUhostFn)(void *userData);
 
 enum {
@@ -29,6 +31,7 @@ enum {
     CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
     CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,

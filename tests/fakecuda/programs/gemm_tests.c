@@ -94,6 +94,14 @@ static float truncate_to_bf16(float f)
 }
 
 /* A device buffer of `count` elements of `type` (0 float32, 14 bfloat16) filled from `seed`. */
+/* What the device reads a weight placed in T2 from: pinned T2 ("hostreg"), or with
+ * GBGEMM_T2_KIND=managed movable T2 (GREENBOOST_TIERING=on). */
+static const char *t2_kind(void)
+{
+    const char *kind = getenv("GBGEMM_T2_KIND");
+    return kind && *kind ? kind : "hostreg";
+}
+
 static void *upload(size_t count, int type, uint32_t seed, const char *expect_kind)
 {
     size_t size = type == 14 ? 2 : 4;
@@ -161,7 +169,7 @@ static int t_products(int argc, char **argv)
 {
     const float one = 1, zero = 0;
     /* Weights before the handle: the program "loads" before it computes. */
-    float *w = upload((size_t)K * M, 0, 1, "hostreg");
+    float *w = upload((size_t)K * M, 0, 1, t2_kind());
     cublasHandle_t h;
     OK(cublasCreate_v2(&h));
     const int wide = 64, narrow = 8;
@@ -222,7 +230,7 @@ static int t_bf16_offset(int argc, char **argv)
     const float one = 1, zero = 0;
     const int wide = 48;
     /* 2 extra elements before the weight: a 4-byte offset. */
-    unsigned char *buffer = upload((size_t)K * M + 2, 14, 0, "hostreg");
+    unsigned char *buffer = upload((size_t)K * M + 2, 14, 0, t2_kind());
     cublasHandle_t h;
     OK(cublasCreate_v2(&h));
     uint16_t *host = malloc((size_t)K * M * 2);
@@ -253,8 +261,8 @@ static int t_two_streams(int argc, char **argv)
     OK(cudaStreamCreateWithFlags(&s1, 1));
     OK(cudaStreamCreateWithFlags(&s2, 1));
     const int wide = 64;
-    float *w1 = upload((size_t)K * M, 0, 11, "hostreg");
-    float *w2 = upload((size_t)K * M, 0, 12, "hostreg");
+    float *w1 = upload((size_t)K * M, 0, 11, t2_kind());
+    float *w2 = upload((size_t)K * M, 0, 12, t2_kind());
     cublasHandle_t h1, h2;
     OK(cublasCreate_v2(&h1));
     OK(cublasCreate_v2(&h2));
@@ -294,7 +302,7 @@ static int t_capture(int argc, char **argv)
     cudaStream_t s;
     OK(cudaStreamCreateWithFlags(&s, 1));
     const int wide = 64;
-    float *w = upload((size_t)K * M, 0, 21, "hostreg");
+    float *w = upload((size_t)K * M, 0, 21, t2_kind());
     cublasHandle_t h;
     OK(cublasCreate_v2(&h));
     OK(cublasSetStream_v2(h, s));
@@ -356,7 +364,7 @@ static void check_sliced(const float *c_dev, uint32_t seed_a, uint32_t seed_b, f
 static int t_sliced(int argc, char **argv)
 {
     const float one = 1, zero = 0;
-    float *w = upload((size_t)SLICED_K * SLICED_M, 0, 51, "hostreg");
+    float *w = upload((size_t)SLICED_K * SLICED_M, 0, 51, t2_kind());
     cudaStream_t s;
     OK(cudaStreamCreateWithFlags(&s, 1));
     cublasHandle_t h;
