@@ -102,15 +102,19 @@ def main():
     if not module:
         print(json.dumps(result), flush=True)
         return
-    vector, byte = cuda.function(module, "gb_copy16"), cuda.function(module, "gb_copy1")
+    vector = cuda.function(module, "gb_copy16")
 
     def sm_copy(dst, src, n):
+        """As SmCopy::copy: the vectors by the kernel, the unaligned ends by the copy engine."""
         head = (16 - src % 16) % 16
         vectors = (n - head) // 16
-        tail = n - head - vectors * 16
-        for function, offset, count in ((byte, 0, head), (vector, head, vectors), (byte, head + vectors * 16, tail)):
+        middle = head + vectors * 16
+        for offset, count in ((0, head), (middle, n - middle)):
             if count:
-                cuda.launch(function, dst + offset, src + offset, count)
+                cuda.call("cuMemcpyAsync", ctypes.c_uint64(dst + offset), ctypes.c_uint64(src + offset),
+                          ctypes.c_size_t(count), None)
+        if vectors:
+            cuda.launch(vector, dst + head, src + head, vectors)
 
     step("kernels found")
     source = torch.randint(0, 255, (size,), dtype=torch.uint8, device="cuda")

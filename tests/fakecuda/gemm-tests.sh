@@ -28,8 +28,8 @@ t_gemm_products_fw() { t_gemm_products fw; }
 t_gemm_movable() {
     # The weight in movable T2 (GREENBOOST_TIERING=on: managed memory preferred on the
     # host): the copy engine reads managed memory at a fraction of the link's rate, so the
-    # shim copies it with its own SM copy kernels (the fake runs them as the copies they
-    # are); the four wide products read the copy, as for pinned T2. Before those kernels
+    # shim copies it with its own SM copy kernel (the fake runs it as the copy it is); the
+    # four wide products read the copy, as for pinned T2. Before those kernels
     # movable T2 was never staged (every product read it in place).
     shim gemm-movable $GEMMENV GREENBOOST_TIERING=on GBGEMM_T2_KIND=managed "$BIN/gbgemm" products || return 1
     log_has "cuLaunchKernel gb_copy16" "the shim launched no copy kernel" || return 1
@@ -37,13 +37,13 @@ t_gemm_movable() {
     out_has "GEMMs staged 4 " "GREENBOOST_LOG=info: the exit summary does not count 4 staged products"
 }
 t_gemm_movable_no_kernels() {
-    # Where the driver cannot load the copy kernels, movable T2 is read in place and the
+    # Where the driver cannot load the copy kernel, movable T2 is read in place and the
     # products are right all the same (the program checks them).
     shim gemm-movable-no-kernels $GEMMENV GREENBOOST_TIERING=on GBGEMM_T2_KIND=managed FAKECUDA_NO_MODULES=1 \
         "$BIN/gbgemm" products || return 1
     gemm_reads vram 0 || return 1
     gemm_reads managed 5 || return 1
-    out_has "copy kernels do not load" "GREENBOOST_LOG=info: the shim did not say why movable T2 stays in place"
+    out_has "copy kernel does not load" "GREENBOOST_LOG=info: the shim did not say why movable T2 stays in place"
 }
 t_gemm_staging_off() {
     # The same program with staging off: every product reads the weight zero-copy, so the

@@ -102,13 +102,13 @@ impl Scratch {
         }
     }
 
-    /// The SMs' copy kernels, loaded into the context (current) on first use.
+    /// The SMs' copy kernel, loaded into the context (current) on first use.
     fn sm_copy(&mut self) -> Option<SmCopy> {
         if let SmCopyState::Untried = self.sm_copy {
             self.sm_copy = match SmCopy::load() {
                 Some(loaded) => SmCopyState::Loaded(loaded),
                 None => {
-                    refuse_once(format_args!("the SMs' copy kernels do not load: movable T2 is read in place"));
+                    refuse_once(format_args!("the SMs' copy kernel does not load: movable T2 is read in place"));
                     SmCopyState::Unavailable
                 }
             };
@@ -196,7 +196,7 @@ pub fn run_staged(
         .then(|| Some(Place { stream, context: cuda::current_context()?, device: cuda::current_device()? }))
         .flatten();
     let mut scratches = place.map(|_| SCRATCH.lock());
-    // The SMs' copy kernels, asked for (and loaded on first use) only for movable T2.
+    // The SMs' copy kernel, asked for (and loaded on first use) only for movable T2.
     let sm_copies = match (scratches.as_deref_mut(), place) {
         (Some(scratches), Some(at)) if in_t2.contains(&Some(T2Kind::Movable)) => {
             entry(scratches, at.context).is_some_and(|scratch| scratch.sm_copy().is_some())

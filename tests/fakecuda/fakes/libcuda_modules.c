@@ -1,10 +1,9 @@
 /* Fake libcuda.so.1 (see libcuda.c): modules and kernel launches. The fake device runs no
- * code; the only kernels it knows are the shim's own copy kernels (shim/src/cuda/
- * sm_copy.rs), which it carries out as the copies they are, on their stream, reading and
+ * code; the only kernel it knows is the shim's own copy kernel (shim/src/cuda/
+ * sm_copy.rs), which it carries out as the copy it is, on its stream, reading and
  * writing through the device's view as any copy does: gb_copy16(dst, src, count) moves
- * count 16-byte vectors, gb_copy1(dst, src, count) count bytes. An image without them is
- * refused (CUDA_ERROR_INVALID_IMAGE), another kernel name is not found, as the driver
- * answers for a name the image lacks. FAKECUDA_NO_MODULES=1 refuses every image (a
+ * count 16-byte vectors. An image without it is refused (CUDA_ERROR_INVALID_IMAGE),
+ * another kernel name is not found, as the driver answers for a name the image lacks. FAKECUDA_NO_MODULES=1 refuses every image (a
  * device whose driver cannot JIT the PTX). Logged as "cuLaunchKernel NAME ...". */
 #define _GNU_SOURCE
 #include "libcuda_entry.h"
@@ -20,7 +19,7 @@ struct fake_function {
 };
 
 static struct fake_module copy_module = {1};
-static struct fake_function copy_functions[] = {{"gb_copy16", 16}, {"gb_copy1", 1}};
+static struct fake_function copy_functions[] = {{"gb_copy16", 16}};
 
 EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -29,7 +28,7 @@ EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
         return CUDA_ERROR_INVALID_VALUE;
     const char *ptx = image;
     const char *env = getenv("FAKECUDA_NO_MODULES");
-    int knows = strstr(ptx, ".visible .entry gb_copy16(") && strstr(ptx, ".visible .entry gb_copy1(");
+    int knows = strstr(ptx, ".visible .entry gb_copy16(") != NULL;
     CUresult rc = (env && *env == '1') || !knows ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS)
         *module = &copy_module;
@@ -58,8 +57,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
 {
     GATE(1, 1);
     (void)shared;
-    int known = f == &copy_functions[0] || f == &copy_functions[1];
-    if (!known)
+    if (f != &copy_functions[0])
         return CUDA_ERROR_INVALID_HANDLE;
     if (!params || extra || !gx || !gy || !gz || !bx || !by || !bz)
         return CUDA_ERROR_INVALID_VALUE;
