@@ -4,9 +4,8 @@
 
 use std::ffi::OsString;
 
-use greenboost_policy::{by_env, parse_count, Bounds, SETTINGS};
+use greenboost_policy::{by_env, parse_count, Bounds, SETTINGS, TOOL_VARIABLES};
 
-use crate::paths::TOOL_VARIABLES;
 use crate::policy::{Policy, Value};
 
 const PREFIX: &str = "GREENBOOST_";

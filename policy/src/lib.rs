@@ -24,6 +24,7 @@ mod per_device;
 mod published;
 mod settings;
 mod size;
+mod tools;
 
 pub use choice::{parse_switch, switch_name, BackendChoice, LogLevel, ReportMode, TieringChoice, SWITCH_NAMES};
 pub use per_device::{PerDevice, PerDeviceError, MAX_DEVICES, MAX_ORDINAL};
@@ -37,3 +38,4 @@ pub use settings::{
     DEFAULT_VRAM_RESERVE, HOST_RESERVE_MAX, HOST_RESERVE_MIN, MAX_STAGE_SLICES, SETTINGS,
 };
 pub use size::{is_unset, parse_count, parse_size, trim, try_parse_size, SizeError, SizeOrOff, SIZE_SYNTAX};
+pub use tools::TOOL_VARIABLES;

@@ -26,6 +26,7 @@ extern "C" fn initialise() {
         warn!("{}={:?} is not valid; using {}", name, std::str::from_utf8(value).unwrap_or("(not UTF-8)"), instead);
     });
     log::set_level(config.log);
+    config::report_environment();
     if config.disabled {
         phase::disable();
         info!("disabled by GREENBOOST_DISABLE");

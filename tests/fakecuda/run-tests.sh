@@ -388,6 +388,16 @@ t_backend_auto_userspace() {
     out_has "peak T1" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit" || return 1
     out_has "peak T2" "GREENBOOST_LOG=info: no per-process summary with peak T1/T2 at exit"
 }
+t_log_environment() {
+    # At load the shim names GREENBOOST_* variables nothing reads and counts it clamps
+    # (GREENBOOST_LOG=info); at debug level its configuration dump, longer than one
+    # 512-byte line, goes out whole over continuation lines (it was cut).
+    shim log-environment $SHIMENV GREENBOOST_LOG=debug GREENBOOST_VRAMBUDGET=8G GREENBOOST_STAGE_SLICES=99 \
+        "$BIN/gbtest-rt13" forkexit || return 1
+    out_has "GREENBOOST_VRAMBUDGET is not a GreenBoost variable" "the misspelled name was not named" || return 1
+    out_has "GREENBOOST_STAGE_SLICES=99 is outside 1..=8: the shim uses 8" "the clamped count was not named" || return 1
+    out_has "tier_interval_ms: [0-9]* }" "the configuration dump was cut"
+}
 t_summary_once() {
     # One summary line, the parent's, however many processes ran the shim's atexit handler.
     shim summary-once $SHIMENV GREENBOOST_LOG=info "$BIN/gbtest-rt13" forkexit || return 1
@@ -432,7 +442,7 @@ shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physica
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement
 reserve reserve_split alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma vmm_shareable expandable_rt13
-threads_rt13 threads_fw fork summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
+threads_rt13 threads_fw fork log_environment summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
 split_rt13 split_fw control_split_fails split_async split_pool driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
 gemm_products_rt13 gemm_products_fw gemm_movable gemm_movable_no_kernels gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_sliced gemm_sliced_narrow gemm_sliced_differs gemm_streamed gemm_sliced_off"

@@ -171,7 +171,7 @@ pub(super) fn from_lookup(
         config.stage_max = max;
     }
     if let Some(slices) = reader.read(Id::StageSlices, policy::parse_count) {
-        config.stage_slices = slices.max(1);
+        config.stage_slices = stage_slices_bounds().clamp(slices);
     }
     if let Some(tiering) = reader.read(Id::Tiering, TieringChoice::parse) {
         config.tiering = tiering;
@@ -197,6 +197,40 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 /// same configuration. `complain` receives (variable, bad value, what is used instead).
 pub fn load(complain: impl FnMut(&str, &[u8], &str)) -> Config {
     *CONFIG.get_or_init(|| from_lookup(env::getenv, complain))
+}
+
+/// The values of GREENBOOST_STAGE_SLICES the shim uses (one outside is clamped).
+fn stage_slices_bounds() -> policy::Bounds {
+    policy::by_env("GREENBOOST_STAGE_SLICES")
+        .and_then(|setting| setting.bounds)
+        .unwrap_or(policy::Bounds { min: 1, max: policy::MAX_STAGE_SLICES })
+}
+
+/// Says at info level what the environment asks that the shim will not do as written:
+/// `GREENBOOST_*` names that neither the shim nor the tools read (a misspelling would
+/// otherwise be ignored in silence), and counts outside their bounds (clamped). Called
+/// once the log level is set.
+pub fn report_environment() {
+    env::each_with_prefix(b"GREENBOOST_", |name, value| {
+        let Ok(name) = std::str::from_utf8(name) else { return };
+        match policy::by_env(name) {
+            Some(setting) => {
+                let count = setting.bounds.zip(policy::parse_count(value));
+                if let Some((bounds, count)) = count.filter(|(bounds, count)| bounds.clamp(*count) != *count) {
+                    info!(
+                        "{}={} is outside {}..={}: the shim uses {}",
+                        name,
+                        count,
+                        bounds.min,
+                        bounds.max,
+                        bounds.clamp(count)
+                    );
+                }
+            }
+            None if policy::TOOL_VARIABLES.iter().any(|(tool, _)| *tool == name) => {}
+            None => info!("{} is not a GreenBoost variable: nothing reads it (see `greenboost run --help`)", name),
+        }
+    });
 }
 
 /// The defaults, for calls before `load` ran (a hook reached before the constructor).

@@ -1,7 +1,7 @@
 //! Reading the environment without allocating: usable in the load-time constructor and
 //! inside `dlopen`, before the program's `main`.
 
-use std::ffi::CStr;
+use std::ffi::{c_char, CStr};
 
 /// The value of `name`, read with getenv.
 pub fn getenv(name: &str) -> Option<&'static [u8]> {
@@ -17,4 +17,40 @@ pub fn getenv(name: &str) -> Option<&'static [u8]> {
     }
     // SAFETY: getenv returns a NUL-terminated string.
     Some(unsafe { CStr::from_ptr(value) }.to_bytes())
+}
+
+extern "C" {
+    /// The process's environment (POSIX `environ`): a null-terminated array of
+    /// NUL-terminated `NAME=value` strings.
+    static environ: *const *const c_char;
+}
+
+/// Calls `each(name, value)` for every variable of the environment whose name starts
+/// with `prefix`, without allocating.
+pub fn each_with_prefix(prefix: &[u8], mut each: impl FnMut(&[u8], &[u8])) {
+    // SAFETY: `environ` is the C library's, read once here; it is null or an array that
+    // ends with a null pointer, as POSIX defines it, and the shim reads it at load (the
+    // constructor), before the program could be changing it from another thread.
+    let mut entry = unsafe { environ };
+    if entry.is_null() {
+        return;
+    }
+    loop {
+        // SAFETY: `entry` points into the array, at or before its terminating null.
+        let pointer = unsafe { *entry };
+        if pointer.is_null() {
+            break;
+        }
+        // SAFETY: each entry is a NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(pointer) }.to_bytes();
+        if text.starts_with(prefix) {
+            let (name, value) = match text.iter().position(|byte| *byte == b'=') {
+                Some(at) => (&text[..at], &text[at + 1..]),
+                None => (text, &text[text.len()..]),
+            };
+            each(name, value);
+        }
+        // SAFETY: the entry was not the terminating null, so the next one is in the array.
+        entry = unsafe { entry.add(1) };
+    }
 }

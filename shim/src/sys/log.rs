@@ -26,38 +26,69 @@ pub fn enabled(level: Level) -> bool {
     level as u8 <= LEVEL.load(Ordering::Relaxed)
 }
 
-/// A line being formatted; overlong lines are cut, never reallocated.
+/// Bytes of one `write` to stderr.
+const LINE: usize = 512;
+
+/// A message being formatted into lines of at most `LINE` bytes, never reallocated: one
+/// that does not fit goes out in several lines, each after the first marked as a
+/// continuation (a `Debug` dump of the configuration runs past 512 bytes).
 struct LineBuffer {
-    bytes: [u8; 512],
+    bytes: [u8; LINE],
     len: usize,
+    pid: i32,
+}
+
+impl LineBuffer {
+    fn start(&mut self, continuation: bool) {
+        self.len = 0;
+        let pid = self.pid;
+        let _ =
+            if continuation { write!(self, "greenboost[{pid}]: ... ") } else { write!(self, "greenboost[{pid}]: ") };
+    }
+
+    /// Writes the line with its newline to fd 2 in one `write` call, so that lines of
+    /// concurrent threads do not interleave.
+    fn flush(&mut self) {
+        if let Some(slot) = self.bytes.get_mut(self.len) {
+            *slot = b'\n';
+            self.len += 1;
+        }
+        // SAFETY: the buffer is valid for `len` bytes.
+        unsafe { libc::write(2, self.bytes.as_ptr().cast(), self.len) };
+    }
 }
 
 impl Write for LineBuffer {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let room = self.bytes.len() - 1 - self.len;
-        let take = s.len().min(room);
-        if let (Some(dst), Some(src)) = (self.bytes.get_mut(self.len..self.len + take), s.as_bytes().get(..take)) {
-            dst.copy_from_slice(src);
-            self.len += take;
+    fn write_str(&mut self, mut s: &str) -> fmt::Result {
+        loop {
+            let room = LINE - 1 - self.len;
+            // Whole characters only: a line never ends inside one.
+            let mut take = s.len().min(room);
+            while !s.is_char_boundary(take) {
+                take -= 1;
+            }
+            if let Some(dst) = self.bytes.get_mut(self.len..self.len + take) {
+                dst.copy_from_slice(&s.as_bytes()[..take]);
+                self.len += take;
+            }
+            s = &s[take..];
+            if s.is_empty() {
+                return Ok(());
+            }
+            self.flush();
+            self.start(true);
         }
-        Ok(())
     }
 }
 
-/// Writes `greenboost[pid]: <message>\n` to fd 2 in one `write` call, so that lines of
-/// concurrent threads do not interleave.
+/// Writes `greenboost[pid]: <message>\n` to fd 2, in lines of at most `LINE` bytes.
 pub fn write_line(args: fmt::Arguments<'_>) {
-    let mut line = LineBuffer { bytes: [0; 512], len: 0 };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let _ = write!(line, "greenboost[{pid}]: ");
+    let mut line = LineBuffer { bytes: [0; LINE], len: 0, pid };
+    line.start(false);
     let _ = line.write_fmt(args);
-    if let Some(slot) = line.bytes.get_mut(line.len) {
-        *slot = b'\n';
-        line.len += 1;
-    }
-    // SAFETY: the buffer is valid for `len` bytes.
-    unsafe { libc::write(2, line.bytes.as_ptr().cast(), line.len) };
+    line.flush();
 }
 
 macro_rules! log_at {
