@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A T2 buffer's pages: its list of chunks (pinned compound pages) and what is built
+//! A T2 buffer's pages: its list of chunks (pinned blocks of pages) and what is built
 //! from it (the page of a fault, an importer's sg table, a kernel mapping).
 //!
 //! Takes no lock of ours; the buffer's backing lock is held by every caller.
@@ -10,7 +10,7 @@ use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 
 use crate::glue_ffi::{self as ffi, Chunk};
-use crate::pool::order_bytes;
+use crate::pool::{chunk_exclusive, order_bytes};
 use crate::util;
 
 /// The chunks of a T2 buffer.
@@ -106,10 +106,7 @@ impl Chunks {
     /// Whether no chunk is referenced by anyone but us (no pin, no pipe): what a move
     /// out of T2 needs, after the user mappings are zapped.
     pub(crate) fn exclusive(&self) -> bool {
-        self.list.iter().all(|c| {
-            // SAFETY: the chunk is ours (type invariant).
-            unsafe { ffi::gb_chunk_exclusive(c.page) }
-        })
+        self.list.iter().all(chunk_exclusive)
     }
 
     /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of a
@@ -119,11 +116,10 @@ impl Chunks {
         let mut bytes = 0;
         let mut i = 0;
         while let Some(&chunk) = self.list.as_slice().get(i) {
-            // SAFETY: the chunk is ours (type invariant); the buffer is dying, so no
-            // mapping or attachment of ours refers to it any more.
-            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
-            // A chunk that does not fit the list stays; `recycle` drops our reference.
-            if !exclusive && held.push(chunk, GFP_KERNEL).is_ok() {
+            // The buffer is dying, so no mapping or attachment of ours refers to the
+            // chunk any more. One that does not fit the list stays; `recycle` drops our
+            // reference.
+            if !chunk_exclusive(&chunk) && held.push(chunk, GFP_KERNEL).is_ok() {
                 let _ = util::vec_swap_remove(&mut self.list, i);
                 bytes += order_bytes(chunk.order);
             } else {

@@ -26,7 +26,10 @@ struct sg_table;
 struct vm_area_struct;
 struct user_struct;
 
-/* One physically contiguous piece of a buffer: a compound page of 2^order pages. */
+/*
+ * One physically contiguous piece of a buffer: a block of 2^order order-0 pages (split,
+ * never compound), named by its first page.
+ */
 struct gb_chunk {
 	struct page *page;
 	unsigned int order;
@@ -112,7 +115,7 @@ void gb_chunk_free(struct page *page, unsigned int order);
 void gb_chunk_zero(struct page *page, unsigned int order);
 bool gb_chunk_charged(struct page *page);
 bool gb_current_memcg_charged(void);
-bool gb_chunk_exclusive(struct page *page);
+bool gb_chunk_exclusive(struct page *page, unsigned int order);
 int gb_page_nid(struct page *page);
 bool gb_node_online(int nid);
 int gb_numa_node_id(void);

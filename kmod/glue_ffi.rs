@@ -27,8 +27,9 @@ pub(crate) struct EventfdCtx {
 ///
 /// # Invariants
 ///
-/// When owned by the pool or a buffer, `page` is the head of a block of `2^order`
-/// pages allocated by `gb_chunk_alloc` with that order, and we hold one reference.
+/// When owned by the pool or a buffer, `page` is the first of a block of `2^order`
+/// order-0 pages (split, never compound) allocated by `gb_chunk_alloc` with that order,
+/// and we hold one reference to each of them.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Chunk {
@@ -108,7 +109,7 @@ extern "C" {
     pub(crate) fn gb_chunk_zero(page: *mut bindings::page, order: c_uint);
     pub(crate) fn gb_chunk_charged(page: *mut bindings::page) -> bool;
     pub(crate) fn gb_current_memcg_charged() -> bool;
-    pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page) -> bool;
+    pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page, order: c_uint) -> bool;
     pub(crate) fn gb_page_nid(page: *mut bindings::page) -> c_int;
     pub(crate) fn gb_node_online(nid: c_int) -> bool;
     pub(crate) fn gb_numa_node_id() -> c_int;

@@ -2,8 +2,8 @@
 //! greenboost.ko: pinned system-RAM buffers (tier T2) for GPU programs, exported as
 //! DMA-BUFs through `/dev/greenboost`.
 //!
-//! A buffer is a list of compound pages (2 MiB, order 9, lower orders only when memory
-//! is fragmented) that never come from ZONE_MOVABLE or CMA, so that a userspace mapping
+//! A buffer is a list of physically contiguous 2 MiB blocks of pages (lower orders only
+//! when memory is fragmented) that never come from ZONE_MOVABLE or CMA, so that a mapping
 //! of them can be pinned long-term (cuMemHostRegister). The pool keeps a cache of
 //! pre-zeroed 2 MiB pages refilled in the background; pages come back zeroed before
 //! anyone else sees them. A watchdog watches available RAM against a safety reserve.

@@ -20,7 +20,7 @@ use kernel::sync::{new_mutex, Arc, Mutex};
 
 use crate::glue_ffi::{self as ffi, Chunk};
 use crate::memlock::Memlock;
-use crate::pool::{free_chunk, order_bytes};
+use crate::pool::{chunk_exclusive, free_chunk, order_bytes};
 use crate::procs::{Holder, ProcEntry, Registry};
 use crate::shared::Shared;
 use crate::util;
@@ -45,9 +45,8 @@ impl HeldBuffer {
         let mut freed = 0;
         let mut i = 0;
         while let Some(&chunk) = self.chunks.as_slice().get(i) {
-            // SAFETY: the chunk is ours (type invariant); its buffer is dead, so no
-            // mapping or attachment of ours refers to it.
-            if all || unsafe { ffi::gb_chunk_exclusive(chunk.page) } {
+            // Its buffer is dead, so no mapping or attachment of ours refers to it.
+            if all || chunk_exclusive(&chunk) {
                 let _ = util::vec_swap_remove(&mut self.chunks, i);
                 free_chunk(chunk);
                 freed += order_bytes(chunk.order);
