@@ -143,9 +143,10 @@ void gb_vunmap(void *vaddr);
 /* ---- Rust -> C: implemented in glue_shmem.c ---- */
 int gb_shmem_create(u64 size, struct file **out);
 void gb_file_put(struct file *file);
+int gb_map_file_create(struct file *shm, struct file **out);
 void gb_shmem_counts(struct file *shm, u64 *resident, u64 *swapped);
 u64 gb_swap_free(void);
-void gb_vma_use_file(struct vm_area_struct *vma, struct file *shm);
+void gb_vma_use_file(struct vm_area_struct *vma, struct file *map_file);
 void gb_user_unmap(struct file *shm);
 int gb_shmem_fault(struct file *shm, struct vm_area_struct *vma, unsigned long addr,
 		   unsigned long index);

@@ -150,9 +150,10 @@ extern "C" {
     // glue_shmem.c
     pub(crate) fn gb_shmem_create(size: u64, out: *mut *mut bindings::file) -> c_int;
     pub(crate) fn gb_file_put(file: *mut bindings::file);
+    pub(crate) fn gb_map_file_create(shm: *mut bindings::file, out: *mut *mut bindings::file) -> c_int;
     pub(crate) fn gb_shmem_counts(shm: *mut bindings::file, resident: *mut u64, swapped: *mut u64);
     pub(crate) fn gb_swap_free() -> u64;
-    pub(crate) fn gb_vma_use_file(vma: *mut bindings::vm_area_struct, shm: *mut bindings::file);
+    pub(crate) fn gb_vma_use_file(vma: *mut bindings::vm_area_struct, map_file: *mut bindings::file);
     pub(crate) fn gb_user_unmap(shm: *mut bindings::file);
     pub(crate) fn gb_shmem_fault(
         shm: *mut bindings::file,

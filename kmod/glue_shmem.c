@@ -5,16 +5,17 @@
  * these runs). Contract: glue.h (mirrored by glue_ffi.rs, checked by
  * scripts/check-kmod-glue.py).
  *
- * Every buffer has a shmem file. All of its user mappings belong to that file
- * (vma_set_file at mmap), so that unmap_mapping_range() reaches every mapping when the
- * buffer moves between tiers, and so that reclaim's reverse map finds the mappings of
- * a T3 page and can write it to swap while it is mapped. In T2 the file holds no pages;
- * in T3 it holds the buffer's contents.
+ * Every buffer has a shmem file. All of its user mappings belong to that file's page
+ * cache (vma_set_file at mmap, with the map file below), so that unmap_mapping_range()
+ * reaches every mapping when the buffer moves between tiers, and so that reclaim's
+ * reverse map finds the mappings of a T3 page and can write it to swap while it is
+ * mapped. In T2 the file holds no pages; in T3 it holds the buffer's contents.
  */
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/highmem.h>
 #include <linux/mm.h>
+#include <linux/module.h>
 #include <linux/pagemap.h>
 #include <linux/scatterlist.h>
 #include <linux/sched/signal.h>
@@ -51,6 +52,42 @@ void gb_file_put(struct file *file)
 	fput(file);
 }
 
+/*
+ * The map file's operations: none of its own. remap_file_pages() re-mmaps a vma's
+ * vm_file over the range and MADV_REMOVE punches a hole through it (vfs_fallocate);
+ * with the shmem file itself as vm_file, the first turned the range into a plain shmem
+ * mapping (writes never reached a T2 buffer's pages, its pages outlived the buffer
+ * outside every limit) and the second zeroed T3 contents. Without .mmap and
+ * .fallocate they fail as for any such file: ENODEV and EOPNOTSUPP.
+ */
+static const struct file_operations gb_map_fops = {
+	.owner = THIS_MODULE,
+	/* msync(MS_SYNC): nothing to write back, as the shmem file answers */
+	.fsync = noop_fsync,
+};
+
+int gb_map_file_create(struct file *shm, struct file **out)
+{
+	struct inode *inode = file_inode(shm);
+	struct file *file;
+
+	/* the file's last fput (deferred) reads gb_map_fops: the module must stay */
+	if (!try_module_get(THIS_MODULE))
+		return -ENODEV;
+	/* the new dentry takes this inode reference; an error leaves it with us */
+	ihold(inode);
+	/* not counted against file-max: the shmem file it shadows is */
+	file = alloc_file_pseudo_noaccount(inode, shm->f_path.mnt, "greenboost", O_RDWR,
+					   &gb_map_fops);
+	if (IS_ERR(file)) {
+		iput(inode);
+		module_put(THIS_MODULE);
+		return PTR_ERR(file);
+	}
+	*out = file;
+	return 0;
+}
+
 void gb_shmem_counts(struct file *shm, u64 *resident, u64 *swapped)
 {
 	struct address_space *mapping = shm->f_mapping;
@@ -65,9 +102,9 @@ u64 gb_swap_free(void)
 	return (u64)get_nr_swap_pages() << PAGE_SHIFT;
 }
 
-void gb_vma_use_file(struct vm_area_struct *vma, struct file *shm)
+void gb_vma_use_file(struct vm_area_struct *vma, struct file *map_file)
 {
-	vma_set_file(vma, shm);
+	vma_set_file(vma, map_file);
 }
 
 void gb_user_unmap(struct file *shm)

@@ -3,9 +3,11 @@
 //! the pages that hold its contents (swappable: the kernel writes them to swap under
 //! pressure and reads them back on access).
 //!
-//! Every mapping of a buffer belongs to this file (see `Buffer::mmap`), so that a move
-//! between tiers can zap all of them at once and reclaim's reverse map finds the
-//! mappings of a T3 page. Callers that change what the file holds (store, load,
+//! Every mapping of a buffer belongs to this file's page cache (see `Buffer::mmap`), so
+//! that a move between tiers can zap all of them at once and reclaim's reverse map
+//! finds the mappings of a T3 page. Their `vm_file` is a second file on the same inode
+//! without operations of its own, so that nothing reaches the shmem file through a
+//! mapping (remap_file_pages, MADV_REMOVE). Callers that change what the file holds (store, load,
 //! truncate, fault) hold the buffer's backing lock. Takes no lock of ours.
 
 use kernel::bindings;
@@ -14,14 +16,17 @@ use kernel::prelude::*;
 
 use crate::glue_ffi::{self as ffi, Chunk};
 
-/// An owned reference to a shmem file of `size` bytes.
+/// An owned reference to a shmem file of `size` bytes, and to the file its mappings
+/// have as `vm_file`.
 ///
 /// # Invariants
 ///
-/// `file` is a counted reference to a shmem file made by `gb_shmem_create`, put in
-/// `drop`.
+/// `file` is a counted reference to a shmem file made by `gb_shmem_create`, `map_file`
+/// one to the map file `gb_map_file_create` made for it (the same inode and page cache,
+/// none of the shmem file's operations); both are put in `drop`.
 pub(crate) struct Shmem {
     file: *mut bindings::file,
+    map_file: *mut bindings::file,
 }
 
 // SAFETY: a `struct file` reference may be used and put from any thread; what changes
@@ -40,10 +45,20 @@ impl Shmem {
         // SAFETY: `file` is a local the glue writes only on success.
         let ret = unsafe { ffi::gb_shmem_create(size, &mut file) };
         match ret {
-            0 => Ok(Shmem { file }),
-            e if e == ENOSPC.to_errno() => Err(ENOMEM),
-            e => Err(Error::from_errno(e)),
+            0 => {}
+            e if e == ENOSPC.to_errno() => return Err(ENOMEM),
+            e => return Err(Error::from_errno(e)),
         }
+        let mut map_file = core::ptr::null_mut();
+        // SAFETY: `file` is the live shmem file made above; `map_file` is a local the
+        // glue writes only on success.
+        let ret = unsafe { ffi::gb_map_file_create(file, &mut map_file) };
+        if ret != 0 {
+            // SAFETY: our only reference to the file made above, put once.
+            unsafe { ffi::gb_file_put(file) };
+            return Err(Error::from_errno(ret));
+        }
+        Ok(Shmem { file, map_file })
     }
 
     /// The file, for the T3 list's statistics (valid while `self` lives).
@@ -51,7 +66,9 @@ impl Shmem {
         self.file
     }
 
-    /// Makes `vma` (being set up by an mmap of the buffer) a mapping of this file.
+    /// Makes `vma` (being set up by an mmap of the buffer) a mapping of this file's
+    /// pages, through the map file: remap_file_pages and MADV_REMOVE, which act on a
+    /// vma's file, find no mmap or fallocate there.
     ///
     /// # Safety
     ///
@@ -59,8 +76,8 @@ impl Shmem {
     /// lock held for writing.
     pub(crate) unsafe fn adopt(&self, vma: *mut bindings::vm_area_struct) {
         // SAFETY: `vma` is being set up under its mmap lock (the function's contract);
-        // the file is live (type invariant) and the glue takes its own reference.
-        unsafe { ffi::gb_vma_use_file(vma, self.file) };
+        // the map file is live (type invariant) and the glue takes its own reference.
+        unsafe { ffi::gb_vma_use_file(vma, self.map_file) };
     }
 
     /// Removes every user mapping's page-table entries (the mappings stay and fault
@@ -135,9 +152,12 @@ impl Shmem {
 
 impl Drop for Shmem {
     fn drop(&mut self) {
-        // SAFETY: our counted reference (type invariant), put once; mappings hold
-        // their own.
-        unsafe { ffi::gb_file_put(self.file) };
+        // SAFETY: our counted references (type invariant), each put once; mappings
+        // hold their own.
+        unsafe {
+            ffi::gb_file_put(self.map_file);
+            ffi::gb_file_put(self.file);
+        }
     }
 }
 

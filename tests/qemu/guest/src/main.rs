@@ -55,6 +55,7 @@ const MAIN: &[Test] = &[
     t("mmap_dontneed_refaults_and_pins", 60, fault::dontneed_refaults),
     t("mmap_split_move_fork", 60, fault::split_move_fork),
     t("madvise_cold_partial_chunk", 60, fault::madvise_cold_partial_chunk),
+    t("remap_and_remove_refused", 30, fault::remap_and_remove_refused),
     t("fresh_pages_zeroed_after_secret", 600, mmap::fresh_pages_zeroed),
     t("scm_rights_fd_passing", 60, lifecycle::scm_rights),
     t("fork_inherited_fd", 60, lifecycle::fork_inherit),

@@ -238,3 +238,36 @@ pub fn madvise_cold_partial_chunk() -> TestResult {
     ensure(describe_status(status).is_none(), || format!("madvise over part of a chunk: {why} ({})", describe_status(status).unwrap_or_default()))?;
     Ok(Outcome::Pass)
 }
+
+/// remap_file_pages and MADV_REMOVE, which act on a mapping's file, are refused (issue
+/// 37, finding 4): with the buffer's shmem file as the vma's file, remap_file_pages
+/// turned the range into a plain shmem mapping whose writes never reached the buffer,
+/// and MADV_REMOVE punched holes in it. The mapping stays the buffer's: writes through
+/// it reach another mapping.
+pub fn remap_and_remove_refused() -> TestResult {
+    if !have_madvise() {
+        return Ok(Outcome::Skip(NO_MADVISE.into()));
+    }
+    let dev = Dev::open()?;
+    let buf = dev.alloc(LEN as u64)?;
+    let m = buf.map()?;
+    let other = buf.map()?;
+    m.fill(0x4e, STRIDE);
+    // The first half of the mapping onto the buffer's second half.
+    let pgoff = (2 * MIB) / page_size() as usize;
+    // SAFETY: remap_file_pages on a range of our own shared mapping (prot 0, flags 0);
+    // if the kernel does it, the range stays mapped (to other pages).
+    let r = unsafe { libc::syscall(libc::SYS_remap_file_pages, m.ptr(), 2 * MIB, 0, pgoff, 0) };
+    expect_errno("remap_file_pages on a buffer mapping", if r == 0 { Ok(()) } else { Err(errno()) }, libc::ENODEV)?;
+    // SAFETY: MADV_REMOVE on a range of our own shared mapping.
+    let r = unsafe { libc::madvise(m.ptr() as *mut libc::c_void, MIB, libc::MADV_REMOVE) };
+    expect_errno("MADV_REMOVE on a buffer mapping", if r == 0 { Ok(()) } else { Err(errno()) }, libc::EOPNOTSUPP)?;
+    m.verify(0x4e, STRIDE).map_err(|e| format!("after the refusals: {e}"))?;
+    m.fill(0x4f, STRIDE);
+    other.verify(0x4f, STRIDE).map_err(|e| format!("a write through the mapping after the refusals, read through another: {e}"))?;
+    // msync still works (the map file's fsync, as the shmem file's).
+    // SAFETY: msync of our own mapping.
+    let r = unsafe { libc::msync(m.ptr() as *mut libc::c_void, LEN, libc::MS_SYNC) };
+    ensure(r == 0, || format!("msync(MS_SYNC): {}", errname(errno())))?;
+    Ok(Outcome::Pass)
+}
