@@ -22,9 +22,9 @@ use kernel::bindings;
 use kernel::ffi::{c_ulong, c_void};
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
-use kernel::sync::lock::{mutex::MutexBackend, Guard};
-use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::sync::Arc;
 
+use crate::backing::{Backing, BackingGuard, BackingLock, Tier};
 use crate::chunks::{page_count, Chunks};
 use crate::glue_ffi as ffi;
 use crate::memlock::Memlock;
@@ -33,49 +33,6 @@ use crate::procs::{Holder, ProcEntry};
 use crate::shmem::{PinnedPages, Shmem};
 use crate::state::{state, State};
 use crate::tier3::Tier3;
-
-/// Where a buffer's contents are.
-pub(crate) enum Tier {
-    /// Pinned 2 MiB pages (RAM the GPU can read), charged in `memlock`.
-    T2 { chunks: Chunks, memlock: Memlock },
-    /// The pages of the buffer's shmem file, which the kernel may write to swap.
-    T3,
-}
-
-/// A buffer's backing, behind its backing lock.
-///
-/// # Invariants
-///
-/// `attachments` counts the buffer's dma-buf attachments, `dma_pins` those of them
-/// mapped while in T3 (each holding page references, see [`Buffer::pin`]);
-/// `vmap_pages` holds the pages of a T3 kernel mapping, `vmapped` says whether a
-/// kernel mapping exists. The tier never changes while any of them is non-zero/set.
-/// The shmem file's pages are kept from reclaim exactly while `dma_pins` or
-/// `vmap_pages` hold T3 pages.
-pub(crate) struct Backing {
-    pub(crate) tier: Tier,
-    pub(crate) attachments: u32,
-    dma_pins: u32,
-    vmapped: bool,
-    vmap_pages: Option<PinnedPages>,
-}
-
-impl Backing {
-    /// A backing in `tier` with nothing attached.
-    pub(crate) fn new(tier: Tier) -> Self {
-        Backing { tier, attachments: 0, dma_pins: 0, vmapped: false, vmap_pages: None }
-    }
-
-    /// Whether an importer or a kernel mapping uses the buffer's pages (a move must
-    /// wait until they are gone: EBUSY).
-    pub(crate) fn in_use(&self) -> bool {
-        self.attachments > 0 || self.vmapped
-    }
-
-    fn t3_pinned(&self) -> bool {
-        self.dma_pins > 0 || self.vmap_pages.is_some()
-    }
-}
 
 /// A buffer.
 ///
@@ -96,14 +53,14 @@ pub(crate) struct Buffer {
     /// Where its T2 pages come from (the ALLOC's placement, again at every promote).
     pub(crate) placement: Placement,
     pub(crate) shmem: Shmem,
-    backing: Pin<KBox<Mutex<Backing>>>,
+    backing: Pin<KBox<BackingLock>>,
     owner: Option<Arc<ProcEntry>>,
 }
 
 /// A backing lock, before the buffer exists (so that its allocation is not a failure
 /// after the pages are reserved).
-pub(crate) fn new_backing_lock() -> Result<Pin<KBox<Mutex<Backing>>>> {
-    KBox::pin_init(new_mutex!(Backing::new(Tier::T3), "greenboost::backing"), GFP_KERNEL)
+pub(crate) fn new_backing_lock() -> Result<Pin<KBox<BackingLock>>> {
+    KBox::pin_init(BackingLock::new(Backing::new(Tier::T3)), GFP_KERNEL)
 }
 
 impl Buffer {
@@ -114,7 +71,7 @@ impl Buffer {
         size: u64,
         placement: Placement,
         shmem: Shmem,
-        lock: Pin<KBox<Mutex<Backing>>>,
+        lock: Pin<KBox<BackingLock>>,
         tier: Tier,
         owner: Arc<ProcEntry>,
     ) -> Result<KBox<Self>> {
@@ -154,8 +111,26 @@ impl Buffer {
     }
 
     /// The backing lock.
-    pub(crate) fn backing(&self) -> Guard<'_, Backing, MutexBackend> {
+    pub(crate) fn backing(&self) -> BackingGuard<'_> {
         self.backing.lock()
+    }
+
+    /// The backing lock, or EINTR when the caller is killed while waiting (a move
+    /// waiting for another one).
+    pub(crate) fn backing_killable(&self) -> Result<BackingGuard<'_>> {
+        self.backing.lock_killable()
+    }
+
+    /// Waits until the backing lock is free (a move in progress has finished), killably
+    /// when `killable`: a fault that found the lock taken waits here without the mmap
+    /// lock and is then retried.
+    pub(crate) fn wait_for_backing(&self, killable: bool) {
+        if killable {
+            // Killed: the fault is retried, and the retry sees the fatal signal.
+            let _ = self.backing.lock_killable();
+        } else {
+            drop(self.backing.lock());
+        }
     }
 
     fn pages(&self) -> c_ulong {
@@ -190,14 +165,22 @@ impl Buffer {
 
     /// Handles a fault at `addr` (page `index` of the buffer) in `vma`: in T2 maps the
     /// whole chunk holding the page (as far as the vma reaches), in T3 the file's page.
-    /// EFAULT past the end, ENOSPC when a T3 page cannot be had (both SIGBUS).
+    /// EFAULT past the end, ENOSPC when a T3 page cannot be had (both SIGBUS). Unless
+    /// `wait`, EAGAIN when the backing lock is taken (a move is copying): the caller
+    /// waits for it with [`Buffer::wait_for_backing`], without the mmap lock.
     ///
     /// # Safety
     ///
     /// `vma` is a live mapping of this buffer (made by [`Buffer::mmap`]) whose fault at
     /// `addr` is being handled, with its mmap or vma lock held.
-    pub(crate) unsafe fn fault(&self, vma: *mut bindings::vm_area_struct, addr: c_ulong, index: c_ulong) -> Result {
-        let backing = self.backing();
+    pub(crate) unsafe fn fault(
+        &self,
+        vma: *mut bindings::vm_area_struct,
+        addr: c_ulong,
+        index: c_ulong,
+        wait: bool,
+    ) -> Result {
+        let backing = if wait { self.backing() } else { self.backing.try_lock().ok_or(EAGAIN)? };
         match &backing.tier {
             Tier::T2 { chunks, .. } => {
                 let (chunk, first) = chunks.locate(index).ok_or(EFAULT)?;

@@ -14,7 +14,8 @@ use kernel::types::{AsBytes, FromBytes};
 use kernel::uaccess::UserSlice;
 
 use crate::abi::{self, GbAlloc, GbEventfd, GbInfo, GbProcStats, GbT1Report};
-use crate::buffer::{self, Buffer, Tier};
+use crate::backing::Tier;
+use crate::buffer::{self, Buffer};
 use crate::chunks::Chunks;
 use crate::glue_ffi as ffi;
 use crate::pool::{Placement, ANY_NODE};

@@ -27,6 +27,7 @@
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/mutex.h>
 #include <linux/moduleparam.h>
 #include <linux/pid.h>
 #include <linux/sched.h>
@@ -213,6 +214,36 @@ u32 gb_kuid_to_caller(u32 kuid)
 void gb_current_comm(char *buf, size_t len)
 {
 	__get_task_comm(buf, len, current->group_leader);
+}
+
+/* ---- the buffers' backing locks (kmod/backing.rs) ---- */
+
+void gb_backing_lock_init(struct mutex *lock)
+{
+	/* one lockdep class for every buffer's lock, as a Rust new_mutex! would give */
+	static struct lock_class_key key;
+
+	__mutex_init(lock, "greenboost::backing", &key);
+}
+
+void gb_backing_lock(struct mutex *lock)
+{
+	mutex_lock(lock);
+}
+
+int gb_backing_lock_killable(struct mutex *lock)
+{
+	return mutex_lock_killable(lock);
+}
+
+bool gb_backing_trylock(struct mutex *lock)
+{
+	return mutex_trylock(lock);
+}
+
+void gb_backing_unlock(struct mutex *lock)
+{
+	mutex_unlock(lock);
 }
 
 /* ---- time ---- */

@@ -20,6 +20,7 @@ struct device;
 struct dma_buf;
 struct eventfd_ctx;
 struct file;
+struct mutex;
 struct page;
 struct pid;
 struct sg_table;
@@ -53,7 +54,8 @@ long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);
 int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
 int gb_rs_buffer_fault(void *buf, struct vm_area_struct *vma, unsigned long addr,
-		       unsigned long index);
+		       unsigned long index, bool wait);
+void gb_rs_buffer_wait(void *buf, bool killable);
 int gb_rs_buffer_attach(void *buf, struct device *dev, struct sg_table **out);
 void gb_rs_buffer_detach(void *buf);
 int gb_rs_buffer_pin(void *buf, struct device *dev, struct page ***pages,
@@ -84,6 +86,12 @@ int gb_shrinker_register(void);
 void gb_shrinker_unregister(void);
 u64 gb_now_ms(void);
 u64 gb_now_ns(void);
+
+void gb_backing_lock_init(struct mutex *lock);
+void gb_backing_lock(struct mutex *lock);
+int gb_backing_lock_killable(struct mutex *lock);
+bool gb_backing_trylock(struct mutex *lock);
+void gb_backing_unlock(struct mutex *lock);
 
 int gb_fd_reserve(void);
 void gb_fd_discard(int fd);

@@ -74,6 +74,11 @@ extern "C" {
     pub(crate) fn gb_shrinker_unregister();
     pub(crate) fn gb_now_ms() -> u64;
     pub(crate) fn gb_now_ns() -> u64;
+    pub(crate) fn gb_backing_lock_init(lock: *mut bindings::mutex);
+    pub(crate) fn gb_backing_lock(lock: *mut bindings::mutex);
+    pub(crate) fn gb_backing_lock_killable(lock: *mut bindings::mutex) -> c_int;
+    pub(crate) fn gb_backing_trylock(lock: *mut bindings::mutex) -> bool;
+    pub(crate) fn gb_backing_unlock(lock: *mut bindings::mutex);
 
     pub(crate) fn gb_fd_reserve() -> c_int;
     pub(crate) fn gb_fd_discard(fd: c_int);

@@ -21,6 +21,7 @@ use kernel::prelude::*;
 #[allow(dead_code, unreachable_pub)]
 mod abi;
 mod admission;
+mod backing;
 mod buffer;
 mod chunks;
 mod device;

@@ -108,6 +108,7 @@ const T3: &[Test] = &[
     t("t3_status_agrees", 60, t3::t3_status_agrees),
     t("t3_larger_than_ram", 300, t3::t3_larger_than_ram),
     t("t3_kill9_holder", 180, t3::t3_kill9_holder),
+    t("t3_fault_behind_move_killable", 120, move_wait::fault_behind_move_killable),
     t("pressure_rule_with_swap", 300, t3_pressure::pressure_rule_with_swap),
 ];
 const UNLOAD: &[Test] = &[t("unload_final_stats_logged", 30, stats::unload_logged)];

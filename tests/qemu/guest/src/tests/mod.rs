@@ -12,6 +12,7 @@ pub mod inject;
 pub mod killable;
 pub mod lifecycle;
 pub mod mmap;
+pub mod move_wait;
 pub mod numa;
 pub mod pin;
 pub mod pressure;
