@@ -15,7 +15,6 @@ use crate::pool::{self, Placement};
 use crate::procs::ProcEntry;
 use crate::reserve::Claim;
 use crate::state::State;
-use crate::util;
 
 /// What an admitted ALLOC holds before its pages exist.
 struct Reservation<'a> {
@@ -40,7 +39,7 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
         return Err(ENOMEM);
     }
     let mut dirty_bytes = 0;
-    c.t2_used
+    c.t2.used
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
             let cached = c.t2_cached.load(Ordering::Relaxed);
             let clean = c.t2_clean.load(Ordering::Relaxed);
@@ -48,9 +47,7 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
             used.checked_add(size)
         })
         .map_err(|_| ENOMEM)?;
-    let unreserve = || {
-        c.t2_used.fetch_sub(size, Ordering::Relaxed);
-    };
+    let unreserve = || c.t2.unreserve(size);
     if let Err(e) = state.procs.reserve(entry, size, limits.uid_cap) {
         unreserve();
         return Err(e);
@@ -58,7 +55,7 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
     let memlock = match Memlock::charge(size) {
         Ok(m) => m,
         Err(e) => {
-            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            entry.t2.unreserve(size);
             unreserve();
             return Err(e);
         }
@@ -69,7 +66,7 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
     let claim = match Claim::admit(&state.shared, &state.tier3, limits.reserve, fresh) {
         Ok(claim) => claim,
         Err(e) => {
-            entry.t2_used.fetch_sub(size, Ordering::Relaxed);
+            entry.t2.unreserve(size);
             unreserve();
             // Let the watchdog see the crossing now rather than at its next tick.
             state.watchdog.kick_for_refusal(&state.shared);
@@ -80,8 +77,8 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
 }
 
 /// `size` bytes of new T2 pages for `owner`: admitted (see [`reserve`]) and allocated
-/// at `placement`, with their memlock charge, accounted in `Counters::t2_used` and
-/// `owner.t2_used` (peaks raised). On failure nothing stays reserved.
+/// at `placement`, with their memlock charge, accounted (committed, peaks raised) in
+/// `Counters::t2` and `owner.t2`. On failure nothing stays reserved.
 pub(crate) fn take_t2(
     state: &State,
     owner: &ProcEntry,
@@ -91,15 +88,15 @@ pub(crate) fn take_t2(
     let mut r = reserve(state, owner, size)?;
     match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
         Ok(chunks) => {
-            // Peaks count what was really allocated, never a refused or killed request.
-            let c = &state.shared.counters;
-            util::raise_peak(&c.t2_peak, c.t2_used.load(Ordering::Relaxed));
-            util::raise_peak(&owner.t2_peak, owner.t2_used.load(Ordering::Relaxed));
+            // Peaks count what was really allocated, never a refused or killed request,
+            // nor other ALLOCs' reservations.
+            state.shared.counters.t2.commit(size);
+            owner.t2.commit(size);
             Ok((chunks, r.memlock))
         }
         Err(e) => {
-            state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
-            owner.t2_used.fetch_sub(size, Ordering::Relaxed);
+            state.shared.counters.t2.unreserve(size);
+            owner.t2.unreserve(size);
             Err(e)
         }
     }
@@ -108,7 +105,7 @@ pub(crate) fn take_t2(
 /// Gives back pages [`take_t2`] took that never became a buffer's (a refused move):
 /// unaccounted, uncharged (`memlock` dropped) and recycled (`exposed`: written).
 pub(crate) fn give_back_t2(state: &State, owner: &ProcEntry, size: u64, chunks: &[Chunk], exposed: bool) {
-    state.shared.counters.t2_used.fetch_sub(size, Ordering::Relaxed);
-    owner.t2_used.fetch_sub(size, Ordering::Relaxed);
+    state.shared.counters.t2.release(size);
+    owner.t2.release(size);
     state.pool().recycle(chunks, exposed);
 }

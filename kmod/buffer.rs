@@ -39,8 +39,8 @@ use crate::tier3::Tier3;
 /// # Invariants
 ///
 /// `size` is a multiple of the page size; `shmem` has that size and every user mapping
-/// of the buffer belongs to it. In T2 `size` has been added to `Counters::t2_used` and
-/// `owner.t2_used` and the chunks cover it; in T3 to `Counters::t3_used` and
+/// of the buffer belongs to it. In T2 `size` is committed in `Counters::t2` and
+/// `owner.t2` and the chunks cover it; in T3 to `Counters::t3_used` and
 /// `owner.t3_used`, and one to both T3 buffer counts. One to both buffer counts either
 /// way. `owner` holds its entry as a [`Holder::Buffer`]; the shmem file is in the T3
 /// list under `id` from [`Buffer::new`] until `drop`.
@@ -383,9 +383,9 @@ fn release_t2(state: &State, size: u64, mut chunks: Chunks, mut memlock: Memlock
     let (held, held_bytes) = chunks.take_referenced();
     let freed = size - held_bytes;
     // Unaccount first, so that the cache may take the pages within the cap.
-    c.t2_used.fetch_sub(freed, Ordering::Relaxed);
+    c.t2.release(freed);
     state.pool().recycle(chunks.as_slice(), true);
-    owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+    owner.t2.release(freed);
     memlock.uncharge(freed);
     if held.is_empty() {
         state.procs.release(owner, Holder::Buffer);
@@ -393,8 +393,8 @@ fn release_t2(state: &State, size: u64, mut chunks: Chunks, mut memlock: Memlock
     }
     if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
         // No room to remember them: drop our references and the charge.
-        c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
-        owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+        c.t2.release(held_bytes);
+        owner.t2.release(held_bytes);
         state.pool().recycle(&held, true);
         state.procs.release(owner, Holder::Buffer);
     }

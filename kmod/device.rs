@@ -148,8 +148,8 @@ fn proc_stats(state: &State, arg: usize) -> Result {
         ..GbProcStats::default()
     };
     if let Some(e) = state.procs.find_current() {
-        out.t2_used = e.t2_used.load(Ordering::Relaxed);
-        out.t2_peak = e.t2_peak.load(Ordering::Relaxed);
+        out.t2_used = e.t2.used.load(Ordering::Relaxed);
+        out.t2_peak = e.t2.peak.load(Ordering::Relaxed);
         out.buffers = e.buffers.load(Ordering::Relaxed);
         out.t1_reported = e.t1_used.load(Ordering::Relaxed);
     }

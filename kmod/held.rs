@@ -5,7 +5,7 @@
 //!
 //! As the in-tree exporters do, the module leaves such a chunk to the other holder
 //! rather than reusing it; unlike a plain `put_page`, it keeps the chunk charged while
-//! it lives: its bytes stay in `t2_used` (the pool cap) and in the owner's `t2_used`
+//! it lives: its bytes stay in `t2` (the pool cap) and in the owner's `t2`
 //! (the per-user cap), the owner's entry stays listed, and `held_bytes` shows the
 //! total. [`Held::scan`] looks at every held chunk again (on every watchdog tick and at
 //! the start of every ALLOC) and frees and uncharges those whose count has dropped back
@@ -29,8 +29,8 @@ use crate::util;
 ///
 /// # Invariants
 ///
-/// `chunks` are ours (see [`Chunk`]); their bytes are counted in `Counters::t2_used`,
-/// `Counters::held_bytes`, `owner.t2_used` and `memlock`, and `owner` holds its entry
+/// `chunks` are ours (see [`Chunk`]); their bytes are committed in `Counters::t2` and
+/// `owner.t2` and counted in `Counters::held_bytes` and `memlock`, and `owner` holds its entry
 /// as a [`Holder::Buffer`].
 pub(crate) struct HeldBuffer {
     chunks: KVVec<Chunk>,
@@ -55,9 +55,9 @@ impl HeldBuffer {
             }
         }
         let c = &shared.counters;
-        c.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        c.t2.release(freed);
         c.held_bytes.fetch_sub(freed, Ordering::Relaxed);
-        self.owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
+        self.owner.t2.release(freed);
         self.memlock.uncharge(freed);
     }
 }
@@ -80,7 +80,7 @@ impl Held {
         })
     }
 
-    /// Keeps `chunks` (still counted in `t2_used`, `owner.t2_used` and `memlock`)
+    /// Keeps `chunks` (still committed in `Counters::t2` and `owner.t2`, counted in `memlock`)
     /// charged until they are released. Gives them back when there is no room to
     /// remember them.
     pub(crate) fn add(

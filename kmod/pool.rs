@@ -334,7 +334,7 @@ impl Pool<'_> {
         if self.shared.pressure.load(Ordering::Relaxed) {
             return 0;
         }
-        let used = self.shared.counters.t2_used.load(Ordering::Relaxed);
+        let used = self.shared.counters.t2.used.load(Ordering::Relaxed);
         limits.cache_target.min(limits.cap.saturating_sub(used))
     }
 
@@ -409,7 +409,7 @@ impl Pool<'_> {
     /// than its cap (give or take the chunk being added).
     fn trim_to_cap(self, cap: u64) {
         let c = &self.shared.counters;
-        while c.t2_used.load(Ordering::Relaxed).saturating_add(c.t2_cached.load(Ordering::Relaxed)) > cap
+        while c.t2.used.load(Ordering::Relaxed).saturating_add(c.t2_cached.load(Ordering::Relaxed)) > cap
             && self.trim_one()
         {}
     }

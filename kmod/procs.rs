@@ -16,7 +16,7 @@ use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
 use crate::glue_ffi as ffi;
-use crate::util;
+use crate::util::{self, T2Usage};
 
 /// `TASK_COMM_LEN`.
 const COMM_LEN: usize = 16;
@@ -46,10 +46,9 @@ pub(crate) struct ProcEntry {
     /// Command name of the thread-group leader, 16 bytes packed into two words (a torn
     /// read after a rename shows a mix of two names, nothing worse).
     comm: [AtomicU64; 2],
-    /// T2 bytes of its live buffers (reserved before the pages are allocated).
-    pub(crate) t2_used: AtomicU64,
-    /// Highest `t2_used`.
-    pub(crate) t2_peak: AtomicU64,
+    /// T2 bytes of its live buffers (reserved before the pages are allocated) and held
+    /// chunks, with their peak.
+    pub(crate) t2: T2Usage,
     /// Its live buffers.
     pub(crate) buffers: AtomicU64,
     /// Last reported T1 (VRAM) usage; 0 once its last file is closed.
@@ -192,8 +191,7 @@ impl Registry {
                     pid_nr: unsafe { ffi::gb_pid_nr(pid) },
                     kuid: AtomicU32::new(0),
                     comm: [AtomicU64::new(0), AtomicU64::new(0)],
-                    t2_used: AtomicU64::new(0),
-                    t2_peak: AtomicU64::new(0),
+                    t2: T2Usage::default(),
                     buffers: AtomicU64::new(0),
                     t1_used: AtomicU64::new(0),
                     t1_budget: AtomicU64::new(0),
@@ -267,13 +265,13 @@ impl Registry {
             let user_total = slots
                 .iter()
                 .filter(|s| s.entry.kuid.load(Ordering::Relaxed) == kuid)
-                .fold(0u64, |sum, s| sum.saturating_add(s.entry.t2_used.load(Ordering::Relaxed)));
+                .fold(0u64, |sum, s| sum.saturating_add(s.entry.t2.used.load(Ordering::Relaxed)));
             if user_total.saturating_add(size) > uid_cap {
                 return Err(ENOMEM);
             }
         }
-        // The peak is raised once the pages exist (`device.rs`).
-        entry.t2_used.fetch_add(size, Ordering::Relaxed);
+        // The peak is raised once the pages exist (`admission.rs`).
+        entry.t2.reserve(size);
         drop(slots);
         Ok(())
     }

@@ -8,6 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use crate::abi;
 use crate::glue_ffi as ffi;
+use crate::util::T2Usage;
 
 /// One MiB, the unit of the module parameters.
 pub(crate) const MIB: u64 = 1 << 20;
@@ -15,11 +16,9 @@ pub(crate) const MIB: u64 = 1 << 20;
 /// Module-wide counters, all lock-free.
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// T2 bytes held by live buffers (reserved before the pages are allocated) and by
-    /// dead buffers' chunks still referenced elsewhere (`held_bytes`).
-    pub(crate) t2_used: AtomicU64,
-    /// Highest `t2_used`.
-    pub(crate) t2_peak: AtomicU64,
+    /// T2 bytes of live buffers (reserved before the pages are allocated) and of dead
+    /// buffers' chunks still referenced elsewhere (`held_bytes`), with their peak.
+    pub(crate) t2: T2Usage,
     /// Bytes held by the cache, zeroed or waiting to be zeroed.
     pub(crate) t2_cached: AtomicU64,
     /// Of `t2_cached`, the bytes already zeroed.
@@ -40,7 +39,7 @@ pub(crate) struct Counters {
     /// allocated yet (see `reserve.rs`).
     pub(crate) in_flight: AtomicU64,
     /// Bytes of dead buffers' chunks still referenced elsewhere, kept charged (see
-    /// `held.rs`); part of `t2_used`.
+    /// `held.rs`); part of `t2`.
     pub(crate) held_bytes: AtomicU64,
     /// When kernel reclaim last took pages from the cache (`gb_now_ms`, 0: never);
     /// the refill worker waits a while after it.

@@ -24,10 +24,10 @@ const MAX_REPORT_PROCS: usize = 32;
 pub(crate) fn pool_snapshot(state: &State) -> GbPoolStats {
     let c = &state.shared.counters;
     GbPoolStats {
-        t2_used: c.t2_used.load(Ordering::Relaxed),
+        t2_used: c.t2.used.load(Ordering::Relaxed),
         t2_cached: c.t2_cached.load(Ordering::Relaxed),
         t2_cap: state.shared.limits().cap,
-        t2_peak: c.t2_peak.load(Ordering::Relaxed),
+        t2_peak: c.t2.peak.load(Ordering::Relaxed),
         t1_reported: state.procs.t1_total(),
         t3_used: c.t3_used.load(Ordering::Relaxed),
         buffers: c.buffers.load(Ordering::Relaxed),
@@ -132,8 +132,8 @@ pub(crate) fn log_report(state: &State, why: &str) {
             Comm(e.comm()),
             e.kuid.load(Ordering::Relaxed),
             Size(e.t1_used.load(Ordering::Relaxed)),
-            Size(e.t2_used.load(Ordering::Relaxed)),
-            Size(e.t2_peak.load(Ordering::Relaxed)),
+            Size(e.t2.used.load(Ordering::Relaxed)),
+            Size(e.t2.peak.load(Ordering::Relaxed)),
             Size(e.t3_used.load(Ordering::Relaxed)),
             Size(t3.resident),
             Size(t3.swapped),

@@ -72,6 +72,7 @@ const MAIN: &[Test] = &[
     t("vmsplice_keeps_charge", 60, held::vmsplice_keeps_charge),
     t("kill9_uring_pinned_released", 60, held::kill9_uring_pinned_released),
     t("alloc_sigkill_stops", 180, killable::alloc_sigkill_stops),
+    t("peak_ignores_allocs_in_flight", 180, killable::peak_ignores_allocs_in_flight),
     t("reserve_concurrent_allocs", 240, killable::reserve_concurrent_allocs),
     t("alloc_fault_injection_enomem", 120, inject::alloc_fault_injection_enomem),
     t("alloc_fail_nth_sweep", 600, inject::alloc_fail_nth_sweep),
