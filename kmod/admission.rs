@@ -32,12 +32,8 @@ struct Reservation<'a> {
 fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reservation<'a>> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
-    // Pages kept alive by other holders past their buffers (see `held.rs`) are counted
-    // in the caps already; beyond a quarter of the pool cap, nobody gets more until
-    // some are let go.
-    if c.held_bytes.load(Ordering::Relaxed) > limits.cap / 4 {
-        return Err(ENOMEM);
-    }
+    // Pages kept alive by other holders past their buffers (see `held.rs`) stay in the
+    // caps of the user who allocated them, and so limit that user, nobody else.
     let mut dirty_bytes = 0;
     c.t2.used
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {

@@ -71,6 +71,7 @@ const MAIN: &[Test] = &[
     t("pinned_pages_not_recycled", 120, pin::pinned_pages_not_recycled),
     t("vmsplice_keeps_charge", 60, held::vmsplice_keeps_charge),
     t("kill9_uring_pinned_released", 60, held::kill9_uring_pinned_released),
+    t("held_chunks_charge_their_user", 60, held::held_chunks_charge_their_user),
     t("alloc_sigkill_stops", 180, killable::alloc_sigkill_stops),
     t("peak_ignores_allocs_in_flight", 180, killable::peak_ignores_allocs_in_flight),
     t("reserve_concurrent_allocs", 240, killable::reserve_concurrent_allocs),

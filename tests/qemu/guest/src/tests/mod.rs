@@ -20,3 +20,4 @@ pub mod stats;
 pub mod stress;
 pub mod t3;
 pub mod t3_pressure;
+pub mod users;
