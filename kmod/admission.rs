@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Admission of new T2 pages, for an ALLOC and for a move to T2: the pool cap, the
-//! per-user cap, the caller's memlock limit and the RAM reserve, then the pages.
+//! per-user cap, the caller's memlock limit and the RAM reserve, then the pages; and
+//! their release.
 //!
-//! Locks: the registry lock (per-user cap), the T3 list lock (the reserve's figures)
-//! and the cache lock (the pages), one after the other (see "Lock order" in
-//! kmod/README.md).
+//! Locks: the T3 list lock (the reserve's figures) and the cache lock (the pages), one
+//! after the other, never under a backing lock (see "Lock order" in kmod/README.md);
+//! the per-user figures are atomics.
 
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -15,6 +16,7 @@ use crate::pool::{self, Placement};
 use crate::procs::ProcEntry;
 use crate::reserve::Claim;
 use crate::state::State;
+use crate::users::{self, UserShare};
 
 /// What an admitted ALLOC holds before its pages exist.
 struct Reservation<'a> {
@@ -27,9 +29,9 @@ struct Reservation<'a> {
     memlock: Memlock,
 }
 
-/// Reserves `size` against the pool cap, the per-user cap, the caller's memlock limit
-/// and the RAM reserve.
-fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reservation<'a>> {
+/// Reserves `size` against the pool cap, `user`'s per-user cap, the caller's memlock
+/// limit and the RAM reserve, counted in the module's, `owner`'s and `user`'s figures.
+fn reserve<'a>(state: &'a State, owner: &ProcEntry, user: &UserShare, size: u64) -> Result<Reservation<'a>> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
     // Pages kept alive by other holders past their buffers (see `held.rs`) stay in the
@@ -44,14 +46,17 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
         })
         .map_err(|_| ENOMEM)?;
     let unreserve = || c.t2.unreserve(size);
-    if let Err(e) = state.procs.reserve(entry, size, limits.uid_cap) {
+    if let Err(e) = users::charge(&user.t2_used, size, limits.uid_cap) {
         unreserve();
         return Err(e);
     }
+    let unreserve = || {
+        users::uncharge(&user.t2_used, size);
+        unreserve();
+    };
     let memlock = match Memlock::charge(size) {
         Ok(m) => m,
         Err(e) => {
-            entry.t2.unreserve(size);
             unreserve();
             return Err(e);
         }
@@ -62,26 +67,28 @@ fn reserve<'a>(state: &'a State, entry: &ProcEntry, size: u64) -> Result<Reserva
     let claim = match Claim::admit(&state.shared, &state.tier3, limits.reserve, fresh) {
         Ok(claim) => claim,
         Err(e) => {
-            entry.t2.unreserve(size);
             unreserve();
             // Let the watchdog see the crossing now rather than at its next tick.
             state.watchdog.kick_for_refusal(&state.shared);
             return Err(e);
         }
     };
+    owner.t2.reserve(size);
     Ok(Reservation { dirty_bytes, claim, memlock })
 }
 
-/// `size` bytes of new T2 pages for `owner`: admitted (see [`reserve`]) and allocated
-/// at `placement`, with their memlock charge, accounted (committed, peaks raised) in
-/// `Counters::t2` and `owner.t2`. On failure nothing stays reserved.
+/// `size` bytes of new T2 pages for a buffer of `owner` and `user`: admitted (see
+/// [`reserve`]) and allocated at `placement`, with their memlock charge, accounted
+/// (committed, peaks raised) in `Counters::t2`, `owner.t2` and `user.t2_used`. On
+/// failure nothing stays reserved.
 pub(crate) fn take_t2(
     state: &State,
     owner: &ProcEntry,
+    user: &UserShare,
     size: u64,
     placement: Placement,
 ) -> Result<(KVVec<Chunk>, Memlock)> {
-    let mut r = reserve(state, owner, size)?;
+    let mut r = reserve(state, owner, user, size)?;
     match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
         Ok(chunks) => {
             // Peaks count what was really allocated, never a refused or killed request,
@@ -91,17 +98,37 @@ pub(crate) fn take_t2(
             Ok((chunks, r.memlock))
         }
         Err(e) => {
-            state.shared.counters.t2.unreserve(size);
-            owner.t2.unreserve(size);
+            unreserve_t2(state, owner, user, size);
             Err(e)
         }
     }
 }
 
-/// Gives back pages [`take_t2`] took that never became a buffer's (a refused move):
-/// unaccounted, uncharged (`memlock` dropped) and recycled (`exposed`: written).
-pub(crate) fn give_back_t2(state: &State, owner: &ProcEntry, size: u64, chunks: &[Chunk], exposed: bool) {
+/// Committed T2 bytes of `owner` and `user` are gone (freed).
+pub(crate) fn release_t2(state: &State, owner: &ProcEntry, user: &UserShare, size: u64) {
     state.shared.counters.t2.release(size);
     owner.t2.release(size);
+    users::uncharge(&user.t2_used, size);
+}
+
+/// A reservation that never got its pages.
+fn unreserve_t2(state: &State, owner: &ProcEntry, user: &UserShare, size: u64) {
+    state.shared.counters.t2.unreserve(size);
+    owner.t2.unreserve(size);
+    users::uncharge(&user.t2_used, size);
+}
+
+/// Gives back pages [`take_t2`] took that never became a buffer's (a refused move):
+/// unaccounted, uncharged (`memlock` dropped by the caller) and recycled (`exposed`:
+/// written).
+pub(crate) fn give_back_t2(
+    state: &State,
+    owner: &ProcEntry,
+    user: &UserShare,
+    size: u64,
+    chunks: &[Chunk],
+    exposed: bool,
+) {
+    release_t2(state, owner, user, size);
     state.pool().recycle(chunks, exposed);
 }

@@ -13,8 +13,8 @@
 //!
 //! Locks: the backing lock; within it the kernel's (mmap, page cache, reclaim, which
 //! may call the cache's shrinker and so the cache lock). `drop` takes the T3 list,
-//! cache, held and registry locks one after the other, none within another (see "Lock
-//! order" in kmod/README.md).
+//! cache, held, registry and users locks one after the other, none within another (see
+//! "Lock order" in kmod/README.md).
 
 use core::pin::Pin;
 use core::sync::atomic::Ordering;
@@ -24,6 +24,7 @@ use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
+use crate::admission;
 use crate::backing::{Backing, BackingGuard, BackingLock, Tier};
 use crate::chunks::{page_count, Chunks};
 use crate::glue_ffi as ffi;
@@ -33,6 +34,7 @@ use crate::procs::{Holder, ProcEntry};
 use crate::shmem::{PinnedPages, Shmem};
 use crate::state::{state, State};
 use crate::tier3::Tier3;
+use crate::users::{self, UserShare};
 
 /// A buffer.
 ///
@@ -40,10 +42,11 @@ use crate::tier3::Tier3;
 ///
 /// `size` is a multiple of the page size; `shmem` has that size and every user mapping
 /// of the buffer belongs to it. In T2 `size` is committed in `Counters::t2` and
-/// `owner.t2` and the chunks cover it; in T3 to `Counters::t3_used` and
-/// `owner.t3_used`, and one to both T3 buffer counts. One to both buffer counts either
-/// way. `owner` holds its entry as a [`Holder::Buffer`]; the shmem file is in the T3
-/// list under `id` from [`Buffer::new`] until `drop`.
+/// `owner.t2` and charged in `user.t2_used`, and the chunks cover it; in T3 it is in
+/// `Counters::t3_used`, `owner.t3_used` and `user.t3_used`, and one in both T3 buffer
+/// counts. One in the three buffer counts either way. `owner` holds its entry as a
+/// [`Holder::Buffer`] and `user` one hold of its share; the shmem file is in the T3
+/// list under `owner` and `id` from [`Buffer::new`] until `drop`.
 /// Once exported, the dma-buf's `priv` points to it (see [`export`]).
 pub(crate) struct Buffer {
     /// Unique id, shown to userspace instead of any address.
@@ -55,6 +58,7 @@ pub(crate) struct Buffer {
     pub(crate) shmem: Shmem,
     backing: Pin<KBox<BackingLock>>,
     owner: Option<Arc<ProcEntry>>,
+    user: Option<Arc<UserShare>>,
 }
 
 /// A backing lock, before the buffer exists (so that its allocation is not a failure
@@ -64,8 +68,10 @@ pub(crate) fn new_backing_lock() -> Result<Pin<KBox<BackingLock>>> {
 }
 
 impl Buffer {
-    /// Wraps a buffer whose `size` bytes are already accounted in `tier` (see the type
-    /// invariant), listing its shmem file; on failure it is dropped, which undoes it.
+    /// Wraps a buffer whose `size` bytes are already accounted in `tier`, and counted
+    /// in `user.buffers`, for `owner` and `user` (see the type invariant), listing its
+    /// shmem file; on failure it is dropped, which undoes it all.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         state: &State,
         size: u64,
@@ -74,6 +80,7 @@ impl Buffer {
         lock: Pin<KBox<BackingLock>>,
         tier: Tier,
         owner: Arc<ProcEntry>,
+        user: Arc<UserShare>,
     ) -> Result<KBox<Self>> {
         let c = &state.shared.counters;
         c.buffers.fetch_add(1, Ordering::Relaxed);
@@ -92,12 +99,13 @@ impl Buffer {
                 shmem,
                 backing: lock,
                 owner: Some(owner),
+                user: Some(user),
             },
             GFP_KERNEL,
         )?;
         // SAFETY: the file and the owner's entry live as long as the buffer, which
-        // removes its id from the list first thing in `drop`.
-        unsafe { state.tier3.add(buf.id, buf.shmem.as_ptr(), buf.owner_ptr())? };
+        // removes it from the list first thing in `drop`.
+        unsafe { state.tier3.add(buf.owner_ptr(), buf.id, buf.shmem.as_ptr())? };
         Ok(buf)
     }
 
@@ -105,9 +113,13 @@ impl Buffer {
         self.owner.as_ref().map_or(core::ptr::null(), |o| &**o as *const ProcEntry)
     }
 
-    /// The owner's entry (accounting of moves).
-    pub(crate) fn owner(&self) -> Result<&Arc<ProcEntry>> {
-        self.owner.as_ref().ok_or(EINVAL)
+    /// Who its pages are charged to: the allocating process's entry and its user's
+    /// share (accounting of moves and pins). EINVAL once the buffer is being dropped.
+    pub(crate) fn charged_to(&self) -> Result<(&ProcEntry, &UserShare)> {
+        match (&self.owner, &self.user) {
+            (Some(owner), Some(user)) => Ok((owner, user)),
+            _ => Err(EINVAL),
+        }
     }
 
     /// The backing lock.
@@ -357,46 +369,54 @@ fn vma_info(vma: *mut bindings::vm_area_struct) -> (c_ulong, c_ulong, c_ulong, b
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
-        state.tier3.remove(self.id);
+        state.tier3.remove(self.owner_ptr(), self.id);
         let c = &state.shared.counters;
         c.buffers.fetch_sub(1, Ordering::Relaxed);
-        let Some(owner) = self.owner.take() else { return };
+        let (Some(owner), Some(user)) = (self.owner.take(), self.user.take()) else { return };
         owner.buffers.fetch_sub(1, Ordering::Relaxed);
+        users::uncharge(&user.buffers, 1);
         let tier = core::mem::replace(&mut self.backing().tier, Tier::T3);
         match tier {
             Tier::T3 => {
                 c.t3_buffers.fetch_sub(1, Ordering::Relaxed);
                 owner.t3_buffers.fetch_sub(1, Ordering::Relaxed);
-                Tier3::unadmit(&state.shared, &owner, self.size);
+                Tier3::unadmit(&state.shared, &owner, &user, self.size);
                 state.procs.release(owner, Holder::Buffer);
+                state.users.release(user);
             }
-            Tier::T2 { chunks, memlock } => release_t2(state, self.size, chunks, memlock, owner),
+            Tier::T2 { chunks, memlock } => release_t2(state, self.size, chunks, memlock, owner, user),
         }
         // The shmem file (pages, swap slots) goes with `self.shmem`.
     }
 }
 
 /// Gives a dying T2 buffer's pages back: the chunks still referenced elsewhere stay
-/// charged to the pool, the owner and its user's memlock until released (`held.rs`).
-fn release_t2(state: &State, size: u64, mut chunks: Chunks, mut memlock: Memlock, owner: Arc<ProcEntry>) {
-    let c = &state.shared.counters;
+/// charged to the pool, the owner, its user and its memlock until released (`held.rs`).
+fn release_t2(
+    state: &State,
+    size: u64,
+    mut chunks: Chunks,
+    mut memlock: Memlock,
+    owner: Arc<ProcEntry>,
+    user: Arc<UserShare>,
+) {
     let (held, held_bytes) = chunks.take_referenced();
     let freed = size - held_bytes;
     // Unaccount first, so that the cache may take the pages within the cap.
-    c.t2.release(freed);
+    admission::release_t2(state, &owner, &user, freed);
     state.pool().recycle(chunks.as_slice(), true);
-    owner.t2.release(freed);
     memlock.uncharge(freed);
     if held.is_empty() {
         state.procs.release(owner, Holder::Buffer);
+        state.users.release(user);
         return;
     }
-    if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
+    if let Err((held, owner, user, _memlock)) = state.held.add(&state.shared, held, owner, user, memlock) {
         // No room to remember them: drop our references and the charge.
-        c.t2.release(held_bytes);
-        owner.t2.release(held_bytes);
+        admission::release_t2(state, &owner, &user, held_bytes);
         state.pool().recycle(&held, true);
         state.procs.release(owner, Holder::Buffer);
+        state.users.release(user);
     }
 }
 

@@ -282,7 +282,7 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(buf: *mut c_void, vaddr: *mu
 #[no_mangle]
 pub(crate) unsafe extern "C" fn gb_rs_watchdog() {
     let state = state();
-    state.held.scan(&state.shared, &state.procs);
+    state.held.scan(&state.shared, &state.procs, &state.users);
     state.watchdog.run(state.pool());
 }
 

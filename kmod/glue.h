@@ -45,6 +45,8 @@ struct gb_params {
 	u64 cache_mb;
 	u64 watchdog_ms;
 	s64 t3_cap_mb;
+	s64 uid_t3_cap_mb;
+	u64 uid_buffers;
 };
 
 /* ---- C -> Rust: implemented in kmod/entry.rs (#[no_mangle] extern "C") ---- */

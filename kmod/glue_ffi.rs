@@ -52,6 +52,8 @@ pub(crate) struct Params {
     pub(crate) cache_mb: u64,
     pub(crate) watchdog_ms: u64,
     pub(crate) t3_cap_mb: i64,
+    pub(crate) uid_t3_cap_mb: i64,
+    pub(crate) uid_buffers: u64,
 }
 
 // `bindings` structs contain zero-sized lockdep fields; the kernel's own bindings

@@ -40,6 +40,7 @@ mod shmem;
 mod state;
 mod stats;
 mod tier3;
+mod users;
 mod util;
 
 use crate::glue_ffi as ffi;
@@ -140,7 +141,7 @@ impl Drop for GreenBoost {
         unsafe { ffi::gb_works_cancel() };
         // No buffer is alive either (each dma-buf holds a module reference); chunks that
         // outlived theirs are left to their other holders.
-        self.state.held.drain(&self.state.shared, &self.state.procs);
+        self.state.held.drain(&self.state.shared, &self.state.procs, &self.state.users);
         self.state.pool().drain();
         stats::log_report(&self.state, "unloading: final");
         state::unpublish();

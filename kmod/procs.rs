@@ -40,8 +40,8 @@ pub(crate) struct ProcEntry {
     pid: *mut bindings::pid,
     /// Thread-group id in the initial pid namespace, as sysfs and dmesg show it.
     pub(crate) pid_nr: i32,
-    /// Real uid (initial user namespace) as of the process's latest open or ALLOC: a
-    /// process that changes its uid takes its buffers with it to the new user's cap.
+    /// Real uid (initial user namespace) as of the process's latest open or ALLOC, as
+    /// listings show it (each buffer counts under its allocating user, `users.rs`).
     pub(crate) kuid: AtomicU32,
     /// Command name of the thread-group leader, 16 bytes packed into two words (a torn
     /// read after a rename shows a mix of two names, nothing worse).
@@ -255,25 +255,6 @@ impl Registry {
         // SAFETY: `pid` is the counted reference taken above, put once and not used again.
         unsafe { ffi::gb_pid_put(pid) };
         found
-    }
-
-    /// Reserves `size` T2 bytes for `entry`, enforcing the per-user cap (0: none).
-    pub(crate) fn reserve(&self, entry: &ProcEntry, size: u64, uid_cap: u64) -> Result {
-        let slots = self.slots.lock();
-        if uid_cap != 0 {
-            let kuid = entry.kuid.load(Ordering::Relaxed);
-            let user_total = slots
-                .iter()
-                .filter(|s| s.entry.kuid.load(Ordering::Relaxed) == kuid)
-                .fold(0u64, |sum, s| sum.saturating_add(s.entry.t2.used.load(Ordering::Relaxed)));
-            if user_total.saturating_add(size) > uid_cap {
-                return Err(ENOMEM);
-            }
-        }
-        // The peak is raised once the pages exist (`admission.rs`).
-        entry.t2.reserve(size);
-        drop(slots);
-        Ok(())
     }
 
     /// Sum of the T1 figures reported by all processes.

@@ -79,6 +79,11 @@ pub(crate) struct Limits {
     pub(crate) watchdog_ms: u64,
     /// Most T3 bytes (`t3_cap_mb`), `None`: as much as the swap holds.
     pub(crate) t3_cap: Option<u64>,
+    /// Most T3 bytes per user (`uid_t3_cap_mb`), `None`: half of what T3 may hold now;
+    /// `Some(0)`: no per-user T3 cap.
+    pub(crate) uid_t3_cap: Option<u64>,
+    /// Most live buffers per user (`uid_buffers`), 0: no limit.
+    pub(crate) uid_buffers: u64,
 }
 
 /// The lock-free part of the module state.
@@ -156,6 +161,8 @@ impl Shared {
             cache_target: cache - cache % abi::GB_CHUNK_SIZE,
             watchdog_ms: p.watchdog_ms.clamp(100, 60_000),
             t3_cap: u64::try_from(p.t3_cap_mb).ok().map(|mb| mb.saturating_mul(MIB)),
+            uid_t3_cap: u64::try_from(p.uid_t3_cap_mb).ok().map(|mb| mb.saturating_mul(MIB)),
+            uid_buffers: p.uid_buffers,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::glue_ffi as ffi;
 use crate::procs::{Comm, ProcEntry};
 use crate::state::State;
 use crate::tier3::{self, Tier3};
+use crate::users::UserShare;
 use crate::util::{Size, SliceWriter};
 
 /// Most per-process lines in a dmesg report.
@@ -56,6 +57,18 @@ pub(crate) fn t3_snapshot(state: &State) -> GbT3Stats {
         moved_bytes: c.moved_bytes.load(Ordering::Relaxed),
         move_ns: c.move_ns.load(Ordering::Relaxed),
         move_refusals: c.move_refusals.load(Ordering::Relaxed),
+    }
+}
+
+/// Logs an ALLOC refused for `user`'s buffer count (rate-limited).
+pub(crate) fn log_buffer_limit(state: &State, user: &UserShare, limit: u64) {
+    if state.refusal_log_limit.allow() {
+        pr_info!(
+            "ALLOC refused (ENOMEM): uid {} has {} live buffers (uid_buffers {})\n",
+            user.kuid,
+            user.buffers.load(Ordering::Relaxed),
+            limit,
+        );
     }
 }
 

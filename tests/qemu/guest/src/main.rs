@@ -85,6 +85,7 @@ const MAIN: &[Test] = &[
     t("dmesg_on_demand_report", 30, stats::dmesg_report),
     t("pool_cap_cumulative", 60, pressure::pool_cap_cumulative),
     t("uid_cap", 60, pressure::uid_cap),
+    t("uid_buffer_limit", 60, limits::uid_buffer_limit),
     t("refusals_do_not_rearm_watchdog", 60, cache::refusals_do_not_rearm_watchdog),
     t("cache_shrinker", 60, cache::cache_shrinker),
     t("cap_holds_with_cache_on_another_node", 90, cache::cap_holds_with_cache_on_another_node),
@@ -111,6 +112,7 @@ const T3: &[Test] = &[
     t("t3_larger_than_ram", 300, t3::t3_larger_than_ram),
     t("t3_kill9_holder", 180, t3::t3_kill9_holder),
     t("t3_fault_behind_move_killable", 120, move_wait::fault_behind_move_killable),
+    t("t3_uid_t3_cap", 60, limits::uid_t3_cap),
     t("pressure_rule_with_swap", 300, t3_pressure::pressure_rule_with_swap),
 ];
 const UNLOAD: &[Test] = &[t("unload_final_stats_logged", 30, stats::unload_logged)];

@@ -11,6 +11,7 @@ pub mod importer;
 pub mod inject;
 pub mod killable;
 pub mod lifecycle;
+pub mod limits;
 pub mod mmap;
 pub mod move_wait;
 pub mod numa;
