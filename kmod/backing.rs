@@ -42,19 +42,22 @@ pub(crate) enum Tier {
 /// `vmap_pages` holds the pages of a T3 kernel mapping, `vmapped` says whether a
 /// kernel mapping exists. The tier never changes while any of them is non-zero/set.
 /// The shmem file's pages are kept from reclaim exactly while `dma_pins` or
-/// `vmap_pages` hold T3 pages.
+/// `vmap_pages` hold T3 pages, and `t3_pin_charge` holds the memlock charge of their
+/// RAM (its other figures are the buffer's size in the pin admission's counters) from
+/// before the first such pin until the last is gone (`pins.rs`).
 pub(crate) struct Backing {
     pub(crate) tier: Tier,
     pub(crate) attachments: u32,
     pub(crate) dma_pins: u32,
     pub(crate) vmapped: bool,
     pub(crate) vmap_pages: Option<PinnedPages>,
+    pub(crate) t3_pin_charge: Option<Memlock>,
 }
 
 impl Backing {
     /// A backing in `tier` with nothing attached.
     pub(crate) fn new(tier: Tier) -> Self {
-        Backing { tier, attachments: 0, dma_pins: 0, vmapped: false, vmap_pages: None }
+        Backing { tier, attachments: 0, dma_pins: 0, vmapped: false, vmap_pages: None, t3_pin_charge: None }
     }
 
     /// Whether an importer or a kernel mapping uses the buffer's pages (a move must

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A buffer (in T2 or T3) and what its DMA-BUF exporter callbacks do.
+//! A buffer (in T2 or T3) and what its DMA-BUF exporter callbacks do (the pins of
+//! `map_dma_buf` and `vmap` are in `pins.rs`).
 //!
 //! The dma-buf owns the [`Buffer`] (its `priv`) from a successful export until the
 //! dma-buf's release callback, which runs when the last reference goes (every fd
@@ -19,7 +20,7 @@
 use core::pin::Pin;
 use core::sync::atomic::Ordering;
 use kernel::bindings;
-use kernel::ffi::{c_ulong, c_void};
+use kernel::ffi::c_ulong;
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::sync::Arc;
@@ -31,7 +32,7 @@ use crate::glue_ffi as ffi;
 use crate::memlock::Memlock;
 use crate::pool::Placement;
 use crate::procs::{Holder, ProcEntry};
-use crate::shmem::{PinnedPages, Shmem};
+use crate::shmem::Shmem;
 use crate::state::{state, State};
 use crate::tier3::Tier3;
 use crate::users::{self, UserShare};
@@ -145,7 +146,8 @@ impl Buffer {
         }
     }
 
-    fn pages(&self) -> c_ulong {
+    /// Size in pages.
+    pub(crate) fn pages(&self) -> c_ulong {
         page_count(self.size)
     }
 
@@ -250,106 +252,10 @@ impl Buffer {
         let mut backing = self.backing();
         backing.attachments = backing.attachments.saturating_sub(1);
     }
-
-    /// Mapping a T3 attachment for `dev`: references to every page of the file (kept
-    /// from reclaim while any such pin exists), their sg table in `*out`.
-    ///
-    /// # Safety
-    ///
-    /// `dev` is the live device of one of this buffer's attachments; `out` is writable.
-    pub(crate) unsafe fn pin(
-        &self,
-        dev: *mut bindings::device,
-        out: *mut *mut bindings::sg_table,
-    ) -> Result<PinnedPages> {
-        let mut backing = self.backing();
-        if !matches!(backing.tier, Tier::T3) {
-            // An attachment made in T2 has its table; the tier cannot change under it.
-            return Err(EINVAL);
-        }
-        let pages = self.pin_t3(&backing)?;
-        let (array, n) = pages.raw();
-        // SAFETY: `array` holds `n` referenced pages (owned by `pages`); `out` is
-        // writable (the function's contract).
-        let ret = unsafe { ffi::gb_sgt_build_pages(array, n, seg_max(dev), out) };
-        if ret != 0 {
-            drop(pages);
-            self.unpinned(&backing);
-            return Err(Error::from_errno(ret));
-        }
-        backing.dma_pins += 1;
-        Ok(pages)
-    }
-
-    /// A T3 attachment was unmapped: its page references go.
-    pub(crate) fn unpin(&self, pages: PinnedPages) {
-        let mut backing = self.backing();
-        drop(pages);
-        backing.dma_pins = backing.dma_pins.saturating_sub(1);
-        self.unpinned(&backing);
-    }
-
-    /// References to every page of the file, after keeping them from reclaim.
-    fn pin_t3(&self, backing: &Backing) -> Result<PinnedPages> {
-        if !backing.t3_pinned() {
-            self.shmem.set_unevictable(true);
-        }
-        let pinned = self.shmem.pin(self.pages());
-        if pinned.is_err() {
-            self.unpinned(backing);
-        }
-        pinned
-    }
-
-    fn unpinned(&self, backing: &Backing) {
-        if !backing.t3_pinned() {
-            self.shmem.set_unevictable(false);
-        }
-    }
-
-    /// A kernel mapping of the whole buffer (`vmap`), of any size: the dma-buf core
-    /// WARNs on every vmap an exporter refuses, so there is no size limit here. ENOMEM
-    /// when the kernel cannot map it.
-    pub(crate) fn vmap(&self) -> Result<*mut c_void> {
-        let mut backing = self.backing();
-        let vaddr = match &backing.tier {
-            Tier::T2 { chunks, .. } => chunks.vmap(self.pages())?,
-            Tier::T3 => {
-                let pages = self.pin_t3(&backing)?;
-                let (array, n) = pages.raw();
-                // SAFETY: `array` holds `n` referenced pages, kept until `vunmap`.
-                let vaddr = unsafe { ffi::gb_vmap_pages(array, n) };
-                if vaddr.is_null() {
-                    drop(pages);
-                    self.unpinned(&backing);
-                    return Err(ENOMEM);
-                }
-                backing.vmap_pages = Some(pages);
-                vaddr
-            }
-        };
-        backing.vmapped = true;
-        Ok(vaddr)
-    }
-
-    /// Removes the kernel mapping made by [`Buffer::vmap`].
-    ///
-    /// # Safety
-    ///
-    /// `vaddr` was returned by [`Buffer::vmap`] of this buffer and is not used again.
-    pub(crate) unsafe fn vunmap(&self, vaddr: *mut c_void) {
-        let mut backing = self.backing();
-        // SAFETY: a live mapping made by `vmap` (the function's contract), unmapped once.
-        unsafe { ffi::gb_vunmap(vaddr) };
-        backing.vmapped = false;
-        if backing.vmap_pages.take().is_some() {
-            self.unpinned(&backing);
-        }
-    }
 }
 
 /// The largest segment `dev` takes, in whole pages.
-fn seg_max(dev: *mut bindings::device) -> u64 {
+pub(crate) fn seg_max(dev: *mut bindings::device) -> u64 {
     // SAFETY: `dev` is an importer's live device (callers' contracts); the glue only
     // reads its DMA parameters.
     let limit = unsafe { ffi::gb_dma_seg_limit(dev) };
@@ -375,7 +281,15 @@ impl Drop for Buffer {
         let (Some(owner), Some(user)) = (self.owner.take(), self.user.take()) else { return };
         owner.buffers.fetch_sub(1, Ordering::Relaxed);
         users::uncharge(&user.buffers, 1);
-        let tier = core::mem::replace(&mut self.backing().tier, Tier::T3);
+        let mut backing = self.backing();
+        let tier = core::mem::replace(&mut backing.tier, Tier::T3);
+        // Every pin holds the dma-buf, so none is left; a charge would be a leak.
+        let pin_charge = backing.t3_pin_charge.take();
+        drop(backing);
+        if let Some(charge) = pin_charge {
+            admission::release_t3_pin(state, &owner, &user, self.size);
+            drop(charge);
+        }
         match tier {
             Tier::T3 => {
                 c.t3_buffers.fetch_sub(1, Ordering::Relaxed);

@@ -165,8 +165,10 @@ int gb_shmem_store(struct file *shm, unsigned long index, struct page *head,
 int gb_shmem_load(struct file *shm, unsigned long index, struct page *head,
 		  unsigned int order);
 void gb_shmem_truncate(struct file *shm);
-struct page **gb_shmem_pin(struct file *shm, unsigned long npages);
+int gb_shmem_pin(struct file *shm, unsigned long npages, bool killable, struct page ***out,
+		 unsigned long *pinned);
 void gb_shmem_unpin(struct page **pages, unsigned long npages);
+void gb_shmem_make_evictable(struct page **pages, unsigned long npages);
 void gb_shmem_set_unevictable(struct file *shm, bool unevictable);
 int gb_sgt_build_pages(struct page **pages, unsigned long npages, u64 seg_max,
 		       struct sg_table **out);

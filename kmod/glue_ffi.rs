@@ -181,8 +181,15 @@ extern "C" {
         order: c_uint,
     ) -> c_int;
     pub(crate) fn gb_shmem_truncate(shm: *mut bindings::file);
-    pub(crate) fn gb_shmem_pin(shm: *mut bindings::file, npages: c_ulong) -> *mut *mut bindings::page;
+    pub(crate) fn gb_shmem_pin(
+        shm: *mut bindings::file,
+        npages: c_ulong,
+        killable: bool,
+        out: *mut *mut *mut bindings::page,
+        pinned: *mut c_ulong,
+    ) -> c_int;
     pub(crate) fn gb_shmem_unpin(pages: *mut *mut bindings::page, npages: c_ulong);
+    pub(crate) fn gb_shmem_make_evictable(pages: *mut *mut bindings::page, npages: c_ulong);
     pub(crate) fn gb_shmem_set_unevictable(shm: *mut bindings::file, unevictable: bool);
     pub(crate) fn gb_sgt_build_pages(
         pages: *mut *mut bindings::page,

@@ -17,6 +17,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/pagemap.h>
+#include <linux/pagevec.h>
 #include <linux/scatterlist.h>
 #include <linux/sched/signal.h>
 #include <linux/shmem_fs.h>
@@ -210,29 +211,32 @@ void gb_shmem_truncate(struct file *shm)
 	shmem_truncate_range(file_inode(shm), 0, (loff_t)-1);
 }
 
-struct page **gb_shmem_pin(struct file *shm, unsigned long npages)
+int gb_shmem_pin(struct file *shm, unsigned long npages, bool killable, struct page ***out,
+		 unsigned long *pinned)
 {
 	struct address_space *mapping = shm->f_mapping;
 	struct page **pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL | __GFP_NOWARN);
 	unsigned long i;
 
+	*out = pages;
+	*pinned = 0;
 	if (!pages)
-		return NULL;
+		return -ENOMEM;
 	for (i = 0; i < npages; i++) {
-		struct folio *folio = shmem_read_folio_gfp(mapping, i, gb_t3_gfp(mapping));
+		struct folio *folio;
 
-		if (IS_ERR(folio) || fatal_signal_pending(current)) {
-			if (!IS_ERR(folio))
-				folio_put(folio);
-			gb_shmem_unpin(pages, i);
-			return NULL;
-		}
+		if (killable && fatal_signal_pending(current))
+			return -EINTR;
+		folio = shmem_read_folio_gfp(mapping, i, gb_t3_gfp(mapping));
+		if (IS_ERR(folio))
+			return PTR_ERR(folio);
 		/* the folio reference keeps the page; the caller keeps it from reclaim */
 		pages[i] = folio_file_page(folio, i);
+		*pinned = i + 1;
 		if ((i & 127) == 127)
 			cond_resched();
 	}
-	return pages;
+	return 0;
 }
 
 void gb_shmem_unpin(struct page **pages, unsigned long npages)
@@ -245,6 +249,28 @@ void gb_shmem_unpin(struct page **pages, unsigned long npages)
 		put_page(pages[i]);
 	}
 	kvfree(pages);
+}
+
+void gb_shmem_make_evictable(struct page **pages, unsigned long npages)
+{
+	struct folio_batch batch;
+	unsigned long i;
+
+	/*
+	 * As i915 does when it unpins a shmem object: reclaim moved the pages it met while
+	 * the mapping was unevictable to the unevictable list, and only this brings them
+	 * back (otherwise they stay there until the buffer dies, outside every limit).
+	 */
+	folio_batch_init(&batch);
+	for (i = 0; i < npages; i++) {
+		if (!folio_batch_add(&batch, page_folio(pages[i]))) {
+			check_move_unevictable_folios(&batch);
+			folio_batch_reinit(&batch);
+			cond_resched();
+		}
+	}
+	if (folio_batch_count(&batch))
+		check_move_unevictable_folios(&batch);
 }
 
 void gb_shmem_set_unevictable(struct file *shm, bool unevictable)

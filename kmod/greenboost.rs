@@ -30,6 +30,7 @@ mod glue_ffi;
 mod held;
 mod memlock;
 mod mover;
+mod pins;
 mod pool;
 mod pressure;
 mod proclist;

@@ -405,9 +405,10 @@ impl Pool<'_> {
     /// together exceed `cap`. Admission ([`dirty_claim`]) counts on an ALLOC taking
     /// cached pages; where it takes a fresh chunk instead (the cached pages are on
     /// another node than a placed ALLOC wants, or this part of the buffer is below
-    /// 2 MiB), the cache makes the room first, so that the pool never holds more pages
+    /// 2 MiB), and where a T3 buffer's pages are pinned (they never come from the
+    /// cache), the cache makes the room first, so that the pool never holds more pages
     /// than its cap (give or take the chunk being added).
-    fn trim_to_cap(self, cap: u64) {
+    pub(crate) fn trim_to_cap(self, cap: u64) {
         let c = &self.shared.counters;
         while c.t2.used.load(Ordering::Relaxed).saturating_add(c.t2_cached.load(Ordering::Relaxed)) > cap
             && self.trim_one()

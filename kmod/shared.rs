@@ -54,6 +54,9 @@ pub(crate) struct Counters {
     pub(crate) t3_peak: AtomicU64,
     /// Live buffers in T3.
     pub(crate) t3_buffers: AtomicU64,
+    /// Bytes of T3 buffers whose pages are pinned in RAM for an importer or a kernel
+    /// mapping (part of `t2`: pinned RAM, within the same limits).
+    pub(crate) t3_pinned: AtomicU64,
     /// Moves T2 -> T3 and T3 -> T2 since load.
     pub(crate) moves_to_t3: AtomicU64,
     pub(crate) moves_to_t2: AtomicU64,

@@ -138,15 +138,24 @@ impl Shmem {
     }
 
     /// A reference to each of the file's first `npages` pages (read back from swap or
-    /// allocated as needed), held until the returned value is dropped.
-    pub(crate) fn pin(&self, npages: c_ulong) -> Result<PinnedPages> {
-        // SAFETY: the file is live (type invariant); the array and its references are
-        // owned by the returned value.
-        let pages = unsafe { ffi::gb_shmem_pin(self.file, npages) };
-        if pages.is_null() {
-            return Err(ENOMEM);
+    /// allocated as needed), held until the returned value is dropped. On failure
+    /// (ENOMEM, an I/O error, EINTR when `killable` and the caller is killed) the
+    /// error comes with the pages referenced so far, for the caller to let go.
+    pub(crate) fn pin(
+        &self,
+        npages: c_ulong,
+        killable: bool,
+    ) -> core::result::Result<PinnedPages, (Error, PinnedPages)> {
+        let (mut pages, mut pinned) = (core::ptr::null_mut(), 0);
+        // SAFETY: the file is live (type invariant); the two outputs are locals the glue
+        // writes, and the array and its `pinned` references are owned by the value
+        // returned either way.
+        let ret = unsafe { ffi::gb_shmem_pin(self.file, npages, killable, &mut pages, &mut pinned) };
+        let held = PinnedPages { pages, npages: pinned };
+        if ret != 0 {
+            return Err((Error::from_errno(ret), held));
         }
-        Ok(PinnedPages { pages, npages })
+        Ok(held)
     }
 }
 
@@ -165,8 +174,9 @@ impl Drop for Shmem {
 ///
 /// # Invariants
 ///
-/// `pages` is a kvmalloc'ed array of `npages` page pointers made by `gb_shmem_pin`,
-/// each holding one reference; all are given back by `gb_shmem_unpin`.
+/// `pages` is null with `npages` 0, or a kvmalloc'ed array whose first `npages` page
+/// pointers (made by `gb_shmem_pin`) each hold one reference; all are given back by
+/// `gb_shmem_unpin`.
 pub(crate) struct PinnedPages {
     pages: *mut *mut bindings::page,
     npages: c_ulong,
@@ -186,6 +196,14 @@ impl PinnedPages {
         let raw = self.raw();
         core::mem::forget(self);
         raw
+    }
+
+    /// After the last pin (the file evictable again): puts the pages back on the
+    /// evictable LRU lists, where reclaim parked any it met while they were pinned.
+    pub(crate) fn make_evictable(&self) {
+        // SAFETY: the array and its referenced pages are ours (type invariant); the glue
+        // only moves the pages between LRU lists.
+        unsafe { ffi::gb_shmem_make_evictable(self.pages, self.npages) };
     }
 
     /// Takes back references handed out by [`PinnedPages::into_raw`].

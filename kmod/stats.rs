@@ -204,6 +204,7 @@ fn format_stats(state: &State, out: &mut SliceWriter<'_>) -> core::fmt::Result {
     writeln!(out, "pinned_on_release {}", c.pinned_on_release.load(Ordering::Relaxed))?;
     writeln!(out, "chunks_allocated {}", c.chunks_allocated.load(Ordering::Relaxed))?;
     writeln!(out, "held_bytes {}", c.held_bytes.load(Ordering::Relaxed))?;
+    writeln!(out, "t3_pinned_bytes {}", c.t3_pinned.load(Ordering::Relaxed))?;
     writeln!(out, "watchdog_ticks {}", c.watchdog_ticks.load(Ordering::Relaxed))?;
     writeln!(out, "free_ram_bytes {}", s.free_ram)?;
     writeln!(out, "reserve_bytes {}", limits.reserve)?;

@@ -145,7 +145,9 @@ impl Tier3 {
         if shared.counters.t3_used.load(Ordering::Relaxed) == 0 {
             return 0;
         }
-        self.totals().resident.min(swap_free())
+        // Pages pinned for an importer or a kernel mapping cannot be written out.
+        let pinned = shared.counters.t3_pinned.load(Ordering::Relaxed);
+        self.totals().resident.saturating_sub(pinned).min(swap_free())
     }
 
     /// Reserves `size` T3 bytes for a buffer of `owner` and `user` (a T3 ALLOC or a move

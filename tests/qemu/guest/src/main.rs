@@ -113,6 +113,7 @@ const T3: &[Test] = &[
     t("t3_kill9_holder", 180, t3::t3_kill9_holder),
     t("t3_fault_behind_move_killable", 120, move_wait::fault_behind_move_killable),
     t("t3_uid_t3_cap", 60, limits::uid_t3_cap),
+    t("t3_pins_within_limits", 120, limits::t3_pins_within_limits),
     t("pressure_rule_with_swap", 300, t3_pressure::pressure_rule_with_swap),
 ];
 const UNLOAD: &[Test] = &[t("unload_final_stats_logged", 30, stats::unload_logged)];

@@ -1,13 +1,16 @@
-//! Per-user limits beyond T2 bytes (issue 37, finding 5): the number of live buffers
-//! and the T3 bytes of one user.
+//! Per-user limits beyond T2 bytes (issue 37, findings 3 and 5): the number of live
+//! buffers and the T3 bytes of one user, and a T3 buffer's pages pinned for an
+//! importer, which are charged as T2 pages are (memlock, pool cap, per-user cap, RAM
+//! reserve) and go back to the evictable LRU once unpinned.
 
 use crate::gb::*;
 use crate::harness::*;
+use crate::tests::importer::{check, importer, HOLD, RELEASE};
 use crate::tests::pressure::ParamGuard;
 use crate::tests::t3::read_line_timeout;
 use crate::tests::users::{become_user, DeviceGroup};
 use greenboost_abi::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
@@ -117,5 +120,80 @@ pub fn uid_t3_cap() -> TestResult {
     drop(mine);
     child.kill(libc::SIGKILL);
     child.wait();
+    Ok(Outcome::Pass)
+}
+
+/// Waits up to 5 s for `/proc/meminfo`'s Unevictable to satisfy `ok`; returns it.
+fn unevictable_until(ok: impl Fn(u64) -> bool) -> u64 {
+    let t0 = Instant::now();
+    loop {
+        let now = meminfo("Unevictable").unwrap_or(0);
+        if ok(now) || t0.elapsed() > Duration::from_secs(5) {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A T3 buffer's pages pinned for an importer are charged as T2 pages are: refused
+/// past the caller's RLIMIT_MEMLOCK (a user whose memlock refuses a T2 ALLOC pinned
+/// its T3 buffer through an importer) and past the pool cap, counted in T2 while
+/// pinned; and once unpinned, the pages reclaim parked on the unevictable list while
+/// they were pinned go back to the evictable LRU.
+pub fn t3_pins_within_limits() -> TestResult {
+    const SIZE: u64 = 16 * MIB;
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    let _group = DeviceGroup::grant()?;
+    // The importer device is root's: opened before the child drops to uid 1000, which
+    // then drives it (the pin is the caller's, as an ioctl of a real driver would be).
+    let (mut child, line) = as_user_1000(
+        Some(8 * MIB),
+        || importer().ok(),
+        |imp| {
+            let imp = imp.ok_or("no importer")?;
+            let dev = Dev::open()?;
+            let t2 = dev.try_alloc(SIZE).map(|_| ());
+            let t3 = dev.try_alloc_t3(SIZE).map_err(|e| format!("T3 ALLOC: {}", errname(e)))?;
+            t3.map()?.fill(0x7e, page_words());
+            let pinned = check(&imp, t3.raw(), 0).map(|_| ());
+            Ok(format!("{} {}", answer(t2), answer(pinned)))
+        },
+    )?;
+    ensure(line == "ENOMEM ENOMEM", || {
+        format!("uid 1000 with RLIMIT_MEMLOCK 8 MiB: a {SIZE}-byte T2 ALLOC, an importer mapping its {SIZE}-byte T3 buffer: '{line}', expected 'ENOMEM ENOMEM'")
+    })?;
+    child.kill(libc::SIGKILL);
+    child.wait();
+    let imp = importer()?;
+    let buf = dev.try_alloc_t3(SIZE).map_err(|e| format!("T3 ALLOC: {}", errname(e)))?;
+    let map = buf.map()?;
+    map.fill(0x7f, page_words());
+    // Past the pool cap (root has no memlock limit).
+    {
+        let _cap = ParamGuard::set("pool_cap_mb", "8")?;
+        expect_errno("an importer pinning 16 MiB of T3 under an 8 MiB pool cap", check(&imp, buf.raw(), 0), libc::ENOMEM)?;
+    }
+    // Within the limits: counted in T2 while pinned, given back when unpinned.
+    let free0 = meminfo("Unevictable").unwrap_or(0);
+    check(&imp, buf.raw(), HOLD).map_err(|e| format!("importer HOLD of a T3 buffer: {}", errname(e)))?;
+    let held = dev.pool()?;
+    ensure(held.t2_used == base.t2_used + SIZE, || format!("t2_used {} while {SIZE} bytes of T3 are pinned (baseline {})", held.t2_used, base.t2_used))?;
+    // Reclaim meets the pinned pages (MADV_PAGEOUT) and parks them as unevictable.
+    // SAFETY: advice on our own shared mapping; pageout never drops its contents.
+    let r = unsafe { libc::madvise(map.ptr() as *mut libc::c_void, map.len(), libc::MADV_PAGEOUT) };
+    ensure(r == 0, || format!("MADV_PAGEOUT: {}", errname(errno())))?;
+    let parked = unevictable_until(|u| u >= free0 + SIZE / 2);
+    check(&imp, -1, RELEASE).map_err(|e| format!("importer RELEASE: {}", errname(e)))?;
+    let after = unevictable_until(|u| u < free0 + SIZE / 4);
+    note(&format!("Unevictable: {} KiB before the pin, {} KiB pinned after MADV_PAGEOUT, {} KiB unpinned", free0 / 1024, parked / 1024, after / 1024));
+    ensure(parked >= free0 + SIZE / 2, || format!("MADV_PAGEOUT of the pinned buffer parked only {} KiB as unevictable: cannot tell", parked.saturating_sub(free0) / 1024))?;
+    ensure(after < free0 + SIZE / 4, || {
+        format!("{} KiB still unevictable 5 s after the importer let the {SIZE}-byte T3 buffer go", after.saturating_sub(free0) / 1024)
+    })?;
+    ensure(dev.pool()?.t2_used == base.t2_used, || "t2_used not back to its baseline after the unpin".into())?;
+    map.verify(0x7f, page_words()).map_err(|e| format!("after the pins: {e}"))?;
+    drop((map, buf));
+    dev.settle_to(&base, Duration::from_secs(10))?;
     Ok(Outcome::Pass)
 }
