@@ -85,6 +85,14 @@ static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
 	bool pinned = false;
 	int ret;
 
+	/*
+	 * One mapping per attachment: a second one would DMA-map the same table again (its
+	 * first mapping's addresses lost) and, for a T3 buffer, hand out the table the
+	 * first unmap frees. The core answers EBUSY to a cached mapping in another
+	 * direction; so do we to any second one.
+	 */
+	if (a->mapped)
+		return ERR_PTR(-EBUSY);
 	if (!a->sgt) {
 		ret = gb_rs_buffer_pin(attach->dmabuf->priv, attach->dev, &a->pages,
 				       &a->npages, &a->sgt);
