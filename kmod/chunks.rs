@@ -13,6 +13,9 @@ use crate::glue_ffi::{self as ffi, Chunk};
 use crate::pool::{chunk_exclusive, order_bytes};
 use crate::util;
 
+/// How many times [`Chunks::exclusive`] looks at the counts before it says no.
+const EXCLUSIVE_LOOKS: u32 = 8;
+
 /// The chunks of a T2 buffer.
 ///
 /// # Invariants
@@ -104,9 +107,20 @@ impl Chunks {
     }
 
     /// Whether no chunk is referenced by anyone but us (no pin, no pipe): what a move
-    /// out of T2 needs, after the user mappings are zapped.
+    /// out of T2 needs, after the user mappings are zapped. A page found referenced is
+    /// looked at again a few times over about a millisecond before the answer is no:
+    /// physical-page scanners (compaction's, which tries a reference on every page it
+    /// passes) hold one for a moment, and a move refused for that would be spurious.
     pub(crate) fn exclusive(&self) -> bool {
-        self.list.iter().all(chunk_exclusive)
+        for _ in 0..EXCLUSIVE_LOOKS {
+            if self.list.iter().all(chunk_exclusive) {
+                return true;
+            }
+            // SAFETY: `gb_short_sleep` sleeps; the caller holds only a mutex (the
+            // backing lock).
+            unsafe { ffi::gb_short_sleep() };
+        }
+        false
     }
 
     /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of a

@@ -133,6 +133,7 @@ u64 gb_mem_available(void);
 u64 gb_total_ram(void);
 bool gb_fatal_signal_pending(void);
 void gb_cond_resched(void);
+void gb_short_sleep(void);
 int gb_memlock_charge(unsigned long npages, struct user_struct **out);
 void gb_memlock_uncharge(struct user_struct *user, unsigned long npages);
 void gb_memlock_put(struct user_struct *user);

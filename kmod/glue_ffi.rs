@@ -124,6 +124,7 @@ extern "C" {
     pub(crate) fn gb_total_ram() -> u64;
     pub(crate) fn gb_fatal_signal_pending() -> bool;
     pub(crate) fn gb_cond_resched();
+    pub(crate) fn gb_short_sleep();
     pub(crate) fn gb_memlock_charge(npages: c_ulong, out: *mut *mut bindings::user_struct) -> c_int;
     pub(crate) fn gb_memlock_uncharge(user: *mut bindings::user_struct, npages: c_ulong);
     pub(crate) fn gb_memlock_put(user: *mut bindings::user_struct);

@@ -8,6 +8,7 @@
  * No policy lives here: every decision is made in Rust. Contract: glue.h (mirrored by
  * glue_ffi.rs, checked by scripts/check-kmod-glue.py).
  */
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/gfp.h>
 #include <linux/highmem.h>
@@ -210,7 +211,7 @@ u64 gb_total_ram(void)
 	return (u64)totalram_pages() << PAGE_SHIFT;
 }
 
-/* ---- long loops ---- */
+/* ---- long loops and short waits ---- */
 
 bool gb_fatal_signal_pending(void)
 {
@@ -220,6 +221,11 @@ bool gb_fatal_signal_pending(void)
 void gb_cond_resched(void)
 {
 	cond_resched();
+}
+
+void gb_short_sleep(void)
+{
+	usleep_range(100, 200);
 }
 
 /* ---- RLIMIT_MEMLOCK, charged to the user as io_uring and RDMA do ---- */
