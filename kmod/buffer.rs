@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A buffer (in T2 or T3) and what its DMA-BUF exporter callbacks do.
+//! A buffer (in T2 or T3) and what its DMA-BUF exporter callbacks do (the pins of
+//! `map_dma_buf` and `vmap` are in `pins.rs`).
 //!
 //! The dma-buf owns the [`Buffer`] (its `priv`) from a successful export until the
 //! dma-buf's release callback, which runs when the last reference goes (every fd
@@ -13,80 +14,40 @@
 //!
 //! Locks: the backing lock; within it the kernel's (mmap, page cache, reclaim, which
 //! may call the cache's shrinker and so the cache lock). `drop` takes the T3 list,
-//! cache, held and registry locks one after the other, none within another (see "Lock
-//! order" in kmod/README.md).
+//! cache, held, registry and users locks one after the other, none within another (see
+//! "Lock order" in kmod/README.md).
 
 use core::pin::Pin;
 use core::sync::atomic::Ordering;
 use kernel::bindings;
-use kernel::ffi::{c_ulong, c_void};
+use kernel::ffi::c_ulong;
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
-use kernel::sync::lock::{mutex::MutexBackend, Guard};
-use kernel::sync::{new_mutex, Arc, Mutex};
+use kernel::sync::Arc;
 
+use crate::admission;
+use crate::backing::{Backing, BackingGuard, BackingLock, Tier};
 use crate::chunks::{page_count, Chunks};
 use crate::glue_ffi as ffi;
 use crate::memlock::Memlock;
 use crate::pool::Placement;
 use crate::procs::{Holder, ProcEntry};
-use crate::shmem::{PinnedPages, Shmem};
+use crate::shmem::Shmem;
 use crate::state::{state, State};
 use crate::tier3::Tier3;
-
-/// Where a buffer's contents are.
-pub(crate) enum Tier {
-    /// Pinned 2 MiB pages (RAM the GPU can read), charged in `memlock`.
-    T2 { chunks: Chunks, memlock: Memlock },
-    /// The pages of the buffer's shmem file, which the kernel may write to swap.
-    T3,
-}
-
-/// A buffer's backing, behind its backing lock.
-///
-/// # Invariants
-///
-/// `attachments` counts the buffer's dma-buf attachments, `dma_pins` those of them
-/// mapped while in T3 (each holding page references, see [`Buffer::pin`]);
-/// `vmap_pages` holds the pages of a T3 kernel mapping, `vmapped` says whether a
-/// kernel mapping exists. The tier never changes while any of them is non-zero/set.
-/// The shmem file's pages are kept from reclaim exactly while `dma_pins` or
-/// `vmap_pages` hold T3 pages.
-pub(crate) struct Backing {
-    pub(crate) tier: Tier,
-    pub(crate) attachments: u32,
-    dma_pins: u32,
-    vmapped: bool,
-    vmap_pages: Option<PinnedPages>,
-}
-
-impl Backing {
-    /// A backing in `tier` with nothing attached.
-    pub(crate) fn new(tier: Tier) -> Self {
-        Backing { tier, attachments: 0, dma_pins: 0, vmapped: false, vmap_pages: None }
-    }
-
-    /// Whether an importer or a kernel mapping uses the buffer's pages (a move must
-    /// wait until they are gone: EBUSY).
-    pub(crate) fn in_use(&self) -> bool {
-        self.attachments > 0 || self.vmapped
-    }
-
-    fn t3_pinned(&self) -> bool {
-        self.dma_pins > 0 || self.vmap_pages.is_some()
-    }
-}
+use crate::users::{self, UserShare};
 
 /// A buffer.
 ///
 /// # Invariants
 ///
 /// `size` is a multiple of the page size; `shmem` has that size and every user mapping
-/// of the buffer belongs to it. In T2 `size` has been added to `Counters::t2_used` and
-/// `owner.t2_used` and the chunks cover it; in T3 to `Counters::t3_used` and
-/// `owner.t3_used`, and one to both T3 buffer counts. One to both buffer counts either
-/// way. `owner` holds its entry as a [`Holder::Buffer`]; the shmem file is in the T3
-/// list under `id` from [`Buffer::new`] until `drop`.
+/// of the buffer belongs to it. In T2 `size` is committed in `Counters::t2` and
+/// `owner.t2` and charged in `user.t2_used`, and the chunks cover it; in T3 it is in
+/// `Counters::t3_used`, `owner.t3_used` and `user.t3_used`, and one in both T3 buffer
+/// counts. One in the three buffer counts either way. `owner` holds its entry as a
+/// [`Holder::Buffer`] and `user` one hold of its share; the shmem file is in the T3
+/// list under `owner` and `id` from [`Buffer::new`] until `drop`.
 /// Once exported, the dma-buf's `priv` points to it (see [`export`]).
 pub(crate) struct Buffer {
     /// Unique id, shown to userspace instead of any address.
@@ -96,27 +57,31 @@ pub(crate) struct Buffer {
     /// Where its T2 pages come from (the ALLOC's placement, again at every promote).
     pub(crate) placement: Placement,
     pub(crate) shmem: Shmem,
-    backing: Pin<KBox<Mutex<Backing>>>,
+    backing: Pin<KBox<BackingLock>>,
     owner: Option<Arc<ProcEntry>>,
+    user: Option<Arc<UserShare>>,
 }
 
 /// A backing lock, before the buffer exists (so that its allocation is not a failure
 /// after the pages are reserved).
-pub(crate) fn new_backing_lock() -> Result<Pin<KBox<Mutex<Backing>>>> {
-    KBox::pin_init(new_mutex!(Backing::new(Tier::T3), "greenboost::backing"), GFP_KERNEL)
+pub(crate) fn new_backing_lock() -> Result<Pin<KBox<BackingLock>>> {
+    KBox::pin_init(BackingLock::new(Backing::new(Tier::T3)), GFP_KERNEL)
 }
 
 impl Buffer {
-    /// Wraps a buffer whose `size` bytes are already accounted in `tier` (see the type
-    /// invariant), listing its shmem file; on failure it is dropped, which undoes it.
+    /// Wraps a buffer whose `size` bytes are already accounted in `tier`, and counted
+    /// in `user.buffers`, for `owner` and `user` (see the type invariant), listing its
+    /// shmem file; on failure it is dropped, which undoes it all.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         state: &State,
         size: u64,
         placement: Placement,
         shmem: Shmem,
-        lock: Pin<KBox<Mutex<Backing>>>,
+        lock: Pin<KBox<BackingLock>>,
         tier: Tier,
         owner: Arc<ProcEntry>,
+        user: Arc<UserShare>,
     ) -> Result<KBox<Self>> {
         let c = &state.shared.counters;
         c.buffers.fetch_add(1, Ordering::Relaxed);
@@ -135,12 +100,13 @@ impl Buffer {
                 shmem,
                 backing: lock,
                 owner: Some(owner),
+                user: Some(user),
             },
             GFP_KERNEL,
         )?;
         // SAFETY: the file and the owner's entry live as long as the buffer, which
-        // removes its id from the list first thing in `drop`.
-        unsafe { state.tier3.add(buf.id, buf.shmem.as_ptr(), buf.owner_ptr())? };
+        // removes it from the list first thing in `drop`.
+        unsafe { state.tier3.add(buf.owner_ptr(), buf.id, buf.shmem.as_ptr())? };
         Ok(buf)
     }
 
@@ -148,17 +114,40 @@ impl Buffer {
         self.owner.as_ref().map_or(core::ptr::null(), |o| &**o as *const ProcEntry)
     }
 
-    /// The owner's entry (accounting of moves).
-    pub(crate) fn owner(&self) -> Result<&Arc<ProcEntry>> {
-        self.owner.as_ref().ok_or(EINVAL)
+    /// Who its pages are charged to: the allocating process's entry and its user's
+    /// share (accounting of moves and pins). EINVAL once the buffer is being dropped.
+    pub(crate) fn charged_to(&self) -> Result<(&ProcEntry, &UserShare)> {
+        match (&self.owner, &self.user) {
+            (Some(owner), Some(user)) => Ok((owner, user)),
+            _ => Err(EINVAL),
+        }
     }
 
     /// The backing lock.
-    pub(crate) fn backing(&self) -> Guard<'_, Backing, MutexBackend> {
+    pub(crate) fn backing(&self) -> BackingGuard<'_> {
         self.backing.lock()
     }
 
-    fn pages(&self) -> c_ulong {
+    /// The backing lock, or EINTR when the caller is killed while waiting (a move
+    /// waiting for another one).
+    pub(crate) fn backing_killable(&self) -> Result<BackingGuard<'_>> {
+        self.backing.lock_killable()
+    }
+
+    /// Waits until the backing lock is free (a move in progress has finished), killably
+    /// when `killable`: a fault that found the lock taken waits here without the mmap
+    /// lock and is then retried.
+    pub(crate) fn wait_for_backing(&self, killable: bool) {
+        if killable {
+            // Killed: the fault is retried, and the retry sees the fatal signal.
+            let _ = self.backing.lock_killable();
+        } else {
+            drop(self.backing.lock());
+        }
+    }
+
+    /// Size in pages.
+    pub(crate) fn pages(&self) -> c_ulong {
         page_count(self.size)
     }
 
@@ -190,14 +179,22 @@ impl Buffer {
 
     /// Handles a fault at `addr` (page `index` of the buffer) in `vma`: in T2 maps the
     /// whole chunk holding the page (as far as the vma reaches), in T3 the file's page.
-    /// EFAULT past the end, ENOSPC when a T3 page cannot be had (both SIGBUS).
+    /// EFAULT past the end, ENOSPC when a T3 page cannot be had (both SIGBUS). Unless
+    /// `wait`, EAGAIN when the backing lock is taken (a move is copying): the caller
+    /// waits for it with [`Buffer::wait_for_backing`], without the mmap lock.
     ///
     /// # Safety
     ///
     /// `vma` is a live mapping of this buffer (made by [`Buffer::mmap`]) whose fault at
     /// `addr` is being handled, with its mmap or vma lock held.
-    pub(crate) unsafe fn fault(&self, vma: *mut bindings::vm_area_struct, addr: c_ulong, index: c_ulong) -> Result {
-        let backing = self.backing();
+    pub(crate) unsafe fn fault(
+        &self,
+        vma: *mut bindings::vm_area_struct,
+        addr: c_ulong,
+        index: c_ulong,
+        wait: bool,
+    ) -> Result {
+        let backing = if wait { self.backing() } else { self.backing.try_lock().ok_or(EAGAIN)? };
         match &backing.tier {
             Tier::T2 { chunks, .. } => {
                 let (chunk, first) = chunks.locate(index).ok_or(EFAULT)?;
@@ -255,106 +252,10 @@ impl Buffer {
         let mut backing = self.backing();
         backing.attachments = backing.attachments.saturating_sub(1);
     }
-
-    /// Mapping a T3 attachment for `dev`: references to every page of the file (kept
-    /// from reclaim while any such pin exists), their sg table in `*out`.
-    ///
-    /// # Safety
-    ///
-    /// `dev` is the live device of one of this buffer's attachments; `out` is writable.
-    pub(crate) unsafe fn pin(
-        &self,
-        dev: *mut bindings::device,
-        out: *mut *mut bindings::sg_table,
-    ) -> Result<PinnedPages> {
-        let mut backing = self.backing();
-        if !matches!(backing.tier, Tier::T3) {
-            // An attachment made in T2 has its table; the tier cannot change under it.
-            return Err(EINVAL);
-        }
-        let pages = self.pin_t3(&backing)?;
-        let (array, n) = pages.raw();
-        // SAFETY: `array` holds `n` referenced pages (owned by `pages`); `out` is
-        // writable (the function's contract).
-        let ret = unsafe { ffi::gb_sgt_build_pages(array, n, seg_max(dev), out) };
-        if ret != 0 {
-            drop(pages);
-            self.unpinned(&backing);
-            return Err(Error::from_errno(ret));
-        }
-        backing.dma_pins += 1;
-        Ok(pages)
-    }
-
-    /// A T3 attachment was unmapped: its page references go.
-    pub(crate) fn unpin(&self, pages: PinnedPages) {
-        let mut backing = self.backing();
-        drop(pages);
-        backing.dma_pins = backing.dma_pins.saturating_sub(1);
-        self.unpinned(&backing);
-    }
-
-    /// References to every page of the file, after keeping them from reclaim.
-    fn pin_t3(&self, backing: &Backing) -> Result<PinnedPages> {
-        if !backing.t3_pinned() {
-            self.shmem.set_unevictable(true);
-        }
-        let pinned = self.shmem.pin(self.pages());
-        if pinned.is_err() {
-            self.unpinned(backing);
-        }
-        pinned
-    }
-
-    fn unpinned(&self, backing: &Backing) {
-        if !backing.t3_pinned() {
-            self.shmem.set_unevictable(false);
-        }
-    }
-
-    /// A kernel mapping of the whole buffer (`vmap`), of any size: the dma-buf core
-    /// WARNs on every vmap an exporter refuses, so there is no size limit here. ENOMEM
-    /// when the kernel cannot map it.
-    pub(crate) fn vmap(&self) -> Result<*mut c_void> {
-        let mut backing = self.backing();
-        let vaddr = match &backing.tier {
-            Tier::T2 { chunks, .. } => chunks.vmap(self.pages())?,
-            Tier::T3 => {
-                let pages = self.pin_t3(&backing)?;
-                let (array, n) = pages.raw();
-                // SAFETY: `array` holds `n` referenced pages, kept until `vunmap`.
-                let vaddr = unsafe { ffi::gb_vmap_pages(array, n) };
-                if vaddr.is_null() {
-                    drop(pages);
-                    self.unpinned(&backing);
-                    return Err(ENOMEM);
-                }
-                backing.vmap_pages = Some(pages);
-                vaddr
-            }
-        };
-        backing.vmapped = true;
-        Ok(vaddr)
-    }
-
-    /// Removes the kernel mapping made by [`Buffer::vmap`].
-    ///
-    /// # Safety
-    ///
-    /// `vaddr` was returned by [`Buffer::vmap`] of this buffer and is not used again.
-    pub(crate) unsafe fn vunmap(&self, vaddr: *mut c_void) {
-        let mut backing = self.backing();
-        // SAFETY: a live mapping made by `vmap` (the function's contract), unmapped once.
-        unsafe { ffi::gb_vunmap(vaddr) };
-        backing.vmapped = false;
-        if backing.vmap_pages.take().is_some() {
-            self.unpinned(&backing);
-        }
-    }
 }
 
 /// The largest segment `dev` takes, in whole pages.
-fn seg_max(dev: *mut bindings::device) -> u64 {
+pub(crate) fn seg_max(dev: *mut bindings::device) -> u64 {
     // SAFETY: `dev` is an importer's live device (callers' contracts); the glue only
     // reads its DMA parameters.
     let limit = unsafe { ffi::gb_dma_seg_limit(dev) };
@@ -374,46 +275,62 @@ fn vma_info(vma: *mut bindings::vm_area_struct) -> (c_ulong, c_ulong, c_ulong, b
 impl Drop for Buffer {
     fn drop(&mut self) {
         let state = state();
-        state.tier3.remove(self.id);
+        state.tier3.remove(self.owner_ptr(), self.id);
         let c = &state.shared.counters;
         c.buffers.fetch_sub(1, Ordering::Relaxed);
-        let Some(owner) = self.owner.take() else { return };
+        let (Some(owner), Some(user)) = (self.owner.take(), self.user.take()) else { return };
         owner.buffers.fetch_sub(1, Ordering::Relaxed);
-        let tier = core::mem::replace(&mut self.backing().tier, Tier::T3);
+        users::uncharge(&user.buffers, 1);
+        let mut backing = self.backing();
+        let tier = core::mem::replace(&mut backing.tier, Tier::T3);
+        // Every pin holds the dma-buf, so none is left; a charge would be a leak.
+        let pin_charge = backing.t3_pin_charge.take();
+        drop(backing);
+        if let Some(charge) = pin_charge {
+            admission::release_t3_pin(state, &owner, &user, self.size);
+            drop(charge);
+        }
         match tier {
             Tier::T3 => {
                 c.t3_buffers.fetch_sub(1, Ordering::Relaxed);
                 owner.t3_buffers.fetch_sub(1, Ordering::Relaxed);
-                Tier3::unadmit(&state.shared, &owner, self.size);
+                Tier3::unadmit(&state.shared, &owner, &user, self.size);
                 state.procs.release(owner, Holder::Buffer);
+                state.users.release(user);
             }
-            Tier::T2 { chunks, memlock } => release_t2(state, self.size, chunks, memlock, owner),
+            Tier::T2 { chunks, memlock } => release_t2(state, self.size, chunks, memlock, owner, user),
         }
         // The shmem file (pages, swap slots) goes with `self.shmem`.
     }
 }
 
 /// Gives a dying T2 buffer's pages back: the chunks still referenced elsewhere stay
-/// charged to the pool, the owner and its user's memlock until released (`held.rs`).
-fn release_t2(state: &State, size: u64, mut chunks: Chunks, mut memlock: Memlock, owner: Arc<ProcEntry>) {
-    let c = &state.shared.counters;
+/// charged to the pool, the owner, its user and its memlock until released (`held.rs`).
+fn release_t2(
+    state: &State,
+    size: u64,
+    mut chunks: Chunks,
+    mut memlock: Memlock,
+    owner: Arc<ProcEntry>,
+    user: Arc<UserShare>,
+) {
     let (held, held_bytes) = chunks.take_referenced();
     let freed = size - held_bytes;
     // Unaccount first, so that the cache may take the pages within the cap.
-    c.t2_used.fetch_sub(freed, Ordering::Relaxed);
+    admission::release_t2(state, &owner, &user, freed);
     state.pool().recycle(chunks.as_slice(), true);
-    owner.t2_used.fetch_sub(freed, Ordering::Relaxed);
     memlock.uncharge(freed);
     if held.is_empty() {
         state.procs.release(owner, Holder::Buffer);
+        state.users.release(user);
         return;
     }
-    if let Err((held, owner, _memlock)) = state.held.add(&state.shared, held, owner, memlock) {
+    if let Err((held, owner, user, _memlock)) = state.held.add(&state.shared, held, owner, user, memlock) {
         // No room to remember them: drop our references and the charge.
-        c.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
-        owner.t2_used.fetch_sub(held_bytes, Ordering::Relaxed);
+        admission::release_t2(state, &owner, &user, held_bytes);
         state.pool().recycle(&held, true);
         state.procs.release(owner, Holder::Buffer);
+        state.users.release(user);
     }
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A T2 buffer's pages: its list of chunks (pinned compound pages) and what is built
+//! A T2 buffer's pages: its list of chunks (pinned blocks of pages) and what is built
 //! from it (the page of a fault, an importer's sg table, a kernel mapping).
 //!
 //! Takes no lock of ours; the buffer's backing lock is held by every caller.
@@ -10,8 +10,11 @@ use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 
 use crate::glue_ffi::{self as ffi, Chunk};
-use crate::pool::order_bytes;
+use crate::pool::{chunk_exclusive, order_bytes};
 use crate::util;
+
+/// How many times [`Chunks::exclusive`] looks at the counts before it says no.
+const EXCLUSIVE_LOOKS: u32 = 8;
 
 /// The chunks of a T2 buffer.
 ///
@@ -104,12 +107,20 @@ impl Chunks {
     }
 
     /// Whether no chunk is referenced by anyone but us (no pin, no pipe): what a move
-    /// out of T2 needs, after the user mappings are zapped.
+    /// out of T2 needs, after the user mappings are zapped. A page found referenced is
+    /// looked at again a few times over about a millisecond before the answer is no:
+    /// physical-page scanners (compaction's, which tries a reference on every page it
+    /// passes) hold one for a moment, and a move refused for that would be spurious.
     pub(crate) fn exclusive(&self) -> bool {
-        self.list.iter().all(|c| {
-            // SAFETY: the chunk is ours (type invariant).
-            unsafe { ffi::gb_chunk_exclusive(c.page) }
-        })
+        for _ in 0..EXCLUSIVE_LOOKS {
+            if self.list.iter().all(chunk_exclusive) {
+                return true;
+            }
+            // SAFETY: `gb_short_sleep` sleeps; the caller holds only a mutex (the
+            // backing lock).
+            unsafe { ffi::gb_short_sleep() };
+        }
+        false
     }
 
     /// Moves the chunks that are still referenced elsewhere (see `held.rs`) out of a
@@ -119,11 +130,10 @@ impl Chunks {
         let mut bytes = 0;
         let mut i = 0;
         while let Some(&chunk) = self.list.as_slice().get(i) {
-            // SAFETY: the chunk is ours (type invariant); the buffer is dying, so no
-            // mapping or attachment of ours refers to it any more.
-            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
-            // A chunk that does not fit the list stays; `recycle` drops our reference.
-            if !exclusive && held.push(chunk, GFP_KERNEL).is_ok() {
+            // The buffer is dying, so no mapping or attachment of ours refers to the
+            // chunk any more. One that does not fit the list stays; `recycle` drops our
+            // reference.
+            if !chunk_exclusive(&chunk) && held.push(chunk, GFP_KERNEL).is_ok() {
                 let _ = util::vec_swap_remove(&mut self.list, i);
                 bytes += order_bytes(chunk.order);
             } else {

@@ -14,13 +14,15 @@ use kernel::types::{AsBytes, FromBytes};
 use kernel::uaccess::UserSlice;
 
 use crate::abi::{self, GbAlloc, GbEventfd, GbInfo, GbProcStats, GbT1Report};
-use crate::buffer::{self, Buffer, Tier};
+use crate::backing::Tier;
+use crate::buffer::{self, Buffer};
 use crate::chunks::Chunks;
 use crate::glue_ffi as ffi;
 use crate::pool::{Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
 use crate::shmem::Shmem;
 use crate::state::{state, State};
+use crate::users::{self, UserShare};
 use crate::{admission, mover, proclist, stats};
 
 // SAFETY: `GbAlloc` is `#[repr(C)]` with only integer fields (u64, u32, i32) and an
@@ -147,8 +149,8 @@ fn proc_stats(state: &State, arg: usize) -> Result {
         ..GbProcStats::default()
     };
     if let Some(e) = state.procs.find_current() {
-        out.t2_used = e.t2_used.load(Ordering::Relaxed);
-        out.t2_peak = e.t2_peak.load(Ordering::Relaxed);
+        out.t2_used = e.t2.used.load(Ordering::Relaxed);
+        out.t2_peak = e.t2.peak.load(Ordering::Relaxed);
         out.buffers = e.buffers.load(Ordering::Relaxed);
         out.t1_reported = e.t1_used.load(Ordering::Relaxed);
     }
@@ -202,6 +204,12 @@ fn check_alloc(req: &GbAlloc) -> Result<(u64, Placement)> {
     Ok((size, Placement { nid, strict }))
 }
 
+/// Undoes an ALLOC's hold and buffer count of `user` (no buffer came of it).
+fn give_back_user(state: &State, user: Arc<UserShare>) {
+    users::uncharge(&user.buffers, 1);
+    state.users.release(user);
+}
+
 fn alloc(state: &State, arg: usize) -> Result {
     let (mut reader, mut writer) = UserSlice::new(arg, size_of::<GbAlloc>()).reader_writer();
     let mut req: GbAlloc = reader.read()?;
@@ -210,16 +218,32 @@ fn alloc(state: &State, arg: usize) -> Result {
     // that opened the file, e.g. after fork).
     // Chunks that outlived their buffers and have been let go since the last watchdog
     // tick give their room back now.
-    state.held.scan(&state.shared, &state.procs);
+    state.held.scan(&state.shared, &state.procs, &state.users);
     let t3 = req.flags & abi::GB_ALLOC_T3 != 0;
-    // Made before anything is reserved, so that they are not a failure to undo.
-    let shmem = Shmem::new(size)?;
-    let lock = buffer::new_backing_lock()?;
-    let owner = state.procs.acquire(Holder::Buffer)?;
+    // The buffer counts under the caller's user. Its count is checked first: every
+    // buffer costs kernel objects (its files) before any page.
+    let user = state.users.acquire()?;
+    let limit = state.shared.limits().uid_buffers;
+    if let Err(e) = users::charge(&user.buffers, 1, limit) {
+        state.shared.counters.alloc_failures.fetch_add(1, Ordering::Relaxed);
+        stats::log_buffer_limit(state, &user, limit);
+        state.users.release(user);
+        return Err(e);
+    }
+    // Made before anything else is reserved, so that they are not a failure to undo.
+    let made = Shmem::new(size).and_then(|shmem| Ok((shmem, buffer::new_backing_lock()?)));
+    let made = made.and_then(|(shmem, lock)| Ok((shmem, lock, state.procs.acquire(Holder::Buffer)?)));
+    let (shmem, lock, owner) = match made {
+        Ok(made) => made,
+        Err(e) => {
+            give_back_user(state, user);
+            return Err(e);
+        }
+    };
     let taken = if t3 {
-        state.tier3.admit(&state.shared, &owner, size).map(|()| Tier::T3)
+        state.tier3.admit(&state.shared, &owner, &user, size).map(|()| Tier::T3)
     } else {
-        admission::take_t2(state, &owner, size, placement)
+        admission::take_t2(state, &owner, &user, size, placement)
             .map(|(chunks, memlock)| Tier::T2 { chunks: Chunks::new(chunks), memlock })
     };
     let tier = match taken {
@@ -230,11 +254,12 @@ fn alloc(state: &State, arg: usize) -> Result {
                 stats::log_alloc_failure(state, size, t3);
             }
             state.procs.release(owner, Holder::Buffer);
+            give_back_user(state, user);
             return Err(e);
         }
     };
     // From here on the `Buffer` undoes all of the above when dropped.
-    let buf = Buffer::new(state, size, placement, shmem, lock, tier, owner)?;
+    let buf = Buffer::new(state, size, placement, shmem, lock, tier, owner, user)?;
     let id = buf.id;
     // SAFETY: `gb_fd_reserve` has no precondition; the fd number it reserves in the
     // caller's table is installed or discarded below, on every path.

@@ -115,7 +115,8 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_mmap(buf: *mut c_void, vma: *mut bi
 
 /// `fault` of a mapping made by [`gb_rs_buffer_mmap`] at `addr` (page `index` of the
 /// buffer): 0 when the page is mapped, or a negative errno (the glue answers SIGBUS,
-/// or OOM for ENOMEM).
+/// or OOM for ENOMEM). Unless `wait`, -EAGAIN when a move holds the buffer (the glue
+/// then waits with [`gb_rs_buffer_wait`] and retries the fault).
 ///
 /// # Safety
 ///
@@ -127,15 +128,29 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_fault(
     vma: *mut bindings::vm_area_struct,
     addr: c_ulong,
     index: c_ulong,
+    wait: bool,
 ) -> c_int {
     // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
     let b = unsafe { buffer(buf) };
     // SAFETY: `vma` is a live mapping of this buffer in its fault at `addr` (the
     // function's contract), as `Buffer::fault` requires.
-    match unsafe { b.fault(vma, addr, index) } {
+    match unsafe { b.fault(vma, addr, index, wait) } {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
+}
+
+/// A fault found the buffer held by a move: waits until the move is done (killably
+/// when `killable`), with no lock of the faulting task held; the fault is retried.
+///
+/// # Safety
+///
+/// `buf` is the `priv` of one of our live dma-bufs, kept alive by a reference the
+/// caller holds across the call.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn gb_rs_buffer_wait(buf: *mut c_void, killable: bool) {
+    // SAFETY: `buf` is a live dma-buf's `priv` (the function's contract).
+    unsafe { buffer(buf) }.wait_for_backing(killable);
 }
 
 /// dma-buf `attach`: the sg table of the new attachment, with segments within `dev`'s
@@ -267,7 +282,7 @@ pub(crate) unsafe extern "C" fn gb_rs_buffer_vunmap(buf: *mut c_void, vaddr: *mu
 #[no_mangle]
 pub(crate) unsafe extern "C" fn gb_rs_watchdog() {
     let state = state();
-    state.held.scan(&state.shared, &state.procs);
+    state.held.scan(&state.shared, &state.procs, &state.users);
     state.watchdog.run(state.pool());
 }
 

@@ -27,6 +27,7 @@
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/mutex.h>
 #include <linux/moduleparam.h>
 #include <linux/pid.h>
 #include <linux/sched.h>
@@ -71,6 +72,15 @@ module_param(t3_cap_mb, long, 0644);
 MODULE_PARM_DESC(t3_cap_mb,
 		 "Most T3 (swappable) memory (MiB) in buffers at once, within the free swap (-1: all of it; 0: no T3)");
 
+static long uid_t3_cap_mb = -1;
+module_param(uid_t3_cap_mb, long, 0644);
+MODULE_PARM_DESC(uid_t3_cap_mb,
+		 "Most T3 memory (MiB) per user (-1: half of what T3 may hold now; 0: no per-user T3 cap)");
+
+static unsigned long uid_buffers = 4096;
+module_param(uid_buffers, ulong, 0644);
+MODULE_PARM_DESC(uid_buffers, "Most live buffers per user, T2 and T3 together (0: no limit)");
+
 void gb_params_read(struct gb_params *out)
 {
 	out->pool_cap_mb = READ_ONCE(pool_cap_mb);
@@ -79,6 +89,8 @@ void gb_params_read(struct gb_params *out)
 	out->cache_mb = READ_ONCE(cache_mb);
 	out->watchdog_ms = READ_ONCE(watchdog_ms);
 	out->t3_cap_mb = READ_ONCE(t3_cap_mb);
+	out->uid_t3_cap_mb = READ_ONCE(uid_t3_cap_mb);
+	out->uid_buffers = READ_ONCE(uid_buffers);
 }
 
 void gb_params_set_defaults(u64 pool_cap, s64 reserve, s64 uid_cap)
@@ -213,6 +225,36 @@ u32 gb_kuid_to_caller(u32 kuid)
 void gb_current_comm(char *buf, size_t len)
 {
 	__get_task_comm(buf, len, current->group_leader);
+}
+
+/* ---- the buffers' backing locks (kmod/backing.rs) ---- */
+
+void gb_backing_lock_init(struct mutex *lock)
+{
+	/* one lockdep class for every buffer's lock, as a Rust new_mutex! would give */
+	static struct lock_class_key key;
+
+	__mutex_init(lock, "greenboost::backing", &key);
+}
+
+void gb_backing_lock(struct mutex *lock)
+{
+	mutex_lock(lock);
+}
+
+int gb_backing_lock_killable(struct mutex *lock)
+{
+	return mutex_lock_killable(lock);
+}
+
+bool gb_backing_trylock(struct mutex *lock)
+{
+	return mutex_trylock(lock);
+}
+
+void gb_backing_unlock(struct mutex *lock)
+{
+	mutex_unlock(lock);
 }
 
 /* ---- time ---- */

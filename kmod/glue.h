@@ -20,13 +20,17 @@ struct device;
 struct dma_buf;
 struct eventfd_ctx;
 struct file;
+struct mutex;
 struct page;
 struct pid;
 struct sg_table;
 struct vm_area_struct;
 struct user_struct;
 
-/* One physically contiguous piece of a buffer: a compound page of 2^order pages. */
+/*
+ * One physically contiguous piece of a buffer: a block of 2^order order-0 pages (split,
+ * never compound), named by its first page.
+ */
 struct gb_chunk {
 	struct page *page;
 	unsigned int order;
@@ -41,6 +45,8 @@ struct gb_params {
 	u64 cache_mb;
 	u64 watchdog_ms;
 	s64 t3_cap_mb;
+	s64 uid_t3_cap_mb;
+	u64 uid_buffers;
 };
 
 /* ---- C -> Rust: implemented in kmod/entry.rs (#[no_mangle] extern "C") ---- */
@@ -50,7 +56,8 @@ long gb_rs_ioctl(void *file_priv, unsigned int cmd, unsigned long arg);
 void gb_rs_buffer_release(void *buf);
 int gb_rs_buffer_mmap(void *buf, struct vm_area_struct *vma);
 int gb_rs_buffer_fault(void *buf, struct vm_area_struct *vma, unsigned long addr,
-		       unsigned long index);
+		       unsigned long index, bool wait);
+void gb_rs_buffer_wait(void *buf, bool killable);
 int gb_rs_buffer_attach(void *buf, struct device *dev, struct sg_table **out);
 void gb_rs_buffer_detach(void *buf);
 int gb_rs_buffer_pin(void *buf, struct device *dev, struct page ***pages,
@@ -82,6 +89,12 @@ void gb_shrinker_unregister(void);
 u64 gb_now_ms(void);
 u64 gb_now_ns(void);
 
+void gb_backing_lock_init(struct mutex *lock);
+void gb_backing_lock(struct mutex *lock);
+int gb_backing_lock_killable(struct mutex *lock);
+bool gb_backing_trylock(struct mutex *lock);
+void gb_backing_unlock(struct mutex *lock);
+
 int gb_fd_reserve(void);
 void gb_fd_discard(int fd);
 
@@ -112,7 +125,7 @@ void gb_chunk_free(struct page *page, unsigned int order);
 void gb_chunk_zero(struct page *page, unsigned int order);
 bool gb_chunk_charged(struct page *page);
 bool gb_current_memcg_charged(void);
-bool gb_chunk_exclusive(struct page *page);
+bool gb_chunk_exclusive(struct page *page, unsigned int order);
 int gb_page_nid(struct page *page);
 bool gb_node_online(int nid);
 int gb_numa_node_id(void);
@@ -120,6 +133,7 @@ u64 gb_mem_available(void);
 u64 gb_total_ram(void);
 bool gb_fatal_signal_pending(void);
 void gb_cond_resched(void);
+void gb_short_sleep(void);
 int gb_memlock_charge(unsigned long npages, struct user_struct **out);
 void gb_memlock_uncharge(struct user_struct *user, unsigned long npages);
 void gb_memlock_put(struct user_struct *user);
@@ -140,9 +154,10 @@ void gb_vunmap(void *vaddr);
 /* ---- Rust -> C: implemented in glue_shmem.c ---- */
 int gb_shmem_create(u64 size, struct file **out);
 void gb_file_put(struct file *file);
+int gb_map_file_create(struct file *shm, struct file **out);
 void gb_shmem_counts(struct file *shm, u64 *resident, u64 *swapped);
 u64 gb_swap_free(void);
-void gb_vma_use_file(struct vm_area_struct *vma, struct file *shm);
+void gb_vma_use_file(struct vm_area_struct *vma, struct file *map_file);
 void gb_user_unmap(struct file *shm);
 int gb_shmem_fault(struct file *shm, struct vm_area_struct *vma, unsigned long addr,
 		   unsigned long index);
@@ -151,8 +166,10 @@ int gb_shmem_store(struct file *shm, unsigned long index, struct page *head,
 int gb_shmem_load(struct file *shm, unsigned long index, struct page *head,
 		  unsigned int order);
 void gb_shmem_truncate(struct file *shm);
-struct page **gb_shmem_pin(struct file *shm, unsigned long npages);
+int gb_shmem_pin(struct file *shm, unsigned long npages, bool killable, struct page ***out,
+		 unsigned long *pinned);
 void gb_shmem_unpin(struct page **pages, unsigned long npages);
+void gb_shmem_make_evictable(struct page **pages, unsigned long npages);
 void gb_shmem_set_unevictable(struct file *shm, bool unevictable);
 int gb_sgt_build_pages(struct page **pages, unsigned long npages, u64 seg_max,
 		       struct sg_table **out);

@@ -85,6 +85,14 @@ static struct sg_table *gb_map_dma_buf(struct dma_buf_attachment *attach,
 	bool pinned = false;
 	int ret;
 
+	/*
+	 * One mapping per attachment: a second one would DMA-map the same table again (its
+	 * first mapping's addresses lost) and, for a T3 buffer, hand out the table the
+	 * first unmap frees. The core answers EBUSY to a cached mapping in another
+	 * direction; so do we to any second one.
+	 */
+	if (a->mapped)
+		return ERR_PTR(-EBUSY);
 	if (!a->sgt) {
 		ret = gb_rs_buffer_pin(attach->dmabuf->priv, attach->dev, &a->pages,
 				       &a->npages, &a->sgt);
@@ -176,6 +184,32 @@ static void gb_vm_close(struct vm_area_struct *vma)
 }
 
 /*
+ * A move holds the buffer's backing lock across its whole copy (seconds for a large
+ * buffer read back from swap), so a fault that finds it taken waits as filemap_fault
+ * waits for a locked folio: where the fault may be retried, without the mmap (or vma)
+ * lock, killably when the fault is, then VM_FAULT_RETRY, so that a SIGKILLed process
+ * dies at once instead of after the move; where it may not, as __folio_lock does.
+ */
+static vm_fault_t gb_vm_fault_busy(struct vm_fault *vmf)
+{
+	struct dma_buf *dmabuf = vmf->vma->vm_private_data;
+	int ret;
+
+	if (vmf->flags & FAULT_FLAG_RETRY_NOWAIT)
+		return VM_FAULT_RETRY;
+	if (vmf->flags & FAULT_FLAG_ALLOW_RETRY) {
+		/* the vma may go once its lock is dropped; the buffer stays for the wait */
+		get_dma_buf(dmabuf);
+		release_fault_lock(vmf);
+		gb_rs_buffer_wait(dmabuf->priv, vmf->flags & FAULT_FLAG_KILLABLE);
+		dma_buf_put(dmabuf);
+		return VM_FAULT_RETRY;
+	}
+	ret = gb_rs_buffer_fault(dmabuf->priv, vmf->vma, vmf->address, vmf->pgoff, true);
+	return ret ? vmf_error(ret) : VM_FAULT_NOPAGE;
+}
+
+/*
  * Mappings are filled on fault, never at mmap: a move between tiers zaps every
  * mapping of the file, and a vma is linked to the file only after mmap returns, so
  * pages inserted at mmap could escape the zap. Rust inserts the pages (the whole T2
@@ -186,8 +220,11 @@ static void gb_vm_close(struct vm_area_struct *vma)
 static vm_fault_t gb_vm_fault(struct vm_fault *vmf)
 {
 	struct dma_buf *dmabuf = vmf->vma->vm_private_data;
-	int ret = gb_rs_buffer_fault(dmabuf->priv, vmf->vma, vmf->address, vmf->pgoff);
+	int ret = gb_rs_buffer_fault(dmabuf->priv, vmf->vma, vmf->address, vmf->pgoff, false);
 
+	/* -EAGAIN: a move holds the buffer */
+	if (ret == -EAGAIN)
+		return gb_vm_fault_busy(vmf);
 	/* past the end: -EFAULT; T3 page not allocatable: -ENOSPC; both SIGBUS */
 	return ret ? vmf_error(ret) : VM_FAULT_NOPAGE;
 }

@@ -27,8 +27,9 @@ pub(crate) struct EventfdCtx {
 ///
 /// # Invariants
 ///
-/// When owned by the pool or a buffer, `page` is the head of a block of `2^order`
-/// pages allocated by `gb_chunk_alloc` with that order, and we hold one reference.
+/// When owned by the pool or a buffer, `page` is the first of a block of `2^order`
+/// order-0 pages (split, never compound) allocated by `gb_chunk_alloc` with that order,
+/// and we hold one reference to each of them.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Chunk {
@@ -51,6 +52,8 @@ pub(crate) struct Params {
     pub(crate) cache_mb: u64,
     pub(crate) watchdog_ms: u64,
     pub(crate) t3_cap_mb: i64,
+    pub(crate) uid_t3_cap_mb: i64,
+    pub(crate) uid_buffers: u64,
 }
 
 // `bindings` structs contain zero-sized lockdep fields; the kernel's own bindings
@@ -73,6 +76,11 @@ extern "C" {
     pub(crate) fn gb_shrinker_unregister();
     pub(crate) fn gb_now_ms() -> u64;
     pub(crate) fn gb_now_ns() -> u64;
+    pub(crate) fn gb_backing_lock_init(lock: *mut bindings::mutex);
+    pub(crate) fn gb_backing_lock(lock: *mut bindings::mutex);
+    pub(crate) fn gb_backing_lock_killable(lock: *mut bindings::mutex) -> c_int;
+    pub(crate) fn gb_backing_trylock(lock: *mut bindings::mutex) -> bool;
+    pub(crate) fn gb_backing_unlock(lock: *mut bindings::mutex);
 
     pub(crate) fn gb_fd_reserve() -> c_int;
     pub(crate) fn gb_fd_discard(fd: c_int);
@@ -108,7 +116,7 @@ extern "C" {
     pub(crate) fn gb_chunk_zero(page: *mut bindings::page, order: c_uint);
     pub(crate) fn gb_chunk_charged(page: *mut bindings::page) -> bool;
     pub(crate) fn gb_current_memcg_charged() -> bool;
-    pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page) -> bool;
+    pub(crate) fn gb_chunk_exclusive(page: *mut bindings::page, order: c_uint) -> bool;
     pub(crate) fn gb_page_nid(page: *mut bindings::page) -> c_int;
     pub(crate) fn gb_node_online(nid: c_int) -> bool;
     pub(crate) fn gb_numa_node_id() -> c_int;
@@ -116,6 +124,7 @@ extern "C" {
     pub(crate) fn gb_total_ram() -> u64;
     pub(crate) fn gb_fatal_signal_pending() -> bool;
     pub(crate) fn gb_cond_resched();
+    pub(crate) fn gb_short_sleep();
     pub(crate) fn gb_memlock_charge(npages: c_ulong, out: *mut *mut bindings::user_struct) -> c_int;
     pub(crate) fn gb_memlock_uncharge(user: *mut bindings::user_struct, npages: c_ulong);
     pub(crate) fn gb_memlock_put(user: *mut bindings::user_struct);
@@ -149,9 +158,10 @@ extern "C" {
     // glue_shmem.c
     pub(crate) fn gb_shmem_create(size: u64, out: *mut *mut bindings::file) -> c_int;
     pub(crate) fn gb_file_put(file: *mut bindings::file);
+    pub(crate) fn gb_map_file_create(shm: *mut bindings::file, out: *mut *mut bindings::file) -> c_int;
     pub(crate) fn gb_shmem_counts(shm: *mut bindings::file, resident: *mut u64, swapped: *mut u64);
     pub(crate) fn gb_swap_free() -> u64;
-    pub(crate) fn gb_vma_use_file(vma: *mut bindings::vm_area_struct, shm: *mut bindings::file);
+    pub(crate) fn gb_vma_use_file(vma: *mut bindings::vm_area_struct, map_file: *mut bindings::file);
     pub(crate) fn gb_user_unmap(shm: *mut bindings::file);
     pub(crate) fn gb_shmem_fault(
         shm: *mut bindings::file,
@@ -172,8 +182,15 @@ extern "C" {
         order: c_uint,
     ) -> c_int;
     pub(crate) fn gb_shmem_truncate(shm: *mut bindings::file);
-    pub(crate) fn gb_shmem_pin(shm: *mut bindings::file, npages: c_ulong) -> *mut *mut bindings::page;
+    pub(crate) fn gb_shmem_pin(
+        shm: *mut bindings::file,
+        npages: c_ulong,
+        killable: bool,
+        out: *mut *mut *mut bindings::page,
+        pinned: *mut c_ulong,
+    ) -> c_int;
     pub(crate) fn gb_shmem_unpin(pages: *mut *mut bindings::page, npages: c_ulong);
+    pub(crate) fn gb_shmem_make_evictable(pages: *mut *mut bindings::page, npages: c_ulong);
     pub(crate) fn gb_shmem_set_unevictable(shm: *mut bindings::file, unevictable: bool);
     pub(crate) fn gb_sgt_build_pages(
         pages: *mut *mut bindings::page,

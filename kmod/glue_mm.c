@@ -8,6 +8,7 @@
  * No policy lives here: every decision is made in Rust. Contract: glue.h (mirrored by
  * glue_ffi.rs, checked by scripts/check-kmod-glue.py).
  */
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/gfp.h>
 #include <linux/highmem.h>
@@ -79,13 +80,12 @@ struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
 {
 	/* GFP_HIGHUSER has no __GFP_MOVABLE: never ZONE_MOVABLE or CMA (pinnable) */
 	gfp_t gfp = GFP_HIGHUSER | __GFP_NOWARN;
+	struct page *page;
 
 	/* charged to the current task's memory cgroup; a charge over its limit fails */
 	if (account)
 		gfp |= __GFP_ACCOUNT;
 
-	if (order)
-		gfp |= __GFP_COMP;
 	if (zero)
 		gfp |= __GFP_ZERO;
 	/* never the OOM killer: a failed allocation is an ENOMEM for the caller */
@@ -100,16 +100,33 @@ struct page *gb_chunk_alloc(int nid, unsigned int order, bool zero, bool strict,
 			return NULL;
 		nid = NUMA_NO_NODE;
 	}
-	if (nid == NUMA_NO_NODE)
-		return alloc_pages(gfp, order);
-	if (strict)
-		gfp |= __GFP_THISNODE;
-	return alloc_pages_node(nid, gfp, order);
+	if (nid == NUMA_NO_NODE) {
+		page = alloc_pages(gfp, order);
+	} else {
+		if (strict)
+			gfp |= __GFP_THISNODE;
+		page = alloc_pages_node(nid, gfp, order);
+	}
+	/*
+	 * A physically contiguous block of order-0 pages, never a compound page: user
+	 * mappings insert it one PTE at a time, and mm's MADV_COLD/MADV_PAGEOUT walk meets
+	 * a PTE-mapped large folio by splitting it, which without
+	 * CONFIG_TRANSPARENT_HUGEPAGE is a stub that succeeds without splitting, so the
+	 * walk retried the same PTE forever (holding mmap_lock, deaf to SIGKILL). Order-0
+	 * pages off the LRU are skipped by that walk on every kernel.
+	 */
+	if (page && order)
+		split_page(page, order);
+	return page;
 }
 
 void gb_chunk_free(struct page *page, unsigned int order)
 {
-	__free_pages(page, order);
+	unsigned long i;
+
+	/* each page on its own: another holder (a pipe, a pin) may keep some of them */
+	for (i = 0; i < (1UL << order); i++)
+		__free_page(nth_page(page, i));
 }
 
 void gb_chunk_zero(struct page *page, unsigned int order)
@@ -146,9 +163,14 @@ bool gb_current_memcg_charged(void)
 #endif
 }
 
-bool gb_chunk_exclusive(struct page *page)
+bool gb_chunk_exclusive(struct page *page, unsigned int order)
 {
-	return page_count(page) == 1;
+	unsigned long i;
+
+	for (i = 0; i < (1UL << order); i++)
+		if (page_count(nth_page(page, i)) != 1)
+			return false;
+	return true;
 }
 
 int gb_page_nid(struct page *page)
@@ -189,7 +211,7 @@ u64 gb_total_ram(void)
 	return (u64)totalram_pages() << PAGE_SHIFT;
 }
 
-/* ---- long loops ---- */
+/* ---- long loops and short waits ---- */
 
 bool gb_fatal_signal_pending(void)
 {
@@ -199,6 +221,11 @@ bool gb_fatal_signal_pending(void)
 void gb_cond_resched(void)
 {
 	cond_resched();
+}
+
+void gb_short_sleep(void)
+{
+	usleep_range(100, 200);
 }
 
 /* ---- RLIMIT_MEMLOCK, charged to the user as io_uring and RDMA do ---- */

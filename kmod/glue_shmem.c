@@ -5,17 +5,19 @@
  * these runs). Contract: glue.h (mirrored by glue_ffi.rs, checked by
  * scripts/check-kmod-glue.py).
  *
- * Every buffer has a shmem file. All of its user mappings belong to that file
- * (vma_set_file at mmap), so that unmap_mapping_range() reaches every mapping when the
- * buffer moves between tiers, and so that reclaim's reverse map finds the mappings of
- * a T3 page and can write it to swap while it is mapped. In T2 the file holds no pages;
- * in T3 it holds the buffer's contents.
+ * Every buffer has a shmem file. All of its user mappings belong to that file's page
+ * cache (vma_set_file at mmap, with the map file below), so that unmap_mapping_range()
+ * reaches every mapping when the buffer moves between tiers, and so that reclaim's
+ * reverse map finds the mappings of a T3 page and can write it to swap while it is
+ * mapped. In T2 the file holds no pages; in T3 it holds the buffer's contents.
  */
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/highmem.h>
 #include <linux/mm.h>
+#include <linux/module.h>
 #include <linux/pagemap.h>
+#include <linux/pagevec.h>
 #include <linux/scatterlist.h>
 #include <linux/sched/signal.h>
 #include <linux/shmem_fs.h>
@@ -51,6 +53,42 @@ void gb_file_put(struct file *file)
 	fput(file);
 }
 
+/*
+ * The map file's operations: none of its own. remap_file_pages() re-mmaps a vma's
+ * vm_file over the range and MADV_REMOVE punches a hole through it (vfs_fallocate);
+ * with the shmem file itself as vm_file, the first turned the range into a plain shmem
+ * mapping (writes never reached a T2 buffer's pages, its pages outlived the buffer
+ * outside every limit) and the second zeroed T3 contents. Without .mmap and
+ * .fallocate they fail as for any such file: ENODEV and EOPNOTSUPP.
+ */
+static const struct file_operations gb_map_fops = {
+	.owner = THIS_MODULE,
+	/* msync(MS_SYNC): nothing to write back, as the shmem file answers */
+	.fsync = noop_fsync,
+};
+
+int gb_map_file_create(struct file *shm, struct file **out)
+{
+	struct inode *inode = file_inode(shm);
+	struct file *file;
+
+	/* the file's last fput (deferred) reads gb_map_fops: the module must stay */
+	if (!try_module_get(THIS_MODULE))
+		return -ENODEV;
+	/* the new dentry takes this inode reference; an error leaves it with us */
+	ihold(inode);
+	/* not counted against file-max: the shmem file it shadows is */
+	file = alloc_file_pseudo_noaccount(inode, shm->f_path.mnt, "greenboost", O_RDWR,
+					   &gb_map_fops);
+	if (IS_ERR(file)) {
+		iput(inode);
+		module_put(THIS_MODULE);
+		return PTR_ERR(file);
+	}
+	*out = file;
+	return 0;
+}
+
 void gb_shmem_counts(struct file *shm, u64 *resident, u64 *swapped)
 {
 	struct address_space *mapping = shm->f_mapping;
@@ -65,9 +103,9 @@ u64 gb_swap_free(void)
 	return (u64)get_nr_swap_pages() << PAGE_SHIFT;
 }
 
-void gb_vma_use_file(struct vm_area_struct *vma, struct file *shm)
+void gb_vma_use_file(struct vm_area_struct *vma, struct file *map_file)
 {
-	vma_set_file(vma, shm);
+	vma_set_file(vma, map_file);
 }
 
 void gb_user_unmap(struct file *shm)
@@ -173,29 +211,32 @@ void gb_shmem_truncate(struct file *shm)
 	shmem_truncate_range(file_inode(shm), 0, (loff_t)-1);
 }
 
-struct page **gb_shmem_pin(struct file *shm, unsigned long npages)
+int gb_shmem_pin(struct file *shm, unsigned long npages, bool killable, struct page ***out,
+		 unsigned long *pinned)
 {
 	struct address_space *mapping = shm->f_mapping;
 	struct page **pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL | __GFP_NOWARN);
 	unsigned long i;
 
+	*out = pages;
+	*pinned = 0;
 	if (!pages)
-		return NULL;
+		return -ENOMEM;
 	for (i = 0; i < npages; i++) {
-		struct folio *folio = shmem_read_folio_gfp(mapping, i, gb_t3_gfp(mapping));
+		struct folio *folio;
 
-		if (IS_ERR(folio) || fatal_signal_pending(current)) {
-			if (!IS_ERR(folio))
-				folio_put(folio);
-			gb_shmem_unpin(pages, i);
-			return NULL;
-		}
+		if (killable && fatal_signal_pending(current))
+			return -EINTR;
+		folio = shmem_read_folio_gfp(mapping, i, gb_t3_gfp(mapping));
+		if (IS_ERR(folio))
+			return PTR_ERR(folio);
 		/* the folio reference keeps the page; the caller keeps it from reclaim */
 		pages[i] = folio_file_page(folio, i);
+		*pinned = i + 1;
 		if ((i & 127) == 127)
 			cond_resched();
 	}
-	return pages;
+	return 0;
 }
 
 void gb_shmem_unpin(struct page **pages, unsigned long npages)
@@ -208,6 +249,28 @@ void gb_shmem_unpin(struct page **pages, unsigned long npages)
 		put_page(pages[i]);
 	}
 	kvfree(pages);
+}
+
+void gb_shmem_make_evictable(struct page **pages, unsigned long npages)
+{
+	struct folio_batch batch;
+	unsigned long i;
+
+	/*
+	 * As i915 does when it unpins a shmem object: reclaim moved the pages it met while
+	 * the mapping was unevictable to the unevictable list, and only this brings them
+	 * back (otherwise they stay there until the buffer dies, outside every limit).
+	 */
+	folio_batch_init(&batch);
+	for (i = 0; i < npages; i++) {
+		if (!folio_batch_add(&batch, page_folio(pages[i]))) {
+			check_move_unevictable_folios(&batch);
+			folio_batch_reinit(&batch);
+			cond_resched();
+		}
+	}
+	if (folio_batch_count(&batch))
+		check_move_unevictable_folios(&batch);
 }
 
 void gb_shmem_set_unevictable(struct file *shm, bool unevictable)

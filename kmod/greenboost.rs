@@ -2,8 +2,8 @@
 //! greenboost.ko: pinned system-RAM buffers (tier T2) for GPU programs, exported as
 //! DMA-BUFs through `/dev/greenboost`.
 //!
-//! A buffer is a list of compound pages (2 MiB, order 9, lower orders only when memory
-//! is fragmented) that never come from ZONE_MOVABLE or CMA, so that a userspace mapping
+//! A buffer is a list of physically contiguous 2 MiB blocks of pages (lower orders only
+//! when memory is fragmented) that never come from ZONE_MOVABLE or CMA, so that a mapping
 //! of them can be pinned long-term (cuMemHostRegister). The pool keeps a cache of
 //! pre-zeroed 2 MiB pages refilled in the background; pages come back zeroed before
 //! anyone else sees them. A watchdog watches available RAM against a safety reserve.
@@ -21,6 +21,7 @@ use kernel::prelude::*;
 #[allow(dead_code, unreachable_pub)]
 mod abi;
 mod admission;
+mod backing;
 mod buffer;
 mod chunks;
 mod device;
@@ -29,6 +30,7 @@ mod glue_ffi;
 mod held;
 mod memlock;
 mod mover;
+mod pins;
 mod pool;
 mod pressure;
 mod proclist;
@@ -39,6 +41,7 @@ mod shmem;
 mod state;
 mod stats;
 mod tier3;
+mod users;
 mod util;
 
 use crate::glue_ffi as ffi;
@@ -139,7 +142,7 @@ impl Drop for GreenBoost {
         unsafe { ffi::gb_works_cancel() };
         // No buffer is alive either (each dma-buf holds a module reference); chunks that
         // outlived theirs are left to their other holders.
-        self.state.held.drain(&self.state.shared, &self.state.procs);
+        self.state.held.drain(&self.state.shared, &self.state.procs, &self.state.users);
         self.state.pool().drain();
         stats::log_report(&self.state, "unloading: final");
         state::unpublish();

@@ -2,8 +2,9 @@
 //! `GB_IOC_MOVE`: a buffer moves between T2 (pinned 2 MiB pages) and T3 (its shmem
 //! file's swappable pages), keeping its contents, its fd, its id and its mappings.
 //!
-//! A move takes the buffer's backing lock, so that no fault, attachment or kernel
-//! mapping sees it halfway; zaps every user mapping (they fault the new pages in
+//! A move takes the buffer's backing lock (killably: a second move waiting for the
+//! first gives up with EINTR), so that no fault, attachment or kernel mapping sees it
+//! halfway (a fault waits for it without the mmap lock, see `backing.rs`); zaps every user mapping (they fault the new pages in
 //! afterwards); copies a chunk (2 MiB, or the chunk's size when fragmented) at a time;
 //! and only then switches the backing. Any failure before the switch leaves the buffer
 //! where it was, with its contents. Refused with EBUSY while an importer is attached,
@@ -25,7 +26,8 @@ use kernel::uaccess::UserSlice;
 
 use crate::abi::{self, GbMove};
 use crate::admission;
-use crate::buffer::{Buffer, Tier};
+use crate::backing::Tier;
+use crate::buffer::Buffer;
 use crate::chunks::Chunks;
 use crate::glue_ffi::{self as ffi, Chunk};
 use crate::state::State;
@@ -165,9 +167,15 @@ fn each_chunk(chunks: &Chunks, mut copy: impl FnMut(c_ulong, &Chunk) -> Result) 
 
 /// T2 -> T3; returns the bytes copied (0: it was in T3 already).
 fn demote(state: &State, buf: &Buffer) -> Result<u64> {
-    let owner = buf.owner()?;
-    state.tier3.admit(&state.shared, owner, buf.size)?;
-    let mut backing = buf.backing();
+    let (owner, user) = buf.charged_to()?;
+    state.tier3.admit(&state.shared, owner, user, buf.size)?;
+    let mut backing = match buf.backing_killable() {
+        Ok(backing) => backing,
+        Err(e) => {
+            Tier3::unadmit(&state.shared, owner, user, buf.size);
+            return Err(e);
+        }
+    };
     let copied = (|| -> Result<bool> {
         let Tier::T2 { chunks, .. } = &backing.tier else { return Ok(false) };
         if backing.in_use() {
@@ -190,21 +198,21 @@ fn demote(state: &State, buf: &Buffer) -> Result<u64> {
             owner.t3_buffers.fetch_add(1, Ordering::Relaxed);
             if let Tier::T2 { chunks, memlock } = old {
                 // Written by userspace: to the dirty list, zeroed before reuse.
-                admission::give_back_t2(state, owner, buf.size, chunks.as_slice(), true);
+                admission::give_back_t2(state, owner, user, buf.size, chunks.as_slice(), true);
                 drop(memlock);
             }
             Ok(buf.size)
         }
         Ok(false) => {
             drop(backing);
-            Tier3::unadmit(&state.shared, owner, buf.size);
+            Tier3::unadmit(&state.shared, owner, user, buf.size);
             Ok(0)
         }
         Err(e) => {
             // What was copied goes; the buffer stays in T2 with its contents.
             buf.shmem.truncate();
             drop(backing);
-            Tier3::unadmit(&state.shared, owner, buf.size);
+            Tier3::unadmit(&state.shared, owner, user, buf.size);
             Err(e)
         }
     }
@@ -212,13 +220,19 @@ fn demote(state: &State, buf: &Buffer) -> Result<u64> {
 
 /// T3 -> T2; returns the bytes copied (0: it was in T2 already).
 fn promote(state: &State, buf: &Buffer) -> Result<u64> {
-    let owner = buf.owner()?;
-    if matches!(buf.backing().tier, Tier::T2 { .. }) {
+    let (owner, user) = buf.charged_to()?;
+    if matches!(buf.backing_killable()?.tier, Tier::T2 { .. }) {
         return Ok(0);
     }
-    let (list, memlock) = admission::take_t2(state, owner, buf.size, buf.placement)?;
+    let (list, memlock) = admission::take_t2(state, owner, user, buf.size, buf.placement)?;
     let chunks = Chunks::new(list);
-    let mut backing = buf.backing();
+    let mut backing = match buf.backing_killable() {
+        Ok(backing) => backing,
+        Err(e) => {
+            admission::give_back_t2(state, owner, user, buf.size, chunks.as_slice(), false);
+            return Err(e);
+        }
+    };
     let copied = (|| -> Result<bool> {
         if matches!(backing.tier, Tier::T2 { .. }) {
             return Ok(false);
@@ -239,13 +253,13 @@ fn promote(state: &State, buf: &Buffer) -> Result<u64> {
             let c = &state.shared.counters;
             c.t3_buffers.fetch_sub(1, Ordering::Relaxed);
             owner.t3_buffers.fetch_sub(1, Ordering::Relaxed);
-            Tier3::unadmit(&state.shared, owner, buf.size);
+            Tier3::unadmit(&state.shared, owner, user, buf.size);
             Ok(buf.size)
         }
         other => {
             drop(backing);
             // A refused copy may have written some of them.
-            admission::give_back_t2(state, owner, buf.size, chunks.as_slice(), other.is_err());
+            admission::give_back_t2(state, owner, user, buf.size, chunks.as_slice(), other.is_err());
             drop(memlock);
             other.map(|_| 0)
         }

@@ -93,11 +93,18 @@ pub(crate) struct Pool<'a> {
     pub(crate) cache: &'a Mutex<Cache>,
 }
 
-/// Drops our reference to a chunk's pages (freeing them unless someone else holds one).
+/// Drops our reference to a chunk's pages (freeing those nobody else holds).
 pub(crate) fn free_chunk(chunk: Chunk) {
-    // SAFETY: by the `Chunk` invariant we own one reference to this block of
-    // `2^order` pages; it is given up here and the chunk is not used again.
+    // SAFETY: by the `Chunk` invariant we own one reference to each page of this block
+    // of `2^order` pages; they are given up here and the chunk is not used again.
     unsafe { ffi::gb_chunk_free(chunk.page, chunk.order) };
+}
+
+/// Whether nobody but us references any page of `chunk` (no mapping, pin or pipe).
+pub(crate) fn chunk_exclusive(chunk: &Chunk) -> bool {
+    // SAFETY: the chunk's block of `2^order` pages is ours (`Chunk` invariant); the glue
+    // only reads their reference counts.
+    unsafe { ffi::gb_chunk_exclusive(chunk.page, chunk.order) }
 }
 
 /// Allocates one zeroed chunk of `order`, or of a lower order if memory is too
@@ -279,9 +286,8 @@ impl Pool<'_> {
             // A huge buffer has thousands of chunks; the cache lock is a mutex.
             // SAFETY: `gb_cond_resched` may sleep; only a mutex is held here.
             unsafe { ffi::gb_cond_resched() };
-            // SAFETY: the chunk is ours (`Chunk` invariant) and not mapped any more.
-            let exclusive = unsafe { ffi::gb_chunk_exclusive(chunk.page) };
-            if !exclusive {
+            // The chunk is not mapped any more: another reference is someone else's.
+            if !chunk_exclusive(&chunk) {
                 self.shared.counters.pinned_on_release.fetch_add(1, Ordering::Relaxed);
                 free_chunk(chunk);
                 continue;
@@ -328,7 +334,7 @@ impl Pool<'_> {
         if self.shared.pressure.load(Ordering::Relaxed) {
             return 0;
         }
-        let used = self.shared.counters.t2_used.load(Ordering::Relaxed);
+        let used = self.shared.counters.t2.used.load(Ordering::Relaxed);
         limits.cache_target.min(limits.cap.saturating_sub(used))
     }
 
@@ -399,11 +405,12 @@ impl Pool<'_> {
     /// together exceed `cap`. Admission ([`dirty_claim`]) counts on an ALLOC taking
     /// cached pages; where it takes a fresh chunk instead (the cached pages are on
     /// another node than a placed ALLOC wants, or this part of the buffer is below
-    /// 2 MiB), the cache makes the room first, so that the pool never holds more pages
+    /// 2 MiB), and where a T3 buffer's pages are pinned (they never come from the
+    /// cache), the cache makes the room first, so that the pool never holds more pages
     /// than its cap (give or take the chunk being added).
-    fn trim_to_cap(self, cap: u64) {
+    pub(crate) fn trim_to_cap(self, cap: u64) {
         let c = &self.shared.counters;
-        while c.t2_used.load(Ordering::Relaxed).saturating_add(c.t2_cached.load(Ordering::Relaxed)) > cap
+        while c.t2.used.load(Ordering::Relaxed).saturating_add(c.t2_cached.load(Ordering::Relaxed)) > cap
             && self.trim_one()
         {}
     }

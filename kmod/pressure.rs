@@ -154,7 +154,7 @@ impl Watchdog {
                          released (T2 used {})\n",
                         Size(available),
                         Size(limits.reserve),
-                        Size(shared.counters.t2_used.load(Ordering::Relaxed)),
+                        Size(shared.counters.t2.used.load(Ordering::Relaxed)),
                     );
                 } else {
                     pr_info!("memory pressure over: available {}, reserve {}\n", Size(available), Size(limits.reserve));

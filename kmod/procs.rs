@@ -16,7 +16,7 @@ use kernel::prelude::*;
 use kernel::sync::{new_mutex, Arc, Mutex};
 
 use crate::glue_ffi as ffi;
-use crate::util;
+use crate::util::{self, T2Usage};
 
 /// `TASK_COMM_LEN`.
 const COMM_LEN: usize = 16;
@@ -40,16 +40,15 @@ pub(crate) struct ProcEntry {
     pid: *mut bindings::pid,
     /// Thread-group id in the initial pid namespace, as sysfs and dmesg show it.
     pub(crate) pid_nr: i32,
-    /// Real uid (initial user namespace) as of the process's latest open or ALLOC: a
-    /// process that changes its uid takes its buffers with it to the new user's cap.
+    /// Real uid (initial user namespace) as of the process's latest open or ALLOC, as
+    /// listings show it (each buffer counts under its allocating user, `users.rs`).
     pub(crate) kuid: AtomicU32,
     /// Command name of the thread-group leader, 16 bytes packed into two words (a torn
     /// read after a rename shows a mix of two names, nothing worse).
     comm: [AtomicU64; 2],
-    /// T2 bytes of its live buffers (reserved before the pages are allocated).
-    pub(crate) t2_used: AtomicU64,
-    /// Highest `t2_used`.
-    pub(crate) t2_peak: AtomicU64,
+    /// T2 bytes of its live buffers (reserved before the pages are allocated) and held
+    /// chunks, with their peak.
+    pub(crate) t2: T2Usage,
     /// Its live buffers.
     pub(crate) buffers: AtomicU64,
     /// Last reported T1 (VRAM) usage; 0 once its last file is closed.
@@ -192,8 +191,7 @@ impl Registry {
                     pid_nr: unsafe { ffi::gb_pid_nr(pid) },
                     kuid: AtomicU32::new(0),
                     comm: [AtomicU64::new(0), AtomicU64::new(0)],
-                    t2_used: AtomicU64::new(0),
-                    t2_peak: AtomicU64::new(0),
+                    t2: T2Usage::default(),
                     buffers: AtomicU64::new(0),
                     t1_used: AtomicU64::new(0),
                     t1_budget: AtomicU64::new(0),
@@ -257,25 +255,6 @@ impl Registry {
         // SAFETY: `pid` is the counted reference taken above, put once and not used again.
         unsafe { ffi::gb_pid_put(pid) };
         found
-    }
-
-    /// Reserves `size` T2 bytes for `entry`, enforcing the per-user cap (0: none).
-    pub(crate) fn reserve(&self, entry: &ProcEntry, size: u64, uid_cap: u64) -> Result {
-        let slots = self.slots.lock();
-        if uid_cap != 0 {
-            let kuid = entry.kuid.load(Ordering::Relaxed);
-            let user_total = slots
-                .iter()
-                .filter(|s| s.entry.kuid.load(Ordering::Relaxed) == kuid)
-                .fold(0u64, |sum, s| sum.saturating_add(s.entry.t2_used.load(Ordering::Relaxed)));
-            if user_total.saturating_add(size) > uid_cap {
-                return Err(ENOMEM);
-            }
-        }
-        // The peak is raised once the pages exist (`device.rs`).
-        entry.t2_used.fetch_add(size, Ordering::Relaxed);
-        drop(slots);
-        Ok(())
     }
 
     /// Sum of the T1 figures reported by all processes.

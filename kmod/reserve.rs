@@ -61,7 +61,18 @@ impl<'a> Claim<'a> {
             return Ok(());
         }
         // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.
-        let available = unsafe { ffi::gb_mem_available() }.saturating_add(self.tier3.pushable(self.shared));
+        let available = unsafe { ffi::gb_mem_available() };
+        // T3 pages in RAM count only where RAM alone falls short: summing them asks
+        // every T3 buffer's file.
+        self.claim(available, more)
+            .or_else(|_| self.claim(available.saturating_add(self.tier3.pushable(self.shared)), more))?;
+        self.held += more;
+        Ok(())
+    }
+
+    /// Adds `more` to the claims in flight if `available` covers them all above the
+    /// reserve: ENOMEM.
+    fn claim(&self, available: u64, more: u64) -> Result {
         let reserve = self.reserve;
         self.shared
             .counters
@@ -70,9 +81,8 @@ impl<'a> Claim<'a> {
                 let total = f.checked_add(more)?;
                 (available >= reserve.saturating_add(total)).then_some(total)
             })
-            .map_err(|_| ENOMEM)?;
-        self.held += more;
-        Ok(())
+            .map(|_| ())
+            .map_err(|_| ENOMEM)
     }
 }
 

@@ -8,6 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use crate::abi;
 use crate::glue_ffi as ffi;
+use crate::util::T2Usage;
 
 /// One MiB, the unit of the module parameters.
 pub(crate) const MIB: u64 = 1 << 20;
@@ -15,11 +16,9 @@ pub(crate) const MIB: u64 = 1 << 20;
 /// Module-wide counters, all lock-free.
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// T2 bytes held by live buffers (reserved before the pages are allocated) and by
-    /// dead buffers' chunks still referenced elsewhere (`held_bytes`).
-    pub(crate) t2_used: AtomicU64,
-    /// Highest `t2_used`.
-    pub(crate) t2_peak: AtomicU64,
+    /// T2 bytes of live buffers (reserved before the pages are allocated) and of dead
+    /// buffers' chunks still referenced elsewhere (`held_bytes`), with their peak.
+    pub(crate) t2: T2Usage,
     /// Bytes held by the cache, zeroed or waiting to be zeroed.
     pub(crate) t2_cached: AtomicU64,
     /// Of `t2_cached`, the bytes already zeroed.
@@ -40,7 +39,7 @@ pub(crate) struct Counters {
     /// allocated yet (see `reserve.rs`).
     pub(crate) in_flight: AtomicU64,
     /// Bytes of dead buffers' chunks still referenced elsewhere, kept charged (see
-    /// `held.rs`); part of `t2_used`.
+    /// `held.rs`); part of `t2`.
     pub(crate) held_bytes: AtomicU64,
     /// When kernel reclaim last took pages from the cache (`gb_now_ms`, 0: never);
     /// the refill worker waits a while after it.
@@ -55,6 +54,9 @@ pub(crate) struct Counters {
     pub(crate) t3_peak: AtomicU64,
     /// Live buffers in T3.
     pub(crate) t3_buffers: AtomicU64,
+    /// Bytes of T3 buffers whose pages are pinned in RAM for an importer or a kernel
+    /// mapping (part of `t2`: pinned RAM, within the same limits).
+    pub(crate) t3_pinned: AtomicU64,
     /// Moves T2 -> T3 and T3 -> T2 since load.
     pub(crate) moves_to_t3: AtomicU64,
     pub(crate) moves_to_t2: AtomicU64,
@@ -80,6 +82,11 @@ pub(crate) struct Limits {
     pub(crate) watchdog_ms: u64,
     /// Most T3 bytes (`t3_cap_mb`), `None`: as much as the swap holds.
     pub(crate) t3_cap: Option<u64>,
+    /// Most T3 bytes per user (`uid_t3_cap_mb`), `None`: half of what T3 may hold now;
+    /// `Some(0)`: no per-user T3 cap.
+    pub(crate) uid_t3_cap: Option<u64>,
+    /// Most live buffers per user (`uid_buffers`), 0: no limit.
+    pub(crate) uid_buffers: u64,
 }
 
 /// The lock-free part of the module state.
@@ -157,6 +164,8 @@ impl Shared {
             cache_target: cache - cache % abi::GB_CHUNK_SIZE,
             watchdog_ms: p.watchdog_ms.clamp(100, 60_000),
             t3_cap: u64::try_from(p.t3_cap_mb).ok().map(|mb| mb.saturating_mul(MIB)),
+            uid_t3_cap: u64::try_from(p.uid_t3_cap_mb).ok().map(|mb| mb.saturating_mul(MIB)),
+            uid_buffers: p.uid_buffers,
         }
     }
 }

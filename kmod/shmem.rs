@@ -3,9 +3,11 @@
 //! the pages that hold its contents (swappable: the kernel writes them to swap under
 //! pressure and reads them back on access).
 //!
-//! Every mapping of a buffer belongs to this file (see `Buffer::mmap`), so that a move
-//! between tiers can zap all of them at once and reclaim's reverse map finds the
-//! mappings of a T3 page. Callers that change what the file holds (store, load,
+//! Every mapping of a buffer belongs to this file's page cache (see `Buffer::mmap`), so
+//! that a move between tiers can zap all of them at once and reclaim's reverse map
+//! finds the mappings of a T3 page. Their `vm_file` is a second file on the same inode
+//! without operations of its own, so that nothing reaches the shmem file through a
+//! mapping (remap_file_pages, MADV_REMOVE). Callers that change what the file holds (store, load,
 //! truncate, fault) hold the buffer's backing lock. Takes no lock of ours.
 
 use kernel::bindings;
@@ -14,14 +16,17 @@ use kernel::prelude::*;
 
 use crate::glue_ffi::{self as ffi, Chunk};
 
-/// An owned reference to a shmem file of `size` bytes.
+/// An owned reference to a shmem file of `size` bytes, and to the file its mappings
+/// have as `vm_file`.
 ///
 /// # Invariants
 ///
-/// `file` is a counted reference to a shmem file made by `gb_shmem_create`, put in
-/// `drop`.
+/// `file` is a counted reference to a shmem file made by `gb_shmem_create`, `map_file`
+/// one to the map file `gb_map_file_create` made for it (the same inode and page cache,
+/// none of the shmem file's operations); both are put in `drop`.
 pub(crate) struct Shmem {
     file: *mut bindings::file,
+    map_file: *mut bindings::file,
 }
 
 // SAFETY: a `struct file` reference may be used and put from any thread; what changes
@@ -40,10 +45,20 @@ impl Shmem {
         // SAFETY: `file` is a local the glue writes only on success.
         let ret = unsafe { ffi::gb_shmem_create(size, &mut file) };
         match ret {
-            0 => Ok(Shmem { file }),
-            e if e == ENOSPC.to_errno() => Err(ENOMEM),
-            e => Err(Error::from_errno(e)),
+            0 => {}
+            e if e == ENOSPC.to_errno() => return Err(ENOMEM),
+            e => return Err(Error::from_errno(e)),
         }
+        let mut map_file = core::ptr::null_mut();
+        // SAFETY: `file` is the live shmem file made above; `map_file` is a local the
+        // glue writes only on success.
+        let ret = unsafe { ffi::gb_map_file_create(file, &mut map_file) };
+        if ret != 0 {
+            // SAFETY: our only reference to the file made above, put once.
+            unsafe { ffi::gb_file_put(file) };
+            return Err(Error::from_errno(ret));
+        }
+        Ok(Shmem { file, map_file })
     }
 
     /// The file, for the T3 list's statistics (valid while `self` lives).
@@ -51,7 +66,9 @@ impl Shmem {
         self.file
     }
 
-    /// Makes `vma` (being set up by an mmap of the buffer) a mapping of this file.
+    /// Makes `vma` (being set up by an mmap of the buffer) a mapping of this file's
+    /// pages, through the map file: remap_file_pages and MADV_REMOVE, which act on a
+    /// vma's file, find no mmap or fallocate there.
     ///
     /// # Safety
     ///
@@ -59,8 +76,8 @@ impl Shmem {
     /// lock held for writing.
     pub(crate) unsafe fn adopt(&self, vma: *mut bindings::vm_area_struct) {
         // SAFETY: `vma` is being set up under its mmap lock (the function's contract);
-        // the file is live (type invariant) and the glue takes its own reference.
-        unsafe { ffi::gb_vma_use_file(vma, self.file) };
+        // the map file is live (type invariant) and the glue takes its own reference.
+        unsafe { ffi::gb_vma_use_file(vma, self.map_file) };
     }
 
     /// Removes every user mapping's page-table entries (the mappings stay and fault
@@ -121,23 +138,35 @@ impl Shmem {
     }
 
     /// A reference to each of the file's first `npages` pages (read back from swap or
-    /// allocated as needed), held until the returned value is dropped.
-    pub(crate) fn pin(&self, npages: c_ulong) -> Result<PinnedPages> {
-        // SAFETY: the file is live (type invariant); the array and its references are
-        // owned by the returned value.
-        let pages = unsafe { ffi::gb_shmem_pin(self.file, npages) };
-        if pages.is_null() {
-            return Err(ENOMEM);
+    /// allocated as needed), held until the returned value is dropped. On failure
+    /// (ENOMEM, an I/O error, EINTR when `killable` and the caller is killed) the
+    /// error comes with the pages referenced so far, for the caller to let go.
+    pub(crate) fn pin(
+        &self,
+        npages: c_ulong,
+        killable: bool,
+    ) -> core::result::Result<PinnedPages, (Error, PinnedPages)> {
+        let (mut pages, mut pinned) = (core::ptr::null_mut(), 0);
+        // SAFETY: the file is live (type invariant); the two outputs are locals the glue
+        // writes, and the array and its `pinned` references are owned by the value
+        // returned either way.
+        let ret = unsafe { ffi::gb_shmem_pin(self.file, npages, killable, &mut pages, &mut pinned) };
+        let held = PinnedPages { pages, npages: pinned };
+        if ret != 0 {
+            return Err((Error::from_errno(ret), held));
         }
-        Ok(PinnedPages { pages, npages })
+        Ok(held)
     }
 }
 
 impl Drop for Shmem {
     fn drop(&mut self) {
-        // SAFETY: our counted reference (type invariant), put once; mappings hold
-        // their own.
-        unsafe { ffi::gb_file_put(self.file) };
+        // SAFETY: our counted references (type invariant), each put once; mappings
+        // hold their own.
+        unsafe {
+            ffi::gb_file_put(self.map_file);
+            ffi::gb_file_put(self.file);
+        }
     }
 }
 
@@ -145,8 +174,9 @@ impl Drop for Shmem {
 ///
 /// # Invariants
 ///
-/// `pages` is a kvmalloc'ed array of `npages` page pointers made by `gb_shmem_pin`,
-/// each holding one reference; all are given back by `gb_shmem_unpin`.
+/// `pages` is null with `npages` 0, or a kvmalloc'ed array whose first `npages` page
+/// pointers (made by `gb_shmem_pin`) each hold one reference; all are given back by
+/// `gb_shmem_unpin`.
 pub(crate) struct PinnedPages {
     pages: *mut *mut bindings::page,
     npages: c_ulong,
@@ -166,6 +196,14 @@ impl PinnedPages {
         let raw = self.raw();
         core::mem::forget(self);
         raw
+    }
+
+    /// After the last pin (the file evictable again): puts the pages back on the
+    /// evictable LRU lists, where reclaim parked any it met while they were pinned.
+    pub(crate) fn make_evictable(&self) {
+        // SAFETY: the array and its referenced pages are ours (type invariant); the glue
+        // only moves the pages between LRU lists.
+        unsafe { ffi::gb_shmem_make_evictable(self.pages, self.npages) };
     }
 
     /// Takes back references handed out by [`PinnedPages::into_raw`].

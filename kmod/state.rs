@@ -2,7 +2,7 @@
 //! The module state: one [`State`] made at load, published for the C entry points
 //! through [`state`] until unload.
 //!
-//! Holds the five module-wide locks (see "Lock order" in kmod/README.md) and takes
+//! Holds the six module-wide locks (see "Lock order" in kmod/README.md) and takes
 //! none of them itself.
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -15,6 +15,7 @@ use crate::pressure::Watchdog;
 use crate::procs::Registry;
 use crate::shared::Shared;
 use crate::tier3::Tier3;
+use crate::users::Users;
 use crate::util::RateLimit;
 
 /// Module-wide state, shared by the device, the dma-buf callbacks, sysfs and the work
@@ -53,6 +54,9 @@ pub(crate) struct State {
     /// Every live buffer's shmem file, for the T3 figures (the T3 list lock).
     #[pin]
     pub(crate) tier3: Tier3,
+    /// Per-user totals for the per-user limits (the users lock).
+    #[pin]
+    pub(crate) users: Users,
 }
 
 impl State {
@@ -70,6 +74,7 @@ impl State {
             held <- Held::new(),
             watchdog <- Watchdog::new(),
             tier3 <- Tier3::new(),
+            users <- Users::new(),
         })
     }
 

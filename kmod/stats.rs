@@ -15,6 +15,7 @@ use crate::glue_ffi as ffi;
 use crate::procs::{Comm, ProcEntry};
 use crate::state::State;
 use crate::tier3::{self, Tier3};
+use crate::users::UserShare;
 use crate::util::{Size, SliceWriter};
 
 /// Most per-process lines in a dmesg report.
@@ -24,10 +25,10 @@ const MAX_REPORT_PROCS: usize = 32;
 pub(crate) fn pool_snapshot(state: &State) -> GbPoolStats {
     let c = &state.shared.counters;
     GbPoolStats {
-        t2_used: c.t2_used.load(Ordering::Relaxed),
+        t2_used: c.t2.used.load(Ordering::Relaxed),
         t2_cached: c.t2_cached.load(Ordering::Relaxed),
         t2_cap: state.shared.limits().cap,
-        t2_peak: c.t2_peak.load(Ordering::Relaxed),
+        t2_peak: c.t2.peak.load(Ordering::Relaxed),
         t1_reported: state.procs.t1_total(),
         t3_used: c.t3_used.load(Ordering::Relaxed),
         buffers: c.buffers.load(Ordering::Relaxed),
@@ -56,6 +57,18 @@ pub(crate) fn t3_snapshot(state: &State) -> GbT3Stats {
         moved_bytes: c.moved_bytes.load(Ordering::Relaxed),
         move_ns: c.move_ns.load(Ordering::Relaxed),
         move_refusals: c.move_refusals.load(Ordering::Relaxed),
+    }
+}
+
+/// Logs an ALLOC refused for `user`'s buffer count (rate-limited).
+pub(crate) fn log_buffer_limit(state: &State, user: &UserShare, limit: u64) {
+    if state.refusal_log_limit.allow() {
+        pr_info!(
+            "ALLOC refused (ENOMEM): uid {} has {} live buffers (uid_buffers {})\n",
+            user.kuid,
+            user.buffers.load(Ordering::Relaxed),
+            limit,
+        );
     }
 }
 
@@ -132,8 +145,8 @@ pub(crate) fn log_report(state: &State, why: &str) {
             Comm(e.comm()),
             e.kuid.load(Ordering::Relaxed),
             Size(e.t1_used.load(Ordering::Relaxed)),
-            Size(e.t2_used.load(Ordering::Relaxed)),
-            Size(e.t2_peak.load(Ordering::Relaxed)),
+            Size(e.t2.used.load(Ordering::Relaxed)),
+            Size(e.t2.peak.load(Ordering::Relaxed)),
             Size(e.t3_used.load(Ordering::Relaxed)),
             Size(t3.resident),
             Size(t3.swapped),
@@ -191,6 +204,7 @@ fn format_stats(state: &State, out: &mut SliceWriter<'_>) -> core::fmt::Result {
     writeln!(out, "pinned_on_release {}", c.pinned_on_release.load(Ordering::Relaxed))?;
     writeln!(out, "chunks_allocated {}", c.chunks_allocated.load(Ordering::Relaxed))?;
     writeln!(out, "held_bytes {}", c.held_bytes.load(Ordering::Relaxed))?;
+    writeln!(out, "t3_pinned_bytes {}", c.t3_pinned.load(Ordering::Relaxed))?;
     writeln!(out, "watchdog_ticks {}", c.watchdog_ticks.load(Ordering::Relaxed))?;
     writeln!(out, "free_ram_bytes {}", s.free_ram)?;
     writeln!(out, "reserve_bytes {}", limits.reserve)?;

@@ -14,27 +14,31 @@
 use core::sync::atomic::Ordering;
 use kernel::bindings;
 use kernel::prelude::*;
+use kernel::rbtree::RBTree;
 use kernel::sync::{new_mutex, Mutex};
 
 use crate::glue_ffi as ffi;
 use crate::procs::ProcEntry;
 use crate::shared::Shared;
+use crate::users::{self, UserShare};
 use crate::util;
+
+/// Where a listed file sits: its owner's entry (its address, only ever compared) and
+/// its buffer's id, so that one owner's files are next to each other.
+type Key = (usize, u64);
 
 /// One live buffer's shmem file.
 ///
 /// # Invariants
 ///
-/// `file` is the buffer's shmem file and `owner` its owner's entry; both stay valid
-/// while the entry is in the list (the buffer removes it before letting either go).
+/// `file` is the buffer's shmem file and stays valid while listed (the buffer removes
+/// it before letting it go); so does the owner's entry named by its key.
 struct T3File {
-    id: u64,
     file: *mut bindings::file,
-    owner: *const ProcEntry,
 }
 
-// SAFETY: two pointers only read (statistics of the file, the owner's address for
-// comparison) under the list lock, valid while listed (type invariant).
+// SAFETY: a pointer only read (statistics of the file) under the list lock, valid
+// while listed (type invariant).
 unsafe impl Send for T3File {}
 
 /// Bytes of T3 pages in RAM and in swap.
@@ -66,41 +70,41 @@ pub(crate) fn swap_free() -> u64 {
     unsafe { ffi::gb_swap_free() }
 }
 
-/// The list of live buffers' shmem files.
+/// The live buffers' shmem files, indexed by owner and buffer id: a buffer leaves in
+/// O(log n), an owner's files are found without looking at the others'.
 #[pin_data]
 pub(crate) struct Tier3 {
     #[pin]
-    files: Mutex<KVec<T3File>>,
+    files: Mutex<RBTree<Key, T3File>>,
 }
 
 impl Tier3 {
     /// An empty list.
     pub(crate) fn new() -> impl PinInit<Self> {
-        pin_init!(Tier3 { files <- new_mutex!(KVec::new(), "greenboost::tier3") })
+        pin_init!(Tier3 { files <- new_mutex!(RBTree::new(), "greenboost::tier3") })
     }
 
-    /// Lists buffer `id`'s shmem file.
+    /// Lists buffer `id`'s shmem file under `owner`.
     ///
     /// # Safety
     ///
-    /// `file` and `owner` stay valid until [`Tier3::remove`] is called with `id`.
-    pub(crate) unsafe fn add(&self, id: u64, file: *mut bindings::file, owner: *const ProcEntry) -> Result {
-        self.files.lock().push(T3File { id, file, owner }, GFP_KERNEL)?;
+    /// `file` and `owner` stay valid until [`Tier3::remove`] is called with `owner`
+    /// and `id`.
+    pub(crate) unsafe fn add(&self, owner: *const ProcEntry, id: u64, file: *mut bindings::file) -> Result {
+        self.files.lock().try_create_and_insert((owner as usize, id), T3File { file }, GFP_KERNEL)?;
         Ok(())
     }
 
-    /// Forgets buffer `id` (a no-op if it was never listed).
-    pub(crate) fn remove(&self, id: u64) {
-        let mut files = self.files.lock();
-        if let Some(index) = files.iter().position(|f| f.id == id) {
-            let _ = util::vec_swap_remove(&mut files, index);
-        }
+    /// Forgets buffer `id` of `owner` (a no-op if it was never listed).
+    pub(crate) fn remove(&self, owner: *const ProcEntry, id: u64) {
+        self.files.lock().remove(&(owner as usize, id));
     }
 
-    /// Resident and swapped bytes over all buffers.
+    /// Resident and swapped bytes over all buffers (the kernel changes them on its own,
+    /// so each file is asked).
     pub(crate) fn totals(&self) -> Residency {
         let mut sum = Residency::default();
-        for f in self.files.lock().iter() {
+        for f in self.files.lock().values() {
             sum.add(residency(f.file));
         }
         sum
@@ -109,8 +113,15 @@ impl Tier3 {
     /// Resident and swapped bytes of `owner`'s buffers.
     pub(crate) fn of_owner(&self, owner: *const ProcEntry) -> Residency {
         let mut sum = Residency::default();
-        for f in self.files.lock().iter().filter(|f| f.owner == owner) {
+        let mut files = self.files.lock();
+        let mut cursor = files.cursor_lower_bound(&(owner as usize, 0));
+        while let Some(at) = cursor {
+            let (key, f) = at.current();
+            if key.0 != owner as usize {
+                break;
+            }
             sum.add(residency(f.file));
+            cursor = at.move_next();
         }
         sum
     }
@@ -134,27 +145,47 @@ impl Tier3 {
         if shared.counters.t3_used.load(Ordering::Relaxed) == 0 {
             return 0;
         }
-        self.totals().resident.min(swap_free())
+        // Pages pinned for an importer or a kernel mapping cannot be written out.
+        let pinned = shared.counters.t3_pinned.load(Ordering::Relaxed);
+        self.totals().resident.saturating_sub(pinned).min(swap_free())
     }
 
-    /// Reserves `size` T3 bytes for `owner` (a T3 ALLOC or a move to T3): ENOMEM when
-    /// T3 would exceed [`Tier3::limit`].
-    pub(crate) fn admit(&self, shared: &Shared, owner: &ProcEntry, size: u64) -> Result {
-        let limit = Self::limit(shared, self.totals().swapped);
+    /// Reserves `size` T3 bytes for a buffer of `owner` and `user` (a T3 ALLOC or a move
+    /// to T3): ENOMEM when T3 would exceed [`Tier3::limit`], or the user's T3 bytes
+    /// `uid_t3_cap_mb` (by default half of that limit).
+    pub(crate) fn admit(&self, shared: &Shared, owner: &ProcEntry, user: &UserShare, size: u64) -> Result {
+        // The free swap alone (no T3 bytes counted in swap) is a lower bound of the
+        // limit that needs no walk of the files: only an ALLOC it refuses asks them.
+        Self::admit_within(shared, user, size, Self::limit(shared, 0))
+            .or_else(|_| Self::admit_within(shared, user, size, Self::limit(shared, self.totals().swapped)))?;
+        let c = &shared.counters;
+        util::raise_peak(&c.t3_peak, c.t3_used.load(Ordering::Relaxed));
+        owner.t3_used.fetch_add(size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Adds `size` to the module's and `user`'s T3 bytes if they stay within `limit`
+    /// and the user's share of it (`uid_t3_cap_mb`, by default half): ENOMEM.
+    fn admit_within(shared: &Shared, user: &UserShare, size: u64, limit: u64) -> Result {
         let c = &shared.counters;
         c.t3_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(size).filter(|total| *total <= limit)
             })
             .map_err(|_| ENOMEM)?;
-        util::raise_peak(&c.t3_peak, c.t3_used.load(Ordering::Relaxed));
-        owner.t3_used.fetch_add(size, Ordering::Relaxed);
+        // `Some(0)`: no per-user T3 cap, which `users::charge` reads as no limit.
+        let user_cap = shared.limits().uid_t3_cap.unwrap_or(limit / 2);
+        if let Err(e) = users::charge(&user.t3_used, size, user_cap) {
+            c.t3_used.fetch_sub(size, Ordering::Relaxed);
+            return Err(e);
+        }
         Ok(())
     }
 
     /// Gives back what [`Tier3::admit`] reserved.
-    pub(crate) fn unadmit(shared: &Shared, owner: &ProcEntry, size: u64) {
+    pub(crate) fn unadmit(shared: &Shared, owner: &ProcEntry, user: &UserShare, size: u64) {
         shared.counters.t3_used.fetch_sub(size, Ordering::Relaxed);
+        users::uncharge(&user.t3_used, size);
         owner.t3_used.fetch_sub(size, Ordering::Relaxed);
     }
 }

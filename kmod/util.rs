@@ -131,3 +131,38 @@ impl fmt::Display for MibOrNone {
 pub(crate) fn raise_peak(peak: &AtomicU64, value: u64) {
     peak.fetch_max(value, Ordering::Relaxed);
 }
+
+/// T2 bytes of one holder (the module, a process). `used` counts them from their
+/// admission on, ALLOCs in flight included: what the caps compare. `committed` counts
+/// them once their pages exist, and `peak` is the highest `committed`: a peak taken
+/// from `used` would count other ALLOCs' reservations, refused or killed ones too.
+#[derive(Default)]
+pub(crate) struct T2Usage {
+    pub(crate) used: AtomicU64,
+    pub(crate) committed: AtomicU64,
+    pub(crate) peak: AtomicU64,
+}
+
+impl T2Usage {
+    /// `bytes` admitted (counted in `used`), their pages not there yet.
+    pub(crate) fn reserve(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// An admission that never got its pages: `bytes` leave `used`.
+    pub(crate) fn unreserve(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// The pages of `bytes` reserved exist now: committed, the peak raised.
+    pub(crate) fn commit(&self, bytes: u64) {
+        let committed = self.committed.fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes);
+        raise_peak(&self.peak, committed);
+    }
+
+    /// Committed pages of `bytes` are gone (freed, or no longer this holder's).
+    pub(crate) fn release(&self, bytes: u64) {
+        self.committed.fetch_sub(bytes, Ordering::Relaxed);
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}

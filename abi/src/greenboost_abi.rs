@@ -196,7 +196,7 @@ pub struct GbPoolStats {
     pub t2_cached: u64,
     /// T2 cap (`pool_cap_mb`).
     pub t2_cap: u64,
-    /// Highest `t2_used` seen.
+    /// Most T2 bytes whose pages existed at once (never counting ALLOCs in flight).
     pub t2_peak: u64,
     /// Sum of the T1 (VRAM) usage reported by processes.
     pub t1_reported: u64,
@@ -226,7 +226,7 @@ pub struct GbProcStats {
     pub uid: u32,
     /// T2 bytes held by buffers this process allocated and that are still alive.
     pub t2_used: u64,
-    /// Highest `t2_used`.
+    /// Most T2 bytes whose pages existed at once (never counting ALLOCs in flight).
     pub t2_peak: u64,
     /// Live buffers this process allocated.
     pub buffers: u64,
@@ -250,7 +250,7 @@ pub struct GbProcRow {
     pub t1_budget: u64,
     /// T2 bytes held by live buffers the process allocated.
     pub t2_used: u64,
-    /// Highest `t2_used`.
+    /// Most T2 bytes whose pages existed at once (never counting ALLOCs in flight).
     pub t2_peak: u64,
     /// Live buffers the process allocated.
     pub buffers: u64,

@@ -11,7 +11,8 @@
  * begin/end_cpu_access make CPU and "device" writes visible to each other (the device
  * side writes through the DMA address, which is the bounce buffer under swiotlb), or
  * keep an attachment and a vmap after the ioctl (released by a later one), so that the
- * buffer's last fd can be closed under them. Built for tests, never installed.
+ * buffer's last fd can be closed under them, or map the first attachment twice (the
+ * second map's answer goes back). Built for tests, never installed.
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-direct.h>
@@ -198,6 +199,14 @@ static int check_dmabuf(struct gb_importer_check *out)
 			goto undo;
 		}
 		out->attachments++;
+	}
+	if (out->flags & GB_IMPORTER_MAP_TWICE) {
+		struct sg_table *again = dma_buf_map_attachment_unlocked(attach[0], map_dir(0));
+
+		/* an exporter that maps it again must give a table of its own to unmap */
+		out->map2_err = PTR_ERR_OR_ZERO(again);
+		if (!IS_ERR(again))
+			dma_buf_unmap_attachment_unlocked(attach[0], again, map_dir(0));
 	}
 	ret = dma_buf_begin_cpu_access(buf, DMA_FROM_DEVICE);
 	if (!ret) {

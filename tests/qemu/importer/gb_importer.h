@@ -22,7 +22,7 @@ struct gb_importer_check {
 	__u32 all_page_multiple; /* out: 1 if every segment offset/length is page aligned */
 	__u32 vmap_ok;		/* out: 1 if dma_buf_vmap worked */
 	__s32 vmap_err;		/* out: its error otherwise */
-	__u32 pad;
+	__s32 map2_err;		/* out (MAP_TWICE): what a second map of the mapped attachment got */
 	__u64 sg_first;		/* out: first u64 of the buffer, read through the sg pages */
 	__u64 sg_last;		/* out: last u64 of the buffer, read through the sg pages */
 	__u64 vmap_first;	/* out: first u64 of the buffer, read through the vmap */
@@ -42,7 +42,8 @@ struct gb_importer_check {
 #define GB_IMPORTER_SYNC	(1U << 2) /* CPU/device writes across begin/end_cpu_access */
 #define GB_IMPORTER_HOLD	(1U << 3) /* keep one attachment mapped and a vmap afterwards */
 #define GB_IMPORTER_RELEASE	(1U << 4) /* drop what HOLD kept (fd unused); vmap_first read first */
-#define GB_IMPORTER_FLAGS_ALL	0x1fU
+#define GB_IMPORTER_MAP_TWICE	(1U << 5) /* map the first attachment a second time while mapped */
+#define GB_IMPORTER_FLAGS_ALL	0x3fU
 
 /* what SYNC writes: the CPU into word 0, the device into the last word */
 #define GB_IMPORTER_CPU_MARK	0xc0ffee00c0ffee00ULL

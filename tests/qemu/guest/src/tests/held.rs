@@ -4,6 +4,8 @@
 
 use crate::gb::*;
 use crate::harness::*;
+use crate::tests::pressure::ParamGuard;
+use crate::tests::users::{become_user, DeviceGroup};
 use crate::uring::*;
 use greenboost_abi::GB_CHUNK_SIZE;
 use std::io::{Read, Write};
@@ -108,5 +110,69 @@ pub fn kill9_uring_pinned_released() -> TestResult {
         ensure(t0.elapsed() < Duration::from_secs(10), || "held_bytes not back to 0 after the pinning process died".into())?;
         std::thread::sleep(Duration::from_millis(20));
     }
+    Ok(Outcome::Pass)
+}
+
+/// Chunks a pipe keeps past their buffer count against their own user only (issue 37,
+/// finding 2): one user's held chunks beyond a quarter of the pool cap refused every
+/// ALLOC of every user. Now another user's ALLOC succeeds, and the holder's user meets
+/// them in its own per-user cap.
+pub fn held_chunks_charge_their_user() -> TestResult {
+    const HELD: u64 = 32 * MIB;
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    // A quarter of the cap (24 MiB) is below what the pipe will hold.
+    let _cap = ParamGuard::set("pool_cap_mb", "96")?;
+    let _uid_cap = ParamGuard::set("uid_cap_mb", "40")?;
+    let _group = DeviceGroup::grant()?;
+    let (mut holder, mut out) = spawn_with_pipe(move |mut w| {
+        if become_user(1000, None).is_err() {
+            let _ = w.write_all(b"could not become uid 1000\n");
+            return 1;
+        }
+        let run = || -> Result<String, String> {
+            let dev = Dev::open()?;
+            let buf = dev.alloc(HELD)?;
+            let m = buf.map()?;
+            m.fill(0x4e1d, page_words());
+            let (pr, pw) = pipe();
+            let iovs: Vec<libc::iovec> = (0..(HELD / GB_CHUNK_SIZE) as usize)
+                .map(|i| libc::iovec {
+                    // SAFETY: inside the live mapping (offsets below HELD).
+                    iov_base: unsafe { m.ptr().add(i * GB_CHUNK_SIZE as usize) } as *mut libc::c_void,
+                    iov_len: page_size() as usize,
+                })
+                .collect();
+            // SAFETY: iovs describe pages of the live mapping; the pipe holds 16 pages.
+            let n = unsafe { libc::vmsplice(pw.as_raw_fd(), iovs.as_ptr(), iovs.len(), 0) };
+            ensure(n == (iovs.len() as u64 * page_size()) as isize, || format!("vmsplice: {n} ({})", errname(errno())))?;
+            drop((m, buf));
+            // The pipe keeps every chunk: 32 MiB held of this user's 40.
+            let more = dev.try_alloc(16 * MIB).map(|_| "success".to_string()).unwrap_or_else(errname);
+            std::mem::forget((pr, pw));
+            Ok(more)
+        };
+        let line = match run() {
+            Ok(more) => format!("HELD {more}\n"),
+            Err(e) => format!("{e}\n"),
+        };
+        let _ = w.write_all(line.as_bytes());
+        loop {
+            // SAFETY: pause has no preconditions.
+            unsafe { libc::pause() };
+        }
+    });
+    let line = crate::tests::t3::read_line_timeout(&mut out, Duration::from_secs(60))?;
+    let more = line.trim().strip_prefix("HELD ").ok_or_else(|| format!("holder: {}", line.trim()))?;
+    let held = sysfs_counter("held_bytes")?;
+    ensure(held >= HELD, || format!("held_bytes {held} with a pipe holding a closed {HELD}-byte buffer"))?;
+    // Another user (root) is not denied by them.
+    let mine = dev.alloc(8 * MIB).map_err(|e| format!("uid 0 while uid 1000's pipe holds {held} bytes (a quarter of the cap is {}): {e}", 96 * MIB / 4))?;
+    // The holder's own user is: held 32 + 16 MiB > its 40 MiB cap.
+    ensure(more == "ENOMEM", || format!("uid 1000 holding {HELD} bytes asked 16 MiB more under a 40 MiB user cap: {more}, expected ENOMEM"))?;
+    drop(mine);
+    holder.kill(libc::SIGKILL);
+    holder.wait();
+    dev.settle_to(&base, Duration::from_secs(10))?;
     Ok(Outcome::Pass)
 }

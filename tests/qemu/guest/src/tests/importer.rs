@@ -23,7 +23,7 @@ pub struct ImporterCheck {
     pub all_page_multiple: u32,
     pub vmap_ok: u32,
     pub vmap_err: i32,
-    pub pad: u32,
+    pub map2_err: i32,
     pub sg_first: u64,
     pub sg_last: u64,
     pub vmap_first: u64,
@@ -45,6 +45,7 @@ pub const ATTACH3: u32 = 1 << 1;
 pub const SYNC: u32 = 1 << 2;
 pub const HOLD: u32 = 1 << 3;
 pub const RELEASE: u32 = 1 << 4;
+pub const MAP_TWICE: u32 = 1 << 5;
 pub const CPU_MARK: u64 = 0xc0ff_ee00_c0ff_ee00;
 pub const DEV_MARK: u64 = 0xdec0_de00_dec0_de00;
 
@@ -126,4 +127,30 @@ pub fn importer_vmap_large() -> TestResult {
         format!("through the vmap the importer reads {:#x}..{:#x}", c.vmap_first, c.vmap_last)
     })?;
     Ok(Outcome::Pass)
+}
+
+/// An importer that maps one attachment a second time while it is mapped gets EBUSY
+/// (issue 37, second check): the second map DMA-mapped the same table again and, for a
+/// T3 buffer, handed out the table that the first unmap frees (a use-after-free at the
+/// second unmap). The first mapping keeps working.
+fn map_twice_refused(t3: bool) -> TestResult {
+    let imp = importer()?;
+    let dev = Dev::open()?;
+    let buf = if t3 { dev.try_alloc_t3(4 * MIB).map_err(|e| format!("T3 ALLOC: {}", errname(e)))? } else { dev.alloc(4 * MIB)? };
+    let map = buf.map()?;
+    map.write_u64(0, 0x2a_2a2a);
+    let c = check(&imp, buf.raw(), MAP_TWICE).map_err(|e| format!("importer attach/map: {}", errname(e)))?;
+    ensure(c.map2_err == -libc::EBUSY, || {
+        format!("a second map of a mapped attachment answered {}, expected EBUSY", if c.map2_err == 0 { "success".into() } else { errname(-c.map2_err) })
+    })?;
+    ensure(c.sg_first == 0x2a_2a2a, || format!("through the first mapping's table the importer reads {:#x}", c.sg_first))?;
+    Ok(Outcome::Pass)
+}
+
+pub fn importer_map_twice() -> TestResult {
+    map_twice_refused(false)
+}
+
+pub fn t3_importer_map_twice() -> TestResult {
+    map_twice_refused(true)
 }

@@ -110,6 +110,51 @@ pub fn alloc_sigkill_stops() -> TestResult {
     Ok(Outcome::Pass)
 }
 
+/// The peak counts pages that existed, never a reservation (issue 37, finding 7): while
+/// another process's large ALLOC is inside its chunk loop (its whole size reserved in
+/// the pool's figures), a small ALLOC succeeds; the large one is then killed. Its bytes
+/// never existed, so t2_peak must not have risen by them (it was raised from the
+/// reserved figure, which counted them).
+pub fn peak_ignores_allocs_in_flight() -> TestResult {
+    const SMALL: u64 = 2 * MIB;
+    let dev = Dev::open()?;
+    let base = dev.pool()?;
+    let _cache = no_cache()?;
+    let reserve = dev.info()?.reserve;
+    let room = mem_available()?.saturating_sub(reserve + 256 * MIB);
+    let size = (1536 * MIB).min(room) / GB_CHUNK_SIZE * GB_CHUNK_SIZE;
+    ensure(size >= 256 * MIB, || format!("only {} MiB above the reserve", room / MIB))?;
+    if base.t2_peak >= base.t2_used + size {
+        return Ok(Outcome::Skip(format!("an earlier peak ({} MiB) is above the ALLOC in flight", base.t2_peak / MIB)));
+    }
+    let (go_r, go_w) = pipe();
+    let (mut child, mut r) = allocator(size, std::fs::File::from(go_r), None);
+    let mut b = [0u8; 1];
+    r.read_exact(&mut b).map_err(|e| format!("child did not open the device: {e}"))?;
+    let start = sysfs_counter("chunks_allocated")?;
+    std::fs::File::from(go_w).write_all(b"g").map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    while sysfs_counter("chunks_allocated")? - start < 16 {
+        ensure(t0.elapsed() < Duration::from_secs(60), || "the large ALLOC made no progress in 60 s".to_string())?;
+        std::thread::yield_now();
+    }
+    let in_flight = dev.pool()?.t2_used;
+    let small = dev.alloc(SMALL)?;
+    child.kill(libc::SIGKILL);
+    let done = sysfs_counter("chunks_allocated")? - start;
+    child.wait();
+    ensure(done < size / GB_CHUNK_SIZE, || "the large ALLOC finished before the kill; cannot test".to_string())?;
+    drop(small);
+    dev.settle_to(&base, Duration::from_secs(10))?;
+    let peak = dev.pool()?.t2_peak;
+    let most = base.t2_peak.max(base.t2_used + SMALL);
+    note(&format!("t2_used {} MiB with the large ALLOC in flight; t2_peak {} -> {} MiB", in_flight / MIB, base.t2_peak / MIB, peak / MIB));
+    ensure(peak <= most, || {
+        format!("t2_peak went {} -> {peak} bytes: above the {most} bytes that existed at once (a {size}-byte ALLOC in flight, then killed, was counted)", base.t2_peak)
+    })?;
+    Ok(Outcome::Pass)
+}
+
 /// Three processes ALLOC at once, each of a size that fits above the reserve alone but
 /// not two together: one succeeds, the others get ENOMEM, and available RAM (sampled
 /// throughout) never falls below the reserve.
