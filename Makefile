@@ -43,10 +43,11 @@ abi-test:
 cli-test:
 	@scripts/run-suite.sh cli-test $(CARGO) test -p greenboost-cli -p greenboost-policy
 
-# Python zero-copy example: ABI against abi/greenboost.h, numpy/torch views; the real
-# round trip and the CUDA view run where /dev/greenboost / a GPU exist, else are skipped.
+# Python zero-copy example (pytest): ABI against abi/greenboost.h, numpy/torch views; the
+# real round trip and the CUDA view run where /dev/greenboost / a GPU exist, else are
+# skipped (-rs says why). No cache: the tree stays as it was.
 python-example-test:
-	@scripts/run-suite.sh python-example-test python3 examples/python/test_zerocopy.py
+	@scripts/run-suite.sh python-example-test python3 -m pytest -q -rs -p no:cacheprovider examples/python
 
 # Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
 install-test:

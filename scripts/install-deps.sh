@@ -5,7 +5,7 @@ set -euo pipefail
 # rust-web-clippy: kmod's clippy gate (the clippy of the kernel's rustc; make kmod-test).
 PKGS=(linux-source-6.12 rustc-web rust-web-src rust-web-clippy clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
-      make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy dkms patch)
+      make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy python3-pytest dkms patch)
 # make cli-test reads `status --prometheus` with Prometheus's own parser
 # (prometheus_client); Debian's package where the sources have it (Debian 12 does).
 apt-cache show python3-prometheus-client >/dev/null 2>&1 && PKGS+=(python3-prometheus-client)
@@ -33,6 +33,11 @@ fi
 if ! python3 -c 'import numpy' >/dev/null 2>&1; then
   log "installing numpy for $(command -v python3)"
   python3 -m pip install -q numpy >&2 || log "pip install numpy failed: the Python example skips its numpy views"
+fi
+# make python-example-test runs pytest; as numpy, Debian's package serves Debian's python3 only.
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+  log "installing pytest for $(command -v python3)"
+  python3 -m pip install -q pytest >&2 || die "pip install pytest failed: make python-example-test needs it"
 fi
 # As numpy: Debian's package serves Debian's python3 only. Without it the check skips.
 if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then

@@ -47,6 +47,7 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
 target_dir=${CARGO_TARGET_DIR:-$root/target}/release
 manifest=$PREFIX/share/greenboost/install-manifest
 system_cache=/var/cache/greenboost
+dkms_tree=/var/lib/dkms
 
 say() { echo "greenboost install: $*"; }
 warn() { echo "greenboost install: warning: $*" >&2; }
@@ -244,6 +245,7 @@ modules_unsupported() {
   fi
 }
 module_support=1
+. "$root/scripts/install-dkms.sh"
 install_module() {
   if [ "${GREENBOOST_SKIP_KMOD:-0}" = 1 ]; then
     module_note="module not built (GREENBOOST_SKIP_KMOD=1)"
@@ -270,25 +272,8 @@ install_module() {
   if ! staged && [ ! -d "$system_cache" ]; then record tree "$system_cache"; fi
   if ! staged && command -v dkms >/dev/null; then
     # DKMS builds from /usr/src/greenboost-$version for this kernel and every later one.
-    dkms remove "greenboost/$version" --all >/dev/null 2>&1 || true
-    dkms add "greenboost/$version" >&2 && record dkms "greenboost/$version"
-    local source_dir=()
-    [ -n "${KERNEL_HEADERS:-}" ] && source_dir=(--kernelsourcedir "$KERNEL_HEADERS")
-    if GREENBOOST_CACHE=$system_cache dkms install "greenboost/$version" -k "$krel" "${source_dir[@]}" >&2; then
-      module_note="module built and installed by DKMS for $krel (rebuilt for new kernels)"
-      return 0
-    fi
-    # A registration whose build failed would stay "added" in `dkms status` for good:
-    # remove it, keeping its build log (when the build got that far) in the cache.
-    local dkms_log=/var/lib/dkms/greenboost/$version/build/make.log kept_log=
-    if [ -f "$dkms_log" ]; then
-      kept_log=$system_cache/dkms-make-$krel.log
-      mkdir -p "$system_cache" && cp "$dkms_log" "$kept_log"
-    fi
-    dkms remove "greenboost/$version" --all >/dev/null 2>&1 || true
-    forget "dkms greenboost/$version"
-    module_note="DKMS could not build the module for $krel (see above${kept_log:+; its log: $kept_log}); its registration is removed, so \`dkms status\` lists no GreenBoost"
-    return 1
+    dkms_install_module
+    return
   fi
   # A staged install builds like `make kmod`, with the builder's own cache and the
   # checkout's build/; a system install (as root) keeps its build out of the checkout.

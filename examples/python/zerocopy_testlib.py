@@ -1,49 +1,14 @@
-"""What the tests of greenboost_zerocopy.py (test_zerocopy.py, test_zerocopy_tiers.py)
-share: the pass/fail count, memfd-backed buffers, the fake ioctl layer of the tier tests
-and the tiered cache's shape."""
+"""What the tests of greenboost_zerocopy.py (test_zerocopy*.py) share: memfd-backed
+buffers, the fake ioctl layer of the tier tests, the tiered cache's shape and the skips
+for missing optional libraries."""
 
 import errno
 import mmap
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import pytest
 
-import greenboost_zerocopy as gz  # noqa: E402
-
-results = {"passed": 0, "failed": 0}
-
-
-def check(name, condition, detail=""):
-    if condition:
-        results["passed"] += 1
-        print(f"ok   {name}")
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name} {detail}")
-
-
-def check_raises(name, call, exception, accept):
-    """``call()`` must raise ``exception``, and ``accept(error)`` hold for what it raised."""
-    try:
-        call()
-    except exception as error:
-        check(name, accept(error), str(error))
-    else:
-        check(name, False, "no exception")
-
-
-def skip(name, reason):
-    print(f"skip {name}: {reason}")
-
-
-def run_section(name, function):
-    """A section that raises counts as one failure, and the others still run."""
-    try:
-        function()
-    except Exception as error:  # noqa: BLE001 - reported as a failure
-        check(f"{name} ran without an exception", False, repr(error))
+import greenboost_zerocopy as gz
 
 
 def memfd_buffer(size, name="gb-test"):
@@ -131,12 +96,20 @@ class FakeKernel:
 CACHE_SHAPE = {"layers": 2, "kv_heads": 2, "head_dim": 32, "block_tokens": 8}
 
 
-def have_array_library(name):
+def import_or_skip(module, reason):
+    """The module, or the test skipped with ``reason``."""
+    try:
+        return __import__(module)
+    except ImportError:
+        pytest.skip(reason)
+
+
+def require_array_library():
+    """The KV caches hand out numpy arrays or torch tensors: skip without either."""
     for module in ("torch", "numpy"):
         try:
             __import__(module)
-            return True
+            return
         except ImportError:
             pass
-    skip(name, "neither numpy nor PyTorch is installed")
-    return False
+    pytest.skip("neither numpy nor PyTorch is installed")

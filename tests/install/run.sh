@@ -2,8 +2,10 @@
 # Staged-install test (`make install-test`, part of `make test`): scripts/install.sh into
 # a temporary DESTDIR, checking every file, mode and content it installs, that it changes
 # nothing outside DESTDIR (system commands are replaced by recorders that must stay
-# silent), that the ollama drop-in appears only beside an ollama unit, and that
-# scripts/uninstall.sh leaves DESTDIR as it found it. Ends with `N passed, M failed`.
+# silent), that the ollama drop-in appears only beside an ollama unit, that a failed
+# DKMS build leaves nothing registered and a kernel without module support is named
+# (tests/install/dkms.sh), and that scripts/uninstall.sh leaves DESTDIR as it found it.
+# Ends with `N passed, M failed`.
 #
 # The module is built and installed into the stage when the running kernel's headers
 # are present (GREENBOOST_TEST_KMOD=auto, the default); CI machines often run a kernel
@@ -304,6 +306,9 @@ kill $holder 2>/dev/null; wait $holder 2>/dev/null
 check "it removes free lock files and a dead process's record, keeps what is in use and the rest" \
   diff <(cd "$shm" && ls -A | sort) <(printf '%s\n' "greenboost-shim.$$" greenboost-tier.0000:3d:00.lock other | sort)
 check "it says which lock it kept and why" grep -q 'kept /dev/shm/greenboost-tier.0000:3d:00.lock: a process under the shim holds it' "$stage_shm.log"
+
+# --- case 3d: DKMS's failed build, a kernel without /proc/modules ----------------------
+. tests/install/dkms.sh
 
 # --- case 4: the module for Debian's stock kernel, from the QEMU suite's headers ---------
 # `make kmod-test` unpacks linux-headers of the stock kernel into the build cache; when
