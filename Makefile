@@ -13,7 +13,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test kmod-test install-test \
+.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test python-package-test kmod-test install-test \
 	gpu-test bench install uninstall clean
 PREFIX ?= /usr/local
 
@@ -47,6 +47,11 @@ cli-test:
 # round trip and the CUDA view run where /dev/greenboost / a GPU exist, else are skipped.
 python-example-test:
 	@scripts/run-suite.sh python-example-test python3 examples/python/test_zerocopy.py
+
+# The greenboost Python package: the wheel built offline, installed into a fresh venv,
+# and examples/python's tests run against the installed copy.
+python-package-test:
+	@scripts/run-suite.sh python-package-test tests/python-package/run.sh
 
 # Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
 install-test:
