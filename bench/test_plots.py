@@ -95,10 +95,15 @@ def test_draw():
         check_pngs(out, "drawn")
 
 
-for section in (test_data, test_committed, test_draw):
-    try:
-        section()
-    except Exception as error:  # noqa: BLE001 - reported as a failure; the other sections still run
-        check(f"{section.__name__} ran without an exception", False, repr(error))
-print(f"{results['passed']} passed, {results['failed']} failed")
-sys.exit(1 if results["failed"] else 0)
+def main():
+    for section in (test_data, test_committed, test_draw):
+        try:
+            section()
+        except Exception as error:  # noqa: BLE001 - reported as a failure; the other sections still run
+            check(f"{section.__name__} ran without an exception", False, repr(error))
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    return 1 if results["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

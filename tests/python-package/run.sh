@@ -29,7 +29,7 @@ check "pip wheel builds one pure-Python wheel offline (${wheels[0]##*/})" "$rc" 
 check "the wheel installs into a fresh venv" $? "$tmp/install.log"
 [ "$failed" -eq 0 ] || finish
 cd "$tmp"
-"$tmp/venv/bin/python" "$root/python/greenboost/tests/test_installed.py" "$root" | tee "$tmp/test.log"
+"$tmp/venv/bin/python" "$root/python/greenboost/tests/test_installed.py" | tee "$tmp/test.log"
 summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$tmp/test.log" | tail -1)
 if [ -z "$summary" ]; then failed=$((failed + 1)); echo "FAIL test_installed.py ended without its summary"
 else passed=$((passed + ${summary%% *})); f=${summary##*, }; failed=$((failed + ${f%% *})); fi

@@ -2,7 +2,7 @@
 """Tests of the installed greenboost package (tests/python-package/run.sh installs the
 wheel in a fresh venv and runs this with the venv's python, from outside the tree).
 
-usage: test_installed.py REPO_ROOT. Ends with `N passed, M failed`.
+Ends with `N passed, M failed`.
 
 1. What pip installed: `import greenboost` comes from the venv, not the tree; the
    wheel's version is the module's; its files are the package's modules, all of them
@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.abspath(sys.argv[1])
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SOURCE = os.path.join(ROOT, "python", "greenboost", "src", "greenboost")
 EXAMPLES = os.path.join(ROOT, "examples", "python")
 results = {"passed": 0, "failed": 0}
@@ -93,10 +93,15 @@ def test_examples_against_installed():
     print(f"    (examples/python/test_zerocopy.py: {(run.stdout.strip().splitlines() or ['no output'])[-1]})")
 
 
-for section in (test_installed_files, test_public_names, test_smoke_run, test_examples_against_installed):
-    try:
-        section()
-    except Exception as error:  # noqa: BLE001 - reported as a failure; the other sections still run
-        check(f"{section.__name__} ran without an exception", False, repr(error))
-print(f"{results['passed']} passed, {results['failed']} failed")
-sys.exit(1 if results["failed"] else 0)
+def main():
+    for section in (test_installed_files, test_public_names, test_smoke_run, test_examples_against_installed):
+        try:
+            section()
+        except Exception as error:  # noqa: BLE001 - reported as a failure; the other sections still run
+            check(f"{section.__name__} ran without an exception", False, repr(error))
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    return 1 if results["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
