@@ -10,11 +10,12 @@
 #   make gpu-test      GPU suite (on a machine with an NVIDIA GPU)
 #   make bench         benchmarks (on a machine with an NVIDIA GPU)
 #   make bench-llamacpp  llama.cpp vs GreenBoost (on the GPU machine; bench/llamacpp/prepare.sh here first)
+#   make plots         bench/results/plots/*.png from the committed results (matplotlib, here)
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test kmod-test install-test \
-	gpu-test bench install uninstall clean
+.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test python-package-test plots-test kmod-test install-test \
+	gpu-test bench plots install uninstall clean
 PREFIX ?= /usr/local
 
 all: shim cli
@@ -49,6 +50,16 @@ cli-test:
 python-example-test:
 	@scripts/run-suite.sh python-example-test python3 -m pytest -q -rs -p no:cacheprovider examples/python
 
+# The greenboost Python package: the wheel built offline, installed into a fresh venv,
+# and examples/python's tests run against the installed copy.
+python-package-test:
+	@scripts/run-suite.sh python-package-test tests/python-package/run.sh
+
+# bench/plots.py's data against the results it reads, the committed PNGs, and a redraw
+# where matplotlib is importable (skipped otherwise).
+plots-test:
+	@scripts/run-suite.sh plots-test python3 bench/test_plots.py
+
 # Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
 install-test:
 	@scripts/run-suite.sh install-test tests/install/run.sh
@@ -71,6 +82,12 @@ bench:
 # `run.sh all` builds llama-bench on the GPU machine when none is there, then measures.
 bench-llamacpp:
 	bench/llamacpp/run.sh all
+
+# The PNGs of bench/results/plots/ from the committed results: run on the build machine
+# (python3-matplotlib), then commit them. PYTHON=/usr/bin/python3 where python3 lacks it.
+PYTHON ?= python3
+plots:
+	$(PYTHON) bench/plots.py
 
 # `sudo make install`: the shim, the CLI, the module for the running kernel and the
 # system files (scripts/install.sh). DESTDIR=DIR stages into DIR without touching the system.

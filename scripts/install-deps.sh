@@ -5,7 +5,8 @@ set -euo pipefail
 # rust-web-clippy: kmod's clippy gate (the clippy of the kernel's rustc; make kmod-test).
 PKGS=(linux-source-6.12 rustc-web rust-web-src rust-web-clippy clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
-      make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy python3-pytest dkms patch)
+      make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy python3-pytest dkms patch
+      python3-pip python3-venv python3-setuptools python3-wheel)
 # make cli-test reads `status --prometheus` with Prometheus's own parser
 # (prometheus_client); Debian's package where the sources have it (Debian 12 does).
 apt-cache show python3-prometheus-client >/dev/null 2>&1 && PKGS+=(python3-prometheus-client)
@@ -44,5 +45,13 @@ if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
   log "installing prometheus-client for $(command -v python3)"
   python3 -m pip install -q prometheus-client >&2 \
     || log "pip install prometheus-client failed: the status --prometheus parser check skips"
+fi
+# make python-package-test builds the wheel offline (pip wheel --no-build-isolation):
+# setuptools >= 61 (pyproject.toml's [project]) and wheel on the python3 that runs it,
+# Debian's packages above for Debian's python3.
+if ! python3 -c 'import sys, setuptools, wheel; sys.exit(int(setuptools.__version__.split(".")[0]) < 61)' >/dev/null 2>&1; then
+  log "installing setuptools and wheel for $(command -v python3)"
+  python3 -m pip install -q 'setuptools>=61' wheel >&2 \
+    || log "pip install setuptools wheel failed: make python-package-test cannot build the wheel"
 fi
 ensure_bindgen
