@@ -1,4 +1,4 @@
-"""Tests of greenboost_zerocopy.py and greenboost_kvcache.py (run: python3 -m pytest examples/python).
+"""Tests of greenboost.zerocopy and greenboost.kvcache (run: python3 -m pytest examples/python).
 
 1. ABI against abi/greenboost.h: test_zerocopy_abi.py.
 2. The numpy/torch/KV-cache views, on memfd-backed buffers (no module needed): shared
@@ -19,8 +19,8 @@ import os
 
 import pytest
 
-import greenboost_kvcache as kv
-import greenboost_zerocopy as gz
+import greenboost.kvcache as kv
+import greenboost.zerocopy as gz
 from zerocopy_testlib import CACHE_SHAPE, FakeKernel, import_or_skip, memfd_buffer, require_array_library
 
 SIZE = 4 << 20

@@ -1,4 +1,4 @@
-"""greenboost_zerocopy.py against abi/greenboost.h: every struct size, field offset, ioctl
+"""greenboost.zerocopy against abi/greenboost.h: every struct size, field offset, ioctl
 number and constant the Python module uses is compared with what the C compiler makes of
 the header (the header is in turn checked against the Rust ABI crate by abi/tests/header.rs)."""
 
@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-import greenboost_zerocopy as gz
+import greenboost.zerocopy as gz
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONSTANTS = {

@@ -1,4 +1,4 @@
-"""The tiered KV cache (greenboost_kvcache.TieredKVCache) against a fake ioctl layer
+"""The tiered KV cache (greenboost.kvcache.TieredKVCache) against a fake ioctl layer
 (FakeKernel, memfd pages): the LRU promote/demote policy, refusals (EBUSY) and the fall
 back to T2 only when T3 is missing or full."""
 
@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-import greenboost_kvcache as kv
+import greenboost.kvcache as kv
 from zerocopy_testlib import CACHE_SHAPE, FakeKernel, gz, require_array_library
 
 # One page of 4 KiB per block, so that the block is exactly the buffer (sizes round up to pages).

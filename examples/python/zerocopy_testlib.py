@@ -1,4 +1,4 @@
-"""What the tests of greenboost_zerocopy.py (test_zerocopy*.py) share: memfd-backed
+"""What the tests of greenboost.zerocopy (test_zerocopy*.py) share: memfd-backed
 buffers, the fake ioctl layer of the tier tests, the tiered cache's shape and the skips
 for missing optional libraries."""
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-import greenboost_zerocopy as gz
+import greenboost.zerocopy as gz
 
 
 def memfd_buffer(size, name="gb-test"):

@@ -79,13 +79,15 @@ def test_smoke_run():
 
 
 def test_examples_against_installed():
-    where = "import greenboost_zerocopy, greenboost_kvcache; print(greenboost_zerocopy.__file__, greenboost_kvcache.__file__)"
+    # What the examples' conftest.py makes `import greenboost.zerocopy, greenboost.kvcache` find.
+    where = ("import runpy; runpy.run_path('conftest.py'); import greenboost.zerocopy, greenboost.kvcache; "
+             "print(greenboost.zerocopy.__file__, greenboost.kvcache.__file__)")
     installed = python("-c", where, env={"GREENBOOST_TEST_INSTALLED": "1"}, cwd=EXAMPLES).stdout.split()
     tree = python("-c", where, cwd=EXAMPLES).stdout.split()
-    check("with GREENBOOST_TEST_INSTALLED=1 the examples' modules are the installed package's",
+    check("with GREENBOOST_TEST_INSTALLED=1 the examples' tests import the installed package",
           len(installed) == 2 and all(os.path.realpath(f).startswith(os.path.realpath(sys.prefix)) for f in installed),
           str(installed))
-    check("without it they are the tree's", len(tree) == 2 and all(os.path.realpath(f).startswith(SOURCE) for f in tree),
+    check("without it they import the tree's", len(tree) == 2 and all(os.path.realpath(f).startswith(SOURCE) for f in tree),
           str(tree))
     run = python("-m", "pytest", "-q", "-p", "no:cacheprovider", EXAMPLES, env={"GREENBOOST_TEST_INSTALLED": "1"})
     last = (run.stdout.strip().splitlines() or ["no output"])[-1]
