@@ -82,8 +82,9 @@ lock_order! {
     Scratch = 1: "gemm::staging::SCRATCH",
         protects "the per-context VRAM scratch buffers of GEMM staging",
         while held "the asynchronous enqueues of one staged product (copies, product, \
-                    events) and its shape's verification, the budget's counters; the \
-                    registry is read before it is taken",
+                    events) and its shape's verification, the budget's counters, once per \
+                    context the SM copy kernel's loading; the registry is read before it \
+                    is taken",
         at fork AtFork::Left("a child forked after CUDA use never stages");
     Registry = 2: "memory::registry::REGISTRY",
         protects "the live allocations by device pointer, double-free memory",
