@@ -20,6 +20,12 @@
 //                               median cudaMalloc+cudaFree(1 MiB) time over N calls and
 //                               cudaMemGetInfo time over M calls (default 5 N; run with
 //                               and without the shim).
+//   gbbench launch   --threads T --iters N
+//                               launches per second of a kernel with 8 pointer
+//                               arguments into cudaMalloc'd buffers and a 256-byte struct
+//                               passed by value (8 more pointers in it), from T host
+//                               threads, each on its own stream (run with and without the
+//                               shim: the cost of launch observation).
 //
 // Linked against the shared libcudart (-cudart shared), as PyTorch is, so that an
 // LD_PRELOADed library interposes cudaMalloc exactly as it would for real programs.
@@ -33,6 +39,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <thread>
 #include <vector>
 
 static void check(cudaError_t err, const char *what) {
@@ -410,6 +417,55 @@ static int cmd_hook(int iters, int meminfo_iters) {
     return 0;
 }
 
+// 256 bytes by value: 8 pointers, a count, padding (the size of a typical fused-kernel
+// argument block).
+struct LaunchArgs {
+    float *ptrs[8];
+    unsigned long long count;
+    char pad[256 - 8 * sizeof(float *) - sizeof(unsigned long long)];
+};
+static_assert(sizeof(LaunchArgs) == 256, "LaunchArgs is 256 bytes");
+
+// Does almost nothing on the device, so that the host's launch rate is what is timed.
+__global__ void launch8(float *p0, float *p1, float *p2, float *p3, float *p4, float *p5, float *p6, float *p7,
+                        LaunchArgs args) {
+    if (args.count == 0xdeadbeefull && threadIdx.x == 0)
+        p0[0] = p1[0] + p2[0] + p3[0] + p4[0] + p5[0] + p6[0] + p7[0] + args.ptrs[0][0];
+}
+
+static int cmd_launch(int threads, int iters) {
+    CK(cudaFree(0));
+    std::vector<float *> buffers(8);
+    for (auto &b : buffers) CK(cudaMalloc(&b, 1 << 20));
+    LaunchArgs args{};
+    for (int i = 0; i < 8; i++) args.ptrs[i] = buffers[i];
+    args.count = 1;
+    std::vector<cudaStream_t> streams(threads);
+    for (auto &s : streams) CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    auto burst = [&](int t, int n) {
+        for (int i = 0; i < n; i++)
+            launch8<<<1, 32, 0, streams[t]>>>(buffers[0], buffers[1], buffers[2], buffers[3], buffers[4], buffers[5],
+                                              buffers[6], buffers[7], args);
+    };
+    for (int t = 0; t < threads; t++) burst(t, iters / 10);
+    CK(cudaDeviceSynchronize());
+    std::vector<std::thread> workers;
+    double t0 = now_s();
+    for (int t = 0; t < threads; t++) workers.emplace_back(burst, t, iters);
+    for (auto &w : workers) w.join();
+    double issued = now_s();
+    CK(cudaDeviceSynchronize());
+    double t1 = now_s();
+    CK(cudaGetLastError());
+    printf("{\"cmd\":\"launch\",\"threads\":%d,\"iters\":%d,\"launches_per_s\":%.1f,"
+           "\"issue_us_per_launch\":%.4f,\"total_s\":%.4f}\n",
+           threads, iters, threads * (double)iters / (t1 - t0), (issued - t0) * 1e6 * threads / ((double)threads * iters),
+           t1 - t0);
+    for (auto &s : streams) CK(cudaStreamDestroy(s));
+    for (auto &b : buffers) CK(cudaFree(b));
+    return 0;
+}
+
 static const char *arg(int argc, char **argv, const char *name, const char *fallback) {
     for (int i = 2; i + 1 < argc; i++)
         if (strcmp(argv[i], name) == 0) return argv[i + 1];
@@ -419,7 +475,8 @@ static const char *arg(int argc, char **argv, const char *name, const char *fall
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: gbbench read|hostbuf --gib N | alloc --kind t2|hostalloc | hook --iters N [--meminfo-iters M]\n");
+                "usage: gbbench read|hostbuf --gib N | alloc --kind t2|hostalloc | hook --iters N [--meminfo-iters M] | "
+                "launch --threads T --iters N\n");
         return 64;
     }
     std::string cmd = argv[1];
@@ -430,6 +487,8 @@ int main(int argc, char **argv) {
         int iters = atoi(arg(argc, argv, "--iters", "20000"));
         return cmd_hook(iters, atoi(arg(argc, argv, "--meminfo-iters", std::to_string(5 * iters).c_str())));
     }
+    if (cmd == "launch")
+        return cmd_launch(atoi(arg(argc, argv, "--threads", "1")), atoi(arg(argc, argv, "--iters", "200000")));
     fprintf(stderr, "gbbench: unknown command %s\n", cmd.c_str());
     return 64;
 }

@@ -26,6 +26,8 @@ GOALS = {
     "t2_alloc_ratio_warm": ("<=", 0.10),
     "hook_overhead_ratio": ("<=", 1.02),
     "hook_overhead_ratio_meminfo": ("<=", 1.02),
+    "launch_overhead_ratio": ("<=", 1.05),
+    "launch_overhead_ratio_4_threads": ("<=", 1.05),
     # T2 reads against the best zero-copy read of cudaHostAlloc memory, same kernels.
     "t2_read_vs_zero_copy": (">=", 0.98),
     # Decode against the bound at the faster of the zero-copy and copy-engine rates.
@@ -239,6 +241,29 @@ def hook(runs):
     return figures
 
 
+def launch(runs):
+    """Launch observation's cost: pairs of processes, one without and one with the shim,
+    launching the same kernel (8 pointers, a 256-byte struct) from 1 and from 4 threads;
+    the figure is the median of the pairs' ratios of launch rates (without over with)."""
+    figures = {}
+    for name, threads in (("launch_overhead_ratio", 1), ("launch_overhead_ratio_4_threads", 4)):
+        prefix = f"launch{threads}-"
+        labels = labels_with(runs, prefix)
+        pairs = sorted({l.rsplit("-", 1)[1] for l in labels}, key=lambda r: int(r) if r.isdigit() else 0)
+        shim, shim_all = median_of(runs, f"{prefix}shim-", "launches_per_s")
+        plain, plain_all = median_of(runs, f"{prefix}plain-", "launches_per_s")
+        pair_ratios = []
+        for r in pairs:
+            with_shim, without = result(runs, f"{prefix}shim-{r}"), result(runs, f"{prefix}plain-{r}")
+            if with_shim and without and with_shim["launches_per_s"]:
+                pair_ratios.append(without["launches_per_s"] / with_shim["launches_per_s"])
+        ratio = statistics.median(pair_ratios) if pair_ratios else None
+        detail = {"pair_ratios": pair_ratios, "with_shim_each_process": shim_all, "without_each_process": plain_all}
+        missing = why_missing(runs, labels) if labels else "not run"
+        figures[name] = figure(name, shim, plain, ratio, "launches/s", detail, missing)
+    return figures
+
+
 def bandwidths(runs):
     """HBM read bandwidth (the largest buffer measured) and, at each size, the link's
     rate for T2 reads: the faster of the naive zero-copy read of pinned memory and the
@@ -445,6 +470,7 @@ def main():
     figures["t2_read_vs_zero_copy"] = t2_read_vs_zero_copy(figures["t2_read_ratio"])
     figures.update(t2_alloc(runs))
     figures.update(hook(runs))
+    figures.update(launch(runs))
     decode_figures, decode_table = decode(runs)
     figures.update(decode_figures)
     figures.update(report_llamacpp.figures(args.results, commit))

@@ -7,7 +7,7 @@
 # tests: nothing here fails on a timing.
 #
 # Environment (all optional):
-#   BENCH_ONLY          comma list of sections: bw,t2_read,t2_alloc,hook,decode,longctx
+#   BENCH_ONLY          comma list of sections: bw,t2_read,t2_alloc,hook,launch,decode,longctx
 #                       (default: all but longctx, which wants its own device call;
 #                       t2_read, decode and longctx pull in bw, whose bandwidths they
 #                       are divided by)
@@ -47,7 +47,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-only=",${BENCH_ONLY:-bw,t2_read,t2_alloc,hook,decode},"
+only=",${BENCH_ONLY:-bw,t2_read,t2_alloc,hook,launch,decode},"
 case $only in *,t2_read,*|*,decode,*|*,longctx,*) only="$only,bw," ;; esac
 want() { [[ $only == *",$1,"* ]]; }
 
@@ -55,6 +55,7 @@ sizes=${BENCH_T2_SIZES:-1 8 32}
 alloc_rounds=${BENCH_ALLOC_ROUNDS:-3}
 hook_iters=${BENCH_HOOK_ITERS:-20000}
 hook_pairs=${BENCH_HOOK_PAIRS:-9}
+launch_iters=${BENCH_LAUNCH_ITERS:-200000}
 shape=${BENCH_SHAPE:-8b}
 layers=${BENCH_LAYERS:-0}
 prompt=${BENCH_PROMPT:-512}
@@ -188,6 +189,17 @@ if want hook; then
             run "hook-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$gbbench" hook --iters "$hook_iters"
             run "hook-plain-$r" 60 -- "$gbbench" hook --iters "$hook_iters"
         fi
+    done
+fi
+
+if want launch; then
+    # Launch observation's cost, as the hook figures: pairs of processes back to back.
+    for threads in 1 4; do
+        for r in $(seq "$hook_pairs"); do
+            plain=(run "launch$threads-plain-$r" 60 -- "$gbbench" launch --threads "$threads" --iters "$launch_iters")
+            shim=(run "launch$threads-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$gbbench" launch --threads "$threads" --iters "$launch_iters")
+            if (( r % 2 )); then "${plain[@]}"; "${shim[@]}"; else "${shim[@]}"; "${plain[@]}"; fi
+        done
     done
 fi
 

@@ -18,7 +18,9 @@ class ShimStats(ctypes.Structure):
         (name, ctypes.c_uint64) for name in (
             "split_allocs", "gemm_staged", "gemm_staged_bytes", "headroom_spills", "unused_prefetched",
             "movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",
-            "promote_ns", "demote_ns", "move_issue_ns", "gemm_sliced", "gemm_slices_differed")]
+            "promote_ns", "demote_ns", "move_issue_ns", "gemm_sliced", "gemm_slices_differed",
+            "launches", "launches_unread", "launch_namings", "captured_launches", "graph_launches",
+            "graphs_unread", "memory_ops", "host_funcs")]
 
 
 TIER_FIELDS = ("movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",
@@ -36,15 +38,26 @@ class Shim:
         lib = ctypes.CDLL(None)
         self.sized = getattr(lib, "greenboost_shim_stats_sized", None)
         self.t2 = getattr(lib, "greenboost_shim_t2_bytes", None)
+        self.naming = getattr(lib, "greenboost_shim_launches_naming", None)
         self.size = 0
         if self.sized is not None:
             self.sized.argtypes, self.sized.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_long
             self.size = self.sized(ctypes.byref(ShimStats()), ctypes.sizeof(ShimStats))
         if self.t2 is not None:
             self.t2.argtypes, self.t2.restype = [ctypes.c_ulonglong, ctypes.c_ulonglong], ctypes.c_ulonglong
+        if self.naming is not None:
+            self.naming.argtypes, self.naming.restype = [ctypes.c_ulonglong], ctypes.c_ulonglong
+
+    def has_launches(self):
+        """Whether the shim observes launches (its counters and the naming export)."""
+        return self.naming is not None and self.size >= ctypes.sizeof(ShimStats)
+
+    def launches_naming(self, tensor):
+        """Kernel launches so far that named an address inside the tensor's allocation."""
+        return int(self.naming(tensor.data_ptr()))
 
     def has_tiering(self):
-        return self.t2 is not None and self.size >= ctypes.sizeof(ShimStats)
+        return self.t2 is not None and self.size >= ShimStats.move_issue_ns.offset + 8
 
     def stats(self):
         out = ShimStats()

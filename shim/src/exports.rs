@@ -5,7 +5,7 @@ use std::mem::{offset_of, size_of};
 
 use crate::backend;
 use crate::cuda::ffi::CuDevicePtr;
-use crate::memory::registry;
+use crate::memory::{address_index, registry};
 use crate::sys::stats::{self, ShimStats};
 
 /// Bytes of `ShimStats` that `greenboost_shim_stats` writes: the fields it had when
@@ -71,10 +71,24 @@ pub extern "C" fn greenboost_shim_t2_bytes(device_ptr: CuDevicePtr, len: u64) ->
     registry::t2_bytes(device_ptr, len)
 }
 
+/// How many kernel launches (graph kernel nodes included) named an address inside the
+/// live allocation holding `device_ptr`; 0 when no allocation holds it.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn greenboost_shim_launches_naming(device_ptr: CuDevicePtr) -> u64 {
+    let snapshot = address_index::load();
+    snapshot.as_deref().and_then(|snapshot| snapshot.find(device_ptr)).map_or(0, |range| range.uses.launches())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sys::stats::STATS;
+
+    #[test]
+    fn no_launch_names_an_address_outside_every_allocation() {
+        assert_eq!(greenboost_shim_launches_naming(0), 0);
+        assert_eq!(greenboost_shim_launches_naming(u64::MAX), 0);
+    }
 
     #[test]
     fn stats_export_copies_the_counters_and_refuses_null() {

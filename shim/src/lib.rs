@@ -19,6 +19,7 @@ mod cuda;
 mod rules;
 mod backend;
 mod memory;
+mod launch;
 mod engine;
 mod gemm;
 mod hooks;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backend;
 use crate::engine::tier_thread;
+use crate::launch::tensor_maps;
 use crate::memory::budget;
 use crate::memory::movable;
 use crate::memory::registry;
@@ -95,6 +96,7 @@ extern "C" fn after_fork_in_child() {
     release::restart_reclaimer_in_child();
     tier_thread::restart_in_child();
     publish::forget_in_child();
+    tensor_maps::reset_in_child();
     if stats::load(&STATS.t1_allocs) != 0 || stats::load(&STATS.t2_allocs) != 0 {
         phase::step_aside_after_fork();
     }
@@ -138,6 +140,20 @@ extern "C" fn summary_at_exit() {
         stats.oom_returned,
         backend::name(),
     );
+    if stats.launches != 0 || stats.graph_launches != 0 {
+        info!(
+            "summary: pid {}: kernel launches seen {} ({} not fully read), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} graph copies and memsets",
+            pid,
+            stats.launches,
+            stats.launches_unread,
+            stats.launch_namings,
+            stats.graph_launches,
+            stats.graphs_unread,
+            stats.captured_launches,
+            stats.host_funcs,
+            stats.memory_ops,
+        );
+    }
     if stats.movable_allocs != 0 {
         info!(
             "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} ms; {} ms of it issuing); {} in VRAM at exit",

@@ -206,6 +206,9 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
     fail torch_split.split "the shim's summary does not count one split allocation: $(grep 'summary:' "$logs/torch_split.err" | head -1)"
   fi
 
+  # --- launch observation: the shim counts every kernel a profiler records ----------------
+  run_test launch "${shim_env[@]}" -- "$python" "$root/tests/gpu/launch_check.py" --label launch
+
   # --- pool chunks keep VRAM: the 20 MiB segments PyTorch later fills with activations ----
   run_test torch_chunks "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G -- "$python" "$torch_check" chunks --label torch_chunks
 

@@ -6,6 +6,7 @@
 //! May import: `sys`.
 
 pub(crate) mod ffi;
+pub(crate) mod launch_ffi;
 pub(crate) mod libs;
 pub(crate) mod real;
 mod calls;

@@ -10,8 +10,8 @@
 //!
 //! A slot is filled once: by the program's own lookup of a hooked function (`record`,
 //! from `dlsym`/`cuGetProcAddress`/`cudaGetDriverEntryPoint` routing), or on first use
-//! from the line's library (`libs`). Modes: `guarded` and `routing` lines are hooked
-//! (see `hooks`), `trampoline` lines are the naked `dlsym`/`dlopen` exports, `called`
+//! from the line's library (`libs`). Modes: `guarded`, `observed` and `routing` lines
+//! are hooked (see `hooks`), `trampoline` lines are the naked `dlsym`/`dlopen` exports, `called`
 //! lines are functions the shim only calls.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -19,6 +19,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::cuda::ffi::*;
+use crate::cuda::launch_ffi::*;
 use crate::cuda::libs;
 
 /// The library a function lives in.
@@ -104,7 +105,46 @@ macro_rules! cuda_functions {
             Driver called fn cuDestroyExternalMemory(external: ExternalMemory) -> CuResult;
             Driver called fn cuModuleLoadData(module: *mut CuModule, image: *const c_void) -> CuResult;
             Driver called fn cuModuleGetFunction(function: *mut CuFunction, module: CuModule, name: *const c_char) -> CuResult;
-            Driver called fn cuLaunchKernel(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
+            // Kernel launches, graphs, stream captures and tensor maps: observed (`launch`).
+            Driver observed fn cuLaunchKernel(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchKernel_ptsz(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchKernelEx(config: *const CuLaunchConfig, function: CuFunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchKernelEx_ptsz(config: *const CuLaunchConfig, function: CuFunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchCooperativeKernel(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchCooperativeKernel_ptsz(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchHostFunc(stream: Stream, function: *mut c_void, user_data: *mut c_void) -> CuResult;
+            Driver observed fn cuLaunchHostFunc_ptsz(stream: Stream, function: *mut c_void, user_data: *mut c_void) -> CuResult;
+            Driver observed fn cuGraphInstantiateWithFlags(exec: *mut GraphExec, graph: Graph, flags: u64) -> CuResult;
+            Driver observed fn cuGraphInstantiate_v2(exec: *mut GraphExec, graph: Graph, error_node: *mut GraphNode, log: *mut c_char, log_size: usize) -> CuResult;
+            Driver observed fn cuGraphInstantiateWithParams(exec: *mut GraphExec, graph: Graph, params: *mut c_void) -> CuResult;
+            Driver observed fn cuGraphInstantiateWithParams_ptsz(exec: *mut GraphExec, graph: Graph, params: *mut c_void) -> CuResult;
+            Driver observed fn cuGraphLaunch(exec: GraphExec, stream: Stream) -> CuResult;
+            Driver observed fn cuGraphLaunch_ptsz(exec: GraphExec, stream: Stream) -> CuResult;
+            Driver observed fn cuGraphExecDestroy(exec: GraphExec) -> CuResult;
+            Driver observed fn cuGraphExecKernelNodeSetParams_v2(exec: GraphExec, node: GraphNode, params: *const KernelNodeParams) -> CuResult;
+            Driver observed fn cuGraphExecKernelNodeSetParams(exec: GraphExec, node: GraphNode, params: *const KernelNodeParams) -> CuResult;
+            Driver observed fn cuGraphExecNodeSetParams(exec: GraphExec, node: GraphNode, params: *mut GraphNodeParamsPrefix) -> CuResult;
+            Driver observed fn cuGraphExecUpdate_v2(exec: GraphExec, graph: Graph, result_info: *mut c_void) -> CuResult;
+            Driver observed fn cuGraphExecUpdate(exec: GraphExec, graph: Graph, error_node: *mut GraphNode, result: *mut c_int) -> CuResult;
+            Driver observed fn cuStreamBeginCapture(stream: Stream) -> CuResult;
+            Driver observed fn cuStreamBeginCapture_ptsz(stream: Stream) -> CuResult;
+            Driver observed fn cuStreamBeginCapture_v2(stream: Stream, mode: c_int) -> CuResult;
+            Driver observed fn cuStreamBeginCapture_v2_ptsz(stream: Stream, mode: c_int) -> CuResult;
+            Driver observed fn cuStreamBeginCaptureToGraph(stream: Stream, graph: Graph, dependencies: *const GraphNode, edge_data: *const c_void, count: usize, mode: c_int) -> CuResult;
+            Driver observed fn cuStreamBeginCaptureToGraph_ptsz(stream: Stream, graph: Graph, dependencies: *const GraphNode, edge_data: *const c_void, count: usize, mode: c_int) -> CuResult;
+            Driver observed fn cuStreamEndCapture(stream: Stream, graph: *mut Graph) -> CuResult;
+            Driver observed fn cuStreamEndCapture_ptsz(stream: Stream, graph: *mut Graph) -> CuResult;
+            Driver observed fn cuTensorMapEncodeTiled(map: *mut c_void, data_type: c_int, rank: c_uint, global: *mut c_void, dims: *const u64, strides: *const u64, box_dims: *const u32, element_strides: *const u32, interleave: c_int, swizzle: c_int, l2_promotion: c_int, oob_fill: c_int) -> CuResult;
+            Driver observed fn cuTensorMapEncodeIm2col(map: *mut c_void, data_type: c_int, rank: c_uint, global: *mut c_void, dims: *const u64, strides: *const u64, lower_corner: *const c_int, upper_corner: *const c_int, channels: c_uint, pixels: c_uint, element_strides: *const u32, interleave: c_int, swizzle: c_int, l2_promotion: c_int, oob_fill: c_int) -> CuResult;
+            Driver observed fn cuTensorMapEncodeIm2colWide(map: *mut c_void, data_type: c_int, rank: c_uint, global: *mut c_void, dims: *const u64, strides: *const u64, lower_corner_width: c_int, upper_corner_width: c_int, channels: c_uint, pixels: c_uint, element_strides: *const u32, interleave: c_int, mode: c_int, swizzle: c_int, l2_promotion: c_int, oob_fill: c_int) -> CuResult;
+            Driver observed fn cuTensorMapReplaceAddress(map: *mut c_void, global: *mut c_void) -> CuResult;
+            Driver called fn cuFuncGetParamInfo(function: CuFunction, index: usize, offset: *mut usize, size: *mut usize) -> CuResult;
+            Driver called fn cuKernelGetParamInfo(kernel: CuKernel, index: usize, offset: *mut usize, size: *mut usize) -> CuResult;
+            Driver called fn cuGraphGetNodes(graph: Graph, nodes: *mut GraphNode, count: *mut usize) -> CuResult;
+            Driver called fn cuGraphNodeGetType(node: GraphNode, node_type: *mut c_int) -> CuResult;
+            Driver called fn cuGraphKernelNodeGetParams_v2(node: GraphNode, params: *mut KernelNodeParams) -> CuResult;
+            Driver called fn cuGraphKernelNodeGetParams(node: GraphNode, params: *mut KernelNodeParams) -> CuResult;
+            Driver called fn cuGraphChildGraphNodeGetGraph(node: GraphNode, graph: *mut Graph) -> CuResult;
             // NVML (libnvidia-ml.so.1).
             Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
             Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;

@@ -9,7 +9,10 @@
 mod cublas;
 mod cublas_lt;
 mod driver;
+mod graphs;
+mod launch;
 mod nvml;
 mod routing;
 mod runtime;
 mod table;
+mod tensor_maps;

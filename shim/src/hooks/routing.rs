@@ -129,7 +129,7 @@ const fn route(
 
 /// Ordered by name, then by descending version, so the first match is the newest that
 /// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
-const DRIVER_ROUTES: [DriverRoute; 11] = [
+const DRIVER_ROUTES: [DriverRoute; 34] = [
     route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
     route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
     route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
@@ -147,6 +147,59 @@ const DRIVER_ROUTES: [DriverRoute; 11] = [
     route(b"cuMemRelease", 10020, Function::cuMemRelease, None, false),
     route(b"cuGetProcAddress", 12000, Function::cuGetProcAddress_v2, Some(Function::cuGetProcAddress), false),
     route(b"cuGetProcAddress", 11030, Function::cuGetProcAddress, Some(Function::cuGetProcAddress_v2), false),
+    route(b"cuLaunchKernel", 4000, Function::cuLaunchKernel, Some(Function::cuLaunchKernel_ptsz), true),
+    route(b"cuLaunchKernelEx", 11060, Function::cuLaunchKernelEx, Some(Function::cuLaunchKernelEx_ptsz), true),
+    route(
+        b"cuLaunchCooperativeKernel",
+        9000,
+        Function::cuLaunchCooperativeKernel,
+        Some(Function::cuLaunchCooperativeKernel_ptsz),
+        true,
+    ),
+    route(b"cuLaunchHostFunc", 10000, Function::cuLaunchHostFunc, Some(Function::cuLaunchHostFunc_ptsz), true),
+    route(b"cuGraphInstantiate", 12000, Function::cuGraphInstantiateWithFlags, None, false),
+    route(b"cuGraphInstantiate", 11000, Function::cuGraphInstantiate_v2, None, false),
+    route(b"cuGraphInstantiateWithFlags", 11040, Function::cuGraphInstantiateWithFlags, None, false),
+    route(
+        b"cuGraphInstantiateWithParams",
+        12000,
+        Function::cuGraphInstantiateWithParams,
+        Some(Function::cuGraphInstantiateWithParams_ptsz),
+        true,
+    ),
+    route(b"cuGraphLaunch", 10000, Function::cuGraphLaunch, Some(Function::cuGraphLaunch_ptsz), true),
+    route(b"cuGraphExecDestroy", 10000, Function::cuGraphExecDestroy, None, false),
+    route(b"cuGraphExecKernelNodeSetParams", 12000, Function::cuGraphExecKernelNodeSetParams_v2, None, false),
+    route(b"cuGraphExecKernelNodeSetParams", 10010, Function::cuGraphExecKernelNodeSetParams, None, false),
+    route(b"cuGraphExecNodeSetParams", 12020, Function::cuGraphExecNodeSetParams, None, false),
+    route(b"cuGraphExecUpdate", 12000, Function::cuGraphExecUpdate_v2, None, false),
+    route(b"cuGraphExecUpdate", 10020, Function::cuGraphExecUpdate, None, false),
+    route(
+        b"cuStreamBeginCapture",
+        10010,
+        Function::cuStreamBeginCapture_v2,
+        Some(Function::cuStreamBeginCapture_v2_ptsz),
+        true,
+    ),
+    route(
+        b"cuStreamBeginCapture",
+        10000,
+        Function::cuStreamBeginCapture,
+        Some(Function::cuStreamBeginCapture_ptsz),
+        true,
+    ),
+    route(
+        b"cuStreamBeginCaptureToGraph",
+        12030,
+        Function::cuStreamBeginCaptureToGraph,
+        Some(Function::cuStreamBeginCaptureToGraph_ptsz),
+        true,
+    ),
+    route(b"cuStreamEndCapture", 10000, Function::cuStreamEndCapture, Some(Function::cuStreamEndCapture_ptsz), true),
+    route(b"cuTensorMapEncodeTiled", 12000, Function::cuTensorMapEncodeTiled, None, false),
+    route(b"cuTensorMapEncodeIm2col", 12000, Function::cuTensorMapEncodeIm2col, None, false),
+    route(b"cuTensorMapEncodeIm2colWide", 12080, Function::cuTensorMapEncodeIm2colWide, None, false),
+    route(b"cuTensorMapReplaceAddress", 12000, Function::cuTensorMapReplaceAddress, None, false),
 ];
 
 /// Which hook the driver's answer `found` for (`name`, `version`, `flags`) belongs to.

@@ -14,6 +14,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::cuda::ffi::*;
+use crate::cuda::launch_ffi::*;
 use crate::cuda::real::{self, cuda_functions, HookAddresses, FUNCTION_COUNT};
 use crate::hooks::routing::{self, DlopenDecision, DlsymDecision};
 use crate::sys::phase;
@@ -33,6 +34,29 @@ mod imp {
         mem_free as cuMemFree_v2, mem_free_async as cuMemFreeAsync, mem_free_async_ptsz as cuMemFreeAsync_ptsz,
         mem_get_info as cuMemGetInfo_v2, mem_release as cuMemRelease,
     };
+    pub use crate::hooks::graphs::{
+        graph_exec_destroy as cuGraphExecDestroy, graph_exec_kernel_node_set_params as cuGraphExecKernelNodeSetParams,
+        graph_exec_kernel_node_set_params_v2 as cuGraphExecKernelNodeSetParams_v2,
+        graph_exec_node_set_params as cuGraphExecNodeSetParams, graph_exec_update as cuGraphExecUpdate,
+        graph_exec_update_v2 as cuGraphExecUpdate_v2, graph_instantiate_v2 as cuGraphInstantiate_v2,
+        graph_instantiate_with_flags as cuGraphInstantiateWithFlags,
+        graph_instantiate_with_params as cuGraphInstantiateWithParams,
+        graph_instantiate_with_params_ptsz as cuGraphInstantiateWithParams_ptsz, graph_launch as cuGraphLaunch,
+        graph_launch_ptsz as cuGraphLaunch_ptsz, stream_begin_capture as cuStreamBeginCapture,
+        stream_begin_capture_ptsz as cuStreamBeginCapture_ptsz,
+        stream_begin_capture_to_graph as cuStreamBeginCaptureToGraph,
+        stream_begin_capture_to_graph_ptsz as cuStreamBeginCaptureToGraph_ptsz,
+        stream_begin_capture_v2 as cuStreamBeginCapture_v2,
+        stream_begin_capture_v2_ptsz as cuStreamBeginCapture_v2_ptsz, stream_end_capture as cuStreamEndCapture,
+        stream_end_capture_ptsz as cuStreamEndCapture_ptsz,
+    };
+    pub use crate::hooks::launch::{
+        launch_cooperative_kernel as cuLaunchCooperativeKernel,
+        launch_cooperative_kernel_ptsz as cuLaunchCooperativeKernel_ptsz, launch_host_func as cuLaunchHostFunc,
+        launch_host_func_ptsz as cuLaunchHostFunc_ptsz, launch_kernel as cuLaunchKernel,
+        launch_kernel_ex as cuLaunchKernelEx, launch_kernel_ex_ptsz as cuLaunchKernelEx_ptsz,
+        launch_kernel_ptsz as cuLaunchKernel_ptsz,
+    };
     pub use crate::hooks::nvml::{
         device_get_memory_info as nvmlDeviceGetMemoryInfo, device_get_memory_info_v2 as nvmlDeviceGetMemoryInfo_v2,
     };
@@ -47,6 +71,11 @@ mod imp {
         malloc as cudaMalloc, malloc_async as cudaMallocAsync, malloc_async_ptsz as cudaMallocAsync_ptsz,
         mem_get_info as cudaMemGetInfo,
     };
+    pub use crate::hooks::tensor_maps::{
+        tensor_map_encode_im2col as cuTensorMapEncodeIm2col,
+        tensor_map_encode_im2col_wide as cuTensorMapEncodeIm2colWide,
+        tensor_map_encode_tiled as cuTensorMapEncodeTiled, tensor_map_replace_address as cuTensorMapReplaceAddress,
+    };
 }
 
 macro_rules! hook_body {
@@ -58,6 +87,12 @@ macro_rules! hook_body {
             Some(_guard) => imp::$name($real, $($arg),*),
             None => $real($($arg),*),
         }
+    }};
+    (observed, $name:ident, $real:ident, ($($arg:ident),*)) => {{
+        if !phase::active() {
+            return $real($($arg),*);
+        }
+        imp::$name($real, $($arg),*)
     }};
     (routing, $name:ident, $real:ident, ($($arg:ident),*)) => {{
         if phase::disabled() {

@@ -1,13 +1,15 @@
 //! The registry of live allocations the shim made or counted, by device pointer: what a
 //! free must undo, and where T2 bytes lie (GEMM staging, the T2-bytes export).
 //!
-//! Lock: `REGISTRY` comes first in the lock order (lib.rs); no CUDA call runs under it.
+//! Lock: `REGISTRY` (rank in `sys::lock_order`); no CUDA call runs under it. The address
+//! index (`address_index`), which launches read without a lock, is written only under it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::cuda;
 use crate::cuda::ffi::*;
+use crate::memory::address_index;
 use crate::memory::budget::VramCharge;
 use crate::memory::movable::{self, Movable};
 use crate::memory::split::SplitAllocation;
@@ -64,6 +66,18 @@ pub enum Record {
     Backed(Backed),
 }
 
+impl Record {
+    /// The bytes of the address range the program was given.
+    fn len(&self) -> u64 {
+        match self {
+            Record::Vram(charge) => charge.bytes(),
+            Record::Backed(Backed::T2(allocation)) => allocation.len(),
+            Record::Backed(Backed::Split(split)) => split.tail_range().1 - split.base(),
+            Record::Backed(Backed::Movable(movable)) => movable.len(),
+        }
+    }
+}
+
 struct Registry {
     live: BTreeMap<CuDevicePtr, Record>,
     /// Device pointers of recently freed `Backed` memory, to answer a double free.
@@ -81,6 +95,7 @@ pub fn insert(device_ptr: CuDevicePtr, record: Record) {
     if matches!(record, Record::Backed(_)) {
         registry.freed_backed.retain(|freed| *freed != device_ptr);
     }
+    address_index::insert(device_ptr, record.len());
     registry.live.insert(device_ptr, record);
 }
 
@@ -103,6 +118,7 @@ pub fn take(device_ptr: CuDevicePtr) -> Lookup {
     let mut registry = REGISTRY.lock();
     match registry.live.remove(&device_ptr) {
         Some(record) => {
+            address_index::remove(device_ptr);
             if matches!(record, Record::Backed(_)) {
                 if registry.freed_backed.len() >= FREED_REMEMBERED {
                     registry.freed_backed.pop_front();

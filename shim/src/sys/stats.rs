@@ -44,6 +44,18 @@ pub struct Stats {
     /// Of the moves' wall time, what the tier thread spent in the prefetch calls (the
     /// driver does part of a migration inside the call), the rest being the wait.
     pub move_issue_ns: AtomicU64,
+    /// Launch observation: kernels launched (graph kernel nodes at each graph launch),
+    /// those whose parameters could not all be read, allocations named by them, launches
+    /// recorded into a graph being captured (not run), graph launches and those of
+    /// graphs not fully read, copies and memsets run by graphs, host functions run.
+    pub launches: AtomicU64,
+    pub launches_unread: AtomicU64,
+    pub launch_namings: AtomicU64,
+    pub captured_launches: AtomicU64,
+    pub graph_launches: AtomicU64,
+    pub graphs_unread: AtomicU64,
+    pub memory_ops: AtomicU64,
+    pub host_funcs: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -72,10 +84,24 @@ pub static STATS: Stats = Stats {
     move_issue_ns: AtomicU64::new(0),
     gemm_sliced: AtomicU64::new(0),
     gemm_slices_differed: AtomicU64::new(0),
+    launches: AtomicU64::new(0),
+    launches_unread: AtomicU64::new(0),
+    launch_namings: AtomicU64::new(0),
+    captured_launches: AtomicU64::new(0),
+    graph_launches: AtomicU64::new(0),
+    graphs_unread: AtomicU64::new(0),
+    memory_ops: AtomicU64::new(0),
+    host_funcs: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn add(counter: &AtomicU64, amount: u64) {
+    if amount != 0 {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
 }
 
 pub fn load(counter: &AtomicU64) -> u64 {
@@ -142,6 +168,14 @@ pub struct ShimStats {
     pub move_issue_ns: u64,
     pub gemm_sliced: u64,
     pub gemm_slices_differed: u64,
+    pub launches: u64,
+    pub launches_unread: u64,
+    pub launch_namings: u64,
+    pub captured_launches: u64,
+    pub graph_launches: u64,
+    pub graphs_unread: u64,
+    pub memory_ops: u64,
+    pub host_funcs: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -180,6 +214,14 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         move_issue_ns: load(&STATS.move_issue_ns),
         gemm_sliced: load(&STATS.gemm_sliced),
         gemm_slices_differed: load(&STATS.gemm_slices_differed),
+        launches: load(&STATS.launches),
+        launches_unread: load(&STATS.launches_unread),
+        launch_namings: load(&STATS.launch_namings),
+        captured_launches: load(&STATS.captured_launches),
+        graph_launches: load(&STATS.graph_launches),
+        graphs_unread: load(&STATS.graphs_unread),
+        memory_ops: load(&STATS.memory_ops),
+        host_funcs: load(&STATS.host_funcs),
     }
 }
 
@@ -208,6 +250,14 @@ pub fn start_afresh_in_child() {
         &STATS.move_issue_ns,
         &STATS.gemm_sliced,
         &STATS.gemm_slices_differed,
+        &STATS.launches,
+        &STATS.launches_unread,
+        &STATS.launch_namings,
+        &STATS.captured_launches,
+        &STATS.graph_launches,
+        &STATS.graphs_unread,
+        &STATS.memory_ops,
+        &STATS.host_funcs,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

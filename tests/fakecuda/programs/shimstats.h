@@ -22,6 +22,9 @@ struct shim_stats {
         demote_ns, move_issue_ns;
     /* Pipelined staging. */
     unsigned long long gemm_sliced, gemm_slices_differed;
+    /* Launch observation. */
+    unsigned long long launches, launches_unread, launch_namings, captured_launches, graph_launches, graphs_unread,
+        memory_ops, host_funcs;
     unsigned long long appended[16];
 };
 
@@ -32,6 +35,14 @@ static inline struct shim_stats shim_stats(void)
     memset(&s, 0, sizeof s);
     CHECK(!get || get(&s, sizeof s) > 0, "greenboost_shim_stats_sized failed\n");
     return s;
+}
+
+/* Kernel launches that named the allocation holding p (`greenboost_shim_launches_naming`). */
+static inline unsigned long long shim_launches_naming(const void *p)
+{
+    unsigned long long (*get)(CUdeviceptr) =
+        (unsigned long long (*)(CUdeviceptr))dlsym(RTLD_DEFAULT, "greenboost_shim_launches_naming");
+    return get ? get((CUdeviceptr)(uintptr_t)p) : 0;
 }
 
 /* T2 bytes of an allocation (`greenboost_shim_t2_bytes`). */

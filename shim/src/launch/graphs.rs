@@ -1,0 +1,229 @@
+//! CUDA graphs: what each executable graph launches, read once from its graph's nodes
+//! when it is instantiated (kernel nodes named as launches are, child graphs followed),
+//! kept up to date by the exec updates the program makes, and counted at every
+//! cuGraphLaunch as the kernels it runs.
+//!
+//! An executable graph's nodes cannot be listed, only the graph's it came from: a graph
+//! instantiated through a path the shim does not see, a node kind whose work cannot be
+//! read (conditional nodes, batched memory operations) or an update the shim cannot
+//! follow leaves the graph "not fully read", and each of its launches is counted so.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustc_hash::FxHashMap;
+
+use crate::cuda::ffi::{CuDevicePtr, CuResult};
+use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams};
+use crate::cuda::real;
+use crate::launch::naming::{self, Values};
+use crate::launch::param_layout;
+use crate::memory::address_index::{self, Snapshot};
+use crate::sys::stats::{self, STATS};
+
+/// What one kernel node names.
+#[derive(Clone, Debug, Default)]
+struct KernelNode {
+    /// Starts of the allocations its parameters named when it was read.
+    named: Box<[CuDevicePtr]>,
+    read: bool,
+}
+
+/// What one executable graph runs at each launch.
+#[derive(Clone, Debug, Default)]
+struct ExecRecord {
+    kernels: FxHashMap<usize, KernelNode>,
+    memory_ops: u64,
+    host_funcs: u64,
+    /// Every node's work known.
+    read: bool,
+}
+
+type Table = FxHashMap<usize, Arc<ExecRecord>>;
+
+static EXECS: std::sync::LazyLock<ArcSwap<Table>> =
+    std::sync::LazyLock::new(|| ArcSwap::from_pointee(Table::default()));
+
+/// Child graphs followed this deep at most (a graph cannot contain itself; this bounds a
+/// malformed answer).
+const MAX_DEPTH: usize = 8;
+
+/// `exec` was instantiated from `graph`.
+pub fn instantiated(exec: GraphExec, graph: Graph) {
+    let mut record = ExecRecord { read: true, ..ExecRecord::default() };
+    let snapshot = address_index::load();
+    read_graph(graph, &mut record, snapshot.as_deref(), 0);
+    store(exec, Some(record));
+}
+
+/// `exec` was updated from `graph` (cuGraphExecUpdate succeeded): its nodes are now
+/// `graph`'s.
+pub fn updated(exec: GraphExec, graph: Graph) {
+    instantiated(exec, graph);
+}
+
+/// `exec`'s kernel node `node` now runs with `params`.
+///
+/// # Safety
+/// `params` is a kernel node's parameters that the driver accepted for this node.
+pub unsafe fn kernel_node_set(exec: GraphExec, node: GraphNode, params: &KernelNodeParams) {
+    let Some(current) = EXECS.load().get(&(exec.0 as usize)).cloned() else { return };
+    let mut record = ExecRecord::clone(&current);
+    let snapshot = address_index::load();
+    // SAFETY: per this function's contract.
+    let kernel = unsafe { read_kernel(params, snapshot.as_deref()) };
+    record.kernels.insert(node.0 as usize, kernel);
+    store(exec, Some(record));
+}
+
+/// `exec` was changed in a way the shim does not follow.
+pub fn changed_unread(exec: GraphExec) {
+    let Some(current) = EXECS.load().get(&(exec.0 as usize)).cloned() else { return };
+    store(exec, Some(ExecRecord { read: false, ..ExecRecord::clone(&current) }));
+}
+
+/// `exec` is being destroyed.
+pub fn destroyed(exec: GraphExec) {
+    store(exec, None);
+}
+
+/// `exec` was launched (cuGraphLaunch succeeded): its kernels, copies and host functions
+/// run once more.
+pub fn launched(exec: GraphExec) {
+    stats::bump(&STATS.graph_launches);
+    let Some(record) = EXECS.load().get(&(exec.0 as usize)).cloned() else {
+        stats::bump(&STATS.graphs_unread);
+        return;
+    };
+    if !record.read {
+        stats::bump(&STATS.graphs_unread);
+    }
+    let snapshot = address_index::load();
+    let mut unread = 0;
+    let mut namings = 0;
+    for kernel in record.kernels.values() {
+        unread += u64::from(!kernel.read);
+        for start in &kernel.named {
+            if let Some(range) = snapshot.as_deref().and_then(|snapshot| snapshot.find(*start)) {
+                range.uses.note_launch();
+                namings += 1;
+            }
+        }
+    }
+    stats::add(&STATS.launches, record.kernels.len() as u64);
+    stats::add(&STATS.launches_unread, unread);
+    stats::add(&STATS.launch_namings, namings);
+    stats::add(&STATS.memory_ops, record.memory_ops);
+    stats::add(&STATS.host_funcs, record.host_funcs);
+}
+
+fn store(exec: GraphExec, record: Option<ExecRecord>) {
+    let record = record.map(Arc::new);
+    EXECS.rcu(|table| {
+        let mut table = Table::clone(table);
+        match &record {
+            Some(record) => table.insert(exec.0 as usize, Arc::clone(record)),
+            None => table.remove(&(exec.0 as usize)),
+        };
+        table
+    });
+}
+
+/// Adds `graph`'s nodes to `record`; marks it not fully read where a node's work cannot
+/// be known.
+fn read_graph(graph: Graph, record: &mut ExecRecord, snapshot: Option<&Snapshot>, depth: usize) {
+    let Some(nodes) = nodes_of(graph).filter(|_| depth < MAX_DEPTH) else {
+        record.read = false;
+        return;
+    };
+    for node in nodes {
+        let Some(get_type) = real::cuGraphNodeGetType() else {
+            record.read = false;
+            return;
+        };
+        let mut kind: c_int = -1;
+        // SAFETY: a node of `graph` (listed by the driver just now) and a writable local.
+        if unsafe { get_type(node, &mut kind) } != CuResult::SUCCESS {
+            record.read = false;
+            continue;
+        }
+        match kind {
+            node_type::KERNEL => {
+                let kernel = kernel_params(node).map_or_else(KernelNode::default, |params| {
+                    // SAFETY: the driver's own answer for this node, read while the
+                    // graph lives (the caller holds it through instantiation).
+                    unsafe { read_kernel(&params, snapshot) }
+                });
+                record.kernels.insert(node.0 as usize, kernel);
+            }
+            node_type::MEMCPY | node_type::MEMSET => record.memory_ops += 1,
+            node_type::HOST => record.host_funcs += 1,
+            node_type::GRAPH => match child_graph(node) {
+                Some(child) => read_graph(child, record, snapshot, depth + 1),
+                None => record.read = false,
+            },
+            node_type::EMPTY
+            | node_type::WAIT_EVENT
+            | node_type::EVENT_RECORD
+            | node_type::EXT_SEMAS_SIGNAL
+            | node_type::EXT_SEMAS_WAIT
+            | node_type::MEM_ALLOC
+            | node_type::MEM_FREE => {}
+            _ => record.read = false,
+        }
+    }
+}
+
+/// The nodes of `graph`, as the driver lists them.
+fn nodes_of(graph: Graph) -> Option<Vec<GraphNode>> {
+    let get_nodes = real::cuGraphGetNodes()?;
+    let mut count = 0usize;
+    // SAFETY: a null array asks only for the count, written to a local.
+    if unsafe { get_nodes(graph, std::ptr::null_mut(), &mut count) } != CuResult::SUCCESS {
+        return None;
+    }
+    let mut nodes = vec![GraphNode::NULL; count];
+    // SAFETY: `nodes` has room for `count` handles, and `count` says so.
+    if unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut count) } != CuResult::SUCCESS {
+        return None;
+    }
+    nodes.truncate(count);
+    Some(nodes)
+}
+
+/// A kernel node's parameters (the `_v2` query, else the `_v1` one, which fills the
+/// prefix up to `extra`).
+fn kernel_params(node: GraphNode) -> Option<KernelNodeParams> {
+    let mut params = KernelNodeParams::empty();
+    let status = match (real::cuGraphKernelNodeGetParams_v2(), real::cuGraphKernelNodeGetParams()) {
+        // SAFETY: a kernel node and room for the whole `_v2` struct.
+        (Some(get), _) => unsafe { get(node, &mut params) },
+        // SAFETY: a kernel node; the `_v1` struct is a prefix of the room given.
+        (None, Some(get)) => unsafe { get(node, &mut params) },
+        (None, None) => return None,
+    };
+    (status == CuResult::SUCCESS).then_some(params)
+}
+
+fn child_graph(node: GraphNode) -> Option<Graph> {
+    let get = real::cuGraphChildGraphNodeGetGraph()?;
+    let mut graph = Graph::NULL;
+    // SAFETY: a child-graph node and a writable local.
+    (unsafe { get(node, &mut graph) } == CuResult::SUCCESS).then_some(graph)
+}
+
+/// What a kernel node with `params` names.
+///
+/// # Safety
+/// `params` are a kernel node's parameters the driver gave or accepted.
+unsafe fn read_kernel(params: &KernelNodeParams, snapshot: Option<&Snapshot>) -> KernelNode {
+    let layout = param_layout::of(params.launched());
+    let mut named = Vec::new();
+    // SAFETY: the node's values as the driver holds them, laid out as its function says.
+    let naming = unsafe {
+        let values = Values::of(params.params, params.extra);
+        naming::name(&layout, values, snapshot, |range| named.push(range.start))
+    };
+    KernelNode { named: named.into_boxed_slice(), read: naming.read }
+}

@@ -1,0 +1,170 @@
+//! Which allocations a launch names: every pointer-sized word of every parameter value
+//! (pointer arguments, and pointers inside structs passed by value) looked up in the
+//! address index, and every tensor map passed by value looked up among the maps the
+//! program encoded. A value that merely equals an address inside an allocation is
+//! counted as naming it: a kernel may be given a pointer in any form, and a false
+//! naming only warms a range, where a missed one would hide a reader.
+
+use std::ffi::c_void;
+
+use crate::cuda::ffi::CuDevicePtr;
+use crate::cuda::launch_ffi::{
+    CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END, TENSOR_MAP_BYTES,
+};
+use crate::launch::param_layout::{Layout, Param};
+use crate::launch::tensor_maps;
+use crate::memory::address_index::{Range, Snapshot};
+
+/// Where a launch's parameter values are, as cuLaunchKernel takes them.
+#[derive(Clone, Copy, Debug)]
+pub enum Values {
+    /// `kernelParams`: one pointer per parameter, to its value.
+    Array(*const *const c_void),
+    /// `extra`'s CU_LAUNCH_PARAM_BUFFER_POINTER: every value packed at its offset.
+    Packed { buffer: *const u8, size: usize },
+}
+
+impl Values {
+    /// The values of a launch given `params` and `extra` (the driver refuses both at
+    /// once, and a launch with parameters but neither); `None` when neither says where.
+    ///
+    /// # Safety
+    /// `extra`, when non-null, is a CU_LAUNCH_PARAM_END-terminated key/value array that
+    /// the driver accepted.
+    pub unsafe fn of(params: *mut *mut c_void, extra: *mut *mut c_void) -> Option<Values> {
+        if !params.is_null() {
+            return Some(Values::Array(params.cast_const().cast()));
+        }
+        if extra.is_null() {
+            return None;
+        }
+        let (mut buffer, mut size) = (std::ptr::null::<u8>(), None);
+        // The driver's own limit is the terminator; a handful of keys exist.
+        for pair in 0..16 {
+            // SAFETY: the array is END-terminated (the contract) and read up to its END.
+            let key = unsafe { *extra.add(2 * pair) } as usize;
+            if key == CU_LAUNCH_PARAM_END {
+                break;
+            }
+            // SAFETY: every key but END is followed by its value.
+            let value = unsafe { *extra.add(2 * pair + 1) };
+            match key {
+                CU_LAUNCH_PARAM_BUFFER_POINTER => buffer = value.cast_const().cast(),
+                // SAFETY: the size key's value points at a size_t (cuda.h).
+                CU_LAUNCH_PARAM_BUFFER_SIZE if !value.is_null() => size = Some(unsafe { *value.cast::<usize>() }),
+                _ => {}
+            }
+        }
+        match (buffer.is_null(), size) {
+            (false, Some(size)) => Some(Values::Packed { buffer, size }),
+            _ => None,
+        }
+    }
+
+    /// The bytes of parameter `index` laid out as `param`, if they can be read.
+    ///
+    /// # Safety
+    /// As for cuLaunchKernel: an `Array` has one valid value pointer per parameter of
+    /// the function, a `Packed` buffer is valid for `size` bytes.
+    unsafe fn bytes(&self, index: usize, param: Param) -> Option<&[u8]> {
+        let (start, len) = match *self {
+            // SAFETY: one pointer per parameter, each to a value of the parameter's size.
+            Values::Array(values) => (unsafe { *values.add(index) }.cast::<u8>(), param.size as usize),
+            Values::Packed { buffer, size } => {
+                let end = (param.offset as usize).checked_add(param.size as usize)?;
+                if end > size {
+                    return None;
+                }
+                // SAFETY: within the buffer's `size` bytes (checked).
+                (unsafe { buffer.add(param.offset as usize) }, param.size as usize)
+            }
+        };
+        // SAFETY: `len` readable bytes at `start` (the contract), borrowed for the scan.
+        (!start.is_null()).then(|| unsafe { std::slice::from_raw_parts(start, len) })
+    }
+}
+
+/// What reading a launch's parameters found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Naming {
+    /// Distinct allocations named.
+    pub ranges: u32,
+    /// Whether every parameter could be read (the layout known, every value reachable).
+    pub read: bool,
+}
+
+/// The most distinct allocations one launch's count is kept exact for; past it a range
+/// named twice is counted twice (launches name a handful).
+const DISTINCT_TRACKED: usize = 32;
+
+/// Reads a launch's parameters, calling `visit` once per distinct allocation named.
+///
+/// # Safety
+/// `values` are the parameters of a launch of a function laid out as `layout`, which
+/// the driver accepted (see `Values::bytes`).
+pub unsafe fn name(
+    layout: &Layout,
+    values: Option<Values>,
+    snapshot: Option<&Snapshot>,
+    mut visit: impl FnMut(&Range),
+) -> Naming {
+    let Layout::Known(params) = layout else { return Naming::default() };
+    if params.is_empty() {
+        return Naming { ranges: 0, read: true };
+    }
+    let Some(values) = values else { return Naming::default() };
+    let mut seen = [0 as CuDevicePtr; DISTINCT_TRACKED];
+    let mut naming = Naming { ranges: 0, read: true };
+    let mut note = |address: CuDevicePtr| {
+        let Some(range) = snapshot.and_then(|snapshot| snapshot.find(address)) else { return };
+        let tracked = (naming.ranges as usize).min(DISTINCT_TRACKED);
+        if seen[..tracked].contains(&range.start) {
+            return;
+        }
+        if tracked < DISTINCT_TRACKED {
+            seen[tracked] = range.start;
+        }
+        naming.ranges += 1;
+        visit(range);
+    };
+    for (index, param) in params.iter().enumerate() {
+        // SAFETY: per this function's contract.
+        let Some(bytes) = (unsafe { values.bytes(index, *param) }) else {
+            naming.read = false;
+            continue;
+        };
+        words(bytes, &mut note);
+        if bytes.len() == TENSOR_MAP_BYTES {
+            if let Some(address) = tensor_maps::address_of(bytes) {
+                note(address);
+            }
+        }
+    }
+    naming
+}
+
+/// Each pointer-sized word of a parameter value: a pointer, alone or inside a struct,
+/// lies at a multiple of 8 from the value's start (its alignment).
+fn words(bytes: &[u8], mut each: impl FnMut(u64)) {
+    for chunk in bytes.chunks_exact(8) {
+        each(u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8])));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_aligned_word_of_a_value_is_looked_at_and_nothing_shorter() {
+        let mut value = [0u8; 20];
+        value[..8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        value[8..16].copy_from_slice(&0x2000u64.to_ne_bytes());
+        let mut found = Vec::new();
+        words(&value, |word| found.push(word));
+        assert_eq!(found, [0x1000, 0x2000], "the 4 trailing bytes hold no pointer");
+        found.clear();
+        words(&[0u8; 4], |word| found.push(word));
+        assert!(found.is_empty());
+    }
+}

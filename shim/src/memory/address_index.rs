@@ -1,0 +1,126 @@
+//! The live allocations as address ranges, read without a lock: what a kernel launch's
+//! parameters name (`launch`) is looked up here on every launch, from any thread, so
+//! the lookup must cost a few nanoseconds and never wait for an allocation in progress.
+//!
+//! The registry (`registry`) owns the allocations and keeps this index in step: it
+//! inserts and removes ranges under its own lock, so writers are serialised there and
+//! every write here publishes a whole new sorted snapshot (copy on write, `arc_swap`).
+//! A reader holds the snapshot it loaded until it is done; a range removed meanwhile is
+//! then still seen for that one launch, as if the free had come after it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+
+use crate::cuda::ffi::CuDevicePtr;
+
+/// What launches did to one allocation: its heat, as seen from the launches' side.
+#[derive(Debug, Default)]
+pub struct RangeUse {
+    /// Kernel launches (and graph kernel nodes, at each graph launch) whose parameters
+    /// named an address inside the range.
+    launches: AtomicU64,
+}
+
+impl RangeUse {
+    pub fn note_launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
+    }
+}
+
+/// One live allocation: [`start`, `end`) and its use.
+#[derive(Debug, Clone)]
+pub struct Range {
+    pub start: CuDevicePtr,
+    pub end: CuDevicePtr,
+    pub uses: Arc<RangeUse>,
+}
+
+/// The ranges sorted by start, disjoint (the driver never hands out overlapping
+/// allocations), with the span they cover for a two-comparison reject of values that
+/// are no device address (counts, sizes, floats).
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    ranges: Vec<Range>,
+    low: CuDevicePtr,
+    high: CuDevicePtr,
+}
+
+impl Snapshot {
+    fn from_ranges(ranges: Vec<Range>) -> Snapshot {
+        let low = ranges.first().map_or(0, |range| range.start);
+        let high = ranges.iter().map(|range| range.end).max().unwrap_or(0);
+        Snapshot { ranges, low, high }
+    }
+
+    /// The range holding `address`, if any.
+    pub fn find(&self, address: CuDevicePtr) -> Option<&Range> {
+        if address < self.low || address >= self.high {
+            return None;
+        }
+        let after = self.ranges.partition_point(|range| range.start <= address);
+        let range = self.ranges.get(after.checked_sub(1)?)?;
+        (address < range.end).then_some(range)
+    }
+}
+
+static INDEX: ArcSwapOption<Snapshot> = ArcSwapOption::const_empty();
+
+/// The current snapshot (empty before the first allocation).
+pub fn load() -> arc_swap::Guard<Option<Arc<Snapshot>>> {
+    INDEX.load()
+}
+
+/// Adds [`start`, `start + len`). Called by the registry under its lock (the one writer).
+pub(super) fn insert(start: CuDevicePtr, len: u64) {
+    let current = INDEX.load_full();
+    let mut ranges = current.as_ref().map_or_else(Vec::new, |snapshot| snapshot.ranges.clone());
+    let at = ranges.partition_point(|range| range.start < start);
+    let range = Range { start, end: start.saturating_add(len.max(1)), uses: Arc::default() };
+    if ranges.get(at).is_some_and(|existing| existing.start == start) {
+        // An address the registry had not removed (a free the shim did not see).
+        ranges[at] = range;
+    } else {
+        ranges.insert(at, range);
+    }
+    INDEX.store(Some(Arc::new(Snapshot::from_ranges(ranges))));
+}
+
+/// Removes the range starting at `start`, if there is one. Called by the registry under
+/// its lock.
+pub(super) fn remove(start: CuDevicePtr) {
+    let Some(current) = INDEX.load_full() else { return };
+    let Ok(at) = current.ranges.binary_search_by_key(&start, |range| range.start) else { return };
+    let mut ranges = current.ranges.clone();
+    ranges.remove(at);
+    INDEX.store(Some(Arc::new(Snapshot::from_ranges(ranges))));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(spans: &[(u64, u64)]) -> Snapshot {
+        Snapshot::from_ranges(spans.iter().map(|&(start, end)| Range { start, end, uses: Arc::default() }).collect())
+    }
+
+    #[test]
+    fn finds_the_range_holding_an_address_and_nothing_between_ranges() {
+        let index = snapshot(&[(0x1000, 0x2000), (0x3000, 0x3800), (0x8000, 0x9000)]);
+        assert_eq!(index.find(0x1000).map(|r| r.start), Some(0x1000));
+        assert_eq!(index.find(0x1fff).map(|r| r.start), Some(0x1000));
+        assert!(index.find(0x2000).is_none(), "end is exclusive");
+        assert!(index.find(0x2800).is_none(), "a gap");
+        assert_eq!(index.find(0x37ff).map(|r| r.start), Some(0x3000));
+        assert_eq!(index.find(0x8abc).map(|r| r.start), Some(0x8000));
+        assert!(index.find(0x9000).is_none());
+        assert!(index.find(0).is_none());
+        assert!(index.find(u64::MAX).is_none());
+        assert!(snapshot(&[]).find(0x1000).is_none());
+    }
+}
