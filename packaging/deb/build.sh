@@ -135,6 +135,8 @@ control_file greenboost-dbgsym "$arch" "Depends: greenboost (= $version)" "Secti
 # script PACKAGE NAME: packaging/deb/PACKAGE.NAME with its placeholders filled
 refuse=$(sed '/^#/d' "$here/refuse-make-install.sh")
 runtime=$(sed '/^# shellcheck/d' "$root/scripts/uninstall-runtime.sh")
+# (bash 5.2 would read `&` in a ${x//pattern/replacement} as the match: the scripts' >&2)
+shopt -u patsub_replacement 2>/dev/null || true
 script() {
   local text
   text=$(cat "$here/$1.$2")

@@ -24,9 +24,11 @@ if [ ! -f "$tarball" ]; then
   log "debootstrap $suite ($variant) from $mirror into the cache, once"
   debootstrap --variant="$variant" "$suite" "$work/root" "$mirror" > "$work/log" 2>&1 \
     || { tail -20 "$work/log" >&2; die "debootstrap failed (log above)"; }
-  # apt's downloaded .debs are not part of an installed system: a container image
-  # drops them too, and they would only make the tarball larger.
-  rm -f "$work/root"/var/cache/apt/archives/*.deb
+  # apt-get clean: apt's downloaded .debs are not part of an installed system (a
+  # container image drops them too), and apt's first run settles its own directories
+  # (partial/ and auxfiles/ owned by _apt, its lock files), which would otherwise show
+  # up as changes in the test's first apt run.
+  chroot "$work/root" apt-get clean >> "$work/log" 2>&1 || die "apt-get clean failed in the new root"
   tar -C "$work/root" --numeric-owner -cf "$work/root.tar" .
   mv "$work/root.tar" "$tarball"
   # Older roots of this cache (another key) are of no more use.
