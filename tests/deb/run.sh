@@ -58,7 +58,7 @@ for elf in usr/bin/greenboost usr/lib/libgreenboost_cuda.so; do
 done
 check "the stripped CLI is under 4 MB (it was 10.9 MB with its debug info)" \
   test "$(stat -c %s "$work/x/main/usr/bin/greenboost")" -lt 4000000
-check "gdb's view: the symbols file names the binary's functions" bash -c \
+check "the debug files keep the symbol tables (function names for gdb and perf)" bash -c \
   "objdump -t $work/x/dbg/usr/lib/debug/.build-id/*/*.debug | grep -q 'greenboost'"
 check "greenboost depends on libc6 (>= 2.34) (the shim's glibc)" bash -c \
   "dpkg-deb -f '$main' Depends | grep -q 'libc6 (>= 2.34)'"
