@@ -3,8 +3,11 @@
 #   make shim          libgreenboost_cuda.so (target/release)
 #   make cli           the `greenboost` command
 #   make install       sudo: shim, CLI, module, udev/modprobe/limits/DKMS files (DESTDIR ok)
+#   make deb           Debian packages greenboost, greenboost-dkms, greenboost-dbgsym in build/deb
 #   make test          every suite that needs no GPU (what CI runs)
 #   make lint          the static gates (rustfmt, clippy, file maps, kmod/ checks, counter mirrors) + shim unit tests
+#   make deb-test      the packages installed, used and purged in a debootstrap Debian 12 root;
+#                      the packaged module built by DKMS and loaded in the stock QEMU guest
 #   make kmod-test     module suite in QEMU guests (stock Debian kernel + Rust test kernel)
 #   make shim-test     shim suite against fake CUDA libraries
 #   make gpu-test      GPU suite (on a machine with an NVIDIA GPU)
@@ -15,7 +18,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test python-package-test plots-test kmod-test install-test \
-	gpu-test bench plots install uninstall clean
+	deb deb-test gpu-test bench plots install uninstall clean
 PREFIX ?= /usr/local
 
 all: shim cli
@@ -63,6 +66,16 @@ plots-test:
 # Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
 install-test:
 	@scripts/run-suite.sh install-test tests/install/run.sh
+
+# The packages (packaging/deb/build.sh: scripts/install.sh's tree, staged with PREFIX=/usr).
+deb:
+	packaging/deb/build.sh
+
+# make deb's packages in a debootstrap Debian 12 root (cached): dpkg -i, greenboost run of a
+# fake-CUDA program, status --prometheus, a container's private /dev/shm, apt purge, the
+# root's file list as before; the packaged module built by DKMS and loaded in the stock guest.
+deb-test:
+	@scripts/run-suite.sh deb-test tests/deb/run.sh
 
 shim-test:
 	@scripts/run-suite.sh shim-test tests/fakecuda/run.sh

@@ -3,10 +3,11 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 # rust-web-clippy: kmod's clippy gate (the clippy of the kernel's rustc; make kmod-test).
+# debootstrap: make deb-test installs the packages into a fresh Debian 12 root.
 PKGS=(linux-source-6.12 rustc-web rust-web-src rust-web-clippy clang lld llvm libclang-dev
       qemu-system-x86 busybox-static flex bison bc libelf-dev libssl-dev cpio xz-utils
       make gcc gcc-12 libc6-dev kmod dwarves python3 python3-numpy python3-pytest dkms patch
-      python3-pip python3-venv python3-setuptools python3-wheel)
+      python3-pip python3-venv python3-setuptools python3-wheel debootstrap)
 # make cli-test reads `status --prometheus` with Prometheus's own parser
 # (prometheus_client); Debian's package where the sources have it (Debian 12 does).
 apt-cache show python3-prometheus-client >/dev/null 2>&1 && PKGS+=(python3-prometheus-client)

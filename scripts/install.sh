@@ -113,6 +113,15 @@ if grep -qs greenboost /etc/ld.so.preload; then
   warn "/etc/ld.so.preload mentions greenboost (an earlier installer put it there). It loads the shim into every process and can freeze the boot. This installer never touches that file: remove the line yourself (sudo sed -i '/greenboost/d' /etc/ld.so.preload)."
 fi
 
+# The Debian packages (`make deb`) place the same commands, rules and group: one or the
+# other, never both (the packages refuse to install beside this manifest likewise).
+if ! staged && command -v dpkg-query >/dev/null; then
+  for package in greenboost greenboost-dkms; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'ok installed' \
+      && die "the Debian package $package is installed: remove it first (sudo apt purge greenboost greenboost-dkms), or keep using the packages"
+  done
+fi
+
 # --- distribution packages -----------------------------------------------------------
 can_apt() { ! staged && [ "${GREENBOOST_NO_APT:-0}" != 1 ] && command -v apt-get >/dev/null && [ -f /etc/debian_version ]; }
 package_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
