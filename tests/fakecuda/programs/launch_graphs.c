@@ -120,7 +120,6 @@ int test_graphs(int argc, char **argv)
     size_t ndeps;
     OK(cuStreamGetCaptureInfo_v3(s, &st, &id, &cg, &deps, NULL, &ndeps));
     CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && ndeps == 1, "capture info: status %d, %zu deps\n", st, ndeps);
-    CHECK(cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a capturing stream synchronised\n");
     CUgraph graph;
     OK(cuStreamEndCapture(s, &graph));
     CHECK(fakegpu_count("kernel") == 0 && calls == 0, "captured work ran\n");
@@ -223,6 +222,10 @@ int test_graphs(int argc, char **argv)
     CUgraph rg;
     OK(cuStreamEndCapture(s, &rg));
     OK(cuGraphDestroy(rg));
+    /* Synchronising the capturing stream is refused and breaks the capture, in any mode. */
+    OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a capturing stream synchronised\n");
+    CHECK(cuStreamEndCapture(s, &none) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "capture survived a synchronise\n");
 
     OK(cuGraphExecDestroy(he));
     OK(cuGraphDestroy(hg));

@@ -11,6 +11,8 @@
 
 #include "launch_tests.h"
 
+#include <time.h>
+
 const char launch_ptx[] =
     ".version 8.0\n.target sm_90\n"
     ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n{ ret; }\n"
@@ -299,6 +301,43 @@ static int test_driver(int argc, char **argv)
 }
 
 
+/* cost [N]: N launches (default 10000) of fk_struct (16 pointers, 8 of them in a by-value
+ * struct) on one stream; prints the mean wall time per launch call and per kernel run,
+ * for comparing the shim's observation against the bare driver. No pass/fail figure. */
+static int test_cost(int argc, char **argv)
+{
+    int iters = argc > 2 ? atoi(argv[2]) : 10000;
+    CUmodule m;
+    CUfunction st;
+    OK(cuModuleLoadData(&m, launch_ptx));
+    OK(cuModuleGetFunction(&st, m, "fk_struct"));
+    CUdeviceptr bufs[16];
+    for (int i = 0; i < 16; i++)
+        bufs[i] = dalloc();
+    struct fk_args sa = { .count = 1 };
+    for (int i = 0; i < 8; i++)
+        sa.ptrs[i] = (void *)(uintptr_t)bufs[i];
+    void *sp[9] = { &sa };
+    for (int i = 0; i < 8; i++)
+        sp[1 + i] = &bufs[8 + i];
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    struct timespec t0, t1, t2;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < iters; i++)
+        OK(cuLaunchKernel(st, 1, 1, 1, 32, 1, 1, 0, s, sp, NULL));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    OK(cuStreamSynchronize(s));
+    clock_gettime(CLOCK_MONOTONIC, &t2);
+    double call = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / iters;
+    double run = ((t2.tv_sec - t0.tv_sec) * 1e9 + (t2.tv_nsec - t0.tv_nsec)) / iters;
+    printf("launch cost: %d fk_struct launches, %.0f ns per call, %.0f ns per kernel run\n", iters, call, run);
+    expect_all(bufs[0], 1, (float)iters, "fk_struct after the loop");
+    OK(cuStreamDestroy_v2(s));
+    OK(cuModuleUnload(m));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct named_test tests[] = {
@@ -306,6 +345,7 @@ int main(int argc, char **argv)
         { "graphs", test_graphs },
         { "runtime", test_runtime },
         { "capture", test_capture },
+        { "cost", test_cost },
     };
     if (getenv("GBTEST_LAUNCH_SMALL"))
         budget_blocks = 64 * 1024;

@@ -485,6 +485,12 @@ CUresult capture_op_locked(struct fake_stream *s, struct op *op)
     return CUDA_SUCCESS;
 }
 
+void capture_invalidate_locked(struct fake_stream *s)
+{
+    s->capture->invalidated = 1;
+    fg_log("CAPTURE_INVALIDATED by synchronising the capturing stream %p", (void *)s);
+}
+
 static int unsafe_call(const char *name)
 {
     static const char *const unsafe[] = {

@@ -188,6 +188,7 @@ CUresult run_set2d(struct fake_stream *s, const struct op *op);
 CUresult run_copy3d(struct fake_stream *s, const CUDA_MEMCPY3D *p);
 /* fakegpu_graphs.c: lock held; s has a capture: op goes to its graph (or is refused). */
 CUresult capture_op_locked(struct fake_stream *s, struct op *op);
+void capture_invalidate_locked(struct fake_stream *s);
 /* A copy of op that owns copies of its data (graph nodes, launches). */
 struct op op_dup(const struct op *op);
 void op_free_data(struct op *op);

@@ -302,7 +302,8 @@ CUresult fg_stream_sync(CUstream s)
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    if (s->capture) { /* synchronising a capturing stream is not permitted */
+    if (s->capture) { /* synchronising a capturing stream is not permitted: it breaks the capture */
+        capture_invalidate_locked(s);
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
