@@ -20,13 +20,14 @@ $CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$fakes"/g
 # Fakes find libfakegpu.so beside themselves, wherever the directory is copied.
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$fakes"/libcuda.c \
-    "$fakes"/libcuda_memory.c "$fakes"/libcuda_streams.c "$fakes"/libcuda_modules.c $fake_ld
+    "$fakes"/libcuda_memory.c "$fakes"/libcuda_streams.c "$fakes"/libcuda_modules.c \
+    "$fakes"/libcuda_launch.c "$fakes"/libcuda_copies.c "$fakes"/libcuda_graphs.c $fake_ld
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$fakes/libnvml.c" $fake_ld
 for major in 12 13; do
     sed "s/@MAJOR@/$major/" "$fakes/cudart.map.in" > "$b/cudart$major.map"
     $CC $CFLAGS -shared -fvisibility=hidden -DCUDART_MAJOR=$major -Wl,-soname,libcudart.so.$major \
         -Wl,--version-script="$b/cudart$major.map" -Wl,-Bsymbolic -Wl,--no-undefined \
-        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_errors.c" -ldl
+        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_errors.c" "$fakes/libcudart_launch.c" -ldl
     ln -sf "$lib/libcudart.so.$major" "$b/link$major/libcudart.so"
 done
 ln -sf "$lib/libcuda.so.1" "$b/linkcuda/libcuda.so"
@@ -56,3 +57,6 @@ $prog -o "$out/bin/gbtier" "$programs/tier_tests.c" "$programs/tier_harness.c" -
 gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
 $prog -o "$out/bin/gbgemm" "$programs/rt_main.c" "$programs/gemm_tests.c" $gemm_libs
 $CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$programs/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN
+# Kernel launches, copies, capture and graphs (launch-tests.sh): driver and runtime.
+$prog -o "$out/bin/gblaunch" "$programs/launch_tests.c" "$programs/launch_graphs.c" -L"$b/link13" -lcudart \
+    -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread

@@ -451,9 +451,10 @@ headroom_tests="headroom_control_oom headroom_foreign headroom_grows headroom_tw
 . "$dir/headroom-tests.sh"
 . "$dir/tier-tests.sh"
 . "$dir/devices-tests.sh"
+. "$dir/launch-tests.sh"
 devices_tests="devices_fake devices_budget devices_control_uniform_fails devices_headroom devices_driver"
 kmod_capable="$control_tests kmod_import_and_pin t2cache_pressure $shim_tests $headroom_tests"
-userspace_tests="$control_tests $shim_tests $headroom_tests $devices_tests $tier_tests backend_auto_userspace backend_kmod_absent"
+userspace_tests="$control_tests $shim_tests $headroom_tests $devices_tests $tier_tests $launch_tests backend_auto_userspace backend_kmod_absent"
 
 # kmod-tests.list tags every test kmod or host (see there): each test of either list
 # must be tagged exactly once, and every tagged name must be a test, or the selection

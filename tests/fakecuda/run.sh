@@ -24,7 +24,7 @@ build() {
         --target-dir "$root/target/lock-order") || return
     "$here/build.sh" "$out" || return
     cp "$root/target/lock-order/release/libgreenboost_cuda.so" "$out/lib/libgreenboost_cuda.so" || return
-    cp "$here/run-tests.sh" "$here/gemm-tests.sh" "$here/headroom-tests.sh" "$here/tier-tests.sh" "$here/devices-tests.sh" "$here/kmod-tests.list" "$out/" || return
+    cp "$here/run-tests.sh" "$here/gemm-tests.sh" "$here/headroom-tests.sh" "$here/tier-tests.sh" "$here/devices-tests.sh" "$here/launch-tests.sh" "$here/kmod-tests.list" "$out/" || return
     cp "$here/guest-run.sh" "$out/run.sh" || return
     chmod +x "$out/run-tests.sh" "$out/run.sh" || return
     rm -rf "$out/.build"

@@ -23,6 +23,14 @@ typedef struct fake_pool *cudaMemPool_t;
 typedef struct fake_extmem *CUexternalMemory;
 typedef struct fake_module *CUmodule;
 typedef struct fake_function *CUfunction;
+typedef struct fake_library *CUlibrary;
+typedef struct fake_kernel *CUkernel;
+typedef struct fake_graph *CUgraph;
+typedef struct fake_graph_node *CUgraphNode;
+typedef struct fake_graph_exec *CUgraphExec;
+typedef struct fake_graph *cudaGraph_t;
+typedef struct fake_graph_exec *cudaGraphExec_t;
+typedef struct fake_function *cudaFunction_t;
 typedef void (*CUhostFn)(void *userData);
 
 enum {
@@ -34,6 +42,7 @@ enum {
     CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
@@ -41,6 +50,10 @@ enum {
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
+    CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910,
     CUDA_ERROR_UNKNOWN = 999,
 };
 enum {
@@ -169,6 +182,132 @@ typedef struct {
 #define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | (ver << 24U))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
 
+/* ---- Modules, kernels and launches (cuda.h, CUDA 12/13) ---- */
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
+/* CUlaunchAttribute: an id, padding to 8, a 64-byte value union. */
+typedef struct {
+    int id;
+    char pad[4];
+    union { char pad[64]; int cooperative; unsigned int priority; } value;
+} CUlaunchAttribute;
+typedef CUlaunchAttribute cudaLaunchAttribute;
+#define CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
+#define CU_LAUNCH_ATTRIBUTE_PRIORITY 8
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+/* CUtensorMap: 128 opaque bytes, 64-byte aligned. */
+typedef struct { _Alignas(64) cuuint64_t opaque[16]; } CUtensorMap;
+typedef enum { CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_UINT16, CU_TENSOR_MAP_DATA_TYPE_UINT32,
+               CU_TENSOR_MAP_DATA_TYPE_INT32, CU_TENSOR_MAP_DATA_TYPE_UINT64, CU_TENSOR_MAP_DATA_TYPE_INT64,
+               CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } CUtensorMapDataType;
+
+/* The fake's test kernels (fakes/gpu/fakegpu_kernels.c), named in a PTX-like image by
+ * ".visible .entry NAME(": fk_fill_u32, fk_add_f32, fk_struct, fk_gather, fk_tma (and the
+ * shim's gb_copy16). fk_struct's by-value argument: */
+struct fk_args {
+    void *ptrs[8];
+    uint64_t count;
+    unsigned char pad[256 - 8 * sizeof(void *) - sizeof(uint64_t)];
+};
+
+/* Runtime launches: dim3, cudaLaunchConfig_t, a fake fat binary (__fatBinC_Wrapper_t whose
+ * data is the PTX-like text). */
+typedef struct { unsigned int x, y, z; } dim3;
+typedef struct {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute *attrs;
+    unsigned int numAttrs;
+} cudaLaunchConfig_t;
+#define FATBINC_MAGIC 0x466243b1
+typedef struct { int magic; int version; const void *data; void *filename_or_fatbins; } __fatBinC_Wrapper_t;
+
+/* ---- Copies and memsets ---- */
+typedef enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3,
+               CU_MEMORYTYPE_UNIFIED = 4 } CUmemorytype;
+typedef struct {
+    size_t srcXInBytes, srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+typedef enum { CU_MEMCPY_SRC_ACCESS_ORDER_INVALID = 0, CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1,
+               CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL = 2, CU_MEMCPY_SRC_ACCESS_ORDER_ANY = 3 } CUmemcpySrcAccessOrder;
+typedef struct {
+    CUmemcpySrcAccessOrder srcAccessOrder;
+    CUmemLocation srcLocHint, dstLocHint;
+    unsigned int flags;
+} CUmemcpyAttributes;
+
+/* ---- Stream capture and graphs ---- */
+typedef enum { CU_STREAM_CAPTURE_MODE_GLOBAL = 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+               CU_STREAM_CAPTURE_MODE_RELAXED = 2 } CUstreamCaptureMode;
+typedef enum { CU_STREAM_CAPTURE_STATUS_NONE = 0, CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+               CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2 } CUstreamCaptureStatus;
+typedef enum { CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_MEMCPY = 1, CU_GRAPH_NODE_TYPE_MEMSET = 2,
+               CU_GRAPH_NODE_TYPE_HOST = 3, CU_GRAPH_NODE_TYPE_GRAPH = 4, CU_GRAPH_NODE_TYPE_EMPTY = 5,
+               CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6, CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
+               CU_GRAPH_NODE_TYPE_MEM_FREE = 11 } CUgraphNodeType;
+typedef struct {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
+typedef struct {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value, elementSize;
+    size_t width, height;
+} CUDA_MEMSET_NODE_PARAMS;
+typedef enum { CU_GRAPH_EXEC_UPDATE_SUCCESS = 0, CU_GRAPH_EXEC_UPDATE_ERROR = 1,
+               CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2, CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 3,
+               CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED = 4,
+               CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 5 } CUgraphExecUpdateResult;
+typedef struct {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode, errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
 /* ---- Test-only entry points of libfakegpu.so (not part of any CUDA API). ---- */
 /* Stream-ordered "kernels": the fake GPU writes/checks a pattern through the device
  * pointer, as a kernel would. An address the device cannot reach is an illegal
@@ -235,6 +374,14 @@ int fakegpu_managed_evict(CUdeviceptr p);
 size_t fakegpu_hostreg_bytes(void);
 /* Count of device faults (illegal addresses) and of forbidden calls seen so far. */
 unsigned fakegpu_faults(void);
+/* Work the fake GPU carried out (run, not queued or captured), as a profiler counts it.
+ * `what`: a class, "kernel", "memset", "memcpy" or "hostfn", counting every path; or
+ * "CLASS:ENTRY", the driver entry point that queued it (e.g. "kernel:cuLaunchKernelEx",
+ * "kernel:cuLaunchKernel_ptsz", "memset:cuMemsetD2D32Async", "memcpy:cuMemcpy3D_v2",
+ * "hostfn:cuLaunchHostFunc", and "CLASS:cuGraphLaunch" for a graph's nodes); or
+ * "kernel@NAME", one kernel's runs. fakegpu_count_reset sets every count to 0. */
+unsigned long long fakegpu_count(const char *what);
+void fakegpu_count_reset(void);
 /* Host-side pattern helpers shared with the fake kernels. */
 void fakegpu_pattern_fill(void *p, size_t n, uint32_t seed);
 unsigned long long fakegpu_pattern_check(const void *p, size_t n, uint32_t seed);

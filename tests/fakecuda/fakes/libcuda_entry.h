@@ -108,4 +108,129 @@ EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s);
 EXPORT CUresult cuEventQuery(CUevent e);
 EXPORT CUresult cuEventSynchronize(CUevent e);
 
+/* libcuda_modules.c: modules, libraries, kernels. fake_handle_kernel: the kernel a
+ * CUfunction or CUkernel handle names, NULL for anything else. */
+const struct fg_kernel *fake_handle_kernel(const void *handle);
+EXPORT CUresult cuModuleUnload(CUmodule module);
+EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jitOptions, void **jitOptionsValues,
+                                  unsigned numJitOptions, void *libraryOptions, void **libraryOptionValues,
+                                  unsigned numLibraryOptions);
+EXPORT CUresult cuLibraryUnload(CUlibrary library);
+EXPORT CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name);
+EXPORT CUresult cuKernelGetFunction(CUfunction *function, CUkernel kernel);
+EXPORT CUresult cuKernelGetName(const char **name, CUkernel kernel);
+EXPORT CUresult cuFuncGetName(const char **name, CUfunction f);
+EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *size);
+EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t *offset, size_t *size);
+
+/* libcuda_launch.c: launches, tensor maps. fake_build_launch: a launch record from a
+ * launch's arguments (the checks every launch path makes), for launches and graph nodes. */
+CUresult fake_build_launch(const void *handle, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                           void **params, void **extra, struct fg_launch **out);
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned shared, CUstream s, void **params, void **extra);
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                          unsigned by, unsigned bz, unsigned shared, CUstream s, void **params);
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned shared, CUstream s, void **params);
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
+EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, unsigned rank, void *global,
+                                       const cuuint64_t *dims, const cuuint64_t *strides, const unsigned *box,
+                                       const unsigned *element_strides, int interleave, int swizzle, int l2promotion,
+                                       int oobfill);
+
+/* libcuda_copies.c: memsets, 2D/3D, peer and batched copies. */
+#define MEMSET_DECL(n, t) EXPORT CUresult n(CUdeviceptr p, t v, size_t count);
+#define MEMSET_ASYNC_DECL(n, t) EXPORT CUresult n(CUdeviceptr p, t v, size_t count, CUstream s);
+#define MEMSET2D_DECL(n, t) EXPORT CUresult n(CUdeviceptr p, size_t pitch, t v, size_t w, size_t h);
+#define MEMSET2D_ASYNC_DECL(n, t) EXPORT CUresult n(CUdeviceptr p, size_t pitch, t v, size_t w, size_t h, CUstream s);
+MEMSET_DECL(cuMemsetD8_v2_ptds, unsigned char)
+MEMSET_DECL(cuMemsetD16_v2, unsigned short)
+MEMSET_DECL(cuMemsetD16_v2_ptds, unsigned short)
+MEMSET_DECL(cuMemsetD32_v2, unsigned int)
+MEMSET_DECL(cuMemsetD32_v2_ptds, unsigned int)
+MEMSET_ASYNC_DECL(cuMemsetD8Async_ptsz, unsigned char)
+MEMSET_ASYNC_DECL(cuMemsetD16Async, unsigned short)
+MEMSET_ASYNC_DECL(cuMemsetD16Async_ptsz, unsigned short)
+MEMSET_ASYNC_DECL(cuMemsetD32Async, unsigned int)
+MEMSET_ASYNC_DECL(cuMemsetD32Async_ptsz, unsigned int)
+MEMSET2D_DECL(cuMemsetD2D8_v2, unsigned char)
+MEMSET2D_DECL(cuMemsetD2D8_v2_ptds, unsigned char)
+MEMSET2D_DECL(cuMemsetD2D16_v2, unsigned short)
+MEMSET2D_DECL(cuMemsetD2D16_v2_ptds, unsigned short)
+MEMSET2D_DECL(cuMemsetD2D32_v2, unsigned int)
+MEMSET2D_DECL(cuMemsetD2D32_v2_ptds, unsigned int)
+MEMSET2D_ASYNC_DECL(cuMemsetD2D8Async, unsigned char)
+MEMSET2D_ASYNC_DECL(cuMemsetD2D8Async_ptsz, unsigned char)
+MEMSET2D_ASYNC_DECL(cuMemsetD2D16Async, unsigned short)
+MEMSET2D_ASYNC_DECL(cuMemsetD2D16Async_ptsz, unsigned short)
+MEMSET2D_ASYNC_DECL(cuMemsetD2D32Async, unsigned int)
+MEMSET2D_ASYNC_DECL(cuMemsetD2D32Async_ptsz, unsigned int)
+EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p);
+EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p);
+EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p);
+EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p);
+EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s);
+EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s);
+EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p);
+EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p);
+EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s);
+EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s);
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n);
+EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n);
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
+                                  CUstream s);
+EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
+                                       CUstream s);
+EXPORT CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                   CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, size_t *fail, CUstream s);
+EXPORT CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                        CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, size_t *fail,
+                                        CUstream s);
+EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                      CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream s);
+EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                           CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream s);
+
+/* libcuda_graphs.c: stream capture and graphs. */
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);
+EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode);
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *graph);
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *graph);
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *status);
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                          const CUgraphNode **deps, size_t *ndeps);
+EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                               CUgraph *graph, const CUgraphNode **deps, size_t *ndeps);
+EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                          const CUgraphNode **deps, const void **edges, size_t *ndeps);
+EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                               CUgraph *graph, const CUgraphNode **deps, const void **edges,
+                                               size_t *ndeps);
+EXPORT CUresult cuGraphCreate(CUgraph *graph, unsigned flags);
+EXPORT CUresult cuGraphDestroy(CUgraph graph);
+EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                                        const CUDA_KERNEL_NODE_PARAMS *params);
+EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                                     const CUDA_MEMSET_NODE_PARAMS *params, CUcontext ctx);
+EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                                     const CUDA_MEMCPY3D *params, CUcontext ctx);
+EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count);
+EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type);
+EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p);
+EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *params);
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *error_node, char *log,
+                                      size_t log_size);
+EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                  const CUDA_KERNEL_NODE_PARAMS *params);
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
+EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s);
+EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s);
+EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s);
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec);
+
 #endif

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
+#include "libcudart_internal.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -86,6 +87,17 @@ static CUresult get_proc(const char *name, void **fn)
         return drv.cuGetProcAddress_v2(name, fn, CUDART_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);
     }
     return drv.cuGetProcAddress(name, fn, CUDART_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+}
+
+/* Any driver entry point, with the per-thread default stream's variant when asked. */
+CUresult cudart_proc(const char *name, void **fn, int per_thread)
+{
+    cuuint64_t flags = per_thread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    if (drv.cuGetProcAddress_v2) {
+        CUdriverProcAddressQueryResult st;
+        return drv.cuGetProcAddress_v2(name, fn, CUDART_VERSION, flags, &st);
+    }
+    return drv.cuGetProcAddress(name, fn, CUDART_VERSION, flags);
 }
 
 static void runtime_init(void)
@@ -166,6 +178,9 @@ static cudaError_t from_driver(CUresult rc)
      * initialisation: CUDA_ERROR_NOT_INITIALIZED = cudaErrorInitializationError = 3. */
     return set_error(rc);
 }
+
+cudaError_t cudart_init(void) { return lazy_init(); }
+cudaError_t cudart_error(CUresult rc) { return from_driver(rc); }
 
 #define INIT()                          \
     do {                                \

@@ -51,6 +51,7 @@ struct fg_state g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INIT
 
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 __thread int in_host_callback;
+__thread const char *fg_entry;
 static __thread CUcontext current_ctx;
 
 /* ------------------------------------------------------------------ log */
@@ -192,6 +193,10 @@ CUresult fg_gate(const char *name, int needs_init, int needs_ctx)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (needs_ctx && !current_ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult rc = fg_capture_check_call(name);
+    if (rc)
+        return rc;
+    fg_entry = name;
     return CUDA_SUCCESS;
 }
 

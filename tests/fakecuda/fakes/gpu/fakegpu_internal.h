@@ -11,6 +11,7 @@ CUresult fg_gate(const char *name, int needs_init, int needs_ctx);
 void fg_note_fault(const char *what);
 
 #define FG_MAX_DEVICES 2
+typedef void (*CUstreamCallback)(CUstream s, CUresult status, void *data);
 
 CUresult fg_init(unsigned flags);
 size_t fg_vram_size(void); /* device 0's */
@@ -43,6 +44,8 @@ CUresult fg_host_register(void *p, size_t n, unsigned flags);
 CUresult fg_host_unregister(void *p);
 CUresult fg_host_device_pointer(CUdeviceptr *d, void *p, unsigned flags);
 
+/* fg_memcpy's up-front check: both pointers set, device ranges inside allocations. */
+CUresult fg_memcpy_check(CUdeviceptr dst, CUdeviceptr src, size_t n);
 CUresult fg_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async);
 CUresult fg_memset8(CUdeviceptr dst, unsigned char v, size_t n, CUstream s, int async);
 
@@ -81,8 +84,73 @@ CUresult fg_event_query(CUevent e);
 CUresult fg_event_sync(CUevent e);
 CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags);
 CUresult fg_launch_host_fn(CUstream s, CUhostFn fn, void *data);
-typedef void (*CUstreamCallback)(CUstream s, CUresult status, void *data);
 CUresult fg_stream_add_callback(CUstream s, CUstreamCallback cb, void *data, unsigned flags);
+
+/* ---- Test kernels (fakegpu_kernels.c) ---- */
+#define FG_MAX_PARAMS 17
+/* A kernel the fake GPU runs: its parameters' offsets and sizes in the packed buffer
+ * (the real ABI: natural alignment, CUtensorMap 64-aligned) and the buffer's size. */
+struct fg_kernel {
+    const char *name;
+    int nparams;
+    size_t offset[FG_MAX_PARAMS], size[FG_MAX_PARAMS];
+    size_t argsize;
+};
+/* The kernel called name (len bytes, or up to NUL with len 0), or NULL. */
+const struct fg_kernel *fg_kernel_find(const char *name, size_t len);
+/* One launch: the kernel, the handle it was launched through (CUfunction or CUkernel),
+ * its geometry, and a copy of its packed parameters; params[i] points at parameter i. */
+struct fg_launch {
+    const struct fg_kernel *k;
+    void *handle;
+    unsigned grid[3], block[3], shared;
+    void *params[FG_MAX_PARAMS];
+    unsigned char args[];
+};
+/* A new launch record holding a copy of the packed buffer args (k->argsize bytes). */
+struct fg_launch *fg_launch_new(const struct fg_kernel *k, const void *args);
+struct fg_launch *fg_launch_dup(const struct fg_launch *l);
+/* Queues the launch on s (or captures it); takes ownership of l. */
+CUresult fg_kernel_launch(struct fg_launch *l, CUstream s);
+
+/* ---- Memsets and copies beyond fg_memcpy/fg_memset8 (fakegpu_copies.c) ---- */
+/* A pitched memset: height rows of width elements of elem (1, 2, 4) bytes, value's low
+ * bytes; now on the legacy stream when !async. */
+CUresult fg_memset2d(CUdeviceptr dst, size_t pitch, unsigned value, unsigned elem, size_t width, size_t height,
+                     CUstream s, int async);
+/* A 3D (and 2D: Depth 1) copy between host and device memory; CUDA_ERROR_INVALID_VALUE
+ * for arrays or a range outside its allocation. */
+CUresult fg_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async);
+
+/* ---- Stream capture and graphs (fakegpu_graphs.c) ---- */
+CUresult fg_capture_begin(CUstream s, int mode);
+CUresult fg_capture_end(CUstream s, CUgraph *graph);
+/* status (CUstreamCaptureStatus), id, graph and the last node captured (or NULL). */
+CUresult fg_capture_info(CUstream s, int *status, unsigned long long *id, CUgraph *graph, CUgraphNode *last);
+CUresult fg_thread_exchange_capture_mode(int *mode);
+/* fg_gate: a call that is "potentially unsafe" during a capture: CUDA_ERROR_STREAM_CAPTURE_
+ * UNSUPPORTED, and the capture that forbids it invalidated; else 0. */
+CUresult fg_capture_check_call(const char *name);
+CUresult fg_graph_create(CUgraph *graph, unsigned flags);
+CUresult fg_graph_destroy(CUgraph graph);
+CUresult fg_graph_add_kernel(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                             struct fg_launch *l);
+CUresult fg_graph_add_memset(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                             const CUDA_MEMSET_NODE_PARAMS *p);
+CUresult fg_graph_add_memcpy(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                             const CUDA_MEMCPY3D *p);
+CUresult fg_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *count);
+CUresult fg_node_get_type(CUgraphNode node, int *type);
+/* A kernel node's launch (still the node's), or NULL. */
+const struct fg_launch *fg_node_launch(CUgraphNode node);
+/* Replaces a kernel node's launch (takes l). */
+CUresult fg_node_set_launch(CUgraphNode node, struct fg_launch *l);
+CUresult fg_exec_set_launch(CUgraphExec exec, CUgraphNode node, struct fg_launch *l);
+CUresult fg_graph_instantiate(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult fg_graph_exec_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info);
+CUresult fg_graph_upload(CUgraphExec exec, CUstream s);
+CUresult fg_graph_launch(CUgraphExec exec, CUstream s);
+CUresult fg_graph_exec_destroy(CUgraphExec exec);
 
 /* ---- What managed.c (managed memory) uses of the device, and what it gives it. ---- */
 /* The one device lock; the *_locked functions want it held. */

@@ -55,8 +55,12 @@ struct vmm_mapping {
     struct vmm_mapping *next;
 };
 
-/* OP_WORK: device work of another file (fn(data)), not a host callback. */
-enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK, OP_GEMM, OP_WORK };
+/* OP_WORK: device work of another file (fn(data)), not a host callback. OP_KERNEL: a
+ * test kernel (data: struct fg_launch, owned); OP_SET2D: a pitched memset of 1/2/4-byte
+ * elements; OP_COPY3D: a 3D copy (data: CUDA_MEMCPY3D, owned). OP_NOP: a captured event
+ * record or wait, nothing to do when its graph runs. */
+enum op_kind { OP_FILL, OP_VERIFY, OP_COPY, OP_SET, OP_FREE, OP_EVENT, OP_WAIT_EVENT, OP_HOSTFN, OP_CALLBACK, OP_GEMM,
+               OP_WORK, OP_KERNEL, OP_SET2D, OP_COPY3D, OP_NOP };
 struct op {
     enum op_kind kind;
     CUdeviceptr a, b;
@@ -68,6 +72,9 @@ struct op {
     CUhostFn fn;
     CUstreamCallback cb;
     void *data;
+    size_t pitch, width, height; /* OP_SET2D (width in elements of `elem` bytes) */
+    unsigned elem;
+    const char *path;            /* the entry point that queued it (fakegpu_count) */
     struct op *next;
 };
 
@@ -79,6 +86,7 @@ struct fake_stream {
     struct op *head, *tail;
     int running, held, destroyed;
     int capturing; /* set by the test: the stream "is being captured" into a graph */
+    struct fg_capture *capture; /* cuStreamBeginCapture: work goes to its graph */
     struct timespec hold_deadline;
     CUresult err; /* sticky error reported by the next synchronisation */
     pthread_t worker;
@@ -172,6 +180,20 @@ int stream_valid(CUstream s);
 CUresult enqueue(CUstream s, struct op work);
 void wait_all_streams_idle(void);
 CUresult run_gemm(struct fake_stream *s, const struct fakegpu_gemm *m);
+/* fakegpu_kernels.c: runs a test kernel; counts an operation that ran. */
+CUresult run_kernel(struct fake_stream *s, struct fg_launch *l);
+void count_op(const struct op *op);
+/* fakegpu_copies.c: runs a pitched memset or a 3D copy. */
+CUresult run_set2d(struct fake_stream *s, const struct op *op);
+CUresult run_copy3d(struct fake_stream *s, const CUDA_MEMCPY3D *p);
+/* fakegpu_graphs.c: lock held; s has a capture: op goes to its graph (or is refused). */
+CUresult capture_op_locked(struct fake_stream *s, struct op *op);
+void capture_invalidate_locked(struct fake_stream *s);
+/* A copy of op that owns copies of its data (graph nodes, launches). */
+struct op op_dup(const struct op *op);
+void op_free_data(struct op *op);
+/* The entry point that passed fg_gate last on this thread. */
+extern __thread const char *fg_entry;
 #pragma GCC visibility pop
 
 #endif

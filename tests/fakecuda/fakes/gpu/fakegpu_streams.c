@@ -12,8 +12,19 @@ int event_outstanding(const struct fake_event *e, uint64_t seq)
     return 0;
 }
 
-/* Runs one operation. Returns the error a synchronous caller sees. */
+static CUresult run_op_kind(struct fake_stream *s, struct op *op);
+
+/* Runs one operation and counts it (fakegpu_count). Returns the error a synchronous
+ * caller sees. */
 CUresult run_op(struct fake_stream *s, struct op *op)
+{
+    CUresult rc = run_op_kind(s, op);
+    count_op(op);
+    op_free_data(op);
+    return rc;
+}
+
+static CUresult run_op_kind(struct fake_stream *s, struct op *op)
 {
     switch (op->kind) {
     case OP_FILL:
@@ -35,12 +46,16 @@ CUresult run_op(struct fake_stream *s, struct op *op)
         if (!copy_range(op->a, op->b, op->n))
             return fault(s, "memcpy", op->a, op->n);
         return CUDA_SUCCESS;
-    case OP_GEMM: {
-        struct fakegpu_gemm *gemm = op->data;
-        CUresult rc = run_gemm(s, gemm);
-        free(gemm);
-        return rc;
-    }
+    case OP_GEMM:
+        return run_gemm(s, op->data);
+    case OP_KERNEL:
+        return run_kernel(s, op->data);
+    case OP_SET2D:
+        return run_set2d(s, op);
+    case OP_COPY3D:
+        return run_copy3d(s, op->data);
+    case OP_NOP:
+        return CUDA_SUCCESS;
     case OP_FREE: {
         pthread_mutex_lock(&g.lock);
         struct vram_device *d;
@@ -220,19 +235,32 @@ CUresult fg_stream_destroy(CUstream s)
 
 /* Work on a default stream runs now, in the caller; other streams queue it. */
 /* Runs `work` now on a default stream, else queues a copy of it on `s`. */
+/* On a capturing stream the work becomes a node of the capture's graph instead. The op
+ * owns its data (freed once run, captured or refused). */
 CUresult enqueue(CUstream s, struct op work)
 {
+    if (!work.path)
+        work.path = fg_entry;
     if (is_default_stream(s))
         return run_op(NULL, &work);
     struct op *op = malloc(sizeof *op);
-    if (!op)
+    if (!op) {
+        op_free_data(&work);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *op = work;
     pthread_mutex_lock(&g.lock);
     if (!stream_valid(s)) {
         pthread_mutex_unlock(&g.lock);
+        op_free_data(op);
         free(op);
         return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (s->capture) {
+        CUresult rc = capture_op_locked(s, op);
+        pthread_mutex_unlock(&g.lock);
+        free(op);
+        return rc;
     }
     if (s->tail)
         s->tail->next = op;
@@ -273,6 +301,11 @@ CUresult fg_stream_sync(CUstream s)
     if (!stream_valid(s)) {
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (s->capture) { /* synchronising a capturing stream is not permitted: it breaks the capture */
+        capture_invalidate_locked(s);
+        pthread_mutex_unlock(&g.lock);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     while (!stream_idle(s))
         pthread_cond_wait(&g.cv, &g.lock);

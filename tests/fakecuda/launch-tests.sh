@@ -1,0 +1,42 @@
+# Kernel launches, copies, memsets, stream capture and graphs (gblaunch,
+# programs/launch_tests.c and launch_graphs.c), sourced by run-tests.sh. The control-*
+# runs prove the fake's model alone (data the kernels wrote, the fake's counts); the
+# others run the same programs under the shim, which must not break any launch path.
+
+launch_no_fault() { # the fake logged no invalidated capture
+    if grep -q "CAPTURE_INVALIDATED" "$log"; then
+        why="a capture was invalidated: $(grep -m1 CAPTURE_INVALIDATED "$log" | cut -d' ' -f2-)"
+        return 1
+    fi
+}
+
+t_control_launch_driver() { run control-launch-driver "$BIN/gblaunch" driver; }
+t_control_launch_graphs() {
+    run control-launch-graphs "$BIN/gblaunch" graphs || return 1
+    log_has "CAPTURE_INVALIDATED by cuMemAlloc_v2" "the fake did not log the invalidated global capture"
+}
+t_control_launch_runtime() {
+    run control-launch-runtime "$BIN/gblaunch" runtime || return 1
+    log_has "cuGetProcAddress_v2 sym=cuLibraryLoadData ver=13000" "the runtime did not load its image through cuGetProcAddress" || return 1
+    log_has "cuLaunchKernel fk_add_f32 .* via=cuLaunchKernel_ptsz" "cudaLaunchKernel_ptsz did not reach cuLaunchKernel_ptsz"
+}
+t_launch_driver() {
+    shim launch-driver $SHIMENV "$BIN/gblaunch" driver || return 1
+    log_has "cuLaunchKernel fk_struct .* via=cuLaunchKernel -> 0" "fk_struct did not reach the driver"
+}
+t_launch_driver_t2() {
+    # A budget below one buffer: the kernels' 4 MiB buffers are T2 (registered host memory).
+    shim launch-driver-t2 $SHIMENV GREENBOOST_VRAM_BUDGET=1M GREENBOOST_MIN_T2_SIZE=1M "$BIN/gblaunch" driver || return 1
+    log_has "PINNED by=" "no buffer went to T2"
+}
+t_launch_graphs() { shim launch-graphs $SHIMENV "$BIN/gblaunch" graphs; }
+t_launch_runtime() { shim launch-runtime $SHIMENV "$BIN/gblaunch" runtime; }
+t_launch_capture_global() {
+    # A global-mode capture held open for 500 ms while the shim works beside it (tiering
+    # every 10 ms, half the blocks in T2): nothing the shim does may invalidate it.
+    shim launch-capture-global $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 4 )) GREENBOOST_TIERING=on \
+        GREENBOOST_TIER_INTERVAL_MS=10 GREENBOOST_VRAM_HEADROOM=$(( VRAM / 16 )) "$BIN/gblaunch" capture 500 || return 1
+    launch_no_fault
+}
+
+launch_tests="control_launch_driver control_launch_graphs control_launch_runtime launch_driver launch_driver_t2 launch_graphs launch_runtime launch_capture_global"
