@@ -1,7 +1,9 @@
 # Kernel launches, copies, memsets, stream capture and graphs (gblaunch,
 # programs/launch_tests.c and launch_graphs.c), sourced by run-tests.sh. The control-*
 # runs prove the fake's model alone (data the kernels wrote, the fake's counts); the
-# others run the same programs under the shim, which must not break any launch path.
+# others run the same programs under the shim, which must not break any launch path and
+# must see every one: each program ends by comparing the shim's launch counters with the
+# fake's (what a profiler counts) and prints "observed PART:" when the shim observes.
 
 launch_no_fault() { # the fake logged no invalidated capture
     if grep -q "CAPTURE_INVALIDATED" "$log"; then
@@ -20,17 +22,22 @@ t_control_launch_runtime() {
     log_has "cuGetProcAddress_v2 sym=cuLibraryLoadData ver=13000" "the runtime did not load its image through cuGetProcAddress" || return 1
     log_has "cuLaunchKernel fk_add_f32 .* via=cuLaunchKernel_ptsz" "cudaLaunchKernel_ptsz did not reach cuLaunchKernel_ptsz"
 }
+launch_observed() { # the program compared the shim's counts with the fake's
+    out_has "observed $1: " "the shim's launch counters are missing: launches not observed"
+}
 t_launch_driver() {
     shim launch-driver $SHIMENV "$BIN/gblaunch" driver || return 1
-    log_has "cuLaunchKernel fk_struct .* via=cuLaunchKernel -> 0" "fk_struct did not reach the driver"
+    log_has "cuLaunchKernel fk_struct .* via=cuLaunchKernel -> 0" "fk_struct did not reach the driver" || return 1
+    launch_observed driver
 }
 t_launch_driver_t2() {
     # A budget below one buffer: the kernels' 4 MiB buffers are T2 (registered host memory).
     shim launch-driver-t2 $SHIMENV GREENBOOST_VRAM_BUDGET=1M GREENBOOST_MIN_T2_SIZE=1M "$BIN/gblaunch" driver || return 1
-    log_has "PINNED by=" "no buffer went to T2"
+    log_has "PINNED by=" "no buffer went to T2" || return 1
+    launch_observed driver
 }
-t_launch_graphs() { shim launch-graphs $SHIMENV "$BIN/gblaunch" graphs; }
-t_launch_runtime() { shim launch-runtime $SHIMENV "$BIN/gblaunch" runtime; }
+t_launch_graphs() { shim launch-graphs $SHIMENV "$BIN/gblaunch" graphs && launch_observed graphs; }
+t_launch_runtime() { shim launch-runtime $SHIMENV "$BIN/gblaunch" runtime && launch_observed runtime; }
 t_launch_capture_global() {
     # A global-mode capture held open for 500 ms while the shim works beside it (tiering
     # every 10 ms, half the blocks in T2): nothing the shim does may invalidate it.

@@ -96,7 +96,7 @@ int test_graphs(int argc, char **argv)
     fillf(out, 0.0f, N);
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    fakegpu_count_reset();
+    observed_reset();
     uint64_t n = N;
     int calls = 0;
     void *ap[] = { &out, &out, &b, &n }; /* out += b */
@@ -227,6 +227,7 @@ int test_graphs(int argc, char **argv)
     CHECK(cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a capturing stream synchronised\n");
     CHECK(cuStreamEndCapture(s, &none) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "capture survived a synchronise\n");
 
+    observed_check("graphs", 0);
     OK(cuGraphExecDestroy(he));
     OK(cuGraphDestroy(hg));
     OK(cuGraphExecDestroy(exec));
@@ -267,7 +268,7 @@ int test_runtime(int argc, char **argv)
     fillf((CUdeviceptr)b, 2.0f, N);
     cudaStream_t s;
     OK(cudaStreamCreateWithFlags(&s, 1));
-    fakegpu_count_reset();
+    observed_reset();
     /* fk_add_f32<<<4, 256, 0, s>>>(out, a, b, N) */
     CHECK(__cudaPushCallConfiguration((dim3){ 4, 1, 1 }, (dim3){ 256, 1, 1 }, 0, s) == 0, "push refused\n");
     fk_add_f32(out, a, b, N);
@@ -302,6 +303,7 @@ int test_runtime(int argc, char **argv)
     CHECK(fakegpu_count("kernel:cuLaunchKernel") == 1 && fakegpu_count("kernel:cuLaunchKernel_ptsz") == 1 &&
               fakegpu_count("kernel:cuLaunchKernelEx") == 1 && fakegpu_count("kernel:cuGraphLaunch") == 2,
           "the runtime's launches took other driver paths\n");
+    observed_check("runtime", 0);
     OK(cudaGraphExecDestroy(exec));
     OK(cudaGraphDestroy(graph));
     OK(cudaStreamDestroy(s));

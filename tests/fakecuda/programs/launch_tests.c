@@ -99,7 +99,7 @@ static int test_driver(int argc, char **argv)
     CUdeviceptr a = dalloc(), b = dalloc(), out = dalloc();
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    fakegpu_count_reset();
+    observed_reset();
 
     /* cuLaunchKernel, kernelParams. */
     uint32_t v = 0xabcd1234;
@@ -115,9 +115,11 @@ static int test_driver(int argc, char **argv)
     packed.out = out, packed.a = a, packed.b = b, packed.n = N;
     size_t psize = sizeof packed;
     void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &psize, CU_LAUNCH_PARAM_END };
+    unsigned long long out_named = named(out);
     OK(cuLaunchKernel(add, 4, 1, 1, 256, 1, 1, 0, s, NULL, extra));
     OK(cuStreamSynchronize(s));
     expect_all(out, N, 3.5f, "extra-form fk_add_f32");
+    CHECK(!shim_observes() || named(out) == out_named + 1, "the extra form's packed pointers were not named\n");
     void *ap[] = { &out, &a, &b, &n };
     CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, s, ap, extra) == CUDA_ERROR_INVALID_VALUE,
           "kernelParams and extra together were accepted\n");
@@ -180,8 +182,11 @@ static int test_driver(int argc, char **argv)
         sp[1 + i] = &bufs[8 + i];
     OK(cuLaunchKernel(st, 1, 1, 1, 64, 1, 1, 0, s, sp, NULL));
     OK(cuStreamSynchronize(s));
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < 16; i++) {
         expect_all(bufs[i], 64, (float)i + 1, "fk_struct");
+        CHECK(!shim_observes() || named(bufs[i]) == 1, "fk_struct's pointer %d (%s) named by %llu launches\n", i,
+              i < 8 ? "in the by-value struct" : "a parameter", named(bufs[i]));
+    }
     /* fk_gather: pointers stored in device memory. */
     CUdeviceptr ptrs;
     OK(cuMemAlloc_v2(&ptrs, 16 * 8));
@@ -208,9 +213,11 @@ static int test_driver(int argc, char **argv)
     OK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, (void *)(uintptr_t)a, dims, NULL, box, es, 0,
                               0, 0, 0));
     void *tp[] = { &map, &out, &n };
+    unsigned long long a_named = named(a);
     OK(cuLaunchKernel(tma, 4, 1, 1, 256, 1, 1, 0, s, tp, NULL));
     OK(cuStreamSynchronize(s));
     expect_all(out, N, 4.25f, "fk_tma");
+    CHECK(!shim_observes() || named(a) == a_named + 1, "the memory behind the tensor map was not named\n");
 
     /* Memsets. */
     OK(cuMemsetD8_v2(a, 0x11, N * 4));
@@ -294,6 +301,7 @@ static int test_driver(int argc, char **argv)
     CHECK(fakegpu_count("hostfn:cuLaunchHostFunc") == 1, "host function count wrong\n");
     CHECK(fakegpu_count("memset:cuMemsetD2D32_v2") == 1 && fakegpu_count("memcpy:cuMemcpy3DAsync_v2") == 1,
           "memset/memcpy path counts wrong\n");
+    observed_check("driver", 0);
     OK(cuLibraryUnload(lib));
     OK(cuModuleUnload(m));
     OK(cuStreamDestroy_v2(s));

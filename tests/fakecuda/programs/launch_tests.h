@@ -73,4 +73,42 @@ extern const char launch_ptx[];
 int test_graphs(int argc, char **argv);
 int test_runtime(int argc, char **argv);
 int test_capture(int argc, char **argv);
+/* ---- What the shim observed, against what the fake device ran (a profiler's count).
+ * observed_reset() starts both counts; observed_check() fails when, since then, the
+ * shim counted other kernel launches or host functions than the device ran, or another
+ * number of launches it could not fully read. Without the shim (control runs) only the
+ * fake's counts are reset. ---- */
+#include "shimstats.h"
+static struct shim_stats observed_base;
+static inline int shim_observes(void)
+{
+    return dlsym(RTLD_DEFAULT, "greenboost_shim_launches_naming") != NULL;
+}
+static inline void observed_reset(void)
+{
+    fakegpu_count_reset();
+    observed_base = shim_stats();
+}
+static inline void observed_check(const char *what, unsigned long long unread)
+{
+    if (!shim_observes())
+        return;
+    struct shim_stats now = shim_stats();
+    unsigned long long launches = now.launches - observed_base.launches, kernels = fakegpu_count("kernel");
+    unsigned long long hostfns = now.host_funcs - observed_base.host_funcs;
+    printf("observed %s: %llu launches (%llu unread), %llu allocations named, %llu graph launches, %llu captured\n",
+           what, launches, now.launches_unread - observed_base.launches_unread,
+           now.launch_namings - observed_base.launch_namings, now.graph_launches - observed_base.graph_launches,
+           now.captured_launches - observed_base.captured_launches);
+    CHECK(launches == kernels, "%s: the shim saw %llu kernel launches, the device ran %llu\n", what, launches, kernels);
+    CHECK(hostfns == fakegpu_count("hostfn"), "%s: the shim saw %llu host functions, the device ran %llu\n", what,
+          hostfns, fakegpu_count("hostfn"));
+    CHECK(now.launches_unread - observed_base.launches_unread == unread, "%s: %llu launches not fully read, want %llu\n",
+          what, now.launches_unread - observed_base.launches_unread, unread);
+}
+/* Launches the shim saw naming the allocation holding p (0 without the shim). */
+static inline unsigned long long named(CUdeviceptr p)
+{
+    return shim_launches_naming((const void *)(uintptr_t)p);
+}
 #endif
