@@ -4,10 +4,10 @@
   recovery.png    live tiering: decode tokens/s, second by second, after the foreign
                   process holding the VRAM is killed, against the same program on a
                   free GPU (the per-token times in the tiering run's raw tarball)
-  decode.png      decode and prefill tokens/s of each configuration of the newest
-                  report that measured the all-VRAM baseline beside budgeted runs.
-                  Every committed run used one budget (half the weights), so this is
-                  per configuration, not a sweep over budgets
+  decode.png      decode and prefill tokens/s of the newest report that measured the
+                  all-VRAM baseline beside budgeted runs: against the VRAM budget when
+                  the report swept budgets (bench/run.sh's `sweep` configuration), per
+                  configuration otherwise
   free_vram.png   the lowest free VRAM of each shared-GPU test in each committed GPU
                   suite page, against the suite's floor: the pages keep only the
                   minimum of each test, not the samples over time
@@ -149,10 +149,35 @@ def draw_recovery(plt, results, out):
     return save(plt, fig, out, "recovery.png")
 
 
+def draw_budget_sweep(plt, report, path, out):
+    """Decode and prefill tokens/s of the shim's runs against their VRAM budget, beside
+    the all-VRAM run's (a horizontal line)."""
+    runs = decode_runs(report)
+    swept = sorted((budget, decode, prefill) for _, decode, prefill, budget in runs if budget)
+    baseline = [(decode, prefill) for _, decode, prefill, budget in runs if budget == 0][0]
+    weights = report.get("decode", {}).get("model", {}).get("weight_bytes")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    budgets = [budget / GIB for budget, *_ in swept]
+    for ax, column, unit in ((left, 1, "decode, tokens/s"), (right, 2, "prefill, tokens/s")):
+        ax.plot(budgets, [point[column] for point in swept], "o-", color="C0", label="GreenBoost under the budget")
+        ax.axhline(baseline[column - 1], color="C2", linestyle="--", label="no budget: all weights in VRAM")
+        ax.set_xlabel("VRAM budget, GiB" + (f" (weights {weights / GIB:.2f} GiB)" if weights else ""))
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"Decode and prefill against the VRAM budget (H200)\nsource: bench/results/{os.path.basename(path)}",
+                 fontsize=10)
+    fig.tight_layout()
+    return save(plt, fig, out, "decode.png")
+
+
 def draw_decode(plt, results, out):
     path = decode_source(results)
     with open(path) as f:
         report = json.load(f)
+    if len({budget for *_, budget in decode_runs(report) if budget}) > 1:
+        return draw_budget_sweep(plt, report, path, out)
     runs = sorted(decode_runs(report), key=lambda run: run[1])
     weights = report.get("decode", {}).get("model", {}).get("weight_bytes")
     labels = [name.removeprefix("decode-") for name, *_ in runs]

@@ -64,6 +64,7 @@ slow_tokens=${BENCH_SLOW_TOKENS:-32}
 decode_max_s=${BENCH_DECODE_MAX_S:-75}
 slow_max_s=${BENCH_SLOW_MAX_S:-15}
 decode_configs=${BENCH_DECODE_CONFIGS:-vram greenboost hf_vram hf_greenboost cpu_offload uvm greenboost_sliced uvm_split}
+# `sweep` (not in the default list): the greenboost configuration at several budgets.
 deadline=${BENCH_DEADLINE_S:-540}
 baseline_shim=${BENCH_BASELINE_SHIM:-}
 work=${BENCH_WORK:-/tmp/gbbench}
@@ -244,6 +245,12 @@ if want decode; then
                 # The same process with the earlier shim (LD_PRELOAD given last wins).
                 [[ -n $baseline_shim ]] && decode_greenboost decode-greenboost_baseline LD_PRELOAD="$baseline_shim" -- ;;
             greenboost_sliced) decode_greenboost decode-greenboost_sliced GREENBOOST_STAGE_SLICES=4 -- ;;
+            sweep)
+                # The same program under budgets from a quarter of the weights to all of
+                # them (BENCH_SWEEP_PERCENTS): decode and prefill against the budget.
+                for percent in ${BENCH_SWEEP_PERCENTS:-25 50 75 100}; do
+                    budget=$(( weight_bytes * percent / 100 )) decode_greenboost "decode-sweep_$percent"
+                done ;;
             hf_vram) run decode-hf_vram 150 -- python3 bench/decode.py --config vram --generate hf "${common[@]}" \
                 --max-seconds "$decode_max_s" --new-tokens "$new_tokens" --profile ;;
             hf_greenboost) decode_greenboost decode-hf_greenboost -- --generate hf ;;
