@@ -11,15 +11,14 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use rustc_hash::FxHashMap;
 
 use crate::cuda::ffi::{CuDevicePtr, CuResult};
 use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams};
 use crate::cuda::real;
-use crate::launch::naming::{self, Values};
-use crate::launch::param_layout;
+use crate::launch::naming;
 use crate::memory::address_index::{self, Snapshot};
+use crate::sys::cow_map::CowMap;
 use crate::sys::stats::{self, STATS};
 
 /// What one kernel node names.
@@ -40,10 +39,7 @@ struct ExecRecord {
     read: bool,
 }
 
-type Table = FxHashMap<usize, Arc<ExecRecord>>;
-
-static EXECS: std::sync::LazyLock<ArcSwap<Table>> =
-    std::sync::LazyLock::new(|| ArcSwap::from_pointee(Table::default()));
+static EXECS: CowMap<ExecRecord> = CowMap::new();
 
 /// Child graphs followed this deep at most (a graph cannot contain itself; this bounds a
 /// malformed answer).
@@ -68,7 +64,7 @@ pub fn updated(exec: GraphExec, graph: Graph) {
 /// # Safety
 /// `params` is a kernel node's parameters that the driver accepted for this node.
 pub unsafe fn kernel_node_set(exec: GraphExec, node: GraphNode, params: &KernelNodeParams) {
-    let Some(current) = EXECS.load().get(&(exec.0 as usize)).cloned() else { return };
+    let Some(current) = EXECS.get(exec.0 as usize) else { return };
     let mut record = ExecRecord::clone(&current);
     let snapshot = address_index::load();
     // SAFETY: per this function's contract.
@@ -79,7 +75,7 @@ pub unsafe fn kernel_node_set(exec: GraphExec, node: GraphNode, params: &KernelN
 
 /// `exec` was changed in a way the shim does not follow.
 pub fn changed_unread(exec: GraphExec) {
-    let Some(current) = EXECS.load().get(&(exec.0 as usize)).cloned() else { return };
+    let Some(current) = EXECS.get(exec.0 as usize) else { return };
     store(exec, Some(ExecRecord { read: false, ..ExecRecord::clone(&current) }));
 }
 
@@ -92,7 +88,7 @@ pub fn destroyed(exec: GraphExec) {
 /// run once more.
 pub fn launched(exec: GraphExec) {
     stats::bump(&STATS.graph_launches);
-    let Some(record) = EXECS.load().get(&(exec.0 as usize)).cloned() else {
+    let Some(record) = EXECS.get(exec.0 as usize) else {
         stats::bump(&STATS.graphs_unread);
         return;
     };
@@ -119,15 +115,7 @@ pub fn launched(exec: GraphExec) {
 }
 
 fn store(exec: GraphExec, record: Option<ExecRecord>) {
-    let record = record.map(Arc::new);
-    EXECS.rcu(|table| {
-        let mut table = Table::clone(table);
-        match &record {
-            Some(record) => table.insert(exec.0 as usize, Arc::clone(record)),
-            None => table.remove(&(exec.0 as usize)),
-        };
-        table
-    });
+    EXECS.set(exec.0 as usize, record.map(Arc::new));
 }
 
 /// Adds `graph`'s nodes to `record`; marks it not fully read where a node's work cannot
@@ -218,12 +206,10 @@ fn child_graph(node: GraphNode) -> Option<Graph> {
 /// # Safety
 /// `params` are a kernel node's parameters the driver gave or accepted.
 unsafe fn read_kernel(params: &KernelNodeParams, snapshot: Option<&Snapshot>) -> KernelNode {
-    let layout = param_layout::of(params.launched());
     let mut named = Vec::new();
-    // SAFETY: the node's values as the driver holds them, laid out as its function says.
+    // SAFETY: the node's values as the driver holds them, for the function it launches.
     let naming = unsafe {
-        let values = Values::of(params.params, params.extra);
-        naming::name(&layout, values, snapshot, |range| named.push(range.start))
+        naming::name_launch(params.launched(), params.params, params.extra, snapshot, |range| named.push(range.start))
     };
     KernelNode { named: named.into_boxed_slice(), read: naming.read }
 }

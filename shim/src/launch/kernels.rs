@@ -7,8 +7,7 @@ use std::ffi::c_void;
 
 use crate::cuda::ffi::{CuFunction, Stream};
 use crate::launch::capture::{self, Enqueued};
-use crate::launch::naming::{self, Values};
-use crate::launch::param_layout;
+use crate::launch::naming;
 use crate::memory::address_index;
 use crate::sys::stats::{self, STATS};
 
@@ -21,13 +20,10 @@ pub unsafe fn launched(function: CuFunction, stream: Stream, params: *mut *mut c
         stats::bump(&STATS.captured_launches);
         return;
     }
-    let layout = param_layout::of(function);
     let snapshot = address_index::load();
-    // SAFETY: per this function's contract: the driver read these values as laid out.
-    let naming = unsafe {
-        let values = Values::of(params, extra);
-        naming::name(&layout, values, snapshot.as_deref(), |range| range.uses.note_launch())
-    };
+    // SAFETY: per this function's contract: a launch of `function` the driver accepted.
+    let naming =
+        unsafe { naming::name_launch(function, params, extra, snapshot.as_deref(), |range| range.uses.note_launch()) };
     stats::bump(&STATS.launches);
     if !naming.read {
         stats::bump(&STATS.launches_unread);

@@ -7,17 +7,17 @@
 
 use std::ffi::c_void;
 
-use crate::cuda::ffi::CuDevicePtr;
+use crate::cuda::ffi::{CuDevicePtr, CuFunction};
 use crate::cuda::launch_ffi::{
     CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END, TENSOR_MAP_BYTES,
 };
-use crate::launch::param_layout::{Layout, Param};
+use crate::launch::param_layout::{self, Layout, Param};
 use crate::launch::tensor_maps;
 use crate::memory::address_index::{Range, Snapshot};
 
 /// Where a launch's parameter values are, as cuLaunchKernel takes them.
 #[derive(Clone, Copy, Debug)]
-pub enum Values {
+enum Values {
     /// `kernelParams`: one pointer per parameter, to its value.
     Array(*const *const c_void),
     /// `extra`'s CU_LAUNCH_PARAM_BUFFER_POINTER: every value packed at its offset.
@@ -31,7 +31,7 @@ impl Values {
     /// # Safety
     /// `extra`, when non-null, is a CU_LAUNCH_PARAM_END-terminated key/value array that
     /// the driver accepted.
-    pub unsafe fn of(params: *mut *mut c_void, extra: *mut *mut c_void) -> Option<Values> {
+    unsafe fn of(params: *mut *mut c_void, extra: *mut *mut c_void) -> Option<Values> {
         if !params.is_null() {
             return Some(Values::Array(params.cast_const().cast()));
         }
@@ -97,12 +97,31 @@ pub struct Naming {
 /// named twice is counted twice (launches name a handful).
 const DISTINCT_TRACKED: usize = 32;
 
+/// Reads the parameters of a launch of `function` (`params` or `extra`, as
+/// cuLaunchKernel takes them), calling `visit` once per distinct allocation named.
+///
+/// # Safety
+/// `params` and `extra` are those of a launch of `function` (or a kernel node's) that
+/// the driver accepted.
+pub unsafe fn name_launch(
+    function: CuFunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    snapshot: Option<&Snapshot>,
+    visit: impl FnMut(&Range),
+) -> Naming {
+    let layout = param_layout::of(function);
+    // SAFETY: per this function's contract: values the driver accepted for `function`,
+    // which `layout` describes.
+    unsafe { name(&layout, Values::of(params, extra), snapshot, visit) }
+}
+
 /// Reads a launch's parameters, calling `visit` once per distinct allocation named.
 ///
 /// # Safety
 /// `values` are the parameters of a launch of a function laid out as `layout`, which
 /// the driver accepted (see `Values::bytes`).
-pub unsafe fn name(
+unsafe fn name(
     layout: &Layout,
     values: Option<Values>,
     snapshot: Option<&Snapshot>,

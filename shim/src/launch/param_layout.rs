@@ -2,18 +2,16 @@
 //! reports them (cuFuncGetParamInfo, CUDA 12.4; cuKernelGetParamInfo for a `CUkernel`
 //! handle passed in place of a function), asked once per function and kept.
 //!
-//! Looked up on every launch from any thread: the table is a copy-on-write map read
-//! without a lock; a function seen for the first time is asked and added (two threads
-//! may both ask; the second insert wins, with the same answer).
+//! Looked up on every launch from any thread: the table is a `CowMap`, read without a
+//! lock; a function seen for the first time is asked and added (two threads may both
+//! ask; the second insert wins, with the same answer).
 
 use std::sync::Arc;
-
-use arc_swap::ArcSwap;
-use rustc_hash::FxHashMap;
 
 use crate::cuda::ffi::{CuFunction, CuResult};
 use crate::cuda::launch_ffi::CuKernel;
 use crate::cuda::real;
+use crate::sys::cow_map::CowMap;
 
 /// One parameter: its offset in the packed parameter buffer and its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,23 +33,16 @@ pub enum Layout {
 /// that many of one byte; past this the layout is called unknown.
 const MAX_PARAMS: usize = 32_764;
 
-type Table = FxHashMap<usize, Arc<Layout>>;
-
-static LAYOUTS: std::sync::LazyLock<ArcSwap<Table>> =
-    std::sync::LazyLock::new(|| ArcSwap::from_pointee(Table::default()));
+static LAYOUTS: CowMap<Layout> = CowMap::new();
 
 /// `function`'s parameter layout, asked of the driver the first time.
 pub fn of(function: CuFunction) -> Arc<Layout> {
     let key = function.0 as usize;
-    if let Some(known) = LAYOUTS.load().get(&key) {
-        return Arc::clone(known);
+    if let Some(known) = LAYOUTS.get(key) {
+        return known;
     }
     let layout = Arc::new(ask(function));
-    LAYOUTS.rcu(|table| {
-        let mut table = Table::clone(table);
-        table.insert(key, Arc::clone(&layout));
-        table
-    });
+    LAYOUTS.set(key, Some(Arc::clone(&layout)));
     layout
 }
 

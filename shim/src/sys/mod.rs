@@ -1,6 +1,6 @@
 //! Foundations: what every other folder may use and that itself uses neither CUDA nor
 //! the configuration — logging, the clock, the environment, the fork-safe mutex, the
-//! process phase and re-entry guard, the counters and the record `greenboost status`
+//! process phase and re-entry guard, a map read without a lock, the counters and the record `greenboost status`
 //! reads, and reading a library's ELF header. Nothing here allocates before `main` or
 //! takes a lock another folder holds.
 //!
@@ -9,6 +9,7 @@
 #[macro_use]
 pub(crate) mod log;
 pub(crate) mod clock;
+pub(crate) mod cow_map;
 pub(crate) mod elf;
 pub(crate) mod env;
 pub(crate) mod lock;
