@@ -459,7 +459,7 @@ static int cmd_launch(int threads, int iters) {
     CK(cudaGetLastError());
     printf("{\"cmd\":\"launch\",\"threads\":%d,\"iters\":%d,\"launches_per_s\":%.1f,"
            "\"issue_us_per_launch\":%.4f,\"total_s\":%.4f}\n",
-           threads, iters, threads * (double)iters / (t1 - t0), (issued - t0) * 1e6 * threads / ((double)threads * iters),
+           threads, iters, threads * (double)iters / (t1 - t0), (issued - t0) * 1e6 / iters,
            t1 - t0);
     for (auto &s : streams) CK(cudaStreamDestroy(s));
     for (auto &b : buffers) CK(cudaFree(b));

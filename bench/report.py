@@ -218,50 +218,42 @@ def t2_alloc(runs):
     return figures
 
 
+def paired(runs, name, prefix, key, unit, slower):
+    """Pairs r ran PREFIX-plain-r and PREFIX-shim-r back to back (bench/run.sh's
+    `paired`): the figure is the median of the pairs' ratios (a drift of the machine
+    between pairs cancels out), with their spread; value and baseline are the medians of
+    the per-process figures. `slower(with_shim, without)` is a pair's ratio, above 1 when
+    the shim is slower."""
+    labels = labels_with(runs, prefix)
+    pairs = sorted({l.rsplit("-", 1)[1] for l in labels}, key=lambda r: int(r) if r.isdigit() else 0)
+    shim, shim_all = median_of(runs, f"{prefix}shim-", key)
+    plain, plain_all = median_of(runs, f"{prefix}plain-", key)
+    pair_ratios = []
+    for r in pairs:
+        with_shim, without = result(runs, f"{prefix}shim-{r}"), result(runs, f"{prefix}plain-{r}")
+        if with_shim and without and with_shim[key] and without[key]:
+            pair_ratios.append(slower(with_shim[key], without[key]))
+    ratio = statistics.median(pair_ratios) if pair_ratios else None
+    per_process = "us_each_process" if unit == "us" else "each_process"
+    detail = {"pair_ratios": pair_ratios, f"with_shim_{per_process}": shim_all, f"without_{per_process}": plain_all}
+    if pair_ratios:
+        detail["pair_ratio_min"], detail["pair_ratio_max"] = min(pair_ratios), max(pair_ratios)
+    missing = why_missing(runs, labels) if labels else "not run"
+    return figure(name, shim, plain, ratio, unit, detail, missing)
+
+
 def hook(runs):
-    """Each pair r ran hook-plain-r and hook-shim-r back to back: the figure is the median
-    of the pairs' ratios (a drift of the machine between pairs cancels out), with their
-    spread; value and baseline are the medians of the per-process medians."""
-    figures = {}
-    pairs = sorted({l.rsplit("-", 1)[1] for l in labels_with(runs, "hook-")}, key=lambda r: int(r) if r.isdigit() else 0)
-    for name, key in (("hook_overhead_ratio", "malloc_free_us"), ("hook_overhead_ratio_meminfo", "meminfo_us")):
-        shim, shim_all = median_of(runs, "hook-shim-", key)
-        plain, plain_all = median_of(runs, "hook-plain-", key)
-        pair_ratios = []
-        for r in pairs:
-            with_shim, without = result(runs, f"hook-shim-{r}"), result(runs, f"hook-plain-{r}")
-            if with_shim and without and without[key]:
-                pair_ratios.append(with_shim[key] / without[key])
-        ratio = statistics.median(pair_ratios) if pair_ratios else None
-        detail = {"pair_ratios": pair_ratios, "with_shim_us_each_process": shim_all, "without_us_each_process": plain_all}
-        if pair_ratios:
-            detail["pair_ratio_min"], detail["pair_ratio_max"] = min(pair_ratios), max(pair_ratios)
-        missing = why_missing(runs, labels_with(runs, "hook-")) if labels_with(runs, "hook-") else "not run"
-        figures[name] = figure(name, shim, plain, ratio, "us", detail, missing)
-    return figures
+    """The hooks' cost: time per call, with over without the shim."""
+    return {name: paired(runs, name, "hook-", key, "us", lambda with_shim, without: with_shim / without)
+            for name, key in (("hook_overhead_ratio", "malloc_free_us"), ("hook_overhead_ratio_meminfo", "meminfo_us"))}
 
 
 def launch(runs):
-    """Launch observation's cost: pairs of processes, one without and one with the shim,
-    launching the same kernel (8 pointers, a 256-byte struct) from 1 and from 4 threads;
-    the figure is the median of the pairs' ratios of launch rates (without over with)."""
-    figures = {}
-    for name, threads in (("launch_overhead_ratio", 1), ("launch_overhead_ratio_4_threads", 4)):
-        prefix = f"launch{threads}-"
-        labels = labels_with(runs, prefix)
-        pairs = sorted({l.rsplit("-", 1)[1] for l in labels}, key=lambda r: int(r) if r.isdigit() else 0)
-        shim, shim_all = median_of(runs, f"{prefix}shim-", "launches_per_s")
-        plain, plain_all = median_of(runs, f"{prefix}plain-", "launches_per_s")
-        pair_ratios = []
-        for r in pairs:
-            with_shim, without = result(runs, f"{prefix}shim-{r}"), result(runs, f"{prefix}plain-{r}")
-            if with_shim and without and with_shim["launches_per_s"]:
-                pair_ratios.append(without["launches_per_s"] / with_shim["launches_per_s"])
-        ratio = statistics.median(pair_ratios) if pair_ratios else None
-        detail = {"pair_ratios": pair_ratios, "with_shim_each_process": shim_all, "without_each_process": plain_all}
-        missing = why_missing(runs, labels) if labels else "not run"
-        figures[name] = figure(name, shim, plain, ratio, "launches/s", detail, missing)
-    return figures
+    """Launch observation's cost: launch rates (a kernel with 8 pointers and a 256-byte
+    struct) from 1 and from 4 threads, without over with the shim."""
+    return {name: paired(runs, name, f"launch{threads}-", "launches_per_s", "launches/s",
+                         lambda with_shim, without: without / with_shim)
+            for name, threads in (("launch_overhead_ratio", 1), ("launch_overhead_ratio_4_threads", 4))}
 
 
 def bandwidths(runs):

@@ -176,31 +176,30 @@ if want t2_alloc; then
     done
 fi
 
-if want hook; then
-    # Pairs of processes, one without and one with the shim, back to back (which runs
-    # first alternates), so that each pair's ratio compares the machine in one state;
-    # report.py takes the median of the pairs' ratios and shows their spread. (Pinning
-    # both processes to one CPU was tried on the H200: no smaller spread, and 35% slower
-    # calls, the driver's own threads sharing that CPU.)
+# paired PREFIX COMMAND...: $hook_pairs pairs of processes, one without and one with the
+# shim (PREFIX-plain-R, PREFIX-shim-R), back to back (which runs first alternates), so
+# that each pair's ratio compares the machine in one state; report.py takes the median of
+# the pairs' ratios and shows their spread. (Pinning both processes to one CPU was tried
+# on the H200: no smaller spread, and 35% slower calls, the driver's own threads sharing
+# that CPU.)
+paired() {
+    local prefix=$1 r
+    shift
     for r in $(seq "$hook_pairs"); do
-        if (( r % 2 )); then
-            run "hook-plain-$r" 60 -- "$gbbench" hook --iters "$hook_iters"
-            run "hook-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$gbbench" hook --iters "$hook_iters"
-        else
-            run "hook-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$gbbench" hook --iters "$hook_iters"
-            run "hook-plain-$r" 60 -- "$gbbench" hook --iters "$hook_iters"
-        fi
+        local plain=(run "$prefix-plain-$r" 60 -- "$@")
+        local shimmed=(run "$prefix-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$@")
+        if (( r % 2 )); then "${plain[@]}"; "${shimmed[@]}"; else "${shimmed[@]}"; "${plain[@]}"; fi
     done
+}
+
+if want hook; then
+    paired hook "$gbbench" hook --iters "$hook_iters"
 fi
 
 if want launch; then
-    # Launch observation's cost, as the hook figures: pairs of processes back to back.
+    # Launch observation's cost, from 1 and from 4 host threads.
     for threads in 1 4; do
-        for r in $(seq "$hook_pairs"); do
-            plain=(run "launch$threads-plain-$r" 60 -- "$gbbench" launch --threads "$threads" --iters "$launch_iters")
-            shim=(run "launch$threads-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$gbbench" launch --threads "$threads" --iters "$launch_iters")
-            if (( r % 2 )); then "${plain[@]}"; "${shim[@]}"; else "${shim[@]}"; "${plain[@]}"; fi
-        done
+        paired "launch$threads" "$gbbench" launch --threads "$threads" --iters "$launch_iters"
     done
 fi
 
