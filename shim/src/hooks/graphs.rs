@@ -76,8 +76,8 @@ pub unsafe fn graph_instantiate_with_params_ptsz(
 pub unsafe fn graph_launch(real: pfn::cuGraphLaunch, exec: GraphExec, stream: Stream) -> CuResult {
     // SAFETY: the real call with the program's arguments.
     let status = unsafe { real(exec, stream) };
-    if status == CuResult::SUCCESS && capture::enqueued_on(stream) == capture::Enqueued::Runs {
-        graphs::launched(exec);
+    if status == CuResult::SUCCESS {
+        graphs::launched(exec, stream);
     }
     status
 }
@@ -87,8 +87,8 @@ pub unsafe fn graph_launch(real: pfn::cuGraphLaunch, exec: GraphExec, stream: St
 pub unsafe fn graph_launch_ptsz(real: pfn::cuGraphLaunch_ptsz, exec: GraphExec, stream: Stream) -> CuResult {
     // SAFETY: the real call with the program's arguments.
     let status = unsafe { real(exec, stream) };
-    if status == CuResult::SUCCESS && capture::enqueued_on(stream.per_thread_default()) == capture::Enqueued::Runs {
-        graphs::launched(exec);
+    if status == CuResult::SUCCESS {
+        graphs::launched(exec, stream.per_thread_default());
     }
     status
 }

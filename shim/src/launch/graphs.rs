@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::cuda::ffi::{CuDevicePtr, CuResult};
+use crate::cuda::ffi::{CuDevicePtr, CuResult, Stream};
 use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams};
 use crate::cuda::real;
+use crate::launch::capture::{self, Enqueued};
 use crate::launch::naming;
 use crate::memory::address_index::{self, Snapshot};
 use crate::sys::cow_map::CowMap;
@@ -84,9 +85,13 @@ pub fn destroyed(exec: GraphExec) {
     store(exec, None);
 }
 
-/// `exec` was launched (cuGraphLaunch succeeded): its kernels, copies and host functions
-/// run once more.
-pub fn launched(exec: GraphExec) {
+/// `exec` was launched on `stream` (cuGraphLaunch succeeded): its kernels, copies and
+/// host functions run once more, unless the stream is being captured (the graph is then
+/// a child node of the graph captured, counted when that one launches).
+pub fn launched(exec: GraphExec, stream: Stream) {
+    if capture::enqueued_on(stream) == Enqueued::Captured {
+        return;
+    }
     stats::bump(&STATS.graph_launches);
     let Some(record) = EXECS.get(exec.0 as usize) else {
         stats::bump(&STATS.graphs_unread);
