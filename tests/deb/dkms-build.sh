@@ -68,7 +68,7 @@ while IFS= read -r line; do
     GUEST-FAIL\ *) check "guest: ${line#GUEST-FAIL }" false ;;
   esac
 done < "$log"
-# The kernel's own complaints (tests/qemu/run.sh's list, shortened): none may name us.
-check "the guest kernel logged no complaint (Oops, BUG, WARNING, symbol or version errors)" bash -c "
-  ! sed -n '/^GUEST-DMESG-BEGIN/,/^GUEST-DMESG-END/p' '$log' \
-    | grep -E 'Oops|BUG:|WARNING:|Call Trace|Unknown symbol|disagrees about version|Kernel panic|general protection'"
+# The kernel's own complaints: the kmod guests' list (tests/qemu/kernel-complaints.sh).
+. tests/qemu/kernel-complaints.sh
+check "the guest kernel logged no complaint (Oops, BUG, WARNING, symbol or version errors, ...)" bash -c "
+  ! sed -n '/^GUEST-DMESG-BEGIN/,/^GUEST-DMESG-END/p' '$log' | grep -E '$complaint_re' | grep -vE '$benign_re'"
