@@ -6,6 +6,7 @@ them (bench/, bench/probes/, tests/gpu/):
                 processes from outliving the run
   managed       the driver's managed-memory calls (advise, prefetch, eviction) through
                 libcuda and CuPy
+  verdicts      the PASS/FAIL and KV lines of tests/gpu's programs, counted
 
 The prepare scripts (tests/gpu/prepare.sh, bench/prepare.sh) copy this package into their
 carry folder beside the shim they build, so that the layout in shim_exports.py that runs

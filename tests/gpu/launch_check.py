@@ -19,18 +19,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from gbgpu.shim_exports import Shim
+from gbgpu.verdicts import COUNTS, kv, record
 
-failed = 0
-
-
-def record(name, ok, detail):
-    global failed
-    failed += 0 if ok else 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-
-
-def kv(key, value):
-    print(f"KV {key}={value}", flush=True)
 
 
 def profiled_kernels(prof):
@@ -133,7 +123,7 @@ def main():
             graph.replay()
 
     check(shim, f"{args.label}.graph", replay, static_in, static_out)
-    return 1 if failed else 0
+    return 1 if COUNTS["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -36,24 +36,10 @@ import traceback
 
 import torch
 
+from gbgpu.verdicts import COUNTS, kv, record
+
 GIB = 1 << 30
 MIB = 1 << 20
-
-passed = 0
-failed = 0
-
-
-def record(name, ok, detail):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-
-
-def kv(key, value):
-    print(f"KV {key}={value}", flush=True)
 
 
 def gib(n):
@@ -437,8 +423,8 @@ def main():
         where = traceback.extract_tb(e.__traceback__)[-1]
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else ""
         record(f"{args.label}.run", False, f"{type(e).__name__}: {first_line} (at line {where.lineno}: {where.line})")
-    print(f"KV {args.label}.python_summary={passed} passed, {failed} failed", flush=True)
-    sys.exit(1 if failed else 0)
+    kv(f"{args.label}.python_summary", f"{COUNTS['passed']} passed, {COUNTS['failed']} failed")
+    sys.exit(1 if COUNTS["failed"] else 0)
 
 
 if __name__ == "__main__":
