@@ -59,9 +59,9 @@ python-package-test:
 	@scripts/run-suite.sh python-package-test tests/python-package/run.sh
 
 # bench/plots.py's data against the results it reads, the committed PNGs, and a redraw
-# where matplotlib is importable (skipped otherwise).
+# where matplotlib is importable by $(PYTHON) (skipped otherwise).
 plots-test:
-	@scripts/run-suite.sh plots-test python3 bench/test_plots.py
+	@scripts/run-suite.sh plots-test $(PYTHON) bench/test_plots.py
 
 # Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
 install-test:

@@ -8,9 +8,12 @@
                   all-VRAM baseline beside budgeted runs: against the VRAM budget when
                   the report swept budgets (bench/run.sh's `sweep` configuration), per
                   configuration otherwise
-  free_vram.png   the lowest free VRAM of each shared-GPU test in each committed GPU
-                  suite page, against the suite's floor: the pages keep only the
-                  minimum of each test, not the samples over time
+  free_vram.png   free VRAM over time during each shared-GPU test, a panel per test,
+                  against the suite's floor and the shim's headroom, from the newest
+                  committed series file (gpu-test-<date>-<commit>-free-vram.json, which
+                  tests/gpu/run.sh writes beside its page; format: python/gbgpu/free_vram.py);
+                  where none is committed, the lowest free VRAM of each test in each GPU
+                  suite page (the pages keep only each test's minimum)
 
   python3 bench/plots.py [--results DIR] [--out DIR]
 
@@ -26,6 +29,10 @@ import sys
 import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # gbgpu: the series file's format
+
+from gbgpu import free_vram  # noqa: E402
+
 RESULTS = os.path.join(HERE, "results")
 PLOTS = ("recovery.png", "decode.png", "free_vram.png")
 GIB = 1 << 30
@@ -109,6 +116,21 @@ def free_floor_minima(results):
             pages[name] = [(test.removeprefix("shared."), int(low), int(floor), verdict == "PASS")
                            for verdict, test, low, floor in rows]
     return pages
+
+
+SERIES = re.compile(r"^gpu-test-\d{4}-\d{2}-\d{2}-.+-free-vram\.json$")
+
+
+def free_vram_series(results):
+    """(file name, {test: its entry}) of the newest series file that reads (by the date in
+    its name), or None: the bar chart of minima is drawn then. A file that does not read
+    is named on stderr and passed over."""
+    for name in sorted((n for n in os.listdir(results) if SERIES.match(n)), reverse=True):
+        try:
+            return name, free_vram.load(os.path.join(results, name))
+        except (OSError, ValueError) as error:
+            print(f"bench/plots.py: {name} passed over: {error}", file=sys.stderr)
+    return None
 
 
 # --- the drawing ------------------------------------------------------------------------------
@@ -208,6 +230,50 @@ def draw_decode(plt, results, out):
 
 
 def draw_free_vram(plt, results, out):
+    series = free_vram_series(results)
+    if series is None:
+        return draw_free_vram_minima(plt, results, out)
+    source, tests = series
+    columns = 1 if len(tests) == 1 else 2 if len(tests) <= 4 else 3
+    rows = -(-len(tests) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns + 1, 2.4 * rows + 1.4), squeeze=False)
+    legend = {}
+    for ax, (test, entry) in zip(axes.flat, tests.items()):
+        label = "free VRAM (nvml), " + ("the test passed" if entry["passed"] else "the test failed")
+        # Log scale: the floor and headroom (about 1 GiB) beside a card's worth; 0 MiB drawn at 1.
+        legend[label], = ax.plot(entry["t_s"], [max(mib, 1) for mib in entry["free_mib"]],
+                                 color="C0" if entry["passed"] else "C3", linewidth=1.2)
+        ax.set_yscale("log")
+        if entry.get("test_s"):
+            legend["the test's command running"] = ax.axvspan(*entry["test_s"], color="grey", alpha=0.12, linewidth=0)
+        if entry.get("headroom_mib"):
+            legend[f"the shim's headroom ({entry['headroom_mib']} MiB)"] = ax.axhline(
+                entry["headroom_mib"], color="grey", linestyle=":", linewidth=1.2)
+        legend[f"floor ({entry['floor_mib']} MiB): the test fails below"] = ax.axhline(
+            entry["floor_mib"], color="C3", linestyle="--", linewidth=1.2)
+        lowest = min(entry["free_mib"])
+        ax.set_title(f"{test.removeprefix('shared.')}: {'PASS' if entry['passed'] else 'FAIL'}, lowest {lowest} MiB",
+                     fontsize=9, color="black" if entry["passed"] else "C3")
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(tests):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("free VRAM, MiB (log)", fontsize=8)
+    for ax in axes.flat[max(0, len(tests) - columns):len(tests)]:  # the lowest panel of each column
+        ax.set_xlabel("seconds from the first reading", fontsize=8)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=8)
+    old = " (old_shim: the shim before the headroom, expected to fail)" if any("old_shim" in t for t in tests) else ""
+    fig.suptitle(f"Sharing a GPU: free VRAM during each shared-GPU test{old}\nsource: bench/results/{source}",
+                 fontsize=10)
+    legend_inches = 0.2 * -(-len(legend) // 3) + 0.1
+    fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
+    return save(plt, fig, out, "free_vram.png")
+
+
+def draw_free_vram_minima(plt, results, out):
+    """free_vram.png where no series file is committed: the lowest free VRAM of each
+    shared-GPU test per GPU suite page (the pages keep only the minima)."""
     pages = free_floor_minima(results)
     tests = []
     for rows in pages.values():

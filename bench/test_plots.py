@@ -5,11 +5,19 @@
    curve's binning reproduces tiering.json's own recovery_tok_s_by_second; the free-VRAM
    minima are every `.free_floor` line of the GPU suite pages, each PASS at or above
    its floor and each FAIL below; the decode plot's report has the all-VRAM baseline.
-2. The committed PNGs (bench/results/plots/): one per plot, each a PNG under 150 KB.
-3. With matplotlib: `bench/plots.py --out TMP` runs and writes those PNGs. Skipped with
-   the reason where matplotlib is not importable.
+2. The free-VRAM series (synthetic, in a temporary folder): the sampler files of
+   tests/gpu/shared.sh turned into the series file by the command run.sh runs
+   (`python3 -m gbgpu.free_vram series`), with timestamps and in the old one-column form,
+   and read back by plots.py's reader: the right tests, readings, floors and verdicts;
+   the newest file that reads is drawn, a missing or malformed one falls back.
+3. The committed PNGs (bench/results/plots/): one per plot, each a PNG under 150 KB.
+4. With matplotlib: `bench/plots.py --out TMP` runs and writes those PNGs, and the
+   synthetic series draws as free_vram.png, the same bytes twice. Skipped with the reason
+   where matplotlib is not importable.
 """
 
+import contextlib
+import io
 import json
 import os
 import struct
@@ -18,6 +26,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_PACKAGES = os.path.join(os.path.dirname(HERE), "python")
 sys.path.insert(0, HERE)
 
 import plots  # noqa: E402
@@ -68,6 +77,91 @@ def test_data():
           f"{os.path.basename(report)}: budgets {budgets}")
 
 
+# A sampler file with timestamps (its last line cut short by the kill), one of the old
+# one-column form, and shared.sh's list of tests, one of them without readings.
+SAMPLES = {
+    "shared.a": "1000.000 5000\n1000.050 5000\n1000.100 5000\n1000.150 4000\n1000.200 700\n1000.250 700\n"
+                "1000.300 700\n1000.350 5000\n1000.400 12",
+    "shared.old_shim.b": "2048\n300\n3\n",
+}
+TESTS = ("shared.a 512 1024 1000.100 1000.300 PASS\n"
+         "shared.old_shim.b 512 - 2000.0 2001.0 FAIL\n"
+         "shared.c 512 1024 0 1 PASS\n")
+SERIES_NAME = "gpu-test-2026-12-08-0123456789ab-free-vram.json"
+
+
+def free_vram_cli(*args):
+    """`python3 -m gbgpu.free_vram ARGS`, as tests/gpu/run.sh and shared.sh run it."""
+    return subprocess.run([sys.executable, "-m", "gbgpu.free_vram", *args], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=PYTHON_PACKAGES))
+
+
+def write_series(folder):
+    """The synthetic sampler files and list in `folder`/logs, and the series file run.sh's
+    command writes from them in `folder`; the command's result."""
+    logs = os.path.join(folder, "logs")
+    os.makedirs(logs)
+    for name, text in SAMPLES.items():
+        with open(os.path.join(logs, f"{name}.free"), "w") as f:
+            f.write(text)
+    with open(os.path.join(logs, "free-vram.tests"), "w") as f:
+        f.write(TESTS)
+    return free_vram_cli("series", os.path.join(logs, "free-vram.tests"), os.path.join(folder, SERIES_NAME))
+
+
+def quiet_series(folder):
+    """plots.free_vram_series without its stderr note about files passed over."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        return plots.free_vram_series(folder)
+
+
+def test_series():
+    with tempfile.TemporaryDirectory() as folder:
+        run = write_series(folder)
+        check("gbgpu.free_vram series writes the series file", run.returncode == 0, run.stderr[-2000:])
+        found = quiet_series(folder)
+        check("the series file is found", found is not None and found[0] == SERIES_NAME, str(found))
+        tests = found[1] if found else {}
+        check("its tests are those with readings, in the list's order",
+              list(tests) == ["shared.a", "shared.old_shim.b"], str(list(tests)))
+        a, b = tests.get("shared.a", {}), tests.get("shared.old_shim.b", {})
+        want_a = {"passed": True, "floor_mib": 512, "headroom_mib": 1024, "lowest_mib": 700, "readings": 8,
+                  "interval_s": 0.05, "timestamps": "sampled", "test_s": [0.1, 0.3],
+                  "t_s": [0.0, 0.1, 0.15, 0.2, 0.3, 0.35], "free_mib": [5000, 5000, 4000, 700, 700, 5000]}
+        check("the timed test's entry: times from its first reading, the cut line left out, the inner readings "
+              "of equal runs left out", a == want_a, f"{a} != {want_a}")
+        want_b = {"passed": False, "floor_mib": 512, "headroom_mib": None, "lowest_mib": 3, "readings": 3,
+                  "interval_s": 0.05, "timestamps": "assumed", "test_s": None,
+                  "t_s": [0.0, 0.05, 0.1], "free_mib": [2048, 300, 3]}
+        check("the one-column test's entry: 50 ms apart, no headroom, FAIL", b == want_b, f"{b} != {want_b}")
+        lowest = free_vram_cli("lowest", os.path.join(folder, "logs", "shared.a.free"))
+        check("gbgpu.free_vram lowest prints the lowest reading (shared.sh's floor check)",
+              lowest.returncode == 0 and lowest.stdout == "700\n", f"{lowest.returncode} {lowest.stdout!r}")
+        none = free_vram_cli("lowest", os.path.join(folder, "logs", "missing"))
+        check("gbgpu.free_vram lowest of no readings prints nothing, exit status 1",
+              none.returncode == 1 and none.stdout == "", f"{none.returncode} {none.stdout!r} {none.stderr[-300:]}")
+
+        newer = os.path.join(folder, "gpu-test-2026-12-09-0123456789ab-free-vram.json")
+        with open(newer, "w") as f:
+            f.write('{"tests": {"shared.a": {"t_s": [0, 1], "free_mib": [5]')
+        found = quiet_series(folder)
+        check("a newer file that is not JSON is passed over", found is not None and found[0] == SERIES_NAME,
+              str(found and found[0]))
+    for what, text in (("no file", None), ("a file that is not JSON", "{"),
+                       ("a file without tests", '{"tests": {}}'),
+                       ("a file whose times and readings differ in length",
+                        '{"tests": {"shared.a": {"t_s": [0, 1], "free_mib": [5], "floor_mib": 512, '
+                        '"passed": true}}}'),
+                       ("a file without a floor",
+                        '{"tests": {"shared.a": {"t_s": [0], "free_mib": [5], "passed": true}}}')):
+        with tempfile.TemporaryDirectory() as folder:
+            if text is not None:
+                with open(os.path.join(folder, SERIES_NAME), "w") as f:
+                    f.write(text)
+            check(f"{what}: no series, the bar chart of minima is drawn", quiet_series(folder) is None,
+                  str(quiet_series(folder)))
+
+
 def check_pngs(folder, what):
     for name in plots.PLOTS:
         path = os.path.join(folder, name)
@@ -83,7 +177,7 @@ def test_committed():
 
 def test_draw():
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib
     except ImportError:
         print(f"skip bench/plots.py draws the PNGs: matplotlib is not importable by {sys.executable} "
               "(Debian: apt install python3-matplotlib)")
@@ -93,10 +187,23 @@ def test_draw():
                              capture_output=True, text=True)
         check("bench/plots.py runs", run.returncode == 0, run.stderr[-2000:])
         check_pngs(out, "drawn")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with tempfile.TemporaryDirectory() as folder:
+        write_series(folder)
+        drawn = []
+        for _ in range(2):
+            path = plots.draw_free_vram(plt, folder, folder)
+            size = png_size(path)
+            with open(path, "rb") as f:
+                drawn.append(f.read())
+        check("the synthetic series draws free_vram.png", size is not None and min(size) >= 300, str(size))
+        check("the same series draws the same bytes twice", drawn[0] == drawn[1])
 
 
 def main():
-    for section in (test_data, test_committed, test_draw):
+    for section in (test_data, test_series, test_committed, test_draw):
         try:
             section()
         except Exception as error:  # noqa: BLE001 - reported as a failure; the other sections still run

@@ -7,6 +7,8 @@ them (bench/, bench/probes/, tests/gpu/):
   managed       the driver's managed-memory calls (advise, prefetch, eviction) through
                 libcuda and CuPy
   verdicts      the PASS/FAIL and KV lines of tests/gpu's programs, counted
+  free_vram     free VRAM sampled during the GPU suite's shared-GPU tests, and the series
+                file of it that the suite writes and bench/plots.py draws
 
 The prepare scripts (tests/gpu/prepare.sh, bench/prepare.sh) copy this package into their
 carry folder beside the shim they build, so that the layout in shim_exports.py that runs

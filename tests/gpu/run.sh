@@ -5,7 +5,9 @@
 #
 # Prints PASS/FAIL lines, ends with `N passed, M failed`, and writes
 # bench/results/gpu-test-<date>-<commit>.md (also into $OUT when set) with the device, the
-# versions, every test's outcome and its figures.
+# versions, every test's outcome and its figures, and beside it
+# gpu-test-<date>-<commit>-free-vram.json: the free VRAM sampled during each shared-GPU test
+# (python/gbgpu/free_vram.py), which bench/plots.py draws.
 #
 # Settings (environment):
 #   GB_GPU_CARRY   folder with libgreenboost_cuda.so, gb-gpu-check, python/gbgpu, COMMIT
@@ -128,7 +130,7 @@ if [ ! -x "$check" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-if [ ! -f "$carry/python/gbgpu/shim_exports.py" ]; then
+if [ ! -f "$carry/python/gbgpu/shim_exports.py" ] || [ ! -f "$carry/python/gbgpu/free_vram.py" ]; then
   echo "tests/gpu/run.sh: $carry/python/gbgpu is missing; run tests/gpu/prepare.sh on the build machine and carry $carry" >&2
   echo "0 passed, 1 failed"
   exit 1
@@ -329,12 +331,22 @@ backend_lines=$(cat $shim_logs /dev/null | grep -a -i 'T2 backend' | sed -E 's/g
 summary_lines=$(grep -a -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##; s/greenboost\[[0-9]+\]: //" | head -20)
 
 # --- results ---------------------------------------------------------------------------
-passed=$(grep -c '^PASS ' "$summary")
-failed=$(grep -c '^FAIL ' "$summary")
-elapsed=$(( $(date -u +%s) - started ))
 date_utc=$(date -u +%Y-%m-%d)
 results_name=gpu-test-$date_utc-$commit.md
 results=$logs/$results_name
+# The shared-GPU tests' free VRAM over time, from their sampler files (shared.sh's list).
+series_name=
+if [ -s "$logs/free-vram.tests" ]; then
+  if "$python" -m gbgpu.free_vram series "$logs/free-vram.tests" "$logs/gpu-test-$date_utc-$commit-free-vram.json" \
+    >"$logs/free-vram.series.out" 2>&1; then
+    series_name=gpu-test-$date_utc-$commit-free-vram.json
+  else
+    fail free_vram.series "the free-VRAM series file could not be written: $(tail -c 400 "$logs/free-vram.series.out" | tr '\n' ' ')"
+  fi
+fi
+passed=$(grep -c '^PASS ' "$summary")
+failed=$(grep -c '^FAIL ' "$summary")
+elapsed=$(( $(date -u +%s) - started ))
 kvtable() {  # KV lines whose key starts with $1, as a two-column table
   grep -E "^KV $1" "$figures" | sed -E 's/^KV ([^=]*)=(.*)$/| \1 | \2 |/'
 }
@@ -352,6 +364,7 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
   echo "| mode | $mode |"
   echo "| physical VRAM (cudaMemGetInfo without the shim) | $physical_total bytes, $physical_free free |"
   echo "| result | $passed passed, $failed failed, ${elapsed}s |"
+  echo "| free VRAM during the shared-GPU tests | ${series_name:-(no samples)} |"
   echo
   echo "## cudaImportExternalMemory"
   echo
@@ -406,10 +419,12 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
 
 mkdir -p bench/results
 cp "$results" "bench/results/$results_name"
+[ -n "$series_name" ] && cp "$logs/$series_name" "bench/results/$series_name"
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
   cp "$results" "$OUT/$results_name"
+  [ -n "$series_name" ] && cp "$logs/$series_name" "$OUT/$series_name"
   tar -czf "$OUT/gpu-test-logs.tar.gz" -C "$logs" .
 fi
-echo "results: bench/results/$results_name (logs: $logs)"
+echo "results: bench/results/$results_name${series_name:+ and $series_name} (logs: $logs)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -26,28 +26,36 @@ start_foreign() {
 }
 stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
-# with_free_floor NAME -- run_test args...: samples free VRAM during the test and checks
-# its minimum against the floor.
+# with_free_floor NAME -- run_test args...: samples free VRAM during the test (NAME.free:
+# `UNIX_SECONDS FREE_MIB` a line), checks its minimum against the floor, and adds the test
+# to free-vram.tests, from which run.sh writes the series file beside the results page
+# (python/gbgpu/free_vram.py describes both). The headroom recorded is shim_headroom_mib
+# where the caller sets it ("-": a shim without one), else the default.
 with_free_floor() {
   local name=$1; shift 2
   "$python" "$shared_py" sampler "$logs/$name.free" &
   local sampler=$!
   background+=("$sampler")
   sleep 1
+  local started ended
+  started=$(date +%s.%3N)
   "$@"
+  ended=$(date +%s.%3N)
   stop_pid "$sampler"
-  local lowest
-  lowest=$(grep -E '^[0-9]+$' "$logs/$name.free" | sort -n | head -1)
+  local lowest verdict=FAIL
+  lowest=$("$python" -m gbgpu.free_vram lowest "$logs/$name.free")
   note "$name.min_free_mib" "${lowest:-?}"
   if [ -n "$lowest" ] && [ "$lowest" -ge "$min_free_mib" ]; then
+    verdict=PASS
     pass "$name.free_floor" "free VRAM never below ${lowest} MiB (floor ${min_free_mib} MiB)"
   else
     fail "$name.free_floor" "free VRAM fell to ${lowest:-?} MiB (floor ${min_free_mib} MiB)"
   fi
+  echo "$name $min_free_mib ${shim_headroom_mib:-$headroom_mib} $started $ended $verdict" >>"$logs/free-vram.tests"
 }
 
 shared_section() {
-  local shim_lib=$1 tag=$2
+  local shim_lib=$1 tag=$2 shim_headroom_mib=$3
   local env=(LD_PRELOAD="$shim_lib" GREENBOOST_LOG=info)
   # (a) HF generate of a model larger than what the foreign process leaves.
   run_test "shared$tag.generate_alone" "${env[@]}" -- "$python" "$shared_py" generate "shared$tag.alone"
@@ -139,11 +147,11 @@ nccl_section() {
 }
 
 if [ "$mode" = full ] && [ -f "$shim" ]; then
-  shared_section "$shim" ""
+  shared_section "$shim" "" "$headroom_mib"
   "$python" -c "import jax" 2>/dev/null && jax_section
   nccl_section
   if [ -n "${GB_GPU_OLD_SHIM:-}" ] && [ -f "$GB_GPU_OLD_SHIM" ]; then
     # Expected to fail: the shim before the headroom fills what the foreign process left.
-    shared_section "$GB_GPU_OLD_SHIM" ".old_shim"
+    shared_section "$GB_GPU_OLD_SHIM" ".old_shim" -
   fi
 fi

@@ -13,7 +13,8 @@ One program, several roles (first argument):
   cupy NAME GIB POOL   the same through CuPy with POOL = default (its MemoryPool over
                        cudaMalloc) or async (MemoryAsyncPool: cudaMallocAsync)
   sampler FILE         writes the device's free VRAM (MiB, nvml) every 50 ms to FILE until
-                       killed
+                       killed, a reading a line: `UNIX_SECONDS FREE_MIB` (gbgpu.free_vram's
+                       sample, which reads the files too)
 Output lines: PASS name: why / FAIL name: why / KV key=value. The foreign process the
 section runs beside is gbgpu.foreign's balloon (`python3 -m gbgpu.foreign balloon`).
 """
@@ -151,18 +152,6 @@ def cupy_hold(name, gib, pool):
     verdict(ok and not bad, f"{name}.cupy", f"{len(blocks)} GiB in the {pool} pool held and verified, matmul {'right' if ok else 'wrong'}, bad arrays {bad[:5]}")
 
 
-def sampler(path):
-    import pynvml
-
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    with open(path, "w") as out:
-        while True:
-            out.write(f"{pynvml.nvmlDeviceGetMemoryInfo(handle).free // MIB}\n")
-            out.flush()
-            time.sleep(0.05)
-
-
 def main():
     role, args = sys.argv[1], sys.argv[2:]
     if role == "measure":
@@ -174,7 +163,9 @@ def main():
     elif role == "cupy":
         cupy_hold(args[0], float(args[1]), args[2])
     elif role == "sampler":
-        sampler(args[0])
+        from gbgpu.free_vram import sample
+
+        sample(args[0])
     else:
         raise SystemExit(f"unknown role {role}")
 

@@ -1,0 +1,187 @@
+"""Free VRAM during the GPU suite's shared-GPU tests (tests/gpu/shared.sh): the sampler,
+its files, and the series file the suite writes from them beside its results page,
+bench/results/gpu-test-<date>-<commit>-free-vram.json, which bench/plots.py draws.
+
+  python3 -m gbgpu.free_vram sample FILE        readings into FILE until killed (shared_gpu.py's
+                                                `sampler` role)
+  python3 -m gbgpu.free_vram lowest FILE        prints the lowest reading of FILE (nothing, exit
+                                                status 1, when it has none)
+  python3 -m gbgpu.free_vram series TESTS OUT   writes the series file OUT from the tests' list
+
+A sampler file has one reading a line, `UNIX_SECONDS FREE_MIB` (nvml's free memory of
+device 0, every 50 ms); files written before the timestamps were added have `FREE_MIB`
+alone, read as 50 ms apart. The tests' list (shared.sh's free-vram.tests) has a line per
+test, `NAME FLOOR_MIB HEADROOM_MIB STARTED ENDED PASS|FAIL`: the floor the test must stay
+at or above, the shim's headroom (`-` for a shim without one), when the test's command
+started and ended (Unix seconds) and the floor's verdict; the test's readings are in
+NAME.free beside it.
+
+The series file is JSON, a line per test:
+  {"what": ..., "tests": {NAME: {"passed": bool, "floor_mib", "headroom_mib" (or null),
+   "lowest_mib", "readings", "interval_s", "timestamps": "sampled" | "assumed",
+   "test_s": [started, ended] (or null), "t_s": [...], "free_mib": [...]}}}
+Times are seconds from the test's first reading; `readings` counts every reading and
+`interval_s` is their median spacing, while t_s/free_mib keep, of each run of equal
+readings, only its first and last (a line through the kept points passes through the
+others), so the lowest reading is always among them.
+"""
+
+import json
+import os
+import sys
+import time
+
+MIB = 1 << 20
+INTERVAL_S = 0.05  # the sampler's period, and the spacing assumed for files without timestamps
+
+
+def sample(path):
+    """Writes `UNIX_SECONDS FREE_MIB` every INTERVAL_S to `path` until killed."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with open(path, "w") as out:
+        while True:
+            free = pynvml.nvmlDeviceGetMemoryInfo(handle).free // MIB
+            out.write(f"{time.time():.3f} {free}\n")
+            out.flush()
+            time.sleep(INTERVAL_S)
+
+
+def read_readings(path):
+    """([(unix seconds, free MiB)], timed) of a sampler file: timed False for a file of
+    `FREE_MIB` lines (times then INTERVAL_S apart from 0). Lines of neither form, or
+    without their newline (cut short when the sampler was killed), are left out; no
+    file, no readings."""
+    readings, timed = [], None
+    if not os.path.exists(path):
+        return readings, True
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                continue
+            fields = line.split()
+            try:
+                if len(fields) == 2 and timed is not False:
+                    readings.append((float(fields[0]), int(fields[1])))
+                    timed = True
+                elif len(fields) == 1 and timed is not True:
+                    readings.append((len(readings) * INTERVAL_S, int(fields[0])))
+                    timed = False
+            except ValueError:
+                continue
+    return readings, timed is not False
+
+
+def lowest(path):
+    """The lowest free MiB of a sampler file, or None when it has none (or is missing)."""
+    readings, _ = read_readings(path)
+    return min((free for _, free in readings), default=None)
+
+
+def kept(readings):
+    """The readings less the inner ones of each run of equal values."""
+    return [reading for i, reading in enumerate(readings)
+            if i in (0, len(readings) - 1) or not readings[i - 1][1] == reading[1] == readings[i + 1][1]]
+
+
+def series_entry(readings, timed, floor, headroom, started, ended, passed):
+    """One test's entry of the series file (readings: read_readings' list, not empty)."""
+    t0 = readings[0][0]
+    gaps = sorted(b[0] - a[0] for a, b in zip(readings, readings[1:]))
+    points = kept(readings)
+    return {
+        "passed": passed,
+        "floor_mib": floor,
+        "headroom_mib": headroom,
+        "lowest_mib": min(free for _, free in readings),
+        "readings": len(readings),
+        "interval_s": round(gaps[len(gaps) // 2], 3) if gaps else None,
+        "timestamps": "sampled" if timed else "assumed",
+        "test_s": [round(started - t0, 3), round(ended - t0, 3)] if timed else None,
+        "t_s": [round(t - t0, 3) for t, _ in points],
+        "free_mib": [free for _, free in points],
+    }
+
+
+def series(tests_path):
+    """The series file's document from a tests' list (see the module's text). A test
+    without readings is left out."""
+    folder = os.path.dirname(os.path.abspath(tests_path))
+    tests = {}
+    with open(tests_path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            name, floor, headroom, started, ended, verdict = line.split()
+            readings, timed = read_readings(os.path.join(folder, f"{name}.free"))
+            if readings:
+                tests[name] = series_entry(readings, timed, int(floor), None if headroom == "-" else int(headroom),
+                                          float(started), float(ended), verdict == "PASS")
+    return {"what": "free VRAM (MiB, nvml, device 0) during each shared-GPU test of tests/gpu/run.sh",
+            "tests": tests}
+
+
+def dumps(document):
+    """The series file's text: the top-level keys a line each, a test a line each."""
+    head = [f" {json.dumps(key)}: {json.dumps(value)}" for key, value in document.items() if key != "tests"]
+    tests = [f"  {json.dumps(name)}: {json.dumps(entry, separators=(',', ':'))}"
+             for name, entry in document["tests"].items()]
+    return "{\n" + ",\n".join(head + [' "tests": {\n' + ",\n".join(tests) + "\n }"]) + "\n}\n"
+
+
+def number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def load(path):
+    """{test: its entry} of a series file, in the file's order; ValueError when the
+    file is not one (no test, or an entry without the fields bench/plots.py draws)."""
+    with open(path) as f:
+        try:
+            document = json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not JSON: {error}") from None
+    tests = document.get("tests") if isinstance(document, dict) else None
+    if not isinstance(tests, dict) or not tests:
+        raise ValueError(f"{path}: no tests")
+    for name, entry in tests.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: {name}: not an object")
+        t, free = entry.get("t_s"), entry.get("free_mib")
+        if not (isinstance(t, list) and isinstance(free, list) and t and len(t) == len(free)
+                and all(map(number, t + free)) and t == sorted(t)):
+            raise ValueError(f"{path}: {name}: t_s and free_mib are not lists of numbers of one length, "
+                             "in time order")
+        if not (number(entry.get("floor_mib")) and isinstance(entry.get("passed"), bool)):
+            raise ValueError(f"{path}: {name}: no floor_mib or passed")
+        if not (entry.get("headroom_mib") is None or number(entry["headroom_mib"])):
+            raise ValueError(f"{path}: {name}: headroom_mib is not a number")
+        span = entry.get("test_s")
+        if not (span is None or (isinstance(span, list) and len(span) == 2 and all(map(number, span)))):
+            raise ValueError(f"{path}: {name}: test_s is not [started, ended]")
+    return tests
+
+
+def main():
+    role, args = sys.argv[1], sys.argv[2:]
+    if role == "sample":
+        sample(args[0])
+    elif role == "lowest":
+        low = lowest(args[0])
+        if low is None:
+            return 1
+        print(low)
+    elif role == "series":
+        document = series(args[0])
+        with open(args[1], "w") as out:
+            out.write(dumps(document))
+        print(f"{args[1]}: {len(document['tests'])} tests")
+    else:
+        raise SystemExit(f"unknown role {role}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
