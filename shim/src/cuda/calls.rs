@@ -139,6 +139,11 @@ pub fn stream_create_non_blocking() -> Result<Stream, CuError> {
     Ok(stream)
 }
 
+/// Destroys a stream the shim made (work on it completes first, as the driver says).
+pub fn stream_destroy(stream: Stream) -> CuResult {
+    driver_call!(cuStreamDestroy_v2(stream), "a handle by value")
+}
+
 pub fn stream_wait_event(stream: Stream, event: Event) -> CuResult {
     driver_call!(cuStreamWaitEvent(stream, event, 0), "handles by value")
 }
@@ -438,4 +443,19 @@ pub fn stream_create_low_priority() -> Result<Stream, CuError> {
 pub fn relax_stream_capture_mode() -> CuResult {
     let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     driver_call!(cuThreadExchangeStreamCaptureMode(&mut mode), "reads and writes one int of a valid local")
+}
+
+/// Runs `work` with this thread in relaxed stream-capture mode, then restores the mode
+/// it had: the shim's own calls inside a hook (managed allocations, prefetches on its
+/// own stream) are then neither refused nor invalidate a capture another thread makes in
+/// global mode. `None` when the driver refused the exchange (nothing ran).
+pub fn in_relaxed_capture_mode<T>(work: impl FnOnce() -> T) -> Option<T> {
+    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    driver_call!(cuThreadExchangeStreamCaptureMode(&mut mode), "reads and writes one int of a valid local")
+        .ok()
+        .ok()?;
+    let done = work();
+    // The thread's own mode back (a driver that took the first exchange takes this one).
+    let _ = driver_call!(cuThreadExchangeStreamCaptureMode(&mut mode), "reads and writes one int of a valid local");
+    Some(done)
 }

@@ -81,6 +81,7 @@ macro_rules! cuda_functions {
             Driver called fn cuEventDestroy_v2(event: Event) -> CuResult;
             Driver called fn cuStreamSynchronize(stream: Stream) -> CuResult;
             Driver called fn cuStreamCreate(stream: *mut Stream, flags: c_uint) -> CuResult;
+            Driver called fn cuStreamDestroy_v2(stream: Stream) -> CuResult;
             Driver called fn cuStreamWaitEvent(stream: Stream, event: Event, flags: c_uint) -> CuResult;
             Driver called fn cuStreamIsCapturing(stream: Stream, status: *mut c_int) -> CuResult;
             Driver called fn cuMemcpyAsync(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;

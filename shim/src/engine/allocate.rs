@@ -6,13 +6,14 @@
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::tier_thread;
-use crate::memory::budget;
+use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, MovableFailure};
 use crate::memory::registry::{self, Backed, Lookup, Record};
 use crate::memory::release;
 use crate::memory::split;
 use crate::memory::t2::{self, T2Failure};
 use crate::rules::config::{self, TieringChoice};
+use crate::rules::placement::Rules;
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::stats::{self, STATS};
@@ -61,8 +62,18 @@ fn place<R: PartialEq + Copy>(
 ) -> Allocated<R> {
     release::reclaim(false);
     let mut vram = Some(vram);
+    let mut t2_preparation = Some(prepare_t2);
+    let mut t2_ready = move || t2_preparation.take().is_some_and(|prepare| prepare());
     let mut after_oom = false;
     if let Some(reservation) = budget::reserve_vram(size, device) {
+        let reservation = if movable_vram_wanted(size, device) && t2_ready() {
+            match allocate_movable_in_vram(size, device, reservation) {
+                Ok(device_ptr) => return Allocated::ShimMade(device_ptr),
+                Err(reservation) => reservation,
+            }
+        } else {
+            reservation
+        };
         if let Some(vram) = vram.take() {
             match vram() {
                 Ok(device_ptr) => {
@@ -78,7 +89,7 @@ fn place<R: PartialEq + Copy>(
             }
         }
     }
-    let t2_ready = prepare_t2();
+    let t2_ready = t2_ready();
     if t2_ready && movable_wanted(size, device, after_oom) {
         match allocate_movable(size, device) {
             Ok(device_ptr) => {
@@ -130,6 +141,42 @@ fn movable_wanted(size: u64, device: CuDevice, after_oom: bool) -> bool {
         TieringChoice::On => true,
         TieringChoice::Auto => after_oom || budget::budget_has_room(size, device),
     }
+}
+
+/// Whether VRAM for an allocation of `size` is made movable (GREENBOOST_TIERING): with
+/// `auto`, where others contest the device (`budget::contested`), so that what the
+/// program loaded first can give its room to what it computes with; with `on`, always;
+/// never below the minimum T2 size (too small to be worth a move).
+fn movable_vram_wanted(size: u64, device: CuDevice) -> bool {
+    let config = config::get();
+    if !Rules::of(config).worth_moving(size) {
+        return false;
+    }
+    match config.tiering {
+        TieringChoice::Off => false,
+        TieringChoice::On => true,
+        TieringChoice::Auto => budget::contested(device),
+    }
+}
+
+/// `size` bytes of movable memory in VRAM for `device` in the current context, charged
+/// with `reservation`, recorded; its device pointer, or the reservation back when managed
+/// memory could not be had (plain VRAM is tried then).
+fn allocate_movable_in_vram(
+    size: u64,
+    device: CuDevice,
+    reservation: VramReservation,
+) -> Result<CuDevicePtr, VramReservation> {
+    let Some(context) = cuda::current_context() else { return Err(reservation) };
+    let Some(len) = t2::rounded_len(size) else { return Err(reservation) };
+    let Ok(base) = movable::managed_in_vram(len, device) else { return Err(reservation) };
+    let mut charge = reservation.commit();
+    // Rounded up to whole chunks: the rest is VRAM the program holds too.
+    charge.absorb(budget::reserve_unchecked(len - charge.bytes(), device));
+    let allocation = movable::record_in_vram(base, len, device, context, charge);
+    registry::insert(base, Record::Backed(Backed::Movable(allocation)));
+    tier_thread::ensure_started();
+    Ok(base)
 }
 
 /// `size` bytes of movable T2 for `device` in the current context, recorded; its device

@@ -76,12 +76,13 @@ pub fn load() -> arc_swap::Guard<Option<Arc<Snapshot>>> {
     INDEX.load()
 }
 
-/// Adds [`start`, `start + len`). Called by the registry under its lock (the one writer).
-pub(super) fn insert(start: CuDevicePtr, len: u64) {
+/// Adds [`start`, `start + len`), counted in `uses` (a new entry when `None`). Called by
+/// the registry under its lock (the one writer).
+pub(super) fn insert(start: CuDevicePtr, len: u64, uses: Option<Arc<RangeUse>>) {
     let current = INDEX.load_full();
     let mut ranges = current.as_ref().map_or_else(Vec::new, |snapshot| snapshot.ranges.clone());
     let at = ranges.partition_point(|range| range.start < start);
-    let range = Range { start, end: start.saturating_add(len.max(1)), uses: Arc::default() };
+    let range = Range { start, end: start.saturating_add(len.max(1)), uses: uses.unwrap_or_default() };
     if ranges.get(at).is_some_and(|existing| existing.start == start) {
         // An address the registry had not removed (a free the shim did not see).
         ranges[at] = range;

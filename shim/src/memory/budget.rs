@@ -181,6 +181,11 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     reserved
 }
 
+/// Whether other users contest `device` (`placement::Rules::contested`), as last measured.
+pub fn contested(device: CuDevice) -> bool {
+    cuda::physical_vram(device).is_some_and(|physical| Rules::of(config::get()).contested(view(device, physical)))
+}
+
 /// Whether the budget alone (the device as if nobody else used it) would place an
 /// allocation of `size` in VRAM: when the placement rule sends it to T2 all the same,
 /// the device's state did (other processes, the headroom).

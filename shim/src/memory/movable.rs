@@ -9,6 +9,13 @@
 //! cannot back it (CUDA refuses foreign DMA-BUFs): while in T2 its bytes are
 //! driver-owned host memory, charged to the T2 cap all the same.
 //!
+//! Movable memory also starts in VRAM (`create_in_vram`) where the device is contested
+//! (`allocate`): the weights a program loads first can then make room for the working
+//! set it computes with, and come back when that cools (`tiering`'s swaps). It is what
+//! the program holds in VRAM, charged as such; managed memory is not exportable by IPC
+//! (cuIpcGetMemHandle refuses it), which is why VRAM is made movable only where the
+//! device is contested and GREENBOOST_TIERING is not off.
+//!
 //! Locks: `LIVE` is held only to add, remove or copy entries; each allocation's `state`
 //! is a leaf lock, never held across a CUDA call.
 
@@ -17,6 +24,7 @@ use std::sync::Arc;
 
 use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
+use crate::memory::address_index::RangeUse;
 use crate::memory::budget::{self, T2Charge, T2Reservation, VramCharge, VramReservation};
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
 use crate::sys::lock_order::rank;
@@ -50,8 +58,13 @@ pub struct Movable {
     context: Context,
     sequence: u64,
     after_computing: bool,
-    /// Bytes matrix products read from it, decayed by the tier thread.
+    /// Bytes matrix products and kernel launches read from it, decayed by the tier
+    /// thread.
     heat: AtomicU64,
+    /// What launches did to it (the address index's entry for it).
+    uses: Arc<RangeUse>,
+    /// `uses`' launch count when the heat was last taken.
+    launches_seen: AtomicU64,
     in_vram: AtomicBool,
     /// In VRAM while free VRAM fell so low that the driver evicts managed pages: part
     /// of it may be on the host (the driver does not say which) until moved again.
@@ -81,6 +94,43 @@ pub fn create(
     context: Context,
     reservation: T2Reservation,
 ) -> Result<Arc<Movable>, MovableFailure> {
+    let base = managed(len, device)?;
+    let movable = record(base, len, device, context, Residence::T2(reservation.commit()));
+    debug!("T2 {:#x}: {} movable (managed memory, on the host)", base, Mib(len));
+    Ok(movable)
+}
+
+/// `len` bytes (whole 2 MiB chunks) of managed memory for `device`, in VRAM before the
+/// program sees it: migrated (empty) to the device on a stream of its own and waited
+/// for, so that every stream of the program finds it there. The calls run in relaxed
+/// capture mode, so that a graph another thread captures is not disturbed. Recorded with
+/// `record_in_vram` once it is charged.
+pub fn managed_in_vram(len: u64, device: CuDevice) -> Result<CuDevicePtr, MovableFailure> {
+    let placed = cuda::in_relaxed_capture_mode(|| {
+        let base = managed(len, device)?;
+        if let Err(status) = place_on_device(base, len, device) {
+            info!("placing managed memory in VRAM failed (CUDA error {}): plain VRAM instead", status.0);
+            cuda::mem_free(base);
+            return Err(MovableFailure::Unsupported);
+        }
+        Ok(base)
+    });
+    placed.unwrap_or(Err(MovableFailure::Unsupported))
+}
+
+/// Movable memory in VRAM (`managed_in_vram` made it at `base`) for `device` in
+/// `context`, charged with `charge`: VRAM that live tiering may send to T2 later, at the
+/// same address, when something hotter needs the room.
+pub fn record_in_vram(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, charge: VramCharge) -> Arc<Movable> {
+    let movable = record(base, len, device, context, Residence::Vram(charge));
+    movable.set_in_vram(true);
+    debug!("T1 {:#x}: {} movable (managed memory, in VRAM)", base, Mib(len));
+    movable
+}
+
+/// Managed memory of `len` bytes preferred on the host and mapped by `device` (why the
+/// host stays preferred: `tier_thread`).
+fn managed(len: u64, device: CuDevice) -> Result<CuDevicePtr, MovableFailure> {
     if !cuda::concurrent_managed_access(device) {
         return Err(MovableFailure::Unsupported);
     }
@@ -88,7 +138,7 @@ pub fn create(
         if error.0 == CuResult::OUT_OF_MEMORY.0 {
             MovableFailure::Exhausted
         } else {
-            info!("cuMemAllocManaged of {} failed (CUDA error {}): T2 stays pinned memory", Mib(len), error.0);
+            info!("cuMemAllocManaged of {} failed (CUDA error {}): no movable memory", Mib(len), error.0);
             MovableFailure::Unsupported
         }
     })?;
@@ -97,11 +147,27 @@ pub fn create(
     {
         let status = cuda::mem_advise(base, len, advice, to);
         if status != CuResult::SUCCESS {
-            info!("cuMemAdvise({}) on managed memory failed (CUDA error {}): T2 stays pinned memory", advice, status.0);
+            info!("cuMemAdvise({}) on managed memory failed (CUDA error {}): no movable memory", advice, status.0);
             cuda::mem_free(base);
             return Err(MovableFailure::Unsupported);
         }
     }
+    Ok(base)
+}
+
+/// Migrates the managed range to `device` on a stream made for it, and waits.
+fn place_on_device(base: CuDevicePtr, len: u64, device: CuDevice) -> Result<(), CuResult> {
+    let stream = cuda::stream_create_non_blocking().map_err(|error| CuResult(error.0))?;
+    let mut status = cuda::mem_prefetch_async(base, len, Where::Device(device), stream);
+    if status == CuResult::SUCCESS {
+        status = cuda::stream_synchronize(stream);
+    }
+    cuda::stream_destroy(stream);
+    status.ok().map_err(|error| CuResult(error.0))
+}
+
+/// The record of a new movable allocation, added to the live list.
+fn record(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, residence: Residence) -> Arc<Movable> {
     let movable = Arc::new(Movable {
         base,
         len,
@@ -110,15 +176,16 @@ pub fn create(
         sequence: SEQUENCE.fetch_add(1, Ordering::Relaxed),
         after_computing: budget::computing(),
         heat: AtomicU64::new(0),
+        uses: Arc::default(),
+        launches_seen: AtomicU64::new(0),
         in_vram: AtomicBool::new(false),
         maybe_evicted: AtomicBool::new(false),
-        state: Mutex::new(State { residence: Residence::T2(reservation.commit()), freed: false }),
+        state: Mutex::new(State { residence, freed: false }),
     });
     stats::bump(&STATS.movable_allocs);
     LIVE.lock().push(Arc::clone(&movable));
     LIVE_COUNT.fetch_add(1, Ordering::Release);
-    debug!("T2 {:#x}: {} movable (managed memory, on the host)", base, Mib(len));
-    Ok(movable)
+    movable
 }
 
 /// Whether any movable allocation lives (cheap: the hot paths ask).
@@ -209,9 +276,19 @@ impl Movable {
         self.maybe_evicted.load(Ordering::Relaxed)
     }
 
-    /// The heat, halved for the next tick.
+    /// Its entry in the address index, counted by the launches that name it.
+    pub fn uses(&self) -> Arc<RangeUse> {
+        Arc::clone(&self.uses)
+    }
+
+    /// The heat: what products read since the last tick, and for each launch that named
+    /// it since, its length (a launch's parameters say where it reads, not how much: a
+    /// kernel reading all of it is the case that costs most in T2); halved for the next
+    /// tick.
     pub fn take_heat(&self) -> u64 {
-        let heat = self.heat.load(Ordering::Relaxed);
+        let launches = self.uses.launches();
+        let named = launches.saturating_sub(self.launches_seen.swap(launches, Ordering::Relaxed));
+        let heat = self.heat.load(Ordering::Relaxed).saturating_add(named.saturating_mul(self.len));
         self.heat.store(heat / 2, Ordering::Relaxed);
         heat
     }

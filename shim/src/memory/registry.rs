@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::cuda;
 use crate::cuda::ffi::*;
-use crate::memory::address_index;
+use crate::memory::address_index::{self, RangeUse};
 use crate::memory::budget::VramCharge;
 use crate::memory::movable::{self, Movable};
 use crate::memory::split::SplitAllocation;
@@ -76,6 +76,15 @@ impl Record {
             Record::Backed(Backed::Movable(movable)) => movable.len(),
         }
     }
+
+    /// Its entry's use counters when something else reads them too (a movable
+    /// allocation's heat); `None`: the index makes its own.
+    fn uses(&self) -> Option<Arc<RangeUse>> {
+        match self {
+            Record::Backed(Backed::Movable(movable)) => Some(movable.uses()),
+            _ => None,
+        }
+    }
 }
 
 struct Registry {
@@ -95,7 +104,7 @@ pub fn insert(device_ptr: CuDevicePtr, record: Record) {
     if matches!(record, Record::Backed(_)) {
         registry.freed_backed.retain(|freed| *freed != device_ptr);
     }
-    address_index::insert(device_ptr, record.len());
+    address_index::insert(device_ptr, record.len(), record.uses());
     registry.live.insert(device_ptr, record);
 }
 

@@ -157,6 +157,21 @@ impl<'a> Rules<'a> {
         }
     }
 
+    /// Whether other users contest `device`: they hold more than twice its headroom (this
+    /// process's context and library handles, which `others` counts too, take less than
+    /// one headroom: that is what the default headroom is sized for). Then the room this
+    /// process has is theirs to set, and what it loads first may have to give way to
+    /// what it computes with (`engine::allocate` makes its VRAM movable).
+    pub fn contested(&self, device: DeviceView) -> bool {
+        device.others > self.headroom(device.ordinal, device.physical).saturating_mul(2)
+    }
+
+    /// Whether an allocation of `size` is worth moving between tiers: not below the
+    /// minimum T2 size, which always stays in VRAM.
+    pub fn worth_moving(&self, size: u64) -> bool {
+        size >= self.config.min_t2_size
+    }
+
     /// Whether an allocation of `size` made while the process holds `held` bytes (VRAM
     /// and T2) is a pool of the program's weights (see `Phase::LoadingAfterPool`): at
     /// least half of device `ordinal`'s budget, and more than everything before it.
@@ -264,6 +279,17 @@ mod tests {
             Rules::of(&reserved).place(256 * M + 1, 0, DeviceView::alone(0, physical), Phase::Loading),
             Placement::T2
         );
+    }
+
+    #[test]
+    fn a_device_is_contested_when_others_hold_more_than_twice_the_headroom() {
+        let config = Config { vram_headroom: PerDevice::every(G), ..Config::default() };
+        let device = |others| DeviceView { ordinal: 0, physical: 80 * G, others };
+        assert!(!Rules::of(&config).contested(device(0)));
+        assert!(!Rules::of(&config).contested(device(2 * G)), "this process's context and handles");
+        assert!(Rules::of(&config).contested(device(2 * G + 1)));
+        assert!(Rules::of(&config).worth_moving(config.min_t2_size));
+        assert!(!Rules::of(&config).worth_moving(config.min_t2_size - 1));
     }
 
     #[test]
