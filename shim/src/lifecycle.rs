@@ -156,7 +156,7 @@ extern "C" fn summary_at_exit() {
     }
     if stats.movable_allocs != 0 {
         info!(
-            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} ms; {} ms of it issuing); {} in VRAM at exit",
+            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} in VRAM at exit",
             pid,
             stats.movable_allocs,
             Mib(stats.promoted_bytes),
@@ -164,6 +164,7 @@ extern "C" fn summary_at_exit() {
             stats.promote_ns / 1_000_000,
             Mib(stats.demoted_bytes),
             stats.demotions,
+            stats.swaps,
             stats.demote_ns / 1_000_000,
             stats.move_issue_ns / 1_000_000,
             Mib(stats.tier_vram),

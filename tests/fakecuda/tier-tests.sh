@@ -68,4 +68,19 @@ t_tier_pair() {
     tier_run tier-pair FAKECUDA_PREFETCH_DELAY_US=50000 "$BIN/gbtier" pair $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair"
+t_tier_swap() {
+    # A working set allocated after the weights took the room, named by every launch:
+    # swapped into VRAM with a weight block while kernels run, every byte kept.
+    tier_run tier-swap GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" swap $TIER_BLOCK || return 1
+    out_has "^swap: working set where 0" "want the working set in VRAM"
+}
+t_tier_swap_off_fails() {
+    # The same with live tiering off: the weights are plain VRAM, nothing can make room.
+    share=$work/tier-swap-off.share
+    rm -f "$share"
+    run_fails tier-swap-off-fails "want movable memory in VRAM" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
+        GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
+        GREENBOOST_TIERING=off "$BIN/gbtier" swap $TIER_BLOCK
+}
+
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails"

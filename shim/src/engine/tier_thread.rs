@@ -37,6 +37,10 @@ use crate::sys::stats::{self, STATS};
 /// Most bytes moved before the thread waits for them.
 const GROUP_BYTES: u64 = 2 << 30;
 
+/// Most bytes a tick demotes to swap roles (`tiering::Room::swap_limit`): one group, about
+/// 0.2 s of demotion on the H200.
+const SWAP_BYTES: u64 = GROUP_BYTES;
+
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Starts the thread once per process.
@@ -133,6 +137,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
         loaded_room: budget::promotion_room(device, true),
         answered,
         demote: config.demote,
+        swap_limit: SWAP_BYTES,
     };
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
@@ -155,23 +160,40 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     let chosen: Vec<(&Movable, Move)> = moves
         .iter()
         .map(|&step| match step {
-            Move::Promote(i) | Move::Demote(i) | Move::Refresh(i) => (members[i], step),
+            Move::Promote(i) | Move::Demote(i) | Move::Refresh(i) | Move::SwapIn(i) | Move::SwapOut(i) => {
+                (members[i], step)
+            }
         })
         .collect();
-    let mut demoted = 0;
-    for group in groups(&chosen) {
-        demoted += move_group(device, group, streams);
+    // Demotions first: swaps move in only where their swap-outs made room.
+    let (leaving, arriving): (Vec<_>, Vec<_>) =
+        chosen.iter().partition(|(_, step)| matches!(step, Move::Demote(_) | Move::SwapOut(_)));
+    let mut moved = Moved::default();
+    for group in groups(&leaving).into_iter().chain(groups(&arriving)) {
+        move_group(device, group, streams, &mut moved);
     }
     publish::update();
     debug!(
-        "live tiering on device {}: {} free, headroom {}, {} moves ({} demoted)",
+        "live tiering on device {}: {} free, headroom {}, {} moves ({} demoted, {} swapped)",
         device,
         Mib(free),
         Mib(headroom),
         chosen.len(),
-        Mib(demoted)
+        Mib(moved.demoted),
+        Mib(moved.swapped_out)
     );
-    answered + demoted
+    answered + moved.demoted
+}
+
+/// What a tick's moves did so far.
+#[derive(Default)]
+struct Moved {
+    /// Bytes demoted to answer a shortfall.
+    demoted: u64,
+    /// Bytes sent to T2 to swap roles.
+    swapped_out: u64,
+    /// Of those, the VRAM not yet taken by swaps in.
+    swap_room: u64,
 }
 
 /// `moves` cut into runs of at most `GROUP_BYTES` (one allocation larger is a run).
@@ -191,9 +213,9 @@ fn groups<'a>(moves: &'a [(&'a Movable, Move)]) -> Vec<&'a [(&'a Movable, Move)]
     runs
 }
 
-/// Starts every move of `group`, waits for the driver, ends them. Returns the bytes
-/// demoted.
-fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<MoveStream>) -> u64 {
+/// Starts every move of `group`, waits for the driver, ends them; what moved is added
+/// to `moved`.
+fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<MoveStream>, moved: &mut Moved) {
     let began = Instant::now();
     let mut started: Vec<(&Movable, Move, Started, Option<Stream>)> = Vec::new();
     for &(m, step) in group {
@@ -203,11 +225,21 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
                 let loaded = !m.after_computing();
                 m.start_move(true, |len| budget::reserve_promotion(len, device, loaded).map(Reserved::Vram))
             }
-            Move::Demote(_) => m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2)),
+            // Into the VRAM this process's swaps out gave back this tick, already its own.
+            Move::SwapIn(_) => m.start_move(true, |len| {
+                let fits = len <= moved.swap_room;
+                fits.then(|| {
+                    moved.swap_room -= len;
+                    Reserved::Vram(budget::reserve_unchecked(len, device))
+                })
+            }),
+            Move::Demote(_) | Move::SwapOut(_) => {
+                m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2))
+            }
             Move::Refresh(_) => m.start_refresh(),
         };
         let Some(move_started) = move_started else { continue };
-        let to = if matches!(step, Move::Demote(_)) { Where::Host } else { Where::Device(device) };
+        let to = if matches!(step, Move::Demote(_) | Move::SwapOut(_)) { Where::Host } else { Where::Device(device) };
         let issuing = Instant::now();
         let issued = cuda::with_context(m.context(), || prefetch(m, to, stream));
         let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -215,7 +247,7 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
         started.push((m, step, move_started, issued.then_some(stream)));
     }
     if started.is_empty() {
-        return 0;
+        return;
     }
     // Each stream the group used, waited for once.
     let mut used: Vec<Stream> = Vec::new();
@@ -226,11 +258,10 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
     }
     let streams_done = used.into_iter().all(|stream| cuda::stream_synchronize(stream) == CuResult::SUCCESS);
     let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let mut demoted = 0;
     let (mut promoted_any, mut demoted_any) = (false, false);
     for (m, step, move_started, stream) in started {
         let arrived = stream.is_some() && streams_done;
-        if let (false, Move::Promote(_), Some(stream)) = (arrived, step, stream) {
+        if let (false, Move::Promote(_) | Move::SwapIn(_), Some(stream)) = (arrived, step, stream) {
             // The driver may have moved part of it into VRAM the accounts give back now:
             // send it home (best effort; the host is where eviction sends it anyway).
             cuda::with_context(m.context(), || prefetch(m, Where::Host, stream));
@@ -244,14 +275,20 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
             Move::Refresh(_) => {
                 debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", m.base(), Mib(m.len()))
             }
-            Move::Promote(_) => {
+            Move::Promote(_) | Move::SwapIn(_) => {
                 promoted_any = true;
                 stats::bump(&STATS.promotions);
                 STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
             }
-            Move::Demote(_) => {
+            Move::Demote(_) | Move::SwapOut(_) => {
                 demoted_any = true;
-                demoted += m.len();
+                if matches!(step, Move::SwapOut(_)) {
+                    moved.swapped_out += m.len();
+                    moved.swap_room += m.len();
+                    stats::bump(&STATS.swaps);
+                } else {
+                    moved.demoted += m.len();
+                }
                 stats::bump(&STATS.demotions);
                 STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
             }
@@ -263,7 +300,6 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
     if demoted_any {
         STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
     }
-    demoted
 }
 
 /// Enqueues the migration of `m` to `to` on `stream`.

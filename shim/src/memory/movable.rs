@@ -121,7 +121,13 @@ pub fn managed_in_vram(len: u64, device: CuDevice) -> Result<CuDevicePtr, Movabl
 /// Movable memory in VRAM (`managed_in_vram` made it at `base`) for `device` in
 /// `context`, charged with `charge`: VRAM that live tiering may send to T2 later, at the
 /// same address, when something hotter needs the room.
-pub fn record_in_vram(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, charge: VramCharge) -> Arc<Movable> {
+pub fn record_in_vram(
+    base: CuDevicePtr,
+    len: u64,
+    device: CuDevice,
+    context: Context,
+    charge: VramCharge,
+) -> Arc<Movable> {
     let movable = record(base, len, device, context, Residence::Vram(charge));
     movable.set_in_vram(true);
     debug!("T1 {:#x}: {} movable (managed memory, in VRAM)", base, Mib(len));

@@ -26,8 +26,18 @@
 //!   while they were there) are moved to VRAM again, hottest first, each when the free
 //!   VRAM has room for all of it (the driver does not say how much it took): their
 //!   budget is charged already.
+//! - Then, with what the VRAM and budget left promoted, roles are swapped within the VRAM
+//!   this process holds: a T2 allocation read (per byte) more than `SWAP_MARGIN` times
+//!   as often as allocations in VRAM goes to VRAM, and as many of those, coldest first,
+//!   go to T2 to make its room — at most `Room::swap_limit` bytes a tick (demotion runs
+//!   at 9-12 GB/s on the H200, bench/results/tiering-probe-2026-12-01.md). Heat is what
+//!   launches and products read; a kernel's parameters name where it reads, not how
+//!   much, so each launch that names an allocation counts all of it. This is what lets
+//!   a working set allocated after the weights took the VRAM displace them while the
+//!   program computes, and the weights come back when the working set cools: a process
+//!   never takes another's VRAM by swapping.
 
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 
 /// A movable allocation as the policy sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +69,13 @@ pub struct Room {
     pub answered: u64,
     /// GREENBOOST_DEMOTE.
     pub demote: bool,
+    /// Most bytes one tick demotes to swap roles.
+    pub swap_limit: u64,
 }
+
+/// How many times hotter per byte a T2 allocation must be than the allocations it
+/// displaces from VRAM, so that two about as hot never trade places back and forth.
+pub const SWAP_MARGIN: u64 = 2;
 
 /// One move; the index is into the candidates given to `plan`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +84,11 @@ pub enum Move {
     Demote(usize),
     /// Moved to VRAM again: it is there as the accounts see it, perhaps not all of it.
     Refresh(usize),
+    /// Moved to VRAM into the room the same tick's `SwapOut`s make: carried out after
+    /// them, and only into what they gave back.
+    SwapIn(usize),
+    /// Moved to T2 to make room for a hotter `SwapIn`.
+    SwapOut(usize),
 }
 
 impl Room {
@@ -119,7 +140,87 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
             moves.push(Move::Promote(i));
         }
     }
+    swaps(room.swap_limit, candidates, &mut moves);
     moves
+}
+
+/// Appends to `moves` (the tick's promotions and refreshes) the swaps of roles that
+/// `swap_limit` bytes of demotion allow: the hottest T2 allocations per byte first, each
+/// with the coldest allocations in VRAM that make its room, when all of them together
+/// are read `SWAP_MARGIN` times less than it. An allocation in VRAM much larger than the
+/// room still wanted is passed over for smaller ones.
+fn swaps(swap_limit: u64, candidates: &[Candidate], moves: &mut Vec<Move>) {
+    let moving =
+        |i: usize, moves: &[Move]| moves.iter().any(|m| matches!(m, Move::Promote(j) | Move::Refresh(j) if *j == i));
+    let mut hot: Vec<usize> = (0..candidates.len())
+        .filter(|&i| !candidates[i].in_vram && candidates[i].heat > 0 && !moving(i, moves))
+        .collect();
+    hot.sort_by(|&a, &b| hotter_per_byte(&candidates[b], &candidates[a]));
+    let mut cold: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].in_vram && !candidates[i].maybe_evicted && !moving(i, moves))
+        .collect();
+    cold.sort_by(|&a, &b| hotter_per_byte(&candidates[a], &candidates[b]));
+    let mut left = swap_limit;
+    for h in hot {
+        let wanted = &candidates[h];
+        if wanted.bytes > left {
+            continue;
+        }
+        // Victims no larger than twice the room still wanted, then any that fit the limit.
+        let (room, heat, mut chosen) = [false, true]
+            .into_iter()
+            .map(|any_size| victims(wanted, &cold, candidates, left, any_size))
+            .find(|(room, ..)| *room >= wanted.bytes)
+            .unwrap_or_default();
+        if room < wanted.bytes || heat.saturating_mul(SWAP_MARGIN) >= wanted.heat || room > left {
+            continue;
+        }
+        left -= room;
+        chosen.sort_unstable();
+        for at in chosen.iter().rev() {
+            moves.push(Move::SwapOut(cold.remove(*at)));
+        }
+        moves.push(Move::SwapIn(h));
+    }
+}
+
+/// The coldest allocations in VRAM (`cold`, coldest first; positions in it) that make room
+/// for `wanted`, each read `SWAP_MARGIN` times less per byte; with `any_size` false, none
+/// larger than twice the room still wanted. Their bytes and heat, and their positions.
+fn victims(
+    wanted: &Candidate,
+    cold: &[usize],
+    candidates: &[Candidate],
+    left: u64,
+    any_size: bool,
+) -> (u64, u64, Vec<usize>) {
+    let (mut room, mut heat, mut chosen) = (0u64, 0u64, Vec::new());
+    for (at, &v) in cold.iter().enumerate() {
+        if room >= wanted.bytes {
+            break;
+        }
+        let victim = &candidates[v];
+        if hotter_per_byte(wanted, victim) != Ordering::Greater
+            || u128::from(victim.heat) * u128::from(SWAP_MARGIN) * u128::from(wanted.bytes)
+                >= u128::from(wanted.heat) * u128::from(victim.bytes.max(1))
+        {
+            break; // sorted coldest first: the rest are hotter still
+        }
+        let still = wanted.bytes - room;
+        if victim.bytes > left.saturating_sub(room) || (!any_size && victim.bytes > still.saturating_mul(2)) {
+            continue;
+        }
+        room += victim.bytes;
+        heat += victim.heat;
+        chosen.push(at);
+    }
+    (room, heat, chosen)
+}
+
+/// Orders two allocations by heat per byte (exact, in 128 bits).
+fn hotter_per_byte(a: &Candidate, b: &Candidate) -> Ordering {
+    let per_byte = |c: &Candidate, other: &Candidate| u128::from(c.heat) * u128::from(other.bytes.max(1));
+    per_byte(a, b).cmp(&per_byte(b, a))
 }
 
 /// In T2, or in VRAM with part of it perhaps evicted.
@@ -157,7 +258,15 @@ mod tests {
     }
 
     fn room(free: u64) -> Room {
-        Room { free, headroom: G, budget_room: u64::MAX, loaded_room: u64::MAX, answered: 0, demote: true }
+        Room {
+            free,
+            headroom: G,
+            budget_room: u64::MAX,
+            loaded_room: u64::MAX,
+            answered: 0,
+            demote: true,
+            swap_limit: 0,
+        }
     }
 
     #[test]
@@ -240,5 +349,52 @@ mod tests {
         assert_eq!(plan(&room(4 * G + G / 4), &candidates), vec![Move::Refresh(1), Move::Promote(0)]);
         // Free VRAM for less than all of it: it waits (the driver does not say how much it took).
         assert_eq!(plan(&Room { budget_room: 0, ..room(2 * G + G / 4) }, &candidates), vec![]);
+    }
+
+    fn swapping(free: u64, limit: u64) -> Room {
+        Room { budget_room: 0, swap_limit: limit, ..room(free) }
+    }
+
+    #[test]
+    fn a_hot_t2_allocation_swaps_with_the_coldest_in_vram() {
+        // VRAM full (budget spent): weights in VRAM read once, a working set in T2 read often.
+        let candidates = [at(G, true, G, 0), at(G, true, 4 * G, 1), at(G, false, 40 * G, 2), at(G / 2, true, 0, 3)];
+        let moves = plan(&swapping(G + G / 4, 4 * G), &candidates);
+        assert_eq!(
+            moves,
+            vec![Move::SwapOut(0), Move::SwapOut(3), Move::SwapIn(2)],
+            "coldest per byte first, enough for it"
+        );
+        // Nothing colder by the margin: nothing moves.
+        let even = [at(G, true, 30 * G, 0), at(G, false, 40 * G, 1)];
+        assert_eq!(plan(&swapping(G + G / 4, 4 * G), &even), vec![]);
+        // Cold T2, hot VRAM: nothing moves.
+        let settled = [at(G, true, 40 * G, 0), at(G, false, G, 1)];
+        assert_eq!(plan(&swapping(G + G / 4, 4 * G), &settled), vec![]);
+    }
+
+    #[test]
+    fn swaps_keep_to_the_limit_and_pass_over_victims_far_too_large() {
+        let candidates = [at(8 * G, true, 0, 0), at(G, true, 0, 1), at(G, false, 10 * G, 2), at(G, false, 9 * G, 3)];
+        // One GiB a tick: the hottest swaps with the 1 GiB victim; the 8 GiB one is passed over.
+        assert_eq!(plan(&swapping(G + G / 4, G), &candidates), vec![Move::SwapOut(1), Move::SwapIn(2)]);
+        // No limit: nothing swaps.
+        assert_eq!(plan(&swapping(G + G / 4, 0), &candidates), vec![]);
+        // Room for more: the second goes with the large victim only when the limit allows it.
+        assert_eq!(
+            plan(&swapping(G + G / 4, 10 * G), &candidates),
+            vec![Move::SwapOut(1), Move::SwapIn(2), Move::SwapOut(0), Move::SwapIn(3)]
+        );
+    }
+
+    #[test]
+    fn promotions_come_before_swaps_and_nothing_swaps_while_short() {
+        // Room for one promotion: the hottest is promoted, the next swaps.
+        let candidates = [at(G, false, 50 * G, 0), at(G, false, 40 * G, 1), at(G, true, 0, 2)];
+        let roomy = Room { budget_room: G, swap_limit: 4 * G, ..room(3 * G) };
+        assert_eq!(plan(&roomy, &candidates), vec![Move::Promote(0), Move::SwapOut(2), Move::SwapIn(1)]);
+        // Free VRAM under the headroom: demotions only, whatever the heat.
+        let short = Room { swap_limit: 4 * G, ..room(G / 2) };
+        assert_eq!(plan(&short, &candidates), vec![Move::Demote(2)]);
     }
 }

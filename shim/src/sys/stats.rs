@@ -56,6 +56,9 @@ pub struct Stats {
     pub graphs_unread: AtomicU64,
     pub memory_ops: AtomicU64,
     pub host_funcs: AtomicU64,
+    /// Live tiering: of the demotions, those that made room for a hotter T2 allocation
+    /// (a swap of roles), not for another process.
+    pub swaps: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -92,6 +95,7 @@ pub static STATS: Stats = Stats {
     graphs_unread: AtomicU64::new(0),
     memory_ops: AtomicU64::new(0),
     host_funcs: AtomicU64::new(0),
+    swaps: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -176,6 +180,7 @@ pub struct ShimStats {
     pub graphs_unread: u64,
     pub memory_ops: u64,
     pub host_funcs: u64,
+    pub swaps: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -222,6 +227,7 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         graphs_unread: load(&STATS.graphs_unread),
         memory_ops: load(&STATS.memory_ops),
         host_funcs: load(&STATS.host_funcs),
+        swaps: load(&STATS.swaps),
     }
 }
 
@@ -258,6 +264,7 @@ pub fn start_afresh_in_child() {
         &STATS.graphs_unread,
         &STATS.memory_ops,
         &STATS.host_funcs,
+        &STATS.swaps,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

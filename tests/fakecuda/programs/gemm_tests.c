@@ -211,7 +211,7 @@ static int t_products(int argc, char **argv)
     /* The program computes: what it allocates now may use the reserve. */
     void *activation = NULL;
     OK(cudaMalloc(&activation, 4 * MiB));
-    CHECK(!strcmp(kind(activation), "vram"), "a 4 MiB allocation after the first product is in %s, not VRAM\n",
+    CHECK(in_vram((CUdeviceptr)(uintptr_t)activation), "a 4 MiB allocation after the first product is in %s, not VRAM\n",
           kind(activation));
     OK(cudaFree(activation));
     OK(cudaFree(ys));

@@ -123,7 +123,7 @@ int test_headroom(int argc, char **argv)
         printf("#%zu: device free %zu MiB -> %s (%s), %zu MiB free after\n", i, free_before >> 20,
                t2_here ? "T2" : "VRAM", kind(p[i]), free_after >> 20);
         CHECK(t2 == 0 || t2_here, "allocation #%zu has %llu of %zu bytes in T2: split\n", i, t2, size);
-        CHECK(t2_here == !!strcmp(kind(p[i]), "vram"), "allocation #%zu is %s but the shim counts %llu T2 bytes\n",
+        CHECK(t2_here == !in_vram((CUdeviceptr)(uintptr_t)p[i]), "allocation #%zu is %s but the shim counts %llu T2 bytes\n",
               i, kind(p[i]), t2);
         if (alone) {
             int fits = free_before >= size + headroom;

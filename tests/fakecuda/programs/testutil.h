@@ -26,6 +26,15 @@
         CHECK(ok_rc_ == 0, "%s returned %d\n", #call, ok_rc_);             \
     } while (0)
 
+/* Whether device memory at `p` lies in VRAM: the driver's own (kind "vram"), or managed
+ * memory resident on a device (the shim's movable VRAM, where the device is contested or
+ * GREENBOOST_TIERING=on). */
+static inline int in_vram(CUdeviceptr p)
+{
+    const char *kind = fakegpu_ptr_kind(p);
+    return !strcmp(kind, "vram") || (!strcmp(kind, "managed") && fakegpu_managed_where(p) >= 0);
+}
+
 struct named_test {
     const char *name;
     int (*fn)(int argc, char **argv);

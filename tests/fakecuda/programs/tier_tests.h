@@ -57,4 +57,7 @@ int tier_vram_at_least(void *want);
 int demoted_at_least(void *want);
 int allocate_blocks(void **blocks, int n, size_t block);
 
+/* tier_swap.c: roles swapped while kernels run. */
+int test_swap(int argc, char **argv);
+
 #endif

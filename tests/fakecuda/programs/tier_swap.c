@@ -1,0 +1,105 @@
+/* gbtier swap BLOCK: roles swapped while kernels run (issue 36 item 3, issue 34 item 2).
+ *
+ * Beside another process that leaves room for three blocks, the program loads three
+ * "weight" blocks (VRAM, movable because the device is contested), starts computing
+ * (a cuBLAS handle) and allocates a "working set" block, which finds no room and goes to
+ * T2. Kernels then name the working set over and over (fk_fill_u32 launched through
+ * cuLaunchKernel, the path the shim observes) and never the weights, while other
+ * kernels keep verifying the weights as they move. Live tiering must move the working
+ * set into VRAM by sending a weight block to T2 — inside the room this process holds,
+ * free VRAM never under the headroom — and every byte must survive: the weights'
+ * patterns and the working set's last fill. */
+#define _GNU_SOURCE
+#include "tier_tests.h"
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name);
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void **params, void **extra);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+
+static const char fill_ptx[] = ".version 8.0\n.target sm_90\n"
+                               ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n"
+                               "{ ret; }\n";
+
+#define WEIGHTS 3
+
+struct swapped {
+    void *working;
+};
+
+static int working_set_in_vram(void *arg)
+{
+    struct swapped *s = arg;
+    return fakegpu_managed_where(dptr(s->working)) == 0 && shim_stats().swaps > 0;
+}
+
+int test_swap(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: swap BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    size_t room = WEIGHTS * block + block / 2; /* three blocks, not four */
+    struct balloon other = balloon_start(device_free() - headroom - room);
+    void *weights[WEIGHTS];
+    for (int i = 0; i < WEIGHTS; i++) {
+        OK(cudaMalloc(&weights[i], block));
+        CHECK(!strcmp(fakegpu_ptr_kind(dptr(weights[i])), "managed") && fakegpu_managed_where(dptr(weights[i])) == 0,
+              "weight block %d is %s, where %d: want movable memory in VRAM on a contested device\n", i,
+              fakegpu_ptr_kind(dptr(weights[i])), fakegpu_managed_where(dptr(weights[i])));
+        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    struct swapped s = { NULL };
+    OK(cudaMalloc(&s.working, block));
+    CHECK(shim_t2_bytes(s.working, block) == block, "the working set found VRAM (%llu T2 bytes): the room was "
+          "planned for the weights only\n", shim_t2_bytes(s.working, block));
+    CUmodule module;
+    CUfunction fill;
+    OK(cuModuleLoadData(&module, fill_ptx));
+    OK(cuModuleGetFunction(&fill, module, "fk_fill_u32"));
+    struct workload w = { weights, WEIGHTS, block, 0, 0, 0 };
+    pthread_t verifier;
+    CHECK(pthread_create(&verifier, NULL, keep_verifying, &w) == 0, "pthread_create\n");
+    CUdeviceptr target = dptr(s.working);
+    unsigned long long count = block / 4;
+    unsigned value = 0;
+    size_t lowest = vram;
+    int moved = 0;
+    for (int round = 0; round < 5000 && !moved; round++) {
+        value = 1000 + (unsigned)round;
+        void *params[] = { &target, &value, &count };
+        OK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+        OK(cudaDeviceSynchronize());
+        size_t free_now = device_free();
+        if (free_now < lowest)
+            lowest = free_now;
+        moved = working_set_in_vram(&s);
+        usleep(2000);
+    }
+    w.stop = 1;
+    pthread_join(verifier, NULL);
+    struct shim_stats st = shim_stats();
+    printf("swap: working set where %d, weights where %d %d %d; %llu swaps, %llu demotions, %llu promotions; "
+           "lowest free %zu MiB (headroom %zu MiB); %llu verifying rounds, %llu wrong words\n",
+           fakegpu_managed_where(target), fakegpu_managed_where(dptr(weights[0])),
+           fakegpu_managed_where(dptr(weights[1])), fakegpu_managed_where(dptr(weights[2])), st.swaps, st.demotions,
+           st.promotions, lowest >> 20, headroom >> 20, w.rounds, w.bad);
+    CHECK(moved, "the working set, named by every launch, never reached VRAM: no swap of roles\n");
+    CHECK(w.bad == 0, "the weights read %llu wrong words while they moved\n", w.bad);
+    CHECK(lowest >= headroom, "free VRAM fell to %zu MiB, under the headroom: the swap took VRAM that was not "
+          "this process's\n", lowest >> 20);
+    check_blocks(weights, WEIGHTS, block, "after the swap");
+    unsigned *back = malloc(block);
+    CHECK(back, "malloc\n");
+    OK(cudaMemcpy(back, s.working, block, 2));
+    for (size_t i = 0; i < block / 4; i++)
+        CHECK(back[i] == value, "working set word %zu is %u, want the last fill %u\n", i, back[i], value);
+    free(back);
+    for (int i = 0; i < WEIGHTS; i++)
+        OK(cudaFree(weights[i]));
+    OK(cudaFree(s.working));
+    balloon_stop(&other);
+    return 0;
+}
