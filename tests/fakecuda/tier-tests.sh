@@ -82,5 +82,15 @@ t_tier_swap_off_fails() {
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_TIERING=off "$BIN/gbtier" swap $TIER_BLOCK
 }
+t_tier_ipc() {
+    # Movable VRAM refused by IPC with the driver's error, and the shim says why.
+    tier_run tier-ipc "$BIN/gbtier" ipc $TIER_BLOCK || return 1
+    out_has "CUDA IPC cannot export .* movable by live tiering" "want the shim's explanation" || return 1
+    out_has "GREENBOOST_TIERING=off" "want the way out"
+}
+t_tier_ipc_off() {
+    # Live tiering off: the same allocation is the driver's own and exports.
+    tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
+}
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off"

@@ -62,6 +62,7 @@ macro_rules! cuda_functions {
             Driver guarded fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CuDevicePtr, size: usize, pool: MemPool, stream: Stream) -> CuResult;
             Driver guarded fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult;
             Driver guarded fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CuDevice) -> CuResult;
+            Driver guarded fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CuDevicePtr) -> CuResult;
             Driver guarded fn cuMemCreate(handle: *mut CuMemGenericAllocationHandle, size: usize, prop: *const CuMemAllocationProp, flags: u64) -> CuResult;
             Driver guarded fn cuMemRelease(handle: CuMemGenericAllocationHandle) -> CuResult;
             Driver routing fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CuResult;

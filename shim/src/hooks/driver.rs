@@ -1,10 +1,13 @@
 //! CUDA driver hooks (libcuda.so.1).
 
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::cuda::real::pfn;
 use crate::engine::allocate::{self, Allocated};
-use crate::memory::registry::Backed;
+use crate::memory::registry::{self, Backed};
 use crate::memory::release;
 use crate::memory::report;
 use crate::memory::vmm;
@@ -152,6 +155,34 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
     }
     status
 }
+
+/// cuIpcGetMemHandle: the driver exports only memory it allocated itself, and refuses
+/// (CUDA_ERROR_INVALID_VALUE) memory the shim made in its place — T2, split ranges, and
+/// movable memory, which where others contest the device includes what was placed in
+/// VRAM. The program gets the driver's answer; the shim says why, once, and what to do.
+///
+/// # Safety
+/// The program's arguments, as cuIpcGetMemHandle takes them.
+pub unsafe fn ipc_get_mem_handle(real: pfn::cuIpcGetMemHandle, handle: *mut c_void, dptr: CuDevicePtr) -> CuResult {
+    // SAFETY: the real function with the program's own arguments.
+    let status = unsafe { real(handle, dptr) };
+    if status != CuResult::SUCCESS {
+        if let Some(what) = registry::made_by_shim(dptr) {
+            if !IPC_REFUSAL_SAID.swap(true, Ordering::Relaxed) {
+                warn!(
+                    "CUDA IPC cannot export {:#x}: the shim made it {} (CUDA error {}); to share device memory between processes, run with GREENBOOST_TIERING=off (what is placed in VRAM then stays the driver's own memory; T2 is never exportable)",
+                    dptr,
+                    what,
+                    status.0
+                );
+            }
+        }
+    }
+    status
+}
+
+/// The IPC refusal is explained once per process.
+static IPC_REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
 
 /// cuMemCreate: device memory goes through the VMM placement (`vmm`); anything else
 /// (host memory asked for by the program, a size of 0, null arguments) to the driver.

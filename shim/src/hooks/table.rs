@@ -28,8 +28,9 @@ mod imp {
     };
     pub use crate::hooks::cublas_lt::{lt_create as cublasLtCreate, lt_matmul as cublasLtMatmul};
     pub use crate::hooks::driver::{
-        device_total_mem as cuDeviceTotalMem_v2, mem_alloc as cuMemAlloc_v2, mem_alloc_async as cuMemAllocAsync,
-        mem_alloc_async_ptsz as cuMemAllocAsync_ptsz, mem_alloc_from_pool_async as cuMemAllocFromPoolAsync,
+        device_total_mem as cuDeviceTotalMem_v2, ipc_get_mem_handle as cuIpcGetMemHandle, mem_alloc as cuMemAlloc_v2,
+        mem_alloc_async as cuMemAllocAsync, mem_alloc_async_ptsz as cuMemAllocAsync_ptsz,
+        mem_alloc_from_pool_async as cuMemAllocFromPoolAsync,
         mem_alloc_from_pool_async_ptsz as cuMemAllocFromPoolAsync_ptsz, mem_create as cuMemCreate,
         mem_free as cuMemFree_v2, mem_free_async as cuMemFreeAsync, mem_free_async_ptsz as cuMemFreeAsync_ptsz,
         mem_get_info as cuMemGetInfo_v2, mem_release as cuMemRelease,

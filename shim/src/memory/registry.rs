@@ -211,6 +211,22 @@ fn t2_overlaps(device_ptr: CuDevicePtr, len: u64) -> (u64, u64) {
     })
 }
 
+/// What memory the shim made holds `device_ptr`, in words for a message: `None` for the
+/// driver's own memory (VRAM the shim only counted) and for addresses it does not know.
+pub fn made_by_shim(device_ptr: CuDevicePtr) -> Option<&'static str> {
+    let registry = REGISTRY.lock();
+    let (base, record) = registry.live.range(..=device_ptr).next_back()?;
+    if device_ptr >= base.saturating_add(record.len()) {
+        return None;
+    }
+    match record {
+        Record::Vram(_) => None,
+        Record::Backed(Backed::T2(_)) => Some("T2 (host memory mapped for the GPU)"),
+        Record::Backed(Backed::Split(_)) => Some("split between VRAM and T2 (a VMM range)"),
+        Record::Backed(Backed::Movable(_)) => Some("movable by live tiering (CUDA managed memory)"),
+    }
+}
+
 /// A matrix product reads [`device_ptr`, `device_ptr + len`): the movable allocation
 /// holding it gets warmer (live tiering promotes the hottest first).
 pub fn note_read(device_ptr: CuDevicePtr, len: u64) {

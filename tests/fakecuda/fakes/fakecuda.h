@@ -205,6 +205,9 @@ typedef struct {
 } CUlaunchConfig;
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned. */
 typedef struct { _Alignas(64) cuuint64_t opaque[16]; } CUtensorMap;
+/* An IPC handle of device memory (cuIpcGetMemHandle), 64 opaque bytes. */
+typedef struct { char reserved[64]; } CUipcMemHandle;
+CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p);
 typedef enum { CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_UINT16, CU_TENSOR_MAP_DATA_TYPE_UINT32,
                CU_TENSOR_MAP_DATA_TYPE_INT32, CU_TENSOR_MAP_DATA_TYPE_UINT64, CU_TENSOR_MAP_DATA_TYPE_INT64,
                CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } CUtensorMapDataType;

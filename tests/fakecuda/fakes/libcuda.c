@@ -303,6 +303,7 @@ static const struct proc {
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
     P("cuMemGetInfo", 2000, cuMemGetInfo),
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    P("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
     P("cuMemAlloc", 2000, cuMemAlloc),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
     P("cuMemFree", 2000, cuMemFree),

@@ -283,6 +283,23 @@ EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocatio
     return prefetch(__func__, p, n, loc, flags, s ? s : CU_STREAM_PER_THREAD);
 }
 
+/* CUDA IPC exports memory the driver allocated (cuMemAlloc, cudaMalloc) only: managed
+ * and host memory are refused with CUDA_ERROR_INVALID_VALUE, as the driver does. The
+ * handle carries the pointer (no other process imports it here). */
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p)
+{
+    GATE(1, 1);
+    CUresult rc = CUDA_SUCCESS;
+    if (!handle || strcmp(fakegpu_ptr_kind(p), "vram"))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else {
+        memset(handle, 0, sizeof *handle);
+        memcpy(handle->reserved, &p, sizeof p);
+    }
+    fg_log("cuIpcGetMemHandle ptr=%#llx kind=%s -> %d", p, fakegpu_ptr_kind(p), rc);
+    return rc;
+}
+
 EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n)
 {
     GATE(1, 1);

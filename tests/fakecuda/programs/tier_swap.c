@@ -1,4 +1,5 @@
 /* gbtier swap BLOCK: roles swapped while kernels run (issue 36 item 3, issue 34 item 2).
+ * gbtier ipc BLOCK: what IPC can export of movable VRAM (below).
  *
  * Beside another process that leaves room for three blocks, the program loads three
  * "weight" blocks (VRAM, movable because the device is contested), starts computing
@@ -100,6 +101,33 @@ int test_swap(int argc, char **argv)
     for (int i = 0; i < WEIGHTS; i++)
         OK(cudaFree(weights[i]));
     OK(cudaFree(s.working));
+    balloon_stop(&other);
+    return 0;
+}
+
+/* gbtier ipc BLOCK: on a contested device, VRAM the shim made movable cannot be exported
+ * by CUDA IPC: the program gets the driver's answer (CUDA_ERROR_INVALID_VALUE) and the
+ * shim says why (the runner checks its message). With GBTEST_EXPECT=exported
+ * (GREENBOOST_TIERING=off) the same allocation is the driver's own and exports. */
+int test_ipc(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: ipc BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int exported = getenv("GBTEST_EXPECT") && !strcmp(getenv("GBTEST_EXPECT"), "exported");
+    struct balloon other = balloon_start(device_free() - headroom - 4 * block);
+    void *p;
+    OK(cudaMalloc(&p, block));
+    CHECK(in_vram(dptr(p)), "the allocation is %s, not in VRAM\n", fakegpu_ptr_kind(dptr(p)));
+    CUipcMemHandle handle;
+    CUresult rc = cuIpcGetMemHandle(&handle, dptr(p));
+    printf("ipc: %s memory, cuIpcGetMemHandle -> %d\n", fakegpu_ptr_kind(dptr(p)), rc);
+    if (exported)
+        CHECK(rc == CUDA_SUCCESS, "live tiering off: the driver's own VRAM was not exported (%d)\n", rc);
+    else
+        CHECK(rc == CUDA_ERROR_INVALID_VALUE, "movable VRAM: want the driver's CUDA_ERROR_INVALID_VALUE, got %d\n", rc);
+    /* A null handle: the driver's own answer, whatever the memory. */
+    CHECK(cuIpcGetMemHandle(NULL, dptr(p)) == CUDA_ERROR_INVALID_VALUE, "a null handle was accepted\n");
+    OK(cudaFree(p));
     balloon_stop(&other);
     return 0;
 }

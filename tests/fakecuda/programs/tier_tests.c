@@ -468,6 +468,7 @@ int main(int argc, char **argv)
         { "pair", test_pair },
         { "pair-child", test_pair_child },
         { "swap", test_swap },
+        { "ipc", test_ipc },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

@@ -57,7 +57,8 @@ int tier_vram_at_least(void *want);
 int demoted_at_least(void *want);
 int allocate_blocks(void **blocks, int n, size_t block);
 
-/* tier_swap.c: roles swapped while kernels run. */
+/* tier_swap.c: roles swapped while kernels run; IPC of movable VRAM. */
 int test_swap(int argc, char **argv);
+int test_ipc(int argc, char **argv);
 
 #endif
