@@ -56,6 +56,7 @@ fn machine() -> FakeRoot {
         t1_used: 1 << 30,
         t2_used: 3 << 30,
         promoted_bytes: 5 << 30,
+        swaps: 2,
         demoted_bytes: 3 << 30,
         ..Published::default()
     };
@@ -98,6 +99,9 @@ fn the_exposition_parses_with_every_family_and_sample() {
             ["greenboost_tiering_moved_bytes_total", {"pid": "100", "direction": "to_vram"}, 5368709120.0],
             ["greenboost_tiering_moved_bytes_total", {"pid": "100", "direction": "to_t2"}, 3221225472.0],
         ]}),
+        json!({"name": "greenboost_tiering_swaps", "type": "counter", "samples": [
+            ["greenboost_tiering_swaps_total", {"pid": "100"}, 2.0],
+        ]}),
         // The module is loaded, but its device cannot be opened: a program gets userspace.
         gauge("greenboost_backend_info", json!([["greenboost_backend_info", {"backend": "userspace"}, 1.0]])),
     ]);
@@ -126,7 +130,7 @@ fn the_textfile_is_written_for_the_collector_and_parses() {
     let file = std::fs::read_to_string(collector.path().join("greenboost.prom")).unwrap();
     assert_eq!(file, text(&root.run(&["status", "--prometheus"]).stdout));
     if let Some(families) = parse(&file) {
-        assert_eq!(families.as_array().map(Vec::len), Some(8));
+        assert_eq!(families.as_array().map(Vec::len), Some(9));
     }
 
     let missing = collector.path().join("absent");

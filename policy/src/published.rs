@@ -42,6 +42,10 @@ pub struct Published {
     pub demoted_bytes: u64,
     pub promotions: u64,
     pub demotions: u64,
+    /// Of the demotions, those that made room for a hotter allocation of the same
+    /// process (a swap of roles). After the fields above: a record of a writer without
+    /// it (`size` 112) reads as 0.
+    pub swaps: u64,
 }
 
 /// A process's start time from the text of its `/proc/PID/stat` (field 22, clock ticks
@@ -55,11 +59,13 @@ pub fn start_time_from_stat(stat: &[u8]) -> Option<u64> {
 
 impl Published {
     pub const SIZE: usize = core::mem::size_of::<Published>();
+    /// The size of the record before `swaps` was appended: still read.
+    const SIZE_BEFORE_SWAPS: usize = 112;
 
     /// The record in `bytes` (a copy of the file), if it is one this reader knows and
     /// was not being written.
     pub fn from_bytes(bytes: &[u8]) -> Option<Published> {
-        if bytes.len() < Self::SIZE {
+        if bytes.len() < Self::SIZE_BEFORE_SWAPS {
             return None;
         }
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -81,10 +87,17 @@ impl Published {
             demoted_bytes: word(88),
             promotions: word(96),
             demotions: word(104),
+            swaps: 0,
+        };
+        let size = record.size as usize;
+        let record = if size >= Self::SIZE && bytes.len() >= Self::SIZE {
+            Published { swaps: word(112), ..record }
+        } else {
+            record
         };
         let known = record.magic == PUBLISHED_MAGIC
             && record.version == PUBLISHED_VERSION
-            && record.size as usize >= Self::SIZE
+            && size >= Self::SIZE_BEFORE_SWAPS
             && record.seq.is_multiple_of(2);
         known.then_some(record)
     }
@@ -106,7 +119,8 @@ mod tests {
 
     #[test]
     fn the_layout_is_what_from_bytes_reads() {
-        assert_eq!(Published::SIZE, 112);
+        assert_eq!(Published::SIZE, 120);
+        assert_eq!(core::mem::offset_of!(Published, swaps), Published::SIZE_BEFORE_SWAPS);
         assert_eq!(core::mem::offset_of!(Published, seq), 32);
         assert_eq!(core::mem::offset_of!(Published, demotions), 104);
         let record = Published {
@@ -119,11 +133,17 @@ mod tests {
             t2_used: 3 << 30,
             tier_vram: 1 << 30,
             demotions: 9,
+            swaps: 2,
             ..Published::default()
         };
         // SAFETY: a plain repr(C) struct of integers, read as its bytes.
         let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(record) };
         assert_eq!(Published::from_bytes(&bytes), Some(record));
+        // A writer from before `swaps`: its shorter record, swaps read as 0.
+        let mut older = bytes[..Published::SIZE_BEFORE_SWAPS].to_vec();
+        older[12..16].copy_from_slice(&(Published::SIZE_BEFORE_SWAPS as u32).to_le_bytes());
+        let read = Published::from_bytes(&older).expect("an older record");
+        assert_eq!((read.swaps, read.demotions, read.size), (0, 9, Published::SIZE_BEFORE_SWAPS as u32));
         let writing = Published { seq: 5, ..record };
         // SAFETY: as above.
         let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(writing) };

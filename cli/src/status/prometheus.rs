@@ -76,6 +76,7 @@ pub fn render(status: &Status) -> String {
         .with(t.pressure.map(u64::from)),
         process_tiers(status),
         moves(&status.shim_processes),
+        swaps(&status.shim_processes),
         backend(status),
     ];
     let mut out = String::new();
@@ -158,6 +159,17 @@ fn moves(processes: &[ShimProcess]) -> Family {
         let pid = p.record.pid.to_string();
         family.add(&[("pid", &pid), ("direction", "to_vram")], Some(p.record.promoted_bytes));
         family.add(&[("pid", &pid), ("direction", "to_t2")], Some(p.record.demoted_bytes));
+    }
+    family
+}
+
+fn swaps(processes: &[ShimProcess]) -> Family {
+    let mut family = Family::counter(
+        "greenboost_tiering_swaps_total",
+        "Demotions live tiering made for a process under the shim to give its VRAM to an allocation of its own that it reads more (a swap of roles)",
+    );
+    for p in processes {
+        family.add(&[("pid", &p.record.pid.to_string())], Some(p.record.swaps));
     }
     family
 }

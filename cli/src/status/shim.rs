@@ -55,14 +55,15 @@ fn start_time(paths: &SystemPaths, pid: u32) -> Option<u64> {
     start_time_from_stat(&fs::read(paths.proc_path(format!("{pid}/stat"))).ok()?)
 }
 
-static COLUMNS: [Column; 7] = [
+static COLUMNS: [Column; 8] = [
     Column::right("pid", 8, ""),
     Column::left("command", 16, " ").missing("?"),
     Column::right("T1", 12, " "),
     Column::right("T2", 12, " "),
-    Column::right("moved to VRAM", 14, " "),
+    Column::right("movable in VRAM", 16, " "),
     Column::right("promoted", 12, " "),
     Column::right("demoted", 12, " "),
+    Column::right("swaps", 7, " "),
 ];
 
 fn row(p: &ShimProcess) -> Vec<Field> {
@@ -74,11 +75,12 @@ fn row(p: &ShimProcess) -> Vec<Field> {
         both("t2_used", "T2", Cell::Bytes(Some(r.t2_used))),
         json("t2_peak", Cell::Bytes(Some(r.t2_peak))),
         json("movable_allocs", Cell::Count(Some(r.movable_allocs))),
-        both("tier_vram", "moved to VRAM", Cell::Bytes(Some(r.tier_vram))),
+        both("tier_vram", "movable in VRAM", Cell::Bytes(Some(r.tier_vram))),
         both("promoted_bytes", "promoted", Cell::Bytes(Some(r.promoted_bytes))),
         both("demoted_bytes", "demoted", Cell::Bytes(Some(r.demoted_bytes))),
         json("promotions", Cell::Count(Some(r.promotions))),
         json("demotions", Cell::Count(Some(r.demotions))),
+        both("swaps", "swaps", Cell::Count(Some(r.swaps))),
     ]
 }
 
@@ -89,7 +91,11 @@ pub fn section(processes: &[ShimProcess]) -> Section {
     let lines = if processes.is_empty() {
         vec![]
     } else {
-        vec![String::new(), "Under the shim (its own figures; live tiering's moves):".to_owned()]
+        vec![
+            String::new(),
+            "Under the shim (its own figures; live tiering's moves; swaps: demotions that made room for what the process reads more):"
+                .to_owned(),
+        ]
     };
     Section { key: "shim_processes", body: Body::Table(table), lines }
 }
@@ -126,6 +132,7 @@ mod tests {
             promoted_bytes: 5 << 30,
             demoted_bytes: 3 << 30,
             promotions: 4,
+            swaps: 3,
             ..Published::default()
         };
         root.write("shm/unrelated", "x");
@@ -136,8 +143,9 @@ mod tests {
         assert_eq!(listed, vec![ShimProcess { comm: Some("python3".into()), record: record(100, 555) }]);
         let json = view::to_json(&[section(&listed)]).to_string();
         assert!(json.contains("\"promoted_bytes\":5368709120") && json.contains("\"tier_vram\":2147483648"), "{json}");
+        assert!(json.contains("\"swaps\":3"), "{json}");
         let text = view::text(&[section(&listed)], &["shim_processes"]);
-        assert!(text.contains("python3") && text.contains("moved to VRAM") && text.contains("5.00 GiB"), "{text}");
+        assert!(text.contains("python3") && text.contains("movable in VRAM") && text.contains("5.00 GiB"), "{text}");
         assert_eq!(view::text(&[section(&[])], &["shim_processes"]), "");
     }
 }

@@ -101,9 +101,10 @@ fn make() -> *mut Published {
     record
 }
 
-/// Rewrites the record from the counters, making it at the first T2 allocation.
+/// Rewrites the record from the counters, making it at the first T2 or movable
+/// allocation (movable VRAM reaches T2 by a swap, not by an allocation).
 pub fn update() {
-    if stats::load(&STATS.t2_allocs) == 0 {
+    if stats::load(&STATS.t2_allocs) == 0 && stats::load(&STATS.movable_allocs) == 0 {
         return;
     }
     let mut record = RECORD.load(Ordering::Acquire);
@@ -141,6 +142,7 @@ pub fn update() {
             (ptr::addr_of_mut!((*record).demoted_bytes), &STATS.demoted_bytes),
             (ptr::addr_of_mut!((*record).promotions), &STATS.promotions),
             (ptr::addr_of_mut!((*record).demotions), &STATS.demotions),
+            (ptr::addr_of_mut!((*record).swaps), &STATS.swaps),
         ]
     };
     for (field, counter) in figures {

@@ -58,7 +58,7 @@ struct shim_published {
     unsigned long long magic;
     unsigned version, size, pid, reserved;
     unsigned long long start_time, seq, t1_used, t2_used, t2_peak, movable_allocs, tier_vram, promoted_bytes,
-        demoted_bytes, promotions, demotions;
+        demoted_bytes, promotions, demotions, swaps;
 };
 
 static inline int shim_published(int pid, struct shim_published *out)
