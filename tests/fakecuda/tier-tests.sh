@@ -82,6 +82,18 @@ t_tier_swap_off_fails() {
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_TIERING=off "$BIN/gbtier" swap $TIER_BLOCK
 }
+t_tier_make_room() {
+    # An allocation made while computing takes VRAM at once, a weight block making room.
+    tier_run tier-make-room GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" make-room $TIER_BLOCK || return 1
+    out_has "^make-room: working block managed (where 0" "want the working block in VRAM"
+}
+t_tier_make_room_off_fails() {
+    share=$work/tier-make-room-off.share
+    rm -f "$share"
+    run_fails tier-make-room-off-fails "no room was made" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
+        GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
+        GREENBOOST_TIERING=off "$BIN/gbtier" make-room $TIER_BLOCK
+}
 t_tier_ipc() {
     # Movable VRAM refused by IPC with the driver's error, and the shim says why.
     tier_run tier-ipc "$BIN/gbtier" ipc $TIER_BLOCK || return 1
@@ -93,4 +105,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails"

@@ -5,6 +5,7 @@
 
 use crate::cuda;
 use crate::cuda::ffi::*;
+use crate::engine::make_room;
 use crate::engine::tier_thread;
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, MovableFailure};
@@ -62,10 +63,21 @@ fn place<R: PartialEq + Copy>(
 ) -> Allocated<R> {
     release::reclaim(false);
     let mut vram = Some(vram);
-    let mut t2_preparation = Some(prepare_t2);
-    let mut t2_ready = move || t2_preparation.take().is_some_and(|prepare| prepare());
+    // The T2 paths' preparation, made once, on first need; its answer kept.
+    let (mut preparation, mut prepared) = (Some(prepare_t2), None);
+    let mut t2_ready = move || *prepared.get_or_insert_with(|| preparation.take().is_some_and(|prepare| prepare()));
     let mut after_oom = false;
-    if let Some(reservation) = budget::reserve_vram(size, device) {
+    let reserved = budget::reserve_vram(size, device).or_else(|| {
+        // No room: while computing, movable VRAM loaded before may make it.
+        let made = t2::rounded_len(size).and_then(|len| {
+            (movable_vram_wanted(size, device) && t2_ready()).then(|| make_room::make_room(len, device)).flatten()
+        });
+        if made.is_none() {
+            budget::note_refused(size, device);
+        }
+        made
+    });
+    if let Some(reservation) = reserved {
         let reservation = if movable_vram_wanted(size, device) && t2_ready() {
             match allocate_movable_in_vram(size, device, reservation) {
                 Ok(device_ptr) => return Allocated::ShimMade(device_ptr),

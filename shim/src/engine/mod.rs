@@ -1,10 +1,12 @@
 //! The allocation engine: the one allocation and free procedure every pointer-returning
-//! hook runs (`allocate`: placement, then VRAM, a split range, movable T2 or T2), and
-//! live tiering's thread (`tier_thread`) with the per-GPU lock it shares with the other
-//! processes under the shim (`tier_lock`).
+//! hook runs (`allocate`: placement, then VRAM, a split range, movable T2 or T2; room
+//! made at once for the working set, `make_room`), and live tiering's thread
+//! (`tier_thread`) with the per-GPU lock it shares with the other processes under the
+//! shim (`tier_lock`).
 //!
 //! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod allocate;
+mod make_room;
 mod tier_lock;
 pub(crate) mod tier_thread;

@@ -73,7 +73,7 @@ pub fn note_computing() {
     }
 }
 
-pub(super) fn computing() -> bool {
+pub fn computing() -> bool {
     COMPUTING.load(Ordering::Relaxed)
 }
 
@@ -157,8 +157,8 @@ fn reserve_if(device: CuDevice, bytes: u64, fits: impl Fn(u64) -> bool) -> Optio
 }
 
 /// Reserves VRAM for an allocation of `size` if the placement rule sends it to VRAM
-/// (`None`: it goes to T2). Devices whose size the driver does not tell are left to the
-/// driver: its out-of-memory still spills.
+/// (`None`: it goes to T2, unless room is made; `note_refused` counts it). Devices whose
+/// size the driver does not tell are left to the driver: its out-of-memory still spills.
 pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     let config = config::get();
     let Some(physical) = cuda::physical_vram(device) else {
@@ -166,19 +166,25 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
     };
     let phase = phase_of(size, device);
     let view = view(device, physical);
-    let reserved = reserve_if(device, size, |in_use| Rules::of(config).place(size, in_use, view, phase).is_vram());
-    if reserved.is_none() && budget_has_room(size, device) {
-        // The budget had room: the device's state sent it to T2.
-        stats::bump(&STATS.headroom_spills);
+    reserve_if(device, size, |in_use| Rules::of(config).place(size, in_use, view, phase).is_vram())
+}
+
+/// An allocation of `size` that `reserve_vram` refused goes to T2 (or is split): counted
+/// as a headroom spill when the budget had room, that is, when the device's state sent it.
+pub fn note_refused(size: u64, device: CuDevice) {
+    if !budget_has_room(size, device) {
+        return;
+    }
+    stats::bump(&STATS.headroom_spills);
+    if let Some(physical) = cuda::physical_vram(device) {
         debug!(
             "{} on device {} goes to T2: {} used by others, headroom {}",
             Mib(size),
             device,
-            Mib(view.others),
-            Mib(Rules::of(config).headroom(device, physical))
+            Mib(view(device, physical).others),
+            Mib(Rules::of(config::get()).headroom(device, physical))
         );
     }
-    reserved
 }
 
 /// Whether other users contest `device` (`placement::Rules::contested`), as last measured.

@@ -282,6 +282,12 @@ impl Movable {
         self.maybe_evicted.load(Ordering::Relaxed)
     }
 
+    /// The heat `take_heat` would take now, left in place.
+    pub fn heat_now(&self) -> u64 {
+        let named = self.uses.launches().saturating_sub(self.launches_seen.load(Ordering::Relaxed));
+        self.heat.load(Ordering::Relaxed).saturating_add(named.saturating_mul(self.len))
+    }
+
     /// Its entry in the address index, counted by the launches that name it.
     pub fn uses(&self) -> Arc<RangeUse> {
         Arc::clone(&self.uses)

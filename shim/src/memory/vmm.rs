@@ -59,15 +59,16 @@ pub fn create(
         return as_asked(size, &requested, real);
     }
     let mut after_oom = false;
-    if let Some(reservation) = budget::reserve_vram(size, device) {
-        match real(&requested) {
+    match budget::reserve_vram(size, device) {
+        Some(reservation) => match real(&requested) {
             Ok(handle) => {
                 insert(handle, VmmCharge::Device(reservation.commit()));
                 return CuResult::SUCCESS;
             }
             Err(CuResult::OUT_OF_MEMORY) => after_oom = true,
             Err(status) => return status,
-        }
+        },
+        None => budget::note_refused(size, device),
     }
     let Some(reservation) = release::reserve_t2(size) else {
         return stats::out_of_memory(CuResult::OUT_OF_MEMORY);

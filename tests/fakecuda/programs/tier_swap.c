@@ -1,10 +1,11 @@
 /* gbtier swap BLOCK: roles swapped while kernels run (issue 36 item 3, issue 34 item 2).
+ * gbtier make-room BLOCK: room made at once for an allocation made while computing.
  * gbtier ipc BLOCK: what IPC can export of movable VRAM (below).
  *
  * Beside another process that leaves room for three blocks, the program loads three
- * "weight" blocks (VRAM, movable because the device is contested), starts computing
- * (a cuBLAS handle) and allocates a "working set" block, which finds no room and goes to
- * T2. Kernels then name the working set over and over (fk_fill_u32 launched through
+ * "weight" blocks (VRAM, movable because the device is contested) and a fourth block,
+ * which finds no room and goes to T2, then starts computing (a cuBLAS handle). Kernels
+ * then name the fourth block, its working set, over and over (fk_fill_u32 launched through
  * cuLaunchKernel, the path the shim observes) and never the weights, while other
  * kernels keep verifying the weights as they move. Live tiering must move the working
  * set into VRAM by sending a weight block to T2 — inside the room this process holds,
@@ -50,12 +51,12 @@ int test_swap(int argc, char **argv)
         OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
     }
     OK(cudaDeviceSynchronize());
-    cublasHandle_t h;
-    OK(cublasCreate_v2(&h)); /* the program computes from here on */
     struct swapped s = { NULL };
     OK(cudaMalloc(&s.working, block));
     CHECK(shim_t2_bytes(s.working, block) == block, "the working set found VRAM (%llu T2 bytes): the room was "
           "planned for the weights only\n", shim_t2_bytes(s.working, block));
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
     CUmodule module;
     CUfunction fill;
     OK(cuModuleLoadData(&module, fill_ptx));
@@ -128,6 +129,63 @@ int test_ipc(int argc, char **argv)
     /* A null handle: the driver's own answer, whatever the memory. */
     CHECK(cuIpcGetMemHandle(NULL, dptr(p)) == CUDA_ERROR_INVALID_VALUE, "a null handle was accepted\n");
     OK(cudaFree(p));
+    balloon_stop(&other);
+    return 0;
+}
+
+/* gbtier make-room BLOCK: three weight blocks fill the room this process has beside
+ * another (movable VRAM: the device is contested); once the program computes, a block it
+ * allocates goes to VRAM at once, a weight block going to T2 to make its room, every
+ * byte kept and free VRAM never under the headroom; an allocation too small to be worth
+ * a weight block's round trip goes to T2 instead. */
+int test_make_room(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: make-room BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    struct balloon other = balloon_start(device_free() - headroom - WEIGHTS * block - block / 2);
+    void *weights[WEIGHTS];
+    for (int i = 0; i < WEIGHTS; i++) {
+        OK(cudaMalloc(&weights[i], block));
+        CHECK(in_vram(dptr(weights[i])), "weight block %d is %s, not in VRAM\n", i, fakegpu_ptr_kind(dptr(weights[i])));
+        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    void *working;
+    OK(cudaMalloc(&working, block));
+    struct shim_stats st = shim_stats();
+    int demoted = 0;
+    for (int i = 0; i < WEIGHTS; i++)
+        demoted += fakegpu_managed_where(dptr(weights[i])) == -1;
+    printf("make-room: working block %s (where %d, %llu T2 bytes); %d weight blocks in T2; %llu swaps; %zu MiB free "
+           "(headroom %zu MiB)\n", fakegpu_ptr_kind(dptr(working)), fakegpu_managed_where(dptr(working)),
+           shim_t2_bytes(working, block), demoted, st.swaps, device_free() >> 20, headroom >> 20);
+    CHECK(in_vram(dptr(working)) && shim_t2_bytes(working, block) == 0, "the block allocated while computing is "
+          "not in VRAM: no room was made for it\n");
+    CHECK(demoted == 1 && st.swaps == 1, "%d weight blocks went to T2 (%llu swaps), want 1\n", demoted, st.swaps);
+    CHECK(device_free() >= headroom, "free VRAM %zu MiB, under the headroom\n", device_free() >> 20);
+    OK(fakegpu_launch_fill(dptr(working), block, 900, NULL));
+    OK(cudaDeviceSynchronize());
+    check_blocks(weights, WEIGHTS, block, "after making room");
+    unsigned long long bad = 0;
+    OK(fakegpu_launch_verify(dptr(working), block, 900, NULL, &bad));
+    OK(cudaDeviceSynchronize());
+    CHECK(bad == 0, "the working block has %llu wrong words\n", bad);
+    /* Half a block fills what the room has left; then a quarter block finds none, and a
+     * weight block is more than twice its size: it goes to T2. */
+    void *filler, *small;
+    OK(cudaMalloc(&filler, block / 2));
+    CHECK(shim_t2_bytes(filler, block / 2) == 0, "half a block did not fit the room left\n");
+    OK(cudaMalloc(&small, block / 4));
+    CHECK(shim_t2_bytes(small, block / 4) == block / 4 && shim_stats().swaps == 1, "a quarter block made room "
+          "(%llu T2 bytes, %llu swaps): a weight's round trip for it\n", shim_t2_bytes(small, block / 4),
+          shim_stats().swaps);
+    OK(cudaFree(small));
+    OK(cudaFree(filler));
+    OK(cudaFree(working));
+    for (int i = 0; i < WEIGHTS; i++)
+        OK(cudaFree(weights[i]));
     balloon_stop(&other);
     return 0;
 }

@@ -469,6 +469,7 @@ int main(int argc, char **argv)
         { "pair-child", test_pair_child },
         { "swap", test_swap },
         { "ipc", test_ipc },
+        { "make-room", test_make_room },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

@@ -60,5 +60,6 @@ int allocate_blocks(void **blocks, int n, size_t block);
 /* tier_swap.c: roles swapped while kernels run; IPC of movable VRAM. */
 int test_swap(int argc, char **argv);
 int test_ipc(int argc, char **argv);
+int test_make_room(int argc, char **argv);
 
 #endif

@@ -1,0 +1,105 @@
+//! Room in VRAM for the working set, made at once: while the program computes, an
+//! allocation that finds no room in VRAM sends movable VRAM it loaded before computing
+//! (its weights, read once per pass) to T2, coldest per byte first, and takes the room
+//! they gave back. Live tiering's swaps (`rules::tiering`) would get there too, but a
+//! tick later and only once launches have warmed the new allocation: a long prompt's
+//! activations would meanwhile be read over the link, tile after tile, at the start of
+//! the very pass they serve. What is demoted comes back by the same swaps once the
+//! working set cools.
+//!
+//! Only inside the VRAM this process holds (the room is its own demoted bytes), for
+//! allocations of at most `MOST` bytes, and with victims no larger than twice what is
+//! still wanted: a small allocation never costs a large weight's round trip (it goes to
+//! T2, and the swaps weigh it by its heat later).
+
+use std::sync::atomic::Ordering;
+
+use crate::cuda::ffi::*;
+use crate::cuda::{self, Where};
+use crate::memory::budget::{self, VramReservation};
+use crate::memory::movable::{self, Movable, Reserved};
+use crate::memory::release;
+use crate::sys::log::Mib;
+use crate::sys::stats::{self, STATS};
+
+/// The largest allocation room is made for: about 0.2 s of demotion on the H200
+/// (9-12 GB/s, bench/results/tiering-probe-2026-12-01.md), as one tick's swaps.
+const MOST: u64 = 2 << 30;
+
+/// Demotes movable VRAM loaded before computing on `device` to make room for `len`
+/// bytes, and reserves that room; `None` (nothing moved) when not enough of it can go.
+/// The current context is the allocation's.
+pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
+    if len > MOST || !budget::computing() || !movable::any() {
+        return None;
+    }
+    let live = movable::live();
+    let mut loaded: Vec<&Movable> = live
+        .iter()
+        .map(|m| &**m)
+        .filter(|m| m.device() == device && m.in_vram() && !m.after_computing() && !m.maybe_evicted())
+        .collect();
+    loaded.sort_by(|a, b| colder_per_byte(a, b));
+    let mut victims = Vec::new();
+    let mut room = 0u64;
+    for m in loaded {
+        if room >= len {
+            break;
+        }
+        if m.len() <= (len - room).saturating_mul(2) {
+            room += m.len();
+            victims.push(m);
+        }
+    }
+    if room < len {
+        return None;
+    }
+    // Reserved before the victims give their VRAM back, so that no promotion (live
+    // tiering's thread) takes the room in between.
+    let reservation = budget::reserve_unchecked(len, device);
+    // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
+    let demoted = cuda::in_relaxed_capture_mode(|| demote(&victims)).unwrap_or(0);
+    if demoted < len {
+        // What did move stays in T2 (the swaps bring it back if it is read); the
+        // allocation takes the usual way.
+        return None;
+    }
+    debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
+    Some(reservation)
+}
+
+/// Orders two allocations coldest per byte first (their heat so far, not taken).
+fn colder_per_byte(a: &Movable, b: &Movable) -> std::cmp::Ordering {
+    let per_byte = |m: &Movable, other: &Movable| u128::from(m.heat_now()) * u128::from(other.len().max(1));
+    per_byte(a, b).cmp(&per_byte(b, a)).then(b.sequence().cmp(&a.sequence()))
+}
+
+/// Sends `victims` to T2 on a stream of their own, waits, and returns the bytes moved.
+fn demote(victims: &[&Movable]) -> u64 {
+    let Ok(stream) = cuda::stream_create_non_blocking() else { return 0 };
+    let began = std::time::Instant::now();
+    let mut started = Vec::new();
+    for &m in victims {
+        let Some(move_started) = m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2)) else {
+            continue;
+        };
+        let issued = cuda::mem_prefetch_async(m.base(), m.len(), Where::Host, stream) == CuResult::SUCCESS;
+        started.push((m, move_started, issued));
+    }
+    let waited = cuda::stream_synchronize(stream) == CuResult::SUCCESS;
+    cuda::stream_destroy(stream);
+    let mut demoted = 0;
+    for (m, move_started, issued) in started {
+        let arrived = issued && waited;
+        m.finish_move(move_started, arrived);
+        if arrived {
+            demoted += m.len();
+            stats::bump(&STATS.demotions);
+            stats::bump(&STATS.swaps);
+            STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+        }
+    }
+    let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    demoted
+}
