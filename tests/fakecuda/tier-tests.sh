@@ -94,6 +94,14 @@ t_tier_make_room_off_fails() {
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_TIERING=off "$BIN/gbtier" make-room $TIER_BLOCK
 }
+t_tier_attributes() {
+    # Movable VRAM and movable T2 answer pointer attribute queries as device memory.
+    tier_run tier-attributes "$BIN/gbtier" attributes $TIER_BLOCK
+}
+t_tier_attributes_off() {
+    # Live tiering off: pinned T2 (registered host memory) answers as device memory too.
+    tier_run tier-attributes-off GREENBOOST_TIERING=off "$BIN/gbtier" attributes $TIER_BLOCK
+}
 t_tier_ipc() {
     # Movable VRAM refused by IPC with the driver's error, and the shim says why.
     tier_run tier-ipc "$BIN/gbtier" ipc $TIER_BLOCK || return 1
@@ -105,4 +113,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_attributes tier_attributes_off"

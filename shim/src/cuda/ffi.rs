@@ -378,6 +378,13 @@ pub(super) struct CudaDevicePropPrefix {
 const _: () =
     assert!(std::mem::offset_of!(CudaDevicePropPrefix, total_global_mem) == CUDA_DEVICE_PROP_TOTAL_GLOBAL_MEM_OFFSET);
 
+/// cuPointerGetAttribute(s) attributes the shim answers for memory it made, and the
+/// memory type it gives.
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+pub const CU_POINTER_ATTRIBUTE_HOST_POINTER: c_int = 4;
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: c_int = 8;
+pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+
 #[cfg(test)]
 mod tests {
     use super::*;

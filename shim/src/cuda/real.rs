@@ -62,6 +62,8 @@ macro_rules! cuda_functions {
             Driver guarded fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CuDevicePtr, size: usize, pool: MemPool, stream: Stream) -> CuResult;
             Driver guarded fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult;
             Driver guarded fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CuDevice) -> CuResult;
+            Driver guarded fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: CuDevicePtr) -> CuResult;
+            Driver guarded fn cuPointerGetAttributes(count: c_uint, attributes: *mut c_int, data: *mut *mut c_void, ptr: CuDevicePtr) -> CuResult;
             Driver guarded fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CuDevicePtr) -> CuResult;
             Driver guarded fn cuMemCreate(handle: *mut CuMemGenericAllocationHandle, size: usize, prop: *const CuMemAllocationProp, flags: u64) -> CuResult;
             Driver guarded fn cuMemRelease(handle: CuMemGenericAllocationHandle) -> CuResult;

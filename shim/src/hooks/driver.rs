@@ -167,12 +167,12 @@ pub unsafe fn ipc_get_mem_handle(real: pfn::cuIpcGetMemHandle, handle: *mut c_vo
     // SAFETY: the real function with the program's own arguments.
     let status = unsafe { real(handle, dptr) };
     if status != CuResult::SUCCESS {
-        if let Some(what) = registry::made_by_shim(dptr) {
+        if let Some(what) = registry::shim_made(dptr) {
             if !IPC_REFUSAL_SAID.swap(true, Ordering::Relaxed) {
                 warn!(
                     "CUDA IPC cannot export {:#x}: the shim made it {} (CUDA error {}); to share device memory between processes, run with GREENBOOST_TIERING=off (what is placed in VRAM then stays the driver's own memory; T2 is never exportable)",
                     dptr,
-                    what,
+                    what.describe(),
                     status.0
                 );
             }

@@ -12,6 +12,7 @@ mod driver;
 mod graphs;
 mod launch;
 mod nvml;
+mod pointer_attributes;
 mod routing;
 mod runtime;
 mod table;

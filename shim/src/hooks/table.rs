@@ -61,6 +61,9 @@ mod imp {
     pub use crate::hooks::nvml::{
         device_get_memory_info as nvmlDeviceGetMemoryInfo, device_get_memory_info_v2 as nvmlDeviceGetMemoryInfo_v2,
     };
+    pub use crate::hooks::pointer_attributes::{
+        pointer_get_attribute as cuPointerGetAttribute, pointer_get_attributes as cuPointerGetAttributes,
+    };
     pub use crate::hooks::routing::{
         get_driver_entry_point as cudaGetDriverEntryPoint,
         get_driver_entry_point_by_version as cudaGetDriverEntryPointByVersion, get_proc_address as cuGetProcAddress,

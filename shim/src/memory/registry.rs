@@ -211,9 +211,34 @@ fn t2_overlaps(device_ptr: CuDevicePtr, len: u64) -> (u64, u64) {
     })
 }
 
-/// What memory the shim made holds `device_ptr`, in words for a message: `None` for the
-/// driver's own memory (VRAM the shim only counted) and for addresses it does not know.
-pub fn made_by_shim(device_ptr: CuDevicePtr) -> Option<&'static str> {
+/// The kinds of memory the shim makes in place of the driver's device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShimMade {
+    /// Host memory registered and mapped for the GPU (the driver sees host memory).
+    T2,
+    /// A VMM range: a VRAM head and a host-NUMA tail (the driver sees device memory).
+    Split,
+    /// CUDA managed memory, in VRAM or T2 (the driver sees managed memory).
+    Movable,
+}
+
+impl ShimMade {
+    /// In words, for a message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ShimMade::T2 => "T2 (host memory mapped for the GPU)",
+            ShimMade::Split => "split between VRAM and T2 (a VMM range)",
+            ShimMade::Movable => "movable by live tiering (CUDA managed memory)",
+        }
+    }
+}
+
+/// What memory the shim made holds `device_ptr`: `None` for the driver's own memory
+/// (VRAM the shim only counted) and for addresses it does not know.
+pub fn shim_made(device_ptr: CuDevicePtr) -> Option<ShimMade> {
+    if device_ptr == 0 {
+        return None;
+    }
     let registry = REGISTRY.lock();
     let (base, record) = registry.live.range(..=device_ptr).next_back()?;
     if device_ptr >= base.saturating_add(record.len()) {
@@ -221,9 +246,9 @@ pub fn made_by_shim(device_ptr: CuDevicePtr) -> Option<&'static str> {
     }
     match record {
         Record::Vram(_) => None,
-        Record::Backed(Backed::T2(_)) => Some("T2 (host memory mapped for the GPU)"),
-        Record::Backed(Backed::Split(_)) => Some("split between VRAM and T2 (a VMM range)"),
-        Record::Backed(Backed::Movable(_)) => Some("movable by live tiering (CUDA managed memory)"),
+        Record::Backed(Backed::T2(_)) => Some(ShimMade::T2),
+        Record::Backed(Backed::Split(_)) => Some(ShimMade::Split),
+        Record::Backed(Backed::Movable(_)) => Some(ShimMade::Movable),
     }
 }
 

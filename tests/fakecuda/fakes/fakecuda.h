@@ -150,10 +150,29 @@ typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
 #define CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID 6
 #define CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE 7
 #define CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID 8
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_POINTER 3
+#define CU_POINTER_ATTRIBUTE_HOST_POINTER 4
 #define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
 #define CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY 83
 #define CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS 88
 #define CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS 89
+
+/* cudaPointerGetAttributes (CUDA 11 and later) */
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2,
+                      cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+};
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
+CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p);
+CUresult cuPointerGetAttributes(unsigned count, int *attributes, void **data, CUdeviceptr p);
 
 /* runtime memcpy kinds */
 enum { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,

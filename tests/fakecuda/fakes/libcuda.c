@@ -315,6 +315,7 @@ static const struct proc {
     P("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     P("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    P("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
     P("cuMemAllocManaged", 6000, cuMemAllocManaged),
     P("cuModuleLoadData", 2000, cuModuleLoadData),
     P("cuModuleGetFunction", 2000, cuModuleGetFunction),

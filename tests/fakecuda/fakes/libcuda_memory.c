@@ -199,24 +199,69 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
     return rc;
 }
 
-/* Only CU_POINTER_ATTRIBUTE_IS_MANAGED: 1 for managed memory, 0 for other memory the
- * device knows, CUDA_ERROR_INVALID_VALUE for memory it does not. */
+/* The pointer attributes programs ask most, as the driver answers them for the memory the
+ * fake knows: device memory (cuMemAlloc, VMM) is DEVICE memory with no host pointer;
+ * managed memory is DEVICE memory, managed, whose host pointer is itself; registered host
+ * memory is HOST memory. Memory the fake does not know: CUDA_ERROR_INVALID_VALUE. Other
+ * attributes: CUDA_ERROR_NOT_SUPPORTED. */
 EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
 {
     GATE(1, 1);
+    const char *kind = fakegpu_ptr_kind(p);
+    int managed = fg_managed_contains(p), host = !strcmp(kind, "hostreg");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    int known = managed || strcmp(kind, "none") || fg_mem_address_range(p, &base, &size) == CUDA_SUCCESS;
+    if (known && !base)
+        fg_mem_address_range(p, &base, &size);
     CUresult rc = CUDA_SUCCESS;
-    if (attribute != CU_POINTER_ATTRIBUTE_IS_MANAGED)
-        rc = CUDA_ERROR_NOT_SUPPORTED;
-    else if (!data)
+    if (!data)
         rc = CUDA_ERROR_INVALID_VALUE;
-    else if (fg_managed_contains(p))
-        *(int *)data = 1;
-    else if (strcmp(fakegpu_ptr_kind(p), "none") || fg_mem_address_range(p, NULL, NULL) == CUDA_SUCCESS)
-        *(int *)data = 0;
+    else if (!known)
+        rc = CUDA_ERROR_INVALID_VALUE;
     else
-        rc = CUDA_ERROR_INVALID_VALUE;
+        switch (attribute) {
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = managed; break;
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = p; break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+            if (managed || host)
+                *(void **)data = (void *)(uintptr_t)p;
+            else
+                rc = CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
+            int d = fakegpu_ptr_device(p);
+            *(int *)data = d < 0 ? 0 : d;
+            break;
+        }
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = base ? base : p; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = size; break;
+        default: rc = CUDA_ERROR_NOT_SUPPORTED;
+        }
     fg_log("cuPointerGetAttribute attr=%d ptr=%#llx -> %d", attribute, p, rc);
     return rc;
+}
+
+/* Several attributes at once: as the driver, never an error for an unknown pointer or an
+ * attribute without a value there (its slot is zeroed), CUDA_ERROR_INVALID_VALUE for bad
+ * arguments. */
+EXPORT CUresult cuPointerGetAttributes(unsigned count, int *attributes, void **data, CUdeviceptr p)
+{
+    GATE(1, 1);
+    if (!count || !attributes || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++) {
+        if (!data[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        size_t width = attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || attributes[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED
+                               || attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+                           ? 4
+                           : 8;
+        if (cuPointerGetAttribute(data[i], attributes[i], p) != CUDA_SUCCESS)
+            memset(data[i], 0, width);
+    }
+    return CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ managed memory */

@@ -1,6 +1,7 @@
 /* gbtier swap BLOCK: roles swapped while kernels run (issue 36 item 3, issue 34 item 2).
  * gbtier make-room BLOCK: room made at once for an allocation made while computing.
  * gbtier ipc BLOCK: what IPC can export of movable VRAM (below).
+ * gbtier attributes BLOCK: the pointer attributes of memory the shim made (below).
  *
  * Beside another process that leaves room for three blocks, the program loads three
  * "weight" blocks (VRAM, movable because the device is contested) and a fourth block,
@@ -186,6 +187,68 @@ int test_make_room(int argc, char **argv)
     OK(cudaFree(working));
     for (int i = 0; i < WEIGHTS; i++)
         OK(cudaFree(weights[i]));
+    balloon_stop(&other);
+    return 0;
+}
+
+/* Fails unless `p` answers as device memory the program allocated: the runtime's type
+ * device on device 0 with no host pointer, the driver's memory type device, not managed,
+ * no host pointer (refused alone, null among several). */
+static void check_device_view(void *p, const char *what)
+{
+    struct cudaPointerAttributes a;
+    memset(&a, 0x5a, sizeof a);
+    OK(cudaPointerGetAttributes(&a, p));
+    printf("attributes: %s (%s): type %d device %d devicePointer %p hostPointer %p\n", what,
+           fakegpu_ptr_kind(dptr(p)), a.type, a.device, a.devicePointer, a.hostPointer);
+    CHECK(a.type == cudaMemoryTypeDevice && a.device == 0 && a.devicePointer == p && !a.hostPointer,
+          "%s: cudaPointerGetAttributes says type %d, device %d, host pointer %p: not the device memory the program "
+          "allocated\n", what, a.type, a.device, a.hostPointer);
+    unsigned managed = 0xaaaaaaaau, type = 0;
+    OK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, dptr(p)));
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(p)));
+    void *host = NULL;
+    CUresult host_rc = cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, dptr(p));
+    CHECK(managed == 0 && type == CU_MEMORYTYPE_DEVICE && host_rc == CUDA_ERROR_INVALID_VALUE, "%s: the driver's "
+          "view: managed %u, type %u, host pointer -> %d\n", what, managed, type, host_rc);
+    int asked[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                    CU_POINTER_ATTRIBUTE_DEVICE_POINTER };
+    unsigned many_type = 0, many_managed = 1;
+    void *many_host = (void *)1;
+    CUdeviceptr many_device = 0;
+    void *into[] = { &many_type, &many_managed, &many_host, &many_device };
+    OK(cuPointerGetAttributes(4, asked, into, dptr(p)));
+    CHECK(many_type == CU_MEMORYTYPE_DEVICE && many_managed == 0 && !many_host && many_device == dptr(p),
+          "%s: cuPointerGetAttributes: type %u managed %u host %p device %#llx\n", what, many_type, many_managed,
+          many_host, many_device);
+}
+
+/* gbtier attributes BLOCK: beside another process that leaves room for one block, two
+ * blocks: the first in VRAM, the second in T2 (movable both, the device being contested;
+ * with live tiering off, the driver's VRAM and pinned T2). Each answers every pointer
+ * attribute query as device memory, as it would without the shim; host memory the device
+ * does not know stays unregistered. */
+int test_attributes(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: attributes BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    struct balloon other = balloon_start(device_free() - headroom - block - block / 2);
+    void *in_vram_block, *in_t2_block;
+    OK(cudaMalloc(&in_vram_block, block));
+    OK(cudaMalloc(&in_t2_block, block));
+    CHECK(shim_t2_bytes(in_vram_block, block) == 0 && shim_t2_bytes(in_t2_block, block) == block,
+          "the blocks are not one in VRAM, one in T2 (%llu, %llu T2 bytes)\n", shim_t2_bytes(in_vram_block, block),
+          shim_t2_bytes(in_t2_block, block));
+    check_device_view(in_vram_block, "the block in VRAM");
+    check_device_view(in_t2_block, "the block in T2");
+    /* An interior pointer: the same answers. */
+    check_device_view((char *)in_t2_block + 4096, "inside the block in T2");
+    static char host_bytes[4096];
+    struct cudaPointerAttributes a;
+    OK(cudaPointerGetAttributes(&a, host_bytes));
+    CHECK(a.type == cudaMemoryTypeUnregistered, "host memory the device does not know says type %d\n", a.type);
+    OK(cudaFree(in_t2_block));
+    OK(cudaFree(in_vram_block));
     balloon_stop(&other);
     return 0;
 }

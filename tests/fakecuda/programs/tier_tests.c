@@ -470,6 +470,7 @@ int main(int argc, char **argv)
         { "swap", test_swap },
         { "ipc", test_ipc },
         { "make-room", test_make_room },
+        { "attributes", test_attributes },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

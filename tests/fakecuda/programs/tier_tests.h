@@ -61,5 +61,6 @@ int allocate_blocks(void **blocks, int n, size_t block);
 int test_swap(int argc, char **argv);
 int test_ipc(int argc, char **argv);
 int test_make_room(int argc, char **argv);
+int test_attributes(int argc, char **argv);
 
 #endif
