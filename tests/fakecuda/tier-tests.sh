@@ -71,8 +71,12 @@ t_tier_pair() {
 t_tier_swap() {
     # A working set allocated after the weights took the room, named by every launch:
     # swapped into VRAM with a weight block while kernels run, every byte kept.
-    tier_run tier-swap GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" swap $TIER_BLOCK || return 1
-    out_has "^swap: working set where 0" "want the working set in VRAM"
+    tier_run tier-swap GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=debug "$BIN/gbtier" swap $TIER_BLOCK || return 1
+    out_has "^swap: working set where 0" "want the working set in VRAM" || return 1
+    # The heat table at debug level says what moved and why.
+    out_has "heat table" "want the heat table at debug level" || return 1
+    out_has "in T2: heat .*: swap in" "want the swapped-in allocation in the heat table" || return 1
+    out_has "in VRAM: heat .*: swap out" "want the swapped-out allocation in the heat table"
 }
 t_tier_swap_off_fails() {
     # The same with live tiering off: the weights are plain VRAM, nothing can make room.

@@ -157,6 +157,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     if moves.is_empty() {
         return answered;
     }
+    log_heat_table(device, members, &candidates, &moves);
     let chosen: Vec<(&Movable, Move)> = moves
         .iter()
         .map(|&step| match step {
@@ -183,6 +184,47 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
         Mib(moved.swapped_out)
     );
     answered + moved.demoted
+}
+
+/// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
+/// allocations per byte first, at most `HEAT_ROWS`, each with where it is, its size, its
+/// heat and what this tick does with it.
+fn log_heat_table(device: CuDevice, members: &[&Movable], candidates: &[Candidate], moves: &[Move]) {
+    const HEAT_ROWS: usize = 16;
+    if !crate::sys::log::enabled(crate::sys::log::Level::Debug) {
+        return;
+    }
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| {
+        let per_byte = |x: &Candidate, y: &Candidate| u128::from(x.heat) * u128::from(y.bytes.max(1));
+        per_byte(&candidates[b], &candidates[a]).cmp(&per_byte(&candidates[a], &candidates[b]))
+    });
+    debug!(
+        "live tiering on device {}: heat table ({} movable allocations, hottest per byte first)",
+        device,
+        order.len()
+    );
+    for &i in order.iter().take(HEAT_ROWS) {
+        let (c, m) = (&candidates[i], members[i]);
+        let step = moves.iter().find_map(|step| match *step {
+            Move::Promote(j) if j == i => Some("promote"),
+            Move::Demote(j) if j == i => Some("demote"),
+            Move::Refresh(j) if j == i => Some("refresh"),
+            Move::SwapIn(j) if j == i => Some("swap in"),
+            Move::SwapOut(j) if j == i => Some("swap out"),
+            _ => None,
+        });
+        debug!(
+            "  {:#x} {} in {}: heat {} ({} per MiB){}{}",
+            m.base(),
+            Mib(c.bytes),
+            if c.in_vram { "VRAM" } else { "T2" },
+            Mib(c.heat),
+            Mib(c.heat / (c.bytes >> 20).max(1)),
+            if c.after_computing { ", allocated computing" } else { "" },
+            step.map_or(String::new(), |step| format!(": {step}"))
+        );
+    }
 }
 
 /// What a tick's moves did so far.
