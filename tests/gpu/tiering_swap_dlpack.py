@@ -155,8 +155,8 @@ def check_jax(sources, want, where, via):
         import jax
 
         backend = jax.default_backend()
-        if backend != "gpu":
-            raise RuntimeError(f"JAX's default backend is {backend}, not gpu")
+        if backend not in ("gpu", "cuda"):
+            raise RuntimeError(f"JAX's default backend is {backend}, not the GPU")
         jx, jy = to_jax(sources[0]), to_jax(sources[1])
         addresses = [int(array.unsafe_buffer_pointer()) for array in (jx, jy)]
         pointers = [s.data.ptr if hasattr(s, "data") and hasattr(s.data, "ptr") else s.data_ptr() for s in sources]
