@@ -16,6 +16,7 @@
 #                  to validate the programs and the device before the shim exists
 #   PYTHON         python with torch and pynvml (python3)
 #   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
+#   GB_GPU_SWAP_TIMEOUT  seconds the swap section's one program may take (480)
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -322,6 +323,20 @@ background=("${background[@]/$balloon}")
 # (GREENBOOST_TIERING=auto, GREENBOOST_DEMOTE=on, GREENBOOST_TIER_INTERVAL_MS=100).
 if [ "$mode" = full ] && [ -f "$shim" ]; then
   run_test tiering "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_check.py"
+fi
+
+# --- swapped roles (issues 34, 36): movable VRAM on a contested device ----------------------
+# One program (tests/gpu/tiering_swap.py) starts its own foreign process (a balloon leaving
+# 8 GiB, without the shim) and runs each check in processes of its own under the shim, at the
+# defaults except where a check sets GREENBOOST_TIERING=off: training losses bit-identical
+# with and without tiering while roles swap, tensors the shim moved through DLPack (CuPy,
+# JAX) and Triton, cudaPointerGetAttributes, CUDA IPC refused with the shim's reason (and
+# working with tiering off), make_room. It bounds each process itself; its own limit here.
+if [ "$mode" = full ] && [ -f "$shim" ]; then
+  saved_timeout=$test_timeout
+  test_timeout=${GB_GPU_SWAP_TIMEOUT:-480}
+  run_test swap "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_swap.py"
+  test_timeout=$saved_timeout
 fi
 
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------
