@@ -271,14 +271,14 @@ def role_attributes():
             f"{setting}: {shown} (want device {device} and devicePointer = the tensor's)")
     if not movable:
         verdict("swap.pointer_attributes_type", False, f"not judged: the tensor is {setting}")
-    elif attrs["type"] == 2:
-        verdict("swap.pointer_attributes_type", True, f"cudaPointerGetAttributes says device memory (2) for movable "
-                f"VRAM, as for plain cudaMalloc memory: {shown}")
+    elif attrs["type"] == 2 and attrs["hostPointer"] == 0:
+        verdict("swap.pointer_attributes_type", True, f"cudaPointerGetAttributes says device memory (2), no host "
+                f"pointer, for movable VRAM, as for plain cudaMalloc memory: {shown}")
     else:
         verdict("swap.pointer_attributes_type", False, f"cudaPointerGetAttributes says type {attrs['type']} "
-                f"({'managed' if attrs['type'] == 3 else 'not device memory'}) for memory the program got from "
-                f"cudaMalloc (the shim made it managed, movable VRAM); issue 36 asks that the program see it as "
-                f"before, type 2 (device), hostPointer 0: the shim does not answer pointer attributes yet; {shown}")
+                f"({'managed' if attrs['type'] == 3 else 'not device memory'}), hostPointer {attrs['hostPointer']:#x} "
+                f"for memory the program got from cudaMalloc (movable VRAM): the shim's pointer-attribute hooks "
+                f"(shim/src/hooks/pointer_attributes.rs) should answer type 2, hostPointer 0; {shown}")
 
 
 # --- ipc: swap.ipc_refused_explained, swap.ipc_tiering_off -----------------------------------
