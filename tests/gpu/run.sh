@@ -17,6 +17,10 @@
 #   PYTHON         python with torch and pynvml (python3)
 #   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
 #   GB_GPU_SWAP_TIMEOUT  seconds the swap section's one program may take (480)
+#   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap; all
+#                  when unset): the whole suite takes longer than one device call allows,
+#                  so a session runs it in two calls, e.g. "plain pressure shared" and
+#                  "tiering swap"; the device report and the results page come from each
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -120,6 +124,9 @@ with_vram_peak() {
 
 figure() { grep -E "^KV $1=" "$figures" | tail -1 | cut -d= -f2-; }
 
+# in_section NAME: whether GB_GPU_SECTIONS (unset: every section) names section NAME.
+in_section() { [ -z "${GB_GPU_SECTIONS:-}" ] || [[ " ${GB_GPU_SECTIONS//,/ } " == *" $1 "* ]]; }
+
 # --- what runs where -------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi fails); run it on a GPU machine (tests/gpu/README.md)" >&2
@@ -177,151 +184,155 @@ run_test report_plain -- "$check" report
 cp "$logs/report_plain.out" "$logs/report_plain.kv"
 physical_total=$(figure cudaMemGetInfo.total)
 physical_free=$(figure cudaMemGetInfo.free)
-run_test import_probe -- "$check" import
-run_test vmm_probe -- "$check" vmm
-run_test rust_plain -- "$check" alloc --label rust_plain --total-gib 4 --async-gib 2 --expect vram
-run_test torch_plain -- "$python" "$torch_check" tensors --label torch_plain --total-gib 4 --expect vram
+if in_section plain; then
+  run_test import_probe -- "$check" import
+  run_test vmm_probe -- "$check" vmm
+  run_test rust_plain -- "$check" alloc --label rust_plain --total-gib 4 --async-gib 2 --expect vram
+  run_test torch_plain -- "$python" "$torch_check" tensors --label torch_plain --total-gib 4 --expect vram
 
-shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info)
-budget_limit_mib=$((budget_gib * 1024 + vram_slack_mib))
+  shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info)
+  budget_limit_mib=$((budget_gib * 1024 + vram_slack_mib))
 
-if [ "$mode" = full ] && [ -f "$shim" ]; then
-  # --- a VRAM budget: 3x the budget held at once ------------------------------------------
-  with_vram_peak rust_budget "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
-    "$check" alloc --label rust_budget --total-gib "$total_gib" --async-gib "$async_gib" --budget-gib "$budget_gib" --expect t2
-  run_test rust_t2_cap "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G GREENBOOST_T2_CAP=${small_t2_cap_gib}G -- \
-    "$check" alloc --label rust_t2_cap --total-gib 16 --budget-gib "$budget_gib" --t2-cap-gib "$small_t2_cap_gib" --expect oom
-  with_vram_peak torch_default "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
-    "$python" "$torch_check" tensors --label torch_default --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2
-  # Expandable segments map cuMemCreate handles into one reserved range: the VMM path. The
-  # pointer's memory type does not tell the tier there, nvidia-smi's peak does.
-  with_vram_peak torch_expandable "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G \
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- \
-    "$python" "$torch_check" tensors --label torch_expandable --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+  if [ "$mode" = full ] && [ -f "$shim" ]; then
+    # --- a VRAM budget: 3x the budget held at once ------------------------------------------
+    with_vram_peak rust_budget "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
+      "$check" alloc --label rust_budget --total-gib "$total_gib" --async-gib "$async_gib" --budget-gib "$budget_gib" --expect t2
+    run_test rust_t2_cap "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G GREENBOOST_T2_CAP=${small_t2_cap_gib}G -- \
+      "$check" alloc --label rust_t2_cap --total-gib 16 --budget-gib "$budget_gib" --t2-cap-gib "$small_t2_cap_gib" --expect oom
+    with_vram_peak torch_default "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
+      "$python" "$torch_check" tensors --label torch_default --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2
+    # Expandable segments map cuMemCreate handles into one reserved range: the VMM path. The
+    # pointer's memory type does not tell the tier there, nvidia-smi's peak does.
+    with_vram_peak torch_expandable "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G \
+      PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- \
+      "$python" "$torch_check" tensors --label torch_expandable --total-gib "$total_gib" --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
 
-  # --- one allocation larger than the budget: split into a VRAM head and a T2 tail ----------
-  with_vram_peak torch_split "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
-    "$python" "$torch_check" tensors --label torch_split --total-gib "$split_gib" --chunk-mib $((split_gib * 1024)) \
-    --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
-  if grep -q 'split 1;' "$logs/torch_split.err"; then
-    pass torch_split.split "the shim's summary counts the ${split_gib} GiB tensor as split"
-  else
-    fail torch_split.split "the shim's summary does not count one split allocation: $(grep 'summary:' "$logs/torch_split.err" | head -1)"
-  fi
-
-  # --- launch observation: the shim counts every kernel a profiler records ----------------
-  run_test launch "${shim_env[@]}" -- "$python" "$root/tests/gpu/launch_check.py" --label launch
-
-  # --- pool chunks keep VRAM: the 20 MiB segments PyTorch later fills with activations ----
-  run_test torch_chunks "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G -- "$python" "$torch_check" chunks --label torch_chunks
-
-  # --- GEMM operand staging: bit-identical to zero-copy and to all-VRAM --------------------
-  gemm_env=("${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G GREENBOOST_VRAM_RESERVE=2G)
-  run_test gemm_plain -- "$python" "$torch_check" gemm --label gemm_plain --expect vram --out "$logs/gemm_plain.pt"
-  run_test gemm_zero_copy "${gemm_env[@]}" GREENBOOST_STAGING=off -- \
-    "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
-  # Staged (the default: whole copies), and pipelined (GREENBOOST_STAGE_SLICES=4: each
-  # slice computed with the whole product's cuBLASLt algorithm).
-  run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
-  run_test gemm_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
-    "$python" "$torch_check" gemm --label gemm_sliced --expect t2 --out "$logs/gemm_sliced.pt"
-  # Streamed (a 16 MiB scratch for the 32 MiB weights: each through two 8 MiB halves; on by
-  # default, GREENBOOST_STAGE_SLICES as it is).
-  run_test gemm_streamed "${gemm_env[@]}" GREENBOOST_STAGE_MAX=16M -- \
-    "$python" "$torch_check" gemm --label gemm_streamed --expect t2 --out "$logs/gemm_streamed.pt"
-  run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
-    --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt" "$logs/gemm_sliced.pt" \
-    "$logs/gemm_streamed.pt"
-  # Training: the optimizer writes the T2 weights between the products that read them.
-  run_test train_plain -- "$python" "$torch_check" train --label train_plain --expect vram --out "$logs/train_plain.pt"
-  run_test train_staged "${gemm_env[@]}" -- "$python" "$torch_check" train --label train_staged --expect t2 --out "$logs/train_staged.pt"
-  run_test train_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
-    "$python" "$torch_check" train --label train_sliced --expect t2 --out "$logs/train_sliced.pt"
-  run_test train_streamed "${gemm_env[@]}" GREENBOOST_STAGE_MAX=16M -- \
-    "$python" "$torch_check" train --label train_streamed --expect t2 --out "$logs/train_streamed.pt"
-  run_test train_compare -- "$python" "$torch_check" gemm-compare --label train_compare \
-    --reference "$logs/train_plain.pt" --others "$logs/train_staged.pt" "$logs/train_sliced.pt" "$logs/train_streamed.pt"
-  # Pipelined (GREENBOOST_STAGE_SLICES=4) and streamed staging: the products were computed
-  # in slices as their operand landed, the results above bit-identical all the same.
-  for name in gemm_sliced train_sliced gemm_streamed train_streamed; do
-    sliced=$(grep -o '[0-9]* in slices' "$logs/$name.err" | awk '{print $1}' | head -1)
-    differed=$(grep -o '[0-9]* shapes unsliced' "$logs/$name.err" | awk '{print $1}' | head -1)
-    note "$name.gemms_sliced" "${sliced:-none}"
-    note "$name.shapes_unsliced" "${differed:-none}"
-    if [ "${sliced:-0}" != none ] && [ "${sliced:-0}" -gt 0 ]; then
-      pass "$name.slices_used" "$sliced products computed in slices as their operand landed (${differed:-?} shapes left whole as their slices differed)"
+    # --- one allocation larger than the budget: split into a VRAM head and a T2 tail ----------
+    with_vram_peak torch_split "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
+      "$python" "$torch_check" tensors --label torch_split --total-gib "$split_gib" --chunk-mib $((split_gib * 1024)) \
+      --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+    if grep -q 'split 1;' "$logs/torch_split.err"; then
+      pass torch_split.split "the shim's summary counts the ${split_gib} GiB tensor as split"
     else
-      fail "$name.slices_used" "no product was computed in slices (${differed:-?} shapes left whole as their slices differed): $(grep 'summary:' "$logs/$name.err" | head -1)"
+      fail torch_split.split "the shim's summary does not count one split allocation: $(grep 'summary:' "$logs/torch_split.err" | head -1)"
     fi
-  done
-  for name in gemm_zero_copy gemm_staged; do
-    staged=$(grep -o 'GEMMs staged [0-9]*' "$logs/$name.err" | awk '{print $3}' | head -1)
-    note "$name.gemms_staged" "${staged:-none}"
-  done
-  staged=$(figure gemm_staged.gemms_staged)
-  if [ "${staged:-0}" != none ] && [ "${staged:-0}" -gt 0 ] && [ "$(figure gemm_zero_copy.gemms_staged)" = 0 ]; then
-    pass gemm.staging_used "the staged run copied the T2 weights of $staged products into VRAM; GREENBOOST_STAGING=off copied none"
-  else
-    fail gemm.staging_used "staged products: $staged with staging on, $(figure gemm_zero_copy.gemms_staged) with it off (want >0 and 0)"
-  fi
 
-  # --- capacity reports in each mode --------------------------------------------------------
-  for config in "physical $budget_gib" "combined $budget_gib" "combined 0"; do
-    read -r report budget <<<"$config"
-    label=capacity_${report}_budget${budget}
-    cap_env=("${shim_env[@]}" GREENBOOST_REPORT=$report GREENBOOST_T2_CAP=${t2_cap_gib}G)
-    [ "$budget" -gt 0 ] && cap_env+=(GREENBOOST_VRAM_BUDGET=${budget}G)
-    run_test "${label}_rust" "${cap_env[@]}" -- "$check" report
-    run_test "$label" "${cap_env[@]}" -- "$python" "$torch_check" capacity --label "$label" --report-mode "$report" \
-      --budget-gib "$budget" --t2-cap-gib "$t2_cap_gib" --plain-report "$logs/report_plain.kv" \
-      --rust-report "$logs/${label}_rust.out"
-  done
+    # --- launch observation: the shim counts every kernel a profiler records ----------------
+    run_test launch "${shim_env[@]}" -- "$python" "$root/tests/gpu/launch_check.py" --label launch
+
+    # --- pool chunks keep VRAM: the 20 MiB segments PyTorch later fills with activations ----
+    run_test torch_chunks "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G -- "$python" "$torch_check" chunks --label torch_chunks
+
+    # --- GEMM operand staging: bit-identical to zero-copy and to all-VRAM --------------------
+    gemm_env=("${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G GREENBOOST_VRAM_RESERVE=2G)
+    run_test gemm_plain -- "$python" "$torch_check" gemm --label gemm_plain --expect vram --out "$logs/gemm_plain.pt"
+    run_test gemm_zero_copy "${gemm_env[@]}" GREENBOOST_STAGING=off -- \
+      "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
+    # Staged (the default: whole copies), and pipelined (GREENBOOST_STAGE_SLICES=4: each
+    # slice computed with the whole product's cuBLASLt algorithm).
+    run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
+    run_test gemm_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
+      "$python" "$torch_check" gemm --label gemm_sliced --expect t2 --out "$logs/gemm_sliced.pt"
+    # Streamed (a 16 MiB scratch for the 32 MiB weights: each through two 8 MiB halves; on by
+    # default, GREENBOOST_STAGE_SLICES as it is).
+    run_test gemm_streamed "${gemm_env[@]}" GREENBOOST_STAGE_MAX=16M -- \
+      "$python" "$torch_check" gemm --label gemm_streamed --expect t2 --out "$logs/gemm_streamed.pt"
+    run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
+      --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt" "$logs/gemm_sliced.pt" \
+      "$logs/gemm_streamed.pt"
+    # Training: the optimizer writes the T2 weights between the products that read them.
+    run_test train_plain -- "$python" "$torch_check" train --label train_plain --expect vram --out "$logs/train_plain.pt"
+    run_test train_staged "${gemm_env[@]}" -- "$python" "$torch_check" train --label train_staged --expect t2 --out "$logs/train_staged.pt"
+    run_test train_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
+      "$python" "$torch_check" train --label train_sliced --expect t2 --out "$logs/train_sliced.pt"
+    run_test train_streamed "${gemm_env[@]}" GREENBOOST_STAGE_MAX=16M -- \
+      "$python" "$torch_check" train --label train_streamed --expect t2 --out "$logs/train_streamed.pt"
+    run_test train_compare -- "$python" "$torch_check" gemm-compare --label train_compare \
+      --reference "$logs/train_plain.pt" --others "$logs/train_staged.pt" "$logs/train_sliced.pt" "$logs/train_streamed.pt"
+    # Pipelined (GREENBOOST_STAGE_SLICES=4) and streamed staging: the products were computed
+    # in slices as their operand landed, the results above bit-identical all the same.
+    for name in gemm_sliced train_sliced gemm_streamed train_streamed; do
+      sliced=$(grep -o '[0-9]* in slices' "$logs/$name.err" | awk '{print $1}' | head -1)
+      differed=$(grep -o '[0-9]* shapes unsliced' "$logs/$name.err" | awk '{print $1}' | head -1)
+      note "$name.gemms_sliced" "${sliced:-none}"
+      note "$name.shapes_unsliced" "${differed:-none}"
+      if [ "${sliced:-0}" != none ] && [ "${sliced:-0}" -gt 0 ]; then
+        pass "$name.slices_used" "$sliced products computed in slices as their operand landed (${differed:-?} shapes left whole as their slices differed)"
+      else
+        fail "$name.slices_used" "no product was computed in slices (${differed:-?} shapes left whole as their slices differed): $(grep 'summary:' "$logs/$name.err" | head -1)"
+      fi
+    done
+    for name in gemm_zero_copy gemm_staged; do
+      staged=$(grep -o 'GEMMs staged [0-9]*' "$logs/$name.err" | awk '{print $3}' | head -1)
+      note "$name.gemms_staged" "${staged:-none}"
+    done
+    staged=$(figure gemm_staged.gemms_staged)
+    if [ "${staged:-0}" != none ] && [ "${staged:-0}" -gt 0 ] && [ "$(figure gemm_zero_copy.gemms_staged)" = 0 ]; then
+      pass gemm.staging_used "the staged run copied the T2 weights of $staged products into VRAM; GREENBOOST_STAGING=off copied none"
+    else
+      fail gemm.staging_used "staged products: $staged with staging on, $(figure gemm_zero_copy.gemms_staged) with it off (want >0 and 0)"
+    fi
+
+    # --- capacity reports in each mode --------------------------------------------------------
+    for config in "physical $budget_gib" "combined $budget_gib" "combined 0"; do
+      read -r report budget <<<"$config"
+      label=capacity_${report}_budget${budget}
+      cap_env=("${shim_env[@]}" GREENBOOST_REPORT=$report GREENBOOST_T2_CAP=${t2_cap_gib}G)
+      [ "$budget" -gt 0 ] && cap_env+=(GREENBOOST_VRAM_BUDGET=${budget}G)
+      run_test "${label}_rust" "${cap_env[@]}" -- "$check" report
+      run_test "$label" "${cap_env[@]}" -- "$python" "$torch_check" capacity --label "$label" --report-mode "$report" \
+        --budget-gib "$budget" --t2-cap-gib "$t2_cap_gib" --plain-report "$logs/report_plain.kv" \
+        --rust-report "$logs/${label}_rust.out"
+    done
+  fi
 fi
 
 # --- real VRAM pressure: a second process holds all but a few GiB --------------------------
-balloon_log=$logs/balloon.out
-"$check" balloon --leave-gib "$leave_gib" >"$balloon_log" 2>&1 &
-balloon=$!
-background+=("$balloon")
-for _ in $(seq 1 120); do
-  grep -q '^BALLOON ' "$balloon_log" && break
-  kill -0 "$balloon" 2>/dev/null || break
-  sleep 0.5
-done
-if grep -q '^BALLOON ' "$balloon_log"; then
-  note balloon.line "$(grep '^BALLOON ' "$balloon_log" | tr ' ' ',')"
-  run_test pressure_plain -- "$check" alloc --label pressure_plain --total-gib "$pressure_gib" --expect oom
-  if [ "$mode" = full ] && [ -f "$shim" ]; then
-    # No budget variable: the driver's own out-of-memory must be retried in T2.
-    run_test pressure_rust "${shim_env[@]}" -- "$check" alloc --label pressure_rust --total-gib "$pressure_gib" --async-gib 8 --expect t2
-    run_test pressure_torch "${shim_env[@]}" -- "$python" "$torch_check" tensors --label pressure_torch --total-gib "$pressure_gib" --expect t2
-    # The shim's exit summary counts the T2 allocations made because of the balloon: sent
-    # there by the device's real state (the headroom), or after the driver refused VRAM.
-    for name in pressure_rust pressure_torch; do
-      line=$(grep 'summary:' "$logs/$name.err" | head -1)
-      retried=$(grep -o '[0-9]* after a VRAM out-of-memory' <<<"$line" | awk '{s += $1} END {print s + 0}')
-      spilled=$(grep -o '[0-9]* for the VRAM headroom' <<<"$line" | awk '{s += $1} END {print s + 0}')
-      if [ $((retried + spilled)) -gt 0 ]; then
-        pass "$name.spilled_past_the_balloon" "the shim's summary counts $spilled T2 allocations for the headroom and $retried after a driver out-of-memory"
-      else
-        fail "$name.spilled_past_the_balloon" "the shim's summary (GREENBOOST_LOG=info) shows no T2 allocation for the headroom or after a driver out-of-memory: $line"
-      fi
-    done
+if in_section pressure; then
+  balloon_log=$logs/balloon.out
+  "$check" balloon --leave-gib "$leave_gib" >"$balloon_log" 2>&1 &
+  balloon=$!
+  background+=("$balloon")
+  for _ in $(seq 1 120); do
+    grep -q '^BALLOON ' "$balloon_log" && break
+    kill -0 "$balloon" 2>/dev/null || break
+    sleep 0.5
+  done
+  if grep -q '^BALLOON ' "$balloon_log"; then
+    note balloon.line "$(grep '^BALLOON ' "$balloon_log" | tr ' ' ',')"
+    run_test pressure_plain -- "$check" alloc --label pressure_plain --total-gib "$pressure_gib" --expect oom
+    if [ "$mode" = full ] && [ -f "$shim" ]; then
+      # No budget variable: the driver's own out-of-memory must be retried in T2.
+      run_test pressure_rust "${shim_env[@]}" -- "$check" alloc --label pressure_rust --total-gib "$pressure_gib" --async-gib 8 --expect t2
+      run_test pressure_torch "${shim_env[@]}" -- "$python" "$torch_check" tensors --label pressure_torch --total-gib "$pressure_gib" --expect t2
+      # The shim's exit summary counts the T2 allocations made because of the balloon: sent
+      # there by the device's real state (the headroom), or after the driver refused VRAM.
+      for name in pressure_rust pressure_torch; do
+        line=$(grep 'summary:' "$logs/$name.err" | head -1)
+        retried=$(grep -o '[0-9]* after a VRAM out-of-memory' <<<"$line" | awk '{s += $1} END {print s + 0}')
+        spilled=$(grep -o '[0-9]* for the VRAM headroom' <<<"$line" | awk '{s += $1} END {print s + 0}')
+        if [ $((retried + spilled)) -gt 0 ]; then
+          pass "$name.spilled_past_the_balloon" "the shim's summary counts $spilled T2 allocations for the headroom and $retried after a driver out-of-memory"
+        else
+          fail "$name.spilled_past_the_balloon" "the shim's summary (GREENBOOST_LOG=info) shows no T2 allocation for the headroom or after a driver out-of-memory: $line"
+        fi
+      done
+    fi
+  else
+    fail balloon.start "the balloon did not report: $(tail -c 400 "$balloon_log" | tr '\n' ' ')"
   fi
-else
-  fail balloon.start "the balloon did not report: $(tail -c 400 "$balloon_log" | tr '\n' ' ')"
+  kill "$balloon" 2>/dev/null; wait "$balloon" 2>/dev/null
+  background=("${background[@]/$balloon}")
 fi
-kill "$balloon" 2>/dev/null; wait "$balloon" 2>/dev/null
-background=("${background[@]/$balloon}")
 
 # --- a shared GPU: a foreign process, two of ours, a foreign process growing ----------------
-. "$root/tests/gpu/shared.sh"
+in_section shared && . "$root/tests/gpu/shared.sh"
 
 # --- live tiering (issue 12): movable T2 promoted and demoted beside a foreign process ------
 # One program (tests/gpu/tiering_check.py) starts and kills its foreign processes itself
 # (without the shim) and prints tiering.* PASS/FAIL lines; tiering at its defaults
 # (GREENBOOST_TIERING=auto, GREENBOOST_DEMOTE=on, GREENBOOST_TIER_INTERVAL_MS=100).
-if [ "$mode" = full ] && [ -f "$shim" ]; then
+if [ "$mode" = full ] && [ -f "$shim" ] && in_section tiering; then
   run_test tiering "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_check.py"
 fi
 
@@ -332,7 +343,7 @@ fi
 # with and without tiering while roles swap, tensors the shim moved through DLPack (CuPy,
 # JAX) and Triton, cudaPointerGetAttributes, CUDA IPC refused with the shim's reason (and
 # working with tiering off), make_room. It bounds each process itself; its own limit here.
-if [ "$mode" = full ] && [ -f "$shim" ]; then
+if [ "$mode" = full ] && [ -f "$shim" ] && in_section swap; then
   saved_timeout=$test_timeout
   test_timeout=${GB_GPU_SWAP_TIMEOUT:-480}
   run_test swap "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_swap.py"
@@ -347,14 +358,16 @@ summary_lines=$(grep -a -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##
 
 # --- results ---------------------------------------------------------------------------
 date_utc=$(date -u +%Y-%m-%d)
-results_name=gpu-test-$date_utc-$commit.md
+# A run of some sections only (GB_GPU_SECTIONS) is named for them: two calls, two pages.
+sections_tag=${GB_GPU_SECTIONS:+-$(tr ' ,' '--' <<<"$GB_GPU_SECTIONS")}
+results_name=gpu-test-$date_utc-$commit$sections_tag.md
 results=$logs/$results_name
 # The shared-GPU tests' free VRAM over time, from their sampler files (shared.sh's list).
 series_name=
 if [ -s "$logs/free-vram.tests" ]; then
-  if "$python" -m gbgpu.free_vram series "$logs/free-vram.tests" "$logs/gpu-test-$date_utc-$commit-free-vram.json" \
+  if "$python" -m gbgpu.free_vram series "$logs/free-vram.tests" "$logs/gpu-test-$date_utc-$commit$sections_tag-free-vram.json" \
     >"$logs/free-vram.series.out" 2>&1; then
-    series_name=gpu-test-$date_utc-$commit-free-vram.json
+    series_name=gpu-test-$date_utc-$commit$sections_tag-free-vram.json
   else
     fail free_vram.series "the free-VRAM series file could not be written: $(tail -c 400 "$logs/free-vram.series.out" | tr '\n' ' ')"
   fi
@@ -377,6 +390,7 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
   echo "| PyTorch | ${torch_version:-none} |"
   echo "| kernel | $(uname -r) |"
   echo "| mode | $mode |"
+  echo "| sections | ${GB_GPU_SECTIONS:-all} |"
   echo "| physical VRAM (cudaMemGetInfo without the shim) | $physical_total bytes, $physical_free free |"
   echo "| result | $passed passed, $failed failed, ${elapsed}s |"
   echo "| free VRAM during the shared-GPU tests | ${series_name:-(no samples)} |"
