@@ -9,6 +9,7 @@
 mod cublas;
 mod cublas_lt;
 mod driver;
+mod driver_routes;
 mod graphs;
 mod launch;
 mod nvml;
