@@ -36,7 +36,7 @@ const fn route(
 
 /// Ordered by name, then by descending version, so the first match is the newest that
 /// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
-const DRIVER_ROUTES: [DriverRoute; 34] = [
+const DRIVER_ROUTES: [DriverRoute; 65] = [
     route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
     route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
     route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
@@ -107,6 +107,49 @@ const DRIVER_ROUTES: [DriverRoute; 34] = [
     route(b"cuTensorMapEncodeIm2col", 12000, Function::cuTensorMapEncodeIm2col, None, false),
     route(b"cuTensorMapEncodeIm2colWide", 12080, Function::cuTensorMapEncodeIm2colWide, None, false),
     route(b"cuTensorMapReplaceAddress", 12000, Function::cuTensorMapReplaceAddress, None, false),
+    route(b"cuMemsetD8", 3020, Function::cuMemsetD8_v2, Some(Function::cuMemsetD8_v2_ptds), true),
+    route(b"cuMemsetD8Async", 3020, Function::cuMemsetD8Async, Some(Function::cuMemsetD8Async_ptsz), true),
+    route(b"cuMemsetD2D8", 3020, Function::cuMemsetD2D8_v2, Some(Function::cuMemsetD2D8_v2_ptds), true),
+    route(b"cuMemsetD2D8Async", 3020, Function::cuMemsetD2D8Async, Some(Function::cuMemsetD2D8Async_ptsz), true),
+    route(b"cuMemsetD16", 3020, Function::cuMemsetD16_v2, Some(Function::cuMemsetD16_v2_ptds), true),
+    route(b"cuMemsetD16Async", 3020, Function::cuMemsetD16Async, Some(Function::cuMemsetD16Async_ptsz), true),
+    route(b"cuMemsetD2D16", 3020, Function::cuMemsetD2D16_v2, Some(Function::cuMemsetD2D16_v2_ptds), true),
+    route(b"cuMemsetD2D16Async", 3020, Function::cuMemsetD2D16Async, Some(Function::cuMemsetD2D16Async_ptsz), true),
+    route(b"cuMemsetD32", 3020, Function::cuMemsetD32_v2, Some(Function::cuMemsetD32_v2_ptds), true),
+    route(b"cuMemsetD32Async", 3020, Function::cuMemsetD32Async, Some(Function::cuMemsetD32Async_ptsz), true),
+    route(b"cuMemsetD2D32", 3020, Function::cuMemsetD2D32_v2, Some(Function::cuMemsetD2D32_v2_ptds), true),
+    route(b"cuMemsetD2D32Async", 3020, Function::cuMemsetD2D32Async, Some(Function::cuMemsetD2D32Async_ptsz), true),
+    route(b"cuMemcpy", 4000, Function::cuMemcpy, Some(Function::cuMemcpy_ptds), true),
+    route(b"cuMemcpyAsync", 4000, Function::cuMemcpyAsync, Some(Function::cuMemcpyAsync_ptsz), true),
+    route(b"cuMemcpyHtoD", 3020, Function::cuMemcpyHtoD_v2, Some(Function::cuMemcpyHtoD_v2_ptds), true),
+    route(b"cuMemcpyHtoDAsync", 3020, Function::cuMemcpyHtoDAsync_v2, Some(Function::cuMemcpyHtoDAsync_v2_ptsz), true),
+    route(b"cuMemcpyDtoH", 3020, Function::cuMemcpyDtoH_v2, Some(Function::cuMemcpyDtoH_v2_ptds), true),
+    route(b"cuMemcpyDtoHAsync", 3020, Function::cuMemcpyDtoHAsync_v2, Some(Function::cuMemcpyDtoHAsync_v2_ptsz), true),
+    route(b"cuMemcpyDtoD", 3020, Function::cuMemcpyDtoD_v2, Some(Function::cuMemcpyDtoD_v2_ptds), true),
+    route(b"cuMemcpyDtoDAsync", 3020, Function::cuMemcpyDtoDAsync_v2, Some(Function::cuMemcpyDtoDAsync_v2_ptsz), true),
+    route(b"cuMemcpyPeer", 4000, Function::cuMemcpyPeer, Some(Function::cuMemcpyPeer_ptds), true),
+    route(b"cuMemcpyPeerAsync", 4000, Function::cuMemcpyPeerAsync, Some(Function::cuMemcpyPeerAsync_ptsz), true),
+    route(b"cuMemcpy2D", 3020, Function::cuMemcpy2D_v2, Some(Function::cuMemcpy2D_v2_ptds), true),
+    route(
+        b"cuMemcpy2DUnaligned",
+        3020,
+        Function::cuMemcpy2DUnaligned_v2,
+        Some(Function::cuMemcpy2DUnaligned_v2_ptds),
+        true,
+    ),
+    route(b"cuMemcpy2DAsync", 3020, Function::cuMemcpy2DAsync_v2, Some(Function::cuMemcpy2DAsync_v2_ptsz), true),
+    route(b"cuMemcpy3D", 3020, Function::cuMemcpy3D_v2, Some(Function::cuMemcpy3D_v2_ptds), true),
+    route(b"cuMemcpy3DAsync", 3020, Function::cuMemcpy3DAsync_v2, Some(Function::cuMemcpy3DAsync_v2_ptsz), true),
+    route(b"cuMemcpy3DPeer", 4000, Function::cuMemcpy3DPeer, Some(Function::cuMemcpy3DPeer_ptds), true),
+    route(b"cuMemcpy3DPeerAsync", 4000, Function::cuMemcpy3DPeerAsync, Some(Function::cuMemcpy3DPeerAsync_ptsz), true),
+    route(
+        b"cuMemcpyBatchAsync",
+        13000,
+        Function::cuMemcpyBatchAsync_v2,
+        Some(Function::cuMemcpyBatchAsync_v2_ptsz),
+        true,
+    ),
+    route(b"cuMemcpyBatchAsync", 12080, Function::cuMemcpyBatchAsync, Some(Function::cuMemcpyBatchAsync_ptsz), true),
 ];
 
 /// Which hook the driver's answer `found` for (`name`, `version`, `flags`) belongs to.
@@ -178,5 +221,45 @@ mod tests {
         assert_eq!(driver_hook_for(b"cuMemAlloc_v2", 12000, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
         assert_eq!(driver_hook_for(b"cudaMalloc", 12000, 0, FOREIGN), None);
         assert_eq!(driver_hook_for(b"nvmlDeviceGetMemoryInfo", 12000, 0, FOREIGN), None);
+    }
+
+    #[test]
+    fn copies_and_memsets_get_their_v2_and_per_thread_forms() {
+        let per_thread = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        assert_eq!(driver_hook_for(b"cuMemsetD8", 13000, 0, FOREIGN), Some(Function::cuMemsetD8_v2));
+        assert_eq!(driver_hook_for(b"cuMemsetD8", 12080, per_thread, FOREIGN), Some(Function::cuMemsetD8_v2_ptds));
+        assert_eq!(
+            driver_hook_for(b"cuMemsetD2D32Async", 12000, per_thread, FOREIGN),
+            Some(Function::cuMemsetD2D32Async_ptsz)
+        );
+        assert_eq!(driver_hook_for(b"cuMemcpy", 12000, 0, FOREIGN), Some(Function::cuMemcpy));
+        assert_eq!(driver_hook_for(b"cuMemcpyAsync", 12000, per_thread, FOREIGN), Some(Function::cuMemcpyAsync_ptsz));
+        assert_eq!(driver_hook_for(b"cuMemcpyHtoD", 3020, 0, FOREIGN), Some(Function::cuMemcpyHtoD_v2));
+        assert_eq!(driver_hook_for(b"cuMemcpyHtoD", 3000, 0, FOREIGN), None, "the 32-bit form is not hooked");
+        assert_eq!(
+            driver_hook_for(b"cuMemcpyDtoHAsync", 12000, per_thread, FOREIGN),
+            Some(Function::cuMemcpyDtoHAsync_v2_ptsz)
+        );
+        assert_eq!(driver_hook_for(b"cuMemcpy3DPeerAsync", 13000, 0, FOREIGN), Some(Function::cuMemcpy3DPeerAsync));
+        assert_eq!(
+            driver_hook_for(b"cuMemcpy2DUnaligned", 12000, per_thread, FOREIGN),
+            Some(Function::cuMemcpy2DUnaligned_v2_ptds)
+        );
+    }
+
+    #[test]
+    fn a_batch_of_copies_gets_the_form_of_the_version_asked() {
+        let per_thread = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        assert_eq!(driver_hook_for(b"cuMemcpyBatchAsync", 13000, 0, FOREIGN), Some(Function::cuMemcpyBatchAsync_v2));
+        assert_eq!(
+            driver_hook_for(b"cuMemcpyBatchAsync", 13000, per_thread, FOREIGN),
+            Some(Function::cuMemcpyBatchAsync_v2_ptsz)
+        );
+        assert_eq!(driver_hook_for(b"cuMemcpyBatchAsync", 12080, 0, FOREIGN), Some(Function::cuMemcpyBatchAsync));
+        assert_eq!(
+            driver_hook_for(b"cuMemcpyBatchAsync", 12090, per_thread, FOREIGN),
+            Some(Function::cuMemcpyBatchAsync_ptsz)
+        );
+        assert_eq!(driver_hook_for(b"cuMemcpyBatchAsync", 12060, 0, FOREIGN), None, "older than the function");
     }
 }

@@ -12,6 +12,7 @@ mod driver;
 mod driver_routes;
 mod graphs;
 mod launch;
+mod memory_ops;
 mod nvml;
 mod routing;
 mod runtime;
