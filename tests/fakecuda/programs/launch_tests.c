@@ -5,6 +5,8 @@
  *   runtime   fat binary registration, <<<>>> configuration, the runtime's launches,
  *             capture and graphs
  *   capture   a global-mode capture held open while the process (and the shim) works
+ *   memops    every form of a memset and a copy, direct and through the runtime, and
+ *             what the shim observes of each (launch_memory_ops.c)
  * Each checks the data the kernels wrote and the fake's counts (fakegpu_count). */
 #define _GNU_SOURCE
 #include "testutil.h"
@@ -355,6 +357,7 @@ int main(int argc, char **argv)
         { "graphs", test_graphs },
         { "runtime", test_runtime },
         { "capture", test_capture },
+        { "memops", test_memory_ops },
         { "cost", test_cost },
     };
     if (getenv("GBTEST_LAUNCH_SMALL"))
