@@ -55,8 +55,8 @@ pub fn host_address(pointer: *const c_void) -> CuDevicePtr {
     pointer as CuDevicePtr
 }
 
-/// The driver accepted `op` on `stream` (for a synchronous form, the stream it
-/// synchronises with).
+/// The driver accepted `op` on `stream` (a synchronous form's: the legacy stream, or the
+/// calling thread's default stream for its `_ptds` form).
 ///
 /// # Safety
 /// `op` is the operation the driver just accepted: a descriptor or arrays it points to
