@@ -1,6 +1,7 @@
 """The shim's exports, read from Python through ctypes in a process where the shim is
 LD_PRELOADed: `greenboost_shim_stats_sized` into ShimStats (shim/src/sys/stats.rs, through
-the live-tiering counters appended last) and `greenboost_shim_t2_bytes`. The one Python
+the live-tiering counters appended last), `greenboost_shim_t2_bytes`, and what launches,
+copies and memsets named (`greenboost_shim_launches_naming`, `greenboost_shim_writes_naming`). The one Python
 copy of the layout, for tests/gpu/tiering_check.py's parts and bench/tiering.py's roles;
 scripts/check-shim-stats.py (make lint) checks it against the Rust struct."""
 
@@ -39,22 +40,30 @@ class Shim:
         self.sized = getattr(lib, "greenboost_shim_stats_sized", None)
         self.t2 = getattr(lib, "greenboost_shim_t2_bytes", None)
         self.naming = getattr(lib, "greenboost_shim_launches_naming", None)
+        self.writes = getattr(lib, "greenboost_shim_writes_naming", None)
         self.size = 0
         if self.sized is not None:
             self.sized.argtypes, self.sized.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_long
             self.size = self.sized(ctypes.byref(ShimStats()), ctypes.sizeof(ShimStats))
         if self.t2 is not None:
             self.t2.argtypes, self.t2.restype = [ctypes.c_ulonglong, ctypes.c_ulonglong], ctypes.c_ulonglong
-        if self.naming is not None:
-            self.naming.argtypes, self.naming.restype = [ctypes.c_ulonglong], ctypes.c_ulonglong
+        for naming in (self.naming, self.writes):
+            if naming is not None:
+                naming.argtypes, naming.restype = [ctypes.c_ulonglong], ctypes.c_ulonglong
 
     def has_launches(self):
         """Whether the shim observes launches (its counters and the naming export)."""
         return self.naming is not None and self.size >= ctypes.sizeof(ShimStats)
 
     def launches_naming(self, tensor):
-        """Kernel launches so far that named an address inside the tensor's allocation."""
+        """Kernel launches, copies and memsets so far that named an address inside the
+        tensor's allocation."""
         return int(self.naming(tensor.data_ptr()))
+
+    def writes_naming(self, tensor):
+        """Copies and memsets so far that wrote in the tensor's allocation (0 from a shim
+        without the export)."""
+        return int(self.writes(tensor.data_ptr())) if self.writes is not None else 0
 
     def has_tiering(self):
         return self.t2 is not None and self.size >= ShimStats.move_issue_ns.offset + 8

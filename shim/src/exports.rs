@@ -71,12 +71,20 @@ pub extern "C" fn greenboost_shim_t2_bytes(device_ptr: CuDevicePtr, len: u64) ->
     registry::t2_bytes(device_ptr, len)
 }
 
-/// How many kernel launches (graph kernel nodes included) named an address inside the
-/// live allocation holding `device_ptr`; 0 when no allocation holds it.
+/// How many kernel launches (graph kernel nodes included), copies and memsets named an
+/// address inside the live allocation holding `device_ptr`; 0 when no allocation holds it.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn greenboost_shim_launches_naming(device_ptr: CuDevicePtr) -> u64 {
     let snapshot = address_index::load();
     snapshot.as_deref().and_then(|snapshot| snapshot.find(device_ptr)).map_or(0, |range| range.uses.launches())
+}
+
+/// How many copies and memsets (outside graphs) wrote in the live allocation holding
+/// `device_ptr`; 0 when no allocation holds it.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn greenboost_shim_writes_naming(device_ptr: CuDevicePtr) -> u64 {
+    let snapshot = address_index::load();
+    snapshot.as_deref().and_then(|snapshot| snapshot.find(device_ptr)).map_or(0, |range| range.uses.writes())
 }
 
 #[cfg(test)]
@@ -85,9 +93,11 @@ mod tests {
     use crate::sys::stats::STATS;
 
     #[test]
-    fn no_launch_names_an_address_outside_every_allocation() {
+    fn no_launch_or_write_names_an_address_outside_every_allocation() {
         assert_eq!(greenboost_shim_launches_naming(0), 0);
         assert_eq!(greenboost_shim_launches_naming(u64::MAX), 0);
+        assert_eq!(greenboost_shim_writes_naming(0), 0);
+        assert_eq!(greenboost_shim_writes_naming(u64::MAX), 0);
     }
 
     #[test]

@@ -140,9 +140,9 @@ extern "C" fn summary_at_exit() {
         stats.oom_returned,
         backend::name(),
     );
-    if stats.launches != 0 || stats.graph_launches != 0 {
+    if stats.launches != 0 || stats.graph_launches != 0 || stats.memory_ops != 0 {
         info!(
-            "summary: pid {}: kernel launches seen {} ({} not fully read), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} graph copies and memsets",
+            "summary: pid {}: kernel launches seen {} ({} not fully read), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs)",
             pid,
             stats.launches,
             stats.launches_unread,

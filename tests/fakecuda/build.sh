@@ -57,6 +57,6 @@ $prog -o "$out/bin/gbtier" "$programs/tier_tests.c" "$programs/tier_harness.c" "
 gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
 $prog -o "$out/bin/gbgemm" "$programs/rt_main.c" "$programs/gemm_tests.c" $gemm_libs
 $CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$programs/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN
-# Kernel launches, copies, capture and graphs (launch-tests.sh): driver and runtime.
-$prog -o "$out/bin/gblaunch" "$programs/launch_tests.c" "$programs/launch_graphs.c" -L"$b/link13" -lcudart \
-    -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread
+# Kernel launches, copies and memsets, capture and graphs (launch-tests.sh): driver and runtime.
+$prog -o "$out/bin/gblaunch" "$programs/launch_tests.c" "$programs/launch_graphs.c" "$programs/launch_memory_ops.c" \
+    -L"$b/link13" -lcudart -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread

@@ -1,9 +1,10 @@
 # Kernel launches, copies, memsets, stream capture and graphs (gblaunch,
-# programs/launch_tests.c and launch_graphs.c), sourced by run-tests.sh. The control-*
-# runs prove the fake's model alone (data the kernels wrote, the fake's counts); the
-# others run the same programs under the shim, which must not break any launch path and
-# must see every one: each program ends by comparing the shim's launch counters with the
-# fake's (what a profiler counts) and prints "observed PART:" when the shim observes.
+# programs/launch_tests.c, launch_graphs.c and launch_memory_ops.c), sourced by
+# run-tests.sh. The control-* runs prove the fake's model alone (data the kernels wrote,
+# the fake's counts); the others run the same programs under the shim, which must not
+# break any launch path and must see every one: each program ends by comparing the
+# shim's launch counters with the fake's (what a profiler counts: kernels, host
+# functions, copies and memsets) and prints "observed PART:" when the shim observes.
 
 launch_no_fault() { # the fake logged no invalidated capture
     if grep -q "CAPTURE_INVALIDATED" "$log"; then
@@ -38,6 +39,19 @@ t_launch_driver_t2() {
 }
 t_launch_graphs() { shim launch-graphs $SHIMENV "$BIN/gblaunch" graphs && launch_observed graphs; }
 t_launch_runtime() { shim launch-runtime $SHIMENV "$BIN/gblaunch" runtime && launch_observed runtime; }
+t_control_launch_memops() {
+    run control-launch-memops "$BIN/gblaunch" memops || return 1
+    log_has "cuGetProcAddress_v2 sym=cuMemsetD8 ver=13000" "the runtime did not fetch cuMemsetD8 through cuGetProcAddress"
+}
+# Every form of a memset and a copy, direct (legacy and per-thread forms, through
+# cuGetProcAddress) and through the runtime: the shim counts what the device ran and
+# names the allocation each writes; -t2 with both buffers in T2 (registered host memory).
+t_launch_memops() { shim launch-memops $SHIMENV "$BIN/gblaunch" memops && launch_observed memops; }
+t_launch_memops_t2() {
+    shim launch-memops-t2 $SHIMENV GREENBOOST_VRAM_BUDGET=1M GREENBOOST_MIN_T2_SIZE=1M "$BIN/gblaunch" memops || return 1
+    log_has "PINNED by=" "no buffer went to T2" || return 1
+    launch_observed memops
+}
 t_launch_capture_global() {
     # A global-mode capture held open for 500 ms while the shim works beside it (tiering
     # every 10 ms, half the blocks in T2): nothing the shim does may invalidate it.
@@ -46,4 +60,4 @@ t_launch_capture_global() {
     launch_no_fault
 }
 
-launch_tests="control_launch_driver control_launch_graphs control_launch_runtime launch_driver launch_driver_t2 launch_graphs launch_runtime launch_capture_global"
+launch_tests="control_launch_driver control_launch_graphs control_launch_runtime control_launch_memops launch_driver launch_driver_t2 launch_graphs launch_runtime launch_memops launch_memops_t2 launch_capture_global"

@@ -1,8 +1,10 @@
 //! The driver calls the shim makes for its own work (contexts, events, streams, copies,
 //! registration, the VMM calls of split allocations, memory figures), as small typed
 //! wrappers over `real`: each says once why its call is sound. They are the driver's own
-//! functions, never the shim's hooks (cuMemCreate and cuMemRelease are hooked too, but
-//! the shim's own VMM memory must not be counted twice).
+//! functions, never the shim's hooks: cuMemCreate and cuMemRelease are hooked too, but the
+//! shim's own VMM memory must not be counted twice, and cuLaunchKernel, cuMemcpyAsync and
+//! cuMemcpyDtoH_v2 are observed, but the shim's own copies (staging, the SM copy kernel,
+//! verifications) are not the program's work.
 //!
 //! A missing driver function answers CUDA_ERROR_NOT_INITIALIZED, as a missing driver
 //! would.

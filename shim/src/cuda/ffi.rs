@@ -198,6 +198,15 @@ impl Stream {
     /// entry point means by stream 0.
     pub(super) const PER_THREAD: Stream = Stream(0x2 as *mut c_void);
 
+    /// `CU_STREAM_LEGACY`: the legacy default stream's handle.
+    const LEGACY: Stream = Stream(std::ptr::without_provenance_mut(0x1));
+
+    /// Whether this is the legacy default stream: `CU_STREAM_LEGACY`, or 0 given to an
+    /// entry point that is not a `_ptsz`/`_ptds` one.
+    pub fn is_legacy(self) -> bool {
+        self.is_null() || self == Stream::LEGACY
+    }
+
     /// The stream a `_ptsz` entry point orders its work on.
     pub fn per_thread_default(self) -> Stream {
         if self.is_null() {
@@ -409,6 +418,8 @@ mod tests {
         assert_eq!(CuResult::SUCCESS.ok(), Ok(()));
         assert_eq!(CuResult::OUT_OF_MEMORY.ok(), Err(CuError(2)));
         assert_eq!(Stream::NULL.per_thread_default(), Stream::PER_THREAD);
+        assert!(Stream::NULL.is_legacy() && Stream::LEGACY.is_legacy());
+        assert!(!Stream::PER_THREAD.is_legacy());
         let stream = Stream(0x1234 as *mut c_void);
         assert_eq!(stream.per_thread_default(), stream);
     }

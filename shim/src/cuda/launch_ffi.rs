@@ -1,10 +1,10 @@
-//! The C types of kernel launches, graphs and tensor maps (cuda.h of CUDA 12 and 13),
-//! written out by hand as in `ffi`: what the launch hooks receive and what reading a
-//! graph's nodes returns.
+//! The C types of kernel launches, copies, graphs and tensor maps (cuda.h of CUDA 12 and
+//! 13), written out by hand as in `ffi`: what the launch and copy hooks receive and what
+//! reading a graph's nodes returns.
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use crate::cuda::ffi::{Context, CuFunction, Stream};
+use crate::cuda::ffi::{Context, CuDevicePtr, CuFunction, Stream};
 
 macro_rules! handles {
     ($($(#[$doc:meta])* $name:ident;)*) => {$(
@@ -108,6 +108,147 @@ pub struct GraphNodeParamsPrefix {
     pub kernel: KernelNodeParams,
 }
 
+/// `CUmemorytype`: what one side of a 2D or 3D copy is.
+pub mod memory_type {
+    use std::ffi::c_uint;
+    /// `srcHost`/`dstHost`: a host pointer.
+    pub const HOST: c_uint = 1;
+    /// `srcDevice`/`dstDevice`: a device pointer.
+    pub const DEVICE: c_uint = 2;
+    // 3, `CU_MEMORYTYPE_ARRAY`: `srcArray`/`dstArray`, a CUDA array, has no address.
+    /// `srcDevice`/`dstDevice`: a unified address, host or device.
+    pub const UNIFIED: c_uint = 4;
+}
+
+/// `CUDA_MEMCPY2D` (cuMemcpy2D*): each side's origin (`x` bytes into row `y`), what it
+/// is (`memory_type`) and its pitch; then the width in bytes and the rows copied.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Memcpy2D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CuDevicePtr,
+    pub src_array: *mut c_void,
+    pub src_pitch: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CuDevicePtr,
+    pub dst_array: *mut c_void,
+    pub dst_pitch: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+}
+const _: () = assert!(std::mem::size_of::<Memcpy2D>() == 128);
+const _: () = assert!(std::mem::offset_of!(Memcpy2D, dst_device) == 88);
+
+impl Memcpy2D {
+    /// The first byte the copy reads (`None`: a CUDA array).
+    pub fn source_start(&self) -> Option<CuDevicePtr> {
+        side_start(
+            self.src_memory_type,
+            self.src_host,
+            self.src_device,
+            self.src_x_in_bytes,
+            self.src_y,
+            self.src_pitch,
+        )
+    }
+
+    /// The first byte the copy writes (`None`: a CUDA array).
+    pub fn target_start(&self) -> Option<CuDevicePtr> {
+        side_start(
+            self.dst_memory_type,
+            self.dst_host,
+            self.dst_device,
+            self.dst_x_in_bytes,
+            self.dst_y,
+            self.dst_pitch,
+        )
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.width_in_bytes.saturating_mul(self.height) as u64
+    }
+}
+
+/// `CUDA_MEMCPY3D` (cuMemcpy3D*), and `CUDA_MEMCPY3D_PEER` (cuMemcpy3DPeer*), whose
+/// layout is the same with each side's context where `CUDA_MEMCPY3D` has a reserved
+/// pointer: each side's origin (`x` bytes into row `y` of layer `z`), what it is, its
+/// pitch and its rows per layer; then the extent.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Memcpy3D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CuDevicePtr,
+    pub src_array: *mut c_void,
+    pub src_context: Context,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CuDevicePtr,
+    pub dst_array: *mut c_void,
+    pub dst_context: Context,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+const _: () = assert!(std::mem::size_of::<Memcpy3D>() == 200);
+const _: () = assert!(std::mem::offset_of!(Memcpy3D, dst_device) == 136);
+
+impl Memcpy3D {
+    /// The first byte the copy reads (`None`: a CUDA array): row `y` of layer `z`, a
+    /// layer being `src_height` rows.
+    pub fn source_start(&self) -> Option<CuDevicePtr> {
+        let row = self.src_z.wrapping_mul(self.src_height).wrapping_add(self.src_y);
+        side_start(self.src_memory_type, self.src_host, self.src_device, self.src_x_in_bytes, row, self.src_pitch)
+    }
+
+    /// The first byte the copy writes (`None`: a CUDA array).
+    pub fn target_start(&self) -> Option<CuDevicePtr> {
+        let row = self.dst_z.wrapping_mul(self.dst_height).wrapping_add(self.dst_y);
+        side_start(self.dst_memory_type, self.dst_host, self.dst_device, self.dst_x_in_bytes, row, self.dst_pitch)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.width_in_bytes.saturating_mul(self.height).saturating_mul(self.depth) as u64
+    }
+}
+
+/// Where one side of a 2D or 3D copy starts: `x` bytes into row `row` of the memory its
+/// `kind` names (the host pointer, or the device or unified address); `None` for a CUDA
+/// array, which has no address (or a kind cuda.h does not have).
+fn side_start(
+    kind: c_uint,
+    host: *const c_void,
+    device: CuDevicePtr,
+    x: usize,
+    row: usize,
+    pitch: usize,
+) -> Option<CuDevicePtr> {
+    let base = match kind {
+        memory_type::HOST => host as CuDevicePtr,
+        memory_type::DEVICE | memory_type::UNIFIED => device,
+        _ => return None,
+    };
+    Some(base.wrapping_add(x as u64).wrapping_add((row as u64).wrapping_mul(pitch as u64)))
+}
+
 /// `CUgraphNodeType`: the kinds of node a graph holds.
 pub mod node_type {
     use std::ffi::c_int;
@@ -135,3 +276,33 @@ pub const TENSOR_MAP_BYTES: usize = 128;
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: a capture that ended broken (it is over).
 pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: c_int = 901;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_side_starts_at_its_origin_in_the_memory_its_kind_names() {
+        let host = 0x7000 as *const c_void;
+        assert_eq!(side_start(memory_type::DEVICE, host, 0x10_0000, 16, 2, 256), Some(0x10_0000 + 16 + 512));
+        assert_eq!(side_start(memory_type::UNIFIED, host, 0x10_0000, 0, 0, 0), Some(0x10_0000));
+        assert_eq!(side_start(memory_type::HOST, host, 0x10_0000, 8, 1, 64), Some(0x7000 + 8 + 64));
+        assert_eq!(side_start(3, host, 0x10_0000, 0, 0, 0), None, "a CUDA array");
+        assert_eq!(side_start(0, host, 0x10_0000, 0, 0, 0), None);
+    }
+
+    #[test]
+    fn a_3d_copy_starts_in_the_layer_its_z_names_and_moves_its_extent() {
+        // SAFETY: all-zero is a valid `Memcpy3D`: integers, null pointers and handles.
+        let mut copy: Memcpy3D = unsafe { std::mem::zeroed() };
+        (copy.src_memory_type, copy.src_device) = (memory_type::DEVICE, 0x1_0000);
+        (copy.dst_memory_type, copy.dst_host) = (memory_type::HOST, 0x9_0000 as *mut c_void);
+        (copy.dst_z, copy.dst_height, copy.dst_y, copy.dst_pitch, copy.dst_x_in_bytes) = (2, 8, 3, 256, 4);
+        (copy.width_in_bytes, copy.height, copy.depth) = (64, 4, 2);
+        assert_eq!(copy.source_start(), Some(0x1_0000));
+        assert_eq!(copy.target_start(), Some(0x9_0000 + (2 * 8 + 3) * 256 + 4));
+        assert_eq!(copy.bytes(), 512);
+        copy.depth = 0;
+        assert_eq!(copy.bytes(), 0, "an empty extent");
+    }
+}

@@ -14,7 +14,7 @@
 //! are hooked (see `hooks`), `trampoline` lines are the naked `dlsym`/`dlopen` exports, `called`
 //! lines are functions the shim only calls.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -87,8 +87,6 @@ macro_rules! cuda_functions {
             Driver called fn cuStreamDestroy_v2(stream: Stream) -> CuResult;
             Driver called fn cuStreamWaitEvent(stream: Stream, event: Event, flags: c_uint) -> CuResult;
             Driver called fn cuStreamIsCapturing(stream: Stream, status: *mut c_int) -> CuResult;
-            Driver called fn cuMemcpyAsync(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
-            Driver called fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CuDevicePtr, len: usize) -> CuResult;
             Driver called fn cuMemGetAddressRange_v2(base: *mut CuDevicePtr, size: *mut usize, dptr: CuDevicePtr) -> CuResult;
             Driver called fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: CuDevice) -> CuResult;
             Driver called fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CuMemAllocationProp, option: c_int) -> CuResult;
@@ -149,6 +147,70 @@ macro_rules! cuda_functions {
             Driver called fn cuGraphKernelNodeGetParams_v2(node: GraphNode, params: *mut KernelNodeParams) -> CuResult;
             Driver called fn cuGraphKernelNodeGetParams(node: GraphNode, params: *mut KernelNodeParams) -> CuResult;
             Driver called fn cuGraphChildGraphNodeGetGraph(node: GraphNode, graph: *mut Graph) -> CuResult;
+            // Copies and memsets, each with its per-thread-default-stream form: observed
+            // (`launch::memory_ops`). The shim's own copies (`calls`) call the real ones.
+            Driver observed fn cuMemsetD8_v2(dst: CuDevicePtr, value: c_uchar, count: usize) -> CuResult;
+            Driver observed fn cuMemsetD8_v2_ptds(dst: CuDevicePtr, value: c_uchar, count: usize) -> CuResult;
+            Driver observed fn cuMemsetD8Async(dst: CuDevicePtr, value: c_uchar, count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD8Async_ptsz(dst: CuDevicePtr, value: c_uchar, count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD16_v2(dst: CuDevicePtr, value: c_ushort, count: usize) -> CuResult;
+            Driver observed fn cuMemsetD16_v2_ptds(dst: CuDevicePtr, value: c_ushort, count: usize) -> CuResult;
+            Driver observed fn cuMemsetD16Async(dst: CuDevicePtr, value: c_ushort, count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD16Async_ptsz(dst: CuDevicePtr, value: c_ushort, count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD32_v2(dst: CuDevicePtr, value: c_uint, count: usize) -> CuResult;
+            Driver observed fn cuMemsetD32_v2_ptds(dst: CuDevicePtr, value: c_uint, count: usize) -> CuResult;
+            Driver observed fn cuMemsetD32Async(dst: CuDevicePtr, value: c_uint, count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD32Async_ptsz(dst: CuDevicePtr, value: c_uint, count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD2D8_v2(dst: CuDevicePtr, pitch: usize, value: c_uchar, width: usize, height: usize) -> CuResult;
+            Driver observed fn cuMemsetD2D8_v2_ptds(dst: CuDevicePtr, pitch: usize, value: c_uchar, width: usize, height: usize) -> CuResult;
+            Driver observed fn cuMemsetD2D8Async(dst: CuDevicePtr, pitch: usize, value: c_uchar, width: usize, height: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD2D8Async_ptsz(dst: CuDevicePtr, pitch: usize, value: c_uchar, width: usize, height: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD2D16_v2(dst: CuDevicePtr, pitch: usize, value: c_ushort, width: usize, height: usize) -> CuResult;
+            Driver observed fn cuMemsetD2D16_v2_ptds(dst: CuDevicePtr, pitch: usize, value: c_ushort, width: usize, height: usize) -> CuResult;
+            Driver observed fn cuMemsetD2D16Async(dst: CuDevicePtr, pitch: usize, value: c_ushort, width: usize, height: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD2D16Async_ptsz(dst: CuDevicePtr, pitch: usize, value: c_ushort, width: usize, height: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD2D32_v2(dst: CuDevicePtr, pitch: usize, value: c_uint, width: usize, height: usize) -> CuResult;
+            Driver observed fn cuMemsetD2D32_v2_ptds(dst: CuDevicePtr, pitch: usize, value: c_uint, width: usize, height: usize) -> CuResult;
+            Driver observed fn cuMemsetD2D32Async(dst: CuDevicePtr, pitch: usize, value: c_uint, width: usize, height: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemsetD2D32Async_ptsz(dst: CuDevicePtr, pitch: usize, value: c_uint, width: usize, height: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy(dst: CuDevicePtr, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpy_ptds(dst: CuDevicePtr, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyAsync(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyAsync_ptsz(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyHtoD_v2(dst: CuDevicePtr, src: *const c_void, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyHtoD_v2_ptds(dst: CuDevicePtr, src: *const c_void, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyHtoDAsync_v2(dst: CuDevicePtr, src: *const c_void, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyHtoDAsync_v2_ptsz(dst: CuDevicePtr, src: *const c_void, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyDtoD_v2(dst: CuDevicePtr, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyDtoD_v2_ptds(dst: CuDevicePtr, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyDtoDAsync_v2(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyDtoDAsync_v2_ptsz(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyPeer(dst: CuDevicePtr, dst_context: Context, src: CuDevicePtr, src_context: Context, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyPeer_ptds(dst: CuDevicePtr, dst_context: Context, src: CuDevicePtr, src_context: Context, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyPeerAsync(dst: CuDevicePtr, dst_context: Context, src: CuDevicePtr, src_context: Context, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyPeerAsync_ptsz(dst: CuDevicePtr, dst_context: Context, src: CuDevicePtr, src_context: Context, len: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy2D_v2(copy: *const Memcpy2D) -> CuResult;
+            Driver observed fn cuMemcpy2D_v2_ptds(copy: *const Memcpy2D) -> CuResult;
+            Driver observed fn cuMemcpy2DUnaligned_v2(copy: *const Memcpy2D) -> CuResult;
+            Driver observed fn cuMemcpy2DUnaligned_v2_ptds(copy: *const Memcpy2D) -> CuResult;
+            Driver observed fn cuMemcpy2DAsync_v2(copy: *const Memcpy2D, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy2DAsync_v2_ptsz(copy: *const Memcpy2D, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3D_v2(copy: *const Memcpy3D) -> CuResult;
+            Driver observed fn cuMemcpy3D_v2_ptds(copy: *const Memcpy3D) -> CuResult;
+            Driver observed fn cuMemcpy3DAsync_v2(copy: *const Memcpy3D, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DAsync_v2_ptsz(copy: *const Memcpy3D, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DPeer(copy: *const Memcpy3D) -> CuResult;
+            Driver observed fn cuMemcpy3DPeer_ptds(copy: *const Memcpy3D) -> CuResult;
+            Driver observed fn cuMemcpy3DPeerAsync(copy: *const Memcpy3D, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DPeerAsync_ptsz(copy: *const Memcpy3D, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyBatchAsync(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, fail_index: *mut usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyBatchAsync_ptsz(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, fail_index: *mut usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyBatchAsync_v2(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyBatchAsync_v2_ptsz(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, stream: Stream) -> CuResult;
             // NVML (libnvidia-ml.so.1).
             Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
             Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;
@@ -382,6 +444,15 @@ mod tests {
             "cuMemRelease",
             "cuGetProcAddress",
             "cuGetProcAddress_v2",
+            "cuMemsetD8_v2",
+            "cuMemsetD32Async_ptsz",
+            "cuMemcpy",
+            "cuMemcpyAsync",
+            "cuMemcpyHtoD_v2",
+            "cuMemcpyDtoH_v2",
+            "cuMemcpy2DAsync_v2",
+            "cuMemcpy3DPeer_ptds",
+            "cuMemcpyBatchAsync_v2",
             "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetMemoryInfo_v2",
             "dlsym",

@@ -9,8 +9,10 @@
 mod cublas;
 mod cublas_lt;
 mod driver;
+mod driver_routes;
 mod graphs;
 mod launch;
+mod memory_ops;
 mod nvml;
 mod pointer_attributes;
 mod routing;

@@ -1,8 +1,9 @@
 //! Handing out hooks where programs look functions up at run time: `dlsym` (ollama
 //! dlopens libcuda and dlsyms cuDeviceTotalMem_v2), `cuGetProcAddress(_v2)` (the CUDA
 //! runtime and PyTorch reach the driver this way) and `cudaGetDriverEntryPoint(ByVersion)`.
-//! Each asks the real function first, records the real address it returned for the hook,
-//! and returns the hook instead; names the table does not hook pass through untouched.
+//! Each asks the real function first, records the real address it returned for the hook
+//! (which hook a driver name means at a version: `driver_routes`), and returns the hook
+//! instead; names the table does not hook pass through untouched.
 //!
 //! `dlsym` and `dlopen` are naked trampolines on x86_64: glibc uses the caller's return
 //! address to resolve `RTLD_NEXT` and to pick the RPATH/RUNPATH and namespace of a
@@ -15,7 +16,8 @@ use std::ptr;
 
 use crate::cuda::ffi::*;
 use crate::cuda::libs;
-use crate::cuda::real::{self, pfn, Api, Function, HookAddresses};
+use crate::cuda::real::{self, pfn, Api, HookAddresses};
+use crate::hooks::driver_routes::driver_hook_for;
 use crate::sys::phase;
 
 /// What the `dlsym` trampoline does: return `answer` if non-null, else tail-call
@@ -100,134 +102,6 @@ fn route_dlopen_flags(filename: *const c_char, flags: c_int) -> c_int {
 pub fn is_cuda_library(path: &[u8]) -> bool {
     let file = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
     CUDA_LIBRARY_MARKERS.iter().any(|marker| file.windows(marker.len()).any(|window| window == *marker))
-}
-
-/// How a cuGetProcAddress name maps to a hooked driver symbol.
-struct DriverRoute {
-    /// The name passed to cuGetProcAddress (no version suffix).
-    name: &'static [u8],
-    /// Lowest requested CUDA version (1000 * major + 10 * minor) this route applies to.
-    since: c_int,
-    /// The symbol meant at that version.
-    default: Function,
-    /// Another symbol the driver may return under the same name: the per-thread-stream
-    /// variant, or the other cuGetProcAddress form.
-    alternative: Option<Function>,
-    /// Whether `alternative` is what CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM asks for.
-    alternative_is_per_thread: bool,
-}
-
-const fn route(
-    name: &'static [u8],
-    since: c_int,
-    default: Function,
-    alternative: Option<Function>,
-    per_thread: bool,
-) -> DriverRoute {
-    DriverRoute { name, since, default, alternative, alternative_is_per_thread: per_thread }
-}
-
-/// Ordered by name, then by descending version, so the first match is the newest that
-/// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
-const DRIVER_ROUTES: [DriverRoute; 37] = [
-    route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
-    route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
-    route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
-    route(b"cuDeviceTotalMem", 3020, Function::cuDeviceTotalMem_v2, None, false),
-    route(b"cuMemAllocAsync", 11020, Function::cuMemAllocAsync, Some(Function::cuMemAllocAsync_ptsz), true),
-    route(b"cuMemFreeAsync", 11020, Function::cuMemFreeAsync, Some(Function::cuMemFreeAsync_ptsz), true),
-    route(
-        b"cuMemAllocFromPoolAsync",
-        11020,
-        Function::cuMemAllocFromPoolAsync,
-        Some(Function::cuMemAllocFromPoolAsync_ptsz),
-        true,
-    ),
-    route(b"cuIpcGetMemHandle", 4010, Function::cuIpcGetMemHandle, None, false),
-    route(b"cuPointerGetAttribute", 4000, Function::cuPointerGetAttribute, None, false),
-    route(b"cuPointerGetAttributes", 7000, Function::cuPointerGetAttributes, None, false),
-    route(b"cuMemCreate", 10020, Function::cuMemCreate, None, false),
-    route(b"cuMemRelease", 10020, Function::cuMemRelease, None, false),
-    route(b"cuGetProcAddress", 12000, Function::cuGetProcAddress_v2, Some(Function::cuGetProcAddress), false),
-    route(b"cuGetProcAddress", 11030, Function::cuGetProcAddress, Some(Function::cuGetProcAddress_v2), false),
-    route(b"cuLaunchKernel", 4000, Function::cuLaunchKernel, Some(Function::cuLaunchKernel_ptsz), true),
-    route(b"cuLaunchKernelEx", 11060, Function::cuLaunchKernelEx, Some(Function::cuLaunchKernelEx_ptsz), true),
-    route(
-        b"cuLaunchCooperativeKernel",
-        9000,
-        Function::cuLaunchCooperativeKernel,
-        Some(Function::cuLaunchCooperativeKernel_ptsz),
-        true,
-    ),
-    route(b"cuLaunchHostFunc", 10000, Function::cuLaunchHostFunc, Some(Function::cuLaunchHostFunc_ptsz), true),
-    route(b"cuGraphInstantiate", 12000, Function::cuGraphInstantiateWithFlags, None, false),
-    route(b"cuGraphInstantiate", 11000, Function::cuGraphInstantiate_v2, None, false),
-    route(b"cuGraphInstantiateWithFlags", 11040, Function::cuGraphInstantiateWithFlags, None, false),
-    route(
-        b"cuGraphInstantiateWithParams",
-        12000,
-        Function::cuGraphInstantiateWithParams,
-        Some(Function::cuGraphInstantiateWithParams_ptsz),
-        true,
-    ),
-    route(b"cuGraphLaunch", 10000, Function::cuGraphLaunch, Some(Function::cuGraphLaunch_ptsz), true),
-    route(b"cuGraphExecDestroy", 10000, Function::cuGraphExecDestroy, None, false),
-    route(b"cuGraphExecKernelNodeSetParams", 12000, Function::cuGraphExecKernelNodeSetParams_v2, None, false),
-    route(b"cuGraphExecKernelNodeSetParams", 10010, Function::cuGraphExecKernelNodeSetParams, None, false),
-    route(b"cuGraphExecNodeSetParams", 12020, Function::cuGraphExecNodeSetParams, None, false),
-    route(b"cuGraphExecUpdate", 12000, Function::cuGraphExecUpdate_v2, None, false),
-    route(b"cuGraphExecUpdate", 10020, Function::cuGraphExecUpdate, None, false),
-    route(
-        b"cuStreamBeginCapture",
-        10010,
-        Function::cuStreamBeginCapture_v2,
-        Some(Function::cuStreamBeginCapture_v2_ptsz),
-        true,
-    ),
-    route(
-        b"cuStreamBeginCapture",
-        10000,
-        Function::cuStreamBeginCapture,
-        Some(Function::cuStreamBeginCapture_ptsz),
-        true,
-    ),
-    route(
-        b"cuStreamBeginCaptureToGraph",
-        12030,
-        Function::cuStreamBeginCaptureToGraph,
-        Some(Function::cuStreamBeginCaptureToGraph_ptsz),
-        true,
-    ),
-    route(b"cuStreamEndCapture", 10000, Function::cuStreamEndCapture, Some(Function::cuStreamEndCapture_ptsz), true),
-    route(b"cuTensorMapEncodeTiled", 12000, Function::cuTensorMapEncodeTiled, None, false),
-    route(b"cuTensorMapEncodeIm2col", 12000, Function::cuTensorMapEncodeIm2col, None, false),
-    route(b"cuTensorMapEncodeIm2colWide", 12080, Function::cuTensorMapEncodeIm2colWide, None, false),
-    route(b"cuTensorMapReplaceAddress", 12000, Function::cuTensorMapReplaceAddress, None, false),
-];
-
-/// Which hook the driver's answer `found` for (`name`, `version`, `flags`) belongs to.
-/// The driver's own exported addresses decide when they match (so a driver that maps
-/// versions differently from cudaTypedefs.h is still followed); otherwise the version
-/// table and the per-thread flag do.
-fn driver_hook_for(name: &[u8], version: c_int, flags: u64, found: *mut c_void) -> Option<Function> {
-    if !DRIVER_ROUTES.iter().any(|route| route.name == name) {
-        // A hooked symbol asked for by its exact exported name (e.g. "cuMemAlloc_v2").
-        return real::find_hooked(name).filter(|function| real::info(*function).api == Api::Driver);
-    }
-    // Older than every route: the function of that version is not one the shim hooks.
-    let route = DRIVER_ROUTES.iter().find(|route| route.name == name && version >= route.since)?;
-    if let Some(alternative) = route.alternative {
-        if real::address(alternative) == found {
-            return Some(alternative);
-        }
-        if real::address(route.default) != found
-            && route.alternative_is_per_thread
-            && flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0
-        {
-            return Some(alternative);
-        }
-    }
-    Some(route.default)
 }
 
 /// After a real lookup that answered `result`: if that is `success`, the lookup stored
@@ -376,48 +250,6 @@ mod tests {
     use super::*;
 
     static NO_HOOKS: HookAddresses = HookAddresses([std::ptr::null(); real::FUNCTION_COUNT]);
-
-    // Addresses no real lookup returns, so the version table decides.
-    const FOREIGN: *mut c_void = 0x10 as *mut c_void;
-
-    #[test]
-    fn versions_select_the_v2_symbols() {
-        assert_eq!(driver_hook_for(b"cuMemAlloc", 12000, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
-        assert_eq!(driver_hook_for(b"cuMemAlloc", 3020, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
-        assert_eq!(driver_hook_for(b"cuMemAlloc", 3010, 0, FOREIGN), None, "32-bit cuMemAlloc is not hooked");
-        assert_eq!(driver_hook_for(b"cuMemGetInfo", 13000, 0, FOREIGN), Some(Function::cuMemGetInfo_v2));
-        assert_eq!(driver_hook_for(b"cuDeviceTotalMem", 12080, 0, FOREIGN), Some(Function::cuDeviceTotalMem_v2));
-        assert_eq!(driver_hook_for(b"cuMemCreate", 10000, 0, FOREIGN), None);
-        assert_eq!(driver_hook_for(b"cuMemHostRegister", 12000, 0, FOREIGN), None);
-    }
-
-    #[test]
-    fn per_thread_flag_selects_ptsz() {
-        assert_eq!(driver_hook_for(b"cuMemAllocAsync", 12000, 0, FOREIGN), Some(Function::cuMemAllocAsync));
-        assert_eq!(
-            driver_hook_for(b"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, FOREIGN),
-            Some(Function::cuMemAllocAsync_ptsz)
-        );
-        assert_eq!(
-            driver_hook_for(b"cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, FOREIGN),
-            Some(Function::cuMemFreeAsync_ptsz)
-        );
-        assert_eq!(driver_hook_for(b"cuMemAllocAsync", 11010, 0, FOREIGN), None);
-    }
-
-    #[test]
-    fn get_proc_address_form_follows_the_version() {
-        assert_eq!(driver_hook_for(b"cuGetProcAddress", 12000, 0, FOREIGN), Some(Function::cuGetProcAddress_v2));
-        assert_eq!(driver_hook_for(b"cuGetProcAddress", 13000, 0, FOREIGN), Some(Function::cuGetProcAddress_v2));
-        assert_eq!(driver_hook_for(b"cuGetProcAddress", 11080, 0, FOREIGN), Some(Function::cuGetProcAddress));
-    }
-
-    #[test]
-    fn exact_hooked_driver_names_route_to_themselves_but_others_do_not() {
-        assert_eq!(driver_hook_for(b"cuMemAlloc_v2", 12000, 0, FOREIGN), Some(Function::cuMemAlloc_v2));
-        assert_eq!(driver_hook_for(b"cudaMalloc", 12000, 0, FOREIGN), None);
-        assert_eq!(driver_hook_for(b"nvmlDeviceGetMemoryInfo", 12000, 0, FOREIGN), None);
-    }
 
     #[test]
     fn deepbind_is_dropped_only_for_cuda_libraries() {

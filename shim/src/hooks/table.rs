@@ -11,7 +11,7 @@
 //! below; `called` lines are not hooked. A hook whose real function cannot be found
 //! answers what a missing library would (`ffi::Missing`).
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
 
 use crate::cuda::ffi::*;
 use crate::cuda::launch_ffi::*;
@@ -58,6 +58,8 @@ mod imp {
         launch_kernel_ex as cuLaunchKernelEx, launch_kernel_ex_ptsz as cuLaunchKernelEx_ptsz,
         launch_kernel_ptsz as cuLaunchKernel_ptsz,
     };
+    // Named as in C where they are made (`memory_op_hooks!`).
+    pub use crate::hooks::memory_ops::*;
     pub use crate::hooks::nvml::{
         device_get_memory_info as nvmlDeviceGetMemoryInfo, device_get_memory_info_v2 as nvmlDeviceGetMemoryInfo_v2,
     };

@@ -35,9 +35,12 @@ pub enum Enqueued {
 }
 
 /// Whether work enqueued on `stream` runs or is captured. A stream the driver cannot
-/// answer for is taken as running (the launch the driver accepted on it ran).
+/// answer for is taken as running (the launch the driver accepted on it ran). The legacy
+/// stream is not asked: the driver never captures it (it refuses a capture on it, and
+/// work on it that a capture in progress would have to wait for), so what it accepted
+/// there runs; synchronous copies and memsets, on cudaMemcpy's path, are enqueued there.
 pub fn enqueued_on(stream: Stream) -> Enqueued {
-    if CAPTURES.load(Ordering::Relaxed) == 0 {
+    if CAPTURES.load(Ordering::Relaxed) == 0 || stream.is_legacy() {
         return Enqueued::Runs;
     }
     match cuda::stream_is_capturing(stream) {

@@ -1,6 +1,7 @@
 //! The live allocations as address ranges, read without a lock: what a kernel launch's
-//! parameters name (`launch`) is looked up here on every launch, from any thread, so
-//! the lookup must cost a few nanoseconds and never wait for an allocation in progress.
+//! parameters name, and where a copy or memset writes and reads (`launch`), is looked up
+//! here on every launch and copy, from any thread, so the lookup must cost a few
+//! nanoseconds and never wait for an allocation in progress.
 //!
 //! The registry (`registry`) owns the allocations and keeps this index in step: it
 //! inserts and removes ranges under its own lock, so writers are serialised there and
@@ -15,12 +16,16 @@ use arc_swap::ArcSwapOption;
 
 use crate::cuda::ffi::CuDevicePtr;
 
-/// What launches did to one allocation: its heat, as seen from the launches' side.
+/// What launches did to one allocation: its heat, as seen from the launches' side, and
+/// its writers.
 #[derive(Debug, Default)]
 pub struct RangeUse {
     /// Kernel launches (and graph kernel nodes, at each graph launch) whose parameters
-    /// named an address inside the range.
+    /// named an address inside the range, and copies and memsets that read or wrote in it.
     launches: AtomicU64,
+    /// Copies and memsets that wrote in the range: what look-ahead staging must not run
+    /// ahead of (a copy of the range staged before them would be stale).
+    writes: AtomicU64,
 }
 
 impl RangeUse {
@@ -30,6 +35,16 @@ impl RangeUse {
 
     pub fn launches(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
+    }
+
+    /// A copy or memset wrote in the range (it counts as a launch naming it too).
+    pub fn note_write(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
     }
 }
 

@@ -288,15 +288,16 @@ impl Movable {
         self.heat.load(Ordering::Relaxed).saturating_add(named.saturating_mul(self.len))
     }
 
-    /// Its entry in the address index, counted by the launches that name it.
+    /// Its entry in the address index, counted by the launches, copies and memsets
+    /// that name it.
     pub fn uses(&self) -> Arc<RangeUse> {
         Arc::clone(&self.uses)
     }
 
-    /// The heat: what products read since the last tick, and for each launch that named
-    /// it since, its length (a launch's parameters say where it reads, not how much: a
-    /// kernel reading all of it is the case that costs most in T2); halved for the next
-    /// tick.
+    /// The heat: what products read since the last tick, and for each launch, copy or
+    /// memset that named it since, its length (a launch's parameters say where it reads,
+    /// not how much: a kernel reading all of it is the case that costs most in T2);
+    /// halved for the next tick.
     pub fn take_heat(&self) -> u64 {
         let launches = self.uses.launches();
         let named = launches.saturating_sub(self.launches_seen.swap(launches, Ordering::Relaxed));

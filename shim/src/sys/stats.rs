@@ -47,7 +47,9 @@ pub struct Stats {
     /// Launch observation: kernels launched (graph kernel nodes at each graph launch),
     /// those whose parameters could not all be read, allocations named by them, launches
     /// recorded into a graph being captured (not run), graph launches and those of
-    /// graphs not fully read, copies and memsets run by graphs, host functions run.
+    /// graphs not fully read, copies and memsets, direct or in graphs (graph nodes at
+    /// each graph launch; not those recorded into a graph being captured, nor those of
+    /// zero bytes), host functions run.
     pub launches: AtomicU64,
     pub launches_unread: AtomicU64,
     pub launch_namings: AtomicU64,

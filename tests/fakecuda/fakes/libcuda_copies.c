@@ -1,6 +1,6 @@
 /* Fake libcuda.so.1 (see libcuda.c): memsets of 8/16/32-bit elements (1D and pitched
- * 2D), 2D and 3D copies, peer copies and batched copies, each in its synchronous, async
- * and per-thread-default-stream forms. (cuMemsetD8_v2, cuMemsetD8Async and the 1D
+ * 2D), 2D and 3D copies, 3D and 1D peer copies and batched copies, each in its
+ * synchronous, async and per-thread-default-stream forms. (cuMemsetD8_v2, cuMemsetD8Async and the 1D
  * copies are in libcuda_memory.c.) Work on a capturing stream becomes graph nodes. */
 #define _GNU_SOURCE
 #include "libcuda_entry.h"
@@ -140,6 +140,38 @@ EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s)
 {
     GATE(1, 1);
     return copy3d_call(__func__, p, PTS(s), 1);
+}
+
+/* A 3D copy between contexts: both must be valid (the fake's devices share one address
+ * space, so the copy itself is a 3D copy). */
+static CUresult copy3d_peer_call(const char *name, const CUDA_MEMCPY3D_PEER *p, CUstream s, int async)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fg_ctx_valid(p->srcContext) || !fg_ctx_valid(p->dstContext))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUDA_MEMCPY3D c;
+    _Static_assert(sizeof c == sizeof *p, "CUDA_MEMCPY3D_PEER has CUDA_MEMCPY3D's layout");
+    memcpy(&c, p, sizeof c);
+    c.reserved0 = c.reserved1 = NULL;
+    return copy3d_call(name, &c, s, async);
+}
+
+EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p) { GATE(1, 0); return copy3d_peer_call(__func__, p, NULL, 0); }
+EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *p)
+{
+    GATE(1, 0);
+    return copy3d_peer_call(__func__, p, CU_STREAM_PER_THREAD, 1);
+}
+EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    GATE(1, 0);
+    return copy3d_peer_call(__func__, p, s, 1);
+}
+EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    GATE(1, 0);
+    return copy3d_peer_call(__func__, p, PTS(s), 1);
 }
 
 /* ------------------------------------------------------------------ peer copies */

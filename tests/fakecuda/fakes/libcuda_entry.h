@@ -81,6 +81,8 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void * src, size_t n
 EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void * src, size_t n, CUstream s);
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void * dst, CUdeviceptr src, size_t n, CUstream s);
 EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void * dst, CUdeviceptr src, size_t n, CUstream s);
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d);
 
 /* libcuda_streams.c: streams and events. */
@@ -177,6 +179,10 @@ EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p);
 EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p);
 EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s);
 EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s);
+EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p);
+EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *p);
+EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s);
+EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstream s);
 EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n);
 EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n);
 EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,

@@ -451,6 +451,8 @@ COPY_ASYNC(cuMemcpyHtoDAsync_v2, CUdeviceptr, const void *, dst, (CUdeviceptr)(u
 COPY_ASYNC(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void *, dst, (CUdeviceptr)(uintptr_t)src, CU_STREAM_PER_THREAD)
 COPY_ASYNC(cuMemcpyDtoHAsync_v2, void *, CUdeviceptr, (CUdeviceptr)(uintptr_t)dst, src, NULL)
 COPY_ASYNC(cuMemcpyDtoHAsync_v2_ptsz, void *, CUdeviceptr, (CUdeviceptr)(uintptr_t)dst, src, CU_STREAM_PER_THREAD)
+COPY_ASYNC(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr, dst, src, NULL)
+COPY_ASYNC(cuMemcpyDtoDAsync_v2_ptsz, CUdeviceptr, CUdeviceptr, dst, src, CU_STREAM_PER_THREAD)
 
 EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n)
 {

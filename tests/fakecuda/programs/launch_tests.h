@@ -1,5 +1,6 @@
 /* What gblaunch's files share (launch_tests.c: the driver's launch paths;
- * launch_graphs.c: capture, graphs and the runtime). */
+ * launch_graphs.c: capture, graphs and the runtime; launch_memory_ops.c: copies and
+ * memsets). */
 #ifndef LAUNCH_TESTS_H
 #define LAUNCH_TESTS_H
 #include "testutil.h"
@@ -73,11 +74,12 @@ extern const char launch_ptx[];
 int test_graphs(int argc, char **argv);
 int test_runtime(int argc, char **argv);
 int test_capture(int argc, char **argv);
+int test_memory_ops(int argc, char **argv);
 /* ---- What the shim observed, against what the fake device ran (a profiler's count).
  * observed_reset() starts both counts; observed_check() fails when, since then, the
- * shim counted other kernel launches or host functions than the device ran, or another
- * number of launches it could not fully read. Without the shim (control runs) only the
- * fake's counts are reset. ---- */
+ * shim counted other kernel launches, host functions, or copies and memsets than the
+ * device ran, or another number of launches it could not fully read. Without the shim
+ * (control runs) only the fake's counts are reset. ---- */
 #include "shimstats.h"
 static struct shim_stats observed_base;
 static inline int shim_observes(void)
@@ -96,13 +98,18 @@ static inline void observed_check(const char *what, unsigned long long unread)
     struct shim_stats now = shim_stats();
     unsigned long long launches = now.launches - observed_base.launches, kernels = fakegpu_count("kernel");
     unsigned long long hostfns = now.host_funcs - observed_base.host_funcs;
-    printf("observed %s: %llu launches (%llu unread), %llu allocations named, %llu graph launches, %llu captured\n",
+    printf("observed %s: %llu launches (%llu unread), %llu allocations named, %llu graph launches, %llu captured, "
+           "%llu copies and memsets\n",
            what, launches, now.launches_unread - observed_base.launches_unread,
            now.launch_namings - observed_base.launch_namings, now.graph_launches - observed_base.graph_launches,
-           now.captured_launches - observed_base.captured_launches);
+           now.captured_launches - observed_base.captured_launches, now.memory_ops - observed_base.memory_ops);
     CHECK(launches == kernels, "%s: the shim saw %llu kernel launches, the device ran %llu\n", what, launches, kernels);
     CHECK(hostfns == fakegpu_count("hostfn"), "%s: the shim saw %llu host functions, the device ran %llu\n", what,
           hostfns, fakegpu_count("hostfn"));
+    unsigned long long memory_ops = now.memory_ops - observed_base.memory_ops;
+    unsigned long long device_ops = fakegpu_count("memset") + fakegpu_count("memcpy");
+    CHECK(memory_ops == device_ops, "%s: the shim saw %llu copies and memsets, the device ran %llu\n", what, memory_ops,
+          device_ops);
     CHECK(now.launches_unread - observed_base.launches_unread == unread, "%s: %llu launches not fully read, want %llu\n",
           what, now.launches_unread - observed_base.launches_unread, unread);
 }

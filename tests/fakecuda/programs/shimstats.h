@@ -37,11 +37,20 @@ static inline struct shim_stats shim_stats(void)
     return s;
 }
 
-/* Kernel launches that named the allocation holding p (`greenboost_shim_launches_naming`). */
+/* Kernel launches, copies and memsets that named the allocation holding p
+ * (`greenboost_shim_launches_naming`). */
 static inline unsigned long long shim_launches_naming(const void *p)
 {
     unsigned long long (*get)(CUdeviceptr) =
         (unsigned long long (*)(CUdeviceptr))dlsym(RTLD_DEFAULT, "greenboost_shim_launches_naming");
+    return get ? get((CUdeviceptr)(uintptr_t)p) : 0;
+}
+
+/* Copies and memsets that wrote in the allocation holding p (`greenboost_shim_writes_naming`). */
+static inline unsigned long long shim_writes_naming(const void *p)
+{
+    unsigned long long (*get)(CUdeviceptr) =
+        (unsigned long long (*)(CUdeviceptr))dlsym(RTLD_DEFAULT, "greenboost_shim_writes_naming");
     return get ? get((CUdeviceptr)(uintptr_t)p) : 0;
 }
 
