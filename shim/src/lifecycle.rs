@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backend;
 use crate::engine::tier_thread;
-use crate::launch::tensor_maps;
+use crate::launch::{tensor_maps, texture_objects};
 use crate::memory::budget;
 use crate::memory::movable;
 use crate::memory::registry;
@@ -97,6 +97,7 @@ extern "C" fn after_fork_in_child() {
     tier_thread::restart_in_child();
     publish::forget_in_child();
     tensor_maps::reset_in_child();
+    texture_objects::reset_in_child();
     if stats::load(&STATS.t1_allocs) != 0 || stats::load(&STATS.t2_allocs) != 0 {
         phase::step_aside_after_fork();
     }

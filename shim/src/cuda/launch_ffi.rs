@@ -277,6 +277,19 @@ pub const TENSOR_MAP_BYTES: usize = 128;
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: a capture that ended broken (it is over).
 pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: c_int = 901;
 
+/// CUDA_RESOURCE_DESC as far as a texture object's memory goes: the resource type, and the
+/// device pointer that a linear and a pitched resource both hold first in the union (which
+/// a `CUdeviceptr` aligns to 8). The rest of the 144-byte struct is never read here.
+#[repr(C)]
+pub struct ResourceDesc {
+    pub res_type: c_int,
+    pub device_ptr: CuDevicePtr,
+}
+
+/// Resource types whose memory is an allocation's (arrays are not).
+pub const CU_RESOURCE_TYPE_LINEAR: c_int = 2;
+pub const CU_RESOURCE_TYPE_PITCH2D: c_int = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -128,6 +128,8 @@ macro_rules! cuda_functions {
             Driver observed fn cuGraphExecNodeSetParams(exec: GraphExec, node: GraphNode, params: *mut GraphNodeParamsPrefix) -> CuResult;
             Driver observed fn cuGraphExecUpdate_v2(exec: GraphExec, graph: Graph, result_info: *mut c_void) -> CuResult;
             Driver observed fn cuGraphExecUpdate(exec: GraphExec, graph: Graph, error_node: *mut GraphNode, result: *mut c_int) -> CuResult;
+            Driver observed fn cuTexObjectCreate(texture: *mut u64, resource: *const ResourceDesc, texture_desc: *const c_void, view_desc: *const c_void) -> CuResult;
+            Driver observed fn cuTexObjectDestroy(texture: u64) -> CuResult;
             Driver observed fn cuStreamBeginCapture(stream: Stream) -> CuResult;
             Driver observed fn cuStreamBeginCapture_ptsz(stream: Stream) -> CuResult;
             Driver observed fn cuStreamBeginCapture_v2(stream: Stream, mode: c_int) -> CuResult;

@@ -36,7 +36,7 @@ const fn route(
 
 /// Ordered by name, then by descending version, so the first match is the newest that
 /// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
-const DRIVER_ROUTES: [DriverRoute; 68] = [
+const DRIVER_ROUTES: [DriverRoute; 70] = [
     route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
     route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
     route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
@@ -51,6 +51,8 @@ const DRIVER_ROUTES: [DriverRoute; 68] = [
         true,
     ),
     route(b"cuIpcGetMemHandle", 4010, Function::cuIpcGetMemHandle, None, false),
+    route(b"cuTexObjectCreate", 5000, Function::cuTexObjectCreate, None, false),
+    route(b"cuTexObjectDestroy", 5000, Function::cuTexObjectDestroy, None, false),
     route(b"cuPointerGetAttribute", 4000, Function::cuPointerGetAttribute, None, false),
     route(b"cuPointerGetAttributes", 7000, Function::cuPointerGetAttributes, None, false),
     route(b"cuMemCreate", 10020, Function::cuMemCreate, None, false),

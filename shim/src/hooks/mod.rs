@@ -19,3 +19,4 @@ mod routing;
 mod runtime;
 mod table;
 mod tensor_maps;
+mod texture_objects;

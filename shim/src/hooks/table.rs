@@ -82,6 +82,9 @@ mod imp {
         tensor_map_encode_im2col_wide as cuTensorMapEncodeIm2colWide,
         tensor_map_encode_tiled as cuTensorMapEncodeTiled, tensor_map_replace_address as cuTensorMapReplaceAddress,
     };
+    pub use crate::hooks::texture_objects::{
+        tex_object_create as cuTexObjectCreate, tex_object_destroy as cuTexObjectDestroy,
+    };
 }
 
 macro_rules! hook_body {

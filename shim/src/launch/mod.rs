@@ -19,3 +19,4 @@ pub(crate) mod memory_ops;
 mod naming;
 mod param_layout;
 pub(crate) mod tensor_maps;
+pub(crate) mod texture_objects;

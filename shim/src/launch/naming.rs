@@ -1,7 +1,8 @@
 //! Which allocations a launch names: every pointer-sized word of every parameter value
 //! (pointer arguments, and pointers inside structs passed by value) looked up in the
-//! address index, and every tensor map passed by value looked up among the maps the
-//! program encoded. A value that merely equals an address inside an allocation is
+//! address index, every tensor map passed by value looked up among the maps the
+//! program encoded, and every word that is a live texture object's handle taken for the
+//! memory it reads. A value that merely equals an address inside an allocation is
 //! counted as naming it: a kernel may be given a pointer in any form, and a false
 //! naming only warms a range, where a missed one would hide a reader.
 
@@ -12,7 +13,7 @@ use crate::cuda::launch_ffi::{
     CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END, TENSOR_MAP_BYTES,
 };
 use crate::launch::param_layout::{self, Layout, Param};
-use crate::launch::tensor_maps;
+use crate::launch::{tensor_maps, texture_objects};
 use crate::memory::address_index::{Range, Snapshot};
 
 /// Where a launch's parameter values are, as cuLaunchKernel takes them.
@@ -152,7 +153,10 @@ unsafe fn name(
             naming.read = false;
             continue;
         };
-        words(bytes, &mut note);
+        words(bytes, |word| match texture_objects::address_of(word) {
+            Some(address) => note(address),
+            None => note(word),
+        });
         if bytes.len() == TENSOR_MAP_BYTES {
             if let Some(address) = tensor_maps::address_of(bytes) {
                 note(address);

@@ -17,4 +17,5 @@ pub(crate) mod lock_order;
 pub(crate) mod phase;
 pub(crate) mod publish;
 pub(crate) mod shm_path;
+pub(crate) mod slot_table;
 pub(crate) mod stats;

@@ -224,6 +224,24 @@ typedef struct {
 } CUlaunchConfig;
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned. */
 typedef struct { _Alignas(64) cuuint64_t opaque[16]; } CUtensorMap;
+/* Texture objects over linear or pitched device memory (the resource types whose memory is
+ * an allocation; arrays are not). */
+typedef unsigned long long CUtexObject;
+enum { CU_RESOURCE_TYPE_ARRAY = 0, CU_RESOURCE_TYPE_MIPMAPPED_ARRAY = 1, CU_RESOURCE_TYPE_LINEAR = 2,
+       CU_RESOURCE_TYPE_PITCH2D = 3 };
+typedef struct {
+    int resType;
+    union {
+        struct { CUdeviceptr devPtr; int format; unsigned numChannels; size_t sizeInBytes; } linear;
+        struct { CUdeviceptr devPtr; int format; unsigned numChannels; size_t width, height, pitchInBytes; } pitch2D;
+        struct { int reserved[32]; } reserved;
+    } res;
+    unsigned flags;
+} CUDA_RESOURCE_DESC;
+typedef struct { int reserved[32]; } CUDA_TEXTURE_DESC;
+CUresult cuTexObjectCreate(CUtexObject *tex, const CUDA_RESOURCE_DESC *res, const CUDA_TEXTURE_DESC *desc,
+                           const void *view);
+CUresult cuTexObjectDestroy(CUtexObject tex);
 /* An IPC handle of device memory (cuIpcGetMemHandle), 64 opaque bytes. */
 typedef struct { char reserved[64]; } CUipcMemHandle;
 CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p);

@@ -332,6 +332,8 @@ static const struct proc {
     P("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
     P("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
     P("cuTensorMapEncodeTiled", 12000, cuTensorMapEncodeTiled),
+    P("cuTexObjectCreate", 5000, cuTexObjectCreate),
+    P("cuTexObjectDestroy", 5000, cuTexObjectDestroy),
     PT("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
     PT("cuMemsetD16", 3020, cuMemsetD16_v2, cuMemsetD16_v2_ptds),
     PT("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),

@@ -178,3 +178,31 @@ EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType typ
     fg_log("cuTensorMapEncodeTiled rank=%u -> 0", rank);
     return CUDA_SUCCESS;
 }
+
+/* Texture objects: over linear or pitched device memory the fake knows (arrays are not
+ * modelled: CUDA_ERROR_NOT_SUPPORTED). */
+EXPORT CUresult cuTexObjectCreate(CUtexObject *tex, const CUDA_RESOURCE_DESC *res, const CUDA_TEXTURE_DESC *desc,
+                                  const void *view)
+{
+    GATE(1, 1);
+    (void)view;
+    CUresult rc;
+    if (!tex || !res || !desc)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (res->resType != CU_RESOURCE_TYPE_LINEAR && res->resType != CU_RESOURCE_TYPE_PITCH2D)
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    else if (!strcmp(fakegpu_ptr_kind(res->res.linear.devPtr), "none"))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = fg_texture_create(tex, res->res.linear.devPtr);
+    fg_log("cuTexObjectCreate type=%d ptr=%#llx -> %d", res ? res->resType : -1, res ? res->res.linear.devPtr : 0, rc);
+    return rc;
+}
+
+EXPORT CUresult cuTexObjectDestroy(CUtexObject tex)
+{
+    GATE(1, 1);
+    CUresult rc = fg_texture_destroy(tex);
+    fg_log("cuTexObjectDestroy %llu -> %d", tex, rc);
+    return rc;
+}

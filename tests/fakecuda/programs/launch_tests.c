@@ -22,7 +22,8 @@ const char launch_ptx[] =
     ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1, .param .u64 p2,"
     " .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)\n{ ret; }\n"
     ".visible .entry fk_gather(.param .u64 out, .param .u64 ptrs, .param .u64 count, .param .u64 n)\n{ ret; }\n"
-    ".visible .entry fk_tma(.param .align 64 .b8 map[128], .param .u64 out, .param .u64 n)\n{ ret; }\n";
+    ".visible .entry fk_tma(.param .align 64 .b8 map[128], .param .u64 out, .param .u64 n)\n{ ret; }\n"
+    ".visible .entry fk_tex(.param .u64 tex, .param .u64 out, .param .u64 n)\n{ ret; }\n";
 
 #define N 4096
 static size_t budget_blocks = 4 * MiB; /* buffer size: large enough to go to T2 under a small budget */
@@ -73,13 +74,14 @@ static int test_driver(int argc, char **argv)
 {
     (void)argc; (void)argv;
     CUmodule m;
-    CUfunction fill, add, st, gather, tma;
+    CUfunction fill, add, st, gather, tma, tex;
     OK(cuModuleLoadData(&m, launch_ptx));
     OK(cuModuleGetFunction(&fill, m, "fk_fill_u32"));
     OK(cuModuleGetFunction(&add, m, "fk_add_f32"));
     OK(cuModuleGetFunction(&st, m, "fk_struct"));
     OK(cuModuleGetFunction(&gather, m, "fk_gather"));
     OK(cuModuleGetFunction(&tma, m, "fk_tma"));
+    OK(cuModuleGetFunction(&tex, m, "fk_tex"));
     CHECK(cuModuleGetFunction(&fill, m, "gb_copy16") == CUDA_ERROR_NOT_FOUND, "a name the image lacks was found\n");
     CUmodule bad;
     CHECK(cuModuleLoadData(&bad, ".visible .entry other_kernel(\n") == CUDA_ERROR_INVALID_IMAGE,
@@ -222,6 +224,27 @@ static int test_driver(int argc, char **argv)
     OK(cuStreamSynchronize(s));
     expect_all(out, N, 4.25f, "fk_tma");
     CHECK(!shim_observes() || named(a) == a_named + 1, "the memory behind the tensor map was not named\n");
+    /* fk_tex: a texture object's handle (a small integer) stands for its memory. */
+    CUDA_RESOURCE_DESC res = { .resType = CU_RESOURCE_TYPE_LINEAR };
+    res.res.linear.devPtr = a;
+    res.res.linear.sizeInBytes = N * 4;
+    CUDA_TEXTURE_DESC texture_desc = { { 0 } };
+    CUtexObject texture = 0;
+    OK(cuTexObjectCreate(&texture, &res, &texture_desc, NULL));
+    CHECK(texture != 0 && texture < 1024, "texture handle %llu: want a small integer, as the driver's\n", texture);
+    fillf(a, 5.5f, N);
+    void *xp[] = { &texture, &out, &n };
+    a_named = named(a);
+    OK(cuLaunchKernel(tex, 4, 1, 1, 256, 1, 1, 0, s, xp, NULL));
+    OK(cuStreamSynchronize(s));
+    expect_all(out, N, 5.5f, "fk_tex");
+    CHECK(!shim_observes() || named(a) == a_named + 1, "the memory behind the texture object was not named\n");
+    OK(cuTexObjectDestroy(texture));
+    /* A destroyed object names nothing: its handle is a plain number again. */
+    a_named = named(a);
+    OK(cuLaunchKernel(tex, 0 + 1, 1, 1, 1, 1, 1, 0, s, (void *[]){ &texture, &out, &(uint64_t){ 0 } }, NULL));
+    OK(cuStreamSynchronize(s));
+    CHECK(!shim_observes() || named(a) == a_named, "a destroyed texture object still named its memory\n");
 
     /* Memsets. */
     OK(cuMemsetD8_v2(a, 0x11, N * 4));
@@ -296,12 +319,14 @@ static int test_driver(int argc, char **argv)
 
     printf("counts: kernel %llu memset %llu memcpy %llu hostfn %llu\n", fakegpu_count("kernel"),
            fakegpu_count("memset"), fakegpu_count("memcpy"), fakegpu_count("hostfn"));
-    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 6, "cuLaunchKernel ran %llu kernels\n",
+    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 8, "cuLaunchKernel ran %llu kernels\n",
           fakegpu_count("kernel:cuLaunchKernel"));
     CHECK(fakegpu_count("kernel:cuLaunchKernelEx") == 1 && fakegpu_count("kernel:cuLaunchKernelEx_ptsz") == 1 &&
               fakegpu_count("kernel:cuLaunchKernel_ptsz") == 1 && fakegpu_count("kernel:cuLaunchCooperativeKernel") == 1,
           "per-path kernel counts wrong\n");
-    CHECK(fakegpu_count("kernel@fk_add_f32") == 5 && fakegpu_count("kernel@fk_tma") == 1, "per-kernel counts wrong\n");
+    CHECK(fakegpu_count("kernel@fk_add_f32") == 5 && fakegpu_count("kernel@fk_tma") == 1 &&
+              fakegpu_count("kernel@fk_tex") == 2,
+          "per-kernel counts wrong\n");
     CHECK(fakegpu_count("hostfn:cuLaunchHostFunc") == 1, "host function count wrong\n");
     CHECK(fakegpu_count("memset:cuMemsetD2D32_v2") == 1 && fakegpu_count("memcpy:cuMemcpy3DAsync_v2") == 1,
           "memset/memcpy path counts wrong\n");

@@ -174,6 +174,11 @@ CUresult fg_managed_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigne
 CUresult fg_managed_range_attribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n);
 /* Whether p is inside a live managed allocation. */
 int fg_managed_contains(CUdeviceptr p);
+/* Texture objects (fakegpu_textures.c): created over linear device memory, resolved by
+ * the fk_tex kernel; 0 for a handle that is not live. */
+CUresult fg_texture_create(CUtexObject *handle, CUdeviceptr address);
+CUresult fg_texture_destroy(CUtexObject handle);
+CUdeviceptr fg_texture_address(CUtexObject handle);
 /* Lock held. The managed allocation holding p: 1, its start and length (either pointer
  * may be NULL), else 0. */
 int fg_managed_range_locked(uintptr_t p, uintptr_t *base, size_t *size);
