@@ -212,6 +212,13 @@ const _: () = assert!(std::mem::size_of::<Memcpy3D>() == 200);
 const _: () = assert!(std::mem::offset_of!(Memcpy3D, dst_device) == 136);
 
 impl Memcpy3D {
+    /// A descriptor of zeros, for the driver to fill.
+    pub fn zeroed() -> Memcpy3D {
+        // SAFETY: every field is an integer or a raw pointer, for which all-zero bytes
+        // are a valid value (null pointers, type 0).
+        unsafe { std::mem::zeroed() }
+    }
+
     /// The first byte the copy reads (`None`: a CUDA array): row `y` of layer `z`, a
     /// layer being `src_height` rows.
     pub fn source_start(&self) -> Option<CuDevicePtr> {
@@ -289,6 +296,19 @@ pub struct ResourceDesc {
 /// Resource types whose memory is an allocation's (arrays are not).
 pub const CU_RESOURCE_TYPE_LINEAR: c_int = 2;
 pub const CU_RESOURCE_TYPE_PITCH2D: c_int = 3;
+
+/// CUDA_MEMSET_NODE_PARAMS: a graph memset node's destination and shape.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct MemsetNodeParams {
+    pub dst: CuDevicePtr,
+    pub pitch: usize,
+    pub value: c_uint,
+    pub element_size: c_uint,
+    pub width: usize,
+    pub height: usize,
+}
+const _: () = assert!(std::mem::size_of::<MemsetNodeParams>() == 40);
 
 #[cfg(test)]
 mod tests {

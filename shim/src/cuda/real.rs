@@ -148,6 +148,8 @@ macro_rules! cuda_functions {
             Driver called fn cuGraphNodeGetType(node: GraphNode, node_type: *mut c_int) -> CuResult;
             Driver called fn cuGraphKernelNodeGetParams_v2(node: GraphNode, params: *mut KernelNodeParams) -> CuResult;
             Driver called fn cuGraphKernelNodeGetParams(node: GraphNode, params: *mut KernelNodeParams) -> CuResult;
+            Driver called fn cuGraphMemsetNodeGetParams(node: GraphNode, params: *mut MemsetNodeParams) -> CuResult;
+            Driver called fn cuGraphMemcpyNodeGetParams(node: GraphNode, params: *mut Memcpy3D) -> CuResult;
             Driver called fn cuGraphChildGraphNodeGetGraph(node: GraphNode, graph: *mut Graph) -> CuResult;
             // Copies and memsets, each with its per-thread-default-stream form: observed
             // (`launch::memory_ops`). The shim's own copies (`calls`) call the real ones.

@@ -1,7 +1,8 @@
 //! CUDA graphs: what each executable graph launches, read once from its graph's nodes
 //! when it is instantiated (kernel nodes named as launches are, child graphs followed),
 //! kept up to date by the exec updates the program makes, and counted at every
-//! cuGraphLaunch as the kernels it runs.
+//! cuGraphLaunch as the kernels it runs; its copy and memset nodes name what they write
+//! and read, as direct ones do (`memory_ops`).
 //!
 //! An executable graph's nodes cannot be listed, only the graph's it came from: a graph
 //! instantiated through a path the shim does not see, a node kind whose work cannot be
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::cuda::ffi::{CuDevicePtr, CuResult, Stream};
-use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams};
+use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams, Memcpy3D, MemsetNodeParams};
 use crate::cuda::real;
 use crate::launch::capture::{self, Enqueued};
 use crate::launch::naming;
@@ -30,10 +31,20 @@ struct KernelNode {
     read: bool,
 }
 
+/// What one copy or memset node writes and reads: the starts of the allocations holding
+/// its first byte written and read, when it was read (`None`: not an allocation of the
+/// index, or a memset's value).
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoryNode {
+    written: Option<CuDevicePtr>,
+    read: Option<CuDevicePtr>,
+}
+
 /// What one executable graph runs at each launch.
 #[derive(Clone, Debug, Default)]
 struct ExecRecord {
     kernels: FxHashMap<usize, KernelNode>,
+    memory_nodes: Vec<MemoryNode>,
     memory_ops: u64,
     host_funcs: u64,
     /// Every node's work known.
@@ -112,6 +123,16 @@ pub fn launched(exec: GraphExec, stream: Stream) {
             }
         }
     }
+    for node in &record.memory_nodes {
+        let find = |start: Option<CuDevicePtr>| start.and_then(|start| snapshot.as_deref()?.find(start));
+        let written = find(node.written);
+        if let Some(range) = written {
+            range.uses.note_write();
+        }
+        if let Some(range) = find(node.read).filter(|read| written.is_none_or(|written| written.start != read.start)) {
+            range.uses.note_launch();
+        }
+    }
     stats::add(&STATS.launches, record.kernels.len() as u64);
     stats::add(&STATS.launches_unread, unread);
     stats::add(&STATS.launch_namings, namings);
@@ -150,7 +171,13 @@ fn read_graph(graph: Graph, record: &mut ExecRecord, snapshot: Option<&Snapshot>
                 });
                 record.kernels.insert(node.0 as usize, kernel);
             }
-            node_type::MEMCPY | node_type::MEMSET => record.memory_ops += 1,
+            node_type::MEMCPY | node_type::MEMSET => {
+                record.memory_ops += 1;
+                match memory_node(node, kind, snapshot) {
+                    Some(memory) => record.memory_nodes.push(memory),
+                    None => record.read = false,
+                }
+            }
             node_type::HOST => record.host_funcs += 1,
             node_type::GRAPH => match child_graph(node) {
                 Some(child) => read_graph(child, record, snapshot, depth + 1),
@@ -197,6 +224,25 @@ fn kernel_params(node: GraphNode) -> Option<KernelNodeParams> {
         (None, None) => return None,
     };
     (status == CuResult::SUCCESS).then_some(params)
+}
+
+/// What a copy or memset node writes and reads (`kind` is its type); `None` when the
+/// driver does not say.
+fn memory_node(node: GraphNode, kind: c_int, snapshot: Option<&Snapshot>) -> Option<MemoryNode> {
+    let start = |address: Option<CuDevicePtr>| address.and_then(|address| snapshot?.find(address)).map(|r| r.start);
+    if kind == node_type::MEMSET {
+        let get = real::cuGraphMemsetNodeGetParams()?;
+        let mut params = MemsetNodeParams::default();
+        // SAFETY: a memset node and room for its parameters, written by the driver.
+        (unsafe { get(node, &mut params) } == CuResult::SUCCESS)
+            .then(|| MemoryNode { written: start(Some(params.dst)), read: None })
+    } else {
+        let get = real::cuGraphMemcpyNodeGetParams()?;
+        let mut copy = Memcpy3D::zeroed();
+        // SAFETY: a copy node and room for its descriptor, written by the driver.
+        (unsafe { get(node, &mut copy) } == CuResult::SUCCESS)
+            .then(|| MemoryNode { written: start(copy.target_start()), read: start(copy.source_start()) })
+    }
 }
 
 fn child_graph(node: GraphNode) -> Option<Graph> {

@@ -371,6 +371,8 @@ static const struct proc {
     P("cuGraphGetNodes", 10000, cuGraphGetNodes),
     P("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
     P("cuGraphKernelNodeGetParams", 12000, cuGraphKernelNodeGetParams_v2),
+    P("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
+    P("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
     P("cuGraphKernelNodeSetParams", 12000, cuGraphKernelNodeSetParams_v2),
     P("cuGraphInstantiate", 11000, cuGraphInstantiate_v2),
     P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),

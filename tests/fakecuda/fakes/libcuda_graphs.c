@@ -139,6 +139,16 @@ EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
     GATE(1, 0);
     return fg_node_get_type(node, (int *)type);
 }
+EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p)
+{
+    GATE(1, 0);
+    return fg_node_memset_params(node, p);
+}
+EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D *p)
+{
+    GATE(1, 0);
+    return fg_node_memcpy_params(node, p);
+}
 /* The parameters point into the node's own copy, as the driver's do. */
 EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p)
 {

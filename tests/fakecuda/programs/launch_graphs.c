@@ -183,8 +183,17 @@ int test_graphs(int argc, char **argv)
     OK(cuGraphInstantiateWithFlags(&he, hg, 0));
     v = 7;
     OK(cuGraphExecKernelNodeSetParams_v2(he, nk, &p)); /* the exec runs 7, the graph keeps 6 */
+    unsigned long long out_writes = shim_writes_naming((void *)(uintptr_t)out),
+                       a_writes = shim_writes_naming((void *)(uintptr_t)a), a_named = named(a);
     OK(cuGraphLaunch(he, s));
     OK(cuStreamSynchronize(s));
+    /* The memset node writes out (the kernel node too, but launches are not writes), the
+     * copy node reads out and writes a. */
+    CHECK(!shim_observes() || (shim_writes_naming((void *)(uintptr_t)out) == out_writes + 1 &&
+                               shim_writes_naming((void *)(uintptr_t)a) == a_writes + 1 && named(a) == a_named + 1),
+          "graph copy and memset nodes: writes of out %llu (want %llu), of a %llu (want %llu)\n",
+          shim_writes_naming((void *)(uintptr_t)out), out_writes + 1, shim_writes_naming((void *)(uintptr_t)a),
+          a_writes + 1);
     uint32_t h[N];
     OK(cuMemcpyDtoH_v2(h, a, sizeof h));
     CHECK(h[0] == 7 && h[N - 1] == 7, "exec kernel node params not applied: %u\n", h[0]);

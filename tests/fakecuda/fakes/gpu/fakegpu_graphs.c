@@ -199,6 +199,25 @@ const struct fg_launch *fg_node_launch(CUgraphNode node)
     return node_valid(node) && node->op.kind == OP_KERNEL ? node->op.data : NULL;
 }
 
+/* A memset node's parameters and a copy node's descriptor, as the driver gives them back
+ * (the copy's pitches and heights filled in as the node keeps them). */
+CUresult fg_node_memset_params(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p)
+{
+    if (!p || !node_valid(node) || node->op.kind != OP_SET2D)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = (CUDA_MEMSET_NODE_PARAMS){ .dst = node->op.a, .pitch = node->op.pitch, .value = node->op.seed,
+                                    .elementSize = node->op.elem, .width = node->op.width, .height = node->op.height };
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_node_memcpy_params(CUgraphNode node, CUDA_MEMCPY3D *p)
+{
+    if (!p || !node_valid(node) || node->op.kind != OP_COPY3D)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = *(const CUDA_MEMCPY3D *)node->op.data;
+    return CUDA_SUCCESS;
+}
+
 CUresult fg_node_set_launch(CUgraphNode node, struct fg_launch *l)
 {
     if (!fg_node_launch(node)) {

@@ -143,6 +143,8 @@ CUresult fg_graph_get_nodes(CUgraph graph, CUgraphNode *nodes, size_t *count);
 CUresult fg_node_get_type(CUgraphNode node, int *type);
 /* A kernel node's launch (still the node's), or NULL. */
 const struct fg_launch *fg_node_launch(CUgraphNode node);
+CUresult fg_node_memset_params(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p);
+CUresult fg_node_memcpy_params(CUgraphNode node, CUDA_MEMCPY3D *p);
 /* Replaces a kernel node's launch (takes l). */
 CUresult fg_node_set_launch(CUgraphNode node, struct fg_launch *l);
 CUresult fg_exec_set_launch(CUgraphExec exec, CUgraphNode node, struct fg_launch *l);
