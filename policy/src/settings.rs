@@ -311,7 +311,7 @@ const TABLE: [Setting; 19] = [
         Some("tiering"),
         Kind::Choice(TieringChoice::NAMES),
         TieringChoice::DEFAULT.name(),
-        "Live tiering, where T2 allocations move to VRAM when it frees up and back when others need it, at the same address: auto (those the GPU's other users sent to T2), on (every T2 allocation) or off",
+        "Live tiering, where allocations move between T2 and VRAM while the program runs, at the same address: auto (T2 allocations the GPU's other users sent to T2, and on a GPU others use the program's VRAM too, so that what it reads most takes the place of what it reads least), on (every allocation) or off (also what CUDA IPC between processes needs on a shared GPU)",
     ),
     row(
         Id::Demote,
