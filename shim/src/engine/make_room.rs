@@ -12,15 +12,13 @@
 //! still wanted: a small allocation never costs a large weight's round trip (it goes to
 //! T2, and the swaps weigh it by its heat later).
 
-use std::sync::atomic::Ordering;
-
+use crate::cuda;
 use crate::cuda::ffi::*;
-use crate::cuda::{self, Where};
+use crate::engine::tier_thread;
 use crate::memory::budget::{self, VramReservation};
-use crate::memory::movable::{self, Movable, Reserved};
-use crate::memory::release;
+use crate::memory::movable::{self, Movable};
+use crate::rules::tiering;
 use crate::sys::log::Mib;
-use crate::sys::stats::{self, STATS};
 
 /// The largest allocation room is made for: about 0.2 s of demotion on the H200
 /// (9-12 GB/s, bench/results/tiering-probe-2026-12-01.md), as one tick's swaps.
@@ -39,7 +37,10 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
         .map(|m| &**m)
         .filter(|m| m.device() == device && m.in_vram() && !m.after_computing() && !m.maybe_evicted())
         .collect();
-    loaded.sort_by(|a, b| colder_per_byte(a, b));
+    // Coldest per byte first, the newest first among equals.
+    loaded.sort_by(|a, b| {
+        tiering::per_byte((a.heat_now(), a.len()), (b.heat_now(), b.len())).then(b.sequence().cmp(&a.sequence()))
+    });
     let mut victims = Vec::new();
     let mut room = 0u64;
     for m in loaded {
@@ -58,7 +59,7 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
     // tiering's thread) takes the room in between.
     let reservation = budget::reserve_unchecked(len, device);
     // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
-    let demoted = cuda::in_relaxed_capture_mode(|| demote(&victims)).unwrap_or(0);
+    let demoted = cuda::in_relaxed_capture_mode(|| tier_thread::swap_out_now(device, &victims)).unwrap_or(0);
     if demoted < len {
         // What did move stays in T2 (the swaps bring it back if it is read); the
         // allocation takes the usual way.
@@ -66,40 +67,4 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
     }
     debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
     Some(reservation)
-}
-
-/// Orders two allocations coldest per byte first (their heat so far, not taken).
-fn colder_per_byte(a: &Movable, b: &Movable) -> std::cmp::Ordering {
-    let per_byte = |m: &Movable, other: &Movable| u128::from(m.heat_now()) * u128::from(other.len().max(1));
-    per_byte(a, b).cmp(&per_byte(b, a)).then(b.sequence().cmp(&a.sequence()))
-}
-
-/// Sends `victims` to T2 on a stream of their own, waits, and returns the bytes moved.
-fn demote(victims: &[&Movable]) -> u64 {
-    let Ok(stream) = cuda::stream_create_non_blocking() else { return 0 };
-    let began = std::time::Instant::now();
-    let mut started = Vec::new();
-    for &m in victims {
-        let Some(move_started) = m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2)) else {
-            continue;
-        };
-        let issued = cuda::mem_prefetch_async(m.base(), m.len(), Where::Host, stream) == CuResult::SUCCESS;
-        started.push((m, move_started, issued));
-    }
-    let waited = cuda::stream_synchronize(stream) == CuResult::SUCCESS;
-    cuda::stream_destroy(stream);
-    let mut demoted = 0;
-    for (m, move_started, issued) in started {
-        let arrived = issued && waited;
-        m.finish_move(move_started, arrived);
-        if arrived {
-            demoted += m.len();
-            stats::bump(&STATS.demotions);
-            stats::bump(&STATS.swaps);
-            STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
-        }
-    }
-    let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
-    demoted
 }

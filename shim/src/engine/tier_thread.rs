@@ -195,10 +195,8 @@ fn log_heat_table(device: CuDevice, members: &[&Movable], candidates: &[Candidat
         return;
     }
     let mut order: Vec<usize> = (0..candidates.len()).collect();
-    order.sort_by(|&a, &b| {
-        let per_byte = |x: &Candidate, y: &Candidate| u128::from(x.heat) * u128::from(y.bytes.max(1));
-        per_byte(&candidates[b], &candidates[a]).cmp(&per_byte(&candidates[a], &candidates[b]))
-    });
+    let heat = |i: usize| (candidates[i].heat, candidates[i].bytes);
+    order.sort_by(|&a, &b| tiering::per_byte(heat(b), heat(a)));
     debug!(
         "live tiering on device {}: heat table ({} movable allocations, hottest per byte first)",
         device,
@@ -236,6 +234,22 @@ struct Moved {
     swapped_out: u64,
     /// Of those, the VRAM not yet taken by swaps in.
     swap_room: u64,
+}
+
+/// Sends `victims` (movable, in VRAM, on `device`) to T2 now, on streams made for it, to
+/// make room for an allocation of this process (`make_room`): each counted as a swap.
+/// Returns the bytes that went.
+pub(super) fn swap_out_now(device: CuDevice, victims: &[&Movable]) -> u64 {
+    let moves: Vec<(&Movable, Move)> = victims.iter().enumerate().map(|(i, &m)| (m, Move::SwapOut(i))).collect();
+    let (mut streams, mut moved) = (Vec::new(), Moved::default());
+    for group in groups(&moves) {
+        move_group(device, group, &mut streams, &mut moved);
+    }
+    for made in streams {
+        cuda::with_context(made.context, || cuda::stream_destroy(made.stream));
+    }
+    publish::update();
+    moved.swapped_out
 }
 
 /// `moves` cut into runs of at most `GROUP_BYTES` (one allocation larger is a run).

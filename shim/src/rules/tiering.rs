@@ -219,8 +219,13 @@ fn victims(
 
 /// Orders two allocations by heat per byte (exact, in 128 bits).
 fn hotter_per_byte(a: &Candidate, b: &Candidate) -> Ordering {
-    let per_byte = |c: &Candidate, other: &Candidate| u128::from(c.heat) * u128::from(other.bytes.max(1));
-    per_byte(a, b).cmp(&per_byte(b, a))
+    per_byte((a.heat, a.bytes), (b.heat, b.bytes))
+}
+
+/// Orders two (heat, bytes) pairs by heat per byte, exactly (cross-multiplied in 128 bits):
+/// the one order of live tiering's swaps, the room made at once and the heat table.
+pub fn per_byte((heat_a, bytes_a): (u64, u64), (heat_b, bytes_b): (u64, u64)) -> Ordering {
+    (u128::from(heat_a) * u128::from(bytes_b.max(1))).cmp(&(u128::from(heat_b) * u128::from(bytes_a.max(1))))
 }
 
 /// In T2, or in VRAM with part of it perhaps evicted.
