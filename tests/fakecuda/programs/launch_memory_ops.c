@@ -291,30 +291,24 @@ static void described(int pt, CUdeviceptr a, CUdeviceptr b)
                               .dstDevice = b, .dstContext = ctx, .dstPitch = PITCH, .dstHeight = ROWS / 2,
                               .WidthInBytes = PITCH, .Height = ROWS / 2, .Depth = 2 };
     uint32_t v;
-    v = fresh_device(a);
-    STEP(c2_sym, b, a, c2(&d2));
-    expect_words(b, v, 0, LAST_ROW, c2_sym);
+    /* Each copy of a's fresh words into b: one operation writing b, reading a. */
+#define COPIED_FROM_A(sym, call)                  \
+    do {                                          \
+        v = fresh_device(a);                      \
+        STEP(sym, b, a, call);                    \
+        expect_words(b, v, 0, LAST_ROW, sym);     \
+    } while (0)
+    COPIED_FROM_A(c2_sym, c2(&d2));
     v = fresh_host();
     STEP(c2_sym, b, 0, c2(&h2));
     expect_words(b, v, 0, LAST_ROW, "a 2D copy from the host");
-    v = fresh_device(a);
-    STEP(c2u_sym, b, a, c2u(&d2));
-    expect_words(b, v, 0, LAST_ROW, c2u_sym);
-    v = fresh_device(a);
-    STEP(c2a_sym, b, a, c2a(&d2, on));
-    expect_words(b, v, 0, LAST_ROW, c2a_sym);
-    v = fresh_device(a);
-    STEP(c3_sym, b, a, c3(&d3));
-    expect_words(b, v, 0, LAST_ROW, c3_sym);
-    v = fresh_device(a);
-    STEP(c3a_sym, b, a, c3a(&d3, on));
-    expect_words(b, v, 0, LAST_ROW, c3a_sym);
-    v = fresh_device(a);
-    STEP(c3p_sym, b, a, c3p(&p3));
-    expect_words(b, v, 0, LAST_ROW, c3p_sym);
-    v = fresh_device(a);
-    STEP(c3pa_sym, b, a, c3pa(&p3, on));
-    expect_words(b, v, 0, LAST_ROW, c3pa_sym);
+    COPIED_FROM_A(c2u_sym, c2u(&d2));
+    COPIED_FROM_A(c2a_sym, c2a(&d2, on));
+    COPIED_FROM_A(c3_sym, c3(&d3));
+    COPIED_FROM_A(c3a_sym, c3a(&d3, on));
+    COPIED_FROM_A(c3p_sym, c3p(&p3));
+    COPIED_FROM_A(c3pa_sym, c3pa(&p3, on));
+#undef COPIED_FROM_A
     /* A batch of two copies, a's halves to b's: two operations. */
     CUdeviceptr dsts[2] = { b, b + BYTES / 2 }, srcs[2] = { a, a + BYTES / 2 };
     size_t sizes[2] = { BYTES / 2, BYTES / 2 }, first = 0, fail = 0;
