@@ -106,6 +106,10 @@ t_tier_attributes_off() {
     # Live tiering off: pinned T2 (registered host memory) answers as device memory too.
     tier_run tier-attributes-off GREENBOOST_TIERING=off "$BIN/gbtier" attributes $TIER_BLOCK
 }
+t_tier_uncontested() {
+    # Alone, or beside a process holding less than twice the headroom: plain VRAM.
+    tier_run tier-uncontested "$BIN/gbtier" uncontested $TIER_BLOCK
+}
 t_tier_ipc() {
     # Movable VRAM refused by IPC with the driver's error, and the shim says why.
     tier_run tier-ipc "$BIN/gbtier" ipc $TIER_BLOCK || return 1
@@ -117,4 +121,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_attributes tier_attributes_off"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_attributes tier_attributes_off tier_uncontested"

@@ -2,6 +2,7 @@
  * gbtier make-room BLOCK: room made at once for an allocation made while computing.
  * gbtier ipc BLOCK: what IPC can export of movable VRAM (below).
  * gbtier attributes BLOCK: the pointer attributes of memory the shim made (below).
+ * gbtier uncontested BLOCK: VRAM stays the driver's own where nobody contests it (below).
  *
  * Beside another process that leaves room for three blocks, the program loads three
  * "weight" blocks (VRAM, movable because the device is contested) and a fourth block,
@@ -250,5 +251,28 @@ int test_attributes(int argc, char **argv)
     OK(cudaFree(in_t2_block));
     OK(cudaFree(in_vram_block));
     balloon_stop(&other);
+    return 0;
+}
+
+/* gbtier uncontested BLOCK: beside another process holding less than twice the headroom,
+ * and on a device nobody else uses, what the program allocates in VRAM is the driver's own
+ * memory (cudaMalloc's, IPC-exportable): movable VRAM is only for a contested device. */
+int test_uncontested(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: uncontested BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    void *alone, *beside;
+    OK(cudaMalloc(&alone, block));
+    CHECK(!strcmp(fakegpu_ptr_kind(dptr(alone)), "vram"), "on a device nobody else uses, VRAM is %s\n",
+          fakegpu_ptr_kind(dptr(alone)));
+    struct balloon small = balloon_start(headroom + headroom / 2);
+    OK(cudaMalloc(&beside, block));
+    CHECK(!strcmp(fakegpu_ptr_kind(dptr(beside)), "vram"), "beside a process holding 1.5 headrooms, VRAM is %s\n",
+          fakegpu_ptr_kind(dptr(beside)));
+    CHECK(shim_stats().movable_allocs == 0, "%llu movable allocations on an uncontested device\n",
+          shim_stats().movable_allocs);
+    OK(cudaFree(beside));
+    OK(cudaFree(alone));
+    balloon_stop(&small);
     return 0;
 }

@@ -471,6 +471,7 @@ int main(int argc, char **argv)
         { "ipc", test_ipc },
         { "make-room", test_make_room },
         { "attributes", test_attributes },
+        { "uncontested", test_uncontested },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

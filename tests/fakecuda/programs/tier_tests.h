@@ -62,5 +62,6 @@ int test_swap(int argc, char **argv);
 int test_ipc(int argc, char **argv);
 int test_make_room(int argc, char **argv);
 int test_attributes(int argc, char **argv);
+int test_uncontested(int argc, char **argv);
 
 #endif
