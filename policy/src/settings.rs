@@ -35,6 +35,8 @@ pub const DEFAULT_STAGE_MAX: u64 = 256 << 20;
 /// (0.98), and the first product of every new shape is verified synchronously: a server
 /// whose prompts change length would pay that on each new length. Asked for, they are on.
 pub const DEFAULT_STAGE_SLICES: u64 = 1;
+/// Look-ahead staging is off until the H200 measures it (`GREENBOOST_STAGE_LOOKAHEAD`).
+pub const DEFAULT_STAGE_LOOKAHEAD: bool = false;
 /// The most slices a staged operand is copied in (GREENBOOST_STAGE_SLICES above it is
 /// clamped to it).
 pub const MAX_STAGE_SLICES: u64 = 8;
@@ -116,6 +118,7 @@ pub enum Id {
     StageMinWidth,
     StageMax,
     StageSlices,
+    StageLookahead,
     Tiering,
     Demote,
     TierInterval,
@@ -206,7 +209,7 @@ impl Setting {
     }
 }
 
-const TABLE: [Setting; 19] = [
+const TABLE: [Setting; 20] = [
     row(
         Id::VramBudget,
         "GREENBOOST_VRAM_BUDGET",
@@ -305,6 +308,14 @@ const TABLE: [Setting; 19] = [
         "Copy a staged operand of a product at least 128 wide in up to this many slices (at most 8) and compute each slice as it lands, with the whole product's cuBLASLt algorithm (1: one copy, then the product); a shape is sliced only once its sliced result was bit-identical to the whole product's",
     )
     .bounded(1, MAX_STAGE_SLICES),
+    row(
+        Id::StageLookahead,
+        "GREENBOOST_STAGE_LOOKAHEAD",
+        Some("stage-lookahead"),
+        Kind::Switch,
+        "off",
+        "look-ahead staging, where the T2 operand of the product that came next last time is copied into VRAM while the current product runs, and used only if nothing named its memory since",
+    ),
     row(
         Id::Tiering,
         "GREENBOOST_TIERING",
@@ -435,6 +446,7 @@ mod tests {
         assert_eq!(parse_switch(Id::Disable.setting().default.as_bytes()), Some(false));
         assert_eq!(parse_count(Id::StageMinWidth.setting().default.as_bytes()), Some(DEFAULT_STAGE_MIN_WIDTH));
         assert_eq!(parse_count(Id::StageSlices.setting().default.as_bytes()), Some(DEFAULT_STAGE_SLICES));
+        assert_eq!(parse_switch(Id::StageLookahead.setting().default.as_bytes()), Some(DEFAULT_STAGE_LOOKAHEAD));
         assert_eq!(parse_switch(Id::Demote.setting().default.as_bytes()), Some(DEFAULT_DEMOTE));
         assert_eq!(parse_count(Id::TierInterval.setting().default.as_bytes()), Some(DEFAULT_TIER_INTERVAL_MS));
         assert_eq!(Id::Tiering.setting().default, "auto");

@@ -56,6 +56,7 @@ $prog -o "$out/bin/gbtier" "$programs/tier_tests.c" "$programs/tier_harness.c" "
     -ldl -lpthread
 gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
 $prog -o "$out/bin/gbgemm" "$programs/rt_main.c" "$programs/gemm_tests.c" $gemm_libs
+$prog -o "$out/bin/gbahead" "$programs/gemm_lookahead.c" $gemm_libs -L"$b/linkcuda" -lcuda
 $CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$programs/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN
 # Kernel launches, copies and memsets, capture and graphs (launch-tests.sh): driver and runtime.
 $prog -o "$out/bin/gblaunch" "$programs/launch_tests.c" "$programs/launch_graphs.c" "$programs/launch_memory_ops.c" \

@@ -115,3 +115,32 @@ t_gemm_capture() {
     gemm_reads vram 0 || return 1
     gemm_reads hostreg 1
 }
+
+# Look-ahead staging (gbahead, programs/gemm_lookahead.c): W2's copy made while W1's
+# product runs is read only when nothing wrote W2 in between; each writer in turn.
+t_gemm_lookahead() { # $1: writer
+    extra=""
+    [ "$1" = unread ] && extra="FAKECUDA_NO_PARAM_INFO=1"
+    shim gemm-lookahead-$1 $GEMMENV GREENBOOST_STAGE_LOOKAHEAD=on $extra "$BIN/gbahead" rounds $1 || return 1
+    line=$(grep '^lookahead:' "$out")
+    last=$(echo "$line" | sed -n 's/.*(\([0-9]*\) in the last round), .*copies dropped.*/\1/p')
+    read_ahead=$(echo "$line" | sed -n 's/^lookahead: writer [a-z]*: \([0-9]*\) products.*/\1/p')
+    if [ "$1" = none ]; then
+        [ "$last" = 1 ] && [ "$read_ahead" -ge 3 ] || { why="want the last round's W2 and earlier ones read from copies made ahead: $line"; return 1; }
+    else
+        # The unread writer is a launch the shim could not read (that alone drops the copy).
+        [ "$1" != unread ] || out_has "; [1-9][0-9]* launches not fully read" "want the writer unreadable" || return 1
+        [ "$last" = 0 ] && [ "$read_ahead" -ge 2 ] || { why="want copies made ahead read before the writer, not after: $line"; return 1; }
+    fi
+}
+t_gemm_lookahead_none() { t_gemm_lookahead none; }
+t_gemm_lookahead_kernel() { t_gemm_lookahead kernel; }
+t_gemm_lookahead_memset() { t_gemm_lookahead memset; }
+t_gemm_lookahead_memcpy() { t_gemm_lookahead memcpy; }
+t_gemm_lookahead_graph() { t_gemm_lookahead graph; }
+t_gemm_lookahead_unread() { t_gemm_lookahead unread; }
+t_gemm_lookahead_off() {
+    # The default: nothing is copied ahead, every product right.
+    shim gemm-lookahead-off $GEMMENV "$BIN/gbahead" rounds memset || return 1
+    out_has "^lookahead: writer memset: 0 products" "want no copy made ahead by default"
+}

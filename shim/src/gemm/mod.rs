@@ -12,6 +12,7 @@
 //! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod cublas_gemm;
+mod lookahead;
 mod lt_algo;
 mod product;
 mod slice_plan;

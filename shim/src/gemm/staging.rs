@@ -23,10 +23,14 @@
 //! Slices (`staging_slices`, GREENBOOST_STAGE_SLICES, off by default): a wide product's
 //! one staged operand can be copied in slices on a side stream, each ordered after
 //! everything enqueued before the product, and the product computed slice by slice as
-//! each lands (each slice with the whole product's cuBLASLt algorithm, `lt_algo`). No copy is ever issued before the product that reads it: an earlier copy
-//! (a prefetch of the next product's operand) would run before writes the shim cannot
-//! see — unhooked kernels, an optimizer step, PyTorch reusing a cached block for
-//! activations — and read stale bytes (an opt-in prefetch did so on the H200).
+//! each lands (each slice with the whole product's cuBLASLt algorithm, `lt_algo`).
+//!
+//! Look-ahead (`lookahead`, GREENBOOST_STAGE_LOOKAHEAD, off by default): the next
+//! product's operand copied while this one runs, read only if nothing named its memory in
+//! between. Before launch observation an earlier copy ran before writes the shim could
+//! not see (an optimizer step, PyTorch reusing a cached block) and read stale bytes (an
+//! opt-in prefetch did so on the H200); the launches, copies and memsets it now sees are
+//! what the look-ahead checks.
 //!
 //! Streamed (`staging_streamed`, on by default): an operand larger than
 //! GREENBOOST_STAGE_MAX, which would otherwise be read zero-copy, is copied through two
@@ -45,6 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::cuda::sm_copy::SmCopy;
+use crate::gemm::lookahead::{self, LookAhead};
 use crate::gemm::product::{Operand, Slice, Slicing};
 use crate::gemm::stage_plan::{self, CutPlan, Layout, PlanInput, Settings, StagePlan, Staged, Streamed, ZeroCopy};
 use crate::gemm::staging_slices::{self, Copier, Cut, SideCopies, SpanCopy};
@@ -77,6 +82,7 @@ struct Scratch {
     ring_events: RingEvents,
     verdicts: Verdicts,
     sm_copy: SmCopyState,
+    lookahead: LookAhead,
 }
 
 /// Whether the SMs can copy in a scratch's context (see `cuda::sm_copy`).
@@ -99,6 +105,7 @@ impl Scratch {
             ring_events: RingEvents::EMPTY,
             verdicts: Verdicts::default(),
             sm_copy: SmCopyState::Untried,
+            lookahead: LookAhead::new(),
         }
     }
 
@@ -269,8 +276,20 @@ fn stage_into(
     let mut cut = sliced.as_ref().map(|sliced| executed(&sliced.cut, workspace));
     let mut placed = layout.staged.map(|staged| staged.map(|staged| staged.operand.address));
     let mut staged_bytes = 0;
+    // Look-ahead (`lookahead`): a whole product's one staged operand, maybe copied already.
+    let ahead = single_staged(layout).filter(|_| sliced.is_none() && config::get().stage_lookahead);
+    let ahead = ahead.filter(|_| scratch.lookahead.mark_before(at.stream));
+    let mut read_from_buffer = None;
     for ((target, offset), staged) in placed.iter_mut().zip(layout.offsets).zip(layout.staged) {
         let (Some(offset), Some(Staged { operand, kind })) = (offset, staged) else { continue };
+        if let Some((key, _)) = ahead {
+            if let Some((address, buffer)) = scratch.lookahead.ready(key, at.stream) {
+                *target = Some(address);
+                read_from_buffer = Some(buffer);
+                staged_bytes += operand.bytes;
+                continue;
+            }
+        }
         let copy = SpanCopy { source: operand.address, target: scratch.base + offset, bytes: operand.bytes };
         // Loaded before planning when the plan stages movable T2: never `None` here.
         let Some(copier) = scratch.copier(kind) else { return abandoned(scratch, at) };
@@ -311,8 +330,27 @@ fn stage_into(
         _ => product(placed, None),
     };
     scratch.record_read(at.stream);
+    if let Some((key, kind)) = ahead {
+        copy_ahead(scratch, at, key, kind, read_from_buffer);
+    }
     count_staged(staged_bytes);
     Some(status)
+}
+
+/// The one staged operand of a layout, if it has exactly one.
+fn single_staged(layout: &Layout) -> Option<(lookahead::Key, T2Kind)> {
+    let mut staged = layout.staged.iter().flatten();
+    let Staged { operand, kind } = *staged.next()?;
+    staged.next().is_none().then_some((lookahead::Key { address: operand.address, bytes: operand.bytes }, kind))
+}
+
+/// After a product that read `key` on `at`'s stream (from a look-ahead buffer, or not):
+/// notes the read, and copies ahead what came after it last time.
+fn copy_ahead(scratch: &mut Scratch, at: &Place, key: lookahead::Key, kind: T2Kind, buffer: Option<usize>) {
+    scratch.lookahead.read(key, kind, at.stream, buffer);
+    let Some(next) = scratch.lookahead.next(key) else { return };
+    let (Some(copier), Some(side)) = (scratch.copier(next.kind), scratch.copies.side_stream()) else { return };
+    scratch.lookahead.copy(next, copier, side, at.stream, at.device);
 }
 
 /// A staging abandoned after copies into the scratch may have been enqueued on the

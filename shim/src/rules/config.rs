@@ -46,6 +46,8 @@ pub struct Config {
     /// How many slices a wide product's staged operand is copied in (1: not sliced; see
     /// `staging_slices`).
     pub stage_slices: u64,
+    /// Copy the next product's T2 operand while this one runs (see `gemm::lookahead`).
+    pub stage_lookahead: bool,
     /// Which T2 allocations are movable (see `tiering`).
     pub tiering: TieringChoice,
     /// Whether live tiering gives VRAM back when others need it.
@@ -73,6 +75,7 @@ impl Default for Config {
             stage_min_width: policy::DEFAULT_STAGE_MIN_WIDTH,
             stage_max: policy::DEFAULT_STAGE_MAX,
             stage_slices: policy::DEFAULT_STAGE_SLICES,
+            stage_lookahead: policy::DEFAULT_STAGE_LOOKAHEAD,
             tiering: TieringChoice::DEFAULT,
             demote: policy::DEFAULT_DEMOTE,
             tier_interval_ms: policy::DEFAULT_TIER_INTERVAL_MS,
@@ -160,6 +163,9 @@ pub(super) fn from_lookup(
     config.host_reserve = reader.read(Id::HostReserve, policy::parse_size);
     if let Some(split) = reader.read(Id::SplitMin, SizeOrOff::parse) {
         config.split_min = split.size();
+    }
+    if let Some(lookahead) = reader.read(Id::StageLookahead, policy::parse_switch) {
+        config.stage_lookahead = lookahead;
     }
     if let Some(staging) = reader.read(Id::Staging, policy::parse_switch) {
         config.staging = staging;
@@ -274,6 +280,7 @@ mod tests {
                 ("GREENBOOST_STAGE_MIN_WIDTH", "128"),
                 ("GREENBOOST_STAGE_MAX", "1G"),
                 ("GREENBOOST_STAGE_SLICES", "8"),
+                ("GREENBOOST_STAGE_LOOKAHEAD", "on"),
                 ("GREENBOOST_TIERING", "on"),
                 ("GREENBOOST_DEMOTE", "off"),
                 ("GREENBOOST_TIER_INTERVAL_MS", "0"),
@@ -305,6 +312,7 @@ mod tests {
                 stage_min_width: 128,
                 stage_max: G,
                 stage_slices: 8,
+                stage_lookahead: true,
                 tiering: TieringChoice::On,
                 demote: false,
                 tier_interval_ms: 1,

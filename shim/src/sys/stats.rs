@@ -61,6 +61,11 @@ pub struct Stats {
     /// Live tiering: of the demotions, those that made room for a hotter T2 allocation
     /// (a swap of roles), not for another process.
     pub swaps: AtomicU64,
+    /// Look-ahead staging: products that read an operand copied while the product before
+    /// them ran, and such copies not used (something named the operand, or another
+    /// product came).
+    pub gemm_ahead: AtomicU64,
+    pub gemm_ahead_dropped: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -98,6 +103,8 @@ pub static STATS: Stats = Stats {
     memory_ops: AtomicU64::new(0),
     host_funcs: AtomicU64::new(0),
     swaps: AtomicU64::new(0),
+    gemm_ahead: AtomicU64::new(0),
+    gemm_ahead_dropped: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -183,6 +190,8 @@ pub struct ShimStats {
     pub memory_ops: u64,
     pub host_funcs: u64,
     pub swaps: u64,
+    pub gemm_ahead: u64,
+    pub gemm_ahead_dropped: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -230,6 +239,8 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         memory_ops: load(&STATS.memory_ops),
         host_funcs: load(&STATS.host_funcs),
         swaps: load(&STATS.swaps),
+        gemm_ahead: load(&STATS.gemm_ahead),
+        gemm_ahead_dropped: load(&STATS.gemm_ahead_dropped),
     }
 }
 
@@ -267,6 +278,8 @@ pub fn start_afresh_in_child() {
         &STATS.memory_ops,
         &STATS.host_funcs,
         &STATS.swaps,
+        &STATS.gemm_ahead,
+        &STATS.gemm_ahead_dropped,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -206,6 +206,11 @@ static CUresult param_info(const void *handle, size_t index, size_t *offset, siz
 {
     if (!offset)
         return CUDA_ERROR_INVALID_VALUE;
+    /* FAKECUDA_NO_PARAM_INFO=1: a driver older than 12.4, which does not describe
+     * parameters (launches are then not readable). */
+    const char *env = getenv("FAKECUDA_NO_PARAM_INFO");
+    if (env && *env == '1')
+        return CUDA_ERROR_NOT_SUPPORTED;
     const struct fg_kernel *k = fake_handle_kernel(handle);
     if (!k)
         return CUDA_ERROR_INVALID_HANDLE;
