@@ -141,6 +141,14 @@ extern "C" fn summary_at_exit() {
         stats.oom_returned,
         backend::name(),
     );
+    if stats.gemm_ahead != 0 || stats.gemm_ahead_dropped != 0 {
+        info!(
+            "summary: pid {}: look-ahead staging: {} products read an operand copied while the product before ran, {} such copies dropped",
+            pid,
+            stats.gemm_ahead,
+            stats.gemm_ahead_dropped
+        );
+    }
     if stats.launches != 0 || stats.graph_launches != 0 || stats.memory_ops != 0 {
         info!(
             "summary: pid {}: kernel launches seen {} ({} not fully read), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs)",
