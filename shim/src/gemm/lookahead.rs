@@ -24,8 +24,8 @@ use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::gemm::product::KEPT_ALIGNMENT;
 use crate::gemm::staging_slices::{Copier, SpanCopy};
+use crate::gemm::vram_buffer::VramBuffer;
 use crate::memory::address_index;
-use crate::memory::budget::{self, VramCharge};
 use crate::memory::registry::T2Kind;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
@@ -59,48 +59,25 @@ fn uses_now(address: CuDevicePtr) -> Option<Uses> {
     })
 }
 
-/// A VRAM buffer copies ahead land in.
-///
-/// # Invariants
-/// `base` is `charge`'s bytes of VRAM from the real cuMemAlloc in the scratch's context
-/// (none while `charge` is `None`); `copied` is recorded after the last copy into it,
+/// A VRAM buffer copies ahead land in: `copied` is recorded after the last copy into it,
 /// `read_done` after the last product that read it (null: none yet).
 struct Buffer {
-    base: CuDevicePtr,
-    charge: Option<VramCharge>,
+    memory: VramBuffer,
     copied: Event,
     read_done: Event,
 }
 
 impl Buffer {
-    const EMPTY: Buffer = Buffer { base: 0, charge: None, copied: Event::NULL, read_done: Event::NULL };
+    const EMPTY: Buffer = Buffer { memory: VramBuffer::EMPTY, copied: Event::NULL, read_done: Event::NULL };
 
     /// At least `bytes` of VRAM (the old buffer freed once its copy and reader ran).
     fn hold(&mut self, bytes: u64, device: CuDevice) -> bool {
-        let held = self.charge.as_ref().map_or(0, VramCharge::bytes);
-        if held >= bytes {
-            return true;
+        let grown = self.memory.bytes() < bytes;
+        let held = self.memory.grow_to(bytes, device, &[self.copied, self.read_done]).is_ok();
+        if held && grown {
+            debug!("GEMM look-ahead buffer: {} in VRAM", Mib(bytes));
         }
-        let Some(growth) = budget::reserve_vram(bytes - held, device) else { return false };
-        let Ok(base) = cuda::mem_alloc(bytes) else { return false };
-        if self.base != 0 {
-            for event in [self.copied, self.read_done] {
-                if !event.is_null() && cuda::event_synchronize(event) != CuResult::SUCCESS {
-                    cuda::ctx_synchronize();
-                }
-            }
-            cuda::mem_free(self.base);
-        }
-        debug!("GEMM look-ahead buffer: {} in VRAM", Mib(bytes));
-        self.base = base;
-        self.charge = Some(match self.charge.take() {
-            Some(mut charge) => {
-                charge.absorb(growth);
-                charge
-            }
-            None => growth.commit(),
-        });
-        true
+        held
     }
 }
 
@@ -174,7 +151,7 @@ impl LookAhead {
             return None;
         }
         stats::bump(&STATS.gemm_ahead);
-        Some((buffer.base + key.address % KEPT_ALIGNMENT, pending.buffer))
+        Some((buffer.memory.base + key.address % KEPT_ALIGNMENT, pending.buffer))
     }
 
     /// A product that read `key` (of `kind`) on `stream` was enqueued, from `buffer` when
@@ -217,7 +194,7 @@ impl LookAhead {
         }
         let ordered = cuda::stream_wait_event(side, self.before) == CuResult::SUCCESS
             && (buffer.read_done.is_null() || cuda::stream_wait_event(side, buffer.read_done) == CuResult::SUCCESS);
-        let target = buffer.base + next.key.address % KEPT_ALIGNMENT;
+        let target = buffer.memory.base + next.key.address % KEPT_ALIGNMENT;
         let copy = SpanCopy { source: next.key.address, target, bytes: next.key.bytes };
         if !ordered || copier.copy(copy, side) != CuResult::SUCCESS || !record(&mut buffer.copied, side) {
             return;

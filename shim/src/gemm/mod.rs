@@ -21,6 +21,7 @@ mod staging;
 mod staging_slices;
 mod staging_streamed;
 mod verdicts;
+mod vram_buffer;
 
 pub(crate) use product::{element_bytes, span_bytes, Operand, Slice};
 pub(crate) use staging::run_staged;

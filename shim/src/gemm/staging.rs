@@ -55,7 +55,8 @@ use crate::gemm::stage_plan::{self, CutPlan, Layout, PlanInput, Settings, StageP
 use crate::gemm::staging_slices::{self, Copier, Cut, SideCopies, SpanCopy};
 use crate::gemm::staging_streamed::{self, Ring, RingEvents, Streams};
 use crate::gemm::verdicts::{Comparison, Verdicts};
-use crate::memory::budget::{self, VramCharge};
+use crate::gemm::vram_buffer::{Refused, VramBuffer};
+use crate::memory::budget;
 use crate::memory::registry::{self, T2Kind};
 use crate::rules::config;
 use crate::sys::lock::{const_mutex, Mutex};
@@ -66,16 +67,14 @@ use crate::sys::stats::{self, STATS};
 /// A context's scratch buffer: where staged operands are read from instead of T2.
 ///
 /// # Invariants
-/// `base` is `charge.bytes()` of VRAM from the real cuMemAlloc in `context` (none while
-/// `charge` is `None`), counted against the device's budget; `read_done`, when not null,
+/// `buffer` is VRAM of `context`, counted against the device's budget; `read_done`, when not null,
 /// is an event of `context` recorded after the last product that read the scratch, on
 /// `last_reader`; `copies` and `ring_events` are `context`'s (its side stream carries
 /// sliced and streamed copies); `verdicts` are of products in `context`; `sm_copy`'s
 /// kernels are loaded into `context`.
 struct Scratch {
     context: Context,
-    base: CuDevicePtr,
-    charge: Option<VramCharge>,
+    buffer: VramBuffer,
     read_done: Event,
     last_reader: Option<Stream>,
     copies: SideCopies,
@@ -97,8 +96,7 @@ impl Scratch {
     fn new(context: Context) -> Scratch {
         Scratch {
             context,
-            base: 0,
-            charge: None,
+            buffer: VramBuffer::EMPTY,
             read_done: Event::NULL,
             last_reader: None,
             copies: SideCopies::EMPTY,
@@ -135,7 +133,7 @@ impl Scratch {
     }
 
     fn bytes(&self) -> u64 {
-        self.charge.as_ref().map_or(0, VramCharge::bytes)
+        self.buffer.bytes()
     }
 
     /// Makes `stream` wait until the scratch may be written: its last reader (when on
@@ -272,7 +270,7 @@ fn stage_into(
     if !scratch.wait_writable(at.stream) {
         return None;
     }
-    let workspace = scratch.base + layout.operands_bytes;
+    let workspace = scratch.buffer.base + layout.operands_bytes;
     let mut cut = sliced.as_ref().map(|sliced| executed(&sliced.cut, workspace));
     let mut placed = layout.staged.map(|staged| staged.map(|staged| staged.operand.address));
     let mut staged_bytes = 0;
@@ -290,7 +288,7 @@ fn stage_into(
                 continue;
             }
         }
-        let copy = SpanCopy { source: operand.address, target: scratch.base + offset, bytes: operand.bytes };
+        let copy = SpanCopy { source: operand.address, target: scratch.buffer.base + offset, bytes: operand.bytes };
         // Loaded before planning when the plan stages movable T2: never `None` here.
         let Some(copier) = scratch.copier(kind) else { return abandoned(scratch, at) };
         if let Some(sliced_copy) = &cut {
@@ -374,12 +372,12 @@ fn stream_through(
     let Streamed { source, ring_bytes, workspace, cut: plan } = *streamed;
     let scratch = scratch_for(scratches, at, ring_bytes + workspace, ring_bytes)?;
     let copier = scratch.copier(source.kind)?;
-    let ring = Ring { halves: [scratch.base, scratch.base + ring_bytes / 2], copier };
+    let ring = Ring { halves: [scratch.buffer.base, scratch.buffer.base + ring_bytes / 2], copier };
     let side = scratch.copies.side_stream()?;
     if !scratch.wait_writable(at.stream) {
         return None;
     }
-    let cut = executed(&plan, scratch.base + ring_bytes);
+    let cut = executed(&plan, scratch.buffer.base + ring_bytes);
     let streams = Streams { product: at.stream, side };
     let events = &mut scratch.ring_events;
     let status = if !plan.verify {
@@ -427,37 +425,22 @@ fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, ope
     if scratch.bytes() >= needed {
         return Some(scratch);
     }
-    // Grow: the growth counts against the budget like any allocation (the old buffer's
-    // charge becomes the new one's).
+    // Grown to a power of two for the operands (a 128 MiB weight's few KiB of workspace
+    // must not double it), at most GREENBOOST_STAGE_MAX.
     let grown = operands.next_power_of_two().min(config::get().stage_max).max(operands) + (needed - operands);
-    let Some(growth) = budget::reserve_vram(grown.saturating_sub(scratch.bytes()), device) else {
-        refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
-        return None;
-    };
-    let base = match cuda::mem_alloc(grown) {
-        Ok(base) => base,
-        Err(error) => {
+    // The old buffer goes once every product that reads it has run (its copies ran
+    // before those products on their streams).
+    match scratch.buffer.grow_to(grown, device, &[scratch.read_done]) {
+        Ok(()) => debug!("GEMM staging scratch: {} in VRAM", Mib(grown)),
+        Err(Refused::Budget) => {
+            refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
+            return None;
+        }
+        Err(Refused::Driver(error)) => {
             refuse_once(format_args!("no VRAM for {} of scratch ({})", Mib(grown), error));
             return None;
         }
-    };
-    if scratch.base != 0 {
-        // The old buffer goes once every product that reads it has run (its copies ran
-        // before those products on their streams).
-        if scratch.read_done.is_null() || cuda::event_synchronize(scratch.read_done) != CuResult::SUCCESS {
-            cuda::ctx_synchronize();
-        }
-        cuda::mem_free(scratch.base);
     }
-    debug!("GEMM staging scratch: {} in VRAM", Mib(grown));
-    scratch.base = base;
-    scratch.charge = Some(match scratch.charge.take() {
-        Some(mut charge) => {
-            charge.absorb(growth);
-            charge
-        }
-        None => growth.commit(),
-    });
     Some(scratch)
 }
 
