@@ -67,18 +67,18 @@ fn place<R: PartialEq + Copy>(
     let (mut preparation, mut prepared) = (Some(prepare_t2), None);
     let mut t2_ready = move || *prepared.get_or_insert_with(|| preparation.take().is_some_and(|prepare| prepare()));
     let mut after_oom = false;
+    let movable_vram = movable_vram_wanted(size, device);
     let reserved = budget::reserve_vram(size, device).or_else(|| {
         // No room: while computing, movable VRAM loaded before may make it.
-        let made = t2::rounded_len(size).and_then(|len| {
-            (movable_vram_wanted(size, device) && t2_ready()).then(|| make_room::make_room(len, device)).flatten()
-        });
+        let made = t2::rounded_len(size)
+            .and_then(|len| (movable_vram && t2_ready()).then(|| make_room::make_room(len, device)).flatten());
         if made.is_none() {
             budget::note_refused(size, device);
         }
         made
     });
     if let Some(reservation) = reserved {
-        let reservation = if movable_vram_wanted(size, device) && t2_ready() {
+        let reservation = if movable_vram && t2_ready() {
             match allocate_movable_in_vram(size, device, reservation) {
                 Ok(device_ptr) => return Allocated::ShimMade(device_ptr),
                 Err(reservation) => reservation,

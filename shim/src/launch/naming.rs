@@ -133,6 +133,7 @@ unsafe fn name(
         return Naming { ranges: 0, read: true };
     }
     let Some(values) = values else { return Naming::default() };
+    let textures = texture_objects::any();
     let mut seen = [0 as CuDevicePtr; DISTINCT_TRACKED];
     let mut naming = Naming { ranges: 0, read: true };
     let mut note = |address: CuDevicePtr| {
@@ -153,7 +154,7 @@ unsafe fn name(
             naming.read = false;
             continue;
         };
-        words(bytes, |word| match texture_objects::address_of(word) {
+        words(bytes, |word| match textures.then(|| texture_objects::address_of(word)).flatten() {
             Some(address) => note(address),
             None => note(word),
         });

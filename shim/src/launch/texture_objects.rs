@@ -35,11 +35,13 @@ pub fn destroyed(handle: u64) {
     }
 }
 
+/// Whether any object lives: while none does, a launch need not look its words up here.
+pub fn any() -> bool {
+    LIVE.load(Ordering::Relaxed) != 0
+}
+
 /// The address the live object `handle` reads, if `handle` is one.
 pub fn address_of(handle: u64) -> Option<CuDevicePtr> {
-    if LIVE.load(Ordering::Relaxed) == 0 {
-        return None;
-    }
     TABLE.get(Key::exact(handle)?)
 }
 
@@ -56,6 +58,7 @@ mod tests {
     fn a_live_handle_stands_for_its_memory_until_destroyed() {
         assert_eq!(address_of(3), None);
         created(3, 0x7000_0000);
+        assert!(any());
         assert_eq!(address_of(3), Some(0x7000_0000));
         assert_eq!(address_of(4), None);
         destroyed(3);

@@ -9,7 +9,7 @@
 //! cannot back it (CUDA refuses foreign DMA-BUFs): while in T2 its bytes are
 //! driver-owned host memory, charged to the T2 cap all the same.
 //!
-//! Movable memory also starts in VRAM (`create_in_vram`) where the device is contested
+//! Movable memory also starts in VRAM (`managed_in_vram`, `record_in_vram`) where the device is contested
 //! (`allocate`): the weights a program loads first can then make room for the working
 //! set it computes with, and come back when that cools (`tiering`'s swaps). It is what
 //! the program holds in VRAM, charged as such; managed memory is not exportable by IPC
@@ -284,7 +284,12 @@ impl Movable {
 
     /// The heat `take_heat` would take now, left in place.
     pub fn heat_now(&self) -> u64 {
-        let named = self.uses.launches().saturating_sub(self.launches_seen.load(Ordering::Relaxed));
+        self.heat_since(self.uses.launches(), self.launches_seen.load(Ordering::Relaxed))
+    }
+
+    /// The heat with the launches named between `seen` and `launches` counted in.
+    fn heat_since(&self, launches: u64, seen: u64) -> u64 {
+        let named = launches.saturating_sub(seen);
         self.heat.load(Ordering::Relaxed).saturating_add(named.saturating_mul(self.len))
     }
 
@@ -300,8 +305,7 @@ impl Movable {
     /// halved for the next tick.
     pub fn take_heat(&self) -> u64 {
         let launches = self.uses.launches();
-        let named = launches.saturating_sub(self.launches_seen.swap(launches, Ordering::Relaxed));
-        let heat = self.heat.load(Ordering::Relaxed).saturating_add(named.saturating_mul(self.len));
+        let heat = self.heat_since(launches, self.launches_seen.swap(launches, Ordering::Relaxed));
         self.heat.store(heat / 2, Ordering::Relaxed);
         heat
     }

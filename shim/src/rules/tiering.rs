@@ -200,11 +200,12 @@ fn victims(
             break;
         }
         let victim = &candidates[v];
-        if hotter_per_byte(wanted, victim) != Ordering::Greater
-            || u128::from(victim.heat) * u128::from(SWAP_MARGIN) * u128::from(wanted.bytes)
-                >= u128::from(wanted.heat) * u128::from(victim.bytes.max(1))
+        // Not `SWAP_MARGIN` times colder per byte (which includes hotter): sorted coldest
+        // first, the rest are hotter still.
+        if u128::from(victim.heat) * u128::from(SWAP_MARGIN) * u128::from(wanted.bytes)
+            >= u128::from(wanted.heat) * u128::from(victim.bytes.max(1))
         {
-            break; // sorted coldest first: the rest are hotter still
+            break;
         }
         let still = wanted.bytes - room;
         if victim.bytes > left.saturating_sub(room) || (!any_size && victim.bytes > still.saturating_mul(2)) {
