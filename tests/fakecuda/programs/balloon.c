@@ -16,10 +16,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 
@@ -44,12 +40,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGALRM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-    CUdevice d;
-    CUcontext c;
-    OK(cuInit(0));
-    OK(cuDeviceGet(&d, 0));
-    OK(cuDevicePrimaryCtxRetain(&c, d));
-    OK(cuCtxSetCurrent(c));
+    primary_context_current();
     CUdeviceptr blocks[MAX_BLOCKS];
     int nblocks = 0;
     size_t held = 0;

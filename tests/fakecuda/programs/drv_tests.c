@@ -19,12 +19,7 @@ size_t vram;
 static void prepare_device(void)
 {
     vram = fakegpu_vram_total();
-    CUdevice d;
-    CUcontext c;
-    OK(cuInit(0));
-    OK(cuDeviceGet(&d, 0));
-    OK(cuDevicePrimaryCtxRetain(&c, d));
-    OK(cuCtxSetCurrent(c));
+    primary_context_current();
 }
 
 static void device_check(CUdeviceptr p, size_t n, uint32_t seed, const char *what)

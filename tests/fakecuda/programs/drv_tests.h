@@ -4,11 +4,7 @@
 #define DRV_TESTS_H
 #include "testutil.h"
 
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);

@@ -56,15 +56,6 @@ static void fillf(CUdeviceptr d, float v, size_t n)
     OK(cuMemsetD32_v2(d, bits, n));
 }
 
-static void prepare(void)
-{
-    CUdevice d;
-    CUcontext c;
-    OK(cuInit(0));
-    OK(cuDeviceGet(&d, 0));
-    OK(cuDevicePrimaryCtxRetain(&c, d));
-    OK(cuCtxSetCurrent(c));
-}
 
 static void host_fn(void *data) { (*(int *)data)++; }
 
@@ -387,5 +378,5 @@ int main(int argc, char **argv)
     };
     if (getenv("GBTEST_LAUNCH_SMALL"))
         budget_blocks = 64 * 1024;
-    return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, prepare);
+    return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, primary_context_current);
 }

@@ -6,10 +6,6 @@
 #include "testutil.h"
 
 /* The driver functions gblaunch calls (as cuda.h declares them). */
-CUresult cuInit(unsigned flags);
-CUresult cuDeviceGet(CUdevice *d, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d);
-CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *ctx);
 CUresult cuDriverGetVersion(int *v);
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult *status);

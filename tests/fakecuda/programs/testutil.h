@@ -35,6 +35,23 @@ static inline int in_vram(CUdeviceptr p)
     return !strcmp(kind, "vram") || (!strcmp(kind, "managed") && fakegpu_managed_where(p) >= 0);
 }
 
+CUresult cuInit(unsigned flags);
+CUresult cuDeviceGet(CUdevice *device, int ordinal);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device);
+CUresult cuCtxSetCurrent(CUcontext context);
+
+/* Device 0's primary context made current in this thread, through the driver API (the
+ * programs that call the driver directly link libcuda). */
+static inline void primary_context_current(void)
+{
+    CUdevice device;
+    CUcontext context;
+    OK(cuInit(0));
+    OK(cuDeviceGet(&device, 0));
+    OK(cuDevicePrimaryCtxRetain(&context, device));
+    OK(cuCtxSetCurrent(context));
+}
+
 struct named_test {
     const char *name;
     int (*fn)(int argc, char **argv);
