@@ -98,6 +98,17 @@ t_tier_make_room_off_fails() {
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_TIERING=off "$BIN/gbtier" make-room $TIER_BLOCK
 }
+t_tier_ranges() {
+    # One block of a 12-block buffer (cut into 2 MiB parts), named by every launch, moves to
+    # VRAM alone; the rest stays in T2, every byte kept.
+    tier_run tier-ranges GREENBOOST_TIERING=on GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" ranges $TIER_BLOCK
+}
+t_tier_ranges_room() {
+    # A block allocated while computing takes the place of one block's worth of a buffer's
+    # coldest parts.
+    # A 256 MiB device: others hold more than twice the headroom (contested), VRAM is movable.
+    tier_run tier-ranges-room FAKECUDA_VRAM=256M GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" ranges-room $TIER_BLOCK
+}
 t_tier_attributes() {
     # Movable VRAM and movable T2 answer pointer attribute queries as device memory.
     tier_run tier-attributes "$BIN/gbtier" attributes $TIER_BLOCK
@@ -121,4 +132,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_attributes tier_attributes_off tier_uncontested"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_attributes tier_attributes_off tier_uncontested"

@@ -16,7 +16,7 @@ use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::tier_thread;
 use crate::memory::budget::{self, VramReservation};
-use crate::memory::movable::{self, Movable};
+use crate::memory::movable::{self, Run};
 use crate::rules::tiering;
 use crate::sys::log::Mib;
 
@@ -32,24 +32,27 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
         return None;
     }
     let live = movable::live();
-    let mut loaded: Vec<&Movable> = live
+    let mut loaded: Vec<Run<'_>> = live
         .iter()
-        .map(|m| &**m)
-        .filter(|m| m.device() == device && m.in_vram() && !m.after_computing() && !m.maybe_evicted())
+        .filter(|m| m.device() == device && !m.after_computing())
+        // Runs no larger than the room wanted: a large buffer gives what is needed.
+        .flat_map(|m| m.runs(&m.heats(false), len))
+        .filter(|run| run.in_vram && !run.maybe_evicted)
         .collect();
     // Coldest per byte first, the newest first among equals.
     loaded.sort_by(|a, b| {
-        tiering::per_byte((a.heat_now(), a.len()), (b.heat_now(), b.len())).then(b.sequence().cmp(&a.sequence()))
+        tiering::per_byte((a.heat, a.bytes), (b.heat, b.bytes))
+            .then(b.allocation.sequence().cmp(&a.allocation.sequence()))
     });
     let mut victims = Vec::new();
     let mut room = 0u64;
-    for m in loaded {
+    for run in loaded {
         if room >= len {
             break;
         }
-        if m.len() <= (len - room).saturating_mul(2) {
-            room += m.len();
-            victims.push(m);
+        if run.bytes <= (len - room).saturating_mul(2) {
+            room += run.bytes;
+            victims.push(run);
         }
     }
     if room < len {

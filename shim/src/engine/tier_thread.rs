@@ -1,6 +1,7 @@
 //! The live-tiering thread: every GREENBOOST_TIER_INTERVAL_MS it measures each device
 //! that holds movable allocations (`movable`), asks the policy (`tiering`) what moves,
-//! and moves it: a prefetch per allocation on a low-priority stream of the allocation's
+//! and moves it: a prefetch per run of parts (`movable::Run`: a whole allocation, or
+//! neighbouring parts of a large one) on a low-priority stream of the allocation's
 //! context, in groups of at most `GROUP_BYTES`, each group waited for before the next, so
 //! that a free of one of them waits at most one group. Started by the first movable
 //! allocation; the program's own streams never wait for it.
@@ -24,7 +25,8 @@ use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
 use crate::engine::tier_lock::{self, Turn};
 use crate::memory::budget;
-use crate::memory::movable::{self, Movable, Reserved, Started};
+use crate::memory::movable::{self, Movable, Run};
+use crate::memory::movable_part::{Part, Reserved, Started};
 use crate::memory::release;
 use crate::rules::config;
 use crate::rules::placement::Rules;
@@ -142,27 +144,28 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
     }
-    let candidates: Vec<Candidate> = members
+    let runs: Vec<Run<'_>> = members.iter().flat_map(|m| m.runs(&m.heats(true), movable::RUN_MOST)).collect();
+    let candidates: Vec<Candidate> = runs
         .iter()
-        .map(|m| Candidate {
-            bytes: m.len(),
-            in_vram: m.in_vram(),
-            heat: m.take_heat(),
-            sequence: m.sequence(),
-            after_computing: m.after_computing(),
-            maybe_evicted: m.maybe_evicted(),
+        .map(|run| Candidate {
+            bytes: run.bytes,
+            in_vram: run.in_vram,
+            heat: run.heat,
+            sequence: run.allocation.sequence(),
+            after_computing: run.allocation.after_computing(),
+            maybe_evicted: run.maybe_evicted,
         })
         .collect();
     let moves = tiering::plan(&room, &candidates);
     if moves.is_empty() {
         return answered;
     }
-    log_heat_table(device, members, &candidates, &moves);
-    let chosen: Vec<(&Movable, Move)> = moves
+    log_heat_table(device, &runs, &candidates, &moves);
+    let chosen: Vec<(&Run<'_>, Move)> = moves
         .iter()
         .map(|&step| match step {
             Move::Promote(i) | Move::Demote(i) | Move::Refresh(i) | Move::SwapIn(i) | Move::SwapOut(i) => {
-                (members[i], step)
+                (&runs[i], step)
             }
         })
         .collect();
@@ -187,9 +190,9 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
 }
 
 /// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
-/// allocations per byte first, at most `HEAT_ROWS`, each with where it is, its size, its
-/// heat and what this tick does with it.
-fn log_heat_table(device: CuDevice, members: &[&Movable], candidates: &[Candidate], moves: &[Move]) {
+/// runs per byte first, at most `HEAT_ROWS`, each with where it is, its size, its heat
+/// and what this tick does with it.
+fn log_heat_table(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], moves: &[Move]) {
     const HEAT_ROWS: usize = 16;
     if !crate::sys::log::enabled(crate::sys::log::Level::Debug) {
         return;
@@ -198,12 +201,12 @@ fn log_heat_table(device: CuDevice, members: &[&Movable], candidates: &[Candidat
     let heat = |i: usize| (candidates[i].heat, candidates[i].bytes);
     order.sort_by(|&a, &b| tiering::per_byte(heat(b), heat(a)));
     debug!(
-        "live tiering on device {}: heat table ({} movable allocations, hottest per byte first)",
+        "live tiering on device {}: heat table ({} runs of movable memory, hottest per byte first)",
         device,
         order.len()
     );
     for &i in order.iter().take(HEAT_ROWS) {
-        let (c, m) = (&candidates[i], members[i]);
+        let (c, run) = (&candidates[i], &runs[i]);
         let step = moves.iter().find_map(|step| match *step {
             Move::Promote(j) if j == i => Some("promote"),
             Move::Demote(j) if j == i => Some("demote"),
@@ -214,7 +217,7 @@ fn log_heat_table(device: CuDevice, members: &[&Movable], candidates: &[Candidat
         });
         debug!(
             "  {:#x} {} in {}: heat {} ({} per MiB){}{}",
-            m.base(),
+            run.address(),
             Mib(c.bytes),
             if c.in_vram { "VRAM" } else { "T2" },
             Mib(c.heat),
@@ -236,11 +239,11 @@ struct Moved {
     swap_room: u64,
 }
 
-/// Sends `victims` (movable, in VRAM, on `device`) to T2 now, on streams made for it, to
-/// make room for an allocation of this process (`make_room`): each counted as a swap.
-/// Returns the bytes that went.
-pub(super) fn swap_out_now(device: CuDevice, victims: &[&Movable]) -> u64 {
-    let moves: Vec<(&Movable, Move)> = victims.iter().enumerate().map(|(i, &m)| (m, Move::SwapOut(i))).collect();
+/// Sends `victims` (runs of movable memory in VRAM on `device`) to T2 now, on streams
+/// made for it, to make room for an allocation of this process (`make_room`): each
+/// counted as a swap. Returns the bytes that went.
+pub(super) fn swap_out_now(device: CuDevice, victims: &[Run<'_>]) -> u64 {
+    let moves: Vec<(&Run<'_>, Move)> = victims.iter().enumerate().map(|(i, run)| (run, Move::SwapOut(i))).collect();
     let (mut streams, mut moved) = (Vec::new(), Moved::default());
     for group in groups(&moves) {
         move_group(device, group, &mut streams, &mut moved);
@@ -252,62 +255,117 @@ pub(super) fn swap_out_now(device: CuDevice, victims: &[&Movable]) -> u64 {
     moved.swapped_out
 }
 
-/// `moves` cut into runs of at most `GROUP_BYTES` (one allocation larger is a run).
-fn groups<'a>(moves: &'a [(&'a Movable, Move)]) -> Vec<&'a [(&'a Movable, Move)]> {
-    let mut runs = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, (m, _)) in moves.iter().enumerate() {
-        if i > start && bytes + m.len() > GROUP_BYTES {
-            runs.push(&moves[start..i]);
-            (start, bytes) = (i, 0);
-        }
-        bytes += m.len();
-    }
-    if start < moves.len() {
-        runs.push(&moves[start..]);
-    }
-    runs
+/// One run's move in a group: the parts that started, with their moves.
+struct RunMove<'a> {
+    run: &'a Run<'a>,
+    step: Move,
+    parts: Vec<(&'a Part, Started)>,
+    /// The stream its prefetches went to, if every one was issued.
+    stream: Option<Stream>,
 }
 
-/// Starts every move of `group`, waits for the driver, ends them; what moved is added
-/// to `moved`.
-fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<MoveStream>, moved: &mut Moved) {
+impl RunMove<'_> {
+    fn bytes(&self) -> u64 {
+        self.parts.iter().map(|(part, _)| part.len()).sum()
+    }
+
+    /// Enqueues the migration of its started parts to `to` on `stream`, one prefetch per
+    /// stretch of neighbours; whether every one was issued.
+    fn prefetch(&self, to: Where, stream: Stream) -> bool {
+        let allocation = self.run.allocation;
+        let mut all = true;
+        let mut at = 0;
+        while at < self.parts.len() {
+            let first = self.parts[at].0;
+            let mut end = first.offset() + first.len();
+            at += 1;
+            while at < self.parts.len() && self.parts[at].0.offset() == end {
+                end += self.parts[at].0.len();
+                at += 1;
+            }
+            let start = allocation.base() + first.offset();
+            all &= cuda::with_context(allocation.context(), || prefetch(start, end - first.offset(), to, stream));
+        }
+        all
+    }
+}
+
+/// `moves` cut into groups of at most `GROUP_BYTES` (one run larger is a group).
+fn groups<'a>(moves: &'a [(&'a Run<'a>, Move)]) -> Vec<&'a [(&'a Run<'a>, Move)]> {
+    let mut cut = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (run, _)) in moves.iter().enumerate() {
+        if i > start && bytes + run.bytes > GROUP_BYTES {
+            cut.push(&moves[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += run.bytes;
+    }
+    if start < moves.len() {
+        cut.push(&moves[start..]);
+    }
+    cut
+}
+
+/// Starts one part's move of `step` on `device` (`moved` holds the room this tick's swaps
+/// out gave back).
+fn start_part(part: &Part, step: Move, loaded: bool, device: CuDevice, moved: &mut Moved) -> Option<Started> {
+    match step {
+        Move::Promote(_) => {
+            part.start_move(true, |len| budget::reserve_promotion(len, device, loaded).map(Reserved::Vram))
+        }
+        // Into the VRAM this process's swaps out gave back this tick, already its own.
+        Move::SwapIn(_) => part.start_move(true, |len| {
+            let fits = len <= moved.swap_room;
+            fits.then(|| {
+                moved.swap_room -= len;
+                Reserved::Vram(budget::reserve_unchecked(len, device))
+            })
+        }),
+        Move::Demote(_) | Move::SwapOut(_) => {
+            part.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2))
+        }
+        Move::Refresh(_) => part.start_refresh(),
+    }
+}
+
+/// Starts every move of `group` (each part of each run), waits for the driver, ends
+/// them; what moved is added to `moved`.
+fn move_group<'a>(
+    device: CuDevice,
+    group: &'a [(&'a Run<'a>, Move)],
+    streams: &mut Vec<MoveStream>,
+    moved: &mut Moved,
+) {
     let began = Instant::now();
-    let mut started: Vec<(&Movable, Move, Started, Option<Stream>)> = Vec::new();
-    for &(m, step) in group {
-        let Some(stream) = stream_of(m.context(), streams) else { continue };
-        let move_started = match step {
-            Move::Promote(_) => {
-                let loaded = !m.after_computing();
-                m.start_move(true, |len| budget::reserve_promotion(len, device, loaded).map(Reserved::Vram))
-            }
-            // Into the VRAM this process's swaps out gave back this tick, already its own.
-            Move::SwapIn(_) => m.start_move(true, |len| {
-                let fits = len <= moved.swap_room;
-                fits.then(|| {
-                    moved.swap_room -= len;
-                    Reserved::Vram(budget::reserve_unchecked(len, device))
-                })
-            }),
-            Move::Demote(_) | Move::SwapOut(_) => {
-                m.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2))
-            }
-            Move::Refresh(_) => m.start_refresh(),
-        };
-        let Some(move_started) = move_started else { continue };
+    let mut started: Vec<RunMove<'a>> = Vec::new();
+    for &(run, step) in group {
+        let allocation: &Movable = run.allocation;
+        let Some(stream) = stream_of(allocation.context(), streams) else { continue };
+        let loaded = !allocation.after_computing();
+        let parts: Vec<(&Part, Started)> = run
+            .parts()
+            .iter()
+            .filter_map(|part| Some((part, start_part(part, step, loaded, device, moved)?)))
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let mut run_move = RunMove { run, step, parts, stream: None };
         let to = if matches!(step, Move::Demote(_) | Move::SwapOut(_)) { Where::Host } else { Where::Device(device) };
         let issuing = Instant::now();
-        let issued = cuda::with_context(m.context(), || prefetch(m, to, stream));
+        let issued = run_move.prefetch(to, stream);
         let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
         STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
-        started.push((m, step, move_started, issued.then_some(stream)));
+        run_move.stream = issued.then_some(stream);
+        started.push(run_move);
     }
     if started.is_empty() {
         return;
     }
     // Each stream the group used, waited for once.
     let mut used: Vec<Stream> = Vec::new();
-    for stream in started.iter().filter_map(|(_, _, _, stream)| *stream) {
+    for stream in started.iter().filter_map(|run_move| run_move.stream) {
         if !used.contains(&stream) {
             used.push(stream);
         }
@@ -315,38 +373,41 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
     let streams_done = used.into_iter().all(|stream| cuda::stream_synchronize(stream) == CuResult::SUCCESS);
     let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let (mut promoted_any, mut demoted_any) = (false, false);
-    for (m, step, move_started, stream) in started {
-        let arrived = stream.is_some() && streams_done;
-        if let (false, Move::Promote(_) | Move::SwapIn(_), Some(stream)) = (arrived, step, stream) {
-            // The driver may have moved part of it into VRAM the accounts give back now:
+    for run_move in started {
+        let arrived = run_move.stream.is_some() && streams_done;
+        let (step, bytes, address) = (run_move.step, run_move.bytes(), run_move.run.address());
+        if let (false, Move::Promote(_) | Move::SwapIn(_), Some(stream)) = (arrived, step, run_move.stream) {
+            // The driver may have moved some of it into VRAM the accounts give back now:
             // send it home (best effort; the host is where eviction sends it anyway).
-            cuda::with_context(m.context(), || prefetch(m, Where::Host, stream));
+            run_move.prefetch(Where::Host, stream);
         }
-        m.finish_move(move_started, arrived);
+        for (part, part_started) in run_move.parts {
+            part.finish_move(part_started, arrived);
+        }
         if !arrived {
             continue;
         }
         match step {
             // Charged and counted in VRAM already: no move in the counters.
             Move::Refresh(_) => {
-                debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", m.base(), Mib(m.len()))
+                debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", address, Mib(bytes))
             }
             Move::Promote(_) | Move::SwapIn(_) => {
                 promoted_any = true;
                 stats::bump(&STATS.promotions);
-                STATS.promoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+                STATS.promoted_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
             Move::Demote(_) | Move::SwapOut(_) => {
                 demoted_any = true;
                 if matches!(step, Move::SwapOut(_)) {
-                    moved.swapped_out += m.len();
-                    moved.swap_room += m.len();
+                    moved.swapped_out += bytes;
+                    moved.swap_room += bytes;
                     stats::bump(&STATS.swaps);
                 } else {
-                    moved.demoted += m.len();
+                    moved.demoted += bytes;
                 }
                 stats::bump(&STATS.demotions);
-                STATS.demoted_bytes.fetch_add(m.len(), Ordering::Relaxed);
+                STATS.demoted_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
         }
     }
@@ -358,11 +419,11 @@ fn move_group(device: CuDevice, group: &[(&Movable, Move)], streams: &mut Vec<Mo
     }
 }
 
-/// Enqueues the migration of `m` to `to` on `stream`.
-fn prefetch(m: &Movable, to: Where, stream: Stream) -> bool {
-    let prefetched = cuda::mem_prefetch_async(m.base(), m.len(), to, stream);
+/// Enqueues the migration of [`start`, `start + len`) to `to` on `stream`.
+fn prefetch(start: CuDevicePtr, len: u64, to: Where, stream: Stream) -> bool {
+    let prefetched = cuda::mem_prefetch_async(start, len, to, stream);
     if prefetched != CuResult::SUCCESS {
-        info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", m.base(), prefetched.0);
+        info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", start, prefetched.0);
         return false;
     }
     true

@@ -18,7 +18,7 @@ use crate::cuda::ffi::{CuDevicePtr, CuResult, Stream};
 use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams, Memcpy3D, MemsetNodeParams};
 use crate::cuda::real;
 use crate::launch::capture::{self, Enqueued};
-use crate::launch::naming;
+use crate::launch::naming::{self, Named};
 use crate::memory::address_index::{self, Snapshot};
 use crate::sys::cow_map::CowMap;
 use crate::sys::stats::{self, STATS};
@@ -26,14 +26,15 @@ use crate::sys::stats::{self, STATS};
 /// What one kernel node names.
 #[derive(Clone, Debug, Default)]
 struct KernelNode {
-    /// Starts of the allocations its parameters named when it was read.
-    named: Box<[CuDevicePtr]>,
+    /// The addresses of allocations its parameters named when it was read, each with
+    /// whether it was the node's first naming of its allocation (`naming::Named`).
+    named: Box<[(CuDevicePtr, bool)]>,
     read: bool,
 }
 
-/// What one copy or memset node writes and reads: the starts of the allocations holding
-/// its first byte written and read, when it was read (`None`: not an allocation of the
-/// index, or a memset's value).
+/// What one copy or memset node writes and reads: the addresses of its first byte written
+/// and read, when it was read, if they lay in allocations of the index (`None`: not an
+/// allocation of the index, or a memset's value).
 #[derive(Clone, Copy, Debug, Default)]
 struct MemoryNode {
     written: Option<CuDevicePtr>,
@@ -116,21 +117,16 @@ pub fn launched(exec: GraphExec, stream: Stream) {
     let mut namings = 0;
     for kernel in record.kernels.values() {
         unread += u64::from(!kernel.read);
-        for start in &kernel.named {
-            if let Some(range) = snapshot.as_deref().and_then(|snapshot| snapshot.find(*start)) {
-                range.uses.note_launch();
-                namings += 1;
+        for &(address, first) in &kernel.named {
+            if let Some(range) = snapshot.as_deref().and_then(|snapshot| snapshot.find(address)) {
+                Named { range, address, first }.note();
+                namings += u64::from(first);
             }
         }
     }
     for node in &record.memory_nodes {
-        let find = |start: Option<CuDevicePtr>| start.and_then(|start| snapshot.as_deref()?.find(start));
-        let written = find(node.written);
-        if let Some(range) = written {
-            range.uses.note_write();
-        }
-        if let Some(range) = find(node.read).filter(|read| written.is_none_or(|written| written.start != read.start)) {
-            range.uses.note_launch();
+        if let Some(snapshot) = snapshot.as_deref() {
+            address_index::note_copy(snapshot.locate(node.written), snapshot.locate(node.read));
         }
     }
     stats::add(&STATS.launches, record.kernels.len() as u64);
@@ -229,7 +225,8 @@ fn kernel_params(node: GraphNode) -> Option<KernelNodeParams> {
 /// What a copy or memset node writes and reads (`kind` is its type); `None` when the
 /// driver does not say.
 fn memory_node(node: GraphNode, kind: c_int, snapshot: Option<&Snapshot>) -> Option<MemoryNode> {
-    let start = |address: Option<CuDevicePtr>| address.and_then(|address| snapshot?.find(address)).map(|r| r.start);
+    let start =
+        |address: Option<CuDevicePtr>| address.filter(|&address| snapshot.and_then(|s| s.find(address)).is_some());
     if kind == node_type::MEMSET {
         let get = real::cuGraphMemsetNodeGetParams()?;
         let mut params = MemsetNodeParams::default();
@@ -260,7 +257,9 @@ unsafe fn read_kernel(params: &KernelNodeParams, snapshot: Option<&Snapshot>) ->
     let mut named = Vec::new();
     // SAFETY: the node's values as the driver holds them, for the function it launches.
     let naming = unsafe {
-        naming::name_launch(params.launched(), params.params, params.extra, snapshot, |range| named.push(range.start))
+        naming::name_launch(params.launched(), params.params, params.extra, snapshot, |n| {
+            named.push((n.address, n.first))
+        })
     };
     KernelNode { named: named.into_boxed_slice(), read: naming.read }
 }

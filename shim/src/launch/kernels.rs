@@ -22,8 +22,7 @@ pub unsafe fn launched(function: CuFunction, stream: Stream, params: *mut *mut c
     }
     let snapshot = address_index::load();
     // SAFETY: per this function's contract: a launch of `function` the driver accepted.
-    let naming =
-        unsafe { naming::name_launch(function, params, extra, snapshot.as_deref(), |range| range.uses.note_launch()) };
+    let naming = unsafe { naming::name_launch(function, params, extra, snapshot.as_deref(), |named| named.note()) };
     stats::bump(&STATS.launches);
     if !naming.read {
         stats::bump(&STATS.launches_unread);

@@ -93,14 +93,7 @@ fn one(snapshot: Option<&Snapshot>, target: Option<CuDevicePtr>, source: Option<
         return 0;
     }
     if let Some(snapshot) = snapshot {
-        let written = target.and_then(|address| snapshot.find(address));
-        if let Some(range) = written {
-            range.uses.note_write();
-        }
-        let read = source.and_then(|address| snapshot.find(address));
-        if let Some(range) = read.filter(|read| written.is_none_or(|written| written.start != read.start)) {
-            range.uses.note_launch();
-        }
+        address_index::note_copy(snapshot.locate(target), snapshot.locate(source));
     }
     1
 }

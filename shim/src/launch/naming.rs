@@ -98,8 +98,31 @@ pub struct Naming {
 /// named twice is counted twice (launches name a handful).
 const DISTINCT_TRACKED: usize = 32;
 
+/// A word of a launch's parameters that names an allocation.
+#[derive(Clone, Copy, Debug)]
+pub struct Named<'a> {
+    pub range: &'a Range,
+    /// The address named, inside `range`.
+    pub address: CuDevicePtr,
+    /// The first word of this launch to name `range` (a launch counts once per
+    /// allocation; every address it names is a start, `RangeUse::note_start`).
+    pub first: bool,
+}
+
+impl Named<'_> {
+    /// Notes the naming in the range's use: a launch on its first naming, a start on any.
+    pub fn note(&self) {
+        let offset = self.range.offset(self.address);
+        if self.first {
+            self.range.uses.note_launch(offset);
+        } else {
+            self.range.uses.note_start(offset);
+        }
+    }
+}
+
 /// Reads the parameters of a launch of `function` (`params` or `extra`, as
-/// cuLaunchKernel takes them), calling `visit` once per distinct allocation named.
+/// cuLaunchKernel takes them), calling `visit` for every word naming an allocation.
 ///
 /// # Safety
 /// `params` and `extra` are those of a launch of `function` (or a kernel node's) that
@@ -109,7 +132,7 @@ pub unsafe fn name_launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
     snapshot: Option<&Snapshot>,
-    visit: impl FnMut(&Range),
+    visit: impl FnMut(Named<'_>),
 ) -> Naming {
     let layout = param_layout::of(function);
     // SAFETY: per this function's contract: values the driver accepted for `function`,
@@ -117,7 +140,7 @@ pub unsafe fn name_launch(
     unsafe { name(&layout, Values::of(params, extra), snapshot, visit) }
 }
 
-/// Reads a launch's parameters, calling `visit` once per distinct allocation named.
+/// Reads a launch's parameters, calling `visit` for every word naming an allocation.
 ///
 /// # Safety
 /// `values` are the parameters of a launch of a function laid out as `layout`, which
@@ -126,7 +149,7 @@ unsafe fn name(
     layout: &Layout,
     values: Option<Values>,
     snapshot: Option<&Snapshot>,
-    mut visit: impl FnMut(&Range),
+    mut visit: impl FnMut(Named<'_>),
 ) -> Naming {
     let Layout::Known(params) = layout else { return Naming::default() };
     if params.is_empty() {
@@ -139,14 +162,14 @@ unsafe fn name(
     let mut note = |address: CuDevicePtr| {
         let Some(range) = snapshot.and_then(|snapshot| snapshot.find(address)) else { return };
         let tracked = (naming.ranges as usize).min(DISTINCT_TRACKED);
-        if seen[..tracked].contains(&range.start) {
-            return;
+        let first = !seen[..tracked].contains(&range.start);
+        if first {
+            if tracked < DISTINCT_TRACKED {
+                seen[tracked] = range.start;
+            }
+            naming.ranges += 1;
         }
-        if tracked < DISTINCT_TRACKED {
-            seen[tracked] = range.start;
-        }
-        naming.ranges += 1;
-        visit(range);
+        visit(Named { range, address, first });
     };
     for (index, param) in params.iter().enumerate() {
         // SAFETY: per this function's contract.

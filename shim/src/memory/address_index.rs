@@ -15,6 +15,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 use crate::cuda::ffi::CuDevicePtr;
+use crate::memory::start_counts::StartCounts;
 
 /// What launches did to one allocation: its heat, as seen from the launches' side, and
 /// its writers.
@@ -26,20 +27,44 @@ pub struct RangeUse {
     /// Copies and memsets that wrote in the range: what look-ahead staging must not run
     /// ahead of (a copy of the range staged before them would be stale).
     writes: AtomicU64,
+    /// Where in the range they named it, for a range whose parts move on their own
+    /// (`None`: it moves whole, and only the count matters).
+    starts: Option<StartCounts>,
 }
 
 impl RangeUse {
-    pub fn note_launch(&self) {
+    /// The use of a range cut into `parts` parts that move on their own: the addresses
+    /// named in it are counted too.
+    pub fn partitioned(parts: usize) -> RangeUse {
+        RangeUse { starts: Some(StartCounts::for_parts(parts)), ..RangeUse::default() }
+    }
+
+    /// A launch, or a copy or memset reading, named `offset` bytes into the range.
+    pub fn note_launch(&self, offset: u64) {
         self.launches.fetch_add(1, Ordering::Relaxed);
+        self.note_start(offset);
+    }
+
+    /// The same launch named the range again, `offset` bytes in: a start, not a launch.
+    pub fn note_start(&self, offset: u64) {
+        if let Some(starts) = &self.starts {
+            starts.note(offset);
+        }
     }
 
     pub fn launches(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
     }
 
-    /// A copy or memset wrote in the range (it counts as a launch naming it too).
-    pub fn note_write(&self) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
+    /// The starts named in it, if its parts move on their own.
+    pub fn starts(&self) -> Option<&StartCounts> {
+        self.starts.as_ref()
+    }
+
+    /// A copy or memset wrote in the range from `offset` on (it counts as a launch naming
+    /// it too).
+    pub fn note_write(&self, offset: u64) {
+        self.note_launch(offset);
         self.writes.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -54,6 +79,29 @@ pub struct Range {
     pub start: CuDevicePtr,
     pub end: CuDevicePtr,
     pub uses: Arc<RangeUse>,
+}
+
+impl Range {
+    /// How far into the range `address` (inside it) lies.
+    pub fn offset(&self, address: CuDevicePtr) -> u64 {
+        address.saturating_sub(self.start)
+    }
+}
+
+/// A copy or memset wrote from `written` and read from `read` (addresses, each with the
+/// range holding it): the written range counts a write; the read one a launch, or only a
+/// start when it is the written one (an operation counts once per range).
+pub fn note_copy(written: Option<(&Range, CuDevicePtr)>, read: Option<(&Range, CuDevicePtr)>) {
+    if let Some((range, address)) = written {
+        range.uses.note_write(range.offset(address));
+    }
+    if let Some((range, address)) = read {
+        if written.is_none_or(|(written, _)| written.start != range.start) {
+            range.uses.note_launch(range.offset(address));
+        } else {
+            range.uses.note_start(range.offset(address));
+        }
+    }
 }
 
 /// The ranges sorted by start, disjoint (the driver never hands out overlapping
@@ -71,6 +119,12 @@ impl Snapshot {
         let low = ranges.first().map_or(0, |range| range.start);
         let high = ranges.iter().map(|range| range.end).max().unwrap_or(0);
         Snapshot { ranges, low, high }
+    }
+
+    /// `address` with the range holding it, if any.
+    pub fn locate(&self, address: Option<CuDevicePtr>) -> Option<(&Range, CuDevicePtr)> {
+        let address = address?;
+        Some((self.find(address)?, address))
     }
 
     /// The range holding `address`, if any.

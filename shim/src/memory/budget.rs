@@ -305,6 +305,14 @@ impl VramCharge {
         self.bytes
     }
 
+    /// `bytes` of it (at most all) as a charge of their own, for memory whose parts move
+    /// apart (`movable`).
+    pub fn split_off(&mut self, bytes: u64) -> VramCharge {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        VramCharge { device: self.device, bytes }
+    }
+
     /// The memory grew by `reservation` (reserved on the same device): one charge
     /// holds both.
     pub fn absorb(&mut self, reservation: VramReservation) {
@@ -400,6 +408,14 @@ impl Drop for T2Reservation {
 impl T2Charge {
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// `bytes` of it (at most all) as a charge of their own, for memory whose parts move
+    /// apart (`movable`).
+    pub fn split_off(&mut self, bytes: u64) -> T2Charge {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        T2Charge { bytes }
     }
 }
 

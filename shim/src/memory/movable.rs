@@ -16,41 +16,47 @@
 //! (cuIpcGetMemHandle refuses it), which is why VRAM is made movable only where the
 //! device is contested and GREENBOOST_TIERING is not off.
 //!
-//! Locks: `LIVE` is held only to add, remove or copy entries; each allocation's `state`
-//! is a leaf lock, never held across a CUDA call.
+//! An allocation of at least `PARTITION_MIN` is cut into 2 MiB parts (`movable_part`)
+//! that move on their own, each weighed by the starts launches named in the allocation
+//! (`rules::range_heat`); the tier thread moves runs of neighbouring parts alike in place
+//! and heat (`Run`) as one.
+//!
+//! Locks: `LIVE` is held only to add, remove or copy entries; each part's `state` is a
+//! leaf lock, never held across a CUDA call.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
 use crate::memory::address_index::RangeUse;
-use crate::memory::budget::{self, T2Charge, T2Reservation, VramCharge, VramReservation};
+use crate::memory::budget::{self, T2Reservation, VramCharge};
+use crate::memory::movable_part::{Part, Residence};
+use crate::rules::range_heat;
+use crate::rules::tiering;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
 use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
 
-/// What a movable allocation's bytes are charged as.
-enum Residence {
-    T2(T2Charge),
-    Vram(VramCharge),
-    /// The tier thread is moving it; the move's charges are the mover's.
-    Moving,
-}
+/// The parts of a partitioned allocation: managed memory's device page.
+pub const PART_BYTES: u64 = 2 << 20;
 
-struct State {
-    residence: Residence,
-    freed: bool,
-}
+/// The smallest allocation cut into parts: below it, a buffer is one tensor or a few,
+/// and moves whole.
+pub const PARTITION_MIN: u64 = 64 << 20;
+
+/// The most bytes in one run the tier thread weighs (`Run`): promotions fill the room left
+/// to within it, and a hot piece of a large buffer can swap with a small victim.
+pub const RUN_MOST: u64 = 64 << 20;
 
 /// A live movable allocation.
 ///
 /// # Invariants
-/// `[base, base + len)` is managed memory of `context` until `release` frees it, after
-/// which no move starts (`freed`); a move in progress (`Moving`) ends before `release`
-/// frees the memory. `in_vram` is true exactly while the residence is `Vram`, or
-/// `Moving` for a refresh (which holds the VRAM charge: it was and stays in VRAM).
+/// `[base, base + len)` is managed memory of `context` until `release` frees it; `parts`
+/// cover it in order, without gaps; a part's move in progress ends before `release`
+/// frees the memory.
 pub struct Movable {
     base: CuDevicePtr,
     len: u64,
@@ -58,18 +64,12 @@ pub struct Movable {
     context: Context,
     sequence: u64,
     after_computing: bool,
-    /// Bytes matrix products and kernel launches read from it, decayed by the tier
-    /// thread.
-    heat: AtomicU64,
-    /// What launches did to it (the address index's entry for it).
+    /// What launches did to it (the address index's entry for it); for a partitioned
+    /// allocation, the starts they named too.
     uses: Arc<RangeUse>,
-    /// `uses`' launch count when the heat was last taken.
+    /// `uses`' launch count when the heat was last taken (an allocation of one part).
     launches_seen: AtomicU64,
-    in_vram: AtomicBool,
-    /// In VRAM while free VRAM fell so low that the driver evicts managed pages: part
-    /// of it may be on the host (the driver does not say which) until moved again.
-    maybe_evicted: AtomicBool,
-    state: Mutex<rank::MovableState, State>,
+    parts: Box<[Part]>,
 }
 
 /// Every live movable allocation, for the tier thread.
@@ -129,7 +129,6 @@ pub fn record_in_vram(
     charge: VramCharge,
 ) -> Arc<Movable> {
     let movable = record(base, len, device, context, Residence::Vram(charge));
-    movable.set_in_vram(true);
     debug!("T1 {:#x}: {} movable (managed memory, in VRAM)", base, Mib(len));
     movable
 }
@@ -172,8 +171,32 @@ fn place_on_device(base: CuDevicePtr, len: u64, device: CuDevice) -> Result<(), 
     status.ok().map_err(|error| CuResult(error.0))
 }
 
+/// The parts of an allocation of `len` bytes charged as `residence`: one, or 2 MiB parts
+/// from `PARTITION_MIN` on, each with its share of the charge.
+fn parts_of(len: u64, residence: Residence) -> Box<[Part]> {
+    let part = if len >= PARTITION_MIN { PART_BYTES } else { len.max(1) };
+    let mut residence = residence;
+    let mut parts = Vec::with_capacity(len.div_ceil(part) as usize);
+    let mut offset = 0;
+    while offset < len {
+        let bytes = part.min(len - offset);
+        let share = match &mut residence {
+            Residence::T2(charge) => Residence::T2(charge.split_off(bytes)),
+            Residence::Vram(charge) => Residence::Vram(charge.split_off(bytes)),
+            Residence::Moving => Residence::Moving,
+        };
+        parts.push(Part::new(offset, bytes, share));
+        offset += bytes;
+    }
+    // What rounding left in the charge (nothing: the parts cover `len`) goes back here.
+    drop(residence);
+    parts.into_boxed_slice()
+}
+
 /// The record of a new movable allocation, added to the live list.
 fn record(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, residence: Residence) -> Arc<Movable> {
+    let parts = parts_of(len, residence);
+    let uses = if parts.len() > 1 { RangeUse::partitioned(parts.len()) } else { RangeUse::default() };
     let movable = Arc::new(Movable {
         base,
         len,
@@ -181,12 +204,9 @@ fn record(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, resid
         context,
         sequence: SEQUENCE.fetch_add(1, Ordering::Relaxed),
         after_computing: budget::computing(),
-        heat: AtomicU64::new(0),
-        uses: Arc::default(),
+        uses: Arc::new(uses),
         launches_seen: AtomicU64::new(0),
-        in_vram: AtomicBool::new(false),
-        maybe_evicted: AtomicBool::new(false),
-        state: Mutex::new(State { residence, freed: false }),
+        parts,
     });
     stats::bump(&STATS.movable_allocs);
     LIVE.lock().push(Arc::clone(&movable));
@@ -204,27 +224,28 @@ pub fn live() -> Vec<Arc<Movable>> {
     LIVE.lock().clone()
 }
 
-/// The charge a move needs where it goes.
-pub enum Reserved {
-    Vram(VramReservation),
-    T2(T2Reservation),
+/// Neighbouring parts of one allocation, alike in where they are and in heat per byte:
+/// what the policy weighs and the tier thread moves as one.
+#[derive(Clone)]
+pub struct Run<'a> {
+    pub allocation: &'a Movable,
+    /// Indices into the allocation's parts.
+    pub parts: Range<usize>,
+    pub bytes: u64,
+    pub heat: u64,
+    pub in_vram: bool,
+    pub maybe_evicted: bool,
 }
 
-/// A move the tier thread has started: the charge the allocation will hold where it
-/// goes, reserved, and the one it held where it was, kept until the move ends.
-pub enum Started {
-    Promotion {
-        vram: VramReservation,
-        t2: T2Charge,
-    },
-    Demotion {
-        t2: T2Reservation,
-        vram: VramCharge,
-    },
-    /// To VRAM again, where it is charged (what the driver evicted comes back).
-    Refresh {
-        vram: VramCharge,
-    },
+impl Run<'_> {
+    /// Its first byte.
+    pub fn address(&self) -> CuDevicePtr {
+        self.allocation.base + self.allocation.parts[self.parts.start].offset()
+    }
+
+    pub fn parts(&self) -> &[Part] {
+        &self.allocation.parts[self.parts.clone()]
+    }
 }
 
 impl Movable {
@@ -252,45 +273,29 @@ impl Movable {
         self.after_computing
     }
 
-    pub fn in_vram(&self) -> bool {
-        self.in_vram.load(Ordering::Acquire)
+    /// The parts overlapping [`start`, `end`) (addresses).
+    fn parts_in(&self, start: CuDevicePtr, end: CuDevicePtr) -> impl Iterator<Item = (&Part, u64)> {
+        let (from, to) = (start.saturating_sub(self.base), end.saturating_sub(self.base).min(self.len));
+        let first = self.parts.partition_point(|part| part.offset() + part.len() <= from);
+        self.parts[first..].iter().take_while(move |part| part.offset() < to).map(move |part| {
+            let overlap = to.min(part.offset() + part.len()) - from.max(part.offset());
+            (part, overlap)
+        })
     }
 
-    /// Bytes of it in T2 now (all of it, unless it is in VRAM).
-    pub(super) fn t2_len(&self) -> u64 {
-        if self.in_vram() {
-            0
-        } else {
-            self.len
-        }
+    /// Bytes of [`start`, `end`) that lie in its parts in T2 now.
+    pub(super) fn t2_bytes_in(&self, start: CuDevicePtr, end: CuDevicePtr) -> u64 {
+        self.parts_in(start, end).filter(|(part, _)| !part.in_vram()).map(|(_, overlap)| overlap).sum()
     }
 
-    /// A matrix product read `bytes` of it.
-    pub fn note_read(&self, bytes: u64) {
-        self.heat.fetch_add(bytes, Ordering::Relaxed);
+    /// A matrix product read [`address`, `address + bytes`).
+    pub fn note_read(&self, address: CuDevicePtr, bytes: u64) {
+        self.parts_in(address, address.saturating_add(bytes)).for_each(|(part, overlap)| part.note_read(overlap));
     }
 
-    /// The driver may have evicted part of it: free VRAM fell that low while it was in
-    /// VRAM.
+    /// The driver may have evicted some of it: free VRAM fell that low.
     pub fn mark_maybe_evicted(&self) {
-        if self.in_vram() {
-            self.maybe_evicted.store(true, Ordering::Relaxed);
-        }
-    }
-
-    pub fn maybe_evicted(&self) -> bool {
-        self.maybe_evicted.load(Ordering::Relaxed)
-    }
-
-    /// The heat `take_heat` would take now, left in place.
-    pub fn heat_now(&self) -> u64 {
-        self.heat_since(self.uses.launches(), self.launches_seen.load(Ordering::Relaxed))
-    }
-
-    /// The heat with the launches named between `seen` and `launches` counted in.
-    fn heat_since(&self, launches: u64, seen: u64) -> u64 {
-        let named = launches.saturating_sub(seen);
-        self.heat.load(Ordering::Relaxed).saturating_add(named.saturating_mul(self.len))
+        self.parts.iter().for_each(Part::mark_maybe_evicted);
     }
 
     /// Its entry in the address index, counted by the launches, copies and memsets
@@ -299,111 +304,73 @@ impl Movable {
         Arc::clone(&self.uses)
     }
 
-    /// The heat: what products read since the last tick, and for each launch, copy or
-    /// memset that named it since, its length (a launch's parameters say where it reads,
-    /// not how much: a kernel reading all of it is the case that costs most in T2);
-    /// halved for the next tick.
-    pub fn take_heat(&self) -> u64 {
-        let launches = self.uses.launches();
-        let heat = self.heat_since(launches, self.launches_seen.swap(launches, Ordering::Relaxed));
-        self.heat.store(heat / 2, Ordering::Relaxed);
-        heat
-    }
-
-    /// Starts a move to VRAM (`promote`) or to T2 if the allocation is live and where
-    /// the move starts from, and `reserve` gives the charge it needs there (VRAM for a
-    /// promotion, T2 for a demotion); it is then `Moving` until `finish_move`.
-    pub fn start_move(&self, promote: bool, reserve: impl FnOnce(u64) -> Option<Reserved>) -> Option<Started> {
-        let mut state = self.state.lock();
-        let at_start = matches!((&state.residence, promote), (Residence::T2(_), true) | (Residence::Vram(_), false));
-        if state.freed || !at_start {
-            return None;
-        }
-        let reserved = reserve(self.len)?;
-        let started = match (std::mem::replace(&mut state.residence, Residence::Moving), reserved) {
-            (Residence::T2(t2), Reserved::Vram(vram)) => Started::Promotion { vram, t2 },
-            (Residence::Vram(vram), Reserved::T2(t2)) => Started::Demotion { t2, vram },
-            (old, _) => {
-                // A reservation for the other direction: nothing starts.
-                state.residence = old;
-                return None;
+    /// The heat of each part: what products read since the last tick, and what launches,
+    /// copies and memsets named since — for a partitioned allocation, each start's piece
+    /// (`range_heat`), else its whole length for each (a launch's parameters say where it
+    /// reads, not how much: a kernel reading all of it is the case that costs most in
+    /// T2). With `take` (the tier thread's tick) the namings are taken and each part
+    /// keeps half its heat; without, all stays in place.
+    pub fn heats(&self, take: bool) -> Vec<u64> {
+        let named = match self.uses.starts() {
+            Some(starts) => {
+                let starts = starts.read(take);
+                range_heat::part_heat(&starts.named, starts.unplaced, self.len, PART_BYTES)
+            }
+            None => {
+                let launches = self.uses.launches();
+                let seen = if take {
+                    self.launches_seen.swap(launches, Ordering::Relaxed)
+                } else {
+                    self.launches_seen.load(Ordering::Relaxed)
+                };
+                vec![launches.saturating_sub(seen).saturating_mul(self.len)]
             }
         };
-        self.set_in_vram(false);
-        Some(started)
+        self.parts.iter().zip(named).map(|(part, named)| part.heat_with(named, take)).collect()
     }
 
-    /// Starts a refresh if the allocation is live and in VRAM: `Moving` until
-    /// `finish_move`, still charged as VRAM and counted in it.
-    pub fn start_refresh(&self) -> Option<Started> {
-        let mut state = self.state.lock();
-        if state.freed {
-            return None;
-        }
-        match std::mem::replace(&mut state.residence, Residence::Moving) {
-            Residence::Vram(vram) => Some(Started::Refresh { vram }),
-            elsewhere => {
-                state.residence = elsewhere;
-                None
+    /// Its parts (with their `heats`) in runs of neighbours alike in place, possible
+    /// eviction and heat per byte, each at most `most` bytes (one part at least).
+    pub fn runs(&self, heats: &[u64], most: u64) -> Vec<Run<'_>> {
+        let mut runs: Vec<Run<'_>> = Vec::new();
+        for (index, (part, &heat)) in self.parts.iter().zip(heats).enumerate() {
+            let (in_vram, maybe_evicted) = (part.in_vram(), part.maybe_evicted());
+            if let Some(run) = runs.last_mut().filter(|run| {
+                run.in_vram == in_vram
+                    && run.maybe_evicted == maybe_evicted
+                    && run.bytes + part.len() <= most
+                    && tiering::per_byte((run.heat, run.bytes), (heat, part.len())).is_eq()
+            }) {
+                run.parts.end = index + 1;
+                run.bytes += part.len();
+                run.heat = run.heat.saturating_add(heat);
+                continue;
             }
+            runs.push(Run {
+                allocation: self,
+                parts: index..index + 1,
+                bytes: part.len(),
+                heat,
+                in_vram,
+                maybe_evicted,
+            });
         }
-    }
-
-    /// Ends a started move: `arrived` says whether the driver moved it. It is then
-    /// charged where it is, and the other charge goes back.
-    pub fn finish_move(&self, started: Started, arrived: bool) {
-        let (residence, _given_back) = match (started, arrived) {
-            (Started::Promotion { vram, t2 }, true) => (Residence::Vram(vram.commit_moved()), Some(Residence::T2(t2))),
-            (Started::Demotion { t2, vram }, true) => (Residence::T2(t2.commit_moved()), Some(Residence::Vram(vram))),
-            (Started::Promotion { t2, .. }, false) => (Residence::T2(t2), None),
-            (Started::Demotion { vram, .. }, false) => (Residence::Vram(vram), None),
-            (Started::Refresh { vram }, _) => (Residence::Vram(vram), None),
-        };
-        if arrived {
-            // Wherever it arrived, all of it is where the accounts say.
-            self.maybe_evicted.store(false, Ordering::Relaxed);
-        }
-        let in_vram = matches!(residence, Residence::Vram(_));
-        let mut state = self.state.lock();
-        state.residence = residence;
-        self.set_in_vram(in_vram);
-    }
-
-    /// Keeps `in_vram` and the bytes of movable memory in VRAM (`STATS.tier_vram`)
-    /// together.
-    fn set_in_vram(&self, in_vram: bool) {
-        if self.in_vram.swap(in_vram, Ordering::AcqRel) == in_vram {
-            return;
-        }
-        if in_vram {
-            STATS.tier_vram.fetch_add(self.len, Ordering::Relaxed);
-        } else {
-            stats::sub_in_use(&STATS.tier_vram, self.len);
-        }
+        runs
     }
 
     /// Frees it (the device is past every use of it and its context is current): waits
-    /// for a move in progress to end, then gives the memory and its charge back.
+    /// for moves in progress to end, then gives the memory and its charges back.
     pub fn release(&self) {
-        let residence = loop {
-            let mut state = self.state.lock();
-            if !matches!(state.residence, Residence::Moving) {
-                state.freed = true;
-                self.set_in_vram(false);
-                break std::mem::replace(&mut state.residence, Residence::Moving);
-            }
-            drop(state);
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        };
+        let charges: Vec<Residence> = self.parts.iter().map(Part::release).collect();
         let status = cuda::mem_free(self.base);
         if status != CuResult::SUCCESS {
-            warn!("cuMemFree of movable T2 {:#x} failed (CUDA error {})", self.base, status.0);
+            warn!("cuMemFree of movable memory {:#x} failed (CUDA error {})", self.base, status.0);
         }
-        drop(residence);
+        drop(charges);
         let mut live = LIVE.lock();
         live.retain(|entry| !std::ptr::eq(Arc::as_ptr(entry), self));
         LIVE_COUNT.store(live.len(), Ordering::Release);
-        debug!("T2 {:#x}: {} movable, freed", self.base, Mib(self.len));
+        debug!("{:#x}: {} movable, freed", self.base, Mib(self.len));
     }
 }
 

@@ -204,9 +204,7 @@ fn t2_overlaps(device_ptr: CuDevicePtr, len: u64) -> (u64, u64) {
             let (tail, tail_end) = split.tail_range();
             (pinned + overlap(tail, tail_end), movable)
         }
-        Record::Backed(Backed::Movable(allocation)) => {
-            (pinned, movable + overlap(*base, base.saturating_add(allocation.t2_len())))
-        }
+        Record::Backed(Backed::Movable(allocation)) => (pinned, movable + allocation.t2_bytes_in(device_ptr, end)),
         Record::Vram(_) => (pinned, movable),
     })
 }
@@ -261,7 +259,7 @@ pub fn note_read(device_ptr: CuDevicePtr, len: u64) {
     let registry = REGISTRY.lock();
     if let Some((base, Record::Backed(Backed::Movable(movable)))) = registry.live.range(..=device_ptr).next_back() {
         if device_ptr < base.saturating_add(movable.len()) {
-            movable.note_read(len.min(base.saturating_add(movable.len()) - device_ptr));
+            movable.note_read(device_ptr, len);
         }
     }
 }

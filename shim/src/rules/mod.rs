@@ -8,4 +8,5 @@
 
 pub(crate) mod config;
 pub(crate) mod placement;
+pub(crate) mod range_heat;
 pub(crate) mod tiering;

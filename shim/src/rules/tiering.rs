@@ -32,7 +32,11 @@
 //!   go to T2 to make its room — at most `Room::swap_limit` bytes a tick (demotion runs
 //!   at 9-12 GB/s on the H200, bench/results/tiering-probe-2026-12-01.md). Heat is what
 //!   launches and products read; a kernel's parameters name where it reads, not how
-//!   much, so each launch that names an allocation counts all of it. This is what lets
+//!   much, so each launch that names an allocation counts all of it (of a large one cut
+//!   into parts, the piece from the start it named to the next: `range_heat`).
+//!
+//! A candidate is a whole allocation or a run of neighbouring parts of a large one
+//! (`memory::movable::Run`): the rule does not tell them apart. This is what lets
 //!   a working set allocated after the weights took the VRAM displace them while the
 //!   program computes, and the weights come back when the working set cools: a process
 //!   never takes another's VRAM by swapping.

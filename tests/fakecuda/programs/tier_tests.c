@@ -472,6 +472,8 @@ int main(int argc, char **argv)
         { "make-room", test_make_room },
         { "attributes", test_attributes },
         { "uncontested", test_uncontested },
+        { "ranges", test_ranges },
+        { "ranges-room", test_ranges_room },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

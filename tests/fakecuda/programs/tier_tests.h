@@ -64,4 +64,8 @@ int test_make_room(int argc, char **argv);
 int test_attributes(int argc, char **argv);
 int test_uncontested(int argc, char **argv);
 
+/* tier_ranges.c: parts of one large movable allocation moving alone. */
+int test_ranges(int argc, char **argv);
+int test_ranges_room(int argc, char **argv);
+
 #endif
