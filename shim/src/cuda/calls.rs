@@ -114,6 +114,20 @@ pub fn event_create() -> Result<Event, CuError> {
     Ok(event)
 }
 
+/// An event that keeps the time it completed (`event_elapsed_ms`).
+pub fn event_create_timed() -> Result<Event, CuError> {
+    let mut event = Event::NULL;
+    driver_call!(cuEventCreate(&mut event, 0), "writes one handle to a valid local").ok()?;
+    Ok(event)
+}
+
+/// Milliseconds between two completed timed events.
+pub fn event_elapsed_ms(start: Event, end: Event) -> Result<f32, CuError> {
+    let mut ms = 0f32;
+    driver_call!(cuEventElapsedTime(&mut ms, start, end), "writes one float to a valid local").ok()?;
+    Ok(ms)
+}
+
 pub fn event_record(event: Event, stream: Stream) -> CuResult {
     driver_call!(cuEventRecord(event, stream), "handles by value; stale ones are refused")
 }

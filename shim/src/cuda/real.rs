@@ -82,6 +82,7 @@ macro_rules! cuda_functions {
             Driver called fn cuEventQuery(event: Event) -> CuResult;
             Driver called fn cuEventSynchronize(event: Event) -> CuResult;
             Driver called fn cuEventDestroy_v2(event: Event) -> CuResult;
+            Driver called fn cuEventElapsedTime(ms: *mut f32, start: Event, end: Event) -> CuResult;
             Driver called fn cuStreamSynchronize(stream: Stream) -> CuResult;
             Driver called fn cuStreamCreate(stream: *mut Stream, flags: c_uint) -> CuResult;
             Driver called fn cuStreamDestroy_v2(stream: Stream) -> CuResult;

@@ -8,10 +8,11 @@ use std::ffi::{c_uint, c_void};
 use crate::cuda::ffi::*;
 use crate::cuda::launch_ffi::*;
 use crate::cuda::real::pfn;
+use crate::launch::kernel_times::{self, Sampling};
 use crate::launch::kernels;
 
 /// What every kernel launch form shares once the driver answered: observed only when
-/// it accepted the launch.
+/// it accepted the launch; `sampling` (started before it) ends either way.
 ///
 /// # Safety
 /// `params`/`extra` are the launch's own arguments for `function`.
@@ -21,10 +22,13 @@ unsafe fn after_launch(
     stream: Stream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
+    sampling: Option<Sampling>,
 ) -> CuResult {
     if status == CuResult::SUCCESS {
         // SAFETY: the driver accepted these values for `function` (the contract).
-        unsafe { kernels::launched(function, stream, params, extra) };
+        unsafe { kernels::launched(function, stream, params, extra, sampling) };
+    } else if let Some(sampling) = sampling {
+        kernel_times::after_launch(sampling, false, function, stream, &[]);
     }
     status
 }
@@ -46,11 +50,12 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
+    let sampling = kernel_times::before_launch(stream);
     // SAFETY: the real launch with the program's arguments; observed with the same.
     unsafe {
         let status =
             real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra);
-        after_launch(status, function, stream, params, extra)
+        after_launch(status, function, stream, params, extra, sampling)
     }
 }
 
@@ -71,11 +76,14 @@ pub unsafe fn launch_kernel_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    // SAFETY: as in `launch_kernel`; stream 0 means the thread's default stream here.
+    // Stream 0 means the thread's default stream here.
+    let observed = stream.per_thread_default();
+    let sampling = kernel_times::before_launch(observed);
+    // SAFETY: as in `launch_kernel`.
     unsafe {
         let status =
             real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra);
-        after_launch(status, function, stream.per_thread_default(), params, extra)
+        after_launch(status, function, observed, params, extra, sampling)
     }
 }
 
@@ -88,12 +96,14 @@ pub unsafe fn launch_kernel_ex(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    // SAFETY: the real launch with the program's arguments; the configuration is read
-    // only after the driver accepted it (so it is valid).
+    // SAFETY: the configuration, where not null, is the program's launch configuration,
+    // which the driver reads as well.
+    let stream = if config.is_null() { Stream::NULL } else { unsafe { (*config).stream } };
+    let sampling = kernel_times::before_launch(stream);
+    // SAFETY: the real launch with the program's arguments; observed with the same.
     unsafe {
         let status = real(config, function, params, extra);
-        let stream = if config.is_null() { Stream::NULL } else { (*config).stream };
-        after_launch(status, function, stream, params, extra)
+        after_launch(status, function, stream, params, extra, sampling)
     }
 }
 
@@ -106,11 +116,13 @@ pub unsafe fn launch_kernel_ex_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    // SAFETY: as in `launch_kernel_ex`, with stream 0 the thread's default stream.
+    // SAFETY: as in `launch_kernel_ex`; stream 0 means the thread's default stream here.
+    let observed = if config.is_null() { Stream::NULL } else { unsafe { (*config).stream } }.per_thread_default();
+    let sampling = kernel_times::before_launch(observed);
+    // SAFETY: as in `launch_kernel_ex`.
     unsafe {
         let status = real(config, function, params, extra);
-        let stream = if config.is_null() { Stream::NULL } else { (*config).stream };
-        after_launch(status, function, stream.per_thread_default(), params, extra)
+        after_launch(status, function, observed, params, extra, sampling)
     }
 }
 
@@ -130,10 +142,11 @@ pub unsafe fn launch_cooperative_kernel(
     stream: Stream,
     params: *mut *mut c_void,
 ) -> CuResult {
+    let sampling = kernel_times::before_launch(stream);
     // SAFETY: as in `launch_kernel` (a cooperative launch has no `extra`).
     unsafe {
         let status = real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
-        after_launch(status, function, stream, params, std::ptr::null_mut())
+        after_launch(status, function, stream, params, std::ptr::null_mut(), sampling)
     }
 }
 
@@ -153,10 +166,13 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
     stream: Stream,
     params: *mut *mut c_void,
 ) -> CuResult {
-    // SAFETY: as in `launch_cooperative_kernel`, with stream 0 the thread's default.
+    // Stream 0 means the thread's default stream here.
+    let observed = stream.per_thread_default();
+    let sampling = kernel_times::before_launch(observed);
+    // SAFETY: as in `launch_cooperative_kernel`.
     unsafe {
         let status = real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
-        after_launch(status, function, stream.per_thread_default(), params, std::ptr::null_mut())
+        after_launch(status, function, observed, params, std::ptr::null_mut(), sampling)
     }
 }
 

@@ -14,18 +14,21 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::cuda::ffi::{CuDevicePtr, CuResult, Stream};
+use crate::cuda::ffi::{CuDevicePtr, CuFunction, CuResult, Stream};
 use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams, Memcpy3D, MemsetNodeParams};
 use crate::cuda::real;
 use crate::launch::capture::{self, Enqueued};
+use crate::launch::kernel_times;
 use crate::launch::naming::{self, Named};
 use crate::memory::address_index::{self, Snapshot};
 use crate::sys::cow_map::CowMap;
 use crate::sys::stats::{self, STATS};
 
 /// What one kernel node names.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct KernelNode {
+    /// The function it launches (its read share weighs its namings, `kernel_times`).
+    function: CuFunction,
     /// The addresses of allocations its parameters named when it was read, each with
     /// whether it was the node's first naming of its allocation (`naming::Named`).
     named: Box<[(CuDevicePtr, bool)]>,
@@ -117,9 +120,10 @@ pub fn launched(exec: GraphExec, stream: Stream) {
     let mut namings = 0;
     for kernel in record.kernels.values() {
         unread += u64::from(!kernel.read);
+        let weight = kernel_times::weight(kernel.function);
         for &(address, first) in &kernel.named {
             if let Some(range) = snapshot.as_deref().and_then(|snapshot| snapshot.find(address)) {
-                Named { range, address, first }.note();
+                Named { range, address, first }.note(weight);
                 namings += u64::from(first);
             }
         }
@@ -160,7 +164,8 @@ fn read_graph(graph: Graph, record: &mut ExecRecord, snapshot: Option<&Snapshot>
         }
         match kind {
             node_type::KERNEL => {
-                let kernel = kernel_params(node).map_or_else(KernelNode::default, |params| {
+                let unread = || KernelNode { function: CuFunction::NULL, named: Box::default(), read: false };
+                let kernel = kernel_params(node).map_or_else(unread, |params| {
                     // SAFETY: the driver's own answer for this node, read while the
                     // graph lives (the caller holds it through instantiation).
                     unsafe { read_kernel(&params, snapshot) }
@@ -261,5 +266,5 @@ unsafe fn read_kernel(params: &KernelNodeParams, snapshot: Option<&Snapshot>) ->
             named.push((n.address, n.first))
         })
     };
-    KernelNode { named: named.into_boxed_slice(), read: naming.read }
+    KernelNode { function: params.launched(), named: named.into_boxed_slice(), read: naming.read }
 }

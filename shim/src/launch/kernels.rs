@@ -5,24 +5,53 @@
 
 use std::ffi::c_void;
 
-use crate::cuda::ffi::{CuFunction, Stream};
+use crate::cuda::ffi::{CuDevicePtr, CuFunction, Stream};
 use crate::launch::capture::{self, Enqueued};
+use crate::launch::kernel_times::{self, Sampling};
 use crate::launch::naming;
+
+/// Addresses of a timed launch handed to `kernel_times`: the first of each allocation
+/// named, as many as it keeps.
+const NAMED_TIMED: usize = 4;
 use crate::memory::address_index;
 use crate::sys::stats::{self, STATS};
 
-/// The driver accepted a launch of `function` on `stream` with these parameters.
+/// The driver accepted a launch of `function` on `stream` with these parameters; it was
+/// timed if `sampling` (`kernel_times`).
 ///
 /// # Safety
 /// `params` and `extra` are the launch's, as the driver accepted them for `function`.
-pub unsafe fn launched(function: CuFunction, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) {
+pub unsafe fn launched(
+    function: CuFunction,
+    stream: Stream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    sampling: Option<Sampling>,
+) {
     if capture::enqueued_on(stream) == Enqueued::Captured {
         stats::bump(&STATS.captured_launches);
+        if let Some(sampling) = sampling {
+            kernel_times::after_launch(sampling, false, function, stream, &[]);
+        }
         return;
     }
     let snapshot = address_index::load();
+    let weight = kernel_times::weight(function);
+    let mut named: [CuDevicePtr; NAMED_TIMED] = [0; NAMED_TIMED];
+    let mut count = 0;
     // SAFETY: per this function's contract: a launch of `function` the driver accepted.
-    let naming = unsafe { naming::name_launch(function, params, extra, snapshot.as_deref(), |named| named.note()) };
+    let naming = unsafe {
+        naming::name_launch(function, params, extra, snapshot.as_deref(), |found| {
+            found.note(weight);
+            if found.first && count < NAMED_TIMED {
+                named[count] = found.address;
+                count += 1;
+            }
+        })
+    };
+    if let Some(sampling) = sampling {
+        kernel_times::after_launch(sampling, true, function, stream, &named[..count]);
+    }
     stats::bump(&STATS.launches);
     if !naming.read {
         stats::bump(&STATS.launches_unread);

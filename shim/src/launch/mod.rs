@@ -10,10 +10,11 @@
 //! launches), `capture` (stream captures begun and ended), `tensor_maps` (maps the
 //! program encoded).
 //!
-//! May import: `sys`, `cuda`, `memory`.
+//! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod capture;
 pub(crate) mod graphs;
+pub(crate) mod kernel_times;
 pub(crate) mod kernels;
 pub(crate) mod memory_ops;
 mod naming;

@@ -110,13 +110,14 @@ pub struct Named<'a> {
 }
 
 impl Named<'_> {
-    /// Notes the naming in the range's use: a launch on its first naming, a start on any.
-    pub fn note(&self) {
+    /// Notes the naming, by a launch of `weight` (`kernel_times::weight`), in the range's
+    /// use: a launch on its first naming, a start on any.
+    pub fn note(&self, weight: u64) {
         let offset = self.range.offset(self.address);
         if self.first {
-            self.range.uses.note_launch(offset);
+            self.range.uses.note_launch(offset, weight);
         } else {
-            self.range.uses.note_start(offset);
+            self.range.uses.note_start(offset, weight);
         }
     }
 }

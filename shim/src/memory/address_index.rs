@@ -17,6 +17,11 @@ use arc_swap::ArcSwapOption;
 use crate::cuda::ffi::CuDevicePtr;
 use crate::memory::start_counts::StartCounts;
 
+/// A naming's weight when the kernel reads all of what it names (copies, memsets, and
+/// kernels until sampled times say less: `launch::kernel_times`); a kernel measured to
+/// read a tenth of it names with a tenth of this.
+pub const WHOLE_READ: u64 = 1024;
+
 /// What launches did to one allocation: its heat, as seen from the launches' side, and
 /// its writers.
 #[derive(Debug, Default)]
@@ -24,6 +29,8 @@ pub struct RangeUse {
     /// Kernel launches (and graph kernel nodes, at each graph launch) whose parameters
     /// named an address inside the range, and copies and memsets that read or wrote in it.
     launches: AtomicU64,
+    /// The same launches, each by its weight (`WHOLE_READ` for all it names).
+    weighted: AtomicU64,
     /// Copies and memsets that wrote in the range: what look-ahead staging must not run
     /// ahead of (a copy of the range staged before them would be stale).
     writes: AtomicU64,
@@ -39,21 +46,28 @@ impl RangeUse {
         RangeUse { starts: Some(StartCounts::for_parts(parts)), ..RangeUse::default() }
     }
 
-    /// A launch, or a copy or memset reading, named `offset` bytes into the range.
-    pub fn note_launch(&self, offset: u64) {
+    /// A launch of `weight` (`WHOLE_READ`: it reads all it names), or a copy or memset
+    /// reading, named `offset` bytes into the range.
+    pub fn note_launch(&self, offset: u64, weight: u64) {
         self.launches.fetch_add(1, Ordering::Relaxed);
-        self.note_start(offset);
+        self.weighted.fetch_add(weight, Ordering::Relaxed);
+        self.note_start(offset, weight);
     }
 
     /// The same launch named the range again, `offset` bytes in: a start, not a launch.
-    pub fn note_start(&self, offset: u64) {
+    pub fn note_start(&self, offset: u64, weight: u64) {
         if let Some(starts) = &self.starts {
-            starts.note(offset);
+            starts.note(offset, weight);
         }
     }
 
     pub fn launches(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
+    }
+
+    /// The launches by their weights.
+    pub fn weighted(&self) -> u64 {
+        self.weighted.load(Ordering::Relaxed)
     }
 
     /// The starts named in it, if its parts move on their own.
@@ -64,7 +78,7 @@ impl RangeUse {
     /// A copy or memset wrote in the range from `offset` on (it counts as a launch naming
     /// it too).
     pub fn note_write(&self, offset: u64) {
-        self.note_launch(offset);
+        self.note_launch(offset, WHOLE_READ);
         self.writes.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -97,9 +111,9 @@ pub fn note_copy(written: Option<(&Range, CuDevicePtr)>, read: Option<(&Range, C
     }
     if let Some((range, address)) = read {
         if written.is_none_or(|(written, _)| written.start != range.start) {
-            range.uses.note_launch(range.offset(address));
+            range.uses.note_launch(range.offset(address), WHOLE_READ);
         } else {
-            range.uses.note_start(range.offset(address));
+            range.uses.note_start(range.offset(address), WHOLE_READ);
         }
     }
 }

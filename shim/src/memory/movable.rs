@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
-use crate::memory::address_index::RangeUse;
+use crate::memory::address_index::{RangeUse, WHOLE_READ};
 use crate::memory::budget::{self, T2Reservation, VramCharge};
 use crate::memory::movable_part::{Part, Residence};
 use crate::rules::range_heat;
@@ -67,8 +67,8 @@ pub struct Movable {
     /// What launches did to it (the address index's entry for it); for a partitioned
     /// allocation, the starts they named too.
     uses: Arc<RangeUse>,
-    /// `uses`' launch count when the heat was last taken (an allocation of one part).
-    launches_seen: AtomicU64,
+    /// `uses`' weighted launches when the heat was last taken (an allocation of one part).
+    weighted_seen: AtomicU64,
     parts: Box<[Part]>,
 }
 
@@ -205,7 +205,7 @@ fn record(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, resid
         sequence: SEQUENCE.fetch_add(1, Ordering::Relaxed),
         after_computing: budget::computing(),
         uses: Arc::new(uses),
-        launches_seen: AtomicU64::new(0),
+        weighted_seen: AtomicU64::new(0),
         parts,
     });
     stats::bump(&STATS.movable_allocs);
@@ -284,8 +284,23 @@ impl Movable {
     }
 
     /// Bytes of [`start`, `end`) that lie in its parts in T2 now.
-    pub(super) fn t2_bytes_in(&self, start: CuDevicePtr, end: CuDevicePtr) -> u64 {
+    pub fn t2_bytes_in(&self, start: CuDevicePtr, end: CuDevicePtr) -> u64 {
         self.parts_in(start, end).filter(|(part, _)| !part.in_vram()).map(|(_, overlap)| overlap).sum()
+    }
+
+    /// What a launch naming `address` (inside it) counts as read: the piece from that
+    /// start to the next of a partitioned allocation, else all of it; and the bytes of
+    /// that in T2 now.
+    pub fn named_piece(&self, address: CuDevicePtr) -> (u64, u64) {
+        let (start, end) = match self.uses.starts() {
+            Some(starts) => {
+                let offset = address.saturating_sub(self.base);
+                let next = starts.read(false).named.iter().map(|&(start, _)| start).find(|&start| start > offset);
+                (address, self.base + next.unwrap_or(self.len).min(self.len))
+            }
+            None => (self.base, self.base + self.len),
+        };
+        (end.saturating_sub(start), self.t2_bytes_in(start, end))
     }
 
     /// A matrix product read [`address`, `address + bytes`).
@@ -306,24 +321,25 @@ impl Movable {
 
     /// The heat of each part: what products read since the last tick, and what launches,
     /// copies and memsets named since — for a partitioned allocation, each start's piece
-    /// (`range_heat`), else its whole length for each (a launch's parameters say where it
-    /// reads, not how much: a kernel reading all of it is the case that costs most in
-    /// T2). With `take` (the tier thread's tick) the namings are taken and each part
-    /// keeps half its heat; without, all stays in place.
+    /// (`range_heat`), else its whole length for each, by the naming's weight (a launch's
+    /// parameters say where it reads, not how much: all of it until the kernel's sampled
+    /// times say less, `launch::kernel_times`). With `take` (the tier thread's tick) the
+    /// namings are taken and each part keeps half its heat; without, all stays in place.
     pub fn heats(&self, take: bool) -> Vec<u64> {
         let named = match self.uses.starts() {
             Some(starts) => {
                 let starts = starts.read(take);
-                range_heat::part_heat(&starts.named, starts.unplaced, self.len, PART_BYTES)
+                range_heat::part_heat(&starts.named, starts.unplaced, WHOLE_READ, self.len, PART_BYTES)
             }
             None => {
-                let launches = self.uses.launches();
+                let weighted = self.uses.weighted();
                 let seen = if take {
-                    self.launches_seen.swap(launches, Ordering::Relaxed)
+                    self.weighted_seen.swap(weighted, Ordering::Relaxed)
                 } else {
-                    self.launches_seen.load(Ordering::Relaxed)
+                    self.weighted_seen.load(Ordering::Relaxed)
                 };
-                vec![launches.saturating_sub(seen).saturating_mul(self.len)]
+                let named = u128::from(weighted.saturating_sub(seen)) * u128::from(self.len) / u128::from(WHOLE_READ);
+                vec![u64::try_from(named).unwrap_or(u64::MAX)]
             }
         };
         self.parts.iter().zip(named).map(|(part, named)| part.heat_with(named, take)).collect()

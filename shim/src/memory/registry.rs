@@ -250,6 +250,27 @@ pub fn shim_made(device_ptr: CuDevicePtr) -> Option<ShimMade> {
     }
 }
 
+/// What a kernel launch naming `device_ptr` counts as reading (the allocation holding it,
+/// or for a large movable one the piece from there to the next start named in it), and
+/// how many of those bytes lie in T2 now; `None` for an address the shim does not know.
+pub fn named_piece(device_ptr: CuDevicePtr) -> Option<(u64, u64)> {
+    let registry = REGISTRY.lock();
+    let (&base, record) = registry.live.range(..=device_ptr).next_back()?;
+    let end = base.saturating_add(record.len());
+    if device_ptr >= end {
+        return None;
+    }
+    Some(match record {
+        Record::Vram(_) => (end - base, 0),
+        Record::Backed(Backed::T2(_)) => (end - base, end - base),
+        Record::Backed(Backed::Split(split)) => {
+            let (tail, tail_end) = split.tail_range();
+            (end - base, tail_end.min(end).saturating_sub(tail.max(base)))
+        }
+        Record::Backed(Backed::Movable(movable)) => movable.named_piece(device_ptr),
+    })
+}
+
 /// A matrix product reads [`device_ptr`, `device_ptr + len`): the movable allocation
 /// holding it gets warmer (live tiering promotes the hottest first).
 pub fn note_read(device_ptr: CuDevicePtr, len: u64) {

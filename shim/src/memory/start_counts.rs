@@ -1,8 +1,9 @@
-//! The addresses launches named inside one large movable allocation, and how often: a
+//! The addresses launches named inside one large movable allocation, and how much: a
 //! kernel is given the start of what it reads (llama.cpp passes each weight's and each
 //! layer's KV cache's address inside one buffer, PyTorch each tensor's inside a cached
 //! segment), so the starts seen partition the allocation into the pieces kernels read,
-//! and the launches naming each start say how hot its piece is (`rules::range_heat`).
+//! and the launches naming each start, by their weights (`address_index::WHOLE_READ` for
+//! one that reads all it names), say how hot its piece is (`rules::range_heat`).
 //!
 //! Noted on every launch from any thread, so without a lock: a fixed open-addressed table
 //! of (offset, count) slots. A slot is taken once, by swapping its key from empty to the
@@ -33,7 +34,7 @@ pub struct StartCounts {
 }
 
 /// What `StartCounts::read` found: every start ever named, sorted by offset, with the
-/// namings since the last take, and the unplaced namings since then.
+/// weight of its namings since the last take, and of the unplaced namings since then.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Starts {
     pub named: Vec<(u64, u64)>,
@@ -50,8 +51,8 @@ impl StartCounts {
         StartCounts { slots, unplaced: AtomicU64::new(0) }
     }
 
-    /// A launch, copy or memset named `offset` bytes into the allocation.
-    pub fn note(&self, offset: u64) {
+    /// A launch, copy or memset of `weight` named `offset` bytes into the allocation.
+    pub fn note(&self, offset: u64, weight: u64) {
         let key = offset.wrapping_add(1);
         let mask = self.slots.len() - 1;
         // Fibonacci hashing: starts are multiples of large powers of two.
@@ -66,15 +67,16 @@ impl StartCounts {
                         Err(other) => other == key,
                     });
             if taken {
-                slot.count.fetch_add(1, Ordering::Relaxed);
+                slot.count.fetch_add(weight, Ordering::Relaxed);
                 return;
             }
             at = (at + 1) & mask;
         }
-        self.unplaced.fetch_add(1, Ordering::Relaxed);
+        self.unplaced.fetch_add(weight, Ordering::Relaxed);
     }
 
-    /// Every start named so far with its namings since the last take; `take` zeroes those.
+    /// Every start named so far with its namings' weight since the last take; `take`
+    /// zeroes those.
     pub fn read(&self, take: bool) -> Starts {
         let count = |counter: &AtomicU64| {
             if take {
@@ -104,13 +106,13 @@ mod tests {
     fn counts_each_start_and_keeps_the_starts_after_a_take() {
         let starts = StartCounts::for_parts(8);
         for offset in [0x40_0000, 0, 0x40_0000, 0x1234] {
-            starts.note(offset);
+            starts.note(offset, 1);
         }
         assert_eq!(starts.read(false).named, vec![(0, 1), (0x1234, 1), (0x40_0000, 2)]);
         assert_eq!(starts.read(true).named, vec![(0, 1), (0x1234, 1), (0x40_0000, 2)]);
         // Taken: the partition stays, the counts start again.
-        starts.note(0x1234);
-        assert_eq!(starts.read(true), Starts { named: vec![(0, 0), (0x1234, 1), (0x40_0000, 0)], unplaced: 0 });
+        starts.note(0x1234, 5);
+        assert_eq!(starts.read(true), Starts { named: vec![(0, 0), (0x1234, 5), (0x40_0000, 0)], unplaced: 0 });
     }
 
     #[test]
@@ -118,7 +120,7 @@ mod tests {
         let starts = StartCounts::for_parts(1);
         let slots = starts.slots.len() as u64;
         for offset in 0..slots + 10 {
-            starts.note(offset << 21);
+            starts.note(offset << 21, 1);
         }
         let read = starts.read(true);
         assert_eq!(read.named.len() as u64 + read.unplaced, slots + 10, "every naming counted once");

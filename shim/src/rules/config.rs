@@ -9,6 +9,9 @@ use greenboost_policy::{self as policy, Id, LogLevel, PerDevice, SizeOrOff};
 use crate::sys::env;
 use crate::sys::log::Level;
 
+/// A GB of a link's rate (GB/s): 10^9 bytes.
+const GB_DECIMAL: u64 = 1_000_000_000;
+
 pub use greenboost_policy::{BackendChoice, ReportMode, TieringChoice};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +57,8 @@ pub struct Config {
     pub demote: bool,
     /// The live-tiering thread's period, in milliseconds (at least 1).
     pub tier_interval_ms: u64,
+    /// GREENBOOST_LINK_GBPS, in bytes per second.
+    pub link_bytes_per_s: u64,
 }
 
 impl Default for Config {
@@ -79,6 +84,7 @@ impl Default for Config {
             tiering: TieringChoice::DEFAULT,
             demote: policy::DEFAULT_DEMOTE,
             tier_interval_ms: policy::DEFAULT_TIER_INTERVAL_MS,
+            link_bytes_per_s: policy::DEFAULT_LINK_GBPS * GB_DECIMAL,
         }
     }
 }
@@ -188,6 +194,10 @@ pub(super) fn from_lookup(
     if let Some(interval) = reader.read(Id::TierInterval, policy::parse_count) {
         config.tier_interval_ms = interval.max(1);
     }
+    if let Some(gbps) = reader.read(Id::LinkGbps, policy::parse_count) {
+        let bounds = Id::LinkGbps.setting().bounds;
+        config.link_bytes_per_s = bounds.map_or(gbps, |bounds| bounds.clamp(gbps)) * GB_DECIMAL;
+    }
     if let Some(report) = reader.read(Id::Report, ReportMode::parse) {
         config.report = report;
     }
@@ -284,6 +294,7 @@ mod tests {
                 ("GREENBOOST_TIERING", "on"),
                 ("GREENBOOST_DEMOTE", "off"),
                 ("GREENBOOST_TIER_INTERVAL_MS", "0"),
+                ("GREENBOOST_LINK_GBPS", "25"),
             ]),
             |_, _, _| complaints += 1,
         );
@@ -316,6 +327,7 @@ mod tests {
                 tiering: TieringChoice::On,
                 demote: false,
                 tier_interval_ms: 1,
+                link_bytes_per_s: 25 * GB_DECIMAL,
             }
         );
     }

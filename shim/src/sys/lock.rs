@@ -174,7 +174,7 @@ mod tests {
 
     #[cfg(feature = "lock-order")]
     #[test]
-    #[should_panic(expected = "lock order: memory::movable::Movable::state")]
+    #[should_panic(expected = "lock order: memory::movable_part::Part::state")]
     fn two_locks_of_one_rank_never_nest() {
         let first: Mutex<rank::MovableState, ()> = const_mutex(());
         let second: Mutex<rank::MovableState, ()> = const_mutex(());

@@ -106,8 +106,8 @@ lock_order! {
         protects "the list of movable allocations, for the tier thread",
         while held "list operations only",
         at fork AtFork::Held;
-    MovableState = 7: "memory::movable::Movable::state (one per movable allocation)",
-        protects "one movable allocation's residence and charges",
+    MovableState = 7: "memory::movable_part::Part::state (one per part of a movable allocation)",
+        protects "one part's residence and charge",
         while held "reading and setting its residence, the budget's counters; no CUDA call",
         at fork AtFork::Left("a child of a process with movable memory steps aside");
     WholeAlgorithms = 8: "gemm::lt_algo::WHOLE_ALGORITHMS",

@@ -66,6 +66,9 @@ pub struct Stats {
     /// product came).
     pub gemm_ahead: AtomicU64,
     pub gemm_ahead_dropped: AtomicU64,
+    /// Kernel launches timed whose time changed their function's read share
+    /// (`launch::kernel_times`).
+    pub launches_timed: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -105,6 +108,7 @@ pub static STATS: Stats = Stats {
     swaps: AtomicU64::new(0),
     gemm_ahead: AtomicU64::new(0),
     gemm_ahead_dropped: AtomicU64::new(0),
+    launches_timed: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -192,6 +196,7 @@ pub struct ShimStats {
     pub swaps: u64,
     pub gemm_ahead: u64,
     pub gemm_ahead_dropped: u64,
+    pub launches_timed: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -241,6 +246,7 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         swaps: load(&STATS.swaps),
         gemm_ahead: load(&STATS.gemm_ahead),
         gemm_ahead_dropped: load(&STATS.gemm_ahead_dropped),
+        launches_timed: load(&STATS.launches_timed),
     }
 }
 
@@ -280,6 +286,7 @@ pub fn start_afresh_in_child() {
         &STATS.swaps,
         &STATS.gemm_ahead,
         &STATS.gemm_ahead_dropped,
+        &STATS.launches_timed,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -24,7 +24,7 @@ struct shim_stats {
     unsigned long long gemm_sliced, gemm_slices_differed;
     /* Launch observation. */
     unsigned long long launches, launches_unread, launch_namings, captured_launches, graph_launches, graphs_unread,
-        memory_ops, host_funcs, swaps, gemm_ahead, gemm_ahead_dropped;
+        memory_ops, host_funcs, swaps, gemm_ahead, gemm_ahead_dropped, launches_timed;
     unsigned long long appended[16];
 };
 

@@ -1,0 +1,213 @@
+//! How much of what a kernel names it reads, from sampled kernel times. A launch names
+//! where a kernel reads, not how much: llama.cpp's mixture-of-experts product is given a
+//! layer's whole expert tensor and reads the few experts a token routes to, and a decode
+//! step's attention is given the whole KV cache of a layer and reads the filled part.
+//! Counted as reading all of it, such a piece looks as hot per byte as the attention
+//! weights read whole at every token, and would take their VRAM.
+//!
+//! So every `SAMPLE_EVERY`th launch while movable memory lives is timed: an event before
+//! it and one after it on its stream. A later sampled launch collects the samples whose
+//! events have passed. Where most of what a sample named lay in T2, reading all of it
+//! over the link would have taken its T2 bytes over `Config::link_bytes_per_s`; the
+//! kernel's time over that, at most 1, is its function's read share, kept per function
+//! (halfway from the last), and each launch of the function names with that weight
+//! (`address_index::WHOLE_READ` times the share; graph kernel nodes of the function too).
+//! A function never sampled, or sampled only over VRAM, reads all it names.
+//!
+//! Slots: each sample owns a slot from `before_launch` to its collection, by the slot's
+//! state (`FREE` → `BUSY` by a compare-and-swap, `PENDING` once recorded), so its fields
+//! need no lock. A slot keeps its two events for the context they were made in.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use crate::cuda::ffi::{Context, CuDevicePtr, CuFunction, CuResult, Event, Stream};
+use crate::cuda::{self};
+use crate::launch::capture::{self, Enqueued};
+use crate::memory::address_index::WHOLE_READ;
+use crate::memory::{movable, registry};
+use crate::rules::config;
+use crate::sys::slot_table::{Key, SlotTable};
+use crate::sys::stats::{self, STATS};
+
+/// One launch in this many is timed (two event records: about a microsecond each).
+const SAMPLE_EVERY: u64 = 256;
+
+/// Samples in flight at once; a launch whose turn finds none free is not timed.
+const SLOTS: usize = 8;
+
+/// Addresses a sample keeps of what its launch named.
+const NAMED_KEPT: usize = 4;
+
+const FREE: u8 = 0;
+const BUSY: u8 = 1;
+const PENDING: u8 = 2;
+
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+/// Each sampled function's read share, in `WHOLE_READ` units.
+static SHARES: SlotTable<1024> = SlotTable::new();
+
+struct Slot {
+    state: AtomicU8,
+    /// The context `start` and `end` were made in (0: none made yet).
+    context: AtomicU64,
+    start: AtomicU64,
+    end: AtomicU64,
+    function: AtomicU64,
+    named: [AtomicU64; NAMED_KEPT],
+    named_count: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_SLOT: Slot = Slot {
+    state: AtomicU8::new(FREE),
+    context: AtomicU64::new(0),
+    start: AtomicU64::new(0),
+    end: AtomicU64::new(0),
+    function: AtomicU64::new(0),
+    named: [const { AtomicU64::new(0) }; NAMED_KEPT],
+    named_count: AtomicU64::new(0),
+};
+
+static SAMPLES: [Slot; SLOTS] = [EMPTY_SLOT; SLOTS];
+
+fn event(raw: u64) -> Event {
+    Event(raw as *mut std::ffi::c_void)
+}
+
+/// A launch being timed: its slot, held `BUSY`.
+#[must_use]
+pub struct Sampling(usize);
+
+/// The weight a launch of `function` names with: `WHOLE_READ` times its read share.
+pub fn weight(function: CuFunction) -> u64 {
+    Key::exact(function.0 as u64).and_then(|key| SHARES.get(key)).unwrap_or(WHOLE_READ)
+}
+
+/// Before a launch on `stream` (its context current): starts timing it if its turn came,
+/// movable memory lives and the stream runs what it is given (not captured).
+pub fn before_launch(stream: Stream) -> Option<Sampling> {
+    if !movable::any() || !LAUNCHES.fetch_add(1, Ordering::Relaxed).is_multiple_of(SAMPLE_EVERY) {
+        return None;
+    }
+    if capture::enqueued_on(stream) != Enqueued::Runs {
+        return None;
+    }
+    cuda::in_relaxed_capture_mode(|| {
+        collect();
+        start_sample(stream)
+    })
+    .flatten()
+}
+
+/// Claims a free slot and records its start event on `stream`.
+fn start_sample(stream: Stream) -> Option<Sampling> {
+    let context = cuda::current_context()?;
+    let index = SAMPLES
+        .iter()
+        .position(|slot| slot.state.compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok())?;
+    let slot = &SAMPLES[index];
+    let recorded = events_for(slot, context)
+        && cuda::event_record(event(slot.start.load(Ordering::Relaxed)), stream) == CuResult::SUCCESS;
+    if !recorded {
+        slot.state.store(FREE, Ordering::Release);
+        return None;
+    }
+    Some(Sampling(index))
+}
+
+/// Makes `slot`'s events in `context` unless it has them (the slot is `BUSY`, the context
+/// current). Whether it has them.
+fn events_for(slot: &Slot, context: Context) -> bool {
+    if slot.context.load(Ordering::Relaxed) == context.0 as u64 {
+        return true;
+    }
+    for made in [&slot.start, &slot.end] {
+        let old = made.swap(0, Ordering::Relaxed);
+        if old != 0 {
+            let _ = cuda::event_destroy(event(old));
+        }
+    }
+    slot.context.store(0, Ordering::Relaxed);
+    let (Ok(start), Ok(end)) = (cuda::event_create_timed(), cuda::event_create_timed()) else {
+        return false;
+    };
+    slot.start.store(start.0 as u64, Ordering::Relaxed);
+    slot.end.store(end.0 as u64, Ordering::Relaxed);
+    slot.context.store(context.0 as u64, Ordering::Relaxed);
+    true
+}
+
+/// After the timed launch: the driver `accepted` a launch of `function` on `stream` that
+/// named `named`. The sample waits for collection, or is given up (refused, or naming
+/// nothing the shim knows).
+pub fn after_launch(sampling: Sampling, accepted: bool, function: CuFunction, stream: Stream, named: &[CuDevicePtr]) {
+    let slot = &SAMPLES[sampling.0];
+    let ended = accepted
+        && !named.is_empty()
+        && cuda::in_relaxed_capture_mode(|| cuda::event_record(event(slot.end.load(Ordering::Relaxed)), stream))
+            == Some(CuResult::SUCCESS);
+    if !ended {
+        slot.state.store(FREE, Ordering::Release);
+        return;
+    }
+    slot.function.store(function.0 as u64, Ordering::Relaxed);
+    for (kept, &address) in slot.named.iter().zip(named) {
+        kept.store(address, Ordering::Relaxed);
+    }
+    slot.named_count.store(named.len().min(NAMED_KEPT) as u64, Ordering::Relaxed);
+    slot.state.store(PENDING, Ordering::Release);
+}
+
+/// Takes the read share of every sample whose end event has passed.
+fn collect() {
+    for slot in &SAMPLES {
+        if slot.state.compare_exchange(PENDING, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            continue;
+        }
+        let (start, end) = (event(slot.start.load(Ordering::Relaxed)), event(slot.end.load(Ordering::Relaxed)));
+        match cuda::event_query(end) {
+            CuResult::NOT_READY => {
+                slot.state.store(PENDING, Ordering::Release);
+                continue;
+            }
+            CuResult::SUCCESS => {
+                if let Ok(ms) = cuda::event_elapsed_ms(start, end) {
+                    calibrate(slot, f64::from(ms) / 1000.0);
+                }
+            }
+            _ => {}
+        }
+        slot.state.store(FREE, Ordering::Release);
+    }
+}
+
+/// Folds one sample's time (`seconds`) into its function's read share, when most of the
+/// bytes it named lay in T2 (a kernel over VRAM is timed by its arithmetic, not by what
+/// it reads).
+fn calibrate(slot: &Slot, seconds: f64) {
+    let count = slot.named_count.load(Ordering::Relaxed) as usize;
+    let (bytes, t2) = slot.named[..count.min(NAMED_KEPT)]
+        .iter()
+        .filter_map(|address| registry::named_piece(address.load(Ordering::Relaxed)))
+        .fold((0u64, 0u64), |(bytes, t2), (piece, piece_t2)| (bytes + piece, t2 + piece_t2));
+    if t2 == 0 || t2.saturating_mul(2) < bytes || seconds <= 0.0 {
+        return;
+    }
+    let link = config::get().link_bytes_per_s.max(1) as f64;
+    let share = (seconds * link / t2 as f64).min(1.0);
+    let measured = ((share * WHOLE_READ as f64) as u64).max(1);
+    let function = slot.function.load(Ordering::Relaxed);
+    let Some(key) = Key::exact(function) else { return };
+    let kept = SHARES.get(key).unwrap_or(WHOLE_READ);
+    SHARES.insert(key, (kept + measured) / 2);
+    stats::bump(&STATS.launches_timed);
+    debug!(
+        "kernel {:#x}: {:.3} ms over {} T2 bytes it named: reads {:.0}% of it (kept {:.0}%)",
+        function,
+        seconds * 1000.0,
+        t2,
+        share * 100.0,
+        (kept + measured) as f64 * 50.0 / WHOLE_READ as f64
+    );
+}
