@@ -151,10 +151,11 @@ extern "C" fn summary_at_exit() {
     }
     if stats.launches != 0 || stats.graph_launches != 0 || stats.memory_ops != 0 {
         info!(
-            "summary: pid {}: kernel launches seen {} ({} not fully read), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs)",
+            "summary: pid {}: kernel launches seen {} ({} not fully read, {} timed), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs)",
             pid,
             stats.launches,
             stats.launches_unread,
+            stats.launches_timed,
             stats.launch_namings,
             stats.graph_launches,
             stats.graphs_unread,

@@ -144,7 +144,9 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
     }
-    let runs: Vec<Run<'_>> = members.iter().flat_map(|m| m.runs(&m.heats(true), movable::RUN_MOST)).collect();
+    // Runs of at most a quarter of the room promotions may fill: they fill it to within that.
+    let most = (room.fillable() / 4).clamp(movable::RUN_LEAST, movable::RUN_MOST);
+    let runs: Vec<Run<'_>> = members.iter().flat_map(|m| m.runs(&m.heats(true), most)).collect();
     let candidates: Vec<Candidate> = runs
         .iter()
         .map(|run| Candidate {

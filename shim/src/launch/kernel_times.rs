@@ -29,8 +29,9 @@ use crate::rules::config;
 use crate::sys::slot_table::{Key, SlotTable};
 use crate::sys::stats::{self, STATS};
 
-/// One launch in this many is timed (two event records: about a microsecond each).
-const SAMPLE_EVERY: u64 = 256;
+/// One launch in this many is timed (two event records: about a microsecond each); a
+/// prime, so that a program repeating a sequence of kernels has each of them timed in turn.
+const SAMPLE_EVERY: u64 = 257;
 
 /// Samples in flight at once; a launch whose turn finds none free is not timed.
 const SLOTS: usize = 8;

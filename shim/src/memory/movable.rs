@@ -51,6 +51,11 @@ pub const PARTITION_MIN: u64 = 64 << 20;
 /// to within it, and a hot piece of a large buffer can swap with a small victim.
 pub const RUN_MOST: u64 = 64 << 20;
 
+/// The fewest bytes a run the tier thread weighs may be cut to (when little room is
+/// left): the policy weighs each run against every other, so a 30 GB buffer stays under
+/// two thousand of them.
+pub const RUN_LEAST: u64 = 16 << 20;
+
 /// A live movable allocation.
 ///
 /// # Invariants

@@ -113,7 +113,7 @@ impl Room {
     }
 
     /// Free VRAM that moves may fill now (the budget aside).
-    fn fillable(&self) -> u64 {
+    pub fn fillable(&self) -> u64 {
         let keep = self.headroom.saturating_add(self.headroom / 4);
         self.free.saturating_sub(keep)
     }

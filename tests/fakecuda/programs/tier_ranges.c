@@ -184,3 +184,97 @@ int test_ranges_room(int argc, char **argv)
     balloon_stop(&other);
     return 0;
 }
+
+static const char read_ptx[] = ".version 8.0\n.target sm_90\n"
+                               ".visible .entry fk_read_u32(.param .u64 src, .param .u64 count)\n"
+                               "{ ret; }\n";
+
+/* fk_read_u32 through cuLaunchKernel: reads `count` words from `src`, taking the fake
+ * link's time for those on the host. */
+static void read_words(CUfunction f, CUdeviceptr src, unsigned long long count)
+{
+    void *params[] = { &src, &count };
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+}
+
+struct pieces {
+    CUdeviceptr at[4];
+};
+
+/* The two pieces the whole reader names in VRAM, the partial reader's first on the host. */
+static int whole_pieces_in_vram(void *arg)
+{
+    struct pieces *p = arg;
+    return fakegpu_managed_where(p->at[1]) == 0 && fakegpu_managed_where(p->at[3]) == 0 &&
+           fakegpu_managed_where(p->at[0]) == -1 && fakegpu_managed_where(p->at[2]) == -1;
+}
+
+/* gbtier kernel-times BLOCK (issue 36 item 2): a buffer of four pieces of two blocks,
+ * named equally often by two kernel functions: the first and third by a kernel that
+ * reads a sixteenth of its piece (as a mixture-of-experts product reads the experts a
+ * token routes to), the second and fourth by one that reads all of its piece. With room
+ * for two pieces, counted by namings alone the first two pieces (one of each) take VRAM
+ * and stay. Timed, the partial reader's share falls, and the whole reader's pieces must
+ * end in VRAM in place of the partial reader's, every byte kept. */
+int test_kernel_times(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: kernel-times BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    size_t piece = 2 * block, len = 4 * piece;
+    CHECK(len >= (64u << 20), "a buffer of %zu MiB is not cut into parts\n", len >> 20);
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    struct balloon other = balloon_start(device_free() - headroom - 2 * piece - headroom / 4);
+    char *buffer;
+    OK(cudaMalloc((void **)&buffer, len));
+    CHECK(shim_t2_bytes(buffer, len) == len, "the buffer has %llu of %zu bytes in T2: want all of it\n",
+          shim_t2_bytes(buffer, len), len);
+    void *blocks[BUFFER];
+    for (int i = 0; i < 8; i++) {
+        blocks[i] = buffer + (size_t)i * block;
+        OK(fakegpu_launch_fill(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    CUmodule one, two;
+    CUfunction partial, whole;
+    OK(cuModuleLoadData(&one, read_ptx));
+    OK(cuModuleGetFunction(&partial, one, "fk_read_u32"));
+    OK(cuModuleLoadData(&two, read_ptx));
+    OK(cuModuleGetFunction(&whole, two, "fk_read_u32"));
+    struct pieces p;
+    for (int i = 0; i < 4; i++)
+        p.at[i] = dptr(buffer) + (size_t)i * piece;
+    size_t lowest = vram;
+    int moved = 0;
+    unsigned long long launches = 0;
+    for (int round = 0; round < 20000 && !moved; round++) {
+        for (int i = 0; i < 4; i++, launches++) {
+            if (i % 2 == 0)
+                read_words(partial, p.at[i], piece / 4 / 16);
+            else
+                read_words(whole, p.at[i], piece / 4);
+        }
+        OK(cudaDeviceSynchronize());
+        if (device_free() < lowest)
+            lowest = device_free();
+        moved = whole_pieces_in_vram(&p);
+    }
+    struct shim_stats st = shim_stats();
+    printf("kernel-times: pieces where %d %d %d %d after %llu launches; %llu timed, %llu swaps, %llu promotions; "
+           "lowest free %zu MiB (headroom %zu MiB)\n", fakegpu_managed_where(p.at[0]), fakegpu_managed_where(p.at[1]),
+           fakegpu_managed_where(p.at[2]), fakegpu_managed_where(p.at[3]), launches, st.launches_timed, st.swaps,
+           st.promotions, lowest >> 20, headroom >> 20);
+    CHECK(moved, "the pieces the whole reader names are not both in VRAM in place of the partial reader's: "
+          "kernels weighed by namings alone\n");
+    CHECK(st.launches_timed > 0, "no launch was timed\n");
+    CHECK(lowest >= headroom, "free VRAM fell to %zu MiB, under the headroom\n", lowest >> 20);
+    for (int i = 0; i < 8; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "block %d of the buffer has %llu wrong words after the moves\n", i, bad);
+    }
+    OK(cudaFree(buffer));
+    balloon_stop(&other);
+    return 0;
+}

@@ -474,6 +474,7 @@ int main(int argc, char **argv)
         { "uncontested", test_uncontested },
         { "ranges", test_ranges },
         { "ranges-room", test_ranges_room },
+        { "kernel-times", test_kernel_times },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

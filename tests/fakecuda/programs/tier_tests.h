@@ -64,8 +64,10 @@ int test_make_room(int argc, char **argv);
 int test_attributes(int argc, char **argv);
 int test_uncontested(int argc, char **argv);
 
-/* tier_ranges.c: parts of one large movable allocation moving alone. */
+/* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
+ * kernel times. */
 int test_ranges(int argc, char **argv);
 int test_ranges_room(int argc, char **argv);
+int test_kernel_times(int argc, char **argv);
 
 #endif
