@@ -82,6 +82,8 @@ CUresult fg_event_destroy(CUevent e);
 CUresult fg_event_record(CUevent e, CUstream s);
 CUresult fg_event_query(CUevent e);
 CUresult fg_event_sync(CUevent e);
+/* cuEventElapsedTime: milliseconds between the completed records of start and end. */
+CUresult fg_event_elapsed(float *ms, CUevent start, CUevent end);
 CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags);
 CUresult fg_launch_host_fn(CUstream s, CUhostFn fn, void *data);
 CUresult fg_stream_add_callback(CUstream s, CUstreamCallback cb, void *data, unsigned flags);
