@@ -186,4 +186,8 @@ CUdeviceptr fg_texture_address(CUtexObject handle);
 /* Lock held. The managed allocation holding p: 1, its start and length (either pointer
  * may be NULL), else 0. */
 int fg_managed_range_locked(uintptr_t p, uintptr_t *base, size_t *size);
+/* Lock held. Where the managed page holding p is resident (CU_DEVICE_CPU: the host, a
+ * device, CU_DEVICE_INVALID: not managed) and, when it is, the bytes from p to the page's
+ * end in *page_left (may be NULL). */
+int fg_managed_where_locked(uintptr_t p, size_t *page_left);
 #endif
