@@ -60,4 +60,4 @@ $prog -o "$out/bin/gbahead" "$programs/gemm_lookahead.c" $gemm_libs -L"$b/linkcu
 $CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$programs/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN
 # Kernel launches, copies and memsets, capture and graphs (launch-tests.sh): driver and runtime.
 $prog -o "$out/bin/gblaunch" "$programs/launch_tests.c" "$programs/launch_graphs.c" "$programs/launch_memory_ops.c" \
-    -L"$b/link13" -lcudart -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread
+    "$programs/launch_timing.c" -L"$b/link13" -lcudart -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread
