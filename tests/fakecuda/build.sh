@@ -27,7 +27,7 @@ for major in 12 13; do
     sed "s/@MAJOR@/$major/" "$fakes/cudart.map.in" > "$b/cudart$major.map"
     $CC $CFLAGS -shared -fvisibility=hidden -DCUDART_MAJOR=$major -Wl,-soname,libcudart.so.$major \
         -Wl,--version-script="$b/cudart$major.map" -Wl,-Bsymbolic -Wl,--no-undefined \
-        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_errors.c" "$fakes/libcudart_launch.c" "$fakes/libcudart_pointers.c" -ldl
+        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_errors.c" "$fakes/libcudart_launch.c" "$fakes/libcudart_pointers.c" "$fakes/libcudart_events.c" -ldl
     ln -sf "$lib/libcudart.so.$major" "$b/link$major/libcudart.so"
 done
 ln -sf "$lib/libcuda.so.1" "$b/linkcuda/libcuda.so"
@@ -60,4 +60,4 @@ $prog -o "$out/bin/gbahead" "$programs/gemm_lookahead.c" $gemm_libs -L"$b/linkcu
 $CC $CFLAGS -shared -Wl,-soname,libgbgemm.so -o "$lib/libgbgemm.so" "$programs/gemm_tests.c" $gemm_libs -Wl,-rpath,\$ORIGIN
 # Kernel launches, copies and memsets, capture and graphs (launch-tests.sh): driver and runtime.
 $prog -o "$out/bin/gblaunch" "$programs/launch_tests.c" "$programs/launch_graphs.c" "$programs/launch_memory_ops.c" \
-    -L"$b/link13" -lcudart -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread
+    "$programs/launch_timing.c" -L"$b/link13" -lcudart -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu -ldl -lpthread

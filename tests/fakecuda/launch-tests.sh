@@ -52,6 +52,15 @@ t_launch_memops_t2() {
     log_has "PINNED by=" "no buffer went to T2" || return 1
     launch_observed memops
 }
+# Kernel times as events measure them (fk_read_u32, cuEventElapsedTime), no shim. The
+# link at 10000 ns per KiB (~100 MB/s): reading 8 MiB from host memory takes 82 ms, far
+# above what really reading it from the device's own memory takes here (about 1 ms, 6
+# with both cores busy elsewhere).
+t_control_launch_timing() {
+    run control-launch-timing FAKECUDA_LINK_NS_PER_KIB=10000 "$BIN/gblaunch" timing || return 1
+    log_has "KERNEL_TIME fk_read_u32 .* host=8388608 device=0 " "no read counted as from host memory" || return 1
+    log_has "KERNEL_TIME fk_read_u32 .* host=0 device=8388608 " "no read counted as from device memory"
+}
 t_launch_capture_global() {
     # A global-mode capture held open for 500 ms while the shim works beside it (tiering
     # every 10 ms, half the blocks in T2): nothing the shim does may invalidate it.
@@ -60,4 +69,4 @@ t_launch_capture_global() {
     launch_no_fault
 }
 
-launch_tests="control_launch_driver control_launch_graphs control_launch_runtime control_launch_memops launch_driver launch_driver_t2 launch_graphs launch_runtime launch_memops launch_memops_t2 launch_capture_global"
+launch_tests="control_launch_driver control_launch_graphs control_launch_runtime control_launch_memops control_launch_timing launch_driver launch_driver_t2 launch_graphs launch_runtime launch_memops launch_memops_t2 launch_capture_global"

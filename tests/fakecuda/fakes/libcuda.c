@@ -425,6 +425,8 @@ static const struct proc {
     PT("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
     P("cuEventQuery", 2000, cuEventQuery),
     P("cuEventSynchronize", 2000, cuEventSynchronize),
+    P("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    P("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
     P("cuGetErrorString", 6000, cuGetErrorString),
     P("cuGetErrorName", 6000, cuGetErrorName),
     P("cuGetProcAddress", 11030, cuGetProcAddress),

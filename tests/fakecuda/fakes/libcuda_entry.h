@@ -109,6 +109,8 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s);
 EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s);
 EXPORT CUresult cuEventQuery(CUevent e);
 EXPORT CUresult cuEventSynchronize(CUevent e);
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end);
 
 /* libcuda_modules.c: modules, libraries, kernels. fake_handle_kernel: the kernel a
  * CUfunction or CUkernel handle names, NULL for anything else. */

@@ -132,3 +132,21 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
     GATE(1, 0); /* the event carries its context */
     return fg_event_sync(e);
 }
+/* CUDA 12.8 added _v2 with the same signature (cuGetProcAddress gives it from 12.8 on);
+ * the fake's timing is the same for both. */
+static CUresult event_elapsed(const char *name, float *ms, CUevent start, CUevent end)
+{
+    CUresult rc = fg_event_elapsed(ms, start, end);
+    fg_log("%s start=%p end=%p -> %d ms=%.3f", name, (void *)start, (void *)end, rc, rc ? 0.0 : (double)*ms);
+    return rc;
+}
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    GATE(1, 0); /* the events carry their context */
+    return event_elapsed(__func__, ms, start, end);
+}
+EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+    GATE(1, 0); /* the events carry their context */
+    return event_elapsed(__func__, ms, start, end);
+}

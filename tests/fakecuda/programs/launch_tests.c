@@ -7,6 +7,8 @@
  *   capture   a global-mode capture held open while the process (and the shim) works
  *   memops    every form of a memset and a copy, direct and through the runtime, and
  *             what the shim observes of each (launch_memory_ops.c)
+ *   timing    fk_read_u32's modeled time from host memory and from the device's, as
+ *             events measure it, and cuEventElapsedTime's errors (launch_timing.c)
  * Each checks the data the kernels wrote and the fake's counts (fakegpu_count). */
 #define _GNU_SOURCE
 #include "testutil.h"
@@ -374,6 +376,7 @@ int main(int argc, char **argv)
         { "runtime", test_runtime },
         { "capture", test_capture },
         { "memops", test_memory_ops },
+        { "timing", test_timing },
         { "cost", test_cost },
     };
     if (getenv("GBTEST_LAUNCH_SMALL"))

@@ -1,6 +1,6 @@
 /* What gblaunch's files share (launch_tests.c: the driver's launch paths;
  * launch_graphs.c: capture, graphs and the runtime; launch_memory_ops.c: copies and
- * memsets). */
+ * memsets; launch_timing.c: kernel times). */
 #ifndef LAUNCH_TESTS_H
 #define LAUNCH_TESTS_H
 #include "testutil.h"
@@ -71,6 +71,8 @@ int test_graphs(int argc, char **argv);
 int test_runtime(int argc, char **argv);
 int test_capture(int argc, char **argv);
 int test_memory_ops(int argc, char **argv);
+/* launch_timing.c: kernel times measured by events (fk_read_u32, cuEventElapsedTime). */
+int test_timing(int argc, char **argv);
 /* ---- What the shim observed, against what the fake device ran (a profiler's count).
  * observed_reset() starts both counts; observed_check() fails when, since then, the
  * shim counted other kernel launches, host functions, or copies and memsets than the

@@ -82,6 +82,8 @@ CUresult fg_event_destroy(CUevent e);
 CUresult fg_event_record(CUevent e, CUstream s);
 CUresult fg_event_query(CUevent e);
 CUresult fg_event_sync(CUevent e);
+/* cuEventElapsedTime: milliseconds between the completed records of start and end. */
+CUresult fg_event_elapsed(float *ms, CUevent start, CUevent end);
 CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags);
 CUresult fg_launch_host_fn(CUstream s, CUhostFn fn, void *data);
 CUresult fg_stream_add_callback(CUstream s, CUstreamCallback cb, void *data, unsigned flags);
@@ -184,4 +186,8 @@ CUdeviceptr fg_texture_address(CUtexObject handle);
 /* Lock held. The managed allocation holding p: 1, its start and length (either pointer
  * may be NULL), else 0. */
 int fg_managed_range_locked(uintptr_t p, uintptr_t *base, size_t *size);
+/* Lock held. Where the managed page holding p is resident (CU_DEVICE_CPU: the host, a
+ * device, CU_DEVICE_INVALID: not managed) and, when it is, the bytes from p to the page's
+ * end in *page_left (may be NULL). */
+int fg_managed_where_locked(uintptr_t p, size_t *page_left);
 #endif

@@ -6,6 +6,10 @@
  * natural alignment, a CUtensorMap 64-aligned), which cuFuncGetParamInfo reports.
  *   gb_copy16(dst, src, count)          count 16-byte vectors (the shim's copy kernel)
  *   fk_fill_u32(dst, value, count)      writes count u32
+ *   fk_read_u32(src, count)             reads count u32 and takes a GPU's time for it: what
+ *                                       lies in host memory as the device sees it costs
+ *                                       FAKECUDA_LINK_NS_PER_KIB ns per KiB (default 500,
+ *                                       ~2 GB/s), device memory a fiftieth of that
  *   fk_add_f32(out, a, b, n)            out[i] = a[i] + b[i]
  *   fk_struct(struct fk_args s, p0..p7) adds 1.0f to s.count floats at s.ptrs[0..7] and p0..p7
  *   fk_gather(out, ptr_array, count, n) out[j] = sum of n floats at ptr_array[j] (device memory)
@@ -18,6 +22,7 @@
 static const struct fg_kernel kernels[] = {
     { "gb_copy16", 3, { 0, 8, 16 }, { 8, 8, 8 }, 24 },
     { "fk_fill_u32", 3, { 0, 8, 16 }, { 8, 4, 8 }, 24 },
+    { "fk_read_u32", 2, { 0, 8 }, { 8, 8 }, 16 },
     { "fk_add_f32", 4, { 0, 8, 16, 24 }, { 8, 8, 8, 8 }, 32 },
     { "fk_struct", 9, { 0, 256, 264, 272, 280, 288, 296, 304, 312 }, { 256, 8, 8, 8, 8, 8, 8, 8, 8 }, 320 },
     { "fk_gather", 4, { 0, 8, 16, 24 }, { 8, 8, 8, 8 }, 32 },
@@ -122,6 +127,76 @@ static uint64_t tma_address(const unsigned char *map)
     return rot ^ w2;
 }
 
+/* ---- fk_read_u32: a read timed as a GPU's, for tests that measure kernels by events ---- */
+
+/* The device's view of [p, p + *n), *n cut to where it stays one kind: *on_host when the
+ * device reads it over the host link (managed pages resident on the host, registered host
+ * memory, VMM host memory), else it is the device's own. NULL where it cannot reach p.
+ * Lock held. */
+static const unsigned char *read_view_locked(uintptr_t p, size_t *n, int *on_host)
+{
+    size_t c;
+    const char *kind;
+    const unsigned char *v = device_view(p, &c, &kind);
+    if (!v)
+        return NULL;
+    if (!strcmp(kind, "managed")) {
+        size_t left;
+        *on_host = fg_managed_where_locked(p, &left) < 0;
+        if (c > left)
+            c = left;
+    } else {
+        *on_host = !strcmp(kind, "hostreg") || !strcmp(kind, "vmm-host");
+    }
+    if (c < *n)
+        *n = c;
+    return v;
+}
+
+/* Reads n bytes at src, then sleeps on the stream until the modeled time has passed
+ * since it started (the real reading counted in it), so that events recorded around the
+ * launch measure the model, not the host's memory speed. */
+static int read_timed(uintptr_t src, uint64_t n)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    uint32_t sum = 0;
+    uint64_t host = 0;
+    for (uint64_t off = 0; off < n;) {
+        size_t c = n - off;
+        int on_host = 0;
+        pthread_mutex_lock(&g.lock);
+        const unsigned char *v = read_view_locked(src + off, &c, &on_host);
+        pthread_mutex_unlock(&g.lock);
+        if (!v)
+            return 0;
+        for (size_t i = 0; i + 4 <= c; i += 4) {
+            uint32_t w;
+            memcpy(&w, v + i, 4);
+            sum += w;
+        }
+        if (on_host)
+            host += c;
+        off += c;
+    }
+    volatile uint32_t sink = sum; /* the words are read, not optimised away */
+    (void)sink;
+    const char *e = getenv("FAKECUDA_LINK_NS_PER_KIB");
+    uint64_t ns_per_kib = e && *e ? strtoull(e, NULL, 10) : 500;
+    uint64_t ns = (host * ns_per_kib + (n - host) * ns_per_kib / 50) / 1024;
+    fg_log("KERNEL_TIME fk_read_u32 src=%#lx host=%llu device=%llu ns=%llu", (unsigned long)src,
+           (unsigned long long)host, (unsigned long long)(n - host), (unsigned long long)ns);
+    until.tv_sec += (time_t)(ns / 1000000000);
+    until.tv_nsec += (long)(ns % 1000000000);
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+        ;
+    return 1;
+}
+
 CUresult run_kernel(struct fake_stream *s, struct fg_launch *l)
 {
     const unsigned char *a = l->args;
@@ -141,6 +216,10 @@ CUresult run_kernel(struct fake_stream *s, struct fg_launch *l)
             if (!dev_io(dst + i * 4, buf, c * 4, 1))
                 return fault(s, name, dst, count * 4);
         }
+    } else if (!strcmp(name, "fk_read_u32")) {
+        uint64_t src = arg64(a, 0), count = arg64(a, 8);
+        if (count > UINT64_MAX / 4 || !read_timed(src, count * 4))
+            return fault(s, name, src, count * 4);
     } else if (!strcmp(name, "fk_add_f32")) {
         float x[2048], y[2048];
         uint64_t out = arg64(a, 0), pa = arg64(a, 8), pb = arg64(a, 16), n = arg64(a, 24);

@@ -96,15 +96,20 @@ struct fake_stream {
 #define EVENT_MAGIC 0x4556454e54303031ULL
 /* `pending`: the latest record has not completed (query/synchronise). `outstanding`:
  * the sequence numbers of every record still queued, since a wait is for the record
- * current when it was issued, even after the event is recorded again elsewhere. */
+ * current when it was issued, even after the event is recorded again elsewhere.
+ * `done_seq`/`done_at`: the newest record that completed and when (CLOCK_MONOTONIC), what
+ * cuEventElapsedTime measures; records may complete out of order on different streams. */
 #define EVENT_OUTSTANDING_MAX 64
 struct fake_event {
     uint64_t magic;
+    unsigned flags; /* cuEventCreate's (CU_EVENT_DISABLE_TIMING: no elapsed time) */
     int pending;
     uint64_t seq;
     int destroyed;
     uint64_t outstanding[EVENT_OUTSTANDING_MAX];
     int noutstanding;
+    uint64_t done_seq;
+    struct timespec done_at;
 };
 struct fake_ctx { int primary; int refs; int device; };
 struct fake_pool { int dummy; };

@@ -66,10 +66,17 @@ static CUresult run_op_kind(struct fake_stream *s, struct op *op)
         fg_log("STREAM_FREE ptr=%#llx", op->a);
         return CUDA_SUCCESS;
     }
-    case OP_EVENT:
+    case OP_EVENT: {
+        /* The time the record completed, taken on the stream, after the work before it. */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
         pthread_mutex_lock(&g.lock);
         if (op->ev->seq == op->ev_seq)
             op->ev->pending = 0;
+        if (op->ev_seq > op->ev->done_seq) {
+            op->ev->done_seq = op->ev_seq;
+            op->ev->done_at = now;
+        }
         for (int i = 0; i < op->ev->noutstanding; i++)
             if (op->ev->outstanding[i] == op->ev_seq) {
                 op->ev->outstanding[i] = op->ev->outstanding[--op->ev->noutstanding];
@@ -82,6 +89,7 @@ static CUresult run_op_kind(struct fake_stream *s, struct op *op)
         pthread_cond_broadcast(&g.cv);
         pthread_mutex_unlock(&g.lock);
         return CUDA_SUCCESS;
+    }
     case OP_WAIT_EVENT:
         pthread_mutex_lock(&g.lock);
         while (op->ev->magic == EVENT_MAGIC && event_outstanding(op->ev, op->ev_seq))
@@ -364,7 +372,10 @@ CUresult fg_event_create(CUevent *out, unsigned flags)
     if (!out || (flags & ~0xfu))
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = EVENT_MAGIC;
+    e->flags = flags;
     *out = e;
     return CUDA_SUCCESS;
 }
@@ -426,6 +437,28 @@ CUresult fg_event_sync(CUevent e)
         pthread_cond_wait(&g.cv, &g.lock);
     pthread_mutex_unlock(&g.lock);
     return CUDA_SUCCESS;
+}
+
+/* As the driver answers: a handle that is not a live event, one created with
+ * CU_EVENT_DISABLE_TIMING or never recorded is an invalid handle; a record still queued
+ * is not ready. The time is between the two latest completed records (negative when end
+ * completed first). */
+CUresult fg_event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g.lock);
+    CUresult rc = CUDA_SUCCESS;
+    if (!event_valid(start) || !event_valid(end) || ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) ||
+        !start->seq || !end->seq)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (start->pending || end->pending)
+        rc = CUDA_ERROR_NOT_READY;
+    else
+        *ms = (float)((double)(end->done_at.tv_sec - start->done_at.tv_sec) * 1e3 +
+                      (double)(end->done_at.tv_nsec - start->done_at.tv_nsec) / 1e6);
+    pthread_mutex_unlock(&g.lock);
+    return rc;
 }
 
 CUresult fg_stream_wait_event(CUstream s, CUevent e, unsigned flags)

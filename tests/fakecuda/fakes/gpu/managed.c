@@ -370,11 +370,21 @@ int fakegpu_managed_live(void)
     return n;
 }
 
+int fg_managed_where_locked(uintptr_t p, size_t *page_left)
+{
+    struct managed *a = managed_containing(p);
+    if (!a)
+        return NOWHERE;
+    size_t off = p - a->base;
+    if (page_left)
+        *page_left = MANAGED_PAGE - off % MANAGED_PAGE;
+    return a->pages[off / MANAGED_PAGE].where;
+}
+
 int fakegpu_managed_where(CUdeviceptr p)
 {
     fg_lock();
-    struct managed *a = managed_containing(p);
-    int where = a ? a->pages[(p - a->base) / MANAGED_PAGE].where : NOWHERE;
+    int where = fg_managed_where_locked(p, NULL);
     fg_unlock();
     return where;
 }
