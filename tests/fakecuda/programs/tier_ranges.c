@@ -247,7 +247,7 @@ int test_kernel_times(int argc, char **argv)
     size_t lowest = vram;
     int moved = 0;
     unsigned long long launches = 0;
-    for (int round = 0; round < 20000 && !moved; round++) {
+    for (int round = 0; round < 3000 && !moved; round++) {
         for (int i = 0; i < 4; i++, launches++) {
             if (i % 2 == 0)
                 read_words(partial, p.at[i], piece / 4 / 16);
