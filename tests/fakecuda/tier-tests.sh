@@ -128,6 +128,10 @@ t_tier_uncontested() {
     # Alone, or beside a process holding less than twice the headroom: plain VRAM.
     tier_run tier-uncontested "$BIN/gbtier" uncontested $TIER_BLOCK
 }
+t_tier_pool() {
+    # A memory pool's allocation stays the driver's VRAM where a plain one is movable.
+    tier_run tier-pool "$BIN/gbtier" pool $TIER_BLOCK
+}
 t_tier_ipc() {
     # Movable VRAM refused by IPC with the driver's error, and the shim says why.
     tier_run tier-ipc "$BIN/gbtier" ipc $TIER_BLOCK || return 1
@@ -139,4 +143,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_kernel_times tier_attributes tier_attributes_off tier_uncontested"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

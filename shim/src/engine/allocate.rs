@@ -19,6 +19,17 @@ use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::stats::{self, STATS};
 
+/// Where an allocation comes from, for whether live tiering may move it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// cudaMalloc, cuMemAlloc and their stream-ordered forms on the device's own pool.
+    Plain,
+    /// A memory pool the program names (cuMemAllocFromPoolAsync): the memory is the
+    /// pool's, which the program may export to other processes (cuMemPoolExportPointer)
+    /// or trim, and managed memory is neither: it is never movable.
+    Pool,
+}
+
 /// How an allocation attempt ended; `R` is the hook's API's status type.
 pub enum Allocated<R> {
     Vram,
@@ -35,15 +46,17 @@ pub enum Allocated<R> {
 /// the T2 and split paths. When T2 is exhausted the answer is out-of-memory; when T2
 /// fails for another reason, an allocation the rule sent to T2 is tried in VRAM after
 /// all (the real function). Memory the shim made is published for `greenboost status`.
+/// Only a `Plain` allocation may be movable.
 pub fn allocate<R: PartialEq + Copy>(
     size: u64,
     device: CuDevice,
+    origin: Origin,
     oom_status: R,
     vram: impl FnOnce() -> Result<CuDevicePtr, R>,
     prepare_t2: impl FnOnce() -> bool,
 ) -> Allocated<R> {
     let pool = budget::is_pool(size, device);
-    let allocated = place(size, device, oom_status, vram, prepare_t2);
+    let allocated = place(size, device, origin, oom_status, vram, prepare_t2);
     if pool && matches!(allocated, Allocated::Vram | Allocated::ShimMade(_)) {
         budget::note_pool(size, device);
     }
@@ -57,6 +70,7 @@ pub fn allocate<R: PartialEq + Copy>(
 fn place<R: PartialEq + Copy>(
     size: u64,
     device: CuDevice,
+    origin: Origin,
     oom_status: R,
     vram: impl FnOnce() -> Result<CuDevicePtr, R>,
     prepare_t2: impl FnOnce() -> bool,
@@ -67,7 +81,7 @@ fn place<R: PartialEq + Copy>(
     let (mut preparation, mut prepared) = (Some(prepare_t2), None);
     let mut t2_ready = move || *prepared.get_or_insert_with(|| preparation.take().is_some_and(|prepare| prepare()));
     let mut after_oom = false;
-    let movable_vram = movable_vram_wanted(size, device);
+    let movable_vram = origin == Origin::Plain && movable_vram_wanted(size, device);
     let reserved = budget::reserve_vram(size, device).or_else(|| {
         // No room: while computing, movable VRAM loaded before may make it.
         let made = t2::rounded_len(size)
@@ -102,7 +116,7 @@ fn place<R: PartialEq + Copy>(
         }
     }
     let t2_ready = t2_ready();
-    if t2_ready && movable_wanted(size, device, after_oom) {
+    if t2_ready && origin == Origin::Plain && movable_wanted(size, device, after_oom) {
         match allocate_movable(size, device) {
             Ok(device_ptr) => {
                 if after_oom {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::cuda::real::pfn;
-use crate::engine::allocate::{self, Allocated};
+use crate::engine::allocate::{self, Allocated, Origin};
 use crate::memory::registry::{self, Backed};
 use crate::memory::release;
 use crate::memory::report;
@@ -18,7 +18,7 @@ use crate::memory::vmm;
 ///
 /// # Safety
 /// `dptr` is null or valid for writing.
-unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> CuResult) -> CuResult {
+unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, origin: Origin, vram: impl FnOnce() -> CuResult) -> CuResult {
     if dptr.is_null() || size == 0 {
         return vram();
     }
@@ -28,6 +28,7 @@ unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> C
     let outcome = allocate::allocate(
         size as u64,
         device,
+        origin,
         CuResult::OUT_OF_MEMORY,
         || match vram() {
             // SAFETY: the real allocation succeeded, so it wrote the pointer.
@@ -52,7 +53,7 @@ unsafe fn allocate(dptr: *mut CuDevicePtr, size: usize, vram: impl FnOnce() -> C
 /// The program's arguments, as cuMemAlloc_v2 takes them.
 pub unsafe fn mem_alloc(real: pfn::cuMemAlloc_v2, dptr: *mut CuDevicePtr, size: usize) -> CuResult {
     // SAFETY: `dptr` is the program's, null or writable as cuMemAlloc requires.
-    unsafe { allocate(dptr, size, || real(dptr, size)) }
+    unsafe { allocate(dptr, size, Origin::Plain, || real(dptr, size)) }
 }
 
 /// # Safety
@@ -64,7 +65,7 @@ pub unsafe fn mem_alloc_async(
     stream: Stream,
 ) -> CuResult {
     // SAFETY: as in `mem_alloc`. T2 memory is usable at once, so stream order holds.
-    unsafe { allocate(dptr, size, || real(dptr, size, stream)) }
+    unsafe { allocate(dptr, size, Origin::Plain, || real(dptr, size, stream)) }
 }
 
 /// # Safety
@@ -89,7 +90,7 @@ pub unsafe fn mem_alloc_from_pool_async(
     stream: Stream,
 ) -> CuResult {
     // SAFETY: as in `mem_alloc`; the pool handle goes to the real function unchanged.
-    unsafe { allocate(dptr, size, || real(dptr, size, pool, stream)) }
+    unsafe { allocate(dptr, size, Origin::Pool, || real(dptr, size, pool, stream)) }
 }
 
 /// # Safety

@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::cuda::real::{self, pfn};
-use crate::engine::allocate::{self, Allocated};
+use crate::engine::allocate::{self, Allocated, Origin};
 use crate::memory::registry::Backed;
 use crate::memory::release;
 use crate::memory::report;
@@ -91,6 +91,7 @@ unsafe fn allocate(
     let outcome = allocate::allocate(
         size as u64,
         device,
+        Origin::Plain,
         CudaError::MEMORY_ALLOCATION,
         || match vram() {
             // SAFETY: the real allocation succeeded, so it wrote the pointer.

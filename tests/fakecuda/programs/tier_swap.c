@@ -276,3 +276,35 @@ int test_uncontested(int argc, char **argv)
     balloon_stop(&small);
     return 0;
 }
+
+/* gbtier pool BLOCK: on a contested device, what a program allocates from a memory pool it
+ * names (cuMemAllocFromPoolAsync) stays the pool's memory, the driver's VRAM, where a
+ * plain allocation of the same size becomes movable: a pool's memory may be exported to
+ * other processes, and managed memory cannot be. */
+int test_pool(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: pool BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    struct balloon other = balloon_start(device_free() - headroom - 4 * block);
+    void *plain;
+    OK(cudaMalloc(&plain, block)); /* the runtime makes the primary context current */
+    CUmemoryPool pool;
+    OK(cuDeviceGetDefaultMemPool(&pool, 0));
+    CUstream s;
+    OK(cuStreamCreate(&s, 1));
+    CUdeviceptr from_pool = 0;
+    OK(cuMemAllocFromPoolAsync(&from_pool, block, pool, s));
+    OK(cuStreamSynchronize(s));
+    printf("pool: from the pool %s, plain %s; %llu movable allocations\n", fakegpu_ptr_kind(from_pool),
+           fakegpu_ptr_kind(dptr(plain)), shim_stats().movable_allocs);
+    CHECK(!strcmp(fakegpu_ptr_kind(dptr(plain)), "managed"), "the plain allocation is %s: the device is not "
+          "contested as planned\n", fakegpu_ptr_kind(dptr(plain)));
+    CHECK(!strcmp(fakegpu_ptr_kind(from_pool), "vram"), "the pool's allocation is %s, not the driver's VRAM\n",
+          fakegpu_ptr_kind(from_pool));
+    OK(cuMemFreeAsync(from_pool, s));
+    OK(cuStreamSynchronize(s));
+    OK(cudaFree(plain));
+    OK(cuStreamDestroy_v2(s));
+    balloon_stop(&other);
+    return 0;
+}

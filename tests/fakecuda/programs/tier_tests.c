@@ -472,6 +472,7 @@ int main(int argc, char **argv)
         { "make-room", test_make_room },
         { "attributes", test_attributes },
         { "uncontested", test_uncontested },
+        { "pool", test_pool },
         { "ranges", test_ranges },
         { "ranges-room", test_ranges_room },
         { "kernel-times", test_kernel_times },

@@ -21,6 +21,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaSetDevice(int d);
 CUresult cuMemRangeGetAttribute(void *data, size_t size, int attribute, CUdeviceptr p, size_t n);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s);
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d);
+CUresult cuStreamCreate(CUstream *s, unsigned flags);
+CUresult cuStreamSynchronize(CUstream s);
+CUresult cuStreamDestroy_v2(CUstream s);
 typedef struct fake_cublas *cublasHandle_t;
 int cublasCreate_v2(cublasHandle_t *h);
 int cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
@@ -63,6 +69,7 @@ int test_ipc(int argc, char **argv);
 int test_make_room(int argc, char **argv);
 int test_attributes(int argc, char **argv);
 int test_uncontested(int argc, char **argv);
+int test_pool(int argc, char **argv);
 
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
  * kernel times. */
