@@ -41,7 +41,12 @@ CONFIGS = {
     "ot_cpu": "llama.cpp every expert on the CPU (-ngl 99 -ot exps=CPU)",
     "nkvo": "llama.cpp KV cache and attention on the CPU (-ngl 99 -nkvo 1)",
     "greenboost": "GreenBoost (-ngl 99, LD_PRELOAD shim, GREENBOOST_VRAM_BUDGET)",
+    "greenboost_tiering": "GreenBoost with live tiering on (GREENBOOST_TIERING=on: buffers in 2 MiB parts placed by heat)",
 }
+
+# The shim's live-tiering summary: what moved to VRAM, and the launches timed.
+PROMOTED_RE = re.compile(r"live tiering: (\d+) movable allocations; promoted ([\d.]+) MiB in (\d+) moves")
+TIMED_RE = re.compile(r"not fully read, (\d+) timed\)")
 
 EXPERT_RE = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)_exps\.")
 
@@ -200,13 +205,16 @@ def report(args: argparse.Namespace) -> int:
     configs = {}
     for stem, title in CONFIGS.items():
         rc_text = read_text(raw / f"{stem}.rc").strip()
-        if not rc_text and stem in ("partial", "cpu_moe", "ot_cpu", "nkvo"):
-            continue  # the other model kind's comparison
+        if not rc_text and stem in ("partial", "cpu_moe", "ot_cpu", "nkvo", "greenboost_tiering"):
+            continue  # the other model kind's comparison, or a run from before it existed
         if not rc_text:
             configs[stem] = {"title": title, "status": "not run"}
             continue
         if rc_text == "skipped":
             configs[stem] = {"title": title, "status": "skipped: the run's time limit was spent"}
+            continue
+        if rc_text == "asked":
+            configs[stem] = {"title": title, "status": "skipped: LLAMACPP_SKIP"}
             continue
         err = read_text(raw / f"{stem}.err")
         results = bench_results(read_text(raw / f"{stem}.jsonl"))
@@ -235,6 +243,8 @@ def report(args: argparse.Namespace) -> int:
                                       else None),
             "shim_summary": summary[-1] if summary else None, "failure_tail": failure,
         }
+        if stem == "greenboost_tiering":
+            configs[stem]["tiering"] = tiering_summary(summary)
 
     def ts(stem: str, test: str) -> float | None:
         return configs.get(stem, {}).get("results", {}).get(test, {}).get("tok_s")
@@ -242,6 +252,7 @@ def report(args: argparse.Namespace) -> int:
     pp, tg = f"pp{meta.get('n_prompt', 512)}", f"tg{meta.get('n_gen', 128)}"
     pairs = [("greenboost", "cpu_moe"), ("greenboost", "ot_cpu"), ("greenboost", "nkvo"), ("greenboost", "partial"),
              ("greenboost", "vram"), ("cpu_moe", "vram"), ("ot_cpu", "vram"), ("nkvo", "vram"), ("partial", "vram")]
+    pairs += [("greenboost_tiering", b) for b in ("cpu_moe", "ot_cpu", "nkvo", "partial", "vram", "greenboost")]
     ratios = {f"{a}_vs_{b}_{test}": bound.ratio(ts(a, test), ts(b, test))
               for a, b in pairs if a in configs and b in configs for test in (tg, pp)}
     kind = "longctx" if meta.get("depth") else "moe" if (meta.get("model") or {}).get("experts") else "dense"
@@ -270,7 +281,24 @@ def headline_figures(kind: str, configs: dict, limits: dict, ts, pp: str, tg: st
     for test, name in ((tg, "tg"), (pp, "pp")):
         best = max((ts(r, test) or 0 for r in rivals), default=0)
         out[f"llamacpp_{kind}_{name}"] = bound.ratio(ts("greenboost", test), best or None)
+        if (configs.get("greenboost_tiering") or {}).get("status") == "ok":
+            out[f"llamacpp_{kind}_{name}_tiering"] = bound.ratio(ts("greenboost_tiering", test), best or None)
+    promoted = ((configs.get("greenboost_tiering") or {}).get("tiering") or {}).get("promoted_mib")
+    if promoted is not None:
+        # What live tiering moved into VRAM: the parts kernels kept reading.
+        out[f"llamacpp_{kind}_tiering_promoted_mib"] = promoted
     return out
+
+
+def tiering_summary(summary: list[str]) -> dict:
+    """What the shim's exit summary says live tiering did: movable allocations, MiB
+    promoted to VRAM and in how many moves, launches timed (None where not said)."""
+    text = "\n".join(summary)
+    moved, timed = PROMOTED_RE.search(text), TIMED_RE.search(text)
+    return {"movable_allocs": int(moved.group(1)) if moved else None,
+            "promoted_mib": float(moved.group(2)) if moved else None,
+            "promotions": int(moved.group(3)) if moved else None,
+            "launches_timed": int(timed.group(1)) if timed else None}
 
 
 def fmt(v, unit: str = "") -> str:
@@ -357,6 +385,10 @@ def markdown(doc: dict, pp: str, tg: str) -> str:
         lines.append(f"- VRAM samples: {cfg['vram']['samples']} (every 0.2 s)")
         if cfg.get("shim_summary"):
             lines.append(f"- shim: `{cfg['shim_summary']}`")
+        if cfg.get("tiering"):
+            t = cfg["tiering"]
+            lines.append(f"- live tiering: {fmt(t['movable_allocs'])} movable allocations, {fmt(t['promoted_mib'])} MiB "
+                         f"promoted to VRAM in {fmt(t['promotions'])} moves, {fmt(t['launches_timed'])} launches timed")
         if cfg.get("failure_tail"):
             lines += ["- last log lines:", "", "```", cfg["failure_tail"], "```"]
         lines.append("")

@@ -37,6 +37,10 @@
 #                               next 'build' call continues from the objects already built
 #   GREENBOOST_SHIM [build/gpu-carry/libgreenboost_cuda.so]
 #   LLAMACPP_TIMEOUT_{VRAM,PARTIAL,CPU_MOE,GREENBOOST} [120,150,150,240]  seconds per configuration
+#                               (GREENBOOST's also for greenboost_tiering)
+#   LLAMACPP_SKIP [""]          configurations not to run, by name (vram partial cpu_moe ot_cpu
+#                               nkvo greenboost greenboost_tiering): a device call too short
+#                               for all of them measures the ones that matter
 #   LLAMACPP_DEADLINE_S [470]   the whole bench phase, model writing included; later
 #                               configurations get what is left (the report is always written)
 set -uo pipefail
@@ -211,6 +215,11 @@ run_config() {
     local name=$1 limit=$2 ngl=$3 started poller rc
     shift 3
     echo "$ngl" >"$raw/$name.ngl"
+    if [[ " ${LLAMACPP_SKIP:-} " == *" $name "* ]]; then
+        log "$name: skipped (LLAMACPP_SKIP)"
+        echo asked >"$raw/$name.rc"
+        return 0
+    fi
     # Each configuration gets its own limit, cut to what is left of the whole run's.
     ((limit > deadline - SECONDS - 15)) && limit=$((deadline - SECONDS - 15))
     if ((limit < 20)); then
@@ -402,6 +411,11 @@ print(math.ceil(sum(v for k, v in b.items() if re.match(r"CUDA\d+ ", k))) or 819
         run_config greenboost "${LLAMACPP_TIMEOUT_GREENBOOST:-240}" 99 \
             LD_PRELOAD="$(realpath "$shim")" GREENBOOST_VRAM_BUDGET="${budget_mib}M" GREENBOOST_LOG=debug
         # (debug: a line per placement, from which the bounds read where each buffer went)
+        # Live tiering on: llama.cpp's one weight buffer (and KV cache) in 2 MiB parts that
+        # go to VRAM by heat, kernels weighed by their sampled times.
+        run_config greenboost_tiering "${LLAMACPP_TIMEOUT_GREENBOOST:-240}" 99 \
+            LD_PRELOAD="$(realpath "$shim")" GREENBOOST_VRAM_BUDGET="${budget_mib}M" GREENBOOST_TIERING=on \
+            GREENBOOST_LOG=info
     else
         notes+=("no shim at $shim; (c) not run")
     fi

@@ -112,7 +112,7 @@ assert plan["n_layer"] == 2 and plan["expert_bytes_per_layer"] == 3 * 8 * 128 * 
 assert d["configs"]["cpu_moe"]["ngl"] == "99 -ncmoe " + str(plan["ncmoe"]), d["configs"]["cpu_moe"]["ngl"]
 assert d["meta"]["model"]["arch"] == "qwen3moe" and "greenboost_vs_cpu_moe_tg128" in d["ratios"], d["ratios"]
 assert d["configs"]["ot_cpu"]["ngl"] == "99 -ot exps=CPU", d["configs"]["ot_cpu"]
-assert set(d["figures"]) == {"llamacpp_moe_tg_vs_bound", "llamacpp_moe_tg", "llamacpp_moe_pp"}, d["figures"]
+assert {"llamacpp_moe_tg_vs_bound", "llamacpp_moe_tg", "llamacpp_moe_pp"} <= set(d["figures"]), d["figures"]
 # The layout is read from the GGUF (without torch here, no rates and so no bounds).
 b = d["bounds"]["cpu_moe"]["read_per_token_gb"] if d["bounds"] else None
 assert b is None or b["host_ram"] > 0, d["bounds"]' "$mjson"
@@ -173,10 +173,13 @@ cat >"$lraw/layout.json" <<'EOF'
  {"name": "blk.1.ffn_up.weight", "bytes": 2000000000, "read": 2000000000, "layer": 1, "expert": false}]}
 EOF
 echo '{"link_gbs": 50.0, "hbm_gbs": 4000.0, "host_ram_gbs": 40.0, "cpu_threads": 16}' >"$lraw/rates.json"
-for cfg in vram nkvo greenboost; do echo 0 >"$lraw/$cfg.rc"; echo 10.0 >"$lraw/$cfg.wall"; done
+for cfg in vram nkvo greenboost greenboost_tiering; do echo 0 >"$lraw/$cfg.rc"; echo 10.0 >"$lraw/$cfg.wall"; done
 { line 512 0 99 5000; line 0 128 99 500; } >"$lraw/vram.jsonl"
 { line 512 0 99 400; line 0 128 99 20; } >"$lraw/nkvo.jsonl"
 { line 512 0 99 2000; line 0 128 99 30; } >"$lraw/greenboost.jsonl"
+{ line 512 0 99 2400; line 0 128 99 40; } >"$lraw/greenboost_tiering.jsonl"
+printf 'greenboost[8]: summary: pid 8: kernel launches seen 900 (0 not fully read, 3 timed), 9 allocations named by them; graph launches 0 (0 not fully read); 0 launches captured into graphs; 0 host functions, 4 copies and memsets (direct or in graphs)\n' >"$lraw/greenboost_tiering.err"
+printf 'greenboost[8]: summary: pid 8: live tiering: 2 movable allocations; promoted 1234.5 MiB in 40 moves (80 ms), demoted 0.0 MiB in 0 (0 of them to make room for hotter ones; 0 ms; 0 ms of it issuing); 1234.5 MiB in VRAM at exit\n' >>"$lraw/greenboost_tiering.err"
 echo '99 -nkvo 1' >"$lraw/nkvo.ngl"
 printf 'load_tensors: CUDA0 model buffer size = 3814.70 MiB\nllama_kv_cache: CUDA0 KV buffer size = 1000.00 MiB\n' >"$lraw/greenboost.err"
 printf 'greenboost[7]: split 0x7f0000000000: 3814.7 MiB = 2861.0 MiB VRAM + 953.7 MiB on host NUMA node 0 for device 0\n' >>"$lraw/greenboost.err"
@@ -197,7 +200,13 @@ assert abs(g["read_per_token_gb"]["vram"] - 3.0) < 2e-3, g
 assert d["bounds"]["nkvo"]["read_per_token_gb"]["host_ram"] == round(kv / 1e9, 3), d["bounds"]["nkvo"]
 f = d["figures"]
 assert f["llamacpp_longctx_tg"] == 1.5 and f["llamacpp_longctx_pp"] == 5.0, f
-assert f["llamacpp_longctx_tg_vs_bound"] == round(30 / g["tg_bound_tok_s"], 3), (f, g)' "$tmp/longctx-results/llamacpp-longctx-latest.json"
+assert f["llamacpp_longctx_tg_vs_bound"] == round(30 / g["tg_bound_tok_s"], 3), (f, g)
+# Live tiering on: its figures against the same rival, and what it promoted, from its summary.
+assert f["llamacpp_longctx_tg_tiering"] == 2.0 and f["llamacpp_longctx_pp_tiering"] == 6.0, f
+assert f["llamacpp_longctx_tiering_promoted_mib"] == 1234.5, f
+t = d["configs"]["greenboost_tiering"]["tiering"]
+assert t == {"movable_allocs": 2, "promoted_mib": 1234.5, "promotions": 40, "launches_timed": 3}, t
+assert d["ratios"]["greenboost_tiering_vs_greenboost_tg128"] == round(40 / 30, 3), d["ratios"]' "$tmp/longctx-results/llamacpp-longctx-latest.json"
 
 if ((failed)); then
     echo "--- run.sh bench log (tail)"; tail -40 "$tmp/bench.log"
