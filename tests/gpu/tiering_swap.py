@@ -58,7 +58,8 @@ import traceback
 from gbgpu.foreign import balloon, die_with_parent
 from gbgpu.verdicts import COUNTS, kv, record
 
-ENTRY = os.path.abspath(__file__)
+ENTRY = os.path.abspath(__file__)  # the program whose roles run_role starts
+PREFIX = "swap"                    # of the figures the harness prints
 LEAVE_GIB = 8           # what the balloon leaves free: the room the checks fill
 ROLE_TIMEOUT_S = 150    # one role process
 DEADLINE_S = 420        # no role runs past this, from the start (run.sh gives the section 480 s)
@@ -132,9 +133,9 @@ def run_role(role, *args, env=None, timeout=ROLE_TIMEOUT_S, label=None):
         RUNNING.remove(proc)
     with open(out_path) as out, open(err_path, errors="replace") as err:
         run = Run(role, label, rc, out.read(), err.read(), time.monotonic() - began, timed_out)
-    sys.stderr.write(f"--- tiering_swap.py {label}: stderr ---\n{run.err}")
+    sys.stderr.write(f"--- {os.path.basename(ENTRY)} {label}: stderr ---\n{run.err}")
     sys.stderr.flush()
-    kv(f"swap.role.{name}.seconds", f"{run.seconds:.1f}")
+    kv(f"{PREFIX}.role.{name}.seconds", f"{run.seconds:.1f}")
     return run
 
 
@@ -184,7 +185,7 @@ class Balloon:
             ready = next((line for line in self.output().splitlines() if line.startswith("ready")), None)
             if ready:
                 self.ready = ready
-                kv("swap.balloon", f"{ready} MiB held, leave {self.leave} GiB")
+                kv(f"{PREFIX}.balloon", f"{ready} MiB held, leave {self.leave} GiB")
                 return None
             if self.proc.poll() is not None:
                 break
@@ -295,10 +296,11 @@ CHECKS = [
 ]
 
 
-def checks():
-    foreign = Balloon(LEAVE_GIB)
+def checks(plan=CHECKS, leave_gib=LEAVE_GIB):
+    """Runs each check of `plan` (check, its verdict names) beside one balloon."""
+    foreign = Balloon(leave_gib)
     try:
-        for check, names in CHECKS:
+        for check, names in plan:
             if time.monotonic() > STARTED + DEADLINE_S - 10:
                 fail_all(names, f"not run: the program's {DEADLINE_S} s had run out")
                 continue
@@ -317,7 +319,7 @@ def checks():
         for proc in list(RUNNING):
             kill_group(proc)
         foreign.kill()
-    kv("swap.seconds", f"{time.monotonic() - STARTED:.1f}")
+    kv(f"{PREFIX}.seconds", f"{time.monotonic() - STARTED:.1f}")
 
 
 def role(name, args):

@@ -1,0 +1,203 @@
+"""The GPU suite's checks of parts of one allocation (tests/gpu/run.sh, section "ranges";
+issue 36 items 1 and 2): with GREENBOOST_TIERING=on, an allocation of at least 64 MiB is
+cut into 2 MiB parts that live tiering moves on their own, weighed by the starts kernels
+name in it and by sampled kernel times. Beside a balloon (all but LEAVE_GIB of the free
+VRAM, without the shim), each role sizes its buffer from the VRAM it finds free: four
+pieces, room for two.
+
+Run under the shim (run.sh: LD_PRELOAD=libgreenboost_cuda.so GREENBOOST_LOG=info):
+
+  python3 tests/gpu/tiering_ranges.py
+
+  ranges.hot_part          role hot_part: a buffer far larger than the room, all in T2;
+                           kernels keep reading its last quarter: that quarter must end in
+                           VRAM (its T2 bytes 0) while most of the rest stays in T2
+  ranges.hot_part_intact   the buffer's checksums before and after
+  ranges.kernel_times      role kernel_times: the first and third pieces read by
+                           index_select of a sixteenth of their rows, the second and fourth
+                           by a sum of all of them, as often; the summed pieces must end in
+                           VRAM and the first in T2 (launches timed > 0)
+  ranges.kernel_times_intact  the buffer's checksums before and after
+
+Output: PASS name: why / FAIL name: why / KV key=value; exit status 1 when anything failed.
+The harness (balloon, roles in processes of their own, timeouts) is tiering_swap.py's.
+"""
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import tiering_swap as harness
+from gbgpu.verdicts import COUNTS, kv
+
+LEAVE_GIB = 8
+MIB = 1 << 20
+GIB = 1 << 30
+HEADROOM = GIB              # the shim's default headroom; promotions keep a quarter more free
+RESERVE = 512 * MIB         # the default reserve (an eighth of the budget, at most 512 MiB)
+MARGIN = 512 * MIB          # the role's own small allocations (cuBLAS, index_select's outputs)
+ROW_BYTES = 64 * 1024       # kernel_times' rows
+WAIT_S = 90                 # a role's rounds
+
+
+def pieces_for(free):
+    """The size of one of four pieces, with room for two beside the headroom, the reserve
+    and a margin: whole 64 MiB."""
+    room = max(0, free - HEADROOM - HEADROOM // 4 - RESERVE - MARGIN)
+    return max(256 * MIB, room // 2 // (64 * MIB) * (64 * MIB))
+
+
+def buffer_in_t2(shim, free):
+    """The role's buffer: four pieces, placed in T2 whole (far beyond the room)."""
+    import torch
+
+    piece = pieces_for(free)
+    buf = torch.empty(4 * piece // 2, dtype=torch.bfloat16, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    buf.normal_(0.0, 1.0, generator=g)
+    torch.cuda.synchronize()
+    return buf, piece
+
+
+def computing():
+    """A cuBLAS product: the program computes from here on."""
+    import torch
+
+    x = torch.ones(64, 64, device="cuda")
+    torch.mm(x, x)
+    torch.cuda.synchronize()
+
+
+def role_hot_part():
+    import torch
+    from tiering_swap_roles import block_sums, counters, figures, grown, shim_here, start_torch, verdict
+
+    shim = shim_here()
+    free, _ = start_torch()
+    kv("ranges.hot_part.free_at_start_mib", free // MIB)
+    buf, piece = buffer_in_t2(shim, free)
+    total = 4 * piece
+    placed = shim.t2_bytes(buf)
+    kv("ranges.hot_part.buffer", f"{total // MIB} MiB, {placed // MIB} MiB in T2")
+    if placed != total:
+        verdict("ranges.hot_part", False, f"the {total // MIB} MiB buffer has {placed // MIB} MiB in T2 when made: "
+                f"the check wants all of it there (more than the room left beside the balloon)")
+        return
+    sums = block_sums(buf)
+    computing()
+    hot, cold = buf[3 * piece // 2:], buf[:3 * piece // 2]
+    start, began, rounds = counters(shim), time.monotonic(), 0
+    while time.monotonic() - began < WAIT_S and shim.t2_bytes(hot):
+        hot.sum()
+        torch.cuda.synchronize()
+        rounds += 1
+    seconds = time.monotonic() - began
+    hot_t2, cold_t2 = shim.t2_bytes(hot), shim.t2_bytes(cold)
+    grew = grown(start, counters(shim))
+    figures("ranges.hot_part", grew)
+    what = (f"after {rounds} sums in {seconds:.1f} s: the read quarter has {hot_t2 // MIB} MiB in T2, the rest "
+            f"{cold_t2 // MIB} of {3 * piece // MIB} MiB; promotions +{grew['promotions']} "
+            f"({grew['promoted_bytes'] // MIB} MiB)")
+    verdict("ranges.hot_part", hot_t2 == 0 and cold_t2 >= piece, what + " (want 0, and at least one piece of the "
+            "rest still in T2: the buffer does not move whole)")
+    changed = int((block_sums(buf) != sums).sum())
+    verdict("ranges.hot_part_intact", changed == 0, f"{changed} of {len(sums)} checksum blocks changed")
+
+
+def role_kernel_times():
+    import torch
+    from tiering_swap_roles import block_sums, counters, figures, grown, shim_here, start_torch, verdict
+
+    shim = shim_here()
+    free, _ = start_torch()
+    kv("ranges.kernel_times.free_at_start_mib", free // MIB)
+    buf, piece = buffer_in_t2(shim, free)
+    total = 4 * piece
+    placed = shim.t2_bytes(buf)
+    if placed != total:
+        verdict("ranges.kernel_times", False, f"the {total // MIB} MiB buffer has {placed // MIB} MiB in T2 when "
+                "made: the check wants all of it there")
+        return
+    sums = block_sums(buf)
+    computing()
+    rows, cols = piece // ROW_BYTES, ROW_BYTES // 2
+    views = [buf[i * piece // 2:(i + 1) * piece // 2].view(rows, cols) for i in range(4)]
+    some = torch.randperm(rows, device="cuda")[:rows // 16]
+    start, began, rounds = counters(shim), time.monotonic(), 0
+    stats_before = shim.stats()
+
+    def settled():
+        return (shim.t2_bytes(views[1]) == 0 and shim.t2_bytes(views[3]) == 0
+                and shim.t2_bytes(views[0]) == piece)
+
+    while time.monotonic() - began < WAIT_S and not settled():
+        for i, view in enumerate(views):
+            if i % 2 == 0:
+                torch.index_select(view, 0, some)
+            else:
+                view.sum()
+        torch.cuda.synchronize()
+        rounds += 1
+    seconds = time.monotonic() - began
+    timed = int(shim.stats().launches_timed - stats_before.launches_timed)
+    where = [shim.t2_bytes(v) // MIB for v in views]
+    grew = grown(start, counters(shim))
+    figures("ranges.kernel_times", grew)
+    kv("ranges.kernel_times.launches_timed", timed)
+    verdict("ranges.kernel_times", settled() and timed > 0,
+            f"after {rounds} rounds in {seconds:.1f} s, MiB in T2 of the four {piece // MIB} MiB pieces "
+            f"(partial, whole, partial, whole readers): {where} (want [{piece // MIB}, 0, *, 0]); launches timed "
+            f"{timed}; swaps +{grew['swaps']}, promotions +{grew['promotions']}")
+    changed = int((block_sums(buf) != sums).sum())
+    verdict("ranges.kernel_times_intact", changed == 0, f"{changed} of {len(sums)} checksum blocks changed")
+
+
+TIERING_ON = {"GREENBOOST_TIERING": "on"}
+
+
+def check_hot_part(foreign):
+    harness.relay(harness.run_role("hot_part", env=TIERING_ON, timeout=150),
+                  ("ranges.hot_part", "ranges.hot_part_intact"))
+
+
+def check_kernel_times(foreign):
+    harness.relay(harness.run_role("kernel_times", env=TIERING_ON, timeout=150),
+                  ("ranges.kernel_times", "ranges.kernel_times_intact"))
+
+
+CHECKS = [
+    (check_hot_part, ("ranges.hot_part", "ranges.hot_part_intact")),
+    (check_kernel_times, ("ranges.kernel_times", "ranges.kernel_times_intact")),
+]
+
+
+def role(name, args):
+    harness.die_with_parent()
+    if name == "balloon":
+        return harness.balloon(float(args[0]))
+    roles = {"hot_part": role_hot_part, "kernel_times": role_kernel_times}
+    if name not in roles:
+        raise SystemExit(f"unknown role {name}")
+    roles[name](*args)
+    sys.stdout.flush()
+
+
+def main():
+    harness.ENTRY, harness.PREFIX = os.path.abspath(__file__), "ranges"
+    if len(sys.argv) > 1:
+        return role(sys.argv[1], sys.argv[2:])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    harness.WORK = tempfile.mkdtemp(prefix="gb-ranges-")
+    harness.STARTED = time.monotonic()
+    try:
+        harness.checks(CHECKS, LEAVE_GIB)
+    finally:
+        shutil.rmtree(harness.WORK, ignore_errors=True)
+    sys.exit(1 if COUNTS["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
