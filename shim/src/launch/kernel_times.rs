@@ -12,7 +12,8 @@
 //! kernel's time over that, at most 1, is its function's read share, kept per function
 //! (halfway from the last), and each launch of the function names with that weight
 //! (`address_index::WHOLE_READ` times the share; graph kernel nodes of the function too).
-//! A function never sampled, or sampled only over VRAM, reads all it names.
+//! A function never sampled, or sampled only over VRAM, reads all it names. Shares are
+//! kept by a number each function is given on first sight (a table that never forgets).
 //!
 //! Slots: each sample owns a slot from `before_launch` to its collection, by the slot's
 //! state (`FREE` → `BUSY` by a compare-and-swap, `PENDING` once recorded), so its fields
@@ -26,7 +27,7 @@ use crate::launch::capture::{self, Enqueued};
 use crate::memory::address_index::WHOLE_READ;
 use crate::memory::{movable, registry};
 use crate::rules::config;
-use crate::sys::slot_table::{Key, SlotTable};
+use crate::sys::intern_table::InternTable;
 use crate::sys::stats::{self, STATS};
 
 /// One launch in this many is timed (two event records: about a microsecond each); a
@@ -45,8 +46,13 @@ const PENDING: u8 = 2;
 
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
-/// Each sampled function's read share, in `WHOLE_READ` units.
-static SHARES: SlotTable<1024> = SlotTable::new();
+/// Kernel functions with a number of their own (1 and up); past them, a function is never
+/// weighed (number 0: it reads all it names).
+const NUMBERED: usize = 4096;
+static NUMBERS: InternTable<8192> = InternTable::new(NUMBERED as u64 - 1);
+
+/// Each numbered function's read share, in `WHOLE_READ` units (0: never measured).
+static SHARES: [AtomicU64; NUMBERED] = [const { AtomicU64::new(0) }; NUMBERED];
 
 struct Slot {
     state: AtomicU8,
@@ -54,7 +60,7 @@ struct Slot {
     context: AtomicU64,
     start: AtomicU64,
     end: AtomicU64,
-    function: AtomicU64,
+    number: AtomicU64,
     named: [AtomicU64; NAMED_KEPT],
     named_count: AtomicU64,
 }
@@ -65,7 +71,7 @@ const EMPTY_SLOT: Slot = Slot {
     context: AtomicU64::new(0),
     start: AtomicU64::new(0),
     end: AtomicU64::new(0),
-    function: AtomicU64::new(0),
+    number: AtomicU64::new(0),
     named: [const { AtomicU64::new(0) }; NAMED_KEPT],
     named_count: AtomicU64::new(0),
 };
@@ -80,9 +86,17 @@ fn event(raw: u64) -> Event {
 #[must_use]
 pub struct Sampling(usize);
 
+/// `function`'s number (0: none left).
+fn number(function: CuFunction) -> usize {
+    NUMBERS.number(function.0 as u64).map_or(0, |number| number as usize)
+}
+
 /// The weight a launch of `function` names with: `WHOLE_READ` times its read share.
 pub fn weight(function: CuFunction) -> u64 {
-    Key::exact(function.0 as u64).and_then(|key| SHARES.get(key)).unwrap_or(WHOLE_READ)
+    match SHARES[number(function)].load(Ordering::Relaxed) {
+        0 => WHOLE_READ,
+        share => share,
+    }
 }
 
 /// Before a launch on `stream` (its context current): starts timing it if its turn came,
@@ -152,7 +166,7 @@ pub fn after_launch(sampling: Sampling, accepted: bool, function: CuFunction, st
         slot.state.store(FREE, Ordering::Release);
         return;
     }
-    slot.function.store(function.0 as u64, Ordering::Relaxed);
+    slot.number.store(number(function) as u64, Ordering::Relaxed);
     for (kept, &address) in slot.named.iter().zip(named) {
         kept.store(address, Ordering::Relaxed);
     }
@@ -183,32 +197,35 @@ fn collect() {
     }
 }
 
-/// Folds one sample's time (`seconds`) into its function's read share, when most of the
-/// bytes it named lay in T2 (a kernel over VRAM is timed by its arithmetic, not by what
-/// it reads).
+/// Folds one sample's time (`seconds`) into its kernel's read share, when most of the
+/// bytes it named lay in T2 (a kernel over VRAM is timed by its arithmetic, not by what it
+/// reads).
 fn calibrate(slot: &Slot, seconds: f64) {
+    let number = slot.number.load(Ordering::Relaxed) as usize;
     let count = slot.named_count.load(Ordering::Relaxed) as usize;
     let (bytes, t2) = slot.named[..count.min(NAMED_KEPT)]
         .iter()
         .filter_map(|address| registry::named_piece(address.load(Ordering::Relaxed)))
         .fold((0u64, 0u64), |(bytes, t2), (piece, piece_t2)| (bytes + piece, t2 + piece_t2));
-    if t2 == 0 || t2.saturating_mul(2) < bytes || seconds <= 0.0 {
+    if number == 0 || t2 == 0 || t2.saturating_mul(2) < bytes || seconds <= 0.0 {
         return;
     }
     let link = config::get().link_bytes_per_s.max(1) as f64;
     let share = (seconds * link / t2 as f64).min(1.0);
     let measured = ((share * WHOLE_READ as f64) as u64).max(1);
-    let function = slot.function.load(Ordering::Relaxed);
-    let Some(key) = Key::exact(function) else { return };
-    let kept = SHARES.get(key).unwrap_or(WHOLE_READ);
-    SHARES.insert(key, (kept + measured) / 2);
+    let kept = match SHARES[number].load(Ordering::Relaxed) {
+        0 => WHOLE_READ,
+        kept => kept,
+    };
+    let folded = ((kept + measured) / 2).max(1);
+    SHARES[number].store(folded, Ordering::Relaxed);
     stats::bump(&STATS.launches_timed);
     debug!(
-        "kernel {:#x}: {:.3} ms over {} T2 bytes it named: reads {:.0}% of it (kept {:.0}%)",
-        function,
+        "kernel {}: {:.3} ms over {} T2 bytes it named: reads {:.0}% of it (kept {:.0}%)",
+        number,
         seconds * 1000.0,
         t2,
         share * 100.0,
-        (kept + measured) as f64 * 50.0 / WHOLE_READ as f64
+        folded as f64 * 100.0 / WHOLE_READ as f64
     );
 }

@@ -294,14 +294,14 @@ impl Movable {
     }
 
     /// What a launch naming `address` (inside it) counts as read: the piece from that
-    /// start to the next of a partitioned allocation, else all of it; and the bytes of
-    /// that in T2 now.
+    /// start to the next named lately of a partitioned allocation, else all of it; and
+    /// the bytes of that in T2 now.
     pub fn named_piece(&self, address: CuDevicePtr) -> (u64, u64) {
         let (start, end) = match self.uses.starts() {
             Some(starts) => {
                 let offset = address.saturating_sub(self.base);
-                let next = starts.read(false).named.iter().map(|&(start, _)| start).find(|&start| start > offset);
-                (address, self.base + next.unwrap_or(self.len).min(self.len))
+                let end = range_heat::piece_end(&starts.read(false).named, offset, self.len);
+                (address, self.base + end)
             }
             None => (self.base, self.base + self.len),
         };

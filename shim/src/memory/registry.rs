@@ -251,8 +251,9 @@ pub fn shim_made(device_ptr: CuDevicePtr) -> Option<ShimMade> {
 }
 
 /// What a kernel launch naming `device_ptr` counts as reading (the allocation holding it,
-/// or for a large movable one the piece from there to the next start named in it), and
-/// how many of those bytes lie in T2 now; `None` for an address the shim does not know.
+/// or for a large movable one the piece from there to the next start named in it lately),
+/// and how many of those bytes lie in T2 now; `None` for an address the shim does not
+/// know.
 pub fn named_piece(device_ptr: CuDevicePtr) -> Option<(u64, u64)> {
     let registry = REGISTRY.lock();
     let (&base, record) = registry.live.range(..=device_ptr).next_back()?;

@@ -1,17 +1,19 @@
 //! The addresses launches named inside one large movable allocation, and how much: a
 //! kernel is given the start of what it reads (llama.cpp passes each weight's and each
 //! layer's KV cache's address inside one buffer, PyTorch each tensor's inside a cached
-//! segment), so the starts seen partition the allocation into the pieces kernels read,
-//! and the launches naming each start, by their weights (`address_index::WHOLE_READ` for
-//! one that reads all it names), say how hot its piece is (`rules::range_heat`).
+//! segment), so the starts named lately partition the allocation into the pieces kernels
+//! read, and the weight of the namings of each start (`address_index::WHOLE_READ` for one
+//! that reads all it names) says how hot its piece is (`rules::range_heat`).
 //!
 //! Noted on every launch from any thread, so without a lock: a fixed open-addressed table
 //! of (offset, count) slots. A slot is taken once, by swapping its key from empty to the
-//! offset, and never given back while the allocation lives (the partition only grows
-//! finer); a start that finds no slot within `PROBES` is counted as naming the whole
-//! allocation (`unplaced`), which is what a launch naming it counted before partitions.
+//! offset, and never given back while the allocation lives; a start that finds no slot
+//! within `PROBES` is counted as naming the whole allocation (`unplaced`), which is what a
+//! launch naming it counted before partitions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::rules::range_heat::Start;
 
 /// Slots a start may look at from its hash before it counts as unplaced.
 const PROBES: usize = 16;
@@ -22,7 +24,10 @@ const EMPTY: u64 = 0;
 #[derive(Debug)]
 struct Slot {
     key: AtomicU64,
+    /// The weight of its namings since the last take.
     count: AtomicU64,
+    /// The same at the last take.
+    last: AtomicU64,
 }
 
 /// The starts named in one allocation.
@@ -34,20 +39,23 @@ pub struct StartCounts {
 }
 
 /// What `StartCounts::read` found: every start ever named, sorted by offset, with the
-/// weight of its namings since the last take, and of the unplaced namings since then.
+/// weight of its namings since the last take and whether it was named since the take
+/// before, and the weight of the unplaced namings since the last take.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Starts {
-    pub named: Vec<(u64, u64)>,
+    pub named: Vec<Start>,
     pub unplaced: u64,
 }
 
 impl StartCounts {
-    /// A table for an allocation of `len` bytes cut into `parts` parts: twice as many slots
-    /// as parts (a start per part is the finest partition that changes where bytes go),
-    /// at least 64, at most 16384.
+    /// A table for an allocation cut into `parts` parts: twice as many slots as parts (a
+    /// start per part is the finest partition that changes where bytes go), at least 64,
+    /// at most 16384.
     pub fn for_parts(parts: usize) -> StartCounts {
         let slots = (parts.saturating_mul(2)).clamp(64, 16384).next_power_of_two();
-        let slots = (0..slots).map(|_| Slot { key: AtomicU64::new(EMPTY), count: AtomicU64::new(0) }).collect();
+        let slots = (0..slots)
+            .map(|_| Slot { key: AtomicU64::new(EMPTY), count: AtomicU64::new(0), last: AtomicU64::new(0) })
+            .collect();
         StartCounts { slots, unplaced: AtomicU64::new(0) }
     }
 
@@ -56,7 +64,7 @@ impl StartCounts {
         let key = offset.wrapping_add(1);
         let mask = self.slots.len() - 1;
         // Fibonacci hashing: starts are multiples of large powers of two.
-        let mut at = (offset.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
+        let mut at = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
         for _ in 0..PROBES {
             let slot = &self.slots[at];
             let current = slot.key.load(Ordering::Acquire);
@@ -76,25 +84,29 @@ impl StartCounts {
     }
 
     /// Every start named so far with its namings' weight since the last take; `take`
-    /// zeroes those.
+    /// starts the next tick (the weights zeroed, kept as the last).
     pub fn read(&self, take: bool) -> Starts {
-        let count = |counter: &AtomicU64| {
-            if take {
-                counter.swap(0, Ordering::Relaxed)
-            } else {
-                counter.load(Ordering::Relaxed)
-            }
-        };
-        let mut named: Vec<(u64, u64)> = self
+        let mut named: Vec<Start> = self
             .slots
             .iter()
             .filter_map(|slot| {
                 let key = slot.key.load(Ordering::Acquire);
-                (key != EMPTY).then(|| (key - 1, count(&slot.count)))
+                (key != EMPTY).then(|| {
+                    let weight =
+                        if take { slot.count.swap(0, Ordering::Relaxed) } else { slot.count.load(Ordering::Relaxed) };
+                    let last = if take {
+                        slot.last.swap(weight, Ordering::Relaxed)
+                    } else {
+                        slot.last.load(Ordering::Relaxed)
+                    };
+                    Start { offset: key - 1, weight, recent: weight != 0 || last != 0 }
+                })
             })
             .collect();
-        named.sort_unstable();
-        Starts { named, unplaced: count(&self.unplaced) }
+        named.sort_unstable_by_key(|start| start.offset);
+        let unplaced =
+            if take { self.unplaced.swap(0, Ordering::Relaxed) } else { self.unplaced.load(Ordering::Relaxed) };
+        Starts { named, unplaced }
     }
 }
 
@@ -102,17 +114,25 @@ impl StartCounts {
 mod tests {
     use super::*;
 
+    fn at(offset: u64, weight: u64, recent: bool) -> Start {
+        Start { offset, weight, recent }
+    }
+
     #[test]
     fn counts_each_start_and_keeps_the_starts_after_a_take() {
         let starts = StartCounts::for_parts(8);
         for offset in [0x40_0000, 0, 0x40_0000, 0x1234] {
             starts.note(offset, 1);
         }
-        assert_eq!(starts.read(false).named, vec![(0, 1), (0x1234, 1), (0x40_0000, 2)]);
-        assert_eq!(starts.read(true).named, vec![(0, 1), (0x1234, 1), (0x40_0000, 2)]);
-        // Taken: the partition stays, the counts start again.
+        let all = vec![at(0, 1, true), at(0x1234, 1, true), at(0x40_0000, 2, true)];
+        assert_eq!(starts.read(false).named, all);
+        assert_eq!(starts.read(true).named, all);
+        // Taken: the starts stay, the weights start again; named in the tick before is recent.
         starts.note(0x1234, 5);
-        assert_eq!(starts.read(true), Starts { named: vec![(0, 0), (0x1234, 5), (0x40_0000, 0)], unplaced: 0 });
+        let next = vec![at(0, 0, true), at(0x1234, 5, true), at(0x40_0000, 0, true)];
+        assert_eq!(starts.read(true), Starts { named: next, unplaced: 0 });
+        // Two ticks without a naming: no longer recent.
+        assert_eq!(starts.read(true).named, vec![at(0, 0, false), at(0x1234, 0, true), at(0x40_0000, 0, false)]);
     }
 
     #[test]
@@ -125,6 +145,6 @@ mod tests {
         let read = starts.read(true);
         assert_eq!(read.named.len() as u64 + read.unplaced, slots + 10, "every naming counted once");
         assert!(read.unplaced >= 10);
-        assert!(read.named.iter().all(|&(_, count)| count == 1));
+        assert!(read.named.iter().all(|start| start.weight == 1 && start.recent));
     }
 }

@@ -82,9 +82,10 @@ static int hot_in_vram(void *arg)
 
 /* Live tiering on (GREENBOOST_TIERING=on), the program computing, beside another process
  * that leaves room for three blocks: the buffer goes to T2 whole. Kernels name one block
- * of it over and over (and the next block's start once, which bounds the piece they read);
- * that block alone must move to VRAM, at its address, while kernels keep verifying the
- * first eight blocks — the rest of the buffer stays in T2, every byte kept. */
+ * of it over and over (and the next block's start, with nothing to fill, which bounds the
+ * piece they read); that block alone must move to VRAM, at its address, while kernels
+ * keep verifying the first eight blocks — the rest of the buffer stays in T2, every byte
+ * kept. */
 int test_ranges(int argc, char **argv)
 {
     CHECK(argc >= 3, "usage: ranges BLOCK\n");
@@ -101,7 +102,6 @@ int test_ranges(int argc, char **argv)
     fill_blocks(buffer, block, blocks);
     CUfunction f = fill_kernel();
     struct hot hot = { dptr(blocks[HOT]), block };
-    fill(f, dptr(blocks[HOT + 1]), 0, 0); /* the next piece's start, named once */
     struct workload w = { blocks, HOT, block, 0, 0, 0 };
     pthread_t verifier;
     CHECK(pthread_create(&verifier, NULL, keep_verifying, &w) == 0, "pthread_create\n");
@@ -111,6 +111,7 @@ int test_ranges(int argc, char **argv)
     for (int round = 0; round < 5000 && !moved; round++) {
         value = 1000 + (unsigned)round;
         fill(f, hot.start, value, block / 4);
+        fill(f, dptr(blocks[HOT + 1]), 0, 0); /* the next piece's start */
         OK(cudaDeviceSynchronize());
         if (device_free() < lowest)
             lowest = device_free();
