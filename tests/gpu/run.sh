@@ -17,7 +17,7 @@
 #   PYTHON         python with torch and pynvml (python3)
 #   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
 #   GB_GPU_SWAP_TIMEOUT  seconds the swap section's one program may take (480)
-#   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap; all
+#   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap ranges; all
 #                  when unset): the whole suite takes longer than one device call allows,
 #                  so a session runs it in two calls, e.g. "plain pressure shared" and
 #                  "tiering swap"; the device report and the results page come from each
@@ -348,6 +348,14 @@ if [ "$mode" = full ] && [ -f "$shim" ] && in_section swap; then
   test_timeout=${GB_GPU_SWAP_TIMEOUT:-480}
   run_test swap "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_swap.py"
   test_timeout=$saved_timeout
+fi
+
+# --- parts of one allocation (issue 36): GREENBOOST_TIERING=on, beside a balloon -----------
+# One program (tests/gpu/tiering_ranges.py), tiering_swap.py's harness: the read quarter of a
+# buffer far larger than the room promoted alone, and two kernels that name their pieces as
+# often, one reading a sixteenth of them, weighed by their sampled times.
+if [ "$mode" = full ] && [ -f "$shim" ] && in_section ranges; then
+  run_test ranges "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_ranges.py"
 fi
 
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------

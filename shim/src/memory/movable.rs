@@ -177,7 +177,7 @@ fn place_on_device(base: CuDevicePtr, len: u64, device: CuDevice) -> Result<(), 
 }
 
 /// The parts of an allocation of `len` bytes charged as `residence`: one, or 2 MiB parts
-/// from `PARTITION_MIN` on, each with its share of the charge.
+/// from `PARTITION_MIN` on, each with its share of the charge (the last with what is left).
 fn parts_of(len: u64, residence: Residence) -> Box<[Part]> {
     let part = if len >= PARTITION_MIN { PART_BYTES } else { len.max(1) };
     let mut residence = residence;
@@ -186,6 +186,7 @@ fn parts_of(len: u64, residence: Residence) -> Box<[Part]> {
     while offset < len {
         let bytes = part.min(len - offset);
         let share = match &mut residence {
+            _ if offset + bytes == len => std::mem::replace(&mut residence, Residence::Moving),
             Residence::T2(charge) => Residence::T2(charge.split_off(bytes)),
             Residence::Vram(charge) => Residence::Vram(charge.split_off(bytes)),
             Residence::Moving => Residence::Moving,
@@ -193,8 +194,6 @@ fn parts_of(len: u64, residence: Residence) -> Box<[Part]> {
         parts.push(Part::new(offset, bytes, share));
         offset += bytes;
     }
-    // What rounding left in the charge (nothing: the parts cover `len`) goes back here.
-    drop(residence);
     parts.into_boxed_slice()
 }
 
