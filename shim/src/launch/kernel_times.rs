@@ -91,8 +91,12 @@ fn number(function: CuFunction) -> usize {
     NUMBERS.number(function.0 as u64).map_or(0, |number| number as usize)
 }
 
-/// The weight a launch of `function` names with: `WHOLE_READ` times its read share.
+/// The weight a launch of `function` names with: `WHOLE_READ` times its read share (only
+/// movable memory's heat reads it: without any, it is not looked up).
 pub fn weight(function: CuFunction) -> u64 {
+    if !movable::any() {
+        return WHOLE_READ;
+    }
     match SHARES[number(function)].load(Ordering::Relaxed) {
         0 => WHOLE_READ,
         share => share,
