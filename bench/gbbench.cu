@@ -20,12 +20,14 @@
 //                               median cudaMalloc+cudaFree(1 MiB) time over N calls and
 //                               cudaMemGetInfo time over M calls (default 5 N; run with
 //                               and without the shim).
-//   gbbench launch   --threads T --iters N
+//   gbbench launch   --threads T --iters N [--buffer-mib M]
 //                               launches per second of a kernel with 8 pointer
-//                               arguments into cudaMalloc'd buffers and a 256-byte struct
-//                               passed by value (8 more pointers in it), from T host
-//                               threads, each on its own stream (run with and without the
-//                               shim: the cost of launch observation).
+//                               arguments into cudaMalloc'd buffers of M MiB (1) and a
+//                               256-byte struct passed by value (8 more pointers in it),
+//                               from T host threads, each on its own stream (run with and
+//                               without the shim: the cost of launch observation; with
+//                               GREENBOOST_TIERING=on and 64 MiB buffers they are movable,
+//                               cut into parts, and kernel times are sampled).
 //
 // Linked against the shared libcudart (-cudart shared), as PyTorch is, so that an
 // LD_PRELOADed library interposes cudaMalloc exactly as it would for real programs.
@@ -433,10 +435,10 @@ __global__ void launch8(float *p0, float *p1, float *p2, float *p3, float *p4, f
         p0[0] = p1[0] + p2[0] + p3[0] + p4[0] + p5[0] + p6[0] + p7[0] + args.ptrs[0][0];
 }
 
-static int cmd_launch(int threads, int iters) {
+static int cmd_launch(int threads, int iters, size_t buffer_mib) {
     CK(cudaFree(0));
     std::vector<float *> buffers(8);
-    for (auto &b : buffers) CK(cudaMalloc(&b, 1 << 20));
+    for (auto &b : buffers) CK(cudaMalloc(&b, buffer_mib << 20));
     LaunchArgs args{};
     for (int i = 0; i < 8; i++) args.ptrs[i] = buffers[i];
     args.count = 1;
@@ -457,9 +459,9 @@ static int cmd_launch(int threads, int iters) {
     CK(cudaDeviceSynchronize());
     double t1 = now_s();
     CK(cudaGetLastError());
-    printf("{\"cmd\":\"launch\",\"threads\":%d,\"iters\":%d,\"launches_per_s\":%.1f,"
+    printf("{\"cmd\":\"launch\",\"threads\":%d,\"iters\":%d,\"buffer_mib\":%zu,\"launches_per_s\":%.1f,"
            "\"issue_us_per_launch\":%.4f,\"total_s\":%.4f}\n",
-           threads, iters, threads * (double)iters / (t1 - t0), (issued - t0) * 1e6 / iters,
+           threads, iters, buffer_mib, threads * (double)iters / (t1 - t0), (issued - t0) * 1e6 / iters,
            t1 - t0);
     for (auto &s : streams) CK(cudaStreamDestroy(s));
     for (auto &b : buffers) CK(cudaFree(b));
@@ -476,7 +478,7 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr,
                 "usage: gbbench read|hostbuf --gib N | alloc --kind t2|hostalloc | hook --iters N [--meminfo-iters M] | "
-                "launch --threads T --iters N\n");
+                "launch --threads T --iters N [--buffer-mib M]\n");
         return 64;
     }
     std::string cmd = argv[1];
@@ -488,7 +490,8 @@ int main(int argc, char **argv) {
         return cmd_hook(iters, atoi(arg(argc, argv, "--meminfo-iters", std::to_string(5 * iters).c_str())));
     }
     if (cmd == "launch")
-        return cmd_launch(atoi(arg(argc, argv, "--threads", "1")), atoi(arg(argc, argv, "--iters", "200000")));
+        return cmd_launch(atoi(arg(argc, argv, "--threads", "1")), atoi(arg(argc, argv, "--iters", "200000")),
+                          (size_t)atoll(arg(argc, argv, "--buffer-mib", "1")));
     fprintf(stderr, "gbbench: unknown command %s\n", cmd.c_str());
     return 64;
 }

@@ -177,17 +177,19 @@ if want t2_alloc; then
 fi
 
 # paired PREFIX COMMAND...: $hook_pairs pairs of processes, one without and one with the
-# shim (PREFIX-plain-R, PREFIX-shim-R), back to back (which runs first alternates), so
+# shim (PREFIX-plain-R, PREFIX-shim-R; the shim's run also with the settings in
+# $paired_env), back to back (which runs first alternates), so
 # that each pair's ratio compares the machine in one state; report.py takes the median of
 # the pairs' ratios and shows their spread. (Pinning both processes to one CPU was tried
 # on the H200: no smaller spread, and 35% slower calls, the driver's own threads sharing
 # that CPU.)
+paired_env=()
 paired() {
     local prefix=$1 r
     shift
     for r in $(seq "$hook_pairs"); do
         local plain=(run "$prefix-plain-$r" 60 -- "$@")
-        local shimmed=(run "$prefix-shim-$r" 60 with-shim GREENBOOST_LOG=warn -- "$@")
+        local shimmed=(run "$prefix-shim-$r" 60 with-shim GREENBOOST_LOG=warn "${paired_env[@]}" -- "$@")
         if (( r % 2 )); then "${plain[@]}"; "${shimmed[@]}"; else "${shimmed[@]}"; "${plain[@]}"; fi
     done
 }
@@ -201,6 +203,11 @@ if want launch; then
     for threads in 1 4; do
         paired "launch$threads" "$gbbench" launch --threads "$threads" --iters "$launch_iters"
     done
+    # The same with the buffers movable and cut into parts (64 MiB each, live tiering on):
+    # every launch notes the starts it names, and one in 257 is timed.
+    paired_env=(GREENBOOST_TIERING=on)
+    paired launch-movable1 "$gbbench" launch --threads 1 --iters "$launch_iters" --buffer-mib 64
+    paired_env=()
 fi
 
 if want decode; then
