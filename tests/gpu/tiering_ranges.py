@@ -50,16 +50,39 @@ def pieces_for(free):
     return max(256 * MIB, room // 2 // (64 * MIB) * (64 * MIB))
 
 
-def buffer_in_t2(shim, free):
-    """The role's buffer: four pieces, placed in T2 whole (far beyond the room)."""
+def buffer_in_t2(name):
+    """The role's start: the shim, a buffer of four pieces placed in T2 whole (far beyond
+    the room), the piece's size and the buffer's checksums, then a product (the program
+    computes from there on); None (with `name`'s verdict failed) when the buffer did not
+    land wholly in T2."""
     import torch
+    from tiering_swap_roles import block_sums, shim_here, start_torch, verdict
 
+    shim = shim_here()
+    free, _ = start_torch()
+    kv(f"ranges.{name}.free_at_start_mib", free // MIB)
     piece = pieces_for(free)
     buf = torch.empty(4 * piece // 2, dtype=torch.bfloat16, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(7)
     buf.normal_(0.0, 1.0, generator=g)
     torch.cuda.synchronize()
-    return buf, piece
+    placed = shim.t2_bytes(buf)
+    kv(f"ranges.{name}.buffer", f"{4 * piece // MIB} MiB, {placed // MIB} MiB in T2")
+    if placed != 4 * piece:
+        verdict(f"ranges.{name}", False, f"the {4 * piece // MIB} MiB buffer has {placed // MIB} MiB in T2 when made: "
+                "the check wants all of it there (more than the room left beside the balloon)")
+        return None
+    sums = block_sums(buf)
+    computing()
+    return shim, buf, piece, sums
+
+
+def intact(name, buf, sums):
+    """`name`'s _intact verdict: the buffer's checksums as they were before the moves."""
+    from tiering_swap_roles import block_sums, verdict
+
+    changed = int((block_sums(buf) != sums).sum())
+    verdict(f"ranges.{name}_intact", changed == 0, f"{changed} of {len(sums)} checksum blocks changed")
 
 
 def computing():
@@ -73,21 +96,12 @@ def computing():
 
 def role_hot_part():
     import torch
-    from tiering_swap_roles import block_sums, counters, figures, grown, shim_here, start_torch, verdict
+    from tiering_swap_roles import counters, figures, grown, verdict
 
-    shim = shim_here()
-    free, _ = start_torch()
-    kv("ranges.hot_part.free_at_start_mib", free // MIB)
-    buf, piece = buffer_in_t2(shim, free)
-    total = 4 * piece
-    placed = shim.t2_bytes(buf)
-    kv("ranges.hot_part.buffer", f"{total // MIB} MiB, {placed // MIB} MiB in T2")
-    if placed != total:
-        verdict("ranges.hot_part", False, f"the {total // MIB} MiB buffer has {placed // MIB} MiB in T2 when made: "
-                f"the check wants all of it there (more than the room left beside the balloon)")
+    started = buffer_in_t2("hot_part")
+    if started is None:
         return
-    sums = block_sums(buf)
-    computing()
+    shim, buf, piece, sums = started
     hot, cold = buf[3 * piece // 2:], buf[:3 * piece // 2]
     start, began, rounds = counters(shim), time.monotonic(), 0
     while time.monotonic() - began < WAIT_S and shim.t2_bytes(hot):
@@ -103,26 +117,17 @@ def role_hot_part():
             f"({grew['promoted_bytes'] // MIB} MiB)")
     verdict("ranges.hot_part", hot_t2 == 0 and cold_t2 >= piece, what + " (want 0, and at least one piece of the "
             "rest still in T2: the buffer does not move whole)")
-    changed = int((block_sums(buf) != sums).sum())
-    verdict("ranges.hot_part_intact", changed == 0, f"{changed} of {len(sums)} checksum blocks changed")
+    intact("hot_part", buf, sums)
 
 
 def role_kernel_times():
     import torch
-    from tiering_swap_roles import block_sums, counters, figures, grown, shim_here, start_torch, verdict
+    from tiering_swap_roles import counters, figures, grown, verdict
 
-    shim = shim_here()
-    free, _ = start_torch()
-    kv("ranges.kernel_times.free_at_start_mib", free // MIB)
-    buf, piece = buffer_in_t2(shim, free)
-    total = 4 * piece
-    placed = shim.t2_bytes(buf)
-    if placed != total:
-        verdict("ranges.kernel_times", False, f"the {total // MIB} MiB buffer has {placed // MIB} MiB in T2 when "
-                "made: the check wants all of it there")
+    started = buffer_in_t2("kernel_times")
+    if started is None:
         return
-    sums = block_sums(buf)
-    computing()
+    shim, buf, piece, sums = started
     rows, cols = piece // ROW_BYTES, ROW_BYTES // 2
     views = [buf[i * piece // 2:(i + 1) * piece // 2].view(rows, cols) for i in range(4)]
     some = torch.randperm(rows, device="cuda")[:rows // 16]
@@ -156,8 +161,7 @@ def role_kernel_times():
             f"after {rounds} rounds in {seconds:.1f} s, MiB in T2 of the four {piece // MIB} MiB pieces "
             f"(partial, whole, partial, whole readers): {where} (want [{piece // MIB}, 0, *, 0]); launches timed "
             f"{timed}; swaps +{grew['swaps']}, promotions +{grew['promotions']}")
-    changed = int((block_sums(buf) != sums).sum())
-    verdict("ranges.kernel_times_intact", changed == 0, f"{changed} of {len(sums)} checksum blocks changed")
+    intact("kernel_times", buf, sums)
 
 
 TIERING_ON = {"GREENBOOST_TIERING": "on"}

@@ -113,3 +113,23 @@ int allocate_blocks(void **blocks, int n, size_t block)
     OK(cudaDeviceSynchronize());
     return movable;
 }
+
+/* ---- kernels the shim sees launched ---- */
+
+CUfunction fill_kernel(void)
+{
+    static const char ptx[] = ".version 8.0\n.target sm_90\n"
+                              ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n"
+                              "{ ret; }\n";
+    CUmodule module;
+    CUfunction fill;
+    OK(cuModuleLoadData(&module, ptx));
+    OK(cuModuleGetFunction(&fill, module, "fk_fill_u32"));
+    return fill;
+}
+
+void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long long count)
+{
+    void *params[] = { &dst, &value, &count };
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+}

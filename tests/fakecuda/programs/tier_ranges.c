@@ -6,36 +6,9 @@
 #define _GNU_SOURCE
 #include "tier_tests.h"
 
-CUresult cuModuleLoadData(CUmodule *module, const void *image);
-CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name);
-CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, CUstream s, void **params, void **extra);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
-
-static const char fill_ptx[] = ".version 8.0\n.target sm_90\n"
-                               ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n"
-                               "{ ret; }\n";
-
 #define BUFFER 12
 #define HOT 8 /* the block kernels keep naming */
 #define PART (2u << 20)
-
-static CUfunction fill_kernel(void)
-{
-    CUmodule module;
-    CUfunction fill;
-    OK(cuModuleLoadData(&module, fill_ptx));
-    OK(cuModuleGetFunction(&fill, module, "fk_fill_u32"));
-    return fill;
-}
-
-/* fk_fill_u32 through cuLaunchKernel (the path the shim observes): `count` words of
- * `value` from `dst`. */
-static void fill(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long long count)
-{
-    void *params[] = { &dst, &value, &count };
-    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
-}
 
 /* The buffer's blocks, each filled with its own pattern (seed 700 + i). */
 static void fill_blocks(char *buffer, size_t block, void **blocks)
@@ -110,8 +83,8 @@ int test_ranges(int argc, char **argv)
     int moved = 0;
     for (int round = 0; round < 5000 && !moved; round++) {
         value = 1000 + (unsigned)round;
-        fill(f, hot.start, value, block / 4);
-        fill(f, dptr(blocks[HOT + 1]), 0, 0); /* the next piece's start */
+        fill_words(f, hot.start, value, block / 4);
+        fill_words(f, dptr(blocks[HOT + 1]), 0, 0); /* the next piece's start */
         OK(cudaDeviceSynchronize());
         if (device_free() < lowest)
             lowest = device_free();

@@ -16,16 +16,6 @@
 #define _GNU_SOURCE
 #include "tier_tests.h"
 
-CUresult cuModuleLoadData(CUmodule *module, const void *image);
-CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name);
-CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, CUstream s, void **params, void **extra);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
-
-static const char fill_ptx[] = ".version 8.0\n.target sm_90\n"
-                               ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n"
-                               "{ ret; }\n";
-
 #define WEIGHTS 3
 
 struct swapped {
@@ -59,10 +49,7 @@ int test_swap(int argc, char **argv)
           "planned for the weights only\n", shim_t2_bytes(s.working, block));
     cublasHandle_t h;
     OK(cublasCreate_v2(&h)); /* the program computes from here on */
-    CUmodule module;
-    CUfunction fill;
-    OK(cuModuleLoadData(&module, fill_ptx));
-    OK(cuModuleGetFunction(&fill, module, "fk_fill_u32"));
+    CUfunction fill = fill_kernel();
     struct workload w = { weights, WEIGHTS, block, 0, 0, 0 };
     pthread_t verifier;
     CHECK(pthread_create(&verifier, NULL, keep_verifying, &w) == 0, "pthread_create\n");
@@ -73,8 +60,7 @@ int test_swap(int argc, char **argv)
     int moved = 0;
     for (int round = 0; round < 5000 && !moved; round++) {
         value = 1000 + (unsigned)round;
-        void *params[] = { &target, &value, &count };
-        OK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+        fill_words(fill, target, value, count);
         OK(cudaDeviceSynchronize());
         size_t free_now = device_free();
         if (free_now < lowest)

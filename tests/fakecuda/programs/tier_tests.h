@@ -27,6 +27,11 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d);
 CUresult cuStreamCreate(CUstream *s, unsigned flags);
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name);
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void **params, void **extra);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
 typedef struct fake_cublas *cublasHandle_t;
 int cublasCreate_v2(cublasHandle_t *h);
 int cublasSgemm_v2(cublasHandle_t h, int transa, int transb, int m, int n, int k, const float *alpha, const float *a,
@@ -62,6 +67,11 @@ int wait_for(int (*done)(void *), void *arg, size_t keep, size_t *lowest);
 int tier_vram_at_least(void *want);
 int demoted_at_least(void *want);
 int allocate_blocks(void **blocks, int n, size_t block);
+
+/* The fake's fk_fill_u32 loaded from PTX, and launched through cuLaunchKernel (the path
+ * the shim observes): `count` words of `value` from `dst` on the legacy stream. */
+CUfunction fill_kernel(void);
+void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long long count);
 
 /* tier_swap.c: roles swapped while kernels run; IPC of movable VRAM. */
 int test_swap(int argc, char **argv);
