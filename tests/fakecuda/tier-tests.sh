@@ -109,6 +109,11 @@ t_tier_ranges_room() {
     # A 256 MiB device: others hold more than twice the headroom (contested), VRAM is movable.
     tier_run tier-ranges-room FAKECUDA_VRAM=256M GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" ranges-room $TIER_BLOCK
 }
+t_tier_ranges_demote() {
+    # Another process takes half a block of the headroom: a run of the buffer's parts goes
+    # to T2, not the whole buffer.
+    tier_run tier-ranges-demote GREENBOOST_TIERING=on "$BIN/gbtier" ranges-demote $TIER_BLOCK
+}
 t_tier_kernel_times() {
     # Two kernels name two pieces each of a buffer equally often; one reads a sixteenth of
     # its pieces. Timed against the fake link (10 GB/s both), the whole reader's pieces end
@@ -143,4 +148,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

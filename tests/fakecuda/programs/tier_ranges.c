@@ -252,3 +252,42 @@ int test_kernel_times(int argc, char **argv)
     balloon_stop(&other);
     return 0;
 }
+
+static int some_on_host(void *arg)
+{
+    void **buffer = arg;
+    return on_host(dptr(*buffer), BUFFER * (vram / 16)) > 0;
+}
+
+/* gbtier ranges-demote BLOCK: live tiering on (GREENBOOST_TIERING=on), the buffer placed
+ * in VRAM (movable); then another process takes all but half a block less than the
+ * headroom: the shortfall is answered by demoting the buffer's parts, as many as it takes
+ * (a run of them), not the whole buffer, every byte kept. */
+int test_ranges_demote(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: ranges-demote BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    CHECK(block == vram / 16, "the block is not a sixteenth of the device\n");
+    char *buffer;
+    OK(cudaMalloc((void **)&buffer, BUFFER * block));
+    CHECK(in_vram(dptr(buffer)) && fakegpu_managed_where(dptr(buffer)) == 0, "the buffer is %s, where %d: want "
+          "movable memory in VRAM\n", fakegpu_ptr_kind(dptr(buffer)), fakegpu_managed_where(dptr(buffer)));
+    void *blocks[BUFFER];
+    fill_blocks(buffer, block, blocks);
+    struct balloon other = balloon_start(device_free() - (headroom - block / 2));
+    size_t lowest = vram;
+    int demoted = wait_for(some_on_host, &buffer, 0, &lowest);
+    usleep(200 * 1000); /* twenty ticks more: nothing else should go */
+    size_t host = on_host(dptr(buffer), BUFFER * block);
+    struct shim_stats st = shim_stats();
+    printf("ranges-demote: %zu of %zu MiB of the buffer on the host; %llu demotions (%llu MiB); %zu MiB free "
+           "(headroom %zu MiB)\n", host >> 20, (BUFFER * block) >> 20, st.demotions, st.demoted_bytes >> 20,
+           device_free() >> 20, headroom >> 20);
+    CHECK(demoted, "nothing of the buffer was demoted for the other process\n");
+    CHECK(host <= 4 * block, "%zu MiB of the buffer went to T2 for a shortfall of half a block: it moved (almost) "
+          "whole\n", host >> 20);
+    check_buffer(blocks, block, -1, "after the demotion");
+    balloon_stop(&other);
+    OK(cudaFree(buffer));
+    return 0;
+}

@@ -86,5 +86,6 @@ int test_pool(int argc, char **argv);
 int test_ranges(int argc, char **argv);
 int test_ranges_room(int argc, char **argv);
 int test_kernel_times(int argc, char **argv);
+int test_ranges_demote(int argc, char **argv);
 
 #endif
