@@ -21,7 +21,8 @@ $CC $CFLAGS -shared -Wl,-soname,libfakegpu.so -o "$lib/libfakegpu.so" "$fakes"/g
 fake_ld="-L$lib -Wl,-rpath,\$ORIGIN -lfakegpu -Wl,-Bsymbolic -Wl,--no-undefined"
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$fakes"/libcuda.c \
     "$fakes"/libcuda_memory.c "$fakes"/libcuda_streams.c "$fakes"/libcuda_modules.c \
-    "$fakes"/libcuda_launch.c "$fakes"/libcuda_copies.c "$fakes"/libcuda_graphs.c $fake_ld
+    "$fakes"/libcuda_launch.c "$fakes"/libcuda_copies.c "$fakes"/libcuda_arrays.c \
+    "$fakes"/libcuda_graphs.c $fake_ld
 $CC $CFLAGS -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$lib/libnvidia-ml.so.1" "$fakes/libnvml.c" $fake_ld
 for major in 12 13; do
     sed "s/@MAJOR@/$major/" "$fakes/cudart.map.in" > "$b/cudart$major.map"

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use crate::cuda::ffi::{Context, CuDevicePtr, CuFunction, Stream};
+use crate::cuda::ffi::{Context, CuDevicePtr, CuFunction, CuMemLocation, Stream};
 
 macro_rules! handles {
     ($($(#[$doc:meta])* $name:ident;)*) => {$(
@@ -237,6 +237,92 @@ impl Memcpy3D {
     }
 }
 
+/// `CUmemcpy3DOperandType`: what one operand of a 3D batch's operation is.
+pub mod operand_type {
+    use std::ffi::c_uint;
+    /// `op.ptr`: a pointer (device, host or unified address).
+    pub const POINTER: c_uint = 1;
+    // 2, `CU_MEMCPY_OPERAND_TYPE_ARRAY`: `op.array`, a CUDA array, has no address.
+}
+
+/// `op.ptr` of a `CUmemcpy3DOperand`: the operand's first element, its row length and
+/// layer height in elements (0: those of the extent), and where to expect the memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Memcpy3DPointer {
+    pub ptr: CuDevicePtr,
+    pub row_length: usize,
+    pub layer_height: usize,
+    pub location_hint: CuMemLocation,
+}
+
+/// `op.array` of a `CUmemcpy3DOperand`: the array and the element (x, y, z) it starts at.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Memcpy3DArray {
+    pub array: *mut c_void,
+    pub offset: [usize; 3],
+}
+
+/// The union `op` of a `CUmemcpy3DOperand`: which member holds is its `operand_type`'s.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union Memcpy3DOperandUnion {
+    pub ptr: Memcpy3DPointer,
+    pub array: Memcpy3DArray,
+}
+
+/// `CUmemcpy3DOperand` (CUDA 12.8): one side of an operation of cuMemcpy3DBatchAsync*.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Memcpy3DOperand {
+    pub operand_type: c_uint,
+    pub op: Memcpy3DOperandUnion,
+}
+const _: () = assert!(std::mem::size_of::<Memcpy3DPointer>() == 32);
+const _: () = assert!(std::mem::size_of::<Memcpy3DArray>() == 32);
+const _: () = assert!(std::mem::size_of::<Memcpy3DOperand>() == 40);
+const _: () = assert!(std::mem::offset_of!(Memcpy3DOperand, op) == 8);
+
+impl Memcpy3DOperand {
+    /// The address of the operand's first element; `None` for a CUDA array (or a type
+    /// cuda.h does not have).
+    pub fn pointer(&self) -> Option<CuDevicePtr> {
+        if self.operand_type != operand_type::POINTER {
+            return None;
+        }
+        // SAFETY: a pointer operand's union holds `ptr` (cuda.h); every field of it is
+        // an integer, valid whatever its bytes.
+        Some(unsafe { self.op.ptr.ptr })
+    }
+}
+
+/// `CUDA_MEMCPY3D_BATCH_OP` (cuMemcpy3DBatchAsync*): a copy of `extent` elements (width,
+/// height, depth) from `src` to `dst`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Memcpy3DBatchOp {
+    pub src: Memcpy3DOperand,
+    pub dst: Memcpy3DOperand,
+    pub extent: [usize; 3],
+    pub src_access_order: c_uint,
+    pub flags: c_uint,
+}
+const _: () = assert!(std::mem::size_of::<Memcpy3DBatchOp>() == 112);
+const _: () = assert!(std::mem::offset_of!(Memcpy3DBatchOp, dst) == 40);
+const _: () = assert!(std::mem::offset_of!(Memcpy3DBatchOp, extent) == 80);
+const _: () = assert!(std::mem::offset_of!(Memcpy3DBatchOp, src_access_order) == 104);
+const _: () = assert!(std::mem::offset_of!(Memcpy3DBatchOp, flags) == 108);
+
+impl Memcpy3DBatchOp {
+    /// The elements the operation copies (0: none; an element is a byte between two
+    /// pointers, an array's element otherwise).
+    pub fn elements(&self) -> u64 {
+        let [width, height, depth] = self.extent;
+        width.saturating_mul(height).saturating_mul(depth) as u64
+    }
+}
+
 /// Where one side of a 2D or 3D copy starts: `x` bytes into row `row` of the memory its
 /// `kind` names (the host pointer, or the device or unified address); `None` for a CUDA
 /// array, which has no address (or a kind cuda.h does not have).
@@ -337,5 +423,21 @@ mod tests {
         assert_eq!(copy.bytes(), 512);
         copy.depth = 0;
         assert_eq!(copy.bytes(), 0, "an empty extent");
+    }
+
+    #[test]
+    fn a_3d_batch_operand_has_an_address_when_it_is_a_pointer() {
+        let location_hint = CuMemLocation::default();
+        let ptr = Memcpy3DPointer { ptr: 0x10_0000, row_length: 0, layer_height: 0, location_hint };
+        let pointer = Memcpy3DOperand { operand_type: operand_type::POINTER, op: Memcpy3DOperandUnion { ptr } };
+        let array = Memcpy3DArray { array: 0x5000 as *mut c_void, offset: [1, 2, 0] };
+        // 2: CU_MEMCPY_OPERAND_TYPE_ARRAY.
+        let array = Memcpy3DOperand { operand_type: 2, op: Memcpy3DOperandUnion { array } };
+        assert_eq!(pointer.pointer(), Some(0x10_0000));
+        assert_eq!(array.pointer(), None, "a CUDA array");
+        let mut op = Memcpy3DBatchOp { src: array, dst: pointer, extent: [64, 4, 2], src_access_order: 1, flags: 0 };
+        assert_eq!(op.elements(), 512);
+        op.extent[1] = 0;
+        assert_eq!(op.elements(), 0, "an empty extent");
     }
 }

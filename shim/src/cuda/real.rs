@@ -216,6 +216,14 @@ macro_rules! cuda_functions {
             Driver observed fn cuMemcpyBatchAsync_ptsz(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, fail_index: *mut usize, stream: Stream) -> CuResult;
             Driver observed fn cuMemcpyBatchAsync_v2(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, stream: Stream) -> CuResult;
             Driver observed fn cuMemcpyBatchAsync_v2_ptsz(dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void, attribute_indices: *mut usize, attribute_count: usize, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DBatchAsync(count: usize, ops: *mut Memcpy3DBatchOp, fail_index: *mut usize, flags: u64, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DBatchAsync_ptsz(count: usize, ops: *mut Memcpy3DBatchOp, fail_index: *mut usize, flags: u64, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DBatchAsync_v2(count: usize, ops: *mut Memcpy3DBatchOp, flags: u64, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpy3DBatchAsync_v2_ptsz(count: usize, ops: *mut Memcpy3DBatchOp, flags: u64, stream: Stream) -> CuResult;
+            Driver observed fn cuMemcpyAtoD_v2(dst: CuDevicePtr, src_array: *mut c_void, src_offset: usize, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyAtoD_v2_ptds(dst: CuDevicePtr, src_array: *mut c_void, src_offset: usize, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyDtoA_v2(dst_array: *mut c_void, dst_offset: usize, src: CuDevicePtr, len: usize) -> CuResult;
+            Driver observed fn cuMemcpyDtoA_v2_ptds(dst_array: *mut c_void, dst_offset: usize, src: CuDevicePtr, len: usize) -> CuResult;
             // NVML (libnvidia-ml.so.1).
             Nvml guarded fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
             Nvml guarded fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;
@@ -458,6 +466,9 @@ mod tests {
             "cuMemcpy2DAsync_v2",
             "cuMemcpy3DPeer_ptds",
             "cuMemcpyBatchAsync_v2",
+            "cuMemcpy3DBatchAsync_v2_ptsz",
+            "cuMemcpyAtoD_v2",
+            "cuMemcpyDtoA_v2_ptds",
             "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetMemoryInfo_v2",
             "dlsym",

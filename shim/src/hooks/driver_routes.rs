@@ -36,7 +36,7 @@ const fn route(
 
 /// Ordered by name, then by descending version, so the first match is the newest that
 /// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
-const DRIVER_ROUTES: [DriverRoute; 70] = [
+const DRIVER_ROUTES: [DriverRoute; 74] = [
     route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
     route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
     route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
@@ -132,6 +132,8 @@ const DRIVER_ROUTES: [DriverRoute; 70] = [
     route(b"cuMemcpyDtoHAsync", 3020, Function::cuMemcpyDtoHAsync_v2, Some(Function::cuMemcpyDtoHAsync_v2_ptsz), true),
     route(b"cuMemcpyDtoD", 3020, Function::cuMemcpyDtoD_v2, Some(Function::cuMemcpyDtoD_v2_ptds), true),
     route(b"cuMemcpyDtoDAsync", 3020, Function::cuMemcpyDtoDAsync_v2, Some(Function::cuMemcpyDtoDAsync_v2_ptsz), true),
+    route(b"cuMemcpyAtoD", 3020, Function::cuMemcpyAtoD_v2, Some(Function::cuMemcpyAtoD_v2_ptds), true),
+    route(b"cuMemcpyDtoA", 3020, Function::cuMemcpyDtoA_v2, Some(Function::cuMemcpyDtoA_v2_ptds), true),
     route(b"cuMemcpyPeer", 4000, Function::cuMemcpyPeer, Some(Function::cuMemcpyPeer_ptds), true),
     route(b"cuMemcpyPeerAsync", 4000, Function::cuMemcpyPeerAsync, Some(Function::cuMemcpyPeerAsync_ptsz), true),
     route(b"cuMemcpy2D", 3020, Function::cuMemcpy2D_v2, Some(Function::cuMemcpy2D_v2_ptds), true),
@@ -155,6 +157,20 @@ const DRIVER_ROUTES: [DriverRoute; 70] = [
         true,
     ),
     route(b"cuMemcpyBatchAsync", 12080, Function::cuMemcpyBatchAsync, Some(Function::cuMemcpyBatchAsync_ptsz), true),
+    route(
+        b"cuMemcpy3DBatchAsync",
+        13000,
+        Function::cuMemcpy3DBatchAsync_v2,
+        Some(Function::cuMemcpy3DBatchAsync_v2_ptsz),
+        true,
+    ),
+    route(
+        b"cuMemcpy3DBatchAsync",
+        12080,
+        Function::cuMemcpy3DBatchAsync,
+        Some(Function::cuMemcpy3DBatchAsync_ptsz),
+        true,
+    ),
 ];
 
 /// Which hook the driver's answer `found` for (`name`, `version`, `flags`) belongs to.
@@ -266,5 +282,29 @@ mod tests {
             Some(Function::cuMemcpyBatchAsync_ptsz)
         );
         assert_eq!(driver_hook_for(b"cuMemcpyBatchAsync", 12060, 0, FOREIGN), None, "older than the function");
+        assert_eq!(
+            driver_hook_for(b"cuMemcpy3DBatchAsync", 13000, 0, FOREIGN),
+            Some(Function::cuMemcpy3DBatchAsync_v2)
+        );
+        assert_eq!(
+            driver_hook_for(b"cuMemcpy3DBatchAsync", 13010, per_thread, FOREIGN),
+            Some(Function::cuMemcpy3DBatchAsync_v2_ptsz)
+        );
+        assert_eq!(driver_hook_for(b"cuMemcpy3DBatchAsync", 12090, 0, FOREIGN), Some(Function::cuMemcpy3DBatchAsync));
+        assert_eq!(
+            driver_hook_for(b"cuMemcpy3DBatchAsync", 12080, per_thread, FOREIGN),
+            Some(Function::cuMemcpy3DBatchAsync_ptsz)
+        );
+        assert_eq!(driver_hook_for(b"cuMemcpy3DBatchAsync", 12060, 0, FOREIGN), None, "older than the function");
+    }
+
+    #[test]
+    fn copies_with_a_cuda_array_get_their_v2_and_per_thread_forms() {
+        let per_thread = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        assert_eq!(driver_hook_for(b"cuMemcpyAtoD", 12000, 0, FOREIGN), Some(Function::cuMemcpyAtoD_v2));
+        assert_eq!(driver_hook_for(b"cuMemcpyAtoD", 13000, per_thread, FOREIGN), Some(Function::cuMemcpyAtoD_v2_ptds));
+        assert_eq!(driver_hook_for(b"cuMemcpyDtoA", 3020, 0, FOREIGN), Some(Function::cuMemcpyDtoA_v2));
+        assert_eq!(driver_hook_for(b"cuMemcpyDtoA", 12080, per_thread, FOREIGN), Some(Function::cuMemcpyDtoA_v2_ptds));
+        assert_eq!(driver_hook_for(b"cuMemcpyDtoA", 3000, 0, FOREIGN), None, "the 32-bit form is not hooked");
     }
 }

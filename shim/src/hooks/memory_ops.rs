@@ -1,5 +1,6 @@
 //! Copy and memset hooks: every driver form of a memset, and of a copy between device
-//! memory and device or host memory, each in its legacy-stream and its per-thread form
+//! memory and device or host memory or a CUDA array (the batches of 3D copies: between
+//! any two of them), each in its legacy-stream and its per-thread form
 //! (`_ptds`/`_ptsz`, where stream 0 is the calling thread's default stream). Each calls
 //! the real function first, unchanged, and tells `launch::memory_ops` what the driver
 //! accepted. The runtime's cudaMemcpy*/cudaMemset* reach these through cuGetProcAddress;
@@ -13,7 +14,7 @@
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 
 use crate::cuda::ffi::{Context, CuDevicePtr, CuResult, Stream};
-use crate::cuda::launch_ffi::{Memcpy2D, Memcpy3D};
+use crate::cuda::launch_ffi::{Memcpy2D, Memcpy3D, Memcpy3DBatchOp};
 use crate::cuda::real::pfn;
 use crate::launch::memory_ops::{self, host_address, MemoryOp};
 
@@ -78,7 +79,8 @@ memory_op_hooks! {
         on stream => MemoryOp::set(dst, width, 4, height);
 }
 
-// Copies of one range: device and unified addresses, or a host pointer on one side.
+// Copies of one range: device and unified addresses, or a host pointer or a CUDA array (at
+// a byte offset, no address) on one side.
 memory_op_hooks! {
     cuMemcpy, cuMemcpy_ptds (dst: CuDevicePtr, src: CuDevicePtr, len: usize)
         on Stream::NULL => MemoryOp::copy(dst, src, len);
@@ -96,6 +98,10 @@ memory_op_hooks! {
         on Stream::NULL => MemoryOp::copy(dst, src, len);
     cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz (dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Stream)
         on stream => MemoryOp::copy(dst, src, len);
+    cuMemcpyAtoD_v2, cuMemcpyAtoD_v2_ptds (dst: CuDevicePtr, src_array: *mut c_void, src_offset: usize, len: usize)
+        on Stream::NULL => MemoryOp::from_array(dst, len);
+    cuMemcpyDtoA_v2, cuMemcpyDtoA_v2_ptds (dst_array: *mut c_void, dst_offset: usize, src: CuDevicePtr, len: usize)
+        on Stream::NULL => MemoryOp::to_array(src, len);
     cuMemcpyPeer, cuMemcpyPeer_ptds
         (dst: CuDevicePtr, dst_context: Context, src: CuDevicePtr, src_context: Context, len: usize)
         on Stream::NULL => MemoryOp::copy(dst, src, len);
@@ -128,4 +134,10 @@ memory_op_hooks! {
         (dsts: *mut CuDevicePtr, srcs: *mut CuDevicePtr, sizes: *mut usize, count: usize, attributes: *mut c_void,
         attribute_indices: *mut usize, attribute_count: usize, stream: Stream)
         on stream => MemoryOp::Batch { targets: dsts, sources: srcs, sizes, count };
+    cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz
+        (count: usize, ops: *mut Memcpy3DBatchOp, fail_index: *mut usize, flags: u64, stream: Stream)
+        on stream => MemoryOp::Batch3D { ops, count };
+    cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz
+        (count: usize, ops: *mut Memcpy3DBatchOp, flags: u64, stream: Stream)
+        on stream => MemoryOp::Batch3D { ops, count };
 }

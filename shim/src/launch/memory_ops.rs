@@ -13,7 +13,7 @@
 use std::ffi::c_void;
 
 use crate::cuda::ffi::{CuDevicePtr, Stream};
-use crate::cuda::launch_ffi::{Memcpy2D, Memcpy3D};
+use crate::cuda::launch_ffi::{Memcpy2D, Memcpy3D, Memcpy3DBatchOp};
 use crate::launch::capture::{self, Enqueued};
 use crate::memory::address_index::{self, Snapshot};
 use crate::sys::stats::{self, STATS};
@@ -24,8 +24,8 @@ pub enum MemoryOp {
     /// A memset of `bytes` bytes (a 2D memset's rows together), writing from `target`.
     Set { target: CuDevicePtr, bytes: u64 },
     /// A copy of `bytes` bytes from `source` to `target`, either of which may be a host
-    /// address.
-    Copy { target: CuDevicePtr, source: CuDevicePtr, bytes: u64 },
+    /// address, or none: a CUDA array (cuMemcpyAtoD*, cuMemcpyDtoA*).
+    Copy { target: Option<CuDevicePtr>, source: Option<CuDevicePtr>, bytes: u64 },
     /// cuMemcpy2D*: the program's descriptor.
     Copy2D(*const Memcpy2D),
     /// cuMemcpy3D* and cuMemcpy3DPeer* (one layout): the program's descriptor.
@@ -33,6 +33,8 @@ pub enum MemoryOp {
     /// cuMemcpyBatchAsync*: `count` copies, the i-th of `sizes[i]` bytes from `sources[i]`
     /// to `targets[i]`.
     Batch { targets: *const CuDevicePtr, sources: *const CuDevicePtr, sizes: *const usize, count: usize },
+    /// cuMemcpy3DBatchAsync*: `count` operations, each between two pointers or arrays.
+    Batch3D { ops: *const Memcpy3DBatchOp, count: usize },
 }
 
 impl MemoryOp {
@@ -45,7 +47,17 @@ impl MemoryOp {
 
     /// A copy of `len` bytes.
     pub fn copy(target: CuDevicePtr, source: CuDevicePtr, len: usize) -> MemoryOp {
-        MemoryOp::Copy { target, source, bytes: len as u64 }
+        MemoryOp::Copy { target: Some(target), source: Some(source), bytes: len as u64 }
+    }
+
+    /// A copy of `len` bytes from a CUDA array to `target`.
+    pub fn from_array(target: CuDevicePtr, len: usize) -> MemoryOp {
+        MemoryOp::Copy { target: Some(target), source: None, bytes: len as u64 }
+    }
+
+    /// A copy of `len` bytes from `source` to a CUDA array.
+    pub fn to_array(source: CuDevicePtr, len: usize) -> MemoryOp {
+        MemoryOp::Copy { target: None, source: Some(source), bytes: len as u64 }
     }
 }
 
@@ -69,7 +81,7 @@ pub unsafe fn accepted(stream: Stream, op: MemoryOp) {
     let snapshot = snapshot.as_deref();
     let ran = match op {
         MemoryOp::Set { target, bytes } => one(snapshot, Some(target), None, bytes),
-        MemoryOp::Copy { target, source, bytes } => one(snapshot, Some(target), Some(source), bytes),
+        MemoryOp::Copy { target, source, bytes } => one(snapshot, target, source, bytes),
         // SAFETY: the accepted descriptor (the contract); null is refused by the driver.
         MemoryOp::Copy2D(copy) => unsafe { copy.as_ref() }
             .map_or(0, |copy| one(snapshot, copy.target_start(), copy.source_start(), copy.bytes())),
@@ -80,16 +92,18 @@ pub unsafe fn accepted(stream: Stream, op: MemoryOp) {
             // SAFETY: the accepted batch: three arrays of `count` entries (the contract).
             unsafe { batch(snapshot, targets, sources, sizes, count) }
         }
+        // SAFETY: the accepted batch: an array of `count` operations (the contract).
+        MemoryOp::Batch3D { ops, count } => unsafe { batch_3d(snapshot, ops, count) },
     };
     stats::add(&STATS.memory_ops, ran);
 }
 
-/// One copy or memset of `bytes` bytes writing from `target` and reading from `source`
-/// (`None`: no address, a CUDA array or a memset's value): names the allocations holding
-/// them, each once. Returns the operations it counts: 1, or 0 for one of zero bytes,
-/// which the device does not run.
-fn one(snapshot: Option<&Snapshot>, target: Option<CuDevicePtr>, source: Option<CuDevicePtr>, bytes: u64) -> u64 {
-    if bytes == 0 {
+/// One copy or memset of `size` bytes (a 3D batch's operation: elements) writing from
+/// `target` and reading from `source` (`None`: no address, a CUDA array or a memset's
+/// value): names the allocations holding them, each once. Returns the operations it
+/// counts: 1, or 0 for one of size zero, which the device does not run.
+fn one(snapshot: Option<&Snapshot>, target: Option<CuDevicePtr>, source: Option<CuDevicePtr>, size: u64) -> u64 {
+    if size == 0 {
         return 0;
     }
     if let Some(snapshot) = snapshot {
@@ -124,6 +138,21 @@ unsafe fn batch(
     copies.map(|((target, source), size)| one(snapshot, Some(*target), Some(*source), *size as u64)).sum()
 }
 
+/// A batch of 3D copies: each operation of a non-zero extent counts, naming its pointer
+/// operands (an array names nothing).
+///
+/// # Safety
+/// `ops` is null or an array of `count` operations, valid for reads.
+unsafe fn batch_3d(snapshot: Option<&Snapshot>, ops: *const Memcpy3DBatchOp, count: usize) -> u64 {
+    if ops.is_null() {
+        return 0;
+    }
+    // SAFETY: a non-null array of `count` operations (the contract): the program's, which
+    // the driver read as such in this same call.
+    let ops = unsafe { std::slice::from_raw_parts(ops, count) };
+    ops.iter().map(|op| one(snapshot, op.dst.pointer(), op.src.pointer(), op.elements())).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +165,29 @@ mod tests {
         assert_eq!(bytes, 0, "a 2D memset of no rows");
         let MemoryOp::Set { bytes, .. } = MemoryOp::set(0x1000, 64, 2, 3) else { unreachable!() };
         assert_eq!(bytes, 384);
+    }
+
+    #[test]
+    fn a_copy_with_a_cuda_array_has_no_address_on_the_array_side() {
+        let MemoryOp::Copy { target, source, bytes } = MemoryOp::from_array(0x1000, 64) else { unreachable!() };
+        assert_eq!((target, source, bytes), (Some(0x1000), None, 64));
+        let MemoryOp::Copy { target, source, bytes } = MemoryOp::to_array(0x2000, 32) else { unreachable!() };
+        assert_eq!((target, source, bytes), (None, Some(0x2000), 32));
+    }
+
+    #[test]
+    fn a_3d_batch_counts_its_operations_of_a_non_zero_extent() {
+        use crate::cuda::launch_ffi::{Memcpy3DArray, Memcpy3DOperand, Memcpy3DOperandUnion};
+        let array = Memcpy3DArray { array: 0x5000 as *mut c_void, offset: [0; 3] };
+        // 2: CU_MEMCPY_OPERAND_TYPE_ARRAY.
+        let array = Memcpy3DOperand { operand_type: 2, op: Memcpy3DOperandUnion { array } };
+        let op = Memcpy3DBatchOp { src: array, dst: array, extent: [4, 2, 1], src_access_order: 1, flags: 0 };
+        let mut empty = op;
+        empty.extent[2] = 0;
+        let ops = [op, empty, op];
+        // SAFETY: an array of 3 operations.
+        assert_eq!(unsafe { batch_3d(None, ops.as_ptr(), ops.len()) }, 2);
+        // SAFETY: null, which names and counts nothing.
+        assert_eq!(unsafe { batch_3d(None, std::ptr::null(), 2) }, 0);
     }
 }

@@ -337,6 +337,8 @@ typedef struct {
     CUmemLocation srcLocHint, dstLocHint;
     unsigned int flags;
 } CUmemcpyAttributes;
+/* CUDA arrays and batches of 3D copies between them and memory. */
+#include "fakecuda_arrays.h"
 
 /* ---- Stream capture and graphs ---- */
 typedef enum { CU_STREAM_CAPTURE_MODE_GLOBAL = 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,

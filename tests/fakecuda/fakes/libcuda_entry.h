@@ -1,4 +1,4 @@
-/* What the fake driver's files (libcuda.c, libcuda_memory.c, libcuda_streams.c) share: how
+/* What the fake driver's files (libcuda.c, libcuda_memory.c, libcuda_streams.c, ...) share: how
  * an entry point is exported and gated, and the entry points defined outside libcuda.c that
  * its cuGetProcAddress table names. */
 #ifndef LIBCUDA_ENTRY_H
@@ -200,6 +200,23 @@ EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size
                                       CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream s);
 EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
                                            CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream s);
+
+/* libcuda_arrays.c: CUDA arrays, copies between them and device memory, batches of 3D
+ * copies. */
+EXPORT CUresult cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d);
+EXPORT CUresult cuArrayDestroy(CUarray a);
+EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t off, size_t n);
+EXPORT CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, size_t off, size_t n);
+EXPORT CUresult cuMemcpyDtoA_v2(CUarray dst, size_t off, CUdeviceptr src, size_t n);
+EXPORT CUresult cuMemcpyDtoA_v2_ptds(CUarray dst, size_t off, CUdeviceptr src, size_t n);
+EXPORT CUresult cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+                                     unsigned long long flags, CUstream s);
+EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+                                          unsigned long long flags, CUstream s);
+EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+                                        CUstream s);
+EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+                                             CUstream s);
 
 /* libcuda_graphs.c: stream capture and graphs. */
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);

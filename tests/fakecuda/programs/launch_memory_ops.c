@@ -1,12 +1,13 @@
-/* gblaunch memops (see launch_tests.c): every driver form of a memset and of a copy, in
- * its legacy and its per-thread form, fetched through cuGetProcAddress as the runtime
- * and PyTorch fetch them (each checked to be the symbol of its name), then the runtime's
+/* gblaunch memops (see launch_tests.c): every driver form of a memset and of a copy that
+ * touches device memory (CUDA arrays on the other side too: AtoD, DtoA, 3D batches), in
+ * its legacy and its per-thread form, fetched through cuGetProcAddress as the runtime and
+ * PyTorch fetch them (each checked to be the symbol of its name), then the runtime's
  * cudaMemcpy/cudaMemcpyAsync/cudaMemset, then a capture. Each step checks the data it
  * moved and, under the shim, that the shim counted what the device ran (fakegpu_count
  * "memset" + "memcpy"), the allocation it wrote named once more as written
  * (greenboost_shim_writes_naming) and as used (greenboost_shim_launches_naming), the one
- * it read as used and not as written. A copy or memset recorded into a graph counts only
- * when the graph launches. */
+ * it read as used and not as written (an array names nothing). A copy or memset recorded
+ * into a graph counts only when the graph launches. */
 #define _GNU_SOURCE
 #include "launch_tests.h"
 
@@ -322,6 +323,79 @@ static void described(int pt, CUdeviceptr a, CUdeviceptr b)
     expect_words(b, v, 0, WORDS - 1, b13_sym);
 }
 
+typedef CUresult (*atod_t)(CUdeviceptr, CUarray, size_t, size_t);
+typedef CUresult (*dtoa_t)(CUarray, size_t, CUdeviceptr, size_t);
+typedef CUresult (*batch3d12_t)(size_t, CUDA_MEMCPY3D_BATCH_OP *, size_t *, unsigned long long, CUstream);
+typedef CUresult (*batch3d13_t)(size_t, CUDA_MEMCPY3D_BATCH_OP *, unsigned long long, CUstream);
+#define ARRAY_WIDTH (PITCH / 4)         /* a CUDA array of BYTES: 32-bit elements, PITCH bytes a row */
+#define ARRAY_ROWS (WORDS / ARRAY_WIDTH)
+
+/* An operand of a 3D batch: a pointer, tightly packed, or the array from row `row`. */
+static CUmemcpy3DOperand pointer_operand(CUdeviceptr p)
+{
+    return (CUmemcpy3DOperand){ .type = CU_MEMCPY_OPERAND_TYPE_POINTER, .op.ptr = { .ptr = p } };
+}
+static CUmemcpy3DOperand array_operand(CUarray array, size_t row)
+{
+    return (CUmemcpy3DOperand){ .type = CU_MEMCPY_OPERAND_TYPE_ARRAY, .op.array = { array, { 0, row, 0 } } };
+}
+
+/* Copies with a CUDA array on one side (the array is no allocation: it names nothing, the
+ * device memory side is named) and batches of 3D copies between pointers and arrays. */
+static void arrays(int pt, CUdeviceptr a, CUdeviceptr b)
+{
+    CUstream on = pt ? NULL : s; /* the batches: not the legacy stream */
+    FORM(atod_t, ad, "cuMemcpyAtoD", 12080, "cuMemcpyAtoD_v2", "cuMemcpyAtoD_v2_ptds");
+    FORM(dtoa_t, da, "cuMemcpyDtoA", 12080, "cuMemcpyDtoA_v2", "cuMemcpyDtoA_v2_ptds");
+    FORM(batch3d12_t, c12, "cuMemcpy3DBatchAsync", 12080, "cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_ptsz");
+    FORM(batch3d13_t, c13, "cuMemcpy3DBatchAsync", 13000, "cuMemcpy3DBatchAsync_v2",
+         "cuMemcpy3DBatchAsync_v2_ptsz");
+    CUarray array;
+    CUDA_ARRAY_DESCRIPTOR desc = { ARRAY_WIDTH, ARRAY_ROWS, CU_AD_FORMAT_UNSIGNED_INT32, 1 };
+    OK(cuArrayCreate_v2(&array, &desc));
+    uint32_t v = fresh_device(a);
+    STEP(da_sym, 0, a, da(array, 0, a, BYTES));
+    STEP(ad_sym, b, 0, ad(b, array, 0, BYTES));
+    expect_words(b, v, 0, WORDS - 1, "a copy through a CUDA array");
+    /* Two operations each: a's halves into the array's, then the array's into b's. */
+    CUDA_MEMCPY3D_BATCH_OP to_array[2], from_array[2];
+    for (int i = 0; i < 2; i++) {
+        CUDA_MEMCPY3D_BATCH_OP op = { .extent = { ARRAY_WIDTH, ARRAY_ROWS / 2, 1 },
+                                      .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM };
+        to_array[i] = from_array[i] = op;
+        to_array[i].src = pointer_operand(a + i * BYTES / 2);
+        to_array[i].dst = from_array[i].src = array_operand(array, i * ARRAY_ROWS / 2);
+        from_array[i].dst = pointer_operand(b + i * BYTES / 2);
+    }
+    size_t fail = 0;
+    v = fresh_device(a);
+    STEP_N(2, c12_sym, 0, a, c12(2, to_array, &fail, 0, on));
+    STEP_N(2, c13_sym, b, 0, c13(2, from_array, 0, on));
+    expect_words(b, v, 0, WORDS - 1, "a 3D batch through a CUDA array");
+    /* Between two pointers: ROWS rows of PITCH bytes as 2 layers, each way. */
+    CUDA_MEMCPY3D_BATCH_OP both[2] = { { .src = pointer_operand(a), .dst = pointer_operand(b),
+                                         .extent = { PITCH, ROWS / 2, 2 },
+                                         .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM } };
+    both[0].src.op.ptr.rowLength = both[0].dst.op.ptr.rowLength = PITCH;
+    both[1] = both[0];
+    both[1].src.op.ptr.ptr = b, both[1].dst.op.ptr.ptr = a;
+    v = fresh_device(a);
+    STEP(c12_sym, b, a, c12(1, &both[0], &fail, 0, on));
+    expect_words(b, v, 0, LAST_ROW, c12_sym);
+    v = fresh_device(b);
+    STEP(c13_sym, a, b, c13(1, &both[1], 0, on));
+    expect_words(a, v, 0, LAST_ROW, c13_sym);
+    /* An operation of zero extent: the driver refuses the batch; nothing runs or counts. */
+    both[1] = both[0];
+    both[1].extent.depth = 0;
+    struct counts before = counts_of(b, a);
+    CHECK(c12(2, both, &fail, 0, on) == CUDA_ERROR_INVALID_VALUE && fail == 1,
+          "%s: a batch with an operation of zero extent was not refused at it (failIdx %zu)\n", c12_sym, fail);
+    OK(cuStreamSynchronize(s));
+    stepped("a refused 3D batch", before, 0, b, a);
+    OK(cuArrayDestroy(array));
+}
+
 /* The runtime's copies and memset: they reach the driver through cuGetProcAddress. */
 static void runtime(CUdeviceptr a, CUdeviceptr b)
 {
@@ -386,6 +460,7 @@ int test_memory_ops(int argc, char **argv)
         memsets(pt, a);
         copies(pt, a, b);
         described(pt, a, b);
+        arrays(pt, a, b);
     }
     runtime(a, b);
     captured(a, b);

@@ -23,6 +23,8 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsig
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
 CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, unsigned rank, void *global, const cuuint64_t *dims, const cuuint64_t *strides, const unsigned *box, const unsigned *element_strides, int interleave, int swizzle, int l2promotion, int oobfill);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
+CUresult cuArrayDestroy(CUarray array);
 CUresult cuMemFree_v2(CUdeviceptr p);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void * src, size_t n);
 CUresult cuMemcpyDtoH_v2(void * dst, CUdeviceptr src, size_t n);

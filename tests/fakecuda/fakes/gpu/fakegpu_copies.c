@@ -92,12 +92,9 @@ static int copy3d_side_ok(int type, const void *host, CUdeviceptr dev, const CUD
     return ok;
 }
 
-CUresult fg_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async)
+/* The checks of a non-empty 3D copy; *c: p with its pitches and layer heights set. */
+static CUresult copy3d_prepare(const CUDA_MEMCPY3D *p, CUDA_MEMCPY3D *c)
 {
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!p->WidthInBytes || !p->Height || !p->Depth)
-        return CUDA_SUCCESS;
     size_t sp = p->srcPitch ? p->srcPitch : p->WidthInBytes, dp = p->dstPitch ? p->dstPitch : p->WidthInBytes;
     size_t sh = p->srcHeight ? p->srcHeight : p->Height, dh = p->dstHeight ? p->dstHeight : p->Height;
     if ((p->Height > 1 || p->Depth > 1) && (sp < p->WidthInBytes || dp < p->WidthInBytes))
@@ -107,14 +104,36 @@ CUresult fg_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async)
     if (!copy3d_side_ok(p->srcMemoryType, p->srcHost, p->srcDevice, p, p->srcXInBytes, p->srcY, p->srcZ, sp, sh) ||
         !copy3d_side_ok(p->dstMemoryType, p->dstHost, p->dstDevice, p, p->dstXInBytes, p->dstY, p->dstZ, dp, dh))
         return CUDA_ERROR_INVALID_VALUE;
-    CUDA_MEMCPY3D *c = malloc(sizeof *c);
-    if (!c)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     *c = *p;
     c->srcPitch = sp;
     c->dstPitch = dp;
     c->srcHeight = sh;
     c->dstHeight = dh;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_memcpy3d_check(const CUDA_MEMCPY3D *p)
+{
+    CUDA_MEMCPY3D c;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return !p->WidthInBytes || !p->Height || !p->Depth ? CUDA_SUCCESS : copy3d_prepare(p, &c);
+}
+
+CUresult fg_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!p->WidthInBytes || !p->Height || !p->Depth)
+        return CUDA_SUCCESS;
+    CUDA_MEMCPY3D prepared;
+    CUresult rc = copy3d_prepare(p, &prepared);
+    if (rc)
+        return rc;
+    CUDA_MEMCPY3D *c = malloc(sizeof *c);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *c = prepared;
     return enqueue(async ? s : NULL, (struct op){ .kind = OP_COPY3D, .data = c });
 }
 

@@ -519,7 +519,8 @@ static int unsafe_call(const char *name)
         "cuMemcpy2D_v2_ptds", "cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds", "cuMemcpyPeer", "cuMemcpyPeer_ptds",
         "cuMemsetD8_v2", "cuMemsetD8_v2_ptds", "cuMemsetD16_v2", "cuMemsetD16_v2_ptds", "cuMemsetD32_v2",
         "cuMemsetD32_v2_ptds", "cuMemsetD2D8_v2", "cuMemsetD2D8_v2_ptds", "cuMemsetD2D16_v2",
-        "cuMemsetD2D16_v2_ptds", "cuMemsetD2D32_v2", "cuMemsetD2D32_v2_ptds",
+        "cuMemsetD2D16_v2_ptds", "cuMemsetD2D32_v2", "cuMemsetD2D32_v2_ptds", "cuMemcpyAtoD_v2",
+        "cuMemcpyAtoD_v2_ptds", "cuMemcpyDtoA_v2", "cuMemcpyDtoA_v2_ptds",
     };
     for (size_t i = 0; i < sizeof unsafe / sizeof *unsafe; i++)
         if (!strcmp(unsafe[i], name))

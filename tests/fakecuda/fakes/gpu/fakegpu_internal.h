@@ -121,8 +121,10 @@ CUresult fg_kernel_launch(struct fg_launch *l, CUstream s);
 CUresult fg_memset2d(CUdeviceptr dst, size_t pitch, unsigned value, unsigned elem, size_t width, size_t height,
                      CUstream s, int async);
 /* A 3D (and 2D: Depth 1) copy between host and device memory; CUDA_ERROR_INVALID_VALUE
- * for arrays or a range outside its allocation. */
+ * for arrays or a range outside its allocation. fg_memcpy3d_check: its checks alone
+ * (nothing queued), for a batch that checks every copy before it runs one. */
 CUresult fg_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async);
+CUresult fg_memcpy3d_check(const CUDA_MEMCPY3D *p);
 
 /* ---- Stream capture and graphs (fakegpu_graphs.c) ---- */
 CUresult fg_capture_begin(CUstream s, int mode);
