@@ -148,7 +148,12 @@ fn events_for(slot: &Slot, context: Context) -> bool {
         }
     }
     slot.context.store(0, Ordering::Relaxed);
-    let (Ok(start), Ok(end)) = (cuda::event_create_timed(), cuda::event_create_timed()) else {
+    let (start, end) = (cuda::event_create_timed(), cuda::event_create_timed());
+    let (Ok(start), Ok(end)) = (start, end) else {
+        // The one made, if any, goes back.
+        for made in [start, end].into_iter().flatten() {
+            let _ = cuda::event_destroy(made);
+        }
         return false;
     };
     slot.start.store(start.0 as u64, Ordering::Relaxed);
