@@ -184,13 +184,14 @@ run_test report_plain -- "$check" report
 cp "$logs/report_plain.out" "$logs/report_plain.kv"
 physical_total=$(figure cudaMemGetInfo.total)
 physical_free=$(figure cudaMemGetInfo.free)
+# Every section's programs under the shim get this (a section run alone too).
+shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info)
 if in_section plain; then
   run_test import_probe -- "$check" import
   run_test vmm_probe -- "$check" vmm
   run_test rust_plain -- "$check" alloc --label rust_plain --total-gib 4 --async-gib 2 --expect vram
   run_test torch_plain -- "$python" "$torch_check" tensors --label torch_plain --total-gib 4 --expect vram
 
-  shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info)
   budget_limit_mib=$((budget_gib * 1024 + vram_slack_mib))
 
   if [ "$mode" = full ] && [ -f "$shim" ]; then
