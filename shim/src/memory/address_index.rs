@@ -29,8 +29,10 @@ pub struct RangeUse {
     /// Kernel launches (and graph kernel nodes, at each graph launch) whose parameters
     /// named an address inside the range, and copies and memsets that read or wrote in it.
     launches: AtomicU64,
-    /// The same launches, each by its weight (`WHOLE_READ` for all it names).
-    weighted: AtomicU64,
+    /// What those launches fell short of reading all they named: `WHOLE_READ` less each
+    /// one's weight, summed (only kernels sampled to read less add to it, so the common
+    /// launch costs no second atomic).
+    unread: AtomicU64,
     /// Copies and memsets that wrote in the range: what look-ahead staging must not run
     /// ahead of (a copy of the range staged before them would be stale).
     writes: AtomicU64,
@@ -50,7 +52,9 @@ impl RangeUse {
     /// reading, named `offset` bytes into the range.
     pub fn note_launch(&self, offset: u64, weight: u64) {
         self.launches.fetch_add(1, Ordering::Relaxed);
-        self.weighted.fetch_add(weight, Ordering::Relaxed);
+        if weight < WHOLE_READ {
+            self.unread.fetch_add(WHOLE_READ - weight, Ordering::Relaxed);
+        }
         self.note_start(offset, weight);
     }
 
@@ -67,7 +71,7 @@ impl RangeUse {
 
     /// The launches by their weights.
     pub fn weighted(&self) -> u64 {
-        self.weighted.load(Ordering::Relaxed)
+        self.launches().saturating_mul(WHOLE_READ).saturating_sub(self.unread.load(Ordering::Relaxed))
     }
 
     /// The starts named in it, if its parts move on their own.
