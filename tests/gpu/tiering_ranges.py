@@ -63,10 +63,10 @@ def buffer_in_t2(name):
     kv(f"ranges.{name}.free_at_start_mib", free // MIB)
     piece = pieces_for(free)
     buf = torch.empty(4 * piece // 2, dtype=torch.bfloat16, device="cuda")
+    placed = shim.t2_bytes(buf)  # before live tiering's next tick can move any of it
     g = torch.Generator(device="cuda").manual_seed(7)
     buf.normal_(0.0, 1.0, generator=g)
     torch.cuda.synchronize()
-    placed = shim.t2_bytes(buf)
     kv(f"ranges.{name}.buffer", f"{4 * piece // MIB} MiB, {placed // MIB} MiB in T2")
     if placed != 4 * piece:
         verdict(f"ranges.{name}", False, f"the {4 * piece // MIB} MiB buffer has {placed // MIB} MiB in T2 when made: "
@@ -74,6 +74,7 @@ def buffer_in_t2(name):
         return None
     sums = block_sums(buf)
     computing()
+    kv(f"ranges.{name}.free_after_start_mib", torch.cuda.mem_get_info()[0] // MIB)
     return shim, buf, piece, sums
 
 
@@ -104,10 +105,13 @@ def role_hot_part():
     shim, buf, piece, sums = started
     hot, cold = buf[3 * piece // 2:], buf[:3 * piece // 2]
     start, began, rounds = counters(shim), time.monotonic(), 0
+    lowest = torch.cuda.mem_get_info()[0]
     while time.monotonic() - began < WAIT_S and shim.t2_bytes(hot):
         hot.sum()
         torch.cuda.synchronize()
         rounds += 1
+        lowest = min(lowest, torch.cuda.mem_get_info()[0])
+    kv("ranges.hot_part.lowest_free_mib", lowest // MIB)
     seconds = time.monotonic() - began
     hot_t2, cold_t2 = shim.t2_bytes(hot), shim.t2_bytes(cold)
     grew = grown(start, counters(shim))
