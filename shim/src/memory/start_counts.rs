@@ -6,23 +6,22 @@
 //! that reads all it names) says how hot its piece is (`rules::range_heat`).
 //!
 //! Noted on every launch from any thread, so without a lock: a fixed open-addressed table
-//! of (offset, count) slots. A slot is taken once, by swapping its key from empty to the
-//! offset, and never given back while the allocation lives; a start that finds no slot
+//! of (offset, count) slots (`sys::key_slots`). A slot is taken once and never given back
+//! while the allocation lives; a start that finds no slot
 //! within `PROBES` is counted as naming the whole allocation (`unplaced`), which is what a
 //! launch naming it counted before partitions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::rules::range_heat::Start;
+use crate::sys::key_slots::{self, Claim};
 
 /// Slots a start may look at from its hash before it counts as unplaced.
 const PROBES: usize = 16;
 
-/// A slot's key word while empty; a taken one holds the offset plus one.
-const EMPTY: u64 = 0;
-
 #[derive(Debug)]
 struct Slot {
+    /// The offset plus one (`key_slots`).
     key: AtomicU64,
     /// The weight of its namings since the last take.
     count: AtomicU64,
@@ -54,7 +53,7 @@ impl StartCounts {
     pub fn for_parts(parts: usize) -> StartCounts {
         let slots = (parts.saturating_mul(2)).clamp(64, 16384).next_power_of_two();
         let slots = (0..slots)
-            .map(|_| Slot { key: AtomicU64::new(EMPTY), count: AtomicU64::new(0), last: AtomicU64::new(0) })
+            .map(|_| Slot { key: AtomicU64::new(key_slots::EMPTY), count: AtomicU64::new(0), last: AtomicU64::new(0) })
             .collect();
         StartCounts { slots, unplaced: AtomicU64::new(0) }
     }
@@ -62,25 +61,10 @@ impl StartCounts {
     /// A launch, copy or memset of `weight` named `offset` bytes into the allocation.
     pub fn note(&self, offset: u64, weight: u64) {
         let key = offset.wrapping_add(1);
-        let mask = self.slots.len() - 1;
-        // Fibonacci hashing: starts are multiples of large powers of two.
-        let mut at = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
-        for _ in 0..PROBES {
-            let slot = &self.slots[at];
-            let current = slot.key.load(Ordering::Acquire);
-            let taken = current == key
-                || (current == EMPTY
-                    && match slot.key.compare_exchange(EMPTY, key, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(_) => true,
-                        Err(other) => other == key,
-                    });
-            if taken {
-                slot.count.fetch_add(weight, Ordering::Relaxed);
-                return;
-            }
-            at = (at + 1) & mask;
-        }
-        self.unplaced.fetch_add(weight, Ordering::Relaxed);
+        match key_slots::slot(self.slots.len(), key, PROBES, |at| &self.slots[at].key) {
+            Some(Claim::Found(at) | Claim::Taken(at)) => self.slots[at].count.fetch_add(weight, Ordering::Relaxed),
+            None => self.unplaced.fetch_add(weight, Ordering::Relaxed),
+        };
     }
 
     /// Every start named so far with its namings' weight since the last take; `take`
@@ -91,7 +75,7 @@ impl StartCounts {
             .iter()
             .filter_map(|slot| {
                 let key = slot.key.load(Ordering::Acquire);
-                (key != EMPTY).then(|| {
+                (key != key_slots::EMPTY).then(|| {
                     let weight =
                         if take { slot.count.swap(0, Ordering::Relaxed) } else { slot.count.load(Ordering::Relaxed) };
                     let last = if take {

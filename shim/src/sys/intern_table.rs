@@ -4,11 +4,13 @@
 //! loads. Unlike `slot_table` it never forgets a key (a number handed out stays that
 //! key's), and when it is full it has no number for a new one.
 //!
-//! A key takes a slot by swapping its key word from 0 to the key, then takes the next
-//! number and publishes it in the slot's number word; a reader that finds the key before
-//! its number is published waits for it (a few instructions later).
+//! A key takes a slot (`key_slots`), then takes the next number and publishes it in the
+//! slot's number word; a reader that finds the key before its number is published waits
+//! for it (a few instructions later).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sys::key_slots::{self, Claim};
 
 /// Slots a key may look at from its hash.
 const PROBES: usize = 32;
@@ -38,36 +40,26 @@ impl<const N: usize> InternTable<N> {
     /// `key`'s number (`key` not 0), given it on first sight; `None` when the table has no
     /// room or no number left for it.
     pub fn number(&self, key: u64) -> Option<u64> {
-        if key == 0 {
+        if key == key_slots::EMPTY {
             return None;
         }
-        let mut at = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize & (N - 1);
-        for _ in 0..PROBES {
-            let slot = &self.slots[at];
-            let current = slot.key.load(Ordering::Acquire);
-            let mine = current == key
-                || (current == 0
-                    && match slot.key.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(_) => {
-                            let number = self.next.fetch_add(1, Ordering::Relaxed);
-                            // Past `most`, the slot keeps the key and says "no number" (u64::MAX).
-                            slot.number.store(if number <= self.most { number } else { u64::MAX }, Ordering::Release);
-                            true
-                        }
-                        Err(other) => other == key,
-                    });
-            if mine {
-                return loop {
-                    match slot.number.load(Ordering::Acquire) {
-                        0 => std::hint::spin_loop(),
-                        u64::MAX => break None,
-                        number => break Some(number),
-                    }
-                };
+        let slot = match key_slots::slot(N, key, PROBES, |at| &self.slots[at].key)? {
+            Claim::Taken(at) => {
+                let slot = &self.slots[at];
+                let number = self.next.fetch_add(1, Ordering::Relaxed);
+                // Past `most`, the slot keeps the key and says "no number" (u64::MAX).
+                slot.number.store(if number <= self.most { number } else { u64::MAX }, Ordering::Release);
+                slot
             }
-            at = (at + 1) & (N - 1);
+            Claim::Found(at) => &self.slots[at],
+        };
+        loop {
+            match slot.number.load(Ordering::Acquire) {
+                0 => std::hint::spin_loop(),
+                u64::MAX => return None,
+                number => return Some(number),
+            }
         }
-        None
     }
 }
 

@@ -13,6 +13,7 @@ pub(crate) mod cow_map;
 pub(crate) mod elf;
 pub(crate) mod env;
 pub(crate) mod intern_table;
+pub(crate) mod key_slots;
 pub(crate) mod lock;
 pub(crate) mod lock_order;
 pub(crate) mod phase;
