@@ -38,7 +38,7 @@ const SAMPLE_EVERY: u64 = 257;
 const SLOTS: usize = 8;
 
 /// Addresses a sample keeps of what its launch named.
-const NAMED_KEPT: usize = 4;
+pub const NAMED_KEPT: usize = 4;
 
 const FREE: u8 = 0;
 const BUSY: u8 = 1;

@@ -9,10 +9,6 @@ use crate::cuda::ffi::{CuDevicePtr, CuFunction, Stream};
 use crate::launch::capture::{self, Enqueued};
 use crate::launch::kernel_times::{self, Sampling};
 use crate::launch::naming;
-
-/// Addresses of a timed launch handed to `kernel_times`: the first of each allocation
-/// named, as many as it keeps.
-const NAMED_TIMED: usize = 4;
 use crate::memory::address_index;
 use crate::sys::stats::{self, STATS};
 
@@ -37,13 +33,14 @@ pub unsafe fn launched(
     }
     let snapshot = address_index::load();
     let weight = kernel_times::weight(function);
-    let mut named: [CuDevicePtr; NAMED_TIMED] = [0; NAMED_TIMED];
+    // The first address of each allocation named, as many as a timed launch keeps.
+    let mut named: [CuDevicePtr; kernel_times::NAMED_KEPT] = [0; kernel_times::NAMED_KEPT];
     let mut count = 0;
     // SAFETY: per this function's contract: a launch of `function` the driver accepted.
     let naming = unsafe {
         naming::name_launch(function, params, extra, snapshot.as_deref(), |found| {
             found.note(weight);
-            if found.first && count < NAMED_TIMED {
+            if found.first && count < kernel_times::NAMED_KEPT {
                 named[count] = found.address;
                 count += 1;
             }

@@ -288,14 +288,14 @@ impl Movable {
     }
 
     /// Bytes of [`start`, `end`) that lie in its parts in T2 now.
-    pub fn t2_bytes_in(&self, start: CuDevicePtr, end: CuDevicePtr) -> u64 {
+    pub(super) fn t2_bytes_in(&self, start: CuDevicePtr, end: CuDevicePtr) -> u64 {
         self.parts_in(start, end).filter(|(part, _)| !part.in_vram()).map(|(_, overlap)| overlap).sum()
     }
 
     /// What a launch naming `address` (inside it) counts as read: the piece from that
     /// start to the next named lately of a partitioned allocation, else all of it; and
     /// the bytes of that in T2 now.
-    pub fn named_piece(&self, address: CuDevicePtr) -> (u64, u64) {
+    pub(super) fn named_piece(&self, address: CuDevicePtr) -> (u64, u64) {
         let (start, end) = match self.uses.starts() {
             Some(starts) => {
                 let offset = address.saturating_sub(self.base);

@@ -85,6 +85,21 @@ impl Record {
             _ => None,
         }
     }
+
+    /// Bytes of [`start`, `end`) in this record's (at `base`) pinned T2 and movable T2
+    /// (while in T2).
+    fn t2_in(&self, base: CuDevicePtr, start: CuDevicePtr, end: CuDevicePtr) -> (u64, u64) {
+        let overlap = |from: u64, to: u64| to.min(end).saturating_sub(from.max(start));
+        match self {
+            Record::Backed(Backed::T2(allocation)) => (overlap(base, base.saturating_add(allocation.len())), 0),
+            Record::Backed(Backed::Split(split)) => {
+                let (tail, tail_end) = split.tail_range();
+                (overlap(tail, tail_end), 0)
+            }
+            Record::Backed(Backed::Movable(allocation)) => (0, allocation.t2_bytes_in(start, end)),
+            Record::Vram(_) => (0, 0),
+        }
+    }
 }
 
 struct Registry {
@@ -191,21 +206,13 @@ fn t2_overlaps(device_ptr: CuDevicePtr, len: u64) -> (u64, u64) {
         return (0, 0);
     }
     let end = device_ptr.saturating_add(len);
-    let overlap = |start: u64, stop: u64| stop.min(end).saturating_sub(start.max(device_ptr));
     let registry = REGISTRY.lock();
     // The allocation starting at or before the range, then any that start inside it.
     let before = registry.live.range(..=device_ptr).next_back();
     let inside = registry.live.range(device_ptr.saturating_add(1)..end);
-    before.into_iter().chain(inside).fold((0, 0), |(pinned, movable), (base, record)| match record {
-        Record::Backed(Backed::T2(allocation)) => {
-            (pinned + overlap(*base, base.saturating_add(allocation.len())), movable)
-        }
-        Record::Backed(Backed::Split(split)) => {
-            let (tail, tail_end) = split.tail_range();
-            (pinned + overlap(tail, tail_end), movable)
-        }
-        Record::Backed(Backed::Movable(allocation)) => (pinned, movable + allocation.t2_bytes_in(device_ptr, end)),
-        Record::Vram(_) => (pinned, movable),
+    before.into_iter().chain(inside).fold((0, 0), |(pinned, movable), (base, record)| {
+        let (p, m) = record.t2_in(*base, device_ptr, end);
+        (pinned + p, movable + m)
     })
 }
 
@@ -262,13 +269,11 @@ pub fn named_piece(device_ptr: CuDevicePtr) -> Option<(u64, u64)> {
         return None;
     }
     Some(match record {
-        Record::Vram(_) => (end - base, 0),
-        Record::Backed(Backed::T2(_)) => (end - base, end - base),
-        Record::Backed(Backed::Split(split)) => {
-            let (tail, tail_end) = split.tail_range();
-            (end - base, tail_end.min(end).saturating_sub(tail.max(base)))
-        }
         Record::Backed(Backed::Movable(movable)) => movable.named_piece(device_ptr),
+        _ => {
+            let (pinned, movable) = record.t2_in(base, base, end);
+            (end - base, pinned + movable)
+        }
     })
 }
 
