@@ -17,6 +17,8 @@
 #   PYTHON         python with torch and pynvml (python3)
 #   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
 #   GB_GPU_SWAP_TIMEOUT  seconds the swap section's one program may take (480)
+#   GB_GPU_SHIM_LOG  GREENBOOST_LOG for the programs under the shim (info); debug prints
+#                  each live-tiering tick's free VRAM and heat table
 #   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap ranges; all
 #                  when unset): the whole suite takes longer than one device call allows,
 #                  so a session runs it in two calls, e.g. "plain pressure shared" and
@@ -185,7 +187,7 @@ cp "$logs/report_plain.out" "$logs/report_plain.kv"
 physical_total=$(figure cudaMemGetInfo.total)
 physical_free=$(figure cudaMemGetInfo.free)
 # Every section's programs under the shim get this (a section run alone too).
-shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=info)
+shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=${GB_GPU_SHIM_LOG:-info})
 if in_section plain; then
   run_test import_probe -- "$check" import
   run_test vmm_probe -- "$check" vmm
