@@ -1,7 +1,8 @@
 """Managed memory as VRAM that can leave (issue 36 item 1, issue 34 item 2): what it costs
 to place an allocation in VRAM as managed memory instead of cudaMalloc memory, how fast
-it can be sent back to the host to make room, and whether this process's own cuMemAlloc
-gets the room the demotion (or the driver's eviction) frees, beside a foreign process.
+it can be sent back to the host to make room, whether the driver shows the VRAM a demotion
+left as free (and when), and whether this process's own cuMemAlloc, its own later
+promotions and another process's cuMemAlloc get that room, beside a foreign process.
 
   python3 bench/probes/movable_vram_probe.py LEAVE_GIB WEIGHTS_GIB   (prints one JSON line)
 
@@ -35,6 +36,37 @@ def managed_in_vram(driver, size, stream):
                                             CU_MEM_ADVISE_SET_ACCESSED_BY, Location(LOCATION_DEVICE, 0)), "accessed-by")
     driver.prefetch(ptr.value, size, LOCATION_DEVICE, stream.ptr)
     return ptr.value
+
+
+# The pieces the GEMM comparison overwrites (section 2): their sums are not the fill's.
+GEMM_PIECES = (1, 2)
+
+FOREIGN_ALLOC = """
+import ctypes, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+context, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+cuda.cuInit(0)
+cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0)
+cuda.cuCtxSetCurrent(context)
+began = time.perf_counter()
+status = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(int(sys.argv[1])))
+print(status, time.perf_counter() - began)
+"""
+
+
+def foreign_alloc(env, size):
+    """Another process's cuMemAlloc of `size` bytes (its status and seconds; freed as it exits)."""
+    done = subprocess.run([sys.executable, "-c", FOREIGN_ALLOC, str(size)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    fields = done.stdout.split()
+    if done.returncode != 0 or len(fields) != 2:
+        return {"want": size, "error": done.stderr.strip()[-300:]}
+    return {"want": size, "status": int(fields[0]), "s": float(fields[1])}
+
+
+def poll_free(driver, seconds):
+    time.sleep(seconds)
+    return driver.free() // MIB
 
 
 def mem_alloc(driver, size):
@@ -122,8 +154,24 @@ def main():
             seconds = time.perf_counter() - began
             out[f"demote_{label}_GBps"] = len(group) * PIECE / seconds / 1e9
             out[f"demote_{label}_free_delta"] = driver.free() - free_before
+        # 3b. Does the driver give the demoted VRAM back, and when? Free VRAM every 100 ms
+        # for 2 s after the demotions (the figures above read it right after them).
+        out["free_after_demotion_series_mib"] = [poll_free(driver, 0.1) for _ in range(20)]
+        # 3c. Does a later promotion of this process reuse what the demotion left the driver
+        # (free does not fall), or take fresh VRAM? The first demoted quarter back to VRAM.
+        free_before = driver.free()
+        for ptr in ptrs[:quarter]:
+            driver.prefetch(ptr, PIECE, LOCATION_DEVICE, stream.ptr)
+        stream.synchronize()
+        out["repromote_free_delta"] = driver.free() - free_before
+        # 3d. Another process's cuMemAlloc of what the demotion (the second quarter) should
+        # have left: does it get it, while this process's free VRAM says it is not there?
+        free_before = driver.free()
+        want = quarter * PIECE + max(free_before - 512 * MIB, 0)
+        out["foreign_alloc_after_demotion"] = foreign_alloc(env, want) | {"free_before": free_before,
+                                                                           "free_after": driver.free()}
         # 4. This process's cuMemAlloc of what was demoted: does it get the kept chunks?
-        demoted = 2 * quarter * PIECE
+        demoted = quarter * PIECE  # the second quarter: the first went back in 3c
         want = min(demoted, driver.free() + demoted - 512 * MIB)
         status, ptr, seconds = mem_alloc(driver, want)
         out["own_alloc_after_demotion"] = {"want": want, "status": status, "s": seconds, "free_after": driver.free()}
@@ -133,11 +181,12 @@ def main():
         want = driver.free() + 2 * GIB
         status, ptr, seconds = mem_alloc(driver, want)
         out["own_alloc_beyond_free"] = {"want": want, "status": status, "s": seconds, "free_after": driver.free()}
-        sums = []
+        wrong = []
         for index, ptr_m in enumerate(ptrs):
             total, rate = driver.timed_read(ptr_m, PIECE)
-            sums.append(total == PIECE * (index % 250 + 1))
-        out["sums_ok_after"] = all(sums)
+            if index not in GEMM_PIECES and total != PIECE * (index % 250 + 1):
+                wrong.append(index)
+        out["pieces_changed_after"] = wrong
         if status == 0:
             driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
         # Reads of what stayed in VRAM, after the eviction (host-preferred: read over the link).
