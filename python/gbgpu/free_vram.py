@@ -1,5 +1,5 @@
-"""Free VRAM during the GPU suite's shared-GPU tests (tests/gpu/shared.sh): the sampler,
-its files, and the series file the suite writes from them beside its results page,
+"""Free VRAM during the GPU suite's tests beside a foreign process (tests/gpu/free_floor.sh):
+the sampler, its files, and the series file the suite writes from them beside its results page,
 bench/results/gpu-test-<date>-<commit>-free-vram.json, which bench/plots.py draws.
 
   python3 -m gbgpu.free_vram sample FILE        readings into FILE until killed (shared_gpu.py's

@@ -188,6 +188,8 @@ physical_total=$(figure cudaMemGetInfo.total)
 physical_free=$(figure cudaMemGetInfo.free)
 # Every section's programs under the shim get this (a section run alone too).
 shim_env=(LD_PRELOAD="$shim" GREENBOOST_LOG=${GB_GPU_SHIM_LOG:-info})
+# with_free_floor: free VRAM sampled outside the shim while a test runs beside a foreign process.
+. "$root/tests/gpu/free_floor.sh"
 if in_section plain; then
   run_test import_probe -- "$check" import
   run_test vmm_probe -- "$check" vmm
@@ -349,7 +351,7 @@ fi
 if [ "$mode" = full ] && [ -f "$shim" ] && in_section swap; then
   saved_timeout=$test_timeout
   test_timeout=${GB_GPU_SWAP_TIMEOUT:-480}
-  run_test swap "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_swap.py"
+  with_free_floor swap -- run_test swap "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_swap.py"
   test_timeout=$saved_timeout
 fi
 
@@ -358,7 +360,7 @@ fi
 # buffer far larger than the room promoted alone, and two kernels that name their pieces as
 # often, one reading a sixteenth of them, weighed by their sampled times.
 if [ "$mode" = full ] && [ -f "$shim" ] && in_section ranges; then
-  run_test ranges "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_ranges.py"
+  with_free_floor ranges -- run_test ranges "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_ranges.py"
 fi
 
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------
@@ -373,7 +375,8 @@ date_utc=$(date -u +%Y-%m-%d)
 sections_tag=${GB_GPU_SECTIONS:+-$(tr ' ,' '--' <<<"$GB_GPU_SECTIONS")}
 results_name=gpu-test-$date_utc-$commit$sections_tag.md
 results=$logs/$results_name
-# The shared-GPU tests' free VRAM over time, from their sampler files (shared.sh's list).
+# Free VRAM over time in the tests run beside a foreign process, from their sampler files
+# (free_floor.sh's list).
 series_name=
 if [ -s "$logs/free-vram.tests" ]; then
   if "$python" -m gbgpu.free_vram series "$logs/free-vram.tests" "$logs/gpu-test-$date_utc-$commit$sections_tag-free-vram.json" \
@@ -404,7 +407,7 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
   echo "| sections | ${GB_GPU_SECTIONS:-all} |"
   echo "| physical VRAM (cudaMemGetInfo without the shim) | $physical_total bytes, $physical_free free |"
   echo "| result | $passed passed, $failed failed, ${elapsed}s |"
-  echo "| free VRAM during the shared-GPU tests | ${series_name:-(no samples)} |"
+  echo "| free VRAM during the tests beside a foreign process | ${series_name:-(no samples)} |"
   echo
   echo "## cudaImportExternalMemory"
   echo

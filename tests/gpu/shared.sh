@@ -1,12 +1,10 @@
 # The GPU suite's shared-GPU section, sourced by tests/gpu/run.sh (it uses run_test,
 # pass, fail, note, figure, background, logs, python, shim, carry). A foreign process
 # (plain PyTorch, not under the shim) holds VRAM while programs under the shim run;
-# nvml samples free VRAM every 50 ms, and the shim must never be the reason it falls
-# below the headroom. With GB_GPU_OLD_SHIM=PATH (a shim built before the headroom, e.g.
+# nvml samples free VRAM every 50 ms (free_floor.sh), and the shim must never be the
+# reason it falls below the headroom. With GB_GPU_OLD_SHIM=PATH (a shim built before the headroom, e.g.
 # at 5872527), the same tests run with it too, once, to show that they fail there.
 shared_py=$root/tests/gpu/shared_gpu.py
-headroom_mib=1024                 # the default headroom
-min_free_mib=$((headroom_mib / 2)) # what "never below the headroom because of us" allows for small allocations
 
 run_test shared.measure -- "$python" "$shared_py" measure
 
@@ -23,35 +21,6 @@ start_foreign() {
   done
   fail "$name.foreign" "the foreign process did not start: $(tail -c 300 "$logs/$name.balloon" | tr '\n' ' ')"
   return 1
-}
-stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
-
-# with_free_floor NAME -- run_test args...: samples free VRAM during the test (NAME.free:
-# `UNIX_SECONDS FREE_MIB` a line), checks its minimum against the floor, and adds the test
-# to free-vram.tests, from which run.sh writes the series file beside the results page
-# (python/gbgpu/free_vram.py describes both). The headroom recorded is shim_headroom_mib
-# where the caller sets it ("-": a shim without one), else the default.
-with_free_floor() {
-  local name=$1; shift 2
-  "$python" "$shared_py" sampler "$logs/$name.free" &
-  local sampler=$!
-  background+=("$sampler")
-  sleep 1
-  local started ended
-  started=$(date +%s.%3N)
-  "$@"
-  ended=$(date +%s.%3N)
-  stop_pid "$sampler"
-  local lowest verdict=FAIL
-  lowest=$("$python" -m gbgpu.free_vram lowest "$logs/$name.free")
-  note "$name.min_free_mib" "${lowest:-?}"
-  if [ -n "$lowest" ] && [ "$lowest" -ge "$min_free_mib" ]; then
-    verdict=PASS
-    pass "$name.free_floor" "free VRAM never below ${lowest} MiB (floor ${min_free_mib} MiB)"
-  else
-    fail "$name.free_floor" "free VRAM fell to ${lowest:-?} MiB (floor ${min_free_mib} MiB)"
-  fi
-  echo "$name $min_free_mib ${shim_headroom_mib:-$headroom_mib} $started $ended $verdict" >>"$logs/free-vram.tests"
 }
 
 shared_section() {
