@@ -9,7 +9,8 @@
 //! `routing` hooks always route, because a runtime initialising itself from inside a
 //! hook must still get our driver entry points; `indirect` hooks (cuBLAS routines over
 //! device arrays of pointers) note the call as a writer of everything while the shim is
-//! active and pass the arguments on unchanged, with no implementation of their own;
+//! active and pass the arguments on unchanged, with no implementation of their own, the
+//! hooks cuBLAS reaches inside the call passing straight through as nested ones do;
 //! `trampoline` lines are the naked exports below; `called` lines are not hooked. A hook
 //! whose real function cannot be found answers what a missing library would
 //! (`ffi::Missing`).
@@ -111,9 +112,13 @@ macro_rules! hook_body {
         imp::$name($real, $($arg),*)
     }};
     (indirect, $name:ident, $real:ident, ($($arg:ident),*)) => {{
-        if phase::active() {
-            indirect::pointer_array_writer();
+        if !phase::active() {
+            return $real($($arg),*);
         }
+        indirect::pointer_array_writer();
+        // What cuBLAS calls inside (cuBLASLt) passes straight through: its operands are
+        // arrays of pointers, nothing to stage.
+        let _guard = phase::ReentryGuard::enter();
         $real($($arg),*)
     }};
     (routing, $name:ident, $real:ident, ($($arg:ident),*)) => {{
