@@ -149,9 +149,9 @@ extern "C" fn summary_at_exit() {
             stats.gemm_ahead_dropped
         );
     }
-    if stats.launches != 0 || stats.graph_launches != 0 || stats.memory_ops != 0 {
+    if stats.launches != 0 || stats.graph_launches != 0 || stats.memory_ops != 0 || stats.indirect_writers != 0 {
         info!(
-            "summary: pid {}: kernel launches seen {} ({} not fully read, {} timed), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs)",
+            "summary: pid {}: kernel launches seen {} ({} not fully read, {} timed), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs); {} writers through pointers kept in device memory (pointer-array products, copies into __device__ globals)",
             pid,
             stats.launches,
             stats.launches_unread,
@@ -162,6 +162,7 @@ extern "C" fn summary_at_exit() {
             stats.captured_launches,
             stats.host_funcs,
             stats.memory_ops,
+            stats.indirect_writers,
         );
     }
     if stats.movable_allocs != 0 {

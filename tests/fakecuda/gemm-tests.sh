@@ -15,6 +15,8 @@ gemm_reads() { # $1: what operand A was read from; $2: how many products must ha
 t_gemm_products() { # $1: program
     case $1 in
     fw) shim gemm-products-fw $GEMMENV GBTEST_FRAMEWORK=libgbgemm.so "$BIN/gbtest-fw" products || return 1 ;;
+    # A cuBLASLt older than 12.9 refuses CUBLASLT_MATRIX_LAYOUT_BATCH_MODE: strided batches.
+    old-lt) shim gemm-products-old-lt $GEMMENV FAKECUDA_LT_NO_BATCH_MODE=1 "$BIN/gbgemm" products || return 1 ;;
     *) shim gemm-products $GEMMENV "$BIN/gbgemm" products || return 1 ;;
     esac
     # Four wide products staged (cublasSgemm_v2, cublasGemmEx, the strided batch,
@@ -22,10 +24,14 @@ t_gemm_products() { # $1: program
     gemm_reads vram 4 || return 1
     gemm_reads hostreg 1 || return 1
     out_has "the shim's own copies: [1-9]" "staging made no copy of its own, so the program's counts proved nothing" || return 1
-    out_has "GEMMs staged 4 " "GREENBOOST_LOG=info: the exit summary does not count 4 staged products"
+    out_has "GEMMs staged 4 " "GREENBOOST_LOG=info: the exit summary does not count 4 staged products" || return 1
+    # The cuBLASLt product's layouts are strided (its batch mode read, or refused by an
+    # older cuBLASLt): nothing counts as a writer through pointer arrays.
+    out_has "; 0 writers through pointers kept in device memory" "a strided product counted as a writer of everything"
 }
 t_gemm_products_rt13() { t_gemm_products rt13; }
 t_gemm_products_fw() { t_gemm_products fw; }
+t_gemm_products_old_lt() { t_gemm_products old-lt; }
 t_gemm_movable() {
     # The weight in movable T2 (GREENBOOST_TIERING=on: managed memory preferred on the
     # host): the copy engine reads managed memory at a fraction of the link's rate, so the
@@ -130,6 +136,10 @@ t_gemm_lookahead() { # $1: writer
     else
         # The unread writer is a launch the shim could not read (that alone drops the copy).
         [ "$1" != unread ] || out_has "; [1-9][0-9]* launches not fully read" "want the writer unreadable" || return 1
+        # These name W2 only through a pointer kept in device memory: writers of everything.
+        case $1 in batched|ltbatched|symbol|library|graphsymbol)
+            out_has "; [1-9][0-9]* indirect writers" "want the writer counted as an indirect writer" || return 1;;
+        esac
         [ "$last" = 0 ] && [ "$read_ahead" -ge 2 ] || { why="want copies made ahead read before the writer, not after: $line"; return 1; }
     fi
 }
@@ -139,6 +149,11 @@ t_gemm_lookahead_memset() { t_gemm_lookahead memset; }
 t_gemm_lookahead_memcpy() { t_gemm_lookahead memcpy; }
 t_gemm_lookahead_graph() { t_gemm_lookahead graph; }
 t_gemm_lookahead_unread() { t_gemm_lookahead unread; }
+t_gemm_lookahead_batched() { t_gemm_lookahead batched; }
+t_gemm_lookahead_ltbatched() { t_gemm_lookahead ltbatched; }
+t_gemm_lookahead_symbol() { t_gemm_lookahead symbol; }
+t_gemm_lookahead_library() { t_gemm_lookahead library; }
+t_gemm_lookahead_graphsymbol() { t_gemm_lookahead graphsymbol; }
 t_gemm_lookahead_off() {
     # The default: nothing is copied ahead, every product right.
     shim gemm-lookahead-off $GEMMENV "$BIN/gbahead" rounds memset || return 1

@@ -396,6 +396,14 @@ pub struct MemsetNodeParams {
 }
 const _: () = assert!(std::mem::size_of::<MemsetNodeParams>() == 40);
 
+impl MemsetNodeParams {
+    /// The bytes the memset writes (its rows together).
+    pub fn bytes(&self) -> u64 {
+        let row = self.width.saturating_mul(self.element_size as usize);
+        row.saturating_mul(self.height) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! CUDA access: the C types (`ffi`), finding the real libraries (`libs`), the one table
 //! of every function the shim hooks or calls with typed accessors of the real ones
-//! (`real`), and the typed driver calls the shim makes for its own work (`calls`, whose
+//! (`real`; its cuBLAS routines over device arrays of pointers in
+//! `pointer_array_functions`), and the typed driver calls the shim makes for its own work (`calls`, whose
 //! functions are this folder's face: `cuda::mem_alloc`, `cuda::event_record`, ...).
 //!
 //! May import: `sys`.
@@ -8,6 +9,7 @@
 pub(crate) mod ffi;
 pub(crate) mod launch_ffi;
 pub(crate) mod libs;
+pub(crate) mod pointer_array_functions;
 pub(crate) mod real;
 mod calls;
 pub(crate) mod sm_copy;

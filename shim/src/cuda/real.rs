@@ -10,9 +10,11 @@
 //!
 //! A slot is filled once: by the program's own lookup of a hooked function (`record`,
 //! from `dlsym`/`cuGetProcAddress`/`cudaGetDriverEntryPoint` routing), or on first use
-//! from the line's library (`libs`). Modes: `guarded`, `observed` and `routing` lines
-//! are hooked (see `hooks`), `trampoline` lines are the naked `dlsym`/`dlopen` exports, `called`
-//! lines are functions the shim only calls.
+//! from the line's library (`libs`). Modes: `guarded`, `observed`, `routing` and
+//! `indirect` lines are hooked (see `hooks`), `trampoline` lines are the naked
+//! `dlsym`/`dlopen` exports, `called` lines are functions the shim only calls. The cuBLAS
+//! routines over device arrays of pointers (`indirect`) are appended from
+//! `pointer_array_functions`.
 
 use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
 use std::ptr;
@@ -36,7 +38,7 @@ pub enum Api {
 /// Calls `$callback!` with the table. Each line: API, mode, C signature.
 macro_rules! cuda_functions {
     ($callback:ident) => {
-        $callback! {
+        $crate::cuda::pointer_array_functions::with_pointer_array_functions! { $callback,
             // CUDA runtime (libcudart.so.12 / .13).
             Runtime guarded fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaError;
             Runtime guarded fn cudaFree(dev_ptr: *mut c_void) -> CudaError;
@@ -108,6 +110,9 @@ macro_rules! cuda_functions {
             Driver called fn cuDestroyExternalMemory(external: ExternalMemory) -> CuResult;
             Driver called fn cuModuleLoadData(module: *mut CuModule, image: *const c_void) -> CuResult;
             Driver called fn cuModuleGetFunction(function: *mut CuFunction, module: CuModule, name: *const c_char) -> CuResult;
+            // Where `__device__` globals are (the runtime's cudaMemcpyToSymbol finds them so): observed (`launch::indirect`).
+            Driver observed fn cuModuleGetGlobal_v2(address: *mut CuDevicePtr, bytes: *mut usize, module: CuModule, name: *const c_char) -> CuResult;
+            Driver observed fn cuLibraryGetGlobal(address: *mut CuDevicePtr, bytes: *mut usize, library: *mut c_void, name: *const c_char) -> CuResult;
             // Kernel launches, graphs, stream captures and tensor maps: observed (`launch`).
             Driver observed fn cuLaunchKernel(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
             Driver observed fn cuLaunchKernel_ptsz(function: CuFunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint, block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_bytes: c_uint, stream: Stream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult;
@@ -469,8 +474,14 @@ mod tests {
             "cuMemcpy3DBatchAsync_v2_ptsz",
             "cuMemcpyAtoD_v2",
             "cuMemcpyDtoA_v2_ptds",
+            "cuModuleGetGlobal_v2",
+            "cuLibraryGetGlobal",
             "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetMemoryInfo_v2",
+            "cublasSgemmBatched",
+            "cublasGemmBatchedEx_64",
+            "cublasGemmGroupedBatchedEx",
+            "cublasZtrsmBatched_64",
             "dlsym",
             "dlopen",
         ] {

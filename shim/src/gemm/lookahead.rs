@@ -7,14 +7,19 @@
 //! Correct by construction, as far as the shim sees writers: the next product reads the
 //! copy only if, since that operand was last read by a staged product, nothing named its
 //! allocation — no kernel launch among its parameters (read or written: a kernel's
-//! parameters do not say which), no copy or memset, no graph node — and no launch or
-//! graph the shim could not fully read ran (`STATS.launches_unread`,
-//! `STATS.graphs_unread`: either may have written anything). Then every writer of the
-//! operand was enqueued before its last read, on the stream the copy is ordered after.
-//! The copy is ordered after everything its stream held when the product before it was
-//! staged, and after the last reader of its buffer. Not seen, and so not guarded
-//! against: kernels that write through pointers kept in device memory (the pointer
-//! arrays of batched products); the setting stays off until the H200 measures it.
+//! parameters do not say which), no copy or memset, no graph node — and nothing ran that
+//! may have written anything: no launch or graph the shim could not fully read
+//! (`STATS.launches_unread`, `STATS.graphs_unread`; a graph captured while a writer
+//! through pointer arrays was enqueued is one), and no writer through pointers kept in
+//! device memory (`STATS.indirect_writers`: a cuBLAS routine over pointer arrays, a
+//! cuBLASLt product whose output layout is one, a copy or memset into a `__device__`
+//! global). Then every writer of the operand was enqueued before its last read, on the
+//! stream the copy is ordered after. The copy is ordered after everything its stream
+//! held when the product before it was staged, and after the last reader of its buffer.
+//! Still not seen, and so not guarded against: a kernel that writes pointers into memory
+//! that another kernel then dereferences (any pointer the program builds on the device),
+//! and a cuBLAS linked statically into the program (its routines are not hooked); the
+//! setting stays off until the H200 measures it.
 
 use std::sync::Arc;
 
@@ -39,7 +44,8 @@ pub(super) struct Key {
 
 /// What had named an operand's allocation by some moment: the index entry (a new
 /// allocation at the same address is another entry), its counters, and the count of
-/// launches and graphs that could not be read.
+/// what may have written anything (launches and graphs that could not be read, writers
+/// through pointers kept in device memory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Uses {
     entry: usize,
@@ -55,7 +61,9 @@ fn uses_now(address: CuDevicePtr) -> Option<Uses> {
         entry: Arc::as_ptr(&range.uses) as usize,
         launches: range.uses.launches(),
         writes: range.uses.writes(),
-        unreadable: stats::load(&STATS.launches_unread).wrapping_add(stats::load(&STATS.graphs_unread)),
+        unreadable: stats::load(&STATS.launches_unread)
+            .wrapping_add(stats::load(&STATS.graphs_unread))
+            .wrapping_add(stats::load(&STATS.indirect_writers)),
     })
 }
 

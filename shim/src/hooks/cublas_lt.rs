@@ -1,5 +1,8 @@
 //! cuBLASLt hooks: a product's operands read from its matrix layouts for `staging`, and
-//! the cuBLASLt handle that tells the program computes.
+//! the cuBLASLt handle that tells the program computes. A product whose layouts keep the
+//! matrices' addresses in device memory (a batch mode other than strided: pointer arrays,
+//! grouped) is not staged (its operands are arrays of pointers, not matrices), and when
+//! its output is so, it counts as a writer of everything (`launch::indirect`).
 
 use std::ffi::{c_int, c_void};
 
@@ -7,6 +10,7 @@ use crate::cuda::ffi::*;
 use crate::cuda::real::{self, pfn};
 use crate::gemm::{element_bytes, run_staged, span_bytes, Operand, Slice};
 use crate::hooks::cublas::read_from;
+use crate::launch::indirect;
 use crate::memory::budget;
 
 /// cublasLtCreate: a program creates its handle when it starts computing, so the VRAM
@@ -28,14 +32,22 @@ const LT_LAYOUT_COLS: c_int = 3;
 const LT_LAYOUT_LD: c_int = 4;
 const LT_LAYOUT_BATCH_COUNT: c_int = 5;
 const LT_LAYOUT_STRIDED_BATCH_OFFSET: c_int = 6;
+/// `CUBLASLT_MATRIX_LAYOUT_BATCH_MODE` (cuBLAS 12.9 and later), a `cublasLtBatchMode_t`
+/// (32 bits), of which `CUBLASLT_BATCH_MODE_STRIDED` is the default; an older cuBLASLt
+/// refuses the attribute, and its batches are strided.
+const LT_LAYOUT_BATCH_MODE: c_int = 8;
+const LT_BATCH_MODE_STRIDED: i64 = 0;
 const LT_ORDER_COL: i32 = 0;
 const LT_ORDER_ROW: i32 = 1;
 
-/// A cuBLASLt matrix layout, read through the program's cuBLASLt.
+/// A cuBLASLt matrix layout, read through the program's cuBLASLt: its shape, the bytes its
+/// matrices span (`None`: not staged), and whether their addresses are kept in device
+/// memory (a batch mode other than strided).
 struct LtLayout {
     rows: i64,
     cols: i64,
     span: Option<u64>,
+    through_pointers: bool,
 }
 
 fn lt_layout(layout: *mut c_void) -> Option<LtLayout> {
@@ -61,14 +73,15 @@ fn lt_layout(layout: *mut c_void) -> Option<LtLayout> {
     let ld = read(LT_LAYOUT_LD, 8)?;
     let batch = read(LT_LAYOUT_BATCH_COUNT, 4)?;
     let stride = read(LT_LAYOUT_STRIDED_BATCH_OFFSET, 8)?;
-    let element = element_bytes(data_type);
+    let through_pointers = read(LT_LAYOUT_BATCH_MODE, 4).is_some_and(|mode| mode != LT_BATCH_MODE_STRIDED);
+    let element = element_bytes(data_type).filter(|_| !through_pointers);
     let span = match i32::try_from(order).ok()? {
         LT_ORDER_COL => element.and_then(|element| span_bytes(rows, cols, ld, batch, stride, element)),
         LT_ORDER_ROW => element.and_then(|element| span_bytes(cols, rows, ld, batch, stride, element)),
         // Tiled orders (COL32, ...): not staged.
         _ => None,
     };
-    Some(LtLayout { rows, cols, span })
+    Some(LtLayout { rows, cols, span, through_pointers })
 }
 
 /// cublasLtMatmul: D = alpha op(A) op(B) + beta C; D is m x n.
@@ -122,9 +135,14 @@ pub unsafe fn lt_matmul(
         }
     };
     let Some(output) = lt_layout(d_desc) else {
+        // An output layout that cannot be read may be one of pointers.
+        indirect::pointer_array_writer();
         budget::note_computing();
         return call_real([None, None], None);
     };
+    if output.through_pointers {
+        indirect::pointer_array_writer();
+    }
     let operand = |address: *const c_void, layout: *mut c_void, width: i64| {
         lt_layout(layout).and_then(|layout| Operand::new(address, layout.span, width))
     };

@@ -36,7 +36,7 @@ const fn route(
 
 /// Ordered by name, then by descending version, so the first match is the newest that
 /// the requested version allows. Versions from cudaTypedefs.h (PFN_<name>_v<version>).
-const DRIVER_ROUTES: [DriverRoute; 74] = [
+const DRIVER_ROUTES: [DriverRoute; 76] = [
     route(b"cuMemAlloc", 3020, Function::cuMemAlloc_v2, None, false),
     route(b"cuMemFree", 3020, Function::cuMemFree_v2, None, false),
     route(b"cuMemGetInfo", 3020, Function::cuMemGetInfo_v2, None, false),
@@ -51,6 +51,8 @@ const DRIVER_ROUTES: [DriverRoute; 74] = [
         true,
     ),
     route(b"cuIpcGetMemHandle", 4010, Function::cuIpcGetMemHandle, None, false),
+    route(b"cuModuleGetGlobal", 3020, Function::cuModuleGetGlobal_v2, None, false),
+    route(b"cuLibraryGetGlobal", 12000, Function::cuLibraryGetGlobal, None, false),
     route(b"cuTexObjectCreate", 5000, Function::cuTexObjectCreate, None, false),
     route(b"cuTexObjectDestroy", 5000, Function::cuTexObjectDestroy, None, false),
     route(b"cuPointerGetAttribute", 4000, Function::cuPointerGetAttribute, None, false),
@@ -214,6 +216,9 @@ mod tests {
         assert_eq!(driver_hook_for(b"cuDeviceTotalMem", 12080, 0, FOREIGN), Some(Function::cuDeviceTotalMem_v2));
         assert_eq!(driver_hook_for(b"cuMemCreate", 10000, 0, FOREIGN), None);
         assert_eq!(driver_hook_for(b"cuMemHostRegister", 12000, 0, FOREIGN), None);
+        assert_eq!(driver_hook_for(b"cuModuleGetGlobal", 12000, 0, FOREIGN), Some(Function::cuModuleGetGlobal_v2));
+        assert_eq!(driver_hook_for(b"cuModuleGetGlobal", 3000, 0, FOREIGN), None, "the 32-bit form is not hooked");
+        assert_eq!(driver_hook_for(b"cuLibraryGetGlobal", 12000, 0, FOREIGN), Some(Function::cuLibraryGetGlobal));
     }
 
     #[test]

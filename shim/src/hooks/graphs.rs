@@ -274,12 +274,25 @@ pub unsafe fn stream_begin_capture_to_graph_ptsz(
     after_begin_capture(unsafe { real(stream, graph, dependencies, edge_data, count, mode) })
 }
 
+/// The graph cuStreamEndCapture* answered `status` and wrote to `graph` (null: none).
+///
+/// # Safety
+/// `graph` is the program's out pointer the driver was given: null, or valid for reads.
+unsafe fn captured_graph(status: CuResult, graph: *mut Graph) -> Graph {
+    if status != CuResult::SUCCESS || graph.is_null() {
+        return Graph::NULL;
+    }
+    // SAFETY: non-null, and written by the driver on success (the contract).
+    unsafe { *graph }
+}
+
 /// # Safety
 /// The program's arguments, as cuStreamEndCapture takes them.
 pub unsafe fn stream_end_capture(real: pfn::cuStreamEndCapture, stream: Stream, graph: *mut Graph) -> CuResult {
     // SAFETY: the real call with the program's arguments.
     let status = unsafe { real(stream, graph) };
-    capture::ended(status);
+    // SAFETY: the program's out pointer, as the driver was given it.
+    capture::ended(status, unsafe { captured_graph(status, graph) });
     status
 }
 
@@ -292,6 +305,7 @@ pub unsafe fn stream_end_capture_ptsz(
 ) -> CuResult {
     // SAFETY: the real call with the program's arguments.
     let status = unsafe { real(stream, graph) };
-    capture::ended(status);
+    // SAFETY: the program's out pointer, as the driver was given it.
+    capture::ended(status, unsafe { captured_graph(status, graph) });
     status
 }

@@ -4,10 +4,11 @@
 //! `cudaGetDriverEntryPoint` lookups. A hook falls back to the real function on any
 //! internal failure.
 //!
-//! May import: `sys`, `cuda`, `rules`, `memory`, `engine`, `gemm`.
+//! May import: `sys`, `cuda`, `rules`, `memory`, `launch`, `engine`, `gemm`.
 
 mod cublas;
 mod cublas_lt;
+mod device_globals;
 mod driver;
 mod driver_routes;
 mod graphs;

@@ -7,9 +7,13 @@
 //! from inside another hook on the same thread (cudaMalloc calls cuMemAlloc_v2 in the
 //! runtime: the outer hook decides, the inner call goes straight to the driver);
 //! `routing` hooks always route, because a runtime initialising itself from inside a
-//! hook must still get our driver entry points; `trampoline` lines are the naked exports
-//! below; `called` lines are not hooked. A hook whose real function cannot be found
-//! answers what a missing library would (`ffi::Missing`).
+//! hook must still get our driver entry points; `indirect` hooks (cuBLAS routines over
+//! device arrays of pointers) note the call as a writer of everything while the shim is
+//! active and pass the arguments on unchanged, with no implementation of their own, the
+//! hooks cuBLAS reaches inside the call passing straight through as nested ones do;
+//! `trampoline` lines are the naked exports below; `called` lines are not hooked. A hook
+//! whose real function cannot be found answers what a missing library would
+//! (`ffi::Missing`).
 
 use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
 
@@ -17,6 +21,7 @@ use crate::cuda::ffi::*;
 use crate::cuda::launch_ffi::*;
 use crate::cuda::real::{self, cuda_functions, HookAddresses, FUNCTION_COUNT};
 use crate::hooks::routing::{self, DlopenDecision, DlsymDecision};
+use crate::launch::indirect;
 use crate::sys::phase;
 
 /// The implementation of every hooked function, by the function's C name.
@@ -27,6 +32,9 @@ mod imp {
         sgemm as cublasSgemm_v2,
     };
     pub use crate::hooks::cublas_lt::{lt_create as cublasLtCreate, lt_matmul as cublasLtMatmul};
+    pub use crate::hooks::device_globals::{
+        library_get_global as cuLibraryGetGlobal, module_get_global as cuModuleGetGlobal_v2,
+    };
     pub use crate::hooks::driver::{
         device_total_mem as cuDeviceTotalMem_v2, ipc_get_mem_handle as cuIpcGetMemHandle, mem_alloc as cuMemAlloc_v2,
         mem_alloc_async as cuMemAllocAsync, mem_alloc_async_ptsz as cuMemAllocAsync_ptsz,
@@ -102,6 +110,16 @@ macro_rules! hook_body {
             return $real($($arg),*);
         }
         imp::$name($real, $($arg),*)
+    }};
+    (indirect, $name:ident, $real:ident, ($($arg:ident),*)) => {{
+        if !phase::active() {
+            return $real($($arg),*);
+        }
+        indirect::pointer_array_writer();
+        // What cuBLAS calls inside (cuBLASLt) passes straight through: its operands are
+        // arrays of pointers, nothing to stage.
+        let _guard = phase::ReentryGuard::enter();
+        $real($($arg),*)
     }};
     (routing, $name:ident, $real:ident, ($($arg:ident),*)) => {{
         if phase::disabled() {

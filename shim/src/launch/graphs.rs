@@ -6,8 +6,11 @@
 //!
 //! An executable graph's nodes cannot be listed, only the graph's it came from: a graph
 //! instantiated through a path the shim does not see, a node kind whose work cannot be
-//! read (conditional nodes, batched memory operations) or an update the shim cannot
-//! follow leaves the graph "not fully read", and each of its launches is counted so.
+//! read (conditional nodes, batched memory operations), an update the shim cannot
+//! follow, or a capture that may have recorded a writer through pointers kept in device
+//! memory (`capture`) leaves the graph "not fully read", and each of its launches is
+//! counted so. A copy or memset node writing a `__device__` global counts as such a
+//! writer at each launch (`indirect`).
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use crate::cuda::ffi::{CuDevicePtr, CuFunction, CuResult, Stream};
 use crate::cuda::launch_ffi::{node_type, Graph, GraphExec, GraphNode, KernelNodeParams, Memcpy3D, MemsetNodeParams};
 use crate::cuda::real;
 use crate::launch::capture::{self, Enqueued};
+use crate::launch::indirect;
 use crate::launch::kernel_times;
 use crate::launch::naming::{self, Named};
 use crate::memory::address_index::{self, Snapshot};
@@ -37,11 +41,13 @@ struct KernelNode {
 
 /// What one copy or memset node writes and reads: the addresses of its first byte written
 /// and read, when it was read, if they lay in allocations of the index (`None`: not an
-/// allocation of the index, or a memset's value).
+/// allocation of the index, or a memset's value), and whether it writes a `__device__`
+/// global.
 #[derive(Clone, Copy, Debug, Default)]
 struct MemoryNode {
     written: Option<CuDevicePtr>,
     read: Option<CuDevicePtr>,
+    writes_global: bool,
 }
 
 /// What one executable graph runs at each launch.
@@ -63,7 +69,7 @@ const MAX_DEPTH: usize = 8;
 
 /// `exec` was instantiated from `graph`.
 pub fn instantiated(exec: GraphExec, graph: Graph) {
-    let mut record = ExecRecord { read: true, ..ExecRecord::default() };
+    let mut record = ExecRecord { read: !capture::may_hold_indirect_writer(graph), ..ExecRecord::default() };
     let snapshot = address_index::load();
     read_graph(graph, &mut record, snapshot.as_deref(), 0);
     store(exec, Some(record));
@@ -131,6 +137,9 @@ pub fn launched(exec: GraphExec, stream: Stream) {
     for node in &record.memory_nodes {
         if let Some(snapshot) = snapshot.as_deref() {
             address_index::note_copy(snapshot.locate(node.written), snapshot.locate(node.read));
+        }
+        if node.writes_global {
+            indirect::global_written();
         }
     }
     stats::add(&STATS.launches, record.kernels.len() as u64);
@@ -232,18 +241,26 @@ fn kernel_params(node: GraphNode) -> Option<KernelNodeParams> {
 fn memory_node(node: GraphNode, kind: c_int, snapshot: Option<&Snapshot>) -> Option<MemoryNode> {
     let start =
         |address: Option<CuDevicePtr>| address.filter(|&address| snapshot.and_then(|s| s.find(address)).is_some());
+    let writes_global =
+        |target: Option<CuDevicePtr>, bytes: u64| target.is_some_and(|t| indirect::writes_global(t, bytes));
     if kind == node_type::MEMSET {
         let get = real::cuGraphMemsetNodeGetParams()?;
         let mut params = MemsetNodeParams::default();
         // SAFETY: a memset node and room for its parameters, written by the driver.
-        (unsafe { get(node, &mut params) } == CuResult::SUCCESS)
-            .then(|| MemoryNode { written: start(Some(params.dst)), read: None })
+        (unsafe { get(node, &mut params) } == CuResult::SUCCESS).then(|| MemoryNode {
+            written: start(Some(params.dst)),
+            read: None,
+            writes_global: writes_global(Some(params.dst), params.bytes()),
+        })
     } else {
         let get = real::cuGraphMemcpyNodeGetParams()?;
         let mut copy = Memcpy3D::zeroed();
         // SAFETY: a copy node and room for its descriptor, written by the driver.
-        (unsafe { get(node, &mut copy) } == CuResult::SUCCESS)
-            .then(|| MemoryNode { written: start(copy.target_start()), read: start(copy.source_start()) })
+        (unsafe { get(node, &mut copy) } == CuResult::SUCCESS).then(|| MemoryNode {
+            written: start(copy.target_start()),
+            read: start(copy.source_start()),
+            writes_global: writes_global(copy.target_start(), copy.bytes()),
+        })
     }
 }
 

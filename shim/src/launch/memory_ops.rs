@@ -6,15 +6,20 @@
 //! reads as used. A side that is no allocation of the index (host memory, a CUDA array, a
 //! unified address of host memory) names nothing.
 //!
+//! One that writes a `__device__` global counts as a writer of everything (`indirect`): a
+//! kernel may read a pointer kept there and write through it.
+//!
 //! These run on cudaMemcpy's path, often for a few bytes, so an operation costs an atomic
-//! load (are captures open), one snapshot load, one index lookup per side and a few
-//! relaxed atomic adds: nothing is allocated and no lock is taken.
+//! load (are captures open), one snapshot load, one index lookup per side, one atomic
+//! load (were globals found; then a search of their spans) and a few relaxed atomic adds:
+//! nothing is allocated and no lock is taken.
 
 use std::ffi::c_void;
 
 use crate::cuda::ffi::{CuDevicePtr, Stream};
 use crate::cuda::launch_ffi::{Memcpy2D, Memcpy3D, Memcpy3DBatchOp};
 use crate::launch::capture::{self, Enqueued};
+use crate::launch::indirect;
 use crate::memory::address_index::{self, Snapshot};
 use crate::sys::stats::{self, STATS};
 
@@ -100,14 +105,18 @@ pub unsafe fn accepted(stream: Stream, op: MemoryOp) {
 
 /// One copy or memset of `size` bytes (a 3D batch's operation: elements) writing from
 /// `target` and reading from `source` (`None`: no address, a CUDA array or a memset's
-/// value): names the allocations holding them, each once. Returns the operations it
-/// counts: 1, or 0 for one of size zero, which the device does not run.
+/// value): names the allocations holding them, each once, or counts it as a writer of
+/// everything when it writes a `__device__` global. Returns the operations it counts: 1,
+/// or 0 for one of size zero, which the device does not run.
 fn one(snapshot: Option<&Snapshot>, target: Option<CuDevicePtr>, source: Option<CuDevicePtr>, size: u64) -> u64 {
     if size == 0 {
         return 0;
     }
     if let Some(snapshot) = snapshot {
         address_index::note_copy(snapshot.locate(target), snapshot.locate(source));
+    }
+    if target.is_some_and(|target| indirect::writes_global(target, size)) {
+        indirect::global_written();
     }
     1
 }

@@ -69,6 +69,12 @@ pub struct Stats {
     /// Kernel launches timed whose time changed their function's read share
     /// (`launch::kernel_times`).
     pub launches_timed: AtomicU64,
+    /// Work that may write through pointers kept in device memory, which nothing the
+    /// shim reads names (`launch::indirect`): cuBLAS routines over device arrays of
+    /// pointers and cuBLASLt products whose output is one, copies and memsets into
+    /// `__device__` globals (direct, or nodes at each launch of their graph). Each may
+    /// have written anything, as a launch not fully read.
+    pub indirect_writers: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -109,6 +115,7 @@ pub static STATS: Stats = Stats {
     gemm_ahead: AtomicU64::new(0),
     gemm_ahead_dropped: AtomicU64::new(0),
     launches_timed: AtomicU64::new(0),
+    indirect_writers: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -197,6 +204,7 @@ pub struct ShimStats {
     pub gemm_ahead: u64,
     pub gemm_ahead_dropped: u64,
     pub launches_timed: u64,
+    pub indirect_writers: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -247,6 +255,7 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         gemm_ahead: load(&STATS.gemm_ahead),
         gemm_ahead_dropped: load(&STATS.gemm_ahead_dropped),
         launches_timed: load(&STATS.launches_timed),
+        indirect_writers: load(&STATS.indirect_writers),
     }
 }
 
@@ -287,6 +296,7 @@ pub fn start_afresh_in_child() {
         &STATS.gemm_ahead,
         &STATS.gemm_ahead_dropped,
         &STATS.launches_timed,
+        &STATS.indirect_writers,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

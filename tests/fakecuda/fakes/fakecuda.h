@@ -256,8 +256,10 @@ typedef enum { CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_UINT16
                CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } CUtensorMapDataType;
 
 /* The fake's test kernels (fakes/gpu/fakegpu_kernels.c), named in a PTX-like image by
- * ".visible .entry NAME(": fk_fill_u32, fk_add_f32, fk_struct, fk_gather, fk_tma (and the
- * shim's gb_copy16). fk_struct's by-value argument: */
+ * ".visible .entry NAME(": fk_fill_u32, fk_fill_indirect, fk_add_f32, fk_struct,
+ * fk_gather, fk_tma (and the shim's gb_copy16). An image's `__device__` globals are its
+ * lines ".global [.align N] .TYPE NAME[COUNT];" (cuModuleGetGlobal_v2,
+ * cuLibraryGetGlobal). fk_struct's by-value argument: */
 struct fk_args {
     void *ptrs[8];
     uint64_t count;
@@ -387,9 +389,11 @@ CUresult fakegpu_launch_verify(CUdeviceptr p, size_t n, uint32_t seed, CUstream 
 void fakegpu_stream_hold(CUstream s);
 void fakegpu_stream_release(CUstream s);
 /* A matrix product as cuBLAS defines it (column-major, C = alpha op(A) op(B) + beta C,
- * batched with element strides), run by the fake GPU on the stream and logged as
- * "GEMM a=<kind> b=<kind> ..." with what the device read each operand from. Types:
- * CUDA_R_32F (0) and CUDA_R_16BF (14). The fake cuBLAS libraries call it. */
+ * batched with element strides, or through pointer arrays: pointer_arrays set, a, b and
+ * c are device arrays of `batch` matrix addresses, which the device reads when the
+ * product runs), run by the fake GPU on the stream and logged as "GEMM a=<kind> b=<kind>
+ * ..." with what the device read each operand from. Types: CUDA_R_32F (0) and
+ * CUDA_R_16BF (14). The fake cuBLAS libraries call it. */
 #define FAKEGPU_R_32F 0
 #define FAKEGPU_R_16BF 14
 struct fakegpu_gemm {
@@ -397,6 +401,7 @@ struct fakegpu_gemm {
     float alpha, beta;
     CUdeviceptr a, b, c;
     long lda, ldb, ldc, stride_a, stride_b, stride_c;
+    int pointer_arrays;
 };
 CUresult fakegpu_launch_gemm(const struct fakegpu_gemm *gemm, CUstream s);
 /* Marks a created stream as being captured into a graph (cuStreamIsCapturing). */

@@ -1,8 +1,10 @@
 /* Fake cuBLAS (libcublas.so.13) and cuBLASLt (libcublasLt.so.13, built with
  * -DFAKE_CUBLASLT): handles, streams, matrix layouts and the matrix products PyTorch,
  * llama.cpp and JAX call, run by the fake GPU (fakegpu_launch_gemm) on the handle's or
- * the call's stream. Float32 and bfloat16 operands, host pointer mode; status codes as
- * cuBLAS answers them. As in the real libraries, libcublas links libcublasLt. */
+ * the call's stream; products through device arrays of pointers too (cublasSgemmBatched,
+ * cuBLASLt's pointer-array batch mode), whose pointers the device reads as the product
+ * runs. Float32 and bfloat16 operands, host pointer mode; status codes as cuBLAS answers
+ * them. As in the real libraries, libcublas links libcublasLt. */
 #include "fakecuda.h"
 
 #include <stdint.h>
@@ -158,6 +160,25 @@ EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, int transa, int transb, int
     return gemm_on(h, transa, transb, m, n, k, alpha, a, a_type, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
 }
 
+/* Aarray, Barray and Carray: device arrays of batch_count matrix addresses. */
+EXPORT cublasStatus_t cublasSgemmBatched(cublasHandle_t h, int transa, int transb, int m, int n, int k,
+                                         const float *alpha, const float *const a_array[], int lda,
+                                         const float *const b_array[], int ldb, const float *beta,
+                                         float *const c_array[], int ldc, int batch_count)
+{
+    if (!handle_ok(h))
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!alpha || !beta || !a_array || !b_array || !c_array)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    struct fakegpu_gemm gemm = {
+        .transa = transa != 0, .transb = transb != 0, .m = m, .n = n, .k = k, .type = FAKEGPU_R_32F,
+        .batch = batch_count, .alpha = *alpha, .beta = *beta, .a = (CUdeviceptr)(uintptr_t)a_array,
+        .b = (CUdeviceptr)(uintptr_t)b_array, .c = (CUdeviceptr)(uintptr_t)c_array, .lda = lda, .ldb = ldb,
+        .ldc = ldc, .pointer_arrays = 1,
+    };
+    return launch(&gemm, m, h->stream);
+}
+
 EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, int transa, int transb, int m, int n, int k,
                                                  const void *alpha, const void *a, int a_type, int lda, long long stride_a,
                                                  const void *b, int b_type, int ldb, long long stride_b, const void *beta,
@@ -172,9 +193,12 @@ EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, int transa, i
 
 #else /* FAKE_CUBLASLT */
 
-/* cublasLtMatrixLayoutAttribute_t */
+/* cublasLtMatrixLayoutAttribute_t; FAKECUDA_LT_NO_BATCH_MODE=1: a cuBLASLt older than
+ * 12.9, which refuses LAYOUT_BATCH_MODE (its batches are strided). */
 enum { LAYOUT_TYPE = 0, LAYOUT_ORDER = 1, LAYOUT_ROWS = 2, LAYOUT_COLS = 3, LAYOUT_LD = 4,
-       LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6 };
+       LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6, LAYOUT_BATCH_MODE = 8 };
+/* cublasLtBatchMode_t */
+enum { BATCH_MODE_STRIDED = 0, BATCH_MODE_POINTER_ARRAY = 1 };
 /* cublasLtMatmulDescAttributes_t */
 enum { DESC_TRANSA = 3, DESC_TRANSB = 4 };
 enum { ORDER_COL = 0, ORDER_ROW = 1 };
@@ -186,6 +210,7 @@ struct lt_layout {
     int64_t ld;
     int32_t batch;
     int64_t stride;
+    int32_t batch_mode;
 };
 struct lt_desc { int32_t transa, transb; };
 typedef struct lt_layout *cublasLtMatrixLayout_t;
@@ -236,6 +261,11 @@ static void *layout_field(struct lt_layout *l, int attr, size_t *size)
     case LAYOUT_LD: *size = 8; return &l->ld;
     case LAYOUT_BATCH_COUNT: *size = 4; return &l->batch;
     case LAYOUT_STRIDED_BATCH_OFFSET: *size = 8; return &l->stride;
+    case LAYOUT_BATCH_MODE: {
+        const char *old = getenv("FAKECUDA_LT_NO_BATCH_MODE");
+        *size = 4;
+        return old && *old == '1' ? NULL : &l->batch_mode;
+    }
     default: return NULL;
     }
 }
@@ -336,7 +366,8 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* D = alpha op(A) op(B) + beta C; the fake supports column-major layouts and C == D. */
+/* D = alpha op(A) op(B) + beta C; the fake supports column-major layouts and C == D,
+ * every layout strided or every one a pointer array. */
 EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,
                                      cublasLtMatrixLayout_t ad, const void *b, cublasLtMatrixLayout_t bd,
                                      const void *beta, const void *c, cublasLtMatrixLayout_t cd, void *out,
@@ -349,6 +380,8 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (ad->type != bd->type || ad->type != od->type)
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ad->batch_mode != od->batch_mode || bd->batch_mode != od->batch_mode || cd->batch_mode != od->batch_mode)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     long k = d->transa ? (long)ad->rows : (long)ad->cols;
     struct fakegpu_gemm gemm = {
         .transa = d->transa != 0, .transb = d->transb != 0, .m = (int)od->rows, .n = (int)od->cols, .k = (int)k,
@@ -357,6 +390,7 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
         .a = (CUdeviceptr)(uintptr_t)a, .b = (CUdeviceptr)(uintptr_t)b, .c = (CUdeviceptr)(uintptr_t)out,
         .lda = ad->ld, .ldb = bd->ld, .ldc = od->ld,
         .stride_a = ad->stride, .stride_b = bd->stride, .stride_c = od->stride,
+        .pointer_arrays = od->batch_mode == BATCH_MODE_POINTER_ARRAY,
     };
     const struct lt_algo *chosen = algo;
     long kernel_rows = chosen && chosen->magic == ALGO_MAGIC ? (long)chosen->rows : gemm.m;

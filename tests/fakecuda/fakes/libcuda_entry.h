@@ -116,6 +116,8 @@ EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end);
  * CUfunction or CUkernel handle names, NULL for anything else. */
 const struct fg_kernel *fake_handle_kernel(const void *handle);
 EXPORT CUresult cuModuleUnload(CUmodule module);
+EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *address, size_t *bytes, CUmodule module, const char *name);
+EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *address, size_t *bytes, CUlibrary library, const char *name);
 EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jitOptions, void **jitOptionsValues,
                                   unsigned numJitOptions, void *libraryOptions, void **libraryOptionValues,
                                   unsigned numLibraryOptions);

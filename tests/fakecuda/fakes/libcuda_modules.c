@@ -7,6 +7,11 @@
  * found. FAKECUDA_NO_MODULES=1 refuses every image (a device whose driver cannot JIT the
  * PTX).
  *
+ * `__device__` globals: each line ".global [.align N] .TYPE NAME[COUNT];" of an image
+ * (after an optional ".visible") is a global of COUNT (default 1) elements of TYPE's size,
+ * given VRAM of its own (not initialised) when the image loads, freed when it is unloaded;
+ * cuModuleGetGlobal_v2 and cuLibraryGetGlobal answer its address and size.
+ *
  * CUDA 12 libraries (cuLibraryLoadData) hold CUkernel handles, context-independent; the
  * driver accepts a CUkernel wherever a CUfunction is launched, as the real one does (the
  * runtime launches that way), and cuKernelGetFunction gives the function. Parameter
@@ -22,15 +27,27 @@
 #define LIBRARY_MAGIC 0x4c49425241523031ULL
 #define KERNEL_MAGIC 0x4b45524e454c3031ULL
 #define MAX_ENTRIES 16
+#define MAX_GLOBALS 8
 
 struct fake_function {
     uint64_t magic;
     const struct fg_kernel *k;
 };
+struct fake_global {
+    char name[64];
+    CUdeviceptr address;
+    size_t bytes;
+};
+/* An image's globals. */
+struct fake_globals {
+    int n;
+    struct fake_global g[MAX_GLOBALS];
+};
 struct fake_module {
     uint64_t magic;
     int n;
     struct fake_function f[MAX_ENTRIES];
+    struct fake_globals globals;
 };
 struct fake_kernel {
     uint64_t magic;
@@ -41,6 +58,7 @@ struct fake_library {
     uint64_t magic;
     int n;
     struct fake_kernel k[MAX_ENTRIES];
+    struct fake_globals globals;
 };
 
 /* The kernels an image names: their count, or -1 when it is refused. */
@@ -63,6 +81,82 @@ static int parse_image(const char *ptx, const struct fg_kernel **out)
     return n ? n : -1;
 }
 
+/* The bytes of one element of a PTX type (".u64", ".f32", ...), 0 for another word. */
+static size_t type_bytes(const char *type, size_t len)
+{
+    if (len < 3 || type[0] != '.' || !strchr("usbf", type[1]))
+        return 0;
+    int bits = atoi(type + 2);
+    return bits == 8 || bits == 16 || bits == 32 || bits == 64 ? (size_t)bits / 8 : 0;
+}
+
+/* Frees the VRAM of an image's globals. */
+static void free_globals(struct fake_globals *globals)
+{
+    for (int i = 0; i < globals->n; i++)
+        fg_mem_free(globals->g[i].address);
+    globals->n = 0;
+}
+
+/* Reads the ".global" lines of an image into *out, each given VRAM of its own: 0, or -1
+ * (and nothing held) when one cannot be read or allocated. */
+static int parse_globals(const char *ptx, struct fake_globals *out)
+{
+    out->n = 0;
+    for (const char *line = ptx; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        const char *p = line + strspn(line, " \t");
+        if (!strncmp(p, ".visible ", 9))
+            p += 9 + strspn(p + 9, " \t");
+        if (strncmp(p, ".global ", 8))
+            continue;
+        p += 8;
+        size_t element = 0, count = 1, len;
+        /* The qualifiers, the type last of them. */
+        for (p += strspn(p, " \t"); *p == '.'; p += strspn(p, " \t")) {
+            len = strcspn(p, " \t;[\n");
+            if (len == 6 && !strncmp(p, ".align", 6)) {
+                p += len + strspn(p + len, " \t");
+                p += strspn(p, "0123456789");
+            } else {
+                element = type_bytes(p, len);
+                p += len;
+            }
+        }
+        len = strcspn(p, " \t;[\n");
+        if (*p == '[' || !len || !element || out->n == MAX_GLOBALS || len >= sizeof out->g[0].name)
+            goto refused;
+        struct fake_global *global = &out->g[out->n];
+        memcpy(global->name, p, len);
+        global->name[len] = 0;
+        if (p[len] == '[')
+            count = strtoul(p + len + 1, NULL, 10);
+        global->bytes = element * count;
+        if (!global->bytes || fg_mem_alloc(&global->address, global->bytes))
+            goto refused;
+        out->n++;
+    }
+    return 0;
+refused:
+    free_globals(out);
+    return -1;
+}
+
+static CUresult find_global(const struct fake_globals *globals, CUdeviceptr *address, size_t *bytes,
+                            const char *name)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < globals->n; i++)
+        if (!strcmp(globals->g[i].name, name)) {
+            if (address)
+                *address = globals->g[i].address;
+            if (bytes)
+                *bytes = globals->g[i].bytes;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
 EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     GATE(1, 1);
@@ -71,8 +165,11 @@ EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
     const struct fg_kernel *ks[MAX_ENTRIES];
     int n = parse_image(image, ks);
     CUresult rc = n < 0 ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
-    if (!rc) {
-        struct fake_module *m = calloc(1, sizeof *m);
+    struct fake_module *m = rc ? NULL : calloc(1, sizeof *m);
+    if (m && parse_globals(image, &m->globals)) {
+        free(m);
+        rc = CUDA_ERROR_INVALID_IMAGE;
+    } else if (m) {
         m->magic = MODULE_MAGIC;
         m->n = n;
         for (int i = 0; i < n; i++)
@@ -89,8 +186,17 @@ EXPORT CUresult cuModuleUnload(CUmodule module)
     if (!module || module->magic != MODULE_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     module->magic = 0;
+    free_globals(&module->globals);
     free(module);
     return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *address, size_t *bytes, CUmodule module, const char *name)
+{
+    GATE(1, 1);
+    if (!module || module->magic != MODULE_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return find_global(&module->globals, address, bytes, name);
 }
 
 EXPORT CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
@@ -119,8 +225,11 @@ EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *ji
     const struct fg_kernel *ks[MAX_ENTRIES];
     int n = parse_image(code, ks);
     CUresult rc = n < 0 ? CUDA_ERROR_INVALID_IMAGE : CUDA_SUCCESS;
-    if (!rc) {
-        struct fake_library *l = calloc(1, sizeof *l);
+    struct fake_library *l = rc ? NULL : calloc(1, sizeof *l);
+    if (l && parse_globals(code, &l->globals)) {
+        free(l);
+        rc = CUDA_ERROR_INVALID_IMAGE;
+    } else if (l) {
         l->magic = LIBRARY_MAGIC;
         l->n = n;
         for (int i = 0; i < n; i++)
@@ -137,8 +246,18 @@ EXPORT CUresult cuLibraryUnload(CUlibrary library)
     if (!library || library->magic != LIBRARY_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     library->magic = 0;
+    free_globals(&library->globals);
     free(library);
     return CUDA_SUCCESS;
+}
+
+/* The global of the current context (one context in the fake). */
+EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *address, size_t *bytes, CUlibrary library, const char *name)
+{
+    GATE(1, 1);
+    if (!library || library->magic != LIBRARY_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return find_global(&library->globals, address, bytes, name);
 }
 
 EXPORT CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name)

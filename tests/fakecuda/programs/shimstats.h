@@ -25,6 +25,8 @@ struct shim_stats {
     /* Launch observation. */
     unsigned long long launches, launches_unread, launch_namings, captured_launches, graph_launches, graphs_unread,
         memory_ops, host_funcs, swaps, gemm_ahead, gemm_ahead_dropped, launches_timed;
+    /* Writers through pointers kept in device memory (batched products, globals). */
+    unsigned long long indirect_writers;
     unsigned long long appended[16];
 };
 

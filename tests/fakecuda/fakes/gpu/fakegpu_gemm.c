@@ -52,10 +52,35 @@ static const char *kind_at(uintptr_t p)
     return k;
 }
 
+/* A product through pointer arrays: each of the batch's matrix addresses read from the
+ * arrays through the device's view as the product runs, each product computed alone. */
+static CUresult run_gemm_pointer_arrays(struct fake_stream *s, const struct fakegpu_gemm *m)
+{
+    for (int i = 0; i < m->batch; i++) {
+        struct fakegpu_gemm one = *m;
+        one.batch = 1;
+        one.pointer_arrays = 0;
+        one.stride_a = one.stride_b = one.stride_c = 0;
+        size_t at = (size_t)i * sizeof(CUdeviceptr);
+        if (!copy_range((uintptr_t)&one.a, m->a + at, sizeof one.a))
+            return fault(s, "gemm A array", m->a, at + sizeof one.a);
+        if (!copy_range((uintptr_t)&one.b, m->b + at, sizeof one.b))
+            return fault(s, "gemm B array", m->b, at + sizeof one.b);
+        if (!copy_range((uintptr_t)&one.c, m->c + at, sizeof one.c))
+            return fault(s, "gemm C array", m->c, at + sizeof one.c);
+        CUresult rc = run_gemm(s, &one);
+        if (rc)
+            return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* C = alpha op(A) op(B) + beta C, column-major, read and written through the device's
  * view as a kernel would: operands are gathered into host buffers first. */
 CUresult run_gemm(struct fake_stream *s, const struct fakegpu_gemm *m)
 {
+    if (m->pointer_arrays)
+        return run_gemm_pointer_arrays(s, m);
     long a_rows = m->transa ? m->k : m->m, a_cols = m->transa ? m->m : m->k;
     long b_rows = m->transb ? m->n : m->k, b_cols = m->transb ? m->k : m->n;
     size_t a_span = gemm_span(a_rows, a_cols, m->lda, m->stride_a, m->batch, m->type);

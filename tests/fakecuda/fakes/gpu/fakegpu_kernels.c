@@ -6,6 +6,8 @@
  * natural alignment, a CUtensorMap 64-aligned), which cuFuncGetParamInfo reports.
  *   gb_copy16(dst, src, count)          count 16-byte vectors (the shim's copy kernel)
  *   fk_fill_u32(dst, value, count)      writes count u32
+ *   fk_fill_indirect(slot, value, count) writes count u32 at the address stored at slot in
+ *                                       device memory (a `__device__` global's pointer)
  *   fk_read_u32(src, count)             reads count u32 and takes a GPU's time for it: what
  *                                       lies in host memory as the device sees it costs
  *                                       FAKECUDA_LINK_NS_PER_KIB ns per KiB (default 500,
@@ -22,6 +24,7 @@
 static const struct fg_kernel kernels[] = {
     { "gb_copy16", 3, { 0, 8, 16 }, { 8, 8, 8 }, 24 },
     { "fk_fill_u32", 3, { 0, 8, 16 }, { 8, 4, 8 }, 24 },
+    { "fk_fill_indirect", 3, { 0, 8, 16 }, { 8, 4, 8 }, 24 },
     { "fk_read_u32", 2, { 0, 8 }, { 8, 8 }, 16 },
     { "fk_add_f32", 4, { 0, 8, 16, 24 }, { 8, 8, 8, 8 }, 32 },
     { "fk_struct", 9, { 0, 256, 264, 272, 280, 288, 296, 304, 312 }, { 256, 8, 8, 8, 8, 8, 8, 8, 8 }, 320 },
@@ -100,6 +103,20 @@ static uint64_t arg64(const unsigned char *a, size_t off)
     uint64_t v;
     memcpy(&v, a + off, 8);
     return v;
+}
+
+/* Writes count copies of the word v from dst. */
+static int fill_u32(uintptr_t dst, uint32_t v, uint64_t count)
+{
+    uint32_t buf[4096];
+    for (int j = 0; j < 4096; j++)
+        buf[j] = v;
+    for (uint64_t i = 0; i < count; i += 4096) {
+        size_t c = count - i < 4096 ? (size_t)(count - i) : 4096;
+        if (!dev_io(dst + i * 4, buf, c * 4, 1))
+            return 0;
+    }
+    return 1;
 }
 
 /* Adds 1.0f to n floats at p. */
@@ -205,17 +222,14 @@ CUresult run_kernel(struct fake_stream *s, struct fg_launch *l)
         uint64_t n = arg64(a, 16) * 16;
         if (!copy_range(arg64(a, 0), arg64(a, 8), n))
             return fault(s, name, arg64(a, 0), n);
-    } else if (!strcmp(name, "fk_fill_u32")) {
-        uint32_t v, buf[4096];
+    } else if (!strcmp(name, "fk_fill_u32") || !strcmp(name, "fk_fill_indirect")) {
+        uint32_t v;
         memcpy(&v, a + 8, 4);
         uint64_t count = arg64(a, 16), dst = arg64(a, 0);
-        for (int j = 0; j < 4096; j++)
-            buf[j] = v;
-        for (uint64_t i = 0; i < count; i += 4096) {
-            size_t c = count - i < 4096 ? (size_t)(count - i) : 4096;
-            if (!dev_io(dst + i * 4, buf, c * 4, 1))
-                return fault(s, name, dst, count * 4);
-        }
+        if (!strcmp(name, "fk_fill_indirect") && !dev_io(arg64(a, 0), &dst, 8, 0))
+            return fault(s, name, arg64(a, 0), 8);
+        if (!fill_u32(dst, v, count))
+            return fault(s, name, dst, count * 4);
     } else if (!strcmp(name, "fk_read_u32")) {
         uint64_t src = arg64(a, 0), count = arg64(a, 8);
         if (count > UINT64_MAX / 4 || !read_timed(src, count * 4))
