@@ -39,6 +39,10 @@ use crate::sys::stats::{self, STATS};
 /// Most bytes moved before the thread waits for them.
 const GROUP_BYTES: u64 = 2 << 30;
 
+/// Most bytes moved into VRAM before the thread waits for them and reads free VRAM again
+/// (`arrivals_may_go`): what one group may take of the headroom past the plan.
+const ARRIVAL_GROUP_BYTES: u64 = 256 << 20;
+
 /// Most bytes a tick demotes to swap roles (`tiering::Room::swap_limit`): one group, about
 /// 0.2 s of demotion on the H200.
 const SWAP_BYTES: u64 = GROUP_BYTES;
@@ -67,12 +71,24 @@ struct MoveStream {
     stream: Stream,
 }
 
-/// What the thread keeps per device: bytes demoted since free VRAM last stood at the
-/// headroom, and the lock its ticks take.
+/// What the thread keeps per device: what its ticks carry over (`Carried`), and the lock
+/// they take.
 struct PerDevice {
     device: CuDevice,
-    answered: u64,
+    carried: Carried,
     lock: ShmPath,
+}
+
+/// What one tick leaves the next on a device, both reset once free VRAM stands at the
+/// headroom again.
+#[derive(Clone, Copy, Debug, Default)]
+struct Carried {
+    /// Bytes demoted since free VRAM last stood at the headroom.
+    answered: u64,
+    /// Moves into VRAM took fresh VRAM where the driver was to give back what this
+    /// process's moves out had left it (`arrivals_may_go` stopped them): no swapping
+    /// while free VRAM is under the headroom.
+    swaps_took_fresh: bool,
 }
 
 fn run() {
@@ -99,7 +115,7 @@ fn run() {
                 Some(index) => index,
                 None => {
                     let lock = tier_lock::lock_path(cuda::pci_address(device));
-                    known.push(PerDevice { device, answered: 0, lock });
+                    known.push(PerDevice { device, carried: Carried::default(), lock });
                     known.len() - 1
                 }
             };
@@ -117,29 +133,30 @@ fn run() {
                 }
             };
             let context = members[0].context();
-            this.answered = cuda::with_context(context, || tick(device, &members, this.answered, &mut streams));
+            this.carried = cuda::with_context(context, || tick(device, &members, this.carried, &mut streams));
             drop(held);
         }
     }
 }
 
-/// One tick on `device` (a context of it current): measure, plan, move. Returns the
-/// bytes answered from now on.
-fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec<MoveStream>) -> u64 {
+/// One tick on `device` (a context of it current): measure, plan, move. Returns what the
+/// next tick carries over.
+fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut Vec<MoveStream>) -> Carried {
     let config = config::get();
     let (Some((free, total)), Some(physical)) = (cuda::device_memory(), cuda::physical_vram(device)) else {
-        return answered;
+        return carried;
     };
     let headroom = Rules::of(config).headroom(device, physical.max(total));
-    let answered = if free >= headroom { 0 } else { answered };
+    let carried = if free >= headroom { Carried::default() } else { carried };
     let room = Room {
         free,
         headroom,
         budget_room: budget::promotion_room(device, false),
         loaded_room: budget::promotion_room(device, true),
-        answered,
+        answered: carried.answered,
         demote: config.demote,
         swap_limit: SWAP_BYTES,
+        swaps_while_short: !carried.swaps_took_fresh,
     };
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
@@ -160,7 +177,7 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
         .collect();
     let moves = tiering::plan(&room, &candidates);
     if moves.is_empty() {
-        return answered;
+        return carried;
     }
     log_heat_table(device, &runs, &candidates, &moves);
     let chosen: Vec<(&Run<'_>, Move)> = moves
@@ -175,7 +192,21 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
     let (leaving, arriving): (Vec<_>, Vec<_>) =
         chosen.iter().partition(|(_, step)| matches!(step, Move::Demote(_) | Move::SwapOut(_)));
     let mut moved = Moved::default();
-    for group in groups(&leaving).into_iter().chain(groups(&arriving)) {
+    for group in groups(&leaving, GROUP_BYTES) {
+        move_group(device, group, streams, &mut moved);
+    }
+    let mut arrivals = Arrivals { fresh: room.fillable(), first_free: None, stopped: false };
+    for group in groups(&arriving, ARRIVAL_GROUP_BYTES) {
+        if !arrivals.may_go() {
+            info!(
+                "live tiering on device {}: moves into VRAM took {} of free VRAM where {} was planned \
+                 (the driver did not give back what this tick moved out): the rest wait",
+                device,
+                Mib(arrivals.taken()),
+                Mib(arrivals.fresh)
+            );
+            break;
+        }
         move_group(device, group, streams, &mut moved);
     }
     publish::update();
@@ -188,7 +219,43 @@ fn tick(device: CuDevice, members: &[&Movable], answered: u64, streams: &mut Vec
         Mib(moved.demoted),
         Mib(moved.swapped_out)
     );
-    answered + moved.demoted
+    Carried {
+        answered: carried.answered + moved.demoted,
+        swaps_took_fresh: carried.swaps_took_fresh || arrivals.stopped,
+    }
+}
+
+/// A tick's moves into VRAM, group by group. The driver keeps the VRAM that a move out
+/// gave back (free VRAM does not rise: bench/results/movable-vram-probe-2026-12-05.md),
+/// gives it to another process that asks, and to this process's later moves in; but on
+/// the H200 moves in right after the same tick's moves out took fresh VRAM instead
+/// (free VRAM fell from 1525 to 3 MiB after a 1.9 GB swap). So free VRAM is read again
+/// before every group in, and they stop once they took more of it than the promotions'
+/// room (`Room::fillable`): past the plan by one group at most.
+struct Arrivals {
+    /// Free VRAM the plan let moves in take.
+    fresh: u64,
+    /// Free VRAM before the first group in.
+    first_free: Option<u64>,
+    /// Whether they stopped short.
+    stopped: bool,
+}
+
+impl Arrivals {
+    fn may_go(&mut self) -> bool {
+        let Some((free, _)) = cuda::device_memory() else {
+            self.stopped = true;
+            return false;
+        };
+        let first = *self.first_free.get_or_insert(free);
+        self.stopped = first.saturating_sub(free) > self.fresh;
+        !self.stopped
+    }
+
+    /// Free VRAM taken so far (as last read).
+    fn taken(&self) -> u64 {
+        cuda::device_memory().map_or(0, |(free, _)| self.first_free.unwrap_or(free).saturating_sub(free))
+    }
 }
 
 /// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
@@ -247,7 +314,7 @@ struct Moved {
 pub(super) fn swap_out_now(device: CuDevice, victims: &[Run<'_>]) -> u64 {
     let moves: Vec<(&Run<'_>, Move)> = victims.iter().enumerate().map(|(i, run)| (run, Move::SwapOut(i))).collect();
     let (mut streams, mut moved) = (Vec::new(), Moved::default());
-    for group in groups(&moves) {
+    for group in groups(&moves, GROUP_BYTES) {
         move_group(device, group, &mut streams, &mut moved);
     }
     for made in streams {
@@ -292,12 +359,12 @@ impl RunMove<'_> {
     }
 }
 
-/// `moves` cut into groups of at most `GROUP_BYTES` (one run larger is a group).
-fn groups<'a>(moves: &'a [(&'a Run<'a>, Move)]) -> Vec<&'a [(&'a Run<'a>, Move)]> {
+/// `moves` cut into groups of at most `most` bytes (one run larger is a group).
+fn groups<'a>(moves: &'a [(&'a Run<'a>, Move)], most: u64) -> Vec<&'a [(&'a Run<'a>, Move)]> {
     let mut cut = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, (run, _)) in moves.iter().enumerate() {
-        if i > start && bytes + run.bytes > GROUP_BYTES {
+        if i > start && bytes + run.bytes > most {
             cut.push(&moves[start..i]);
             (start, bytes) = (i, 0);
         }

@@ -75,6 +75,9 @@ pub struct Room {
     pub demote: bool,
     /// Most bytes one tick demotes to swap roles.
     pub swap_limit: u64,
+    /// Whether roles may swap while free VRAM is under the headroom (the shortfall
+    /// answered): not once moves in were seen to take fresh VRAM there.
+    pub swaps_while_short: bool,
 }
 
 /// How many times hotter per byte a T2 allocation must be than the allocations it
@@ -122,7 +125,19 @@ impl Room {
 /// The moves for one tick: demotions when someone needs VRAM, else promotions that fit.
 pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
     if room.free < room.headroom {
-        return if room.demote { demotions(room.shortfall(), candidates) } else { Vec::new() };
+        let shortfall = room.shortfall();
+        if shortfall > 0 || room.pressing() {
+            return if room.demote { demotions(shortfall, candidates) } else { Vec::new() };
+        }
+        // Answered: free VRAM reads under the headroom because the driver keeps what was
+        // demoted. Nothing is promoted into it, but roles still swap inside the VRAM this
+        // process holds (a swap in reuses what its swap out left the driver), unless
+        // moves in were seen to take fresh VRAM instead.
+        let mut moves = Vec::new();
+        if room.swaps_while_short {
+            swaps(room.swap_limit, candidates, &mut moves);
+        }
+        return moves;
     }
     let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| wants_vram(&candidates[i])).collect();
     order.sort_by_key(|&i| {
@@ -276,6 +291,7 @@ mod tests {
             answered: 0,
             demote: true,
             swap_limit: 0,
+            swaps_while_short: true,
         }
     }
 
@@ -398,7 +414,7 @@ mod tests {
     }
 
     #[test]
-    fn promotions_come_before_swaps_and_nothing_swaps_while_short() {
+    fn promotions_come_before_swaps_and_nothing_swaps_while_short_of_an_unanswered_headroom() {
         // Room for one promotion: the hottest is promoted, the next swaps.
         let candidates = [at(G, false, 50 * G, 0), at(G, false, 40 * G, 1), at(G, true, 0, 2)];
         let roomy = Room { budget_room: G, swap_limit: 4 * G, ..room(3 * G) };
@@ -406,5 +422,13 @@ mod tests {
         // Free VRAM under the headroom: demotions only, whatever the heat.
         let short = Room { swap_limit: 4 * G, ..room(G / 2) };
         assert_eq!(plan(&short, &candidates), vec![Move::Demote(2)]);
+        // The shortfall answered (free VRAM does not rise when we demote): swaps, no promotion.
+        let answered = Room { answered: G / 2, ..short };
+        assert_eq!(plan(&answered, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
+        // Unless swaps were seen to take fresh VRAM there.
+        assert_eq!(plan(&Room { swaps_while_short: false, ..answered }, &candidates), vec![]);
+        // Pressing (the driver evicts for someone): demotions again, answered or not.
+        let pressing = Room { answered: 10 * G, ..Room { swap_limit: 4 * G, ..room(G / 8) } };
+        assert_eq!(plan(&pressing, &candidates), vec![Move::Demote(2)]);
     }
 }
