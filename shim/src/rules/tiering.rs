@@ -11,7 +11,10 @@
 //!   the headroom counts as answered. Free VRAM under a quarter of the headroom means
 //!   the driver is already evicting managed pages for someone: then every tick demotes
 //!   another shortfall's worth — device-resident managed memory beyond what is free is
-//!   the oversubscription that can stall a shared GPU.
+//!   the oversubscription that can stall a shared GPU. Once the shortfall is answered,
+//!   nothing is promoted, but roles still swap (below): a swap in reuses what its swap
+//!   out left the driver, unless the tier thread saw moves in take fresh VRAM there
+//!   (`Room::swaps_while_short`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
 //!   allocations in T2 go to VRAM, the hottest first: the most read by matrix products
