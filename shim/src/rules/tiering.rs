@@ -8,13 +8,14 @@
 //!   in VRAM go back to T2, coldest first, until the shortfall is answered. The driver
 //!   keeps demoted memory counted as used until another process asks for it, so free
 //!   VRAM does not rise when we demote: what was demoted since free VRAM last stood at
-//!   the headroom counts as answered. Free VRAM under a quarter of the headroom means
-//!   the driver is already evicting managed pages for someone: then every tick demotes
-//!   another shortfall's worth — device-resident managed memory beyond what is free is
-//!   the oversubscription that can stall a shared GPU. Once the shortfall is answered,
-//!   nothing is promoted, but roles still swap (below): a swap in reuses what its swap
-//!   out left the driver, unless the tier thread saw moves in take fresh VRAM there
-//!   (`Room::swaps_while_short`).
+//!   the headroom counts as answered, also when free VRAM is under a quarter of the
+//!   headroom (the driver may be evicting managed pages for someone): the chunks the
+//!   driver keeps go to whoever asks (bench/results/movable-vram-probe-2026-12-05.md),
+//!   and demoting again at every tick sent all of an 18 GB model to T2 on the H200 (a
+//!   16384-token prefill 60x slower than on a free GPU). Once the shortfall is answered,
+//!   nothing is promoted, but roles still swap (below) unless free VRAM is under a
+//!   quarter of the headroom: a swap in reuses what its swap out left the driver, unless
+//!   the tier thread saw moves in take fresh VRAM there (`Room::swaps_while_short`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
 //!   allocations in T2 go to VRAM, the hottest first: the most read by matrix products
@@ -104,12 +105,7 @@ pub enum Move {
 impl Room {
     /// VRAM someone needs that is not answered yet.
     fn shortfall(&self) -> u64 {
-        let short = self.headroom.saturating_sub(self.free);
-        if self.pressing() {
-            short
-        } else {
-            short.saturating_sub(self.answered)
-        }
+        self.headroom.saturating_sub(self.free).saturating_sub(self.answered)
     }
 
     /// Free VRAM so low that the driver evicts managed memory for others: what is in
@@ -129,7 +125,7 @@ impl Room {
 pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
     if room.free < room.headroom {
         let shortfall = room.shortfall();
-        if shortfall > 0 || room.pressing() {
+        if shortfall > 0 {
             return if room.demote { demotions(shortfall, candidates) } else { Vec::new() };
         }
         // Answered: free VRAM reads under the headroom because the driver keeps what was
@@ -137,7 +133,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
         // process holds (a swap in reuses what its swap out left the driver), unless
         // moves in were seen to take fresh VRAM instead.
         let mut moves = Vec::new();
-        if room.swaps_while_short {
+        if room.swaps_while_short && !room.pressing() {
             swaps(room.swap_limit, candidates, &mut moves);
         }
         return moves;
@@ -357,11 +353,13 @@ mod tests {
     }
 
     #[test]
-    fn under_pressure_every_tick_demotes_again() {
+    fn under_pressure_a_shortfall_is_answered_once() {
         let candidates = [at(G, true, 0, 0), at(G, true, 0, 1), at(G, true, 0, 2)];
-        // Free VRAM under a quarter of the headroom: the driver is evicting for someone.
-        let pressing = Room { answered: 10 * G, ..room(G / 8) };
+        // Free VRAM under a quarter of the headroom: the driver may be evicting for someone.
+        let pressing = room(G / 8);
         assert_eq!(plan(&pressing, &candidates), vec![Move::Demote(2)], "newest of equally cold first");
+        // Once answered, nothing more goes: free VRAM does not rise when we demote.
+        assert_eq!(plan(&Room { answered: G, ..pressing }, &candidates), vec![]);
         // Nothing in VRAM: nothing to do.
         assert_eq!(plan(&pressing, &[at(G, false, 0, 0)]), vec![]);
     }
@@ -430,8 +428,8 @@ mod tests {
         assert_eq!(plan(&answered, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
         // Unless swaps were seen to take fresh VRAM there.
         assert_eq!(plan(&Room { swaps_while_short: false, ..answered }, &candidates), vec![]);
-        // Pressing (the driver evicts for someone): demotions again, answered or not.
+        // Pressing (the driver may evict for someone), answered: no swaps either.
         let pressing = Room { answered: 10 * G, ..Room { swap_limit: 4 * G, ..room(G / 8) } };
-        assert_eq!(plan(&pressing, &candidates), vec![Move::Demote(2)]);
+        assert_eq!(plan(&pressing, &candidates), vec![]);
     }
 }
