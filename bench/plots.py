@@ -101,7 +101,7 @@ def decode_source(results):
     return best[1] if best else None
 
 
-FLOOR_LINE = re.compile(r"^(PASS|FAIL) (shared[\w.]*)\.free_floor: free VRAM (?:never below|fell to) (\d+) MiB "
+FLOOR_LINE = re.compile(r"^(PASS|FAIL) ([\w.]+)\.free_floor: free VRAM (?:never below|fell to) (\d+) MiB "
                         r"\(floor (\d+) MiB\)")
 
 
