@@ -167,6 +167,15 @@ t_control_fake_managed() {
         "$BIN/gbdriver" managed-fake-model || return 1
     log_has "cuMemPrefetchAsync_v2 .* -> 0" "the fake did not log its prefetches"
 }
+t_control_fake_managed_kept() {
+    # FAKECUDA_MANAGED_KEEPS_VRAM alone (drv_managed_tests.c managed-kept): the VRAM managed
+    # pages leave stays taken, moves in take fresh VRAM, an allocation past free VRAM (this
+    # process's, then another's) takes the kept VRAM first, a free gives back the rest.
+    share=$work/control-fake-managed-kept.share
+    rm -f "$share"
+    run control-fake-managed-kept FAKECUDA_MANAGED_KEEPS_VRAM=1 FAKECUDA_DEVICE_SHARE="$share" \
+        GBTEST_BALLOON_BIN="$BIN/gbballoon" "$BIN/gbdriver" managed-kept
+}
 t_control_runtime_uses_getprocaddress() {
     run control-runtime-getprocaddress "$BIN/gbtest-rt13" no-t2 || return 1
     log_has "cuGetProcAddress_v2 sym=cuMemAlloc ver=13000" "fake cudart 13 did not fetch cuMemAlloc through cuGetProcAddress_v2"
@@ -436,7 +445,7 @@ t_kmod_import_and_pin() {
     fi
 }
 
-control_tests="control_fake_selftest control_fake_detectors control_fake_managed control_runtime_uses_getprocaddress control_alloc4x_fails
+control_tests="control_fake_selftest control_fake_detectors control_fake_managed control_fake_managed_kept control_runtime_uses_getprocaddress control_alloc4x_fails
 control_gpa_unhooked control_vmm_fails control_async_fails control_runtime_dlsym_fails control_expandable_fails control_lasterror_fails control_discover_physical control_framework_rtld_local"
 shim_tests="alloc4x_rt13 alloc4x_rt12 alloc4x_fw caps_physical_rt13 caps_physical_rt12 caps_physical_fw
 caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_physical discover_combined runtime_dlsym_13 runtime_dlsym_12 placement

@@ -86,6 +86,24 @@ t_tier_swap_off_fails() {
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_VRAM_HEADROOM=$TIER_HEADROOM GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_TIERING=off "$BIN/gbtier" swap $TIER_BLOCK
 }
+t_tier_swap_kept() {
+    # The same swap on a 3 GiB device that keeps the VRAM managed pages leave and gives
+    # moves into VRAM fresh VRAM (the H200's worst case), 8 working blocks of 48 MiB (one
+    # run each; more than one 256 MiB arrival group) and a 512 MiB headroom: the moves in
+    # stop one group past the plan, the shim says so, and nothing is demoted after.
+    tier_run tier-swap-kept FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) \
+        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=info "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 || return 1
+    out_has "moves into VRAM took .* the rest wait" "want the tier thread to stop the moves into VRAM past its plan"
+}
+t_tier_swap_kept_steps() {
+    # The same, 2 more working blocks named every 60 rounds: each swap one group that takes
+    # fresh VRAM; remembered after the first, so that later ones wait.
+    tier_run tier-swap-kept-steps FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=info \
+        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 2 || return 1
+    out_has "swaps into VRAM took .* no swaps while free VRAM is under the headroom" \
+        "want the tier thread to remember that swaps took fresh VRAM"
+}
 t_tier_make_room() {
     # An allocation made while computing takes VRAM at once, a weight block making room.
     tier_run tier-make-room GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" make-room $TIER_BLOCK || return 1
@@ -148,4 +166,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

@@ -2,11 +2,12 @@
 //! hook runs (`allocate`: placement, then VRAM, a split range, movable T2 or T2; room
 //! made at once for the working set, `make_room`), and live tiering's thread
 //! (`tier_thread`) with the per-GPU lock it shares with the other processes under the
-//! shim (`tier_lock`).
+//! shim (`tier_lock`) and the heat table it logs (`heat_table`).
 //!
 //! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod allocate;
+mod heat_table;
 mod make_room;
 mod tier_lock;
 pub(crate) mod tier_thread;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
+use crate::engine::heat_table;
 use crate::engine::tier_lock::{self, Turn};
 use crate::memory::budget;
 use crate::memory::movable::{self, Movable, Run};
@@ -30,7 +31,7 @@ use crate::memory::movable_part::{Part, Reserved, Started};
 use crate::memory::release;
 use crate::rules::config;
 use crate::rules::placement::Rules;
-use crate::rules::tiering::{self, Candidate, Move, Room};
+use crate::rules::tiering::{self, Candidate, Carried, Move, Outcome, Room};
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::shm_path::ShmPath;
@@ -77,18 +78,6 @@ struct PerDevice {
     device: CuDevice,
     carried: Carried,
     lock: ShmPath,
-}
-
-/// What one tick leaves the next on a device, both reset once free VRAM stands at the
-/// headroom again.
-#[derive(Clone, Copy, Debug, Default)]
-struct Carried {
-    /// Bytes demoted since free VRAM last stood at the headroom.
-    answered: u64,
-    /// Moves into VRAM took fresh VRAM where the driver was to give back what this
-    /// process's moves out had left it (`arrivals_may_go` stopped them): no swapping
-    /// while free VRAM is under the headroom.
-    swaps_took_fresh: bool,
 }
 
 fn run() {
@@ -179,7 +168,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
     if moves.is_empty() {
         return carried;
     }
-    log_heat_table(device, &runs, &candidates, &moves);
+    heat_table::log(device, &runs, &candidates, &moves);
     let chosen: Vec<(&Run<'_>, Move)> = moves
         .iter()
         .map(|&step| match step {
@@ -195,7 +184,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
     for group in groups(&leaving, GROUP_BYTES) {
         move_group(device, group, streams, &mut moved);
     }
-    let mut arrivals = Arrivals { fresh: room.fillable(), first_free: None, stopped: false };
+    let mut arrivals = Arrivals { fresh: room.fillable(), first_free: None };
     for group in groups(&arriving, ARRIVAL_GROUP_BYTES) {
         if !arrivals.may_go() {
             info!(
@@ -209,6 +198,22 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         }
         move_group(device, group, streams, &mut moved);
     }
+    // Read once more after the last group: one group alone may have taken fresh VRAM.
+    let outcome = Outcome {
+        demoted: moved.demoted,
+        swapped_in: moved.swapped_in,
+        planned: arrivals.fresh,
+        taken: arrivals.taken(),
+    };
+    let next = carried.after(&outcome);
+    if next.swaps_took_fresh && !carried.swaps_took_fresh {
+        info!(
+            "live tiering on device {}: swaps into VRAM took {} of free VRAM past the plan: no swaps while free VRAM \
+             is under the headroom",
+            device,
+            Mib(outcome.kept_by_swaps())
+        );
+    }
     publish::update();
     debug!(
         "live tiering on device {}: {} free, headroom {}, {} moves ({} demoted, {} swapped)",
@@ -219,10 +224,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         Mib(moved.demoted),
         Mib(moved.swapped_out)
     );
-    Carried {
-        answered: carried.answered + moved.demoted,
-        swaps_took_fresh: carried.swaps_took_fresh || arrivals.stopped,
-    }
+    next
 }
 
 /// A tick's moves into VRAM, group by group. The driver keeps the VRAM that a move out
@@ -231,69 +233,26 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
 /// the H200 moves in right after the same tick's moves out took fresh VRAM instead
 /// (free VRAM fell from 1525 to 3 MiB after a 1.9 GB swap). So free VRAM is read again
 /// before every group in, and they stop once they took more of it than the promotions'
-/// room (`Room::fillable`): past the plan by one group at most.
+/// room (`Room::fillable`): past the plan by one group at most. What they took in the end
+/// (`taken`) tells the next ticks (`Carried::after`).
 struct Arrivals {
     /// Free VRAM the plan let moves in take.
     fresh: u64,
     /// Free VRAM before the first group in.
     first_free: Option<u64>,
-    /// Whether they stopped short.
-    stopped: bool,
 }
 
 impl Arrivals {
     fn may_go(&mut self) -> bool {
-        let Some((free, _)) = cuda::device_memory() else {
-            self.stopped = true;
-            return false;
-        };
+        let Some((free, _)) = cuda::device_memory() else { return false };
         let first = *self.first_free.get_or_insert(free);
-        self.stopped = first.saturating_sub(free) > self.fresh;
-        !self.stopped
+        first.saturating_sub(free) <= self.fresh
     }
 
     /// Free VRAM taken so far (as last read).
     fn taken(&self) -> u64 {
-        cuda::device_memory().map_or(0, |(free, _)| self.first_free.unwrap_or(free).saturating_sub(free))
-    }
-}
-
-/// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
-/// runs per byte first, at most `HEAT_ROWS`, each with where it is, its size, its heat
-/// and what this tick does with it.
-fn log_heat_table(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], moves: &[Move]) {
-    const HEAT_ROWS: usize = 16;
-    if !crate::sys::log::enabled(crate::sys::log::Level::Debug) {
-        return;
-    }
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
-    let heat = |i: usize| (candidates[i].heat, candidates[i].bytes);
-    order.sort_by(|&a, &b| tiering::per_byte(heat(b), heat(a)));
-    debug!(
-        "live tiering on device {}: heat table ({} runs of movable memory, hottest per byte first)",
-        device,
-        order.len()
-    );
-    for &i in order.iter().take(HEAT_ROWS) {
-        let (c, run) = (&candidates[i], &runs[i]);
-        let step = moves.iter().find_map(|step| match *step {
-            Move::Promote(j) if j == i => Some("promote"),
-            Move::Demote(j) if j == i => Some("demote"),
-            Move::Refresh(j) if j == i => Some("refresh"),
-            Move::SwapIn(j) if j == i => Some("swap in"),
-            Move::SwapOut(j) if j == i => Some("swap out"),
-            _ => None,
-        });
-        debug!(
-            "  {:#x} {} in {}: heat {} ({} per MiB){}{}",
-            run.address(),
-            Mib(c.bytes),
-            if c.in_vram { "VRAM" } else { "T2" },
-            Mib(c.heat),
-            Mib(c.heat / (c.bytes >> 20).max(1)),
-            if c.after_computing { ", allocated computing" } else { "" },
-            step.map_or(String::new(), |step| format!(": {step}"))
-        );
+        let Some(first) = self.first_free else { return 0 };
+        cuda::device_memory().map_or(0, |(free, _)| first.saturating_sub(free))
     }
 }
 
@@ -304,6 +263,8 @@ struct Moved {
     demoted: u64,
     /// Bytes sent to T2 to swap roles.
     swapped_out: u64,
+    /// Bytes moved to VRAM by swaps.
+    swapped_in: u64,
     /// Of those, the VRAM not yet taken by swaps in.
     swap_room: u64,
 }
@@ -463,6 +424,9 @@ fn move_group<'a>(
             }
             Move::Promote(_) | Move::SwapIn(_) => {
                 promoted_any = true;
+                if matches!(step, Move::SwapIn(_)) {
+                    moved.swapped_in += bytes;
+                }
                 stats::bump(&STATS.promotions);
                 STATS.promoted_bytes.fetch_add(bytes, Ordering::Relaxed);
             }

@@ -423,6 +423,9 @@ int fakegpu_ptr_device(CUdeviceptr p);
 /* Bytes of VRAM in use on the device by every process that shares it
  * (FAKECUDA_DEVICE_SHARE), this one included; without a share, fakegpu_vram_used(). */
 size_t fakegpu_device_used(void);
+/* FAKECUDA_MANAGED_KEEPS_VRAM: of that, the VRAM managed pages left that the device keeps
+ * (every process's with a share file); 0 without the setting. */
+size_t fakegpu_vram_kept(void);
 /* Live VMM objects: handles not yet freed (released and unmapped), reserved address
  * ranges, mappings. A program that gave everything back has the counts it started with. */
 struct fakegpu_vmm_counts { size_t handles, reservations, mappings; };

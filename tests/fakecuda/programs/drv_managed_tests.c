@@ -1,9 +1,12 @@
 /* gbdriver (see drv_tests.c): the fake's own managed memory, a self-test without the
- * shim. */
+ * shim; with FAKECUDA_MANAGED_KEEPS_VRAM, the VRAM its pages leave (managed-kept). */
 #define _GNU_SOURCE
 #include "drv_tests.h"
 
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- the fake's managed memory (fake self-test, no shim): data at the host address
  * wherever it is resident, residency taking VRAM, prefetch a stream-ordered hint, and
@@ -253,5 +256,108 @@ int test_managed_fake_model(int argc, char **argv)
     OK(cuStreamDestroy_v2(low));
 #undef ATTR
 #undef MOVED
+    return 0;
+}
+
+/* ---- FAKECUDA_MANAGED_KEEPS_VRAM (fake self-test, no shim; a share file and
+ * GBTEST_BALLOON_BIN): VRAM managed pages leave stays taken from the device, a move into
+ * VRAM takes fresh VRAM, and an allocation that finds too little free VRAM takes the kept
+ * VRAM first, in this process or in another (gbballoon) ---- */
+
+/* Free VRAM as cuMemGetInfo reports it, checked against the device's VRAM in use. */
+static size_t kept_free(void)
+{
+    size_t free_bytes = 0, total = 0;
+    OK(cuMemGetInfo_v2(&free_bytes, &total));
+    CHECK(free_bytes == total - fakegpu_device_used(), "cuMemGetInfo says %zu MiB free, the device %zu MiB\n",
+          free_bytes >> 20, (total - fakegpu_device_used()) >> 20);
+    return free_bytes;
+}
+
+/* Runs gbballoon holding `hold` bytes; returns its pid and its output in *out once ready. */
+static pid_t kept_balloon(size_t hold, FILE **out)
+{
+    const char *bin = getenv("GBTEST_BALLOON_BIN");
+    CHECK(bin, "needs GBTEST_BALLOON_BIN\n");
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe\n");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork\n");
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        setenv("FAKECUDA_LOG", "/dev/null", 1);
+        char size[32];
+        snprintf(size, sizeof size, "%zu", hold);
+        execl(bin, bin, size, "0", "60", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    *out = fdopen(fds[0], "r");
+    char line[256] = "";
+    CHECK(fgets(line, sizeof line, *out) && !strncmp(line, "ready", 5), "the balloon did not start: %s\n", line);
+    return pid;
+}
+
+int test_managed_kept(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    const size_t page = 2 * MiB, n = 4 * page;
+    const CUmemLocation host = { CU_MEM_LOCATION_TYPE_HOST, 0 }, dev0 = { CU_MEM_LOCATION_TYPE_DEVICE, 0 };
+    CHECK(getenv("FAKECUDA_DEVICE_SHARE"), "needs FAKECUDA_DEVICE_SHARE\n");
+    primary_context_current();
+    size_t free0 = kept_free();
+    CHECK(fakegpu_vram_kept() == 0, "%zu MiB kept at the start\n", fakegpu_vram_kept() >> 20);
+    CUdeviceptr a, small, big;
+    OK(cuMemAllocManaged(&a, n, CU_MEM_ATTACH_GLOBAL));
+    OK(fakegpu_launch_fill(a, n, 51, NULL));
+#define KEPT_STEP(what, want_free, want_kept)                                                                    \
+    do {                                                                                                         \
+        size_t f_ = kept_free(), k_ = fakegpu_vram_kept();                                                       \
+        CHECK(f_ == (want_free) && k_ == (want_kept), "%s: %zu MiB free, %zu MiB kept; want %zu and %zu\n", what, \
+              f_ >> 20, k_ >> 20, (size_t)(want_free) >> 20, (size_t)(want_kept) >> 20);                         \
+    } while (0)
+    OK(cuMemPrefetchAsync_v2(a, n, dev0, 0, NULL));
+    KEPT_STEP("prefetched to the device", free0 - n, 0);
+    OK(cuMemPrefetchAsync_v2(a, n, host, 0, NULL));
+    KEPT_STEP("back on the host: the device keeps its VRAM", free0 - n, n);
+    OK(cuMemPrefetchAsync_v2(a, n, dev0, 0, NULL));
+    KEPT_STEP("to the device again: fresh VRAM", free0 - 2 * n, n);
+    OK(cuMemPrefetchAsync_v2(a, n, host, 0, NULL));
+    KEPT_STEP("on the host again", free0 - 2 * n, 2 * n);
+    /* An allocation that fits what is free takes free VRAM. */
+    OK(cuMemAlloc_v2(&small, page));
+    KEPT_STEP("a page allocated", free0 - 2 * n - page, 2 * n);
+    /* One larger than what is free takes the kept VRAM first, then free VRAM. */
+    size_t want = free0 - 2 * n - page + 2 * page;
+    OK(cuMemAlloc_v2(&big, want));
+    KEPT_STEP("an allocation past free VRAM", free0 - 2 * n - page - (want - 2 * n), 0);
+    OK(cuMemFree_v2(big));
+    KEPT_STEP("freed", free0 - page, 0);
+    /* Another process's allocation past free VRAM takes what this one's pages left. */
+    OK(cuMemPrefetchAsync_v2(a, n, dev0, 0, NULL));
+    OK(cuMemPrefetchAsync_v2(a, n, host, 0, NULL));
+    KEPT_STEP("kept again", free0 - page - n, n);
+    FILE *out;
+    size_t hold = free0 - page - n + page;
+    pid_t other = kept_balloon(hold, &out);
+    KEPT_STEP("another process took the kept VRAM", free0 - page - n - (hold - n), 0);
+    kill(other, SIGTERM);
+    int status = 0;
+    waitpid(other, &status, 0);
+    fclose(out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the balloon failed (status %d)\n", status);
+    KEPT_STEP("the other process left", free0 - page, 0);
+    /* Freeing the allocation gives back what its pages left that the device still keeps. */
+    OK(cuMemPrefetchAsync_v2(a, n, dev0, 0, NULL));
+    OK(cuMemPrefetchAsync_v2(a, n, host, 0, NULL));
+    KEPT_STEP("kept once more", free0 - page - n, n);
+    unsigned long long bad = 0;
+    OK(fakegpu_launch_verify(a, n, 51, NULL, &bad));
+    CHECK(bad == 0, "managed data changed by its moves: %llu wrong words\n", bad);
+    OK(cuMemFree_v2(a));
+    OK(cuMemFree_v2(small));
+    KEPT_STEP("everything freed", free0, 0);
+#undef KEPT_STEP
     return 0;
 }

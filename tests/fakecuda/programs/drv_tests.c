@@ -393,6 +393,7 @@ int main(int argc, char **argv)
         { "hostreg", test_hostreg }, { "detectors", test_detectors },
         { "driver-split", test_driver_split }, { "devices", test_devices },
         { "managed-fake-model", test_managed_fake_model },
+        { "managed-kept", test_managed_kept },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     return run_named_test(tests, sizeof tests / sizeof *tests, argc, argv, prepare_device);

@@ -36,5 +36,6 @@ CUresult cuDeviceGetCount(int *);
 extern size_t vram;
 
 int test_managed_fake_model(int argc, char **argv);
+int test_managed_kept(int argc, char **argv);
 
 #endif

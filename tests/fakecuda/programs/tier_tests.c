@@ -14,6 +14,8 @@
  *                                    back once there is room)
  *   gbtier pair BLOCK               (FAKECUDA_PREFETCH_DELAY_US: two processes under the
  *                                    shim never promote into the same free VRAM)
+ *   gbtier swap-kept BLOCK N        (FAKECUDA_MANAGED_KEEPS_VRAM=1: moves into VRAM take
+ *                                    fresh VRAM; tier_kept.c)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -468,6 +470,7 @@ int main(int argc, char **argv)
         { "pair", test_pair },
         { "pair-child", test_pair_child },
         { "swap", test_swap },
+        { "swap-kept", test_swap_kept },
         { "ipc", test_ipc },
         { "make-room", test_make_room },
         { "attributes", test_attributes },

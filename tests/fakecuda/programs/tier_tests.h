@@ -81,6 +81,10 @@ int test_attributes(int argc, char **argv);
 int test_uncontested(int argc, char **argv);
 int test_pool(int argc, char **argv);
 
+/* tier_kept.c: a swap of roles on a device that keeps the VRAM managed pages leave
+ * (FAKECUDA_MANAGED_KEEPS_VRAM). */
+int test_swap_kept(int argc, char **argv);
+
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
  * kernel times. */
 int test_ranges(int argc, char **argv);

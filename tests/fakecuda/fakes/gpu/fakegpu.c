@@ -33,7 +33,11 @@
  *
  * Managed memory (cuMemAllocManaged, advice, prefetches) is managed.c's: its data is
  * host memory at the device address, which device_view lets the fake GPU reach; only its
- * residency takes VRAM, through fg_vram_take_locked.
+ * residency takes VRAM, through fg_vram_take_locked. FAKECUDA_MANAGED_KEEPS_VRAM=1 makes
+ * the device keep the VRAM managed pages leave, as the real driver's managed-memory
+ * allocator does: free VRAM does not rise, a later move into VRAM takes fresh VRAM, and an
+ * allocation that finds too little free VRAM (of any process sharing the device) takes
+ * the kept VRAM first (fakegpu_vram.c; a second counter in the share file).
  *
  * Files, each using only those listed before it: this one (the state, log, setup,
  * contexts), fakegpu_vram.c (VRAM pages), fakegpu_hostreg.c, fakegpu_vmm.c, managed.c
@@ -87,7 +91,8 @@ void fg_note_fault(const char *what)
 
 /* ------------------------------------------------------------------ setup */
 
-/* Maps the counter of FAKECUDA_DEVICE_SHARE (created if missing): NULL without it. */
+/* Maps the counters of FAKECUDA_DEVICE_SHARE (created if missing): VRAM in use, and of
+ * it kept for managed memory; NULL without it. */
 static uint64_t *open_share(void)
 {
     const char *path = getenv("FAKECUDA_DEVICE_SHARE");
@@ -100,9 +105,9 @@ static uint64_t *open_share(void)
         abort();
     }
     /* Growing a file never changes bytes already there, so processes may race here. */
-    if (st.st_size < (off_t)sizeof(uint64_t) && ftruncate(fd, sizeof(uint64_t)) != 0)
+    if (st.st_size < (off_t)(2 * sizeof(uint64_t)) && ftruncate(fd, 2 * sizeof(uint64_t)) != 0)
         abort();
-    void *m = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, 2 * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED)
         abort();
@@ -146,6 +151,8 @@ static void setup(void)
     size_t vram = env_size("FAKECUDA_VRAM", 256UL << 20);
     const char *t = getenv("FAKECUDA_HOLD_TIMEOUT");
     g.hold_timeout_s = t ? atoi(t) : 20;
+    const char *keeps = getenv("FAKECUDA_MANAGED_KEEPS_VRAM");
+    g.managed_keeps_vram = keeps && *keeps && strcmp(keeps, "0") != 0;
     setup_device(0, vram, "fakecuda-vram");
     /* One granule of slack: the kernel aligns large anonymous mappings to 2 MiB only
      * where it has transparent huge pages, and VMM addresses must be granule-aligned. */
@@ -160,13 +167,18 @@ static void setup(void)
 }
 
 /* A process's VRAM goes back to the device when it exits (not a forked child's: its
- * copy of the parent's state holds nothing). */
+ * copy of the parent's state holds nothing), and so does the VRAM kept for its managed
+ * memory, as far as the device still keeps it (fakegpu_vram.c). */
 __attribute__((destructor)) static void leave_share(void)
 {
     if (!g.dev[0].share || !g.initialized || g.pid != getpid())
         return;
     pthread_mutex_lock(&g.lock);
-    __atomic_sub_fetch(g.dev[0].share, (uint64_t)g.dev[0].vram_used, __ATOMIC_SEQ_CST);
+    uint64_t *kept = g.dev[0].share + 1, k = __atomic_load_n(kept, __ATOMIC_SEQ_CST), mine;
+    do {
+        mine = g.dev[0].kept < k ? g.dev[0].kept : k;
+    } while (mine && !__atomic_compare_exchange_n(kept, &k, k - mine, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    __atomic_sub_fetch(g.dev[0].share, (uint64_t)g.dev[0].vram_used + mine, __ATOMIC_SEQ_CST);
     g.dev[0].share = NULL;
     pthread_mutex_unlock(&g.lock);
 }

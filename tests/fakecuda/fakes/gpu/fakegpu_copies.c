@@ -248,6 +248,15 @@ size_t fakegpu_device_used(void)
     pthread_mutex_unlock(&g.lock);
     return u;
 }
+size_t fakegpu_vram_kept(void)
+{
+    ensure_setup();
+    pthread_mutex_lock(&g.lock);
+    struct vram_device *d = &g.dev[0];
+    size_t k = d->share ? (size_t)__atomic_load_n(d->share + 1, __ATOMIC_SEQ_CST) : d->kept;
+    pthread_mutex_unlock(&g.lock);
+    return k;
+}
 size_t fakegpu_hostreg_bytes(void)
 {
     ensure_setup();

@@ -163,10 +163,15 @@ CUresult fg_graph_exec_destroy(CUgraphExec exec);
 void fg_lock(void);
 void fg_unlock(void);
 /* Takes `bytes` of device d's VRAM as cuMemAlloc does (its page allocator and the
- * FAKECUDA_DEVICE_SHARE counter): 1 and the first 4 KiB page in *first, or 0 when it has
- * not that much. fg_vram_give_locked gives it back (scrubbed). */
+ * FAKECUDA_DEVICE_SHARE counter), fresh (never VRAM the device keeps): 1 and the first
+ * 4 KiB page in *first, or 0 when it has not that much. fg_vram_give_locked gives it
+ * back (scrubbed). fg_vram_leave_locked gives back what a managed page leaves, or with
+ * FAKECUDA_MANAGED_KEEPS_VRAM keeps it (1): the device's free VRAM stays as it was.
+ * fg_vram_drop_kept_locked gives back up to `bytes` of the device's kept VRAM. */
 int fg_vram_take_locked(CUdevice d, size_t bytes, size_t *first);
 void fg_vram_give_locked(CUdevice d, size_t first, size_t bytes);
+int fg_vram_leave_locked(CUdevice d, size_t first, size_t bytes);
+void fg_vram_drop_kept_locked(CUdevice d, size_t bytes);
 /* Waits (lock held, released while waiting) until every created stream is idle. */
 void fg_wait_idle_locked(void);
 /* Runs fn(data) as stream-ordered device work on s (now, on a default stream). */

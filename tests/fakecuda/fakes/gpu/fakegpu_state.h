@@ -125,8 +125,10 @@ struct vram_device {
     uint8_t *page_used;         /* per page: allocated */
     uint32_t *alloc_pages;      /* at an allocation's first page: its length in pages */
     uint8_t *free_pending;      /* at an allocation's first page: stream-ordered free queued */
-    size_t vram_used;
-    uint64_t *share;            /* FAKECUDA_DEVICE_SHARE (device 0 only): VRAM used by every process, or NULL */
+    size_t vram_used;           /* this process's pages */
+    size_t kept;                /* FAKECUDA_MANAGED_KEEPS_VRAM: VRAM managed pages left (fakegpu_vram.c) */
+    uint64_t *share;            /* FAKECUDA_DEVICE_SHARE (device 0 only): [0] VRAM used by every process,
+                                 * [1] of it kept for managed memory; or NULL */
     struct fake_ctx primary;
 };
 
@@ -138,6 +140,7 @@ struct fg_state {
     pid_t pid;               /* the process that initialised the device */
     int initialized;
     int ndevices;               /* FAKECUDA_DEVICES */
+    int managed_keeps_vram;     /* FAKECUDA_MANAGED_KEEPS_VRAM */
     struct vram_device dev[MAX_DEVICES];
     struct hostreg *regs;
     size_t hostreg_bytes;
@@ -164,7 +167,7 @@ typedef void (*chunk_fn)(unsigned char *view, uint64_t off, size_t n, struct op 
 /* ---- defined in one file, used in another ---- */
 void ensure_setup(void);
 size_t device_used(struct vram_device *d);
-int vram_take(struct vram_device *d, size_t bytes, size_t *first);
+int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first);
 void vram_give(struct vram_device *d, size_t first, size_t npages);
 struct vram_device *device_at(uintptr_t p);
 long alloc_first_page(CUdeviceptr p, struct vram_device **dp);

@@ -1,18 +1,52 @@
 /* libfakegpu.so: VRAM pages. Each device's page allocator, the FAKECUDA_DEVICE_SHARE
- * counter, memory info, which device an address is on and the live allocation starting
- * at it. Below the streams and managed memory, which take and give pages here; the
- * allocation calls are fakegpu_alloc.c's. */
+ * counter, the VRAM the driver keeps for managed memory (FAKECUDA_MANAGED_KEEPS_VRAM),
+ * memory info, which device an address is on and the live allocation starting at it.
+ * Below the streams and managed memory, which take and give pages here; the allocation
+ * calls are fakegpu_alloc.c's. */
 #define _GNU_SOURCE
 #include "fakegpu_state.h"
 
 /* ------------------------------------------------------------------ VRAM */
 
-/* Counts `bytes` more VRAM in use on the shared device, unless every process's VRAM
- * together would then pass its size. Caller holds the lock. */
-static int share_take(struct vram_device *d, uint64_t bytes)
+/* Kept VRAM (FAKECUDA_MANAGED_KEEPS_VRAM): what managed pages left on a device, still
+ * counted in use there (free VRAM does not rise) though no page holds it, until an
+ * allocation that finds too little free VRAM takes it, or the allocation it was left by
+ * is freed, or the process exits. Without a share file d->kept is the device's kept
+ * VRAM; with one, share[1] is every process's (inside share[0]) and d->kept what this
+ * process left there and did not drop (another process may have taken some of it). */
+
+/* Takes up to `want` bytes of the device's kept VRAM for an allocation; returns how
+ * much (already counted in use: the allocation counts only the rest). Lock held. */
+static uint64_t kept_claim(struct vram_device *d, uint64_t want)
+{
+    if (!d->share) {
+        uint64_t c = want < d->kept ? want : d->kept;
+        d->kept -= c;
+        return c;
+    }
+    uint64_t k = __atomic_load_n(d->share + 1, __ATOMIC_SEQ_CST), c;
+    do {
+        c = want < k ? want : k;
+    } while (c && !__atomic_compare_exchange_n(d->share + 1, &k, k - c, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return c;
+}
+
+static void kept_unclaim(struct vram_device *d, uint64_t c)
 {
     if (!d->share)
-        return 1;
+        d->kept += c;
+    else if (c)
+        __atomic_add_fetch(d->share + 1, c, __ATOMIC_SEQ_CST);
+}
+
+/* Counts `bytes` more VRAM in use on the device, `reused` of them kept VRAM taken by
+ * kept_claim (counted already), unless every process's VRAM together would then pass its
+ * size. Caller holds the lock. */
+static int share_take(struct vram_device *d, uint64_t bytes, uint64_t reused)
+{
+    if (!d->share)
+        return d->vram_used + d->kept + bytes <= d->vram; /* d->kept less what was reused */
+    bytes -= reused;
     uint64_t used = __atomic_load_n(d->share, __ATOMIC_SEQ_CST);
     do {
         if (used > d->vram || bytes > d->vram - used)
@@ -28,24 +62,31 @@ static void share_give(struct vram_device *d, uint64_t bytes)
 }
 
 /* VRAM in use on the device: every process's (FAKECUDA_DEVICE_SHARE), else this
- * process's. Lock held. */
+ * process's; kept VRAM included. Lock held. */
 size_t device_used(struct vram_device *d)
 {
     if (!d->share)
-        return d->vram_used;
+        return d->vram_used + d->kept;
     uint64_t used = __atomic_load_n(d->share, __ATOMIC_SEQ_CST);
     return used < d->vram ? (size_t)used : d->vram;
 }
 
-/* First fit over pages; caller holds the lock. */
-int vram_take(struct vram_device *d, size_t bytes, size_t *first)
+/* First fit over pages; caller holds the lock. With `reuse_kept` (an allocation, not a
+ * managed page), kept VRAM goes first when the device has too little free: the driver
+ * gives what managed memory left it to whoever asks. */
+int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first)
 {
     size_t need = (bytes + PAGE - 1) / PAGE, run = 0;
     for (size_t i = 0; i < d->npages; i++) {
         run = d->page_used[i] ? 0 : run + 1;
         if (run == need) {
-            if (!share_take(d, need * PAGE))
+            uint64_t reused = 0;
+            if (reuse_kept && d->vram - device_used(d) < need * PAGE)
+                reused = kept_claim(d, need * PAGE);
+            if (!share_take(d, need * PAGE, reused)) {
+                kept_unclaim(d, reused);
                 return 0; /* other processes hold the rest of the device */
+            }
             size_t s = i + 1 - need;
             memset(d->page_used + s, 1, need);
             d->vram_used += need * PAGE;
@@ -56,12 +97,18 @@ int vram_take(struct vram_device *d, size_t bytes, size_t *first)
     return 0;
 }
 
-void vram_give(struct vram_device *d, size_t first, size_t npages)
+/* Frees pages of this process's allocator (scrubbed), not the device's count. */
+static void pages_free(struct vram_device *d, size_t first, size_t npages)
 {
     memset(d->page_used + first, 0, npages);
     /* Freed VRAM is scrubbed so that stale data cannot make a test pass. */
     memset(d->vram_view + first * PAGE, 0x5a, npages * PAGE);
     d->vram_used -= npages * PAGE;
+}
+
+void vram_give(struct vram_device *d, size_t first, size_t npages)
+{
+    pages_free(d, first, npages);
     share_give(d, npages * PAGE);
 }
 
@@ -70,12 +117,41 @@ void fg_unlock(void) { pthread_mutex_unlock(&g.lock); }
 
 int fg_vram_take_locked(CUdevice device, size_t bytes, size_t *first)
 {
-    return fg_device_valid(device) && vram_take(&g.dev[device], bytes, first);
+    return fg_device_valid(device) && vram_take(&g.dev[device], bytes, 0, first);
 }
 
 void fg_vram_give_locked(CUdevice device, size_t first, size_t bytes)
 {
     vram_give(&g.dev[device], first, (bytes + PAGE - 1) / PAGE);
+}
+
+int fg_vram_leave_locked(CUdevice device, size_t first, size_t bytes)
+{
+    struct vram_device *d = &g.dev[device];
+    size_t npages = (bytes + PAGE - 1) / PAGE;
+    if (!g.managed_keeps_vram) {
+        vram_give(d, first, npages);
+        return 0;
+    }
+    pages_free(d, first, npages);
+    d->kept += npages * PAGE;
+    if (d->share)
+        __atomic_add_fetch(d->share + 1, (uint64_t)npages * PAGE, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+void fg_vram_drop_kept_locked(CUdevice device, size_t bytes)
+{
+    struct vram_device *d = &g.dev[device];
+    d->kept -= bytes < d->kept ? bytes : d->kept;
+    if (!d->share || !bytes)
+        return;
+    /* No more than the device still keeps: another process may have taken some. */
+    uint64_t k = __atomic_load_n(d->share + 1, __ATOMIC_SEQ_CST), x;
+    do {
+        x = bytes < k ? bytes : k;
+    } while (x && !__atomic_compare_exchange_n(d->share + 1, &k, k - x, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    share_give(d, x);
 }
 
 void fg_mem_info(CUdevice device, size_t *free_bytes, size_t *total)

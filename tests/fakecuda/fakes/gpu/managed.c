@@ -17,6 +17,11 @@
  * other processes' allocations take a device's pages back to the host. The fake has no
  * copy timing model, so a prefetch takes no simulated time.
  *
+ * FAKECUDA_MANAGED_KEEPS_VRAM=1: the VRAM a page leaves stays taken from the device (the
+ * real driver's managed-memory allocator keeps the chunks), a move into VRAM takes fresh
+ * VRAM all the same, and an allocation that finds too little free VRAM takes the kept
+ * VRAM first (fakegpu_vram.c). Freeing the allocation gives back what it left.
+ *
  * All state here is under the device lock (fg_lock).
  *
  * This file is the model: the allocations and their pages, look-ups (which the fake
@@ -149,7 +154,8 @@ CUresult fg_managed_alloc(CUdeviceptr *p, size_t n, unsigned flags)
 }
 
 /* Lock held. Takes the allocation starting at base out of the list and gives back
- * its pages (VRAM or host) in the counts; NULL when there is none (freed meanwhile).
+ * its pages (VRAM or host) in the counts, and the VRAM its pages left that the devices
+ * still keep; NULL when there is none (freed meanwhile).
  * managed_unmap then releases its memory, without the lock. */
 struct managed *managed_unlink_locked(uintptr_t base)
 {
@@ -170,6 +176,8 @@ struct managed *managed_unlink_locked(uintptr_t base)
             m.on_host -= MANAGED_PAGE;
         }
     }
+    for (int d = 0; d < fg_device_count(); d++)
+        fg_vram_drop_kept_locked(d, a->kept[d]);
     return a;
 }
 
@@ -220,10 +228,12 @@ CUresult fg_managed_advise(CUdeviceptr p, size_t n, int advice, CUmemLocation lo
 
 /* ------------------------------------------------------------------ page moves */
 
-/* Moves one page to `where` (lock held): to a device it takes VRAM there, and a page
- * that cannot get it stays where it is (0); to the host it gives its VRAM back. The data
- * stays at the host address either way: the VRAM only stands for it. */
-int managed_move_page(struct mpage *pg, int where)
+/* Moves one page of `a` to `where` (lock held): to a device it takes VRAM there (fresh
+ * VRAM, never what the device keeps), and a page that cannot get it stays where it is
+ * (0); the VRAM it leaves goes back, or with FAKECUDA_MANAGED_KEEPS_VRAM the device keeps
+ * it, counted against `a` until it is freed. The data stays at the host address either
+ * way: the VRAM only stands for it. */
+int managed_move_page(struct managed *a, struct mpage *pg, int where)
 {
     if (pg->where == where)
         return 1;
@@ -231,7 +241,8 @@ int managed_move_page(struct mpage *pg, int where)
     if (where >= 0 && !fg_vram_take_locked(where, MANAGED_PAGE, &vram_first))
         return 0;
     if (pg->where >= 0) {
-        fg_vram_give_locked(pg->where, pg->vram_first, MANAGED_PAGE);
+        if (fg_vram_leave_locked(pg->where, pg->vram_first, MANAGED_PAGE))
+            a->kept[pg->where] += MANAGED_PAGE;
         m.on_device[pg->where] -= MANAGED_PAGE;
     } else {
         m.on_host -= MANAGED_PAGE;
@@ -397,7 +408,7 @@ int fakegpu_managed_evict(CUdeviceptr p)
     fg_lock();
     struct managed *a = managed_containing(p);
     for (size_t i = 0; a && i < a->npages; i++)
-        managed_move_page(&a->pages[i], ON_HOST);
+        managed_move_page(a, &a->pages[i], ON_HOST);
     fg_unlock();
     return a != NULL;
 }

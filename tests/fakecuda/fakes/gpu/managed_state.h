@@ -25,6 +25,7 @@ struct managed {
     size_t npages;  /* size in 2 MiB pages, rounded up: the mapping's length */
     unsigned flags;
     struct mpage *pages;
+    size_t kept[FG_MAX_DEVICES]; /* VRAM its pages left that the device keeps (FAKECUDA_MANAGED_KEEPS_VRAM) */
     struct managed *next;
 };
 
@@ -35,7 +36,7 @@ struct managed {
 struct managed *managed_containing(uintptr_t p);
 struct managed *managed_range_pages(uintptr_t p, size_t n, size_t *first, size_t *last);
 CUresult managed_location(CUmemLocation loc, int *where);
-int managed_move_page(struct mpage *pg, int where);
+int managed_move_page(struct managed *a, struct mpage *pg, int where);
 struct managed *managed_unlink_locked(uintptr_t base);
 void managed_unmap(struct managed *a);
 #pragma GCC visibility pop

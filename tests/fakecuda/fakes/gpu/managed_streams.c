@@ -57,7 +57,7 @@ static void run_prefetch(void *data)
     fg_lock();
     struct managed *a = managed_range_pages(pf->p, pf->n, &first, &last);
     for (size_t i = first; a && i <= last; i++)
-        if (!managed_move_page(&a->pages[i], pf->where))
+        if (!managed_move_page(a, &a->pages[i], pf->where))
             break;
     fg_unlock();
     free(pf);

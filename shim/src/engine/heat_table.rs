@@ -1,0 +1,46 @@
+//! The heat table live tiering logs at debug level (`GREENBOOST_LOG=debug`) at each tick
+//! that moves something: what is where, how hot, and what the tick does with it.
+
+use crate::cuda::ffi::CuDevice;
+use crate::memory::movable::Run;
+use crate::rules::tiering::{self, Candidate, Move};
+use crate::sys::log::Mib;
+
+/// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
+/// runs per byte first, at most `HEAT_ROWS`, each with where it is, its size, its heat
+/// and what this tick does with it.
+pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], moves: &[Move]) {
+    const HEAT_ROWS: usize = 16;
+    if !crate::sys::log::enabled(crate::sys::log::Level::Debug) {
+        return;
+    }
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    let heat = |i: usize| (candidates[i].heat, candidates[i].bytes);
+    order.sort_by(|&a, &b| tiering::per_byte(heat(b), heat(a)));
+    debug!(
+        "live tiering on device {}: heat table ({} runs of movable memory, hottest per byte first)",
+        device,
+        order.len()
+    );
+    for &i in order.iter().take(HEAT_ROWS) {
+        let (c, run) = (&candidates[i], &runs[i]);
+        let step = moves.iter().find_map(|step| match *step {
+            Move::Promote(j) if j == i => Some("promote"),
+            Move::Demote(j) if j == i => Some("demote"),
+            Move::Refresh(j) if j == i => Some("refresh"),
+            Move::SwapIn(j) if j == i => Some("swap in"),
+            Move::SwapOut(j) if j == i => Some("swap out"),
+            _ => None,
+        });
+        debug!(
+            "  {:#x} {} in {}: heat {} ({} per MiB){}{}",
+            run.address(),
+            Mib(c.bytes),
+            if c.in_vram { "VRAM" } else { "T2" },
+            Mib(c.heat),
+            Mib(c.heat / (c.bytes >> 20).max(1)),
+            if c.after_computing { ", allocated computing" } else { "" },
+            step.map_or(String::new(), |step| format!(": {step}"))
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! Unit tests of live tiering's policy (`tiering`): the moves of one tick from the
+//! figures the tier thread would measure, and what a tick carries to the next.
+
+use super::*;
+
+const G: u64 = 1 << 30;
+
+fn at(bytes: u64, in_vram: bool, heat: u64, sequence: u64) -> Candidate {
+    Candidate { bytes, in_vram, heat, sequence, after_computing: false, maybe_evicted: false }
+}
+
+fn room(free: u64) -> Room {
+    Room {
+        free,
+        headroom: G,
+        budget_room: u64::MAX,
+        loaded_room: u64::MAX,
+        answered: 0,
+        demote: true,
+        swap_limit: 0,
+        swaps_while_short: true,
+    }
+}
+
+#[test]
+fn promotes_the_hottest_that_fit_and_keeps_the_headroom_and_slack() {
+    let candidates = [at(2 * G, false, 0, 0), at(2 * G, false, 50, 1), at(G, false, 10, 2), at(G, true, 99, 3)];
+    // 5.25 GiB free: 4 GiB beyond the headroom and its slack.
+    let moves = plan(&room(5 * G + G / 4), &candidates);
+    assert_eq!(moves, vec![Move::Promote(1), Move::Promote(2)], "hottest first; what is in VRAM stays");
+    // Skips what does not fit, takes a smaller one after it.
+    let candidates = [at(3 * G, false, 9, 0), at(G, false, 1, 1)];
+    assert_eq!(plan(&room(3 * G), &candidates), vec![Move::Promote(1)]);
+    // Nothing beyond the headroom and slack: nothing moves.
+    assert_eq!(plan(&room(G + G / 4), &[at(2 << 20, false, 1, 0)]), vec![]);
+}
+
+#[test]
+fn the_budget_bounds_promotion() {
+    let limited = Room { budget_room: G, ..room(40 * G) };
+    assert_eq!(plan(&limited, &[at(2 * G, false, 0, 0), at(G, false, 0, 1)]), vec![Move::Promote(1)]);
+    let spent = Room { budget_room: 0, ..room(40 * G) };
+    assert_eq!(plan(&spent, &[at(1, false, 0, 0)]), vec![]);
+}
+
+#[test]
+fn weights_are_not_promoted_into_the_reserve_the_working_set_is() {
+    let mut activations = at(2 * G, false, 0, 9);
+    activations.after_computing = true;
+    let weights = at(2 * G, false, 99, 0);
+    // 4 GiB of budget room, 1 GiB of it outside the reserve: the hot weights wait.
+    let reserve_left = Room { budget_room: 4 * G, loaded_room: G, ..room(40 * G) };
+    assert_eq!(plan(&reserve_left, &[weights, activations]), vec![Move::Promote(1)]);
+    // Room outside the reserve: the weights too, hottest first.
+    let roomy = Room { budget_room: 4 * G, loaded_room: 3 * G, ..room(40 * G) };
+    assert_eq!(plan(&roomy, &[weights, activations]), vec![Move::Promote(0), Move::Promote(1)]);
+}
+
+#[test]
+fn without_reads_what_was_allocated_after_computing_goes_first_then_the_oldest() {
+    let mut kv = at(G, false, 0, 5);
+    kv.after_computing = true;
+    let candidates = [at(G, false, 0, 3), at(G, false, 0, 1), kv];
+    assert_eq!(plan(&room(3 * G), &candidates), vec![Move::Promote(2)]);
+    assert_eq!(plan(&room(4 * G), &candidates), vec![Move::Promote(2), Move::Promote(1)]);
+}
+
+#[test]
+fn demotes_the_coldest_until_the_shortfall_is_answered() {
+    let candidates = [at(G, true, 100, 0), at(G / 2, true, 1, 1), at(G / 2, true, 5, 2), at(4 * G, false, 0, 3)];
+    // 0.5 GiB short of the 1 GiB headroom (not pressing): the coldest half GiB.
+    assert_eq!(plan(&room(G / 2), &candidates), vec![Move::Demote(1)]);
+    // 0.7 GiB short: two.
+    assert_eq!(plan(&room(3 * G / 10), &candidates), vec![Move::Demote(1), Move::Demote(2)]);
+    // What was demoted already answers the shortfall: free VRAM does not rise.
+    let answered = Room { answered: G / 2, ..room(G / 2) };
+    assert_eq!(plan(&answered, &candidates), vec![]);
+    // Never promotes while short, even with demotion off.
+    let off = Room { demote: false, ..room(G / 2) };
+    assert_eq!(plan(&off, &candidates), vec![]);
+}
+
+#[test]
+fn under_pressure_a_shortfall_is_answered_once() {
+    let candidates = [at(G, true, 0, 0), at(G, true, 0, 1), at(G, true, 0, 2)];
+    // Free VRAM under a quarter of the headroom: the driver may be evicting for someone.
+    let pressing = room(G / 8);
+    assert_eq!(plan(&pressing, &candidates), vec![Move::Demote(2)], "newest of equally cold first");
+    // Once answered, nothing more goes: free VRAM does not rise when we demote.
+    assert_eq!(plan(&Room { answered: G, ..pressing }, &candidates), vec![]);
+    // Nothing in VRAM: nothing to do.
+    assert_eq!(plan(&pressing, &[at(G, false, 0, 0)]), vec![]);
+}
+
+#[test]
+fn what_the_driver_may_have_evicted_moves_back_first_within_free_vram_not_the_budget() {
+    let mut evicted = at(2 * G, true, 0, 0);
+    evicted.maybe_evicted = true;
+    let candidates = [at(G, false, 99, 1), evicted, at(G, true, 0, 2)];
+    // 3.25 GiB free, the budget spent: the refresh needs no budget, a promotion does.
+    let spent = Room { budget_room: 0, ..room(3 * G + G / 4) };
+    assert_eq!(plan(&spent, &candidates), vec![Move::Refresh(1)], "refresh only; in VRAM and not evicted stays");
+    // With the budget: the refresh first (hotter or not), then what still fits.
+    assert_eq!(plan(&room(4 * G + G / 4), &candidates), vec![Move::Refresh(1), Move::Promote(0)]);
+    // Free VRAM for less than all of it: it waits (the driver does not say how much it took).
+    assert_eq!(plan(&Room { budget_room: 0, ..room(2 * G + G / 4) }, &candidates), vec![]);
+}
+
+fn swapping(free: u64, limit: u64) -> Room {
+    Room { budget_room: 0, swap_limit: limit, ..room(free) }
+}
+
+#[test]
+fn a_hot_t2_allocation_swaps_with_the_coldest_in_vram() {
+    // VRAM full (budget spent): weights in VRAM read once, a working set in T2 read often.
+    let candidates = [at(G, true, G, 0), at(G, true, 4 * G, 1), at(G, false, 40 * G, 2), at(G / 2, true, 0, 3)];
+    let moves = plan(&swapping(G + G / 4, 4 * G), &candidates);
+    assert_eq!(
+        moves,
+        vec![Move::SwapOut(0), Move::SwapOut(3), Move::SwapIn(2)],
+        "coldest per byte first, enough for it"
+    );
+    // Nothing colder by the margin: nothing moves.
+    let even = [at(G, true, 30 * G, 0), at(G, false, 40 * G, 1)];
+    assert_eq!(plan(&swapping(G + G / 4, 4 * G), &even), vec![]);
+    // Cold T2, hot VRAM: nothing moves.
+    let settled = [at(G, true, 40 * G, 0), at(G, false, G, 1)];
+    assert_eq!(plan(&swapping(G + G / 4, 4 * G), &settled), vec![]);
+}
+
+#[test]
+fn swaps_keep_to_the_limit_and_pass_over_victims_far_too_large() {
+    let candidates = [at(8 * G, true, 0, 0), at(G, true, 0, 1), at(G, false, 10 * G, 2), at(G, false, 9 * G, 3)];
+    // One GiB a tick: the hottest swaps with the 1 GiB victim; the 8 GiB one is passed over.
+    assert_eq!(plan(&swapping(G + G / 4, G), &candidates), vec![Move::SwapOut(1), Move::SwapIn(2)]);
+    // No limit: nothing swaps.
+    assert_eq!(plan(&swapping(G + G / 4, 0), &candidates), vec![]);
+    // Room for more: the second goes with the large victim only when the limit allows it.
+    assert_eq!(
+        plan(&swapping(G + G / 4, 10 * G), &candidates),
+        vec![Move::SwapOut(1), Move::SwapIn(2), Move::SwapOut(0), Move::SwapIn(3)]
+    );
+}
+
+#[test]
+fn promotions_come_before_swaps_and_nothing_swaps_while_short_of_an_unanswered_headroom() {
+    // Room for one promotion: the hottest is promoted, the next swaps.
+    let candidates = [at(G, false, 50 * G, 0), at(G, false, 40 * G, 1), at(G, true, 0, 2)];
+    let roomy = Room { budget_room: G, swap_limit: 4 * G, ..room(3 * G) };
+    assert_eq!(plan(&roomy, &candidates), vec![Move::Promote(0), Move::SwapOut(2), Move::SwapIn(1)]);
+    // Free VRAM under the headroom: demotions only, whatever the heat.
+    let short = Room { swap_limit: 4 * G, ..room(G / 2) };
+    assert_eq!(plan(&short, &candidates), vec![Move::Demote(2)]);
+    // The shortfall answered (free VRAM does not rise when we demote): swaps, no promotion.
+    let answered = Room { answered: G / 2, ..short };
+    assert_eq!(plan(&answered, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
+    // Unless swaps were seen to take fresh VRAM there.
+    assert_eq!(plan(&Room { swaps_while_short: false, ..answered }, &candidates), vec![]);
+    // Pressing (the driver may evict for someone), answered: no swaps either.
+    let pressing = Room { answered: 10 * G, ..Room { swap_limit: 4 * G, ..room(G / 8) } };
+    assert_eq!(plan(&pressing, &candidates), vec![]);
+}
+
+#[test]
+fn swaps_that_took_fresh_vram_answer_their_own_shortfall_and_no_more_swap_while_short() {
+    const M: u64 = 1 << 20;
+    // Free VRAM stood at 1.1 GiB beside a 1 GiB headroom (nothing planned past its slack);
+    // a swap's moves out freed nothing the driver shows, its moves in took 512 MiB of fresh
+    // VRAM before the tier thread stopped them: free VRAM 614 MiB.
+    let swap = Outcome { demoted: 0, swapped_in: 512 * M, planned: 0, taken: 512 * M };
+    let next = Carried::default().after(&swap);
+    assert_eq!(next, Carried { answered: 512 * M, swaps_took_fresh: true });
+    let candidates = [
+        at(256 * M, true, 40 * G, 0),  // swapped in
+        at(256 * M, true, 40 * G, 1),  // swapped in
+        at(256 * M, false, 40 * G, 2), // waits
+        at(G, false, 0, 3),            // the weights swapped out
+    ];
+    let after =
+        Room { answered: next.answered, swaps_while_short: !next.swaps_took_fresh, swap_limit: 4 * G, ..room(614 * M) };
+    assert_eq!(plan(&after, &candidates), vec![], "the shortfall is answered and nothing swaps in fresh VRAM");
+    // Not counted, the next tick would demote what the swap just moved in.
+    let unanswered = Room { answered: 0, ..after };
+    assert_eq!(plan(&unanswered, &candidates), vec![Move::Demote(1), Move::Demote(0)]);
+    // Demotions add up across ticks.
+    let later = next.after(&Outcome { demoted: 64 * M, ..Outcome::default() });
+    assert_eq!(later, Carried { answered: 576 * M, swaps_took_fresh: true });
+}
+
+#[test]
+fn moves_in_within_the_plan_or_reusing_what_went_out_carry_nothing() {
+    const M: u64 = 1 << 20;
+    // Swaps whose moves in reused what their moves out left: free VRAM did not fall.
+    let reused = Outcome { swapped_in: G, ..Outcome::default() };
+    assert_eq!(Carried::default().after(&reused), Carried::default());
+    // Promotions took the free VRAM the plan gave them, swaps none past it.
+    let planned = Outcome { swapped_in: G, planned: 300 * M, taken: 300 * M, ..Outcome::default() };
+    assert_eq!(Carried::default().after(&planned), Carried::default());
+    // Free VRAM fell past the plan with no swap in this tick (another process allocated):
+    // not this process's moves.
+    let others = Outcome { planned: 300 * M, taken: G, ..Outcome::default() };
+    assert_eq!(Carried::default().after(&others), Carried::default());
+    // Past the plan by more than the swaps moved in: no more than they moved is kept.
+    let both = Outcome { swapped_in: 100 * M, planned: 0, taken: G, demoted: 5 * M };
+    assert_eq!(Carried::default().after(&both), Carried { answered: 105 * M, swaps_took_fresh: true });
+}

@@ -1,0 +1,162 @@
+/* gbtier swap-kept BLOCK N [STEP] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a device
+ * that keeps the VRAM managed pages leave and gives every move into VRAM fresh VRAM, the
+ * worst case the H200 showed (bench/results/movable-vram-probe-2026-12-05.md: after a
+ * 1.9 GB swap free VRAM fell from 1525 to 3 MiB).
+ *
+ * Beside another process that leaves room for N weight blocks and half a block, the
+ * program loads N weight blocks (movable VRAM: the device is contested) and N working
+ * blocks, which find no room and go to T2. Then one launch after another names every
+ * working block at once (fk_struct, 16 pointers, no word written) and never the weights,
+ * while other kernels keep verifying the weights: one tick swaps every working block
+ * with a weight block. Its moves out free nothing the device shows; its moves in take
+ * fresh VRAM, in groups of the tier thread's ARRIVAL_GROUP_BYTES (256 MiB: N blocks of
+ * BLOCK bytes are more than one group, and each block, under 64 MiB, is one run).
+ *
+ * The bound, from shim/src/engine/tier_thread.rs and shim/src/rules/tiering.rs: the plan
+ * lets moves into VRAM take Room::fillable = free - (headroom + headroom / 4) of free
+ * VRAM (none here: free VRAM is the headroom and half a block before the swap);
+ * Arrivals::may_go reads free VRAM before each group and lets the next go while the
+ * groups before it took no more than that, so the last group takes at most one group
+ * (256 MiB) past it. Free VRAM must never fall below
+ *     min(free before the swap, headroom + headroom / 4) - 256 MiB,
+ * and the shim must say "the rest wait" (the runner checks its log). Afterwards no tick
+ * swaps while free VRAM is under the headroom (Carried::swaps_took_fresh), and the VRAM
+ * the swap moved out, which the device keeps, answers the shortfall its moves in made
+ * (Carried::after): nothing is demoted, what moved in stays. Every byte survives.
+ *
+ * With STEP, the launches name STEP more working blocks every 60 rounds (over ten ticks)
+ * instead of all at once: each swap is one group, which may_go never stops, and each
+ * took fresh VRAM past the plan. The bound holds only if the first of them is remembered
+ * (the tier thread reads free VRAM once more after its last group): else every later
+ * one takes one more group, the ticks between demoting weights to answer the shortfall
+ * each left, and free VRAM ratchets down. */
+#define _GNU_SOURCE
+#include "tier_tests.h"
+
+#define ARRIVAL_GROUP (256UL << 20) /* the tier thread's ARRIVAL_GROUP_BYTES */
+#define MAX_WORKING 8
+
+/* Names every working block (16 pointers: the struct's 8, then 8 parameters) through
+ * cuLaunchKernel, the path the shim observes; count 0: no word is written. */
+static void name_all(CUfunction f, void **working, int n)
+{
+    struct fk_args args = { .count = 0 };
+    CUdeviceptr p[8];
+    for (int i = 0; i < 8; i++) {
+        args.ptrs[i] = working[i % n];
+        p[i] = dptr(working[(i + 1) % n]);
+    }
+    void *params[9] = { &args, &p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6], &p[7] };
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+}
+
+static CUfunction struct_kernel(void)
+{
+    static const char ptx[] =
+        ".version 8.0\n.target sm_90\n"
+        ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1, .param .u64 p2,"
+        " .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)\n{ ret; }\n";
+    CUmodule module;
+    CUfunction f;
+    OK(cuModuleLoadData(&module, ptx));
+    OK(cuModuleGetFunction(&f, module, "fk_struct"));
+    return f;
+}
+
+static int in_vram_count(void **blocks, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += fakegpu_managed_where(dptr(blocks[i])) == 0;
+    return k;
+}
+
+int test_swap_kept(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: swap-kept BLOCK N\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int n = atoi(argv[3]), step = argc > 4 ? atoi(argv[4]) : n;
+    CHECK(n > 0 && n <= MAX_WORKING && (size_t)n * block > ARRIVAL_GROUP && block < (64UL << 20),
+          "%d blocks of %zu MiB: want more than one arrival group in runs of one block each\n", n, block >> 20);
+    CHECK(step > 0 && step <= n, "STEP %d: 1 to %d\n", step, n);
+    const char *keeps = getenv("FAKECUDA_MANAGED_KEEPS_VRAM");
+    CHECK(keeps && !strcmp(keeps, "1"), "needs FAKECUDA_MANAGED_KEEPS_VRAM=1\n");
+    struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 2);
+    void *weights[MAX_WORKING], *working[MAX_WORKING];
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&weights[i], block));
+        CHECK(!strcmp(fakegpu_ptr_kind(dptr(weights[i])), "managed") && fakegpu_managed_where(dptr(weights[i])) == 0,
+              "weight block %d is %s, where %d: want movable memory in VRAM on a contested device\n", i,
+              fakegpu_ptr_kind(dptr(weights[i])), fakegpu_managed_where(dptr(weights[i])));
+        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&working[i], block));
+        CHECK(shim_t2_bytes(working[i], block) == block, "working block %d found VRAM (%llu T2 bytes): the room "
+              "was planned for the weights only\n", i, shim_t2_bytes(working[i], block));
+        OK(fakegpu_launch_fill(dptr(working[i]), block, 800 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    size_t before = device_free(), slack = headroom + headroom / 4;
+    size_t allowed = before < slack ? before : slack;
+    CHECK(allowed > ARRIVAL_GROUP, "free VRAM %zu MiB: the bound would say nothing\n", allowed >> 20);
+    size_t bound = allowed - ARRIVAL_GROUP, lowest = before;
+    CUfunction f = struct_kernel();
+    struct workload w = { weights, n, block, 0, 0, 0 };
+    pthread_t verifier;
+    CHECK(pthread_create(&verifier, NULL, keep_verifying, &w) == 0, "pthread_create\n");
+    int swapped_at = -1, named = step, round;
+    /* Until 100 rounds (over 20 ticks) after the first swap with every block named: later
+     * ticks must not add to it. */
+    for (round = 0; round < 5000 && (swapped_at < 0 || round - swapped_at < 100); round++) {
+        if (swapped_at >= 0 && named < n && round - swapped_at >= 60) {
+            named = named + step < n ? named + step : n;
+            swapped_at = round;
+        }
+        name_all(f, working, named);
+        OK(cudaDeviceSynchronize());
+        size_t free_now = device_free();
+        if (free_now < lowest)
+            lowest = free_now;
+        if (swapped_at < 0 && shim_stats().swaps > 0)
+            swapped_at = round;
+        usleep(2000);
+    }
+    w.stop = 1;
+    pthread_join(verifier, NULL);
+    struct shim_stats st = shim_stats();
+    int moved_in = in_vram_count(working, n), weights_in = in_vram_count(weights, n);
+    printf("swap-kept: %d of %d working blocks in VRAM, %d weight blocks; %llu swaps, %llu demotions; free VRAM "
+           "%zu MiB before, lowest %zu MiB, bound %zu MiB (headroom %zu MiB); the device keeps %zu MiB; %llu "
+           "verifying rounds, %llu wrong words\n", moved_in, n, weights_in, st.swaps, st.demotions, before >> 20,
+           lowest >> 20, bound >> 20, headroom >> 20, fakegpu_vram_kept() >> 20, w.rounds, w.bad);
+    CHECK(swapped_at >= 0, "no swap of roles\n");
+    CHECK(fakegpu_vram_kept() >= st.swaps * block, "the device keeps %zu MiB, less than the swaps moved out: "
+          "FAKECUDA_MANAGED_KEEPS_VRAM did nothing\n", fakegpu_vram_kept() >> 20);
+    CHECK(lowest >= bound, "free VRAM fell to %zu MiB, under %zu MiB: the moves into VRAM took more than one "
+          "arrival group (%lu MiB) past the plan's %zu MiB\n", lowest >> 20, bound >> 20, ARRIVAL_GROUP >> 20,
+          (before - allowed) >> 20);
+    CHECK(moved_in > 0, "no working block stayed in VRAM\n");
+    CHECK(moved_in < n, "all %d working blocks moved in: nothing stopped the moves into VRAM\n", n);
+    CHECK(st.demotions == st.swaps, "%llu moves to T2 besides the swaps' %llu: a shortfall the swap made itself "
+          "was not answered by what it moved out\n", st.demotions - st.swaps, st.swaps);
+    CHECK(w.bad == 0, "the weights read %llu wrong words while they moved\n", w.bad);
+    check_blocks(weights, n, block, "after the swap");
+    for (int i = 0; i < n; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(working[i]), block, 800 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "working block %d (%s) has %llu wrong words\n", i,
+              fakegpu_managed_where(dptr(working[i])) == 0 ? "VRAM" : "T2", bad);
+    }
+    for (int i = 0; i < n; i++) {
+        OK(cudaFree(weights[i]));
+        OK(cudaFree(working[i]));
+    }
+    CHECK(fakegpu_vram_kept() == 0, "%zu MiB still kept after every managed allocation was freed\n",
+          fakegpu_vram_kept() >> 20);
+    balloon_stop(&other);
+    return 0;
+}
