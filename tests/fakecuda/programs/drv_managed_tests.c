@@ -275,30 +275,6 @@ static size_t kept_free(void)
 }
 
 /* Runs gbballoon holding `hold` bytes; returns its pid and its output in *out once ready. */
-static pid_t kept_balloon(size_t hold, FILE **out)
-{
-    const char *bin = getenv("GBTEST_BALLOON_BIN");
-    CHECK(bin, "needs GBTEST_BALLOON_BIN\n");
-    int fds[2];
-    CHECK(pipe(fds) == 0, "pipe\n");
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork\n");
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        setenv("FAKECUDA_LOG", "/dev/null", 1);
-        char size[32];
-        snprintf(size, sizeof size, "%zu", hold);
-        execl(bin, bin, size, "0", "60", (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    *out = fdopen(fds[0], "r");
-    char line[256] = "";
-    CHECK(fgets(line, sizeof line, *out) && !strncmp(line, "ready", 5), "the balloon did not start: %s\n", line);
-    return pid;
-}
-
 int test_managed_kept(int argc, char **argv)
 {
     (void)argc; (void)argv;
@@ -340,7 +316,7 @@ int test_managed_kept(int argc, char **argv)
     KEPT_STEP("kept again", free0 - page - n, n);
     FILE *out;
     size_t hold = free0 - page - n + page;
-    pid_t other = kept_balloon(hold, &out);
+    pid_t other = balloon_spawn(hold, 60, &out);
     KEPT_STEP("another process took the kept VRAM", free0 - page - n - (hold - n), 0);
     kill(other, SIGTERM);
     int status = 0;

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 #include "fakecuda.h"
 
 #define MiB (1ULL << 20)
@@ -50,6 +52,35 @@ static inline void primary_context_current(void)
     OK(cuDeviceGet(&device, 0));
     OK(cuDevicePrimaryCtxRetain(&context, device));
     OK(cuCtxSetCurrent(context));
+}
+
+/* gbballoon (GBTEST_BALLOON_BIN) holding `hold` bytes of VRAM for at most `seconds`, in a
+ * process of its own without the shim: its pid once it said "ready", its output in *out. */
+static inline pid_t balloon_spawn(size_t hold, int seconds, FILE **out)
+{
+    const char *bin = getenv("GBTEST_BALLOON_BIN");
+    CHECK(bin, "needs GBTEST_BALLOON_BIN\n");
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe\n");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork\n");
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        unsetenv("LD_PRELOAD");
+        setenv("FAKECUDA_LOG", "/dev/null", 1);
+        char size[32], limit[16];
+        snprintf(size, sizeof size, "%zu", hold);
+        snprintf(limit, sizeof limit, "%d", seconds);
+        execl(bin, bin, size, "0", limit, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    *out = fdopen(fds[0], "r");
+    char line[256] = "";
+    CHECK(fgets(line, sizeof line, *out) && !strncmp(line, "ready", 5), "the balloon (%zu MiB) did not start: %s\n",
+          (size_t)(hold >> 20), line);
+    return pid;
 }
 
 struct named_test {

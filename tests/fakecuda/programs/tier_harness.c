@@ -10,27 +10,9 @@ size_t vram, headroom;
 struct balloon balloon_start(size_t hold)
 {
     CHECK(hold < vram, "a balloon of %zu bytes on a device of %zu: the device was fuller than planned\n", hold, vram);
-    const char *bin = getenv("GBTEST_BALLOON_BIN");
-    CHECK(bin && getenv("FAKECUDA_DEVICE_SHARE"), "needs GBTEST_BALLOON_BIN and FAKECUDA_DEVICE_SHARE\n");
-    int fds[2];
-    CHECK(pipe(fds) == 0, "pipe\n");
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork\n");
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        unsetenv("LD_PRELOAD");
-        setenv("FAKECUDA_LOG", "/dev/null", 1);
-        char size[32];
-        snprintf(size, sizeof size, "%zu", hold);
-        execl(bin, bin, size, "0", "120", (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    struct balloon b = { pid, fdopen(fds[0], "r") };
-    char line[256] = "";
-    CHECK(fgets(line, sizeof line, b.out) && !strncmp(line, "ready", 5), "the balloon (%zu MiB) did not start: %s\n",
-          hold >> 20, line);
+    CHECK(getenv("FAKECUDA_DEVICE_SHARE"), "needs FAKECUDA_DEVICE_SHARE\n");
+    struct balloon b;
+    b.pid = balloon_spawn(hold, 120, &b.out);
     /* The shim reuses its measurement of the device for 1 ms: the next allocation must
      * see the balloon. */
     usleep(5000);
@@ -116,16 +98,21 @@ int allocate_blocks(void **blocks, int n, size_t block)
 
 /* ---- kernels the shim sees launched ---- */
 
+CUfunction kernel_named(const char *ptx, const char *name)
+{
+    CUmodule module;
+    CUfunction f;
+    OK(cuModuleLoadData(&module, ptx));
+    OK(cuModuleGetFunction(&f, module, name));
+    return f;
+}
+
 CUfunction fill_kernel(void)
 {
-    static const char ptx[] = ".version 8.0\n.target sm_90\n"
-                              ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n"
-                              "{ ret; }\n";
-    CUmodule module;
-    CUfunction fill;
-    OK(cuModuleLoadData(&module, ptx));
-    OK(cuModuleGetFunction(&fill, module, "fk_fill_u32"));
-    return fill;
+    return kernel_named(".version 8.0\n.target sm_90\n"
+                        ".visible .entry fk_fill_u32(.param .u64 dst, .param .u32 value, .param .u64 count)\n"
+                        "{ ret; }\n",
+                        "fk_fill_u32");
 }
 
 void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long long count)

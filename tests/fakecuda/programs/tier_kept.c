@@ -52,15 +52,11 @@ static void name_all(CUfunction f, void **working, int n)
 
 static CUfunction struct_kernel(void)
 {
-    static const char ptx[] =
-        ".version 8.0\n.target sm_90\n"
-        ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1, .param .u64 p2,"
-        " .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)\n{ ret; }\n";
-    CUmodule module;
-    CUfunction f;
-    OK(cuModuleLoadData(&module, ptx));
-    OK(cuModuleGetFunction(&f, module, "fk_struct"));
-    return f;
+    return kernel_named(".version 8.0\n.target sm_90\n"
+                        ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1,"
+                        " .param .u64 p2, .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6,"
+                        " .param .u64 p7)\n{ ret; }\n",
+                        "fk_struct");
 }
 
 static int in_vram_count(void **blocks, int n)

@@ -68,6 +68,8 @@ int tier_vram_at_least(void *want);
 int demoted_at_least(void *want);
 int allocate_blocks(void **blocks, int n, size_t block);
 
+/* The kernel `name` of a fake module's PTX text. */
+CUfunction kernel_named(const char *ptx, const char *name);
 /* The fake's fk_fill_u32 loaded from PTX, and launched through cuLaunchKernel (the path
  * the shim observes): `count` words of `value` from `dst` on the legacy stream. */
 CUfunction fill_kernel(void);
