@@ -104,6 +104,14 @@ t_tier_swap_kept_steps() {
     out_has "swaps into VRAM took .* no swaps while free VRAM is under the headroom" \
         "want the tier thread to remember that swaps took fresh VRAM"
 }
+t_tier_pressure_once() {
+    # 8 movable blocks in VRAM on a device that keeps the VRAM managed pages leave; another
+    # process leaves an eighth of the headroom free (under a quarter: pressing): the
+    # shortfall is demoted once (less than it plus one block over 300 ticks), not at
+    # every tick.
+    tier_run tier-pressure-once FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
+        "$BIN/gbtier" pressure-once $TIER_BLOCK 8
+}
 t_tier_make_room() {
     # An allocation made while computing takes VRAM at once, a weight block making room.
     tier_run tier-make-room GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" make-room $TIER_BLOCK || return 1
@@ -166,4 +174,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

@@ -156,3 +156,88 @@ int test_swap_kept(int argc, char **argv)
     balloon_stop(&other);
     return 0;
 }
+
+/* gbtier pressure-once BLOCK N (FAKECUDA_MANAGED_KEEPS_VRAM=1, GREENBOOST_TIERING=on): a
+ * shortfall under pressure is answered once. The program holds N blocks of movable VRAM;
+ * then another process (gbballoon) takes all but an eighth of the headroom, so that free
+ * VRAM is under a quarter of it (Room::pressing: the driver may be evicting for someone).
+ * The device keeps the VRAM the demoted pages leave: free VRAM does not rise, and stays
+ * under a quarter of the headroom throughout.
+ *
+ * The bound, from shim/src/rules/tiering.rs: with free VRAM under the headroom the tick's
+ * shortfall is headroom - free - answered (Room::shortfall), where answered is what was
+ * demoted since free VRAM last stood at the headroom (Carried, reset only once free VRAM
+ * is back there: never here). `demotions` sends blocks to T2, coldest first, until they
+ * make at least the shortfall, so the tick that answers it demotes less than the
+ * shortfall plus one block; after it the shortfall is 0 and nothing answers it again
+ * (no swaps while pressing either: nothing read any block). Over 3 s of ticks (10 ms
+ * each), the demoted bytes must be at least the shortfall and under shortfall + BLOCK;
+ * the other blocks stay in VRAM, every byte intact, kernels verifying them throughout.
+ * The rule before 6c95954 demoted another shortfall's worth at every tick while
+ * pressing, answered or not: every block went to T2 within a few ticks (on the H200, all
+ * 18 GB of a model's movable VRAM, a 60x slower prefill). */
+int test_pressure_once(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: pressure-once BLOCK N\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int n = atoi(argv[3]);
+    void *blocks[16];
+    CHECK(n > 2 && n <= 16, "3 to 16 blocks\n");
+    const char *keeps = getenv("FAKECUDA_MANAGED_KEEPS_VRAM");
+    CHECK(keeps && !strcmp(keeps, "1"), "needs FAKECUDA_MANAGED_KEEPS_VRAM=1\n");
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&blocks[i], block));
+        CHECK(!strcmp(fakegpu_ptr_kind(dptr(blocks[i])), "managed") && fakegpu_managed_where(dptr(blocks[i])) == 0,
+              "block %d is %s, where %d: want movable memory in VRAM (GREENBOOST_TIERING=on)\n", i,
+              fakegpu_ptr_kind(dptr(blocks[i])), fakegpu_managed_where(dptr(blocks[i])));
+        OK(fakegpu_launch_fill(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    CHECK(device_free() >= headroom + block, "only %zu MiB free beside %d blocks: the device is too small\n",
+          device_free() >> 20, n);
+    struct workload w = { blocks, n, block, 0, 0, 0 };
+    pthread_t verifier;
+    CHECK(pthread_create(&verifier, NULL, keep_verifying, &w) == 0, "pthread_create\n");
+    /* Someone else needs VRAM: free VRAM under a quarter of the headroom. */
+    struct balloon other = balloon_start(device_free() - headroom / 8);
+    size_t pressed = device_free(), shortfall = headroom - pressed, highest = pressed, lowest = pressed;
+    CHECK(pressed < headroom / 4, "%zu MiB free: not under a quarter of the %zu MiB headroom\n", pressed >> 20,
+          headroom >> 20);
+    unsigned long long answered = shortfall;
+    int demoted = wait_for(demoted_at_least, &answered, 0, &lowest);
+    for (int ms = 0; ms < 3000; ms++) { /* 300 ticks more: nothing else should go */
+        size_t free_now = device_free();
+        highest = free_now > highest ? free_now : highest;
+        lowest = free_now < lowest ? free_now : lowest;
+        usleep(1000);
+    }
+    w.stop = 1;
+    pthread_join(verifier, NULL);
+    struct shim_stats st = shim_stats();
+    int in_vram_now = in_vram_count(blocks, n);
+    printf("pressure-once: %zu MiB free under a %zu MiB headroom (shortfall %zu MiB, free VRAM %zu-%zu MiB "
+           "meanwhile): demoted %llu MiB in %llu moves, bound %zu MiB; %d of %d blocks in VRAM; the device keeps "
+           "%zu MiB; %llu verifying rounds, %llu wrong words\n", pressed >> 20, headroom >> 20, shortfall >> 20,
+           lowest >> 20, highest >> 20, st.demoted_bytes >> 20, st.demotions, (shortfall + block) >> 20, in_vram_now,
+           n, fakegpu_vram_kept() >> 20, w.rounds, w.bad);
+    CHECK(demoted, "nothing answered the %zu MiB shortfall in 10 s (%llu MiB demoted)\n", shortfall >> 20,
+          st.demoted_bytes >> 20);
+    CHECK(highest < headroom / 4, "free VRAM rose to %zu MiB: the device did not keep what was demoted, the test "
+          "left pressure\n", highest >> 20);
+    CHECK(st.demoted_bytes < shortfall + block, "%llu MiB demoted in %llu moves over 300 ticks for a %zu MiB "
+          "shortfall, at least the bound of %zu MiB (the shortfall and one block): demoted again under pressure, "
+          "answered or not\n", st.demoted_bytes >> 20, st.demotions, shortfall >> 20, (shortfall + block) >> 20);
+    CHECK(fakegpu_vram_kept() == st.demoted_bytes, "the device keeps %zu MiB, the shim demoted %llu MiB\n",
+          fakegpu_vram_kept() >> 20, st.demoted_bytes >> 20);
+    CHECK(in_vram_now == n - (int)(st.demoted_bytes / block) && st.promotions == 0, "%d of %d blocks in VRAM after "
+          "%llu MiB demoted, %llu promotions\n", in_vram_now, n, st.demoted_bytes >> 20, st.promotions);
+    CHECK(w.bad == 0 && w.rounds > 0, "kernels running during the moves saw %llu wrong words in %llu rounds\n", w.bad,
+          w.rounds);
+    check_blocks(blocks, n, block, "after the squeeze");
+    balloon_stop(&other);
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(blocks[i]));
+    CHECK(fakegpu_vram_kept() == 0 && fakegpu_managed_live() == 0, "%zu MiB still kept, %d managed allocations "
+          "left after every free\n", fakegpu_vram_kept() >> 20, fakegpu_managed_live());
+    return 0;
+}

@@ -16,6 +16,8 @@
  *                                    shim never promote into the same free VRAM)
  *   gbtier swap-kept BLOCK N        (FAKECUDA_MANAGED_KEEPS_VRAM=1: moves into VRAM take
  *                                    fresh VRAM; tier_kept.c)
+ *   gbtier pressure-once BLOCK N    (the same device: a shortfall under pressure
+ *                                    demoted once; tier_kept.c)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -471,6 +473,7 @@ int main(int argc, char **argv)
         { "pair-child", test_pair_child },
         { "swap", test_swap },
         { "swap-kept", test_swap_kept },
+        { "pressure-once", test_pressure_once },
         { "ipc", test_ipc },
         { "make-room", test_make_room },
         { "attributes", test_attributes },

@@ -84,8 +84,9 @@ int test_uncontested(int argc, char **argv);
 int test_pool(int argc, char **argv);
 
 /* tier_kept.c: a swap of roles on a device that keeps the VRAM managed pages leave
- * (FAKECUDA_MANAGED_KEEPS_VRAM). */
+ * (FAKECUDA_MANAGED_KEEPS_VRAM); a shortfall under pressure answered once there. */
 int test_swap_kept(int argc, char **argv);
+int test_pressure_once(int argc, char **argv);
 
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
  * kernel times. */
