@@ -158,18 +158,28 @@ unsafe fn name(
     }
     let Some(values) = values else { return Naming::default() };
     let textures = texture_objects::any();
-    let mut seen = [0 as CuDevicePtr; DISTINCT_TRACKED];
+    // The allocations this launch named so far: a word inside one of them is looked up
+    // there, not in the index (the same pointer in a struct and as an argument, or
+    // several tensors of one allocator segment). The index's search reads lines the
+    // driver's launch path has evicted since the last launch: it was most of the
+    // shim's cost per launch (bench/probes/launch_ab_probe.c on the fake CUDA).
+    let mut found: [Option<&Range>; DISTINCT_TRACKED] = [None; DISTINCT_TRACKED];
     let mut naming = Naming { ranges: 0, read: true };
     let mut note = |address: CuDevicePtr| {
-        let Some(range) = snapshot.and_then(|snapshot| snapshot.find(address)) else { return };
+        let Some(snapshot) = snapshot.filter(|snapshot| snapshot.may_hold(address)) else { return };
         let tracked = (naming.ranges as usize).min(DISTINCT_TRACKED);
-        let first = !seen[..tracked].contains(&range.start);
-        if first {
-            if tracked < DISTINCT_TRACKED {
-                seen[tracked] = range.start;
+        let known = found[..tracked].iter().flatten().find(|range| range.start <= address && address < range.end);
+        let (range, first) = match known {
+            Some(range) => (*range, false),
+            None => {
+                let Some(range) = snapshot.find(address) else { return };
+                if tracked < DISTINCT_TRACKED {
+                    found[tracked] = Some(range);
+                }
+                naming.ranges += 1;
+                (range, true)
             }
-            naming.ranges += 1;
-        }
+        };
         visit(Named { range, address, first });
     };
     for (index, param) in params.iter().enumerate() {

@@ -145,6 +145,11 @@ impl Snapshot {
         Some((self.find(address)?, address))
     }
 
+    /// Whether `address` lies where some range might hold it: the two-comparison reject.
+    pub fn may_hold(&self, address: CuDevicePtr) -> bool {
+        address >= self.low && address < self.high
+    }
+
     /// The range holding `address`, if any.
     pub fn find(&self, address: CuDevicePtr) -> Option<&Range> {
         if address < self.low || address >= self.high {
