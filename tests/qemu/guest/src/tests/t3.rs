@@ -13,6 +13,10 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
+/// Swap that other processes' pages (the harness's) may take while a test fills the guest's
+/// RAM, and keep after it: swap given back is checked within this. 32 MiB was once 4 MiB
+/// short in CI (1499 MiB free after, 1535 before) and passed on the next two runs.
+const HARNESS_SWAP: u64 = 64 * MIB;
 
 /// One word per page: enough to tell every page apart, cheap under TCG.
 fn page_stride() -> usize {
@@ -226,7 +230,7 @@ pub fn t3_larger_than_ram() -> TestResult {
     let t = dev.t3()?;
     ensure(t.t3_resident == 0 && t.t3_swapped == 0, || format!("after close: {} resident, {} swapped", t.t3_resident, t.t3_swapped))?;
     // Within what other processes' pages (the harness's) may have left there meanwhile.
-    ensure(t.swap_free + 32 * MIB >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
+    ensure(t.swap_free + HARNESS_SWAP >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
     Ok(Outcome::Pass)
 }
 
@@ -271,7 +275,7 @@ pub fn t3_kill9_holder() -> TestResult {
     ensure(t.t3_resident == 0 && t.t3_swapped == 0 && t.t3_buffers == 0, || {
         format!("after kill -9: {} resident, {} swapped, {} buffers", t.t3_resident, t.t3_swapped, t.t3_buffers)
     })?;
-    ensure(t.swap_free + 32 * MIB >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
+    ensure(t.swap_free + HARNESS_SWAP >= swap0, || format!("swap not given back: {} MiB free, {} before", t.swap_free / MIB, swap0 / MIB))?;
     Ok(Outcome::Pass)
 }
 
