@@ -49,7 +49,7 @@ PY
 # A target directory of its own, kept between runs (dependencies build once): a planted
 # build in the tree's own target/ left its test binary there, which cargo then took as
 # fresh for the tree's next `make lint`, failing shim-unit with the planted defect.
-planted lock-rank 'lock order: memory::registry::REGISTRY (rank 2' env CARGO_TARGET_DIR="$root/target/lint-selftest" "$cargo" test -q -p greenboost-shim --features lock-order \
+planted lock-rank 'lock order: memory::registry::REGISTRY (rank 3' env CARGO_TARGET_DIR="$root/target/lint-selftest" "$cargo" test -q -p greenboost-shim --features lock-order \
   increasing_ranks_and_released_locks_pass
 
 [ "$failed" -eq 0 ]

@@ -42,6 +42,8 @@ pub const DEFAULT_STAGE_LOOKAHEAD: bool = false;
 pub const MAX_STAGE_SLICES: u64 = 8;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
+/// Live tiering gives back the VRAM the driver keeps after moving managed pages out.
+pub const DEFAULT_GIVE_BACK: bool = true;
 /// How often live tiering looks at the device, in milliseconds.
 pub const DEFAULT_TIER_INTERVAL_MS: u64 = 100;
 /// The rate the GPU reads host memory over its link, in GB/s: PCIe Gen5 x16 read
@@ -126,6 +128,7 @@ pub enum Id {
     StageLookahead,
     Tiering,
     Demote,
+    GiveBack,
     TierInterval,
     LinkGbps,
     Report,
@@ -215,7 +218,7 @@ impl Setting {
     }
 }
 
-const TABLE: [Setting; 21] = [
+const TABLE: [Setting; 22] = [
     row(
         Id::VramBudget,
         "GREENBOOST_VRAM_BUDGET",
@@ -337,6 +340,14 @@ const TABLE: [Setting; 21] = [
         Kind::Switch,
         "on",
         "demotion, where live tiering gives VRAM back (coldest allocations first) when free VRAM falls below the headroom; off: what moved to VRAM stays there",
+    ),
+    row(
+        Id::GiveBack,
+        "GREENBOOST_GIVE_BACK",
+        Some("no-give-back"),
+        Kind::Switch,
+        "on",
+        "after live tiering moves memory out of VRAM where the GPU is short, turn the VRAM the driver keeps of it into free VRAM others see (one allocation of all free VRAM and that much more, freed at once); off: the driver keeps it until someone allocates",
     ),
     row(
         Id::TierInterval,
@@ -463,6 +474,7 @@ mod tests {
         assert_eq!(parse_count(Id::StageSlices.setting().default.as_bytes()), Some(DEFAULT_STAGE_SLICES));
         assert_eq!(parse_switch(Id::StageLookahead.setting().default.as_bytes()), Some(DEFAULT_STAGE_LOOKAHEAD));
         assert_eq!(parse_switch(Id::Demote.setting().default.as_bytes()), Some(DEFAULT_DEMOTE));
+        assert_eq!(parse_switch(Id::GiveBack.setting().default.as_bytes()), Some(DEFAULT_GIVE_BACK));
         assert_eq!(parse_count(Id::TierInterval.setting().default.as_bytes()), Some(DEFAULT_TIER_INTERVAL_MS));
         assert_eq!(parse_count(Id::LinkGbps.setting().default.as_bytes()), Some(DEFAULT_LINK_GBPS));
         assert_eq!(Id::Tiering.setting().default, "auto");

@@ -59,7 +59,7 @@ fn fork_lock(rank: Rank) -> Option<&'static dyn ForkLock> {
         Rank::T2Cache => Some(t2::fork_lock()),
         Rank::Pending => Some(release::fork_lock()),
         Rank::Live => Some(movable::fork_lock()),
-        Rank::TierFlock | Rank::Scratch | Rank::MovableState | Rank::WholeAlgorithms => None,
+        Rank::TierFlock | Rank::TierMoves | Rank::Scratch | Rank::MovableState | Rank::WholeAlgorithms => None,
     }
 }
 
@@ -167,7 +167,7 @@ extern "C" fn summary_at_exit() {
     }
     if stats.movable_allocs != 0 {
         info!(
-            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} in VRAM at exit",
+            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} of the VRAM the driver kept after moves out given back in {}; {} in VRAM at exit",
             pid,
             stats.movable_allocs,
             Mib(stats.promoted_bytes),
@@ -178,6 +178,8 @@ extern "C" fn summary_at_exit() {
             stats.swaps,
             stats.demote_ns / 1_000_000,
             stats.move_issue_ns / 1_000_000,
+            Mib(stats.given_back_bytes),
+            stats.give_backs,
             Mib(stats.tier_vram),
         );
     }

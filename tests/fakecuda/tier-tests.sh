@@ -90,32 +90,73 @@ t_tier_swap_kept() {
     # The same swap on a 3 GiB device that keeps the VRAM managed pages leave and gives
     # moves into VRAM fresh VRAM (the H200's worst case), 8 working blocks of 48 MiB (one
     # run each; more than one 256 MiB arrival group) and a 512 MiB headroom: the moves in
-    # stop one group past the plan, the shim says so, and nothing is demoted after.
+    # stop one group past the plan, the shim says so, and nothing is demoted after. Without
+    # the give-back (the fallback where it fails).
     tier_run tier-swap-kept FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) \
-        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=info "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 || return 1
+        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 \
+        || return 1
     out_has "moves into VRAM took .* the rest wait" "want the tier thread to stop the moves into VRAM past its plan"
 }
 t_tier_swap_kept_steps() {
     # The same, 2 more working blocks named every 60 rounds: each swap one group that takes
     # fresh VRAM; remembered after the first, so that later ones wait.
     tier_run tier-swap-kept-steps FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
-        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=info \
+        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info \
         "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 2 || return 1
     out_has "swaps into VRAM took .* no swaps while free VRAM is under the headroom" \
         "want the tier thread to remember that swaps took fresh VRAM"
+}
+t_tier_give_back_swap() {
+    # tier-swap-kept at the default settings: the tick gives back what its moves out left
+    # the device, every working block swaps in, the device keeps nothing.
+    tier_run tier-give-back-swap FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
+        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8
+}
+t_tier_give_back_off_fails() {
+    # Without it, the moves in stop where they took fresh VRAM.
+    share=$work/tier-give-back-off-fails.share
+    rm -f "$share"
+    run_fails tier-give-back-off-fails "working blocks moved in: the VRAM the swaps moved out was not given back" \
+        $SHIMENV FAKECUDA_DEVICE_SHARE="$share" GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_TIER_INTERVAL_MS=10 \
+        FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) \
+        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GBTEST_EXPECT=given_back "$BIN/gbtier" swap-kept \
+        $(( 48 << 20 )) 8
+}
+t_tier_give_back_pressure() {
+    # A 224 MiB shortfall under pressure (a 256 MiB headroom, 32 MiB left free): demoted
+    # once, and given back: free VRAM rises to the headroom, the device keeps nothing.
+    tier_run tier-give-back-pressure FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
+        GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GBTEST_EXPECT=given_back "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8
 }
 t_tier_pressure_once() {
     # 8 movable blocks in VRAM on a device that keeps the VRAM managed pages leave; another
     # process leaves an eighth of the headroom free (under a quarter: pressing): the
     # shortfall is demoted once (less than it plus one block over 300 ticks), not at
     # every tick.
-    tier_run tier-pressure-once FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
+    tier_run tier-pressure-once FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on GREENBOOST_GIVE_BACK=off \
         "$BIN/gbtier" pressure-once $TIER_BLOCK 8
 }
 t_tier_make_room() {
     # An allocation made while computing takes VRAM at once, a weight block making room.
     tier_run tier-make-room GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" make-room $TIER_BLOCK || return 1
     out_has "^make-room: working block managed (where 0" "want the working block in VRAM"
+}
+t_tier_make_room_kept() {
+    # The same on a device that keeps the VRAM managed pages leave (48 MiB blocks, a
+    # 128 MiB headroom): the weight block's VRAM, given back, is what the working block
+    # takes, and free VRAM stays at the headroom.
+    tier_run tier-make-room-kept FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 \
+        GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) "$BIN/gbtier" make-room $(( 48 << 20 ))
+}
+t_tier_make_room_kept_off_fails() {
+    # Without the give-back the working block takes fresh VRAM under the headroom.
+    share=$work/tier-make-room-kept-off-fails.share
+    rm -f "$share"
+    run_fails tier-make-room-kept-off-fails "under the headroom" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
+        GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_TIER_INTERVAL_MS=10 FAKECUDA_VRAM=1G \
+        FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) \
+        GREENBOOST_GIVE_BACK=off "$BIN/gbtier" make-room $(( 48 << 20 ))
 }
 t_tier_make_room_off_fails() {
     share=$work/tier-make-room-off.share
@@ -174,4 +215,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_pressure tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

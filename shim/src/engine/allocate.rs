@@ -82,6 +82,8 @@ fn place<R: PartialEq + Copy>(
     let mut t2_ready = move || *prepared.get_or_insert_with(|| preparation.take().is_some_and(|prepare| prepare()));
     let mut after_oom = false;
     let movable_vram = origin == Origin::Plain && movable_vram_wanted(size, device);
+    // Held from room made (below) until this returns: live tiering waits (`make_room`).
+    let mut _room_made = None;
     let reserved = budget::reserve_vram(size, device).or_else(|| {
         // No room: while computing, movable VRAM loaded before may make it.
         let made = t2::rounded_len(size)
@@ -89,7 +91,10 @@ fn place<R: PartialEq + Copy>(
         if made.is_none() {
             budget::note_refused(size, device);
         }
-        made
+        made.map(|(reservation, moving)| {
+            _room_made = Some(moving);
+            reservation
+        })
     });
     if let Some(reservation) = reserved {
         let reservation = if movable_vram && t2_ready() {

@@ -14,7 +14,8 @@
 
 use crate::cuda;
 use crate::cuda::ffi::*;
-use crate::engine::tier_thread;
+use crate::engine::give_back;
+use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, Run};
 use crate::rules::tiering;
@@ -26,8 +27,9 @@ const MOST: u64 = 2 << 30;
 
 /// Demotes movable VRAM loaded before computing on `device` to make room for `len`
 /// bytes, and reserves that room; `None` (nothing moved) when not enough of it can go.
-/// The current context is the allocation's.
-pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
+/// The current context is the allocation's. With the reservation comes the tier thread's
+/// `MOVING`, held until the allocation is in the room (dropped with it).
+pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, Moving)> {
     if len > MOST || !budget::computing() || !movable::any() {
         return None;
     }
@@ -58,16 +60,27 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<VramReservation> {
     if room < len {
         return None;
     }
-    // Reserved before the victims give their VRAM back, so that no promotion (live
-    // tiering's thread) takes the room in between.
+    // No tick measures while the room is made (it would make it again), and the room is
+    // reserved before the victims give their VRAM back, so that no promotion takes it.
+    let moving = tier_thread::MOVING.lock();
     let reservation = budget::reserve_unchecked(len, device);
     // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
-    let demoted = cuda::in_relaxed_capture_mode(|| tier_thread::swap_out_now(device, &victims)).unwrap_or(0);
+    let demoted = cuda::in_relaxed_capture_mode(|| {
+        let free_before = cuda::device_memory().map_or(0, |(free, _)| free);
+        let demoted = tier_thread::swap_out_now(device, &victims);
+        // The allocation's move into VRAM would take fresh VRAM, not what the driver
+        // keeps of the victims: that is turned into free VRAM for it.
+        if demoted > 0 {
+            give_back::after_moves_out(device, demoted, free_before, len);
+        }
+        demoted
+    })
+    .unwrap_or(0);
     if demoted < len {
         // What did move stays in T2 (the swaps bring it back if it is read); the
         // allocation takes the usual way.
         return None;
     }
     debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
-    Some(reservation)
+    Some((reservation, moving))
 }

@@ -2,11 +2,13 @@
 //! hook runs (`allocate`: placement, then VRAM, a split range, movable T2 or T2; room
 //! made at once for the working set, `make_room`), and live tiering's thread
 //! (`tier_thread`) with the per-GPU lock it shares with the other processes under the
-//! shim (`tier_lock`) and the heat table it logs (`heat_table`).
+//! shim (`tier_lock`), the heat table it logs (`heat_table`), and the VRAM the driver kept
+//! of what moved out, given back (`give_back`).
 //!
 //! May import: `sys`, `cuda`, `rules`, `memory`.
 
 pub(crate) mod allocate;
+mod give_back;
 mod heat_table;
 mod make_room;
 mod tier_lock;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
+use crate::engine::give_back;
 use crate::engine::heat_table;
 use crate::engine::tier_lock::{self, Turn};
 use crate::memory::budget;
@@ -32,6 +33,8 @@ use crate::memory::release;
 use crate::rules::config;
 use crate::rules::placement::Rules;
 use crate::rules::tiering::{self, Candidate, Carried, Move, Outcome, Room};
+use crate::sys::lock::{const_mutex, Mutex, StaticGuard};
+use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::shm_path::ShmPath;
@@ -50,6 +53,15 @@ const SWAP_BYTES: u64 = GROUP_BYTES;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
+/// Held by a tick from its measurement to the end of its moves, and from the room made
+/// for an allocation (`make_room`) until the allocation is in it: a tick that measured
+/// free VRAM meanwhile would demote again for the allocation the room is for, or promote
+/// into the room once given back.
+pub(super) static MOVING: Mutex<rank::TierMoves, ()> = const_mutex(());
+
+/// `MOVING`, held.
+pub(super) type Moving = StaticGuard<rank::TierMoves, ()>;
+
 /// Starts the thread once per process.
 pub(super) fn ensure_started() {
     if STARTED.swap(true, Ordering::AcqRel) {
@@ -63,6 +75,7 @@ pub(super) fn ensure_started() {
 /// In the child of a fork: the thread stayed in the parent.
 pub fn restart_in_child() {
     STARTED.store(false, Ordering::Release);
+    give_back::reset_in_child();
     tier_lock::close_in_child();
 }
 
@@ -122,7 +135,9 @@ fn run() {
                 }
             };
             let context = members[0].context();
+            let moving = MOVING.lock();
             this.carried = cuda::with_context(context, || tick(device, &members, this.carried, &mut streams));
+            drop(moving);
             drop(held);
         }
     }
@@ -184,7 +199,12 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
     for group in groups(&leaving, GROUP_BYTES) {
         move_group(device, group, streams, &mut moved);
     }
-    let mut arrivals = Arrivals { fresh: room.fillable(), first_free: None };
+    let arriving_bytes = arriving.iter().map(|(run, _)| run.bytes).sum();
+    let given_back = match moved.demoted + moved.swapped_out {
+        0 => 0,
+        moved_out => give_back::after_moves_out(device, moved_out, free, arriving_bytes),
+    };
+    let mut arrivals = Arrivals { fresh: room.fillable() + given_back, first_free: None };
     for group in groups(&arriving, ARRIVAL_GROUP_BYTES) {
         if !arrivals.may_go() {
             info!(
@@ -204,6 +224,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         swapped_in: moved.swapped_in,
         planned: arrivals.fresh,
         taken: arrivals.taken(),
+        given_back,
     };
     let next = carried.after(&outcome);
     if next.swaps_took_fresh && !carried.swaps_took_fresh {

@@ -55,6 +55,9 @@ pub struct Config {
     pub tiering: TieringChoice,
     /// Whether live tiering gives VRAM back when others need it.
     pub demote: bool,
+    /// Whether live tiering gives back the VRAM the driver keeps after moves out
+    /// (`engine::give_back`).
+    pub give_back: bool,
     /// The live-tiering thread's period, in milliseconds (at least 1).
     pub tier_interval_ms: u64,
     /// GREENBOOST_LINK_GBPS, in bytes per second.
@@ -83,6 +86,7 @@ impl Default for Config {
             stage_lookahead: policy::DEFAULT_STAGE_LOOKAHEAD,
             tiering: TieringChoice::DEFAULT,
             demote: policy::DEFAULT_DEMOTE,
+            give_back: policy::DEFAULT_GIVE_BACK,
             tier_interval_ms: policy::DEFAULT_TIER_INTERVAL_MS,
             link_bytes_per_s: policy::DEFAULT_LINK_GBPS * GB_DECIMAL,
         }
@@ -191,6 +195,9 @@ pub(super) fn from_lookup(
     if let Some(demote) = reader.read(Id::Demote, policy::parse_switch) {
         config.demote = demote;
     }
+    if let Some(give_back) = reader.read(Id::GiveBack, policy::parse_switch) {
+        config.give_back = give_back;
+    }
     if let Some(interval) = reader.read(Id::TierInterval, policy::parse_count) {
         config.tier_interval_ms = interval.max(1);
     }
@@ -293,6 +300,7 @@ mod tests {
                 ("GREENBOOST_STAGE_LOOKAHEAD", "on"),
                 ("GREENBOOST_TIERING", "on"),
                 ("GREENBOOST_DEMOTE", "off"),
+                ("GREENBOOST_GIVE_BACK", "off"),
                 ("GREENBOOST_TIER_INTERVAL_MS", "0"),
                 ("GREENBOOST_LINK_GBPS", "25"),
             ]),
@@ -326,6 +334,7 @@ mod tests {
                 stage_lookahead: true,
                 tiering: TieringChoice::On,
                 demote: false,
+                give_back: false,
                 tier_interval_ms: 1,
                 link_bytes_per_s: 25 * GB_DECIMAL,
             }

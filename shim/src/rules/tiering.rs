@@ -117,9 +117,14 @@ impl Room {
 
     /// Free VRAM that moves may fill now (the budget aside).
     pub fn fillable(&self) -> u64 {
-        let keep = self.headroom.saturating_add(self.headroom / 4);
-        self.free.saturating_sub(keep)
+        self.free.saturating_sub(kept_free(self.headroom))
     }
+}
+
+/// Free VRAM promotions leave: the headroom and a slack of a quarter of it, for the
+/// program's own small allocations.
+pub fn kept_free(headroom: u64) -> u64 {
+    headroom.saturating_add(headroom / 4)
 }
 
 /// What one tick leaves the next on a device; the tier thread resets it once free VRAM
@@ -148,6 +153,9 @@ pub struct Outcome {
     /// Free VRAM they took: free VRAM before the first move in less free VRAM after the
     /// last.
     pub taken: u64,
+    /// How much free VRAM rose over the moves out, by themselves or given back
+    /// (`engine::give_back`): what the driver did not keep of them. Included in `planned`.
+    pub given_back: u64,
 }
 
 impl Outcome {
@@ -166,10 +174,13 @@ impl Carried {
     /// the swaps just moved in, and free VRAM would not rise for it. And such swaps are
     /// remembered, so that no later tick swaps while free VRAM is under the headroom:
     /// each would take one more group of fresh VRAM.
+    /// What came back as free VRAM went to the swaps' moves in first; the rest answers
+    /// the shortfall the demotions were for by itself, the driver keeps none of it.
     pub fn after(self, outcome: &Outcome) -> Carried {
         let kept = outcome.kept_by_swaps();
+        let freed_by_demotions = outcome.given_back.saturating_sub(outcome.swapped_in).min(outcome.demoted);
         Carried {
-            answered: self.answered.saturating_add(outcome.demoted).saturating_add(kept),
+            answered: self.answered.saturating_add(outcome.demoted - freed_by_demotions).saturating_add(kept),
             swaps_took_fresh: self.swaps_took_fresh || kept > 0,
         }
     }

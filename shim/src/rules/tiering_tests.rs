@@ -167,7 +167,7 @@ fn swaps_that_took_fresh_vram_answer_their_own_shortfall_and_no_more_swap_while_
     // Free VRAM stood at 1.1 GiB beside a 1 GiB headroom (nothing planned past its slack);
     // a swap's moves out freed nothing the driver shows, its moves in took 512 MiB of fresh
     // VRAM before the tier thread stopped them: free VRAM 614 MiB.
-    let swap = Outcome { demoted: 0, swapped_in: 512 * M, planned: 0, taken: 512 * M };
+    let swap = Outcome { demoted: 0, swapped_in: 512 * M, planned: 0, taken: 512 * M, given_back: 0 };
     let next = Carried::default().after(&swap);
     assert_eq!(next, Carried { answered: 512 * M, swaps_took_fresh: true });
     let candidates = [
@@ -201,6 +201,24 @@ fn moves_in_within_the_plan_or_reusing_what_went_out_carry_nothing() {
     let others = Outcome { planned: 300 * M, taken: G, ..Outcome::default() };
     assert_eq!(Carried::default().after(&others), Carried::default());
     // Past the plan by more than the swaps moved in: no more than they moved is kept.
-    let both = Outcome { swapped_in: 100 * M, planned: 0, taken: G, demoted: 5 * M };
+    let both = Outcome { swapped_in: 100 * M, planned: 0, taken: G, demoted: 5 * M, given_back: 0 };
     assert_eq!(Carried::default().after(&both), Carried { answered: 105 * M, swaps_took_fresh: true });
+}
+
+#[test]
+fn what_came_back_as_free_vram_is_not_counted_as_kept() {
+    const M: u64 = 1 << 20;
+    // 800 MiB demoted for a shortfall, all of it given back: free VRAM rose by itself.
+    let all = Outcome { demoted: 800 * M, given_back: 800 * M, ..Outcome::default() };
+    assert_eq!(Carried::default().after(&all), Carried::default());
+    // Half given back: the driver keeps the other half for whoever asks.
+    let half = Outcome { demoted: 800 * M, given_back: 400 * M, ..Outcome::default() };
+    assert_eq!(Carried::default().after(&half), Carried { answered: 400 * M, swaps_took_fresh: false });
+    // A swap of 1 GiB whose moves out came back and whose moves in took that: nothing kept,
+    // nothing taken past the plan (the plan counts what came back).
+    let swap = Outcome { swapped_in: G, planned: G, taken: G, given_back: G, ..Outcome::default() };
+    assert_eq!(Carried::default().after(&swap), Carried::default());
+    // What came back went to the swaps' moves in first; a demotion beside them is kept.
+    let both = Outcome { demoted: 200 * M, swapped_in: G, planned: G, taken: G, given_back: G };
+    assert_eq!(Carried::default().after(&both), Carried { answered: 200 * M, swaps_took_fresh: false });
 }

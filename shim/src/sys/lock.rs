@@ -89,6 +89,9 @@ unsafe impl<R: Ranked> lock_api::RawMutex for ForkSafeRawMutex<R> {
 /// A mutex of rank `R::RANK` (`lock_order`).
 pub type Mutex<R, T> = lock_api::Mutex<ForkSafeRawMutex<R>, T>;
 
+/// A held `Mutex<R, T>` of static storage.
+pub type StaticGuard<R, T> = lock_api::MutexGuard<'static, ForkSafeRawMutex<R>, T>;
+
 pub const fn const_mutex<R: Ranked, T>(value: T) -> Mutex<R, T> {
     lock_api::Mutex::const_new(<ForkSafeRawMutex<R> as lock_api::RawMutex>::INIT, value)
 }
@@ -164,7 +167,7 @@ mod tests {
 
     #[cfg(feature = "lock-order")]
     #[test]
-    #[should_panic(expected = "taken while holding memory::vmm::VMM (rank 3)")]
+    #[should_panic(expected = "taken while holding memory::vmm::VMM (rank 4)")]
     fn a_lower_rank_under_a_higher_one_panics() {
         let vmm: Mutex<rank::Vmm, ()> = const_mutex(());
         let registry: Mutex<rank::Registry, ()> = const_mutex(());

@@ -79,38 +79,45 @@ lock_order! {
                     the tier thread alone holds it, and takes and drops the locks below \
                     beneath it; waited for 2 s at most",
         at fork AtFork::Left("the child closes its copy of the descriptor");
-    Scratch = 1: "gemm::staging::SCRATCH",
+    TierMoves = 1: "engine::tier_thread::MOVING",
+        protects "this process's moves of movable memory, from the free VRAM they were \
+                  planned on to their end: a tick's, and room made for an allocation \
+                  (`make_room`), which a tick measuring meanwhile would make again",
+        while held "CUDA calls (measurements, prefetches, the give-back, synchronising \
+                    the move streams) and the locks below",
+        at fork AtFork::Left("a child forked after CUDA use steps aside and moves nothing");
+    Scratch = 2: "gemm::staging::SCRATCH",
         protects "the per-context VRAM scratch buffers of GEMM staging",
         while held "the asynchronous enqueues of one staged product (copies, product, \
                     events) and its shape's verification, the budget's counters, once per \
                     context the SM copy kernel's loading; the registry is read before it \
                     is taken",
         at fork AtFork::Left("a child forked after CUDA use never stages");
-    Registry = 2: "memory::registry::REGISTRY",
+    Registry = 3: "memory::registry::REGISTRY",
         protects "the live allocations by device pointer, double-free memory",
         while held "map operations only; no CUDA or backend call",
         at fork AtFork::Held;
-    Vmm = 3: "memory::vmm::VMM",
+    Vmm = 4: "memory::vmm::VMM",
         protects "the records of VMM handles placed on the host",
         while held "map operations only",
         at fork AtFork::Held;
-    T2Cache = 4: "memory::t2::CACHE (memory::t2cache::T2Cache's lock)",
+    T2Cache = 5: "memory::t2::CACHE (memory::t2cache::T2Cache's lock)",
         protects "freed T2 buffers still registered with CUDA",
         while held "list operations only; buffers leave it before they are unregistered",
         at fork AtFork::Held;
-    Pending = 5: "memory::release::PENDING",
+    Pending = 6: "memory::release::PENDING",
         protects "frees waiting for their stream's event",
         while held "list operations only; events are queried after it is dropped",
         at fork AtFork::Held;
-    Live = 6: "memory::movable::LIVE",
+    Live = 7: "memory::movable::LIVE",
         protects "the list of movable allocations, for the tier thread",
         while held "list operations only",
         at fork AtFork::Held;
-    MovableState = 7: "memory::movable_part::Part::state (one per part of a movable allocation)",
+    MovableState = 8: "memory::movable_part::Part::state (one per part of a movable allocation)",
         protects "one part's residence and charge",
         while held "reading and setting its residence, the budget's counters; no CUDA call",
         at fork AtFork::Left("a child of a process with movable memory steps aside");
-    WholeAlgorithms = 8: "gemm::lt_algo::WHOLE_ALGORITHMS",
+    WholeAlgorithms = 9: "gemm::lt_algo::WHOLE_ALGORITHMS",
         protects "each product shape's cuBLASLt algorithm",
         while held "map operations only; cuBLASLt is asked after it is dropped",
         at fork AtFork::Left("a child forked after CUDA use never stages");

@@ -75,6 +75,10 @@ pub struct Stats {
     /// `__device__` globals (direct, or nodes at each launch of their graph). Each may
     /// have written anything, as a launch not fully read.
     pub indirect_writers: AtomicU64,
+    /// Live tiering: VRAM the driver kept of managed pages moved out that the shim gave
+    /// back as free VRAM (`engine::give_back`), and the give-backs that did.
+    pub given_back_bytes: AtomicU64,
+    pub give_backs: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -116,6 +120,8 @@ pub static STATS: Stats = Stats {
     gemm_ahead_dropped: AtomicU64::new(0),
     launches_timed: AtomicU64::new(0),
     indirect_writers: AtomicU64::new(0),
+    given_back_bytes: AtomicU64::new(0),
+    give_backs: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
@@ -205,6 +211,8 @@ pub struct ShimStats {
     pub gemm_ahead_dropped: u64,
     pub launches_timed: u64,
     pub indirect_writers: u64,
+    pub given_back_bytes: u64,
+    pub give_backs: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -256,6 +264,8 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         gemm_ahead_dropped: load(&STATS.gemm_ahead_dropped),
         launches_timed: load(&STATS.launches_timed),
         indirect_writers: load(&STATS.indirect_writers),
+        given_back_bytes: load(&STATS.given_back_bytes),
+        give_backs: load(&STATS.give_backs),
     }
 }
 
@@ -297,6 +307,8 @@ pub fn start_afresh_in_child() {
         &STATS.gemm_ahead_dropped,
         &STATS.launches_timed,
         &STATS.indirect_writers,
+        &STATS.given_back_bytes,
+        &STATS.give_backs,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -27,6 +27,8 @@ struct shim_stats {
         memory_ops, host_funcs, swaps, gemm_ahead, gemm_ahead_dropped, launches_timed;
     /* Writers through pointers kept in device memory (batched products, globals). */
     unsigned long long indirect_writers;
+    /* Kept VRAM given back (engine/give_back.rs). */
+    unsigned long long given_back_bytes, give_backs;
     unsigned long long appended[16];
 };
 

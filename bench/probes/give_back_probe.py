@@ -1,0 +1,151 @@
+"""Kept VRAM given back (shim/src/engine/give_back.rs): after managed pages leave VRAM the
+driver keeps their chunks (UVM marks them unused; free VRAM does not rise). Does one plain
+cuMemAlloc of free + X, freed at once, turn X of them into free VRAM, without touching
+managed memory still in VRAM, how long does it hold all free VRAM, and does a neighbour
+allocating meanwhile ever fail?
+
+  python3 bench/probes/give_back_probe.py LEAVE_GIB   (prints one JSON line)
+
+Runs without the shim, beside gbgpu.foreign's balloon leaving LEAVE_GIB. A (2 GiB) and
+B (1 GiB) are managed memory preferred on the host and prefetched into VRAM, as the
+shim's movable VRAM; A goes back to the host (a demotion) and B stays.
+  1. free VRAM before and after A's demotion, and after the give-back (expect + 2 GiB);
+  2. B's read rate before and after (VRAM rate: it stayed; link rate: it was evicted);
+  3. a give-back asking for more than was kept: B's read rate says what went instead;
+  4. ten demote/give-back rounds while another process allocates and frees 64 MiB in a
+     loop: its failures and slowest allocation, and each give-back's window;
+  5. every word of A and B afterwards.
+"""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from gbgpu.foreign import kill_pid  # noqa: E402
+from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Driver  # noqa: E402
+from movable_vram_probe import PIECE, managed_in_vram, mem_alloc  # noqa: E402
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+NEIGHBOUR = """
+import ctypes, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+context, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+cuda.cuInit(0)
+cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0)
+cuda.cuCtxSetCurrent(context)
+print("ready", flush=True)
+end, tries, failed, slowest = time.perf_counter() + float(sys.argv[1]), 0, 0, 0.0
+while time.perf_counter() < end:
+    began = time.perf_counter()
+    status = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(64 << 20))
+    slowest = max(slowest, time.perf_counter() - began)
+    tries += 1
+    if status == 0:
+        cuda.cuMemFree_v2(ptr)
+    else:
+        failed += 1
+print(tries, failed, slowest, flush=True)
+"""
+
+
+def uvm_parameter(name):
+    try:
+        with open(f"/sys/module/nvidia_uvm/parameters/{name}") as f:
+            return f.read().strip()
+    except OSError as error:
+        return repr(error)
+
+
+def read_rate(driver, ptrs):
+    """The slowest piece's read rate, GB/s (second read: the first may fault)."""
+    rates = []
+    for ptr in ptrs:
+        driver.timed_read(ptr, PIECE)
+        rates.append(driver.timed_read(ptr, PIECE)[1])
+    return min(rates)
+
+
+def move(driver, ptrs, where, stream):
+    for ptr in ptrs:
+        driver.prefetch(ptr, PIECE, where, stream.ptr)
+    stream.synchronize()
+
+
+def give_back(driver, kept):
+    """The shim's give-back: cuMemAlloc(free + kept), cuMemFree. Status, window seconds,
+    free VRAM before and after."""
+    before = driver.free()
+    began = time.perf_counter()
+    status, ptr, _ = mem_alloc(driver, before + kept)
+    if status == 0:
+        driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
+    window = time.perf_counter() - began
+    return {"status": status, "window_ms": window * 1e3, "free_before_mib": before // MIB,
+            "free_after_mib": driver.free() // MIB}
+
+
+def main():
+    leave_gib = float(sys.argv[1])
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    balloon = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "balloon", str(leave_gib)], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    out = {"leave_gib": leave_gib, "uvm_global_oversubscription": uvm_parameter("uvm_global_oversubscription"),
+           "uvm_perf_pma_batch_nonpinned_order": uvm_parameter("uvm_perf_pma_batch_nonpinned_order")}
+    try:
+        out["balloon"] = balloon.stdout.readline().strip()
+        driver = Driver()
+        stream = driver.cupy.cuda.Stream(non_blocking=True)
+        a = [managed_in_vram(driver, PIECE, stream) for _ in range(2 * GIB // PIECE)]
+        b = [managed_in_vram(driver, PIECE, stream) for _ in range(GIB // PIECE)]
+        stream.synchronize()
+        for index, ptr in enumerate(a + b):
+            driver.view(ptr, PIECE).fill(index % 250 + 1)
+        driver.sync()
+        out["b_read_GBps_before"] = read_rate(driver, b)
+        # 1. Demote A; free VRAM after; the give-back.
+        out["free_before_demotion_mib"] = driver.free() // MIB
+        move(driver, a, LOCATION_HOST, stream)
+        time.sleep(0.5)
+        out["free_after_demotion_mib"] = driver.free() // MIB
+        out["give_back"] = give_back(driver, 2 * GIB)
+        time.sleep(0.5)
+        out["free_0_5s_after_give_back_mib"] = driver.free() // MIB
+        # 2. Did B stay in VRAM?
+        out["b_read_GBps_after_give_back"] = read_rate(driver, b)
+        # 3. Asking for more than was kept (nothing is kept now): what goes instead?
+        out["give_back_beyond_kept"] = give_back(driver, 512 * MIB)
+        out["b_read_GBps_after_overreach"] = read_rate(driver, b)
+        move(driver, b, LOCATION_DEVICE, stream)
+        # 4. Rounds beside a neighbour allocating in a loop.
+        neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, "8"], stdout=subprocess.PIPE, text=True)
+        neighbour.stdout.readline()
+        rounds = []
+        for _ in range(10):
+            move(driver, a, LOCATION_DEVICE, stream)
+            move(driver, a, LOCATION_HOST, stream)
+            rounds.append(give_back(driver, 2 * GIB))
+            time.sleep(0.2)
+        tries, failed, slowest = neighbour.stdout.readline().split()
+        neighbour.wait()
+        out["rounds"] = rounds
+        out["neighbour"] = {"allocations": int(tries), "failed": int(failed), "slowest_ms": float(slowest) * 1e3}
+        # 5. Every word.
+        out["pieces_wrong"] = [index for index, ptr in enumerate(a + b)
+                               if driver.timed_read(ptr, PIECE)[0] != PIECE * (index % 250 + 1)]
+        driver.release(a + b)
+    except Exception as error:  # the figures so far still print
+        out["error"] = repr(error)
+    finally:
+        kill_pid(balloon.pid)
+        balloon.wait()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

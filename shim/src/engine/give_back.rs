@@ -1,0 +1,107 @@
+//! Kept VRAM given back. When managed pages leave VRAM (a demotion, a swap out, room made
+//! for the working set), the driver keeps the chunks they leave: free VRAM does not rise,
+//! for nvidia-smi, for another process sizing itself from `cuMemGetInfo` (ollama's layer
+//! count, vLLM's KV cache), and for this process's own moves into VRAM, which then take
+//! fresh VRAM instead (on the H200 a 1.9 GB swap took free VRAM from 1525 to 3 MiB). The
+//! driver hands those chunks at once to an allocation that finds too little free VRAM
+//! (bench/results/movable-vram-probe-2026-12-05.md). So after moving `X` bytes out whose
+//! VRAM did not come free, the shim asks the driver for one plain allocation of free
+//! VRAM + `X` and frees it at once: the `X` bytes it took from the kept chunks become free
+//! VRAM that everyone sees, and that the same tick's moves in then take.
+//!
+//! Only where the device binds (free VRAM under the headroom and its slack): the
+//! allocation is then at most that plus one tick's moves. For its moment every free byte
+//! of the device is this process's; another process allocating then gets VRAM only by
+//! the driver evicting managed pages for it, so it is done once per tick that moved
+//! something out, never while another give-back of this process runs, and never again in
+//! a process where it did not raise free VRAM (`GIVE_UP_AFTER` times in a row):
+//! GREENBOOST_GIVE_BACK=off turns it off.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::cuda;
+use crate::cuda::ffi::{CuDevice, CuResult};
+use crate::rules::config;
+use crate::rules::placement::Rules;
+use crate::rules::tiering;
+use crate::sys::log::Mib;
+use crate::sys::stats::{self, STATS};
+
+/// Kept VRAM too small to ask for: one allocation's cost for less than this is not worth
+/// the moment it holds the device's free VRAM.
+const LEAST: u64 = 32 << 20;
+
+/// Give-backs in a row that raised free VRAM by less than half of what they asked, after
+/// which this process stops trying.
+const GIVE_UP_AFTER: u32 = 3;
+
+/// A give-back of this process is under way (the others skip theirs).
+static RUNNING: AtomicBool = AtomicBool::new(false);
+/// Give-backs in a row that gave too little back.
+static FAILED_IN_A_ROW: AtomicU32 = AtomicU32::new(0);
+/// Stopped for this process (`GIVE_UP_AFTER`).
+static GIVEN_UP: AtomicBool = AtomicBool::new(false);
+
+/// In the child of a fork: a give-back the parent ran when it forked is not the child's.
+pub(super) fn reset_in_child() {
+    RUNNING.store(false, Ordering::Release);
+}
+
+/// After moves out of `moved_out` bytes on `device` (a context of it current), which had
+/// `free_before` bytes of free VRAM before them: gives back what the driver kept of them
+/// where the device binds, i.e. where free VRAM does not hold what promotions leave free
+/// (`tiering::kept_free`) and the `wanted` bytes about to move in. Returns how much free
+/// VRAM rose from `free_before`, the moves' own effect included, at most `moved_out`.
+pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64, wanted: u64) -> u64 {
+    let Some((free, total)) = cuda::device_memory() else { return 0 };
+    let rose = free.saturating_sub(free_before).min(moved_out);
+    let kept = moved_out - rose;
+    let config = config::get();
+    if kept < LEAST || !config.give_back || GIVEN_UP.load(Ordering::Relaxed) {
+        return rose;
+    }
+    let physical = cuda::physical_vram(device).unwrap_or(total).max(total);
+    let binding = tiering::kept_free(Rules::of(config).headroom(device, physical)).saturating_add(wanted);
+    if free >= binding {
+        return rose;
+    }
+    if RUNNING.swap(true, Ordering::Acquire) {
+        return rose;
+    }
+    let after = ask_for(free, kept);
+    RUNNING.store(false, Ordering::Release);
+    let given = after.saturating_sub(free).min(kept);
+    judge(kept, given);
+    rose + given
+}
+
+/// One plain allocation of `free + kept` bytes, freed at once; free VRAM after it.
+fn ask_for(free: u64, kept: u64) -> u64 {
+    match cuda::mem_alloc(free.saturating_add(kept)) {
+        Ok(taken) => {
+            let freed = cuda::mem_free(taken);
+            if freed != CuResult::SUCCESS {
+                info!("giving kept VRAM back: cuMemFree failed (CUDA error {})", freed.0);
+            }
+        }
+        Err(error) => debug!("giving kept VRAM back: the driver refused {} (CUDA error {})", Mib(free + kept), error.0),
+    }
+    cuda::device_memory().map_or(free, |(after, _)| after)
+}
+
+/// Counts a give-back that asked for `kept` and saw free VRAM rise by `given`; stops
+/// asking after `GIVE_UP_AFTER` that gave less than half.
+fn judge(kept: u64, given: u64) {
+    STATS.given_back_bytes.fetch_add(given, Ordering::Relaxed);
+    if given >= kept / 2 {
+        stats::bump(&STATS.give_backs);
+        FAILED_IN_A_ROW.store(0, Ordering::Relaxed);
+        debug!("gave back {} of kept VRAM (asked for {})", Mib(given), Mib(kept));
+        return;
+    }
+    let failed = FAILED_IN_A_ROW.fetch_add(1, Ordering::Relaxed) + 1;
+    info!("giving kept VRAM back: free VRAM rose by {} where the driver kept {}", Mib(given), Mib(kept));
+    if failed >= GIVE_UP_AFTER && !GIVEN_UP.swap(true, Ordering::Relaxed) {
+        info!("giving kept VRAM back did not raise free VRAM {failed} times in a row: no more for this process");
+    }
+}
