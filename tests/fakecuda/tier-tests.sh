@@ -150,10 +150,11 @@ t_tier_make_room_kept() {
         GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) "$BIN/gbtier" make-room $(( 48 << 20 ))
 }
 t_tier_make_room_kept_off_fails() {
-    # Without the give-back the working block takes fresh VRAM under the headroom.
+    # Without the give-back the working block takes fresh VRAM under the headroom (and
+    # a tick may meanwhile demote another weight block for it).
     share=$work/tier-make-room-kept-off-fails.share
     rm -f "$share"
-    run_fails tier-make-room-kept-off-fails "under the headroom" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
+    run_fails tier-make-room-kept-off-fails "under the headroom\|2 weight blocks went to T2" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_TIER_INTERVAL_MS=10 FAKECUDA_VRAM=1G \
         FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) \
         GREENBOOST_GIVE_BACK=off "$BIN/gbtier" make-room $(( 48 << 20 ))

@@ -18,6 +18,7 @@
 //! GREENBOOST_GIVE_BACK=off turns it off.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
 
 use crate::cuda;
 use crate::cuda::ffi::{CuDevice, CuResult};
@@ -34,6 +35,10 @@ const LEAST: u64 = 32 << 20;
 /// Give-backs in a row that raised free VRAM by less than half of what they asked, after
 /// which this process stops trying.
 const GIVE_UP_AFTER: u32 = 3;
+
+/// Reads of free VRAM after a give-back before it is judged, and the wait between them.
+const SETTLE_READS: u32 = 4;
+const SETTLE_WAIT: Duration = Duration::from_millis(5);
 
 /// A give-back of this process is under way (the others skip theirs).
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -75,18 +80,34 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
     rose + given
 }
 
-/// One plain allocation of `free + kept` bytes, freed at once; free VRAM after it.
+/// One plain allocation of `free + kept` bytes, freed at once; free VRAM after it. The
+/// driver may clear freed memory before it counts it free again: read up to
+/// `SETTLE_READS` times, `SETTLE_WAIT` apart, until it shows half of `kept`.
 fn ask_for(free: u64, kept: u64) -> u64 {
     match cuda::mem_alloc(free.saturating_add(kept)) {
         Ok(taken) => {
             let freed = cuda::mem_free(taken);
             if freed != CuResult::SUCCESS {
                 info!("giving kept VRAM back: cuMemFree failed (CUDA error {})", freed.0);
+                return free;
             }
         }
-        Err(error) => debug!("giving kept VRAM back: the driver refused {} (CUDA error {})", Mib(free + kept), error.0),
+        Err(error) => {
+            debug!("giving kept VRAM back: the driver refused {} (CUDA error {})", Mib(free + kept), error.0);
+            return free;
+        }
     }
-    cuda::device_memory().map_or(free, |(after, _)| after)
+    let mut after = free;
+    for read in 0..SETTLE_READS {
+        if read > 0 {
+            std::thread::sleep(SETTLE_WAIT);
+        }
+        after = cuda::device_memory().map_or(free, |(now, _)| now);
+        if after.saturating_sub(free) >= kept / 2 {
+            break;
+        }
+    }
+    after
 }
 
 /// Counts a give-back that asked for `kept` and saw free VRAM rise by `given`; stops
