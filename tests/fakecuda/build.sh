@@ -28,7 +28,7 @@ for major in 12 13; do
     sed "s/@MAJOR@/$major/" "$fakes/cudart.map.in" > "$b/cudart$major.map"
     $CC $CFLAGS -shared -fvisibility=hidden -DCUDART_MAJOR=$major -Wl,-soname,libcudart.so.$major \
         -Wl,--version-script="$b/cudart$major.map" -Wl,-Bsymbolic -Wl,--no-undefined \
-        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_errors.c" "$fakes/libcudart_launch.c" "$fakes/libcudart_pointers.c" "$fakes/libcudart_events.c" -ldl
+        -o "$lib/libcudart.so.$major" "$fakes/libcudart.c" "$fakes/libcudart_memory.c" "$fakes/libcudart_errors.c" "$fakes/libcudart_launch.c" "$fakes/libcudart_pointers.c" "$fakes/libcudart_events.c" -ldl
     ln -sf "$lib/libcudart.so.$major" "$b/link$major/libcudart.so"
 done
 ln -sf "$lib/libcuda.so.1" "$b/linkcuda/libcuda.so"

@@ -1,5 +1,6 @@
 /* Fake libcuda.so.1 (see libcuda.c): stream capture and graphs, over the model in
- * gpu/fakegpu_graphs.c (which says what is captured and which calls break a capture). */
+ * gpu/fakegpu_capture.c (which says what is captured and which calls break a capture)
+ * and gpu/fakegpu_graphs.c. */
 #define _GNU_SOURCE
 #include "libcuda_entry.h"
 

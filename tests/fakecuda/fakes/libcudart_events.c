@@ -3,8 +3,6 @@
  * the program sees). */
 #include "libcudart_internal.h"
 
-#define EXPORT __attribute__((visibility("default")))
-
 EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
     cudaError_t init = cudart_init();

@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
 #define cudaErrorInvalidDeviceFunction 98
 #define cudaErrorMissingConfiguration 52
 

@@ -5,8 +5,6 @@
 
 #include <stdint.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
 EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
     if (!attributes)

@@ -126,7 +126,7 @@ CUresult fg_memset2d(CUdeviceptr dst, size_t pitch, unsigned value, unsigned ele
 CUresult fg_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async);
 CUresult fg_memcpy3d_check(const CUDA_MEMCPY3D *p);
 
-/* ---- Stream capture and graphs (fakegpu_graphs.c) ---- */
+/* ---- Stream capture (fakegpu_capture.c) and graphs (fakegpu_graphs.c) ---- */
 CUresult fg_capture_begin(CUstream s, int mode);
 CUresult fg_capture_end(CUstream s, CUgraph *graph);
 /* status (CUstreamCaptureStatus), id, graph and the last node captured (or NULL). */

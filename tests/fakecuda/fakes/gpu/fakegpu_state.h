@@ -194,9 +194,13 @@ void count_op(const struct op *op);
 /* fakegpu_copies.c: runs a pitched memset or a 3D copy. */
 CUresult run_set2d(struct fake_stream *s, const struct op *op);
 CUresult run_copy3d(struct fake_stream *s, const CUDA_MEMCPY3D *p);
-/* fakegpu_graphs.c: lock held; s has a capture: op goes to its graph (or is refused). */
+/* fakegpu_capture.c: lock held; s has a capture: op goes to its graph (or is refused). */
 CUresult capture_op_locked(struct fake_stream *s, struct op *op);
 void capture_invalidate_locked(struct fake_stream *s);
+/* fakegpu_graphs.c, for a capture's graph: lock held; appends a node that takes op's data
+ * (NULL when out of memory); the node added last (NULL: none). */
+struct fake_graph_node *graph_add_node_locked(CUgraph gr, int type, const struct op *op);
+CUgraphNode graph_last_node_locked(CUgraph gr);
 /* A copy of op that owns copies of its data (graph nodes, launches). */
 struct op op_dup(const struct op *op);
 void op_free_data(struct op *op);
