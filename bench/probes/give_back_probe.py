@@ -13,7 +13,8 @@ shim's movable VRAM; A goes back to the host (a demotion) and B stays.
   2. B's read rate before and after (VRAM rate: it stayed; link rate: it was evicted);
   3. a give-back asking for more than was kept: B's read rate says what went instead;
   4. ten demote/give-back rounds while another process allocates and frees 64 MiB in a
-     loop: its failures and slowest allocation, and each give-back's window;
+     loop: its failures and slowest allocation, each give-back's window, and B's read
+     rate after (an allocation in a window may have evicted B instead of failing);
   5. every word of A and B afterwards.
 """
 
@@ -135,6 +136,8 @@ def main():
         neighbour.wait()
         out["rounds"] = rounds
         out["neighbour"] = {"allocations": int(tries), "failed": int(failed), "slowest_ms": float(slowest) * 1e3}
+        # What the neighbour's allocations in a window took instead: B, if anything.
+        out["b_read_GBps_after_rounds"] = read_rate(driver, b)
         # 5. Every word.
         out["pieces_wrong"] = [index for index, ptr in enumerate(a + b)
                                if driver.timed_read(ptr, PIECE)[0] != PIECE * (index % 250 + 1)]
