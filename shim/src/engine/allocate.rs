@@ -82,7 +82,7 @@ fn place<R: PartialEq + Copy>(
     let mut t2_ready = move || *prepared.get_or_insert_with(|| preparation.take().is_some_and(|prepare| prepare()));
     let mut after_oom = false;
     let movable_vram = origin == Origin::Plain && movable_vram_wanted(size, device);
-    // Held from room made (below) until this returns: live tiering waits (`make_room`).
+    // Held from room made (below) until this returns: live tiering waits (`make_room::RoomHeld`).
     let mut _room_made = None;
     let reserved = budget::reserve_vram(size, device).or_else(|| {
         // No room: while computing, movable VRAM loaded before may make it.

@@ -12,9 +12,12 @@
 //! still wanted: a small allocation never costs a large weight's round trip (it goes to
 //! T2, and the swaps weigh it by its heat later).
 
+use std::time::Duration;
+
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::give_back;
+use crate::engine::tier_lock::{self, Held, Turn};
 use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, Run};
@@ -25,11 +28,22 @@ use crate::sys::log::Mib;
 /// (9-12 GB/s, bench/results/tiering-probe-2026-12-01.md), as one tick's swaps.
 const MOST: u64 = 2 << 30;
 
+/// Waited for the GPU's tiering lock (`tier_lock`): about one tick's moves. Past it the room
+/// is made without giving back what the driver keeps of it.
+const LOCK_WAIT: Duration = Duration::from_millis(250);
+
+/// What room made holds until the allocation is in it (dropped with it): the tier
+/// thread's `MOVING`, so that no tick of this process measures meanwhile, and the GPU's
+/// tiering lock, where it was had, so that no tick of another does.
+pub struct RoomHeld {
+    _moving: Moving,
+    _lock: Option<Held>,
+}
+
 /// Demotes movable VRAM loaded before computing on `device` to make room for `len`
 /// bytes, and reserves that room; `None` (nothing moved) when not enough of it can go.
-/// The current context is the allocation's. With the reservation comes the tier thread's
-/// `MOVING`, held until the allocation is in the room (dropped with it).
-pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, Moving)> {
+/// The current context is the allocation's.
+pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)> {
     if len > MOST || !budget::computing() || !movable::any() {
         return None;
     }
@@ -62,6 +76,10 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, Moving)
     }
     // No tick measures while the room is made (it would make it again), and the room is
     // reserved before the victims give their VRAM back, so that no promotion takes it.
+    // The GPU's lock first (the lock order); without it, no give-back: another process's
+    // tick could measure its moment.
+    let lock = tier_lock::acquire(&tier_lock::lock_path(cuda::pci_address(device)), LOCK_WAIT);
+    let may_give_back = !matches!(lock, Turn::Busy);
     let moving = tier_thread::MOVING.lock();
     let reservation = budget::reserve_unchecked(len, device);
     // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
@@ -70,7 +88,7 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, Moving)
         let demoted = tier_thread::swap_out_now(device, &victims);
         // The allocation's move into VRAM would take fresh VRAM, not what the driver
         // keeps of the victims: that is turned into free VRAM for it.
-        if demoted > 0 {
+        if demoted > 0 && may_give_back {
             give_back::after_moves_out(device, demoted, free_before, len);
         }
         demoted
@@ -82,5 +100,9 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, Moving)
         return None;
     }
     debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
-    Some((reservation, moving))
+    let lock = match lock {
+        Turn::Held(held) => Some(held),
+        Turn::Busy | Turn::Unlocked => None,
+    };
+    Some((reservation, RoomHeld { _moving: moving, _lock: lock }))
 }

@@ -6,7 +6,12 @@
 //! beside the records `greenboost status` reads. Two of ours promoting at once would
 //! each see the same free VRAM and together fill past it; managed memory resident beyond
 //! what is free makes the driver evict one process's pages for the other's, and the
-//! pressure rule then demotes in both, tick after tick. Held, the second process measures after the first one's moves landed.
+//! pressure rule then demotes in both, tick after tick. Held, the second process
+//! measures after the first one's moves landed.
+//!
+//! Room made at once for an allocation (`make_room`) takes it too, for as long as it moves
+//! memory and gives VRAM back: a tick of another process measuring then would see the
+//! moment of the give-back, when all free VRAM is this process's.
 //!
 //! Opened read-only (flock needs no write access, so a file another user made serves),
 //! made when missing (mode 0644, whatever the umask), opened anew at every tick: a
@@ -21,7 +26,8 @@ use std::time::{Duration, Instant};
 use crate::sys::lock_order::{self, rank, Ranked};
 use crate::sys::shm_path::ShmPath;
 
-const WAIT: Duration = Duration::from_secs(2);
+/// How long a tick waits for the lock.
+pub(super) const WAIT: Duration = Duration::from_secs(2);
 
 /// The lock of the GPU at PCI address `pci`, or the host's.
 pub(super) fn lock_path(pci: Option<(u32, u32, u32)>) -> ShmPath {
@@ -33,7 +39,8 @@ pub(super) fn lock_path(pci: Option<(u32, u32, u32)>) -> ShmPath {
     }
 }
 
-/// The descriptor a tick holds now (-1: none), for `close_in_child`.
+/// The descriptor held now (-1: none), for `close_in_child`: a tick's or room made's, one at a
+/// time (two open files of one lock exclude each other, in one process too).
 static HELD: AtomicI32 = AtomicI32::new(-1);
 
 /// What `acquire` got.
@@ -54,10 +61,10 @@ pub(super) struct Held {
     fd: i32,
 }
 
-/// Waits up to `WAIT` for the tiering lock at `path`.
-pub(super) fn acquire(path: &ShmPath) -> Turn {
+/// Waits up to `wait` for the tiering lock at `path`.
+pub(super) fn acquire(path: &ShmPath, wait: Duration) -> Turn {
     let Some(fd) = open_lock(path) else { return Turn::Unlocked };
-    // The first rank: the tier thread takes it holding nothing.
+    // The first rank: taken holding nothing.
     lock_order::acquiring(rank::TierFlock::RANK);
     let began = Instant::now();
     loop {
@@ -72,7 +79,7 @@ pub(super) fn acquire(path: &ShmPath) -> Turn {
             close(fd);
             return Turn::Unlocked;
         }
-        if began.elapsed() >= WAIT {
+        if began.elapsed() >= wait {
             lock_order::released(rank::TierFlock::RANK);
             close(fd);
             return Turn::Busy;

@@ -123,7 +123,7 @@ fn run() {
             };
             let this = &mut known[slot];
             // Held from the measurement to the end of the moves (see `tier_lock`).
-            let held = match tier_lock::acquire(&this.lock) {
+            let held = match tier_lock::acquire(&this.lock, tier_lock::WAIT) {
                 Turn::Held(held) => Some(held),
                 Turn::Busy => continue,
                 Turn::Unlocked => {

@@ -74,10 +74,12 @@ macro_rules! lock_order {
 
 lock_order! {
     TierFlock = 0: "engine::tier_lock (an flock per GPU, shared with every process under the shim)",
-        protects "the GPU's free VRAM, from a tick's measurement to the end of its moves",
-        while held "CUDA calls (the measurement, prefetches, synchronising the move stream); \
-                    the tier thread alone holds it, and takes and drops the locks below \
-                    beneath it; waited for 2 s at most",
+        protects "the GPU's free VRAM, from a tick's measurement to the end of its moves, \
+                  and while room made for an allocation moves memory and gives VRAM back",
+        while held "CUDA calls (the measurement, prefetches, the give-back, synchronising the \
+                    move stream); the tier thread, or an allocation making room (until it \
+                    is in the room), takes and drops the locks below beneath it; waited \
+                    for 2 s at most by a tick, 250 ms by room made",
         at fork AtFork::Left("the child closes its copy of the descriptor");
     TierMoves = 1: "engine::tier_thread::MOVING",
         protects "this process's moves of movable memory, from the free VRAM they were \
