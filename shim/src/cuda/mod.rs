@@ -1,11 +1,12 @@
 //! CUDA access: the C types (`ffi`), finding the real libraries (`libs`), the one table
 //! of every function the shim hooks or calls with typed accessors of the real ones
 //! (`real`; its cuBLAS routines over device arrays of pointers in
-//! `pointer_array_functions`), and the typed driver calls the shim makes for its own work (`calls`, whose
+//! `pointer_array_functions`), the count of stream captures open (`captures`), and the typed driver calls the shim makes for its own work (`calls`, whose
 //! functions are this folder's face: `cuda::mem_alloc`, `cuda::event_record`, ...).
 //!
 //! May import: `sys`.
 
+pub(crate) mod captures;
 pub(crate) mod ffi;
 pub(crate) mod launch_ffi;
 pub(crate) mod libs;

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::cuda;
+use crate::cuda::captures;
 use crate::cuda::ffi::{CuDevice, CuResult};
 use crate::rules::config;
 use crate::rules::placement::Rules;
@@ -62,7 +63,8 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
     let rose = free.saturating_sub(free_before).min(moved_out);
     let kept = moved_out - rose;
     let config = config::get();
-    if kept < LEAST || !config.give_back || GIVEN_UP.load(Ordering::Relaxed) {
+    // A capture open: cuMemFree may synchronise the device, which would invalidate it.
+    if kept < LEAST || !config.give_back || GIVEN_UP.load(Ordering::Relaxed) || captures::any_open() {
         return rose;
     }
     let physical = cuda::physical_vram(device).unwrap_or(total).max(total);

@@ -11,16 +11,14 @@
 //! is its handle's): a capture that did not hold it is marked too, which only drops
 //! look-ahead copies.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::cuda;
+use crate::cuda::captures;
 use crate::cuda::ffi::{CuResult, Stream};
 use crate::cuda::launch_ffi::{Graph, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED};
 use crate::sys::cow_map::CowMap;
-
-/// Captures begun and not yet ended (by any thread, on any stream).
-static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
 /// An indirect writer was enqueued while a capture was open, and not every capture open
 /// then has ended since.
@@ -33,7 +31,7 @@ static GRAPHS_WITH_INDIRECT: CowMap<()> = CowMap::new();
 
 /// A capture began (the driver accepted cuStreamBeginCapture*).
 pub fn began() {
-    CAPTURES.fetch_add(1, Ordering::Relaxed);
+    captures::opened();
 }
 
 /// cuStreamEndCapture answered `status` and `graph` (null when it gave none): a capture
@@ -46,8 +44,7 @@ pub fn ended(status: CuResult, graph: Graph) {
     if INDIRECT_CAPTURED.load(Ordering::Acquire) && !graph.0.is_null() {
         GRAPHS_WITH_INDIRECT.set(graph.0 as usize, Some(Arc::new(())));
     }
-    let before = CAPTURES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(1)));
-    if before == Ok(1) {
+    if captures::closed() {
         // Every capture open when the writer came has ended (a writer racing with this
         // sets the flag again, which only marks the next capture too).
         INDIRECT_CAPTURED.store(false, Ordering::Release);
@@ -56,7 +53,7 @@ pub fn ended(status: CuResult, graph: Graph) {
 
 /// An indirect writer was enqueued: if a capture is open, its graph may hold it.
 pub fn indirect_writer_enqueued() {
-    if CAPTURES.load(Ordering::Acquire) != 0 {
+    if captures::any_open() {
         INDIRECT_CAPTURED.store(true, Ordering::Release);
     }
 }
@@ -81,7 +78,7 @@ pub enum Enqueued {
 /// work on it that a capture in progress would have to wait for), so what it accepted
 /// there runs; synchronous copies and memsets, on cudaMemcpy's path, are enqueued there.
 pub fn enqueued_on(stream: Stream) -> Enqueued {
-    if CAPTURES.load(Ordering::Relaxed) == 0 || stream.is_legacy() {
+    if !captures::any_open() || stream.is_legacy() {
         return Enqueued::Runs;
     }
     match cuda::stream_is_capturing(stream) {
@@ -115,6 +112,6 @@ mod tests {
         began();
         ended(CuResult::SUCCESS, graph(0x4000));
         assert!(!may_hold_indirect_writer(graph(0x4000)));
-        assert_eq!(CAPTURES.load(Ordering::Relaxed), 0);
+        assert!(!captures::any_open());
     }
 }
