@@ -7,8 +7,9 @@
 //!
 //! So every `SAMPLE_EVERY`th launch while movable memory lives is timed: an event before
 //! it and one after it on its stream. A later sampled launch collects the samples whose
-//! events have passed. Where most of what a sample named lay in T2, reading all of it
-//! over the link would have taken its T2 bytes over `Config::link_bytes_per_s`; the
+//! events have passed. Where most of what a sample named lay in T2 when it was launched,
+//! reading all of it over the link would have taken its T2 bytes over
+//! `Config::link_bytes_per_s`; the
 //! kernel's time over that, at most 1, is its function's read share, kept per function
 //! (halfway from the last), and each launch of the function names with that weight
 //! (`address_index::WHOLE_READ` times the share; graph kernel nodes of the function too).
@@ -61,8 +62,11 @@ struct Slot {
     start: AtomicU64,
     end: AtomicU64,
     number: AtomicU64,
-    named: [AtomicU64; NAMED_KEPT],
-    named_count: AtomicU64,
+    /// Bytes the launch named (of at most `NAMED_KEPT` pieces), and of them those in T2,
+    /// as they lay when it was launched: by its collection the tier thread may have moved
+    /// them (the move its own read share decided, for one).
+    named_bytes: AtomicU64,
+    named_t2: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -72,8 +76,8 @@ const EMPTY_SLOT: Slot = Slot {
     start: AtomicU64::new(0),
     end: AtomicU64::new(0),
     number: AtomicU64::new(0),
-    named: [const { AtomicU64::new(0) }; NAMED_KEPT],
-    named_count: AtomicU64::new(0),
+    named_bytes: AtomicU64::new(0),
+    named_t2: AtomicU64::new(0),
 };
 
 static SAMPLES: [Slot; SLOTS] = [EMPTY_SLOT; SLOTS];
@@ -176,10 +180,12 @@ pub fn after_launch(sampling: Sampling, accepted: bool, function: CuFunction, st
         return;
     }
     slot.number.store(number(function) as u64, Ordering::Relaxed);
-    for (kept, &address) in slot.named.iter().zip(named) {
-        kept.store(address, Ordering::Relaxed);
-    }
-    slot.named_count.store(named.len().min(NAMED_KEPT) as u64, Ordering::Relaxed);
+    let (bytes, t2) = named[..named.len().min(NAMED_KEPT)]
+        .iter()
+        .filter_map(|&address| registry::named_piece(address))
+        .fold((0u64, 0u64), |(bytes, t2), (piece, piece_t2)| (bytes + piece, t2 + piece_t2));
+    slot.named_bytes.store(bytes, Ordering::Relaxed);
+    slot.named_t2.store(t2, Ordering::Relaxed);
     slot.state.store(PENDING, Ordering::Release);
 }
 
@@ -207,15 +213,11 @@ fn collect() {
 }
 
 /// Folds one sample's time (`seconds`) into its kernel's read share, when most of the
-/// bytes it named lay in T2 (a kernel over VRAM is timed by its arithmetic, not by what it
-/// reads).
+/// bytes it named lay in T2 when it was launched (a kernel over VRAM is timed by its
+/// arithmetic, not by what it reads).
 fn calibrate(slot: &Slot, seconds: f64) {
     let number = slot.number.load(Ordering::Relaxed) as usize;
-    let count = slot.named_count.load(Ordering::Relaxed) as usize;
-    let (bytes, t2) = slot.named[..count.min(NAMED_KEPT)]
-        .iter()
-        .filter_map(|address| registry::named_piece(address.load(Ordering::Relaxed)))
-        .fold((0u64, 0u64), |(bytes, t2), (piece, piece_t2)| (bytes + piece, t2 + piece_t2));
+    let (bytes, t2) = (slot.named_bytes.load(Ordering::Relaxed), slot.named_t2.load(Ordering::Relaxed));
     if number == 0 || t2 == 0 || t2.saturating_mul(2) < bytes || seconds <= 0.0 {
         return;
     }
