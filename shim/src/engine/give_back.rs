@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::cuda;
 use crate::cuda::captures;
 use crate::cuda::ffi::{CuDevice, CuResult};
+use crate::memory::budget;
 use crate::rules::config;
 use crate::rules::placement::Rules;
 use crate::rules::tiering;
@@ -84,18 +85,23 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
 
 /// One plain allocation of `free + kept` bytes, freed at once; free VRAM after it. The
 /// driver may clear freed memory before it counts it free again: read up to
-/// `SETTLE_READS` times, `SETTLE_WAIT` apart, until it shows half of `kept`.
+/// `SETTLE_READS` times, `SETTLE_WAIT` apart, until it shows half of `kept`. Placement
+/// keeps its last measurement meanwhile: the allocation is not another process's.
 fn ask_for(free: u64, kept: u64) -> u64 {
-    match cuda::mem_alloc(free.saturating_add(kept)) {
-        Ok(taken) => {
-            let freed = cuda::mem_free(taken);
-            if freed != CuResult::SUCCESS {
-                info!("giving kept VRAM back: cuMemFree failed (CUDA error {})", freed.0);
-                return free;
-            }
+    let asked = free.saturating_add(kept);
+    match budget::with_measurements_held(|| cuda::mem_alloc(asked).map(cuda::mem_free)) {
+        Ok(CuResult::SUCCESS) => {}
+        Ok(freed) => {
+            warn!(
+                "giving kept VRAM back: cuMemFree of {} failed (CUDA error {}); no more give-backs",
+                Mib(asked),
+                freed.0
+            );
+            GIVEN_UP.store(true, Ordering::Relaxed);
+            return free;
         }
         Err(error) => {
-            debug!("giving kept VRAM back: the driver refused {} (CUDA error {})", Mib(free + kept), error.0);
+            debug!("giving kept VRAM back: the driver refused {} (CUDA error {})", Mib(asked), error.0);
             return free;
         }
     }

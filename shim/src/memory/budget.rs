@@ -36,6 +36,19 @@ static OTHERS: [OthersSample; TRACKED_DEVICES] =
 /// far more slowly, and cuMemGetInfo costs a system call.
 const OTHERS_SAMPLE_NS: u64 = 1_000_000;
 
+/// While set, the last measurement stands whatever its age (`with_measurements_held`).
+static MEASUREMENTS_HELD: AtomicBool = AtomicBool::new(false);
+
+/// Runs `work`, during which placement measures nothing and keeps what it last measured:
+/// for the moment live tiering's give-back holds all free VRAM, which no allocation
+/// should read as taken by others.
+pub fn with_measurements_held<T>(work: impl FnOnce() -> T) -> T {
+    MEASUREMENTS_HELD.store(true, Ordering::Release);
+    let done = work();
+    MEASUREMENTS_HELD.store(false, Ordering::Release);
+    done
+}
+
 /// `device` as placement sees it: its size and what everything but this process's
 /// allocations uses on it — the driver's used memory (every process's) less what this
 /// process holds and the driver already allocated. Measured with cuMemGetInfo, which
@@ -47,7 +60,8 @@ fn view(device: CuDevice, physical: u64) -> DeviceView {
     };
     let now = monotonic_ns();
     let taken = sample.taken_ns.load(Ordering::Acquire);
-    if taken == 0 || now.saturating_sub(taken) >= OTHERS_SAMPLE_NS {
+    let stale = now.saturating_sub(taken) >= OTHERS_SAMPLE_NS && !MEASUREMENTS_HELD.load(Ordering::Acquire);
+    if taken == 0 || stale {
         if let Some((free, total)) = (cuda::current_device() == Some(device)).then(cuda::device_memory).flatten() {
             let ours = VRAM_IN_USE[index].load(Ordering::Relaxed);
             let in_flight = VRAM_IN_FLIGHT[index].load(Ordering::Relaxed);
