@@ -10,7 +10,12 @@
 //! VRAM that everyone sees, and that the same tick's moves in then take.
 //!
 //! Only where the device binds (free VRAM under the headroom and its slack): the
-//! allocation is then at most that plus one tick's moves. For its moment every free byte
+//! allocation is then at most that plus one tick's moves. Not where free VRAM was under a
+//! quarter of the headroom before the moves (`tiering::Room::pressing`): the driver may
+//! have evicted the pages for another allocation already, so that it keeps none of their
+//! chunks, and the allocation would take the driver's next victims instead, pages that
+//! hold data. The driver evicts chunks that hold none first (`pick_root_chunk_to_evict`
+//! in NVIDIA's open nvidia-uvm: free, then unused, then used ones). For its moment every free byte
 //! of the device is this process's; another process allocating then gets VRAM only by
 //! the driver evicting managed pages for it, so it is done once per tick that moved
 //! something out, never while another give-back of this process runs, and never again in
@@ -69,8 +74,11 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
         return rose;
     }
     let physical = cuda::physical_vram(device).unwrap_or(total).max(total);
-    let binding = tiering::kept_free(Rules::of(config).headroom(device, physical)).saturating_add(wanted);
-    if free >= binding {
+    let headroom = Rules::of(config).headroom(device, physical);
+    // Under a quarter of the headroom free before the moves, the driver may have evicted
+    // the pages they moved for someone else's allocation: then it keeps nothing of them,
+    // and the give-back would evict pages that hold data (this process's or another's).
+    if free >= tiering::kept_free(headroom).saturating_add(wanted) || free_before < headroom / 4 {
         return rose;
     }
     if RUNNING.swap(true, Ordering::Acquire) {
