@@ -20,7 +20,8 @@ from gbgpu.verdicts import kv
 GIB = 1 << 30
 MIB = 1 << 20
 COUNTERS = ("movable_allocs", "tier_vram", "promotions", "demotions", "promoted_bytes", "demoted_bytes", "swaps",
-            "headroom_spills", "t2_used", "t2_peak", "t2_after_vram_oom", "gemm_staged", "promote_ns", "demote_ns")
+            "headroom_spills", "t2_used", "t2_peak", "t2_after_vram_oom", "gemm_staged", "promote_ns", "demote_ns",
+            "given_back_bytes", "give_backs")
 
 
 def verdict(name, ok, detail):
@@ -33,13 +34,13 @@ def data(**fields):
 
 def shim_here():
     """The shim's exports in this process, or raises with the reason (not preloaded, or
-    older than the swaps counter)."""
+    older than the give-back counters)."""
     shim = Shim()
     if shim.sized is None or shim.t2 is None:
         raise RuntimeError("the shim's exports are not in this process (is libgreenboost_cuda.so preloaded?)")
     if shim.size < ctypes.sizeof(ShimStats):
         raise RuntimeError(f"greenboost_shim_stats_sized answers {shim.size} bytes, fewer than ShimStats' "
-                           f"{ctypes.sizeof(ShimStats)}: a shim without the swaps counter")
+                           f"{ctypes.sizeof(ShimStats)}: a shim without the give-back counters")
     return shim
 
 
@@ -48,7 +49,8 @@ def counters(shim):
     return {name: int(getattr(s, name)) for name in COUNTERS}
 
 
-def grown(before, after, names=("swaps", "promotions", "demotions", "demoted_bytes", "promoted_bytes")):
+def grown(before, after, names=("swaps", "promotions", "demotions", "demoted_bytes", "promoted_bytes",
+                                 "given_back_bytes", "give_backs")):
     return {name: after[name] - before[name] for name in names}
 
 
