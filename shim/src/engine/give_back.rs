@@ -35,10 +35,6 @@ use crate::rules::tiering;
 use crate::sys::log::Mib;
 use crate::sys::stats::{self, STATS};
 
-/// Kept VRAM too small to ask for: one allocation's cost for less than this is not worth
-/// the moment it holds the device's free VRAM.
-const LEAST: u64 = 32 << 20;
-
 /// Give-backs in a row that raised free VRAM by less than half of what they asked, after
 /// which this process stops trying.
 const GIVE_UP_AFTER: u32 = 3;
@@ -70,18 +66,13 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
     let kept = moved_out - rose;
     let config = config::get();
     // A capture open: cuMemFree may synchronise the device, which would invalidate it.
-    if kept < LEAST || !config.give_back || GIVEN_UP.load(Ordering::Relaxed) || captures::any_open() {
+    if !config.give_back || GIVEN_UP.load(Ordering::Relaxed) || captures::any_open() {
         return rose;
     }
     let physical = cuda::physical_vram(device).unwrap_or(total).max(total);
     let headroom = Rules::of(config).headroom(device, physical);
-    // Under a quarter of the headroom free before the moves, the driver may have evicted
-    // the pages they moved for someone else's allocation: then it keeps nothing of them,
-    // and the give-back would evict pages that hold data (this process's or another's).
-    if free >= tiering::kept_free(headroom).saturating_add(wanted) || free_before < headroom / 4 {
-        return rose;
-    }
-    if RUNNING.swap(true, Ordering::Acquire) {
+    let after_moves = tiering::AfterMovesOut { kept, free_before, free, headroom, wanted };
+    if !after_moves.give_back_wanted() || RUNNING.swap(true, Ordering::Acquire) {
         return rose;
     }
     let after = ask_for(free, kept);

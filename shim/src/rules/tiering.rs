@@ -186,6 +186,37 @@ impl Carried {
     }
 }
 
+/// Kept VRAM too small to give back (`engine::give_back`): one allocation's cost for less
+/// is not worth the moment it holds all of the device's free VRAM.
+pub const GIVE_BACK_LEAST: u64 = 32 << 20;
+
+/// A device after moves out of VRAM, for the give-back (`engine::give_back`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AfterMovesOut {
+    /// What the moves took out of VRAM that free VRAM does not show: the driver keeps it.
+    pub kept: u64,
+    /// Free VRAM before the moves, and now.
+    pub free_before: u64,
+    pub free: u64,
+    pub headroom: u64,
+    /// Bytes about to move into VRAM (a tick's moves in, an allocation's room).
+    pub wanted: u64,
+}
+
+impl AfterMovesOut {
+    /// Whether what the driver keeps is to be given back: where the device binds (free
+    /// VRAM does not hold what promotions leave free and what is about to move in), at
+    /// least `GIVE_BACK_LEAST`, and not where free VRAM was under a quarter of the
+    /// headroom before the moves (`Room::pressing`): the driver may have evicted those
+    /// pages for someone's allocation already, so that it keeps none of their chunks, and
+    /// the give-back would make it evict pages that hold data (this process's or another's).
+    pub fn give_back_wanted(&self) -> bool {
+        self.kept >= GIVE_BACK_LEAST
+            && self.free_before >= self.headroom / 4
+            && self.free < kept_free(self.headroom).saturating_add(self.wanted)
+    }
+}
+
 /// The moves for one tick: demotions when someone needs VRAM, else promotions that fit.
 pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
     if room.free < room.headroom {

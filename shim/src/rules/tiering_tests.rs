@@ -222,3 +222,20 @@ fn what_came_back_as_free_vram_is_not_counted_as_kept() {
     let both = Outcome { demoted: 200 * M, swapped_in: G, planned: G, taken: G, given_back: G };
     assert_eq!(Carried::default().after(&both), Carried { answered: 200 * M, swaps_took_fresh: false });
 }
+
+#[test]
+fn kept_vram_is_given_back_only_where_the_device_binds_and_the_driver_evicted_nothing() {
+    const M: u64 = 1 << 20;
+    // 1 GiB headroom: promotions leave 1.25 GiB free. 512 MiB demoted, free 700 MiB.
+    let short = AfterMovesOut { kept: 512 * M, free_before: 700 * M, free: 700 * M, headroom: G, wanted: 0 };
+    assert!(short.give_back_wanted());
+    // Free VRAM already holds the slack and what moves in: nothing binds.
+    assert!(!AfterMovesOut { free: 1300 * M, ..short }.give_back_wanted());
+    assert!(AfterMovesOut { free: 1300 * M, wanted: 512 * M, ..short }.give_back_wanted());
+    // Too little kept to be worth the moment.
+    assert!(!AfterMovesOut { kept: GIVE_BACK_LEAST - 1, ..short }.give_back_wanted());
+    assert!(AfterMovesOut { kept: GIVE_BACK_LEAST, ..short }.give_back_wanted());
+    // Pressing before the moves: the driver may have evicted them already.
+    assert!(!AfterMovesOut { free_before: G / 4 - 1, free: G / 4 - 1, ..short }.give_back_wanted());
+    assert!(AfterMovesOut { free_before: G / 4, free: G / 4, ..short }.give_back_wanted());
+}
