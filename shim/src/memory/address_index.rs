@@ -133,7 +133,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn from_ranges(ranges: Vec<Range>) -> Snapshot {
+    pub(super) fn from_ranges(ranges: Vec<Range>) -> Snapshot {
         let low = ranges.first().map_or(0, |range| range.start);
         let high = ranges.iter().map(|range| range.end).max().unwrap_or(0);
         Snapshot { ranges, low, high }
@@ -145,9 +145,10 @@ impl Snapshot {
         Some((self.find(address)?, address))
     }
 
-    /// Whether `address` lies where some range might hold it: the two-comparison reject.
-    pub fn may_hold(&self, address: CuDevicePtr) -> bool {
-        address >= self.low && address < self.high
+    /// [`low`, `high`): the span the ranges cover, for a reject of values that are no
+    /// device address before any search.
+    pub fn span(&self) -> (CuDevicePtr, CuDevicePtr) {
+        (self.low, self.high)
     }
 
     /// The range holding `address`, if any.
