@@ -136,10 +136,9 @@ pub unsafe fn name_launch<'s>(
     finder: Option<&mut Finder<'s>>,
     visit: impl FnMut(Named<'s>),
 ) -> Naming {
-    let layout = param_layout::of(function);
     // SAFETY: per this function's contract: values the driver accepted for `function`,
     // which `layout` describes.
-    unsafe { name(&layout, Values::of(params, extra), finder, visit) }
+    param_layout::with(function, |layout| unsafe { name(layout, Values::of(params, extra), finder, visit) })
 }
 
 /// Reads a launch's parameters, calling `visit` for every word naming an allocation.
