@@ -6,13 +6,16 @@
  * paths. Without the shim both paths are libcuda's: the ratio says how quiet it is.
  *
  *   cc -O2 -o launch_ab_probe bench/probes/launch_ab_probe.c -ldl
- *   [LD_PRELOAD=libgreenboost_cuda.so] ./launch_ab_probe [ROUNDS [LAUNCHES]]
+ *   [LD_PRELOAD=libgreenboost_cuda.so] ./launch_ab_probe [ROUNDS [LAUNCHES [ALLOCATIONS]]]
  *
  * The kernel takes a 256-byte struct holding 8 pointers and the 8 pointers (the shape of
  * gbbench's launch8, JIT-compiled from PTX; the fake CUDA knows it as fk_struct), each
- * into its own 64 MiB allocation, and does nothing. Prints one JSON line: launches per
- * second of each path in each round, and the median of the rounds' ratios (direct over
- * the program's path: the shim's cost where it is loaded). */
+ * into its own 64 MiB allocation, and does nothing. With ALLOCATIONS past 8 (default 8),
+ * that many allocations of 1 MiB are made and each launch names the next 8 of them in
+ * turn, as a model's layers name their own weights: launches then rarely name what the
+ * launch before them named. Prints one JSON line: launches per second of each path in
+ * each round, and the median of the rounds' ratios (direct over the program's path: the
+ * shim's cost where it is loaded). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
@@ -125,8 +128,9 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 21, launches = argc > 2 ? atoi(argv[2]) : 50000;
-    if (rounds < 1 || rounds > 1000 || launches < 1) {
-        fprintf(stderr, "usage: launch_ab_probe [ROUNDS (1-1000) [LAUNCHES]]\n");
+    int allocations = argc > 3 ? atoi(argv[3]) : 8;
+    if (rounds < 1 || rounds > 1000 || launches < 1 || allocations < 8 || allocations > 100000) {
+        fprintf(stderr, "usage: launch_ab_probe [ROUNDS (1-1000) [LAUNCHES [ALLOCATIONS (8-100000)]]]\n");
         return 2;
     }
     void *cuda = must(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "dlopen libcuda.so.1");
@@ -160,12 +164,15 @@ int main(int argc, char **argv)
         char rest[256 - 8 * sizeof(CUdeviceptr)];
     } args;
     memset(&args, 0, sizeof args);
-    CUdeviceptr buffers[8];
+    CUdeviceptr named[8], *buffers = calloc((size_t)allocations, sizeof(CUdeviceptr));
     void *params[9] = { &args };
+    if (!buffers)
+        return 1;
+    for (int i = 0; i < allocations; i++)
+        ok(cuMemAlloc_v2(&buffers[i], allocations == 8 ? 64 << 20 : 1 << 20), "cuMemAlloc_v2");
     for (int i = 0; i < 8; i++) {
-        ok(cuMemAlloc_v2(&buffers[i], 64 << 20), "cuMemAlloc_v2");
-        args.pointers[i] = buffers[i];
-        params[i + 1] = &buffers[i];
+        named[i] = args.pointers[i] = buffers[i];
+        params[i + 1] = &named[i];
     }
 
     double *rates[2] = { calloc((size_t)rounds, sizeof(double)), calloc((size_t)rounds, sizeof(double)) };
@@ -181,15 +188,20 @@ int main(int argc, char **argv)
         for (int k = 0; k < 2; k++) {
             int which = (r + k) % 2; /* the order turns each round */
             double began = now();
-            for (int i = 0; i < launches; i++)
+            for (int i = 0; i < launches; i++) {
+                if (allocations > 8) /* the next 8 allocations, on both paths alike */
+                    for (int j = 0; j < 8; j++)
+                        named[j] = args.pointers[j] = buffers[(8 * (size_t)i + (size_t)j) % (size_t)allocations];
                 ok(paths[which](kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL), "cuLaunchKernel");
+            }
             ok(cuStreamSynchronize(stream), "cuStreamSynchronize");
             rates[which][r] = launches / (now() - began);
         }
         ratios[r] = rates[1][r] / rates[0][r];
     }
-    printf("{\"probe\":\"launch_ab\",\"shim\":%s,\"rounds\":%d,\"launches\":%d,\"program_path_per_s\":[",
-           program_path == direct ? "false" : "true", rounds, launches);
+    printf("{\"probe\":\"launch_ab\",\"shim\":%s,\"rounds\":%d,\"launches\":%d,\"allocations\":%d,"
+           "\"program_path_per_s\":[",
+           program_path == direct ? "false" : "true", rounds, launches, allocations);
     for (int r = 0; r < rounds; r++)
         printf("%s%.0f", r ? "," : "", rates[0][r]);
     printf("],\"direct_per_s\":[");

@@ -25,6 +25,7 @@ use crate::launch::indirect;
 use crate::launch::kernel_times;
 use crate::launch::naming::{self, Named};
 use crate::memory::address_index::{self, Snapshot};
+use crate::memory::recent_ranges;
 use crate::sys::cow_map::CowMap;
 use crate::sys::stats::{self, STATS};
 
@@ -129,7 +130,7 @@ pub fn launched(exec: GraphExec, stream: Stream) {
         let weight = kernel_times::weight(kernel.function);
         for &(address, first) in &kernel.named {
             if let Some(range) = snapshot.as_deref().and_then(|snapshot| snapshot.find(address)) {
-                Named { range, address, first }.note(weight);
+                Named { start: range.start, uses: &range.uses, address, first }.note(weight);
                 namings += u64::from(first);
             }
         }
@@ -279,9 +280,13 @@ unsafe fn read_kernel(params: &KernelNodeParams, snapshot: Option<&Snapshot>) ->
     let mut named = Vec::new();
     // SAFETY: the node's values as the driver holds them, for the function it launches.
     let naming = unsafe {
-        naming::name_launch(params.launched(), params.params, params.extra, snapshot, |n| {
-            named.push((n.address, n.first))
-        })
+        let visit = |n: Named<'_>| named.push((n.address, n.first));
+        match snapshot {
+            Some(snapshot) => recent_ranges::with_local_finder(snapshot, |finder| {
+                naming::name_launch(params.launched(), params.params, params.extra, Some(finder), visit)
+            }),
+            None => naming::name_launch(params.launched(), params.params, params.extra, None, visit),
+        }
     };
     KernelNode { function: params.launched(), named: named.into_boxed_slice(), read: naming.read }
 }

@@ -8,8 +8,8 @@ use std::ffi::c_void;
 use crate::cuda::ffi::{CuDevicePtr, CuFunction, Stream};
 use crate::launch::capture::{self, Enqueued};
 use crate::launch::kernel_times::{self, Sampling};
-use crate::launch::naming;
-use crate::memory::address_index;
+use crate::launch::naming::{self, Named};
+use crate::memory::{address_index, recent_ranges};
 use crate::sys::stats::{self, STATS};
 
 /// The driver accepted a launch of `function` on `stream` with these parameters; it was
@@ -36,15 +36,20 @@ pub unsafe fn launched(
     // The first address of each allocation named, as many as a timed launch keeps.
     let mut named: [CuDevicePtr; kernel_times::NAMED_KEPT] = [0; kernel_times::NAMED_KEPT];
     let mut count = 0;
-    // SAFETY: per this function's contract: a launch of `function` the driver accepted.
-    let naming = unsafe {
-        naming::name_launch(function, params, extra, snapshot.as_deref(), |found| {
-            found.note(weight);
-            if found.first && count < kernel_times::NAMED_KEPT {
-                named[count] = found.address;
-                count += 1;
-            }
-        })
+    let visit = |found: Named<'_>| {
+        found.note(weight);
+        if found.first && count < kernel_times::NAMED_KEPT {
+            named[count] = found.address;
+            count += 1;
+        }
+    };
+    let naming = match snapshot.as_ref() {
+        // SAFETY: per this function's contract: a launch of `function` the driver accepted.
+        Some(snapshot) => recent_ranges::with_finder(snapshot, |finder| unsafe {
+            naming::name_launch(function, params, extra, Some(finder), visit)
+        }),
+        // SAFETY: as above; no allocation lives, so the launch is only read.
+        None => unsafe { naming::name_launch(function, params, extra, None, visit) },
     };
     if let Some(sampling) = sampling {
         kernel_times::after_launch(sampling, true, function, stream, &named[..count]);

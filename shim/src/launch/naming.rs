@@ -14,7 +14,8 @@ use crate::cuda::launch_ffi::{
 };
 use crate::launch::param_layout::{self, Layout, Param};
 use crate::launch::{tensor_maps, texture_objects};
-use crate::memory::address_index::{Range, Snapshot};
+use crate::memory::address_index::RangeUse;
+use crate::memory::recent_ranges::Finder;
 
 /// Where a launch's parameter values are, as cuLaunchKernel takes them.
 #[derive(Clone, Copy, Debug)]
@@ -94,17 +95,16 @@ pub struct Naming {
     pub read: bool,
 }
 
-/// The most distinct allocations one launch's count is kept exact for; past it a range
-/// named twice is counted twice (launches name a handful).
-const DISTINCT_TRACKED: usize = 32;
-
 /// A word of a launch's parameters that names an allocation.
 #[derive(Clone, Copy, Debug)]
 pub struct Named<'a> {
-    pub range: &'a Range,
-    /// The address named, inside `range`.
+    /// Where the allocation named starts.
+    pub start: CuDevicePtr,
+    /// Its use.
+    pub uses: &'a RangeUse,
+    /// The address named, inside the allocation.
     pub address: CuDevicePtr,
-    /// The first word of this launch to name `range` (a launch counts once per
+    /// The first word of this launch to name the allocation (a launch counts once per
     /// allocation; every address it names is a start, `RangeUse::note_start`).
     pub first: bool,
 }
@@ -113,32 +113,32 @@ impl Named<'_> {
     /// Notes the naming, by a launch of `weight` (`kernel_times::weight`), in the range's
     /// use: a launch on its first naming, a start on any.
     pub fn note(&self, weight: u64) {
-        let offset = self.range.offset(self.address);
+        let offset = self.address.saturating_sub(self.start);
         if self.first {
-            self.range.uses.note_launch(offset, weight);
+            self.uses.note_launch(offset, weight);
         } else {
-            self.range.uses.note_start(offset, weight);
+            self.uses.note_start(offset, weight);
         }
     }
 }
 
 /// Reads the parameters of a launch of `function` (`params` or `extra`, as
-/// cuLaunchKernel takes them), calling `visit` for every word naming an allocation.
+/// cuLaunchKernel takes them), calling `visit` for every word naming an allocation that
+/// `finder` (`None`: no allocation lives) finds.
 ///
 /// # Safety
 /// `params` and `extra` are those of a launch of `function` (or a kernel node's) that
 /// the driver accepted.
-pub unsafe fn name_launch(
+pub unsafe fn name_launch<'s>(
     function: CuFunction,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
-    snapshot: Option<&Snapshot>,
-    visit: impl FnMut(Named<'_>),
+    finder: Option<&mut Finder<'s>>,
+    visit: impl FnMut(Named<'s>),
 ) -> Naming {
-    let layout = param_layout::of(function);
     // SAFETY: per this function's contract: values the driver accepted for `function`,
     // which `layout` describes.
-    unsafe { name(&layout, Values::of(params, extra), snapshot, visit) }
+    param_layout::with(function, |layout| unsafe { name(layout, Values::of(params, extra), finder, visit) })
 }
 
 /// Reads a launch's parameters, calling `visit` for every word naming an allocation.
@@ -146,11 +146,11 @@ pub unsafe fn name_launch(
 /// # Safety
 /// `values` are the parameters of a launch of a function laid out as `layout`, which
 /// the driver accepted (see `Values::bytes`).
-unsafe fn name(
+unsafe fn name<'s>(
     layout: &Layout,
     values: Option<Values>,
-    snapshot: Option<&Snapshot>,
-    mut visit: impl FnMut(Named<'_>),
+    mut finder: Option<&mut Finder<'s>>,
+    mut visit: impl FnMut(Named<'s>),
 ) -> Naming {
     let Layout::Known(params) = layout else { return Naming::default() };
     if params.is_empty() {
@@ -158,34 +158,16 @@ unsafe fn name(
     }
     let Some(values) = values else { return Naming::default() };
     let textures = texture_objects::any();
-    // The allocations this launch named so far: a word inside one of them is looked up
-    // there, not in the index (the same pointer in a struct and as an argument, or
-    // several tensors of one allocator segment). The index's search reads lines the
-    // driver's launch path has evicted since the last launch: it was most of the
-    // shim's cost per launch (bench/probes/launch_ab_probe.c on the fake CUDA).
-    let mut found: [Option<&Range>; DISTINCT_TRACKED] = [None; DISTINCT_TRACKED];
-    let mut naming = Naming { ranges: 0, read: true };
+    let mut read = true;
     let mut note = |address: CuDevicePtr| {
-        let Some(snapshot) = snapshot.filter(|snapshot| snapshot.may_hold(address)) else { return };
-        let tracked = (naming.ranges as usize).min(DISTINCT_TRACKED);
-        let known = found[..tracked].iter().flatten().find(|range| range.start <= address && address < range.end);
-        let (range, first) = match known {
-            Some(range) => (*range, false),
-            None => {
-                let Some(range) = snapshot.find(address) else { return };
-                if tracked < DISTINCT_TRACKED {
-                    found[tracked] = Some(range);
-                }
-                naming.ranges += 1;
-                (range, true)
-            }
-        };
-        visit(Named { range, address, first });
+        if let Some(found) = finder.as_mut().and_then(|finder| finder.find(address)) {
+            visit(Named { start: found.start, uses: found.uses, address, first: found.first });
+        }
     };
     for (index, param) in params.iter().enumerate() {
         // SAFETY: per this function's contract.
         let Some(bytes) = (unsafe { values.bytes(index, *param) }) else {
-            naming.read = false;
+            read = false;
             continue;
         };
         words(bytes, |word| match textures.then(|| texture_objects::address_of(word)).flatten() {
@@ -198,7 +180,8 @@ unsafe fn name(
             }
         }
     }
-    naming
+    let ranges = finder.map_or(0, |finder| finder.distinct());
+    Naming { ranges: u32::try_from(ranges).unwrap_or(u32::MAX), read }
 }
 
 /// Each pointer-sized word of a parameter value: a pointer, alone or inside a struct,

@@ -124,19 +124,22 @@ pub fn note_copy(written: Option<(&Range, CuDevicePtr)>, read: Option<(&Range, C
 
 /// The ranges sorted by start, disjoint (the driver never hands out overlapping
 /// allocations), with the span they cover for a two-comparison reject of values that
-/// are no device address (counts, sizes, floats).
+/// are no device address (counts, sizes, floats). The starts are kept apart as well, 8
+/// to a cache line: the search reads only them, and then the one range it lands on.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     ranges: Vec<Range>,
+    starts: Box<[CuDevicePtr]>,
     low: CuDevicePtr,
     high: CuDevicePtr,
 }
 
 impl Snapshot {
-    fn from_ranges(ranges: Vec<Range>) -> Snapshot {
+    pub(super) fn from_ranges(ranges: Vec<Range>) -> Snapshot {
+        let starts = ranges.iter().map(|range| range.start).collect();
         let low = ranges.first().map_or(0, |range| range.start);
         let high = ranges.iter().map(|range| range.end).max().unwrap_or(0);
-        Snapshot { ranges, low, high }
+        Snapshot { ranges, starts, low, high }
     }
 
     /// `address` with the range holding it, if any.
@@ -145,9 +148,10 @@ impl Snapshot {
         Some((self.find(address)?, address))
     }
 
-    /// Whether `address` lies where some range might hold it: the two-comparison reject.
-    pub fn may_hold(&self, address: CuDevicePtr) -> bool {
-        address >= self.low && address < self.high
+    /// [`low`, `high`): the span the ranges cover, for a reject of values that are no
+    /// device address before any search.
+    pub fn span(&self) -> (CuDevicePtr, CuDevicePtr) {
+        (self.low, self.high)
     }
 
     /// The range holding `address`, if any.
@@ -155,7 +159,7 @@ impl Snapshot {
         if address < self.low || address >= self.high {
             return None;
         }
-        let after = self.ranges.partition_point(|range| range.start <= address);
+        let after = self.starts.partition_point(|&start| start <= address);
         let range = self.ranges.get(after.checked_sub(1)?)?;
         (address < range.end).then_some(range)
     }

@@ -186,6 +186,24 @@ static int test_driver(int argc, char **argv)
               i < 8 ? "in the by-value struct" : "a parameter", named(bufs[i]));
         expect_all(bufs[i], 64, (float)i + 1, "fk_struct");
     }
+    /* The first buffer freed and another made at its address (the fake's first fit hands
+     * it out again), then filled by a kernel naming it alone: the launch names the new
+     * allocation, not the one this thread's launches found there before (the shim keeps
+     * the allocations a thread's launches found lately, memory/recent_ranges.rs). The
+     * fill is 1.0f, what fk_struct left there, for fk_gather below. */
+    CUdeviceptr freed = bufs[0];
+    OK(cuMemFree_v2(bufs[0]));
+    OK(cuMemAlloc_v2(&bufs[0], 64 * 4));
+    CHECK(bufs[0] == freed, "the freed address was not handed out again: %#llx, then %#llx\n", freed, bufs[0]);
+    uint32_t one = 0x3f800000;
+    uint64_t count64 = 64;
+    void *refill[] = { &bufs[0], &one, &count64 };
+    OK(cuLaunchKernel((CUfunction)kfill, 1, 1, 1, 64, 1, 1, 0, s, refill, NULL));
+    OK(cuStreamSynchronize(s));
+    CHECK(!shim_observes() || named(bufs[0]) == 1,
+          "the allocation made at a freed one's address was named %llu times by the one launch naming it\n",
+          named(bufs[0]));
+    expect_all(bufs[0], 64, 1.0f, "fk_fill_u32 at a freed allocation's address");
     /* fk_gather: pointers stored in device memory. */
     CUdeviceptr ptrs;
     OK(cuMemAlloc_v2(&ptrs, 16 * 8));
@@ -312,7 +330,7 @@ static int test_driver(int argc, char **argv)
 
     printf("counts: kernel %llu memset %llu memcpy %llu hostfn %llu\n", fakegpu_count("kernel"),
            fakegpu_count("memset"), fakegpu_count("memcpy"), fakegpu_count("hostfn"));
-    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 8, "cuLaunchKernel ran %llu kernels\n",
+    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 9, "cuLaunchKernel ran %llu kernels\n",
           fakegpu_count("kernel:cuLaunchKernel"));
     CHECK(fakegpu_count("kernel:cuLaunchKernelEx") == 1 && fakegpu_count("kernel:cuLaunchKernelEx_ptsz") == 1 &&
               fakegpu_count("kernel:cuLaunchKernel_ptsz") == 1 && fakegpu_count("kernel:cuLaunchCooperativeKernel") == 1,
