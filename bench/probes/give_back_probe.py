@@ -19,16 +19,14 @@ shim's movable VRAM; A goes back to the host (a demotion) and B stays.
 """
 
 import ctypes
-import json
 import os
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from gbgpu.foreign import kill_pid  # noqa: E402
 from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Driver  # noqa: E402
-from movable_vram_probe import PIECE, managed_in_vram, mem_alloc  # noqa: E402
+from movable_vram_probe import PIECE, beside_balloon, managed_in_vram, mem_alloc  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -91,63 +89,57 @@ def give_back(driver, kept):
             "free_after_mib": driver.free() // MIB}
 
 
+def measure(out, _env):
+    driver = Driver()
+    stream = driver.cupy.cuda.Stream(non_blocking=True)
+    a = [managed_in_vram(driver, PIECE, stream) for _ in range(2 * GIB // PIECE)]
+    b = [managed_in_vram(driver, PIECE, stream) for _ in range(GIB // PIECE)]
+    stream.synchronize()
+    for index, ptr in enumerate(a + b):
+        driver.view(ptr, PIECE).fill(index % 250 + 1)
+    driver.sync()
+    out["b_read_GBps_before"] = read_rate(driver, b)
+    # 1. Demote A; free VRAM after; the give-back.
+    out["free_before_demotion_mib"] = driver.free() // MIB
+    move(driver, a, LOCATION_HOST, stream)
+    time.sleep(0.5)
+    out["free_after_demotion_mib"] = driver.free() // MIB
+    out["give_back"] = give_back(driver, 2 * GIB)
+    time.sleep(0.5)
+    out["free_0_5s_after_give_back_mib"] = driver.free() // MIB
+    # 2. Did B stay in VRAM?
+    out["b_read_GBps_after_give_back"] = read_rate(driver, b)
+    # 3. Asking for more than was kept (nothing is kept now): what goes instead?
+    out["give_back_beyond_kept"] = give_back(driver, 512 * MIB)
+    out["b_read_GBps_after_overreach"] = read_rate(driver, b)
+    move(driver, b, LOCATION_DEVICE, stream)
+    # 4. Rounds beside a neighbour allocating in a loop.
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, "8"], stdout=subprocess.PIPE, text=True)
+    neighbour.stdout.readline()
+    rounds = []
+    for _ in range(10):
+        move(driver, a, LOCATION_DEVICE, stream)
+        move(driver, a, LOCATION_HOST, stream)
+        rounds.append(give_back(driver, 2 * GIB))
+        time.sleep(0.2)
+    tries, failed, slowest = neighbour.stdout.readline().split()
+    neighbour.wait()
+    out["rounds"] = rounds
+    out["neighbour"] = {"allocations": int(tries), "failed": int(failed), "slowest_ms": float(slowest) * 1e3}
+    # What the neighbour's allocations in a window took instead: B, if anything.
+    out["b_read_GBps_after_rounds"] = read_rate(driver, b)
+    # 5. Every word.
+    out["pieces_wrong"] = [index for index, ptr in enumerate(a + b)
+                           if driver.timed_read(ptr, PIECE)[0] != PIECE * (index % 250 + 1)]
+    driver.release(a + b)
+
+
 def main():
     leave_gib = float(sys.argv[1])
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    balloon = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "balloon", str(leave_gib)], env=env,
-                               stdout=subprocess.PIPE, text=True)
-    out = {"leave_gib": leave_gib, "uvm_global_oversubscription": uvm_parameter("uvm_global_oversubscription"),
-           "uvm_perf_pma_batch_nonpinned_order": uvm_parameter("uvm_perf_pma_batch_nonpinned_order")}
-    try:
-        out["balloon"] = balloon.stdout.readline().strip()
-        driver = Driver()
-        stream = driver.cupy.cuda.Stream(non_blocking=True)
-        a = [managed_in_vram(driver, PIECE, stream) for _ in range(2 * GIB // PIECE)]
-        b = [managed_in_vram(driver, PIECE, stream) for _ in range(GIB // PIECE)]
-        stream.synchronize()
-        for index, ptr in enumerate(a + b):
-            driver.view(ptr, PIECE).fill(index % 250 + 1)
-        driver.sync()
-        out["b_read_GBps_before"] = read_rate(driver, b)
-        # 1. Demote A; free VRAM after; the give-back.
-        out["free_before_demotion_mib"] = driver.free() // MIB
-        move(driver, a, LOCATION_HOST, stream)
-        time.sleep(0.5)
-        out["free_after_demotion_mib"] = driver.free() // MIB
-        out["give_back"] = give_back(driver, 2 * GIB)
-        time.sleep(0.5)
-        out["free_0_5s_after_give_back_mib"] = driver.free() // MIB
-        # 2. Did B stay in VRAM?
-        out["b_read_GBps_after_give_back"] = read_rate(driver, b)
-        # 3. Asking for more than was kept (nothing is kept now): what goes instead?
-        out["give_back_beyond_kept"] = give_back(driver, 512 * MIB)
-        out["b_read_GBps_after_overreach"] = read_rate(driver, b)
-        move(driver, b, LOCATION_DEVICE, stream)
-        # 4. Rounds beside a neighbour allocating in a loop.
-        neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, "8"], stdout=subprocess.PIPE, text=True)
-        neighbour.stdout.readline()
-        rounds = []
-        for _ in range(10):
-            move(driver, a, LOCATION_DEVICE, stream)
-            move(driver, a, LOCATION_HOST, stream)
-            rounds.append(give_back(driver, 2 * GIB))
-            time.sleep(0.2)
-        tries, failed, slowest = neighbour.stdout.readline().split()
-        neighbour.wait()
-        out["rounds"] = rounds
-        out["neighbour"] = {"allocations": int(tries), "failed": int(failed), "slowest_ms": float(slowest) * 1e3}
-        # What the neighbour's allocations in a window took instead: B, if anything.
-        out["b_read_GBps_after_rounds"] = read_rate(driver, b)
-        # 5. Every word.
-        out["pieces_wrong"] = [index for index, ptr in enumerate(a + b)
-                               if driver.timed_read(ptr, PIECE)[0] != PIECE * (index % 250 + 1)]
-        driver.release(a + b)
-    except Exception as error:  # the figures so far still print
-        out["error"] = repr(error)
-    finally:
-        kill_pid(balloon.pid)
-        balloon.wait()
-    print(json.dumps(out), flush=True)
+    beside_balloon(leave_gib, {"leave_gib": leave_gib,
+                               "uvm_global_oversubscription": uvm_parameter("uvm_global_oversubscription"),
+                               "uvm_perf_pma_batch_nonpinned_order": uvm_parameter("uvm_perf_pma_batch_nonpinned_order")},
+                   measure)
 
 
 if __name__ == "__main__":

@@ -87,117 +87,128 @@ def gemm_ms(cupy, a, b, repeat=5):
     return cupy.cuda.get_elapsed_time(start, end) / repeat
 
 
-def main():
-    leave_gib, weights_gib = float(sys.argv[1]), int(sys.argv[2])
+def beside_balloon(leave_gib, out, measure):
+    """Runs measure(out, env) beside gbgpu.foreign's balloon holding all but LEAVE_GIB of
+    the free VRAM, then prints `out` as one JSON line: what measure filled in, and the
+    error that stopped it if one did."""
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
     balloon = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "balloon", str(leave_gib)], env=env,
                                stdout=subprocess.PIPE, text=True)
-    out = {"leave_gib": leave_gib, "weights_gib": weights_gib}
     try:
         out["balloon"] = balloon.stdout.readline().strip()
-        driver = Driver()
-        cupy = driver.cupy
-        stream = cupy.cuda.Stream(non_blocking=True)
-        out["free_at_start"] = driver.free()
-        # 1. Allocation cost: managed in VRAM against cuMemAlloc, per 128 MiB piece.
-        pieces = weights_gib * GIB // PIECE
-        began = time.perf_counter()
-        ptrs = []
-        for _ in range(pieces):
-            ptrs.append(managed_in_vram(driver, PIECE, stream))
-        stream.synchronize()
-        out["managed_alloc_ms_per_piece"] = (time.perf_counter() - began) * 1e3 / pieces
-        out["free_after_managed"] = driver.free()
-        plain = []
-        began = time.perf_counter()
-        for _ in range(8):
-            status, ptr, _ = mem_alloc(driver, PIECE)
-            driver.check(status, "cuMemAlloc")
-            plain.append(ptr)
-        out["plain_alloc_ms_per_piece"] = (time.perf_counter() - began) * 1e3 / 8
-        for index, ptr in enumerate(ptrs):
-            driver.view(ptr, PIECE).fill(index % 250 + 1)
-        driver.sync()
-        # 2. Reads and a GEMM from managed-in-VRAM against plain memory.
-        total, rate = driver.timed_read(ptrs[0], PIECE)
-        total, rate = driver.timed_read(ptrs[0], PIECE)
-        out["managed_read_GBps"] = rate
-        out["managed_sum_ok"] = total == PIECE * 1
-        _, out["plain_read_GBps"] = driver.timed_read(plain[0], PIECE)
-        _, out["plain_read_GBps"] = driver.timed_read(plain[0], PIECE)
-        n = 4096
-        def half(ptr):  # noqa: E306
-            memory = cupy.cuda.UnownedMemory(ptr, n * n * 2, None)
-            return cupy.ndarray((n, n), dtype=cupy.float16, memptr=cupy.cuda.MemoryPointer(memory, 0))
-        a_m, b_m = half(ptrs[1]), half(ptrs[2])
-        a_p, b_p = half(plain[1]), half(plain[2])
-        a_m[...] = 0.01
-        b_m[...] = 0.01
-        a_p[...] = 0.01
-        b_p[...] = 0.01
-        out["gemm_ms_managed"] = gemm_ms(cupy, a_m, b_m)
-        out["gemm_ms_plain"] = gemm_ms(cupy, a_p, b_p)
-        for ptr in plain:
-            driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
-        driver.sync()
-        # 3. Demotion to make room: prefetch to the host, one stream and four.
-        quarter = pieces // 4
-        for label, group, streams in (("one_stream", ptrs[:quarter], [stream]),
-                                      ("four_streams", ptrs[quarter:2 * quarter],
-                                       [cupy.cuda.Stream(non_blocking=True) for _ in range(4)])):
-            free_before = driver.free()
-            began = time.perf_counter()
-            for index, ptr in enumerate(group):
-                driver.prefetch(ptr, PIECE, LOCATION_HOST, streams[index % len(streams)].ptr)
-            for s in streams:
-                s.synchronize()
-            seconds = time.perf_counter() - began
-            out[f"demote_{label}_GBps"] = len(group) * PIECE / seconds / 1e9
-            out[f"demote_{label}_free_delta"] = driver.free() - free_before
-        # 3b. Does the driver give the demoted VRAM back, and when? Free VRAM every 100 ms
-        # for 2 s after the demotions (the figures above read it right after them).
-        out["free_after_demotion_series_mib"] = [poll_free(driver, 0.1) for _ in range(20)]
-        # 3c. Does a later promotion of this process reuse what the demotion left the driver
-        # (free does not fall), or take fresh VRAM? The first demoted quarter back to VRAM.
-        free_before = driver.free()
-        for ptr in ptrs[:quarter]:
-            driver.prefetch(ptr, PIECE, LOCATION_DEVICE, stream.ptr)
-        stream.synchronize()
-        out["repromote_free_delta"] = driver.free() - free_before
-        # 3d. Another process's cuMemAlloc of what the demotion (the second quarter) should
-        # have left: does it get it, while this process's free VRAM says it is not there?
-        free_before = driver.free()
-        want = quarter * PIECE + max(free_before - 512 * MIB, 0)
-        out["foreign_alloc_after_demotion"] = foreign_alloc(env, want) | {"free_before": free_before,
-                                                                           "free_after": driver.free()}
-        # 4. This process's cuMemAlloc of what was demoted: does it get the kept chunks?
-        demoted = quarter * PIECE  # the second quarter: the first went back in 3c
-        want = min(demoted, driver.free() + demoted - 512 * MIB)
-        status, ptr, seconds = mem_alloc(driver, want)
-        out["own_alloc_after_demotion"] = {"want": want, "status": status, "s": seconds, "free_after": driver.free()}
-        if status == 0:
-            driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
-        # 5. With the rest still in VRAM: this process asks for free + 2 GiB at once.
-        want = driver.free() + 2 * GIB
-        status, ptr, seconds = mem_alloc(driver, want)
-        out["own_alloc_beyond_free"] = {"want": want, "status": status, "s": seconds, "free_after": driver.free()}
-        wrong = []
-        for index, ptr_m in enumerate(ptrs):
-            total, rate = driver.timed_read(ptr_m, PIECE)
-            if index not in GEMM_PIECES and total != PIECE * (index % 250 + 1):
-                wrong.append(index)
-        out["pieces_changed_after"] = wrong
-        if status == 0:
-            driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
-        # Reads of what stayed in VRAM, after the eviction (host-preferred: read over the link).
-        _, out["read_last_piece_after_GBps"] = driver.timed_read(ptrs[-1], PIECE)
-        driver.release(ptrs)
+        measure(out, env)
     except Exception as error:  # the figures so far still print
         out["error"] = repr(error)
     finally:
         kill_pid(balloon.pid)
         balloon.wait()
     print(json.dumps(out), flush=True)
+
+
+def measure(out, env):
+    weights_gib = out["weights_gib"]
+    driver = Driver()
+    cupy = driver.cupy
+    stream = cupy.cuda.Stream(non_blocking=True)
+    out["free_at_start"] = driver.free()
+    # 1. Allocation cost: managed in VRAM against cuMemAlloc, per 128 MiB piece.
+    pieces = weights_gib * GIB // PIECE
+    began = time.perf_counter()
+    ptrs = []
+    for _ in range(pieces):
+        ptrs.append(managed_in_vram(driver, PIECE, stream))
+    stream.synchronize()
+    out["managed_alloc_ms_per_piece"] = (time.perf_counter() - began) * 1e3 / pieces
+    out["free_after_managed"] = driver.free()
+    plain = []
+    began = time.perf_counter()
+    for _ in range(8):
+        status, ptr, _ = mem_alloc(driver, PIECE)
+        driver.check(status, "cuMemAlloc")
+        plain.append(ptr)
+    out["plain_alloc_ms_per_piece"] = (time.perf_counter() - began) * 1e3 / 8
+    for index, ptr in enumerate(ptrs):
+        driver.view(ptr, PIECE).fill(index % 250 + 1)
+    driver.sync()
+    # 2. Reads and a GEMM from managed-in-VRAM against plain memory.
+    total, rate = driver.timed_read(ptrs[0], PIECE)
+    total, rate = driver.timed_read(ptrs[0], PIECE)
+    out["managed_read_GBps"] = rate
+    out["managed_sum_ok"] = total == PIECE * 1
+    _, out["plain_read_GBps"] = driver.timed_read(plain[0], PIECE)
+    _, out["plain_read_GBps"] = driver.timed_read(plain[0], PIECE)
+    n = 4096
+    def half(ptr):  # noqa: E306
+        memory = cupy.cuda.UnownedMemory(ptr, n * n * 2, None)
+        return cupy.ndarray((n, n), dtype=cupy.float16, memptr=cupy.cuda.MemoryPointer(memory, 0))
+    a_m, b_m = half(ptrs[1]), half(ptrs[2])
+    a_p, b_p = half(plain[1]), half(plain[2])
+    a_m[...] = 0.01
+    b_m[...] = 0.01
+    a_p[...] = 0.01
+    b_p[...] = 0.01
+    out["gemm_ms_managed"] = gemm_ms(cupy, a_m, b_m)
+    out["gemm_ms_plain"] = gemm_ms(cupy, a_p, b_p)
+    for ptr in plain:
+        driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
+    driver.sync()
+    # 3. Demotion to make room: prefetch to the host, one stream and four.
+    quarter = pieces // 4
+    for label, group, streams in (("one_stream", ptrs[:quarter], [stream]),
+                                  ("four_streams", ptrs[quarter:2 * quarter],
+                                   [cupy.cuda.Stream(non_blocking=True) for _ in range(4)])):
+        free_before = driver.free()
+        began = time.perf_counter()
+        for index, ptr in enumerate(group):
+            driver.prefetch(ptr, PIECE, LOCATION_HOST, streams[index % len(streams)].ptr)
+        for s in streams:
+            s.synchronize()
+        seconds = time.perf_counter() - began
+        out[f"demote_{label}_GBps"] = len(group) * PIECE / seconds / 1e9
+        out[f"demote_{label}_free_delta"] = driver.free() - free_before
+    # 3b. Does the driver give the demoted VRAM back, and when? Free VRAM every 100 ms
+    # for 2 s after the demotions (the figures above read it right after them).
+    out["free_after_demotion_series_mib"] = [poll_free(driver, 0.1) for _ in range(20)]
+    # 3c. Does a later promotion of this process reuse what the demotion left the driver
+    # (free does not fall), or take fresh VRAM? The first demoted quarter back to VRAM.
+    free_before = driver.free()
+    for ptr in ptrs[:quarter]:
+        driver.prefetch(ptr, PIECE, LOCATION_DEVICE, stream.ptr)
+    stream.synchronize()
+    out["repromote_free_delta"] = driver.free() - free_before
+    # 3d. Another process's cuMemAlloc of what the demotion (the second quarter) should
+    # have left: does it get it, while this process's free VRAM says it is not there?
+    free_before = driver.free()
+    want = quarter * PIECE + max(free_before - 512 * MIB, 0)
+    out["foreign_alloc_after_demotion"] = foreign_alloc(env, want) | {"free_before": free_before,
+                                                                       "free_after": driver.free()}
+    # 4. This process's cuMemAlloc of what was demoted: does it get the kept chunks?
+    demoted = quarter * PIECE  # the second quarter: the first went back in 3c
+    want = min(demoted, driver.free() + demoted - 512 * MIB)
+    status, ptr, seconds = mem_alloc(driver, want)
+    out["own_alloc_after_demotion"] = {"want": want, "status": status, "s": seconds, "free_after": driver.free()}
+    if status == 0:
+        driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
+    # 5. With the rest still in VRAM: this process asks for free + 2 GiB at once.
+    want = driver.free() + 2 * GIB
+    status, ptr, seconds = mem_alloc(driver, want)
+    out["own_alloc_beyond_free"] = {"want": want, "status": status, "s": seconds, "free_after": driver.free()}
+    wrong = []
+    for index, ptr_m in enumerate(ptrs):
+        total, rate = driver.timed_read(ptr_m, PIECE)
+        if index not in GEMM_PIECES and total != PIECE * (index % 250 + 1):
+            wrong.append(index)
+    out["pieces_changed_after"] = wrong
+    if status == 0:
+        driver.check(driver.cuda.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
+    # Reads of what stayed in VRAM, after the eviction (host-preferred: read over the link).
+    _, out["read_last_piece_after_GBps"] = driver.timed_read(ptrs[-1], PIECE)
+    driver.release(ptrs)
+
+
+def main():
+    leave_gib, weights_gib = float(sys.argv[1]), int(sys.argv[2])
+    beside_balloon(leave_gib, {"leave_gib": leave_gib, "weights_gib": weights_gib}, measure)
 
 
 if __name__ == "__main__":
