@@ -9,18 +9,17 @@
 //! VRAM + `X` and frees it at once: the `X` bytes it took from the kept chunks become free
 //! VRAM that everyone sees, and that the same tick's moves in then take.
 //!
-//! Only where the device binds (free VRAM under the headroom and its slack): the
-//! allocation is then at most that plus one tick's moves. Not where free VRAM was under a
-//! quarter of the headroom before the moves (`tiering::Room::pressing`): the driver may
-//! have evicted the pages for another allocation already, so that it keeps none of their
-//! chunks, and the allocation would take the driver's next victims instead, pages that
-//! hold data. The driver evicts chunks that hold none first (`pick_root_chunk_to_evict`
-//! in NVIDIA's open nvidia-uvm: free, then unused, then used ones). For its moment every free byte
-//! of the device is this process's; another process allocating then gets VRAM only by
-//! the driver evicting managed pages for it, so it is done once per tick that moved
-//! something out, never while another give-back of this process runs, and never again in
-//! a process where it did not raise free VRAM (`GIVE_UP_AFTER` times in a row):
-//! GREENBOOST_GIVE_BACK=off turns it off.
+//! When (`tiering::AfterMovesOut::give_back_wanted`): where the device binds, for 32 MiB
+//! or more, and not where free VRAM was under a quarter of the headroom before the moves,
+//! when the driver may have evicted those pages for someone already and keeps none of
+//! their chunks. The driver evicts chunks that hold no data first (`pick_root_chunk_to_evict`
+//! in NVIDIA's open nvidia-uvm: free, then unused, then used ones), so the allocation takes
+//! the kept ones. For its moment every free byte of the device is this process's: another
+//! process allocating then gets VRAM only by the driver evicting managed pages for it. So
+//! it is done once per tick that moved something out (or room made), never while a
+//! stream capture is open (`cuMemFree` may synchronise) or another give-back of this
+//! process runs, and no more in a process where it did not raise free VRAM
+//! (`GIVE_UP_AFTER` times in a row). GREENBOOST_GIVE_BACK=off turns it off.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
