@@ -130,6 +130,16 @@ t_tier_give_back_short() {
     tier_run tier-give-back-short FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
         GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GBTEST_EXPECT=given_back "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8 4
 }
+t_tier_give_back_slow() {
+    # The same short of VRAM on a device whose allocations take 150 ms to get kept VRAM:
+    # given back once, the shim says it held all free VRAM too long, and gives back no
+    # more in this process.
+    tier_run tier-give-back-slow FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 FAKECUDA_KEPT_CLAIM_US=150000 \
+        GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_LOG=info GBTEST_EXPECT=given_back \
+        "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8 4 || return 1
+    out_has "held all free VRAM for [0-9]* ms (more than 100 ms): no more for this process" \
+        "want the shim to stop giving back after a give-back that held all free VRAM too long"
+}
 t_tier_give_back_pressing() {
     # The same under pressure (32 MiB of the 256 MiB headroom left free): demoted once,
     # nothing given back (the driver may have evicted the pages already).
@@ -223,4 +233,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_short tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

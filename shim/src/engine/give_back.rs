@@ -18,11 +18,12 @@
 //! process allocating then gets VRAM only by the driver evicting managed pages for it. So
 //! it is done once per tick that moved something out (or room made), never while a
 //! stream capture is open (`cuMemFree` may synchronise) or another give-back of this
-//! process runs, and no more in a process where it did not raise free VRAM
-//! (`GIVE_UP_AFTER` times in a row). GREENBOOST_GIVE_BACK=off turns it off.
+//! process runs, and no more in a process where one held all free VRAM longer than
+//! `WINDOW_MOST` or where it did not raise free VRAM (`GIVE_UP_AFTER` times in a row).
+//! GREENBOOST_GIVE_BACK=off turns it off.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cuda;
 use crate::cuda::captures;
@@ -37,6 +38,11 @@ use crate::sys::stats::{self, STATS};
 /// Give-backs in a row that raised free VRAM by less than half of what they asked, after
 /// which this process stops trying.
 const GIVE_UP_AFTER: u32 = 3;
+
+/// The longest a give-back may hold all free VRAM: one that took longer is the last of the
+/// process (another process allocating meanwhile would have waited for the driver to
+/// evict, or failed).
+const WINDOW_MOST: Duration = Duration::from_millis(100);
 
 /// Reads of free VRAM after a give-back before it is judged, and the wait between them.
 const SETTLE_READS: u32 = 4;
@@ -87,7 +93,17 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
 /// keeps its last measurement meanwhile: the allocation is not another process's.
 fn ask_for(free: u64, kept: u64) -> u64 {
     let asked = free.saturating_add(kept);
-    match budget::with_measurements_held(|| cuda::mem_alloc(asked).map(cuda::mem_free)) {
+    let began = Instant::now();
+    let answered = budget::with_measurements_held(|| cuda::mem_alloc(asked).map(cuda::mem_free));
+    let held = began.elapsed();
+    if held > WINDOW_MOST && !GIVEN_UP.swap(true, Ordering::Relaxed) {
+        info!(
+            "giving kept VRAM back held all free VRAM for {} ms (more than {} ms): no more for this process",
+            held.as_millis(),
+            WINDOW_MOST.as_millis()
+        );
+    }
+    match answered {
         Ok(CuResult::SUCCESS) => {}
         Ok(freed) => {
             warn!(

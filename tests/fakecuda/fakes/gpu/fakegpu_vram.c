@@ -31,6 +31,19 @@ static uint64_t kept_claim(struct vram_device *d, uint64_t want)
     return c;
 }
 
+/* FAKECUDA_KEPT_CLAIM_US: how long an allocation that takes kept VRAM waits for it (the
+ * driver evicting the chunks), lock held: every call of this process waits too. */
+static void kept_claim_wait(void)
+{
+    static long us = -1;
+    if (us < 0) {
+        const char *v = getenv("FAKECUDA_KEPT_CLAIM_US");
+        us = v ? atol(v) : 0;
+    }
+    if (us > 0)
+        usleep((useconds_t)us);
+}
+
 static void kept_unclaim(struct vram_device *d, uint64_t c)
 {
     if (!d->share)
@@ -87,6 +100,8 @@ int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first
                 kept_unclaim(d, reused);
                 return 0; /* other processes hold the rest of the device */
             }
+            if (reused)
+                kept_claim_wait();
             size_t s = i + 1 - need;
             memset(d->page_used + s, 1, need);
             d->vram_used += need * PAGE;
