@@ -42,8 +42,10 @@ pub const DEFAULT_STAGE_LOOKAHEAD: bool = false;
 pub const MAX_STAGE_SLICES: u64 = 8;
 /// Live tiering demotes movable allocations when others need the VRAM.
 pub const DEFAULT_DEMOTE: bool = true;
-/// Live tiering gives back the VRAM the driver keeps after moving managed pages out.
-pub const DEFAULT_GIVE_BACK: bool = true;
+/// Live tiering does not give back the VRAM the driver keeps after moving managed pages
+/// out: for the moment of a give-back all free VRAM is taken, and another process
+/// allocating then failed 4 times in 36006 (bench/results/give-back-probe-2026-12-05.md).
+pub const DEFAULT_GIVE_BACK: bool = false;
 /// How often live tiering looks at the device, in milliseconds.
 pub const DEFAULT_TIER_INTERVAL_MS: u64 = 100;
 /// The rate the GPU reads host memory over its link, in GB/s: PCIe Gen5 x16 read
@@ -344,10 +346,10 @@ const TABLE: [Setting; 22] = [
     row(
         Id::GiveBack,
         "GREENBOOST_GIVE_BACK",
-        Some("no-give-back"),
+        Some("give-back"),
         Kind::Switch,
-        "on",
-        "after live tiering moves memory out of VRAM where the GPU is short, turn the VRAM the driver keeps of it into free VRAM others see (one allocation of all free VRAM and that much more, freed at once); off: the driver keeps it until someone allocates",
+        "off",
+        "after live tiering moves memory out of VRAM where the GPU is short, turn the VRAM the driver keeps of it into free VRAM others see (one allocation of all free VRAM and that much more, freed at once: for 50-200 ms another process's allocation may fail); off: the driver keeps it until someone allocates",
     ),
     row(
         Id::TierInterval,

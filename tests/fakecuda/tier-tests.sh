@@ -107,9 +107,9 @@ t_tier_swap_kept_steps() {
         "want the tier thread to remember that swaps took fresh VRAM"
 }
 t_tier_give_back_swap() {
-    # tier-swap-kept at the default settings: the tick gives back what its moves out left
-    # the device, every working block swaps in, the device keeps nothing.
-    tier_run tier-give-back-swap FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+    # tier-swap-kept with GREENBOOST_GIVE_BACK=on: the tick gives back what its moves out
+    # left the device, every working block swaps in, the device keeps nothing.
+    tier_run tier-give-back-swap FAKECUDA_VRAM=3G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 \
         GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
         "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8
 }
@@ -127,14 +127,14 @@ t_tier_give_back_short() {
     # A 128 MiB shortfall (a 256 MiB headroom, half of it left free: not pressing):
     # demoted once, and given back: free VRAM rises to the headroom, the device keeps
     # nothing.
-    tier_run tier-give-back-short FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
+    tier_run tier-give-back-short FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
         GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GBTEST_EXPECT=given_back "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8 4
 }
 t_tier_give_back_slow() {
     # The same short of VRAM on a device whose allocations take 150 ms to get kept VRAM:
     # given back once, the shim says it held all free VRAM too long, and gives back no
     # more in this process.
-    tier_run tier-give-back-slow FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 FAKECUDA_KEPT_CLAIM_US=150000 \
+    tier_run tier-give-back-slow FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 FAKECUDA_KEPT_CLAIM_US=150000 \
         GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_LOG=info GBTEST_EXPECT=given_back \
         "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8 4 || return 1
     out_has "held all free VRAM for [0-9]* ms (more than 100 ms): no more for this process" \
@@ -143,7 +143,7 @@ t_tier_give_back_slow() {
 t_tier_give_back_pressing() {
     # The same under pressure (32 MiB of the 256 MiB headroom left free): demoted once,
     # nothing given back (the driver may have evicted the pages already).
-    tier_run tier-give-back-pressing FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
+    tier_run tier-give-back-pressing FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
         GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8
 }
 t_tier_pressure_once() {
@@ -163,7 +163,7 @@ t_tier_make_room_kept() {
     # The same on a device that keeps the VRAM managed pages leave (48 MiB blocks, a
     # 128 MiB headroom): the weight block's VRAM, given back, is what the working block
     # takes, and free VRAM stays at the headroom.
-    tier_run tier-make-room-kept FAKECUDA_VRAM=1G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 \
+    tier_run tier-make-room-kept FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 \
         GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) "$BIN/gbtier" make-room $(( 48 << 20 ))
 }
 t_tier_make_room_kept_off_fails() {

@@ -20,7 +20,9 @@
 //! stream capture is open (`cuMemFree` may synchronise) or another give-back of this
 //! process runs, and no more in a process where one held all free VRAM longer than
 //! `WINDOW_MOST` or where it did not raise free VRAM (`GIVE_UP_AFTER` times in a row).
-//! GREENBOOST_GIVE_BACK=off turns it off.
+//! Off by default (GREENBOOST_GIVE_BACK=on turns it on): on an H100 a give-back took
+//! 50-136 ms, and another process allocating in a loop meanwhile failed 4 times in 36006
+//! (bench/results/give-back-probe-2026-12-05.md).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};

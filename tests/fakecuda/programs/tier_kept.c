@@ -33,7 +33,7 @@
  *
  * Those two cases run with GREENBOOST_GIVE_BACK=off: they are what the tier thread falls
  * back to where giving the kept VRAM back fails. With GBTEST_EXPECT=given_back (the
- * default settings), the tick gives back what its moves out left the device
+ * GREENBOOST_GIVE_BACK=on), the tick gives back what its moves out left the device
  * (shim/src/engine/give_back.rs: one allocation of free VRAM and that much more, freed at
  * once), so its moves in find it free: every working block swaps in, the device keeps
  * nothing, and free VRAM ends where it began (the weights gave the room). Free VRAM is
