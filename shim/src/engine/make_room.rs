@@ -21,6 +21,7 @@ use crate::engine::tier_lock::{self, Held, Turn};
 use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, Run};
+use crate::rules::config;
 use crate::rules::tiering;
 use crate::sys::log::Mib;
 
@@ -33,8 +34,8 @@ const MOST: u64 = 2 << 30;
 const LOCK_WAIT: Duration = Duration::from_millis(250);
 
 /// What room made holds until the allocation is in it (dropped with it): the tier
-/// thread's `MOVING`, so that no tick of this process measures meanwhile, and the GPU's
-/// tiering lock, where it was had, so that no tick of another does.
+/// thread's `MOVING`, so that no tick of this process measures meanwhile, and, with the
+/// give-back on, the GPU's tiering lock where it was had, so that no tick of another does.
 pub struct RoomHeld {
     _moving: Moving,
     _lock: Option<Held>,
@@ -76,10 +77,12 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
     }
     // No tick measures while the room is made (it would make it again), and the room is
     // reserved before the victims give their VRAM back, so that no promotion takes it.
-    // The GPU's lock first (the lock order); without it, no give-back: another process's
-    // tick could measure its moment.
-    let lock = tier_lock::acquire(&tier_lock::lock_path(cuda::pci_address(device)), LOCK_WAIT);
-    let may_give_back = !matches!(lock, Turn::Busy);
+    // With the give-back on, the GPU's lock first (the lock order); without it, no
+    // give-back: another process's tick could measure its moment. Off, nothing needs it.
+    let lock = config::get()
+        .give_back
+        .then(|| tier_lock::acquire(&tier_lock::lock_path(cuda::pci_address(device)), LOCK_WAIT));
+    let may_give_back = !matches!(lock, Some(Turn::Busy));
     let moving = tier_thread::MOVING.lock();
     let reservation = budget::reserve_unchecked(len, device);
     // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
@@ -101,8 +104,8 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
     }
     debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
     let lock = match lock {
-        Turn::Held(held) => Some(held),
-        Turn::Busy | Turn::Unlocked => None,
+        Some(Turn::Held(held)) => Some(held),
+        Some(Turn::Busy | Turn::Unlocked) | None => None,
     };
     Some((reservation, RoomHeld { _moving: moving, _lock: lock }))
 }

@@ -9,9 +9,10 @@
 //! pressure rule then demotes in both, tick after tick. Held, the second process
 //! measures after the first one's moves landed.
 //!
-//! Room made at once for an allocation (`make_room`) takes it too, for as long as it moves
-//! memory and gives VRAM back: a tick of another process measuring then would see the
-//! moment of the give-back, when all free VRAM is this process's.
+//! Room made at once for an allocation (`make_room`) with the give-back on takes it too,
+//! for as long as it moves memory and gives VRAM back: a tick of another process
+//! measuring then would see the moment of the give-back, when all free VRAM is this
+//! process's.
 //!
 //! Opened read-only (flock needs no write access, so a file another user made serves),
 //! made when missing (mode 0644, whatever the umask), opened anew at every tick: a

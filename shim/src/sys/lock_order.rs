@@ -75,7 +75,7 @@ macro_rules! lock_order {
 lock_order! {
     TierFlock = 0: "engine::tier_lock (an flock per GPU, shared with every process under the shim)",
         protects "the GPU's free VRAM, from a tick's measurement to the end of its moves, \
-                  and while room made for an allocation moves memory and gives VRAM back",
+                  and while room made for an allocation moves memory and gives VRAM back (give-back on)",
         while held "CUDA calls (the measurement, prefetches, the give-back, synchronising the \
                     move stream); the tier thread, or an allocation making room (until it \
                     is in the room), takes and drops the locks below beneath it; waited \
