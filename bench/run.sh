@@ -31,7 +31,8 @@
 #   BENCH_SLOW_MAX_S    the same for cpu_offload, uvm and uvm_split (default 15)
 #   BENCH_DECODE_CONFIGS  default "vram greenboost hf_vram hf_greenboost cpu_offload uvm
 #                       greenboost_sliced uvm_split" (hf_*: transformers' generate instead of the
-#                       bench's decode loop; greenboost_sliced: GREENBOOST_STAGE_SLICES=4); the
+#                       bench's decode loop; greenboost_sliced: GREENBOOST_STAGE_SLICES=4;
+#                       greenboost_ahead, not in the list: GREENBOOST_STAGE_LOOKAHEAD=on); the
 #                       figures' baselines first, the diagnostic runs last, where the deadline
 #                       cuts first
 #   GREENBOOST_SHIM     the shim; default: the first of build/bench-carry/,
@@ -251,6 +252,7 @@ if want decode; then
                 # The same process with the earlier shim (LD_PRELOAD given last wins).
                 [[ -n $baseline_shim ]] && decode_greenboost decode-greenboost_baseline LD_PRELOAD="$baseline_shim" -- ;;
             greenboost_sliced) decode_greenboost decode-greenboost_sliced GREENBOOST_STAGE_SLICES=4 -- ;;
+            greenboost_ahead) decode_greenboost decode-greenboost_ahead GREENBOOST_STAGE_LOOKAHEAD=on -- ;;
             sweep)
                 # The same program under budgets from a quarter of the weights to all of
                 # them (BENCH_SWEEP_PERCENTS): decode and prefill against the budget.
