@@ -12,9 +12,11 @@ shim's movable VRAM; A goes back to the host (a demotion) and B stays.
   1. free VRAM before and after A's demotion, and after the give-back (expect + 2 GiB);
   2. B's read rate before and after (VRAM rate: it stayed; link rate: it was evicted);
   3. a give-back asking for more than was kept: B's read rate says what went instead;
-  4. ten demote/give-back rounds while another process allocates and frees 64 MiB in a
-     loop: its failures and slowest allocation, each give-back's window, and B's read
-     rate after (an allocation in a window may have evicted B instead of failing);
+  4. promote/demote/give-back rounds while another process allocates and frees 64 MiB in
+     a loop, each give-back asking for what the promotion took of free VRAM: first all of
+     it, then less a 256 MiB cushion (kept chunks the neighbour can still evict): its
+     failures and slowest allocation, each give-back's window, and B's read rate after
+     (an allocation in a window may have evicted B instead of failing);
   5. every word of A and B afterwards.
 """
 
@@ -30,6 +32,9 @@ from movable_vram_probe import PIECE, beside_balloon, managed_in_vram, mem_alloc
 
 GIB = 1 << 30
 MIB = 1 << 20
+ROUNDS = 15          # give-backs per arm of step 4
+NEIGHBOUR_S = 10     # how long the neighbour allocates, per arm
+CUSHION_MIB = 256    # kept VRAM a give-back leaves unused in the second arm
 
 NEIGHBOUR = """
 import ctypes, sys, time
@@ -89,6 +94,31 @@ def give_back(driver, kept):
             "free_after_mib": driver.free() // MIB}
 
 
+def rounds_beside_neighbour(driver, a, stream, cushion):
+    """ROUNDS promote/demote/give-back rounds of A while another process allocates and
+    frees 64 MiB in a loop. Each give-back asks for what the shim would: A's bytes less
+    the rise of free VRAM over the demotion, less `cushion`; what A's promotion took of
+    free VRAM is noted (less than A: it reused kept chunks, or not all of A moved)."""
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(NEIGHBOUR_S)], stdout=subprocess.PIPE, text=True)
+    neighbour.stdout.readline()
+    rounds, ended = [], time.perf_counter() + NEIGHBOUR_S - 1
+    while len(rounds) < ROUNDS and time.perf_counter() < ended:
+        before = driver.free()
+        move(driver, a, LOCATION_DEVICE, stream)
+        promoted = driver.free()
+        took = max(0, before - promoted)
+        move(driver, a, LOCATION_HOST, stream)
+        asked = max(0, 2 * GIB - max(0, driver.free() - promoted) - cushion)
+        one = give_back(driver, asked)
+        one.update({"promotion_took_mib": took // MIB, "asked_mib": asked // MIB})
+        rounds.append(one)
+        time.sleep(0.2)
+    tries, failed, slowest = neighbour.stdout.readline().split()
+    neighbour.wait()
+    return {"rounds": rounds, "neighbour": {"allocations": int(tries), "failed": int(failed),
+                                            "slowest_ms": float(slowest) * 1e3}}
+
+
 def measure(out, _env):
     driver = Driver()
     stream = driver.cupy.cuda.Stream(non_blocking=True)
@@ -113,19 +143,10 @@ def measure(out, _env):
     out["give_back_beyond_kept"] = give_back(driver, 512 * MIB)
     out["b_read_GBps_after_overreach"] = read_rate(driver, b)
     move(driver, b, LOCATION_DEVICE, stream)
-    # 4. Rounds beside a neighbour allocating in a loop.
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, "8"], stdout=subprocess.PIPE, text=True)
-    neighbour.stdout.readline()
-    rounds = []
-    for _ in range(10):
-        move(driver, a, LOCATION_DEVICE, stream)
-        move(driver, a, LOCATION_HOST, stream)
-        rounds.append(give_back(driver, 2 * GIB))
-        time.sleep(0.2)
-    tries, failed, slowest = neighbour.stdout.readline().split()
-    neighbour.wait()
-    out["rounds"] = rounds
-    out["neighbour"] = {"allocations": int(tries), "failed": int(failed), "slowest_ms": float(slowest) * 1e3}
+    # 4. Rounds beside a neighbour allocating in a loop: asking for all that was kept, then
+    # leaving a cushion of it unused (chunks the neighbour's allocation can still evict).
+    for cushion_mib in (0, CUSHION_MIB):
+        out[f"rounds_cushion_{cushion_mib}"] = rounds_beside_neighbour(driver, a, stream, cushion_mib * MIB)
     # What the neighbour's allocations in a window took instead: B, if anything.
     out["b_read_GBps_after_rounds"] = read_rate(driver, b)
     # 5. Every word.
