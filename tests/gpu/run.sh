@@ -19,8 +19,8 @@
 #   GB_GPU_SWAP_TIMEOUT  seconds the swap section's one program may take (480)
 #   GB_GPU_SHIM_LOG  GREENBOOST_LOG for the programs under the shim (info); debug prints
 #                  each live-tiering tick's free VRAM and heat table
-#   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap ranges; all
-#                  when unset): the whole suite takes longer than one device call allows,
+#   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap ranges
+#                  longctx; all when unset): the whole suite takes longer than one device call allows,
 #                  so a session runs it in two calls, e.g. "plain pressure shared" and
 #                  "tiering swap"; the device report and the results page come from each
 set -uo pipefail
@@ -361,6 +361,15 @@ fi
 # often, one reading a sixteenth of them, weighed by their sampled times.
 if [ "$mode" = full ] && [ -f "$shim" ] && in_section ranges; then
   with_free_floor ranges -- run_test ranges "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_ranges.py"
+fi
+
+# --- a long prompt beside a foreign process (issue 34): at the defaults ------------------------
+# One program (tests/gpu/longctx_check.py), tiering_swap.py's harness: an HF generate of an
+# 8B-shape model cut to 8 layers with an 8192-token prompt on the free GPU without the shim,
+# then under the shim beside a balloon leaving the weights and 2 GiB: tokens identical; the
+# prefill ratio is a figure.
+if [ "$mode" = full ] && [ -f "$shim" ] && in_section longctx; then
+  with_free_floor longctx -- run_test longctx "${shim_env[@]}" -- "$python" "$root/tests/gpu/longctx_check.py"
 fi
 
 # --- what the shim logged about its backend and cudaImportExternalMemory --------------------
