@@ -19,14 +19,10 @@ roles in processes of their own, timeouts) is tiering_swap.py's.
 
 import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
-import time
 
 import tiering_swap as harness
-from gbgpu.verdicts import COUNTS, kv
+from gbgpu.verdicts import kv
 
 TOKENS = 8192
 LAYERS = 8
@@ -103,22 +99,14 @@ def role(name, args):
     sys.stdout.flush()
 
 
+def both_runs():
+    # The free GPU first, without the shim (an empty LD_PRELOAD preloads nothing).
+    free_run = harness.run_role("generate", env={"LD_PRELOAD": ""}, timeout=180, label="generate_free")
+    check_long_prompt(free_run)
+
+
 def main():
-    harness.ENTRY, harness.PREFIX = os.path.abspath(__file__), "longctx"
-    if len(sys.argv) > 1:
-        return role(sys.argv[1], sys.argv[2:])
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    harness.WORK = tempfile.mkdtemp(prefix="gb-longctx-")
-    harness.STARTED = time.monotonic()
-    try:
-        # The free GPU first, without the shim (an empty LD_PRELOAD preloads nothing).
-        free_run = harness.run_role("generate", env={"LD_PRELOAD": ""}, timeout=180, label="generate_free")
-        check_long_prompt(free_run)
-    finally:
-        for proc in list(harness.RUNNING):
-            harness.kill_group(proc)
-        shutil.rmtree(harness.WORK, ignore_errors=True)
-    sys.exit(1 if COUNTS["failed"] else 0)
+    harness.program(__file__, "longctx", role, both_runs)
 
 
 if __name__ == "__main__":

@@ -23,15 +23,11 @@ Output: PASS name: why / FAIL name: why / KV key=value; exit status 1 when anyth
 The harness (balloon, roles in processes of their own, timeouts) is tiering_swap.py's.
 """
 
-import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
 
 import tiering_swap as harness
-from gbgpu.verdicts import COUNTS, kv
+from gbgpu.verdicts import kv
 
 LEAVE_GIB = 8
 MIB = 1 << 20
@@ -201,17 +197,7 @@ def role(name, args):
 
 
 def main():
-    harness.ENTRY, harness.PREFIX = os.path.abspath(__file__), "ranges"
-    if len(sys.argv) > 1:
-        return role(sys.argv[1], sys.argv[2:])
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    harness.WORK = tempfile.mkdtemp(prefix="gb-ranges-")
-    harness.STARTED = time.monotonic()
-    try:
-        harness.checks(CHECKS, LEAVE_GIB)
-    finally:
-        shutil.rmtree(harness.WORK, ignore_errors=True)
-    sys.exit(1 if COUNTS["failed"] else 0)
+    harness.program(__file__, "ranges", role, lambda: harness.checks(CHECKS, LEAVE_GIB))
 
 
 if __name__ == "__main__":

@@ -340,18 +340,31 @@ def role(name, args):
     sys.stdout.flush()
 
 
-def main():
+def program(entry, prefix, role_of, body):
+    """A check program's main (this one's, tiering_ranges.py's, longctx_check.py's): with
+    arguments, the role they name (`role_of(name, args)`); without, `body()` with the
+    harness set to `entry` (its roles' program) and `prefix` (its figures), a work folder
+    and its start time; its roles killed and the folder removed after it; exits 1 when a
+    verdict failed."""
+    global ENTRY, PREFIX, WORK, STARTED
+    ENTRY, PREFIX = os.path.abspath(entry), prefix
     if len(sys.argv) > 1:
-        return role(sys.argv[1], sys.argv[2:])
-    # run.sh's timeout sends SIGTERM: end through checks' finally, which kills the roles.
+        return role_of(sys.argv[1], sys.argv[2:])
+    # run.sh's timeout sends SIGTERM: end through the finally below, which kills the roles.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    global WORK
-    WORK = tempfile.mkdtemp(prefix="gb-swap-")
+    WORK = tempfile.mkdtemp(prefix=f"gb-{prefix}-")
+    STARTED = time.monotonic()
     try:
-        checks()
+        body()
     finally:
+        for proc in list(RUNNING):
+            kill_group(proc)
         shutil.rmtree(WORK, ignore_errors=True)
     sys.exit(1 if COUNTS["failed"] else 0)
+
+
+def main():
+    program(__file__, PREFIX, role, checks)
 
 
 if __name__ == "__main__":
