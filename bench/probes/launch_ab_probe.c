@@ -6,21 +6,27 @@
  * paths. Without the shim both paths are libcuda's: the ratio says how quiet it is.
  *
  *   cc -O2 -o launch_ab_probe bench/probes/launch_ab_probe.c -ldl
- *   [LD_PRELOAD=libgreenboost_cuda.so] ./launch_ab_probe [ROUNDS [LAUNCHES [ALLOCATIONS]]]
+ *   [LD_PRELOAD=libgreenboost_cuda.so] ./launch_ab_probe [ROUNDS [LAUNCHES [ALLOCATIONS [THREADS]]]]
  *
  * The kernel takes a 256-byte struct holding 8 pointers and the 8 pointers (the shape of
  * gbbench's launch8, JIT-compiled from PTX; the fake CUDA knows it as fk_struct), each
  * into its own 64 MiB allocation, and does nothing. With ALLOCATIONS past 8 (default 8),
  * that many allocations of 1 MiB are made and each launch names the next 8 of them in
  * turn, as a model's layers name their own weights: launches then rarely name what the
- * launch before them named. Prints one JSON line: launches per second of each path in
- * each round, and the median of the rounds' ratios (direct over the program's path: the
- * shim's cost where it is loaded). */
+ * launch before them named. With THREADS past 1 (default 1), that many threads launch at
+ * once, each LAUNCHES per block on a stream of its own, all on the same path in each
+ * block (the shim's shared cache lines then bounce between cores). Prints one JSON line:
+ * launches per second of each path in each round (all threads together), the median of
+ * the rounds' ratios (direct over the program's path: the shim's cost where it is
+ * loaded), and the launching threads' CPU time per launch on each path, whose median
+ * difference is the shim's CPU time per launch (`shim_cpu_ns_median`; the stream
+ * threads of the driver are not counted). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,12 +131,104 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The calling thread's CPU time, in seconds. */
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One launching thread: its stream, its parameters, the CPU time of its last block. */
+struct worker {
+    pthread_t thread;
+    CUstream stream;
+    struct {
+        CUdeviceptr pointers[8];
+        char rest[256 - 8 * sizeof(CUdeviceptr)];
+    } args;
+    CUdeviceptr named[8];
+    void *params[9];
+    double cpu;
+};
+
+/* What every thread shares: set by the main thread before the start barrier of a block. */
+static struct {
+    int allocations;
+    CUdeviceptr *buffers;
+    CUcontext context;
+    CUfunction kernel;
+    launch_fn paths[2];
+    CUresult (*set_current)(CUcontext);
+    CUresult (*synchronize)(CUstream);
+    pthread_barrier_t start, end;
+    int which, count, stop; /* the block's path and launches per thread; whether to end */
+} run;
+
+/* `count` launches through path `which`, then the stream synchronised. */
+static void block(struct worker *w, int which, int count)
+{
+    launch_fn path = run.paths[which];
+    double began = thread_cpu();
+    for (int i = 0; i < count; i++) {
+        if (run.allocations > 8) /* the next 8 allocations, on both paths alike */
+            for (int j = 0; j < 8; j++)
+                w->named[j] = w->args.pointers[j] = run.buffers[(8 * (size_t)i + (size_t)j) % (size_t)run.allocations];
+        ok(path(run.kernel, 1, 1, 1, 32, 1, 1, 0, w->stream, w->params, NULL), "cuLaunchKernel");
+    }
+    w->cpu = thread_cpu() - began;
+    ok(run.synchronize(w->stream), "cuStreamSynchronize");
+}
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    ok(run.set_current(run.context), "cuCtxSetCurrent");
+    for (;;) {
+        pthread_barrier_wait(&run.start);
+        if (run.stop)
+            return NULL;
+        block(w, run.which, run.count);
+        pthread_barrier_wait(&run.end);
+    }
+}
+
+/* One block on every thread (the main thread is worker 0): its wall time, in seconds. */
+static double all_block(struct worker *workers, int which, int count)
+{
+    run.which = which;
+    run.count = count;
+    pthread_barrier_wait(&run.start);
+    double began = now();
+    block(&workers[0], which, count);
+    pthread_barrier_wait(&run.end);
+    return now() - began;
+}
+
+static double median(double *values, int count)
+{
+    qsort(values, (size_t)count, sizeof *values, by_value);
+    return values[count / 2];
+}
+
+static void print_list(const char *name, const double *values, int count, const char *format)
+{
+    printf(",\"%s\":[", name);
+    for (int r = 0; r < count; r++) {
+        printf("%s", r ? "," : "");
+        printf(format, values[r]);
+    }
+    printf("]");
+}
+
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 21, launches = argc > 2 ? atoi(argv[2]) : 50000;
-    int allocations = argc > 3 ? atoi(argv[3]) : 8;
-    if (rounds < 1 || rounds > 1000 || launches < 1 || allocations < 8 || allocations > 100000) {
-        fprintf(stderr, "usage: launch_ab_probe [ROUNDS (1-1000) [LAUNCHES [ALLOCATIONS (8-100000)]]]\n");
+    int allocations = argc > 3 ? atoi(argv[3]) : 8, threads = argc > 4 ? atoi(argv[4]) : 1;
+    if (rounds < 1 || rounds > 1000 || launches < 1 || allocations < 8 || allocations > 100000 || threads < 1 ||
+        threads > 64) {
+        fprintf(stderr, "usage: launch_ab_probe [ROUNDS (1-1000) [LAUNCHES [ALLOCATIONS (8-100000) "
+                        "[THREADS (1-64)]]]]\n");
         return 2;
     }
     void *cuda = must(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "dlopen libcuda.so.1");
@@ -149,66 +247,74 @@ int main(int argc, char **argv)
     launch_fn program_path = (launch_fn)must(dlsym(cuda, "cuLaunchKernel"), "cuLaunchKernel");
     launch_fn direct = (launch_fn)own_symbol("cuLaunchKernel");
 
-    CUcontext context;
     CUmodule module;
-    CUfunction kernel;
-    CUstream stream;
     ok(cuInit(0), "cuInit");
-    ok(cuDevicePrimaryCtxRetain(&context, 0), "cuDevicePrimaryCtxRetain");
-    ok(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+    ok(cuDevicePrimaryCtxRetain(&run.context, 0), "cuDevicePrimaryCtxRetain");
+    ok(cuCtxSetCurrent(run.context), "cuCtxSetCurrent");
     ok(cuModuleLoadData(&module, ptx), "cuModuleLoadData");
-    ok(cuModuleGetFunction(&kernel, module, "fk_struct"), "cuModuleGetFunction");
-    ok(cuStreamCreate(&stream, 1), "cuStreamCreate");
-    struct {
-        CUdeviceptr pointers[8];
-        char rest[256 - 8 * sizeof(CUdeviceptr)];
-    } args;
-    memset(&args, 0, sizeof args);
-    CUdeviceptr named[8], *buffers = calloc((size_t)allocations, sizeof(CUdeviceptr));
-    void *params[9] = { &args };
-    if (!buffers)
+    ok(cuModuleGetFunction(&run.kernel, module, "fk_struct"), "cuModuleGetFunction");
+    run.allocations = allocations;
+    run.paths[0] = program_path;
+    run.paths[1] = direct;
+    run.set_current = cuCtxSetCurrent;
+    run.synchronize = cuStreamSynchronize;
+    run.buffers = calloc((size_t)allocations, sizeof(CUdeviceptr));
+    struct worker *workers = calloc((size_t)threads, sizeof *workers);
+    if (!run.buffers || !workers)
         return 1;
     for (int i = 0; i < allocations; i++)
-        ok(cuMemAlloc_v2(&buffers[i], allocations == 8 ? 64 << 20 : 1 << 20), "cuMemAlloc_v2");
-    for (int i = 0; i < 8; i++) {
-        named[i] = args.pointers[i] = buffers[i];
-        params[i + 1] = &named[i];
+        ok(cuMemAlloc_v2(&run.buffers[i], allocations == 8 ? 64 << 20 : 1 << 20), "cuMemAlloc_v2");
+    for (int t = 0; t < threads; t++) {
+        struct worker *w = &workers[t];
+        ok(cuStreamCreate(&w->stream, 1), "cuStreamCreate");
+        w->params[0] = &w->args;
+        for (int i = 0; i < 8; i++) {
+            w->named[i] = w->args.pointers[i] = run.buffers[i];
+            w->params[i + 1] = &w->named[i];
+        }
     }
+    pthread_barrier_init(&run.start, NULL, (unsigned)threads);
+    pthread_barrier_init(&run.end, NULL, (unsigned)threads);
+    for (int t = 1; t < threads; t++)
+        if (pthread_create(&workers[t].thread, NULL, work, &workers[t])) {
+            fprintf(stderr, "launch_ab_probe: pthread_create failed\n");
+            return 1;
+        }
 
     double *rates[2] = { calloc((size_t)rounds, sizeof(double)), calloc((size_t)rounds, sizeof(double)) };
-    double *ratios = calloc((size_t)rounds, sizeof(double));
-    if (!rates[0] || !rates[1] || !ratios)
+    double *cpu_ns[2] = { calloc((size_t)rounds, sizeof(double)), calloc((size_t)rounds, sizeof(double)) };
+    double *ratios = calloc((size_t)rounds, sizeof(double)), *shim_ns = calloc((size_t)rounds, sizeof(double));
+    if (!rates[0] || !rates[1] || !cpu_ns[0] || !cpu_ns[1] || !ratios || !shim_ns)
         return 1;
-    launch_fn paths[2] = { program_path, direct };
     for (int warm = 0; warm < 2; warm++)
-        for (int i = 0; i < launches / 10; i++)
-            ok(paths[warm](kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL), "warm-up launch");
-    ok(cuStreamSynchronize(stream), "cuStreamSynchronize");
+        all_block(workers, warm, launches / 10 ? launches / 10 : 1);
+    double total = (double)launches * threads;
     for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < 2; k++) {
             int which = (r + k) % 2; /* the order turns each round */
-            double began = now();
-            for (int i = 0; i < launches; i++) {
-                if (allocations > 8) /* the next 8 allocations, on both paths alike */
-                    for (int j = 0; j < 8; j++)
-                        named[j] = args.pointers[j] = buffers[(8 * (size_t)i + (size_t)j) % (size_t)allocations];
-                ok(paths[which](kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL), "cuLaunchKernel");
-            }
-            ok(cuStreamSynchronize(stream), "cuStreamSynchronize");
-            rates[which][r] = launches / (now() - began);
+            rates[which][r] = total / all_block(workers, which, launches);
+            double cpu = 0;
+            for (int t = 0; t < threads; t++)
+                cpu += workers[t].cpu;
+            cpu_ns[which][r] = cpu * 1e9 / total;
         }
         ratios[r] = rates[1][r] / rates[0][r];
+        shim_ns[r] = cpu_ns[0][r] - cpu_ns[1][r];
     }
-    printf("{\"probe\":\"launch_ab\",\"shim\":%s,\"rounds\":%d,\"launches\":%d,\"allocations\":%d,"
-           "\"program_path_per_s\":[",
-           program_path == direct ? "false" : "true", rounds, launches, allocations);
-    for (int r = 0; r < rounds; r++)
-        printf("%s%.0f", r ? "," : "", rates[0][r]);
-    printf("],\"direct_per_s\":[");
-    for (int r = 0; r < rounds; r++)
-        printf("%s%.0f", r ? "," : "", rates[1][r]);
+    run.stop = 1;
+    pthread_barrier_wait(&run.start);
+    for (int t = 1; t < threads; t++)
+        pthread_join(workers[t].thread, NULL);
+
+    printf("{\"probe\":\"launch_ab\",\"shim\":%s,\"rounds\":%d,\"launches\":%d,\"allocations\":%d,\"threads\":%d",
+           program_path == direct ? "false" : "true", rounds, launches, allocations, threads);
+    print_list("program_path_per_s", rates[0], rounds, "%.0f");
+    print_list("direct_per_s", rates[1], rounds, "%.0f");
+    print_list("program_cpu_ns", cpu_ns[0], rounds, "%.1f");
+    print_list("direct_cpu_ns", cpu_ns[1], rounds, "%.1f");
+    double shim_median = median(shim_ns, rounds);
     qsort(ratios, (size_t)rounds, sizeof *ratios, by_value);
-    printf("],\"ratio_min\":%.4f,\"ratio_median\":%.4f,\"ratio_max\":%.4f}\n", ratios[0], ratios[rounds / 2],
-           ratios[rounds - 1]);
+    printf(",\"ratio_min\":%.4f,\"ratio_median\":%.4f,\"ratio_max\":%.4f,\"shim_cpu_ns_median\":%.1f}\n",
+           ratios[0], ratios[rounds / 2], ratios[rounds - 1], shim_median);
     return 0;
 }
