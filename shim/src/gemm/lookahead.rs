@@ -9,7 +9,7 @@
 //! allocation — no kernel launch among its parameters (read or written: a kernel's
 //! parameters do not say which), no copy or memset, no graph node — and nothing ran that
 //! may have written anything: no launch or graph the shim could not fully read
-//! (`STATS.launches_unread`, `STATS.graphs_unread`; a graph captured while a writer
+//! (the launch counters `launches_unread`, `graphs_unread`; a graph captured while a writer
 //! through pointer arrays was enqueued is one), and no writer through pointers kept in
 //! device memory (`STATS.indirect_writers`: a cuBLAS routine over pointer arrays, a
 //! cuBLASLt product whose output layout is one, a copy or memset into a `__device__`
@@ -61,8 +61,8 @@ fn uses_now(address: CuDevicePtr) -> Option<Uses> {
         entry: Arc::as_ptr(&range.uses) as usize,
         launches: range.uses.launches(),
         writes: range.uses.writes(),
-        unreadable: stats::load(&STATS.launches_unread)
-            .wrapping_add(stats::load(&STATS.graphs_unread))
+        unreadable: stats::launch_total(|counts| &counts.launches_unread)
+            .wrapping_add(stats::launch_total(|counts| &counts.graphs_unread))
             .wrapping_add(stats::load(&STATS.indirect_writers)),
     })
 }

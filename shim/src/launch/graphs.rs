@@ -27,7 +27,8 @@ use crate::launch::naming::{self, Named};
 use crate::memory::address_index::{self, Snapshot};
 use crate::memory::recent_ranges;
 use crate::sys::cow_map::CowMap;
-use crate::sys::stats::{self, STATS};
+use crate::sys::shards::Shard;
+use crate::sys::stats;
 
 /// What one kernel node names.
 #[derive(Clone, Debug)]
@@ -114,40 +115,48 @@ pub fn launched(exec: GraphExec, stream: Stream) {
     if capture::enqueued_on(stream) == Enqueued::Captured {
         return;
     }
-    stats::bump(&STATS.graph_launches);
+    let shard = Shard::mine();
+    let counts = stats::launch_counts(shard);
+    stats::bump(&counts.graph_launches);
     let Some(record) = EXECS.get(exec.0 as usize) else {
-        stats::bump(&STATS.graphs_unread);
+        stats::bump(&counts.graphs_unread);
         return;
     };
     if !record.read {
-        stats::bump(&STATS.graphs_unread);
+        stats::bump(&counts.graphs_unread);
     }
     let snapshot = address_index::load();
-    let mut unread = 0;
     let mut namings = 0;
-    for kernel in record.kernels.values() {
-        unread += u64::from(!kernel.read);
-        let weight = kernel_times::weight(kernel.function);
-        for &(address, first) in &kernel.named {
-            if let Some(range) = snapshot.as_deref().and_then(|snapshot| snapshot.find(address)) {
-                Named { start: range.start, uses: &range.uses, address, first }.note(weight);
-                namings += u64::from(first);
+    if let Some(snapshot) = snapshot.as_ref() {
+        // Each node looked up as a launch of its own, through the thread's memo: a
+        // graph's nodes name the same few buffers one after another, as launches do.
+        recent_ranges::with_finder(snapshot, |finder| {
+            for kernel in record.kernels.values() {
+                finder.next_launch();
+                let weight = kernel_times::weight(kernel.function);
+                for &(address, first) in &kernel.named {
+                    if let Some(found) = finder.find(address) {
+                        Named { start: found.start, uses: found.uses, address, first }.note(weight, shard);
+                        namings += u64::from(first);
+                    }
+                }
             }
-        }
+        });
     }
     for node in &record.memory_nodes {
         if let Some(snapshot) = snapshot.as_deref() {
-            address_index::note_copy(snapshot.locate(node.written), snapshot.locate(node.read));
+            address_index::note_copy(snapshot.locate(node.written), snapshot.locate(node.read), shard);
         }
         if node.writes_global {
             indirect::global_written();
         }
     }
-    stats::add(&STATS.launches, record.kernels.len() as u64);
-    stats::add(&STATS.launches_unread, unread);
-    stats::add(&STATS.launch_namings, namings);
-    stats::add(&STATS.memory_ops, record.memory_ops);
-    stats::add(&STATS.host_funcs, record.host_funcs);
+    let unread = record.kernels.values().filter(|kernel| !kernel.read).count();
+    stats::add(&counts.launches, record.kernels.len() as u64);
+    stats::add(&counts.launches_unread, unread as u64);
+    stats::add(&counts.launch_namings, namings);
+    stats::add(&counts.memory_ops, record.memory_ops);
+    stats::add(&counts.host_funcs, record.host_funcs);
 }
 
 fn store(exec: GraphExec, record: Option<ExecRecord>) {

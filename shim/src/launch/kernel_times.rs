@@ -5,21 +5,23 @@
 //! Counted as reading all of it, such a piece looks as hot per byte as the attention
 //! weights read whole at every token, and would take their VRAM.
 //!
-//! So every `SAMPLE_EVERY`th launch while movable memory lives is timed: an event before
-//! it and one after it on its stream. A later sampled launch collects the samples whose
-//! events have passed. Where most of what a sample named lay in T2 when it was launched,
-//! reading all of it over the link would have taken its T2 bytes over
-//! `Config::link_bytes_per_s`; the
-//! kernel's time over that, at most 1, is its function's read share, kept per function
-//! (halfway from the last), and each launch of the function names with that weight
-//! (`address_index::WHOLE_READ` times the share; graph kernel nodes of the function too).
-//! A function never sampled, or sampled only over VRAM, reads all it names. Shares are
-//! kept by a number each function is given on first sight (a table that never forgets).
+//! So every `SAMPLE_EVERY`th launch of each thread while movable memory lives is timed
+//! (counted per thread, so that threads launching at once share no counter): an event
+//! before it and one after it on its stream. A later sampled launch collects the samples
+//! whose events have passed. Where most of what a sample named lay in T2 when it was
+//! launched, reading all of it over the link would have taken its T2 bytes over
+//! `Config::link_bytes_per_s`; the kernel's time over that, at most 1, is its function's
+//! read share, kept per function (halfway from the last), and each launch of the
+//! function names with that weight (`address_index::WHOLE_READ` times the share; graph
+//! kernel nodes of the function too). A function never sampled, or sampled only over
+//! VRAM, reads all it names. Shares are kept by a number each function is given on first
+//! sight (a table that never forgets).
 //!
 //! Slots: each sample owns a slot from `before_launch` to its collection, by the slot's
 //! state (`FREE` → `BUSY` by a compare-and-swap, `PENDING` once recorded), so its fields
 //! need no lock. A slot keeps its two events for the context they were made in.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::cuda::ffi::{Context, CuDevicePtr, CuFunction, CuResult, Event, Stream};
@@ -45,7 +47,10 @@ const FREE: u8 = 0;
 const BUSY: u8 = 1;
 const PENDING: u8 = 2;
 
-static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// The calling thread's launches while movable memory lived, for its turns.
+    static LAUNCHES: Cell<u64> = const { Cell::new(0) };
+}
 
 /// Kernel functions with a number of their own (1 and up); past them, a function is never
 /// weighed (number 0: it reads all it names).
@@ -107,10 +112,11 @@ pub fn weight(function: CuFunction) -> u64 {
     }
 }
 
-/// Before a launch on `stream` (its context current): starts timing it if its turn came,
-/// movable memory lives and the stream runs what it is given (not captured).
+/// Before a launch on `stream` (its context current): starts timing it if its thread's
+/// turn came (every `SAMPLE_EVERY`th launch of the thread), movable memory lives and the
+/// stream runs what it is given (not captured).
 pub fn before_launch(stream: Stream) -> Option<Sampling> {
-    if !movable::any() || !LAUNCHES.fetch_add(1, Ordering::Relaxed).is_multiple_of(SAMPLE_EVERY) {
+    if !movable::any() || !turn_came() {
         return None;
     }
     if capture::enqueued_on(stream) != Enqueued::Runs {
@@ -121,6 +127,16 @@ pub fn before_launch(stream: Stream) -> Option<Sampling> {
         start_sample(stream)
     })
     .flatten()
+}
+
+/// Counts a launch of the calling thread: whether it is one to time (its first, then
+/// every `SAMPLE_EVERY`th; never for a thread whose locals are gone: exiting).
+fn turn_came() -> bool {
+    LAUNCHES.try_with(|launches| {
+        let count = launches.get();
+        launches.set(count.wrapping_add(1));
+        count.is_multiple_of(SAMPLE_EVERY)
+    }) == Ok(true)
 }
 
 /// Claims a free slot and records its start event on `stream`.

@@ -10,7 +10,8 @@ use crate::launch::capture::{self, Enqueued};
 use crate::launch::kernel_times::{self, Sampling};
 use crate::launch::naming::{self, Named};
 use crate::memory::{address_index, recent_ranges};
-use crate::sys::stats::{self, STATS};
+use crate::sys::shards::Shard;
+use crate::sys::stats;
 
 /// The driver accepted a launch of `function` on `stream` with these parameters; it was
 /// timed if `sampling` (`kernel_times`).
@@ -24,8 +25,10 @@ pub unsafe fn launched(
     extra: *mut *mut c_void,
     sampling: Option<Sampling>,
 ) {
+    let shard = Shard::mine();
+    let counts = stats::launch_counts(shard);
     if capture::enqueued_on(stream) == Enqueued::Captured {
-        stats::bump(&STATS.captured_launches);
+        stats::bump(&counts.captured_launches);
         if let Some(sampling) = sampling {
             kernel_times::after_launch(sampling, false, function, stream, &[]);
         }
@@ -37,7 +40,7 @@ pub unsafe fn launched(
     let mut named: [CuDevicePtr; kernel_times::NAMED_KEPT] = [0; kernel_times::NAMED_KEPT];
     let mut count = 0;
     let visit = |found: Named<'_>| {
-        found.note(weight);
+        found.note(weight, shard);
         if found.first && count < kernel_times::NAMED_KEPT {
             named[count] = found.address;
             count += 1;
@@ -54,16 +57,16 @@ pub unsafe fn launched(
     if let Some(sampling) = sampling {
         kernel_times::after_launch(sampling, true, function, stream, &named[..count]);
     }
-    stats::bump(&STATS.launches);
+    stats::bump(&counts.launches);
     if !naming.read {
-        stats::bump(&STATS.launches_unread);
+        stats::bump(&counts.launches_unread);
     }
-    stats::add(&STATS.launch_namings, u64::from(naming.ranges));
+    stats::add(&counts.launch_namings, u64::from(naming.ranges));
 }
 
 /// The driver accepted a host function on `stream`.
 pub fn host_function_enqueued(stream: Stream) {
     if capture::enqueued_on(stream) == Enqueued::Runs {
-        stats::bump(&STATS.host_funcs);
+        stats::bump(&stats::launch_counts(Shard::mine()).host_funcs);
     }
 }

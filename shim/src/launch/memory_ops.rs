@@ -11,8 +11,9 @@
 //!
 //! These run on cudaMemcpy's path, often for a few bytes, so an operation costs an atomic
 //! load (are captures open), one snapshot load, one index lookup per side, one atomic
-//! load (were globals found; then a search of their spans) and a few relaxed atomic adds:
-//! nothing is allocated and no lock is taken.
+//! load (were globals found; then a search of their spans) and a few relaxed atomic adds,
+//! on the calling thread's own lines (`sys::shards`): nothing is allocated and no lock
+//! is taken.
 
 use std::ffi::c_void;
 
@@ -21,7 +22,8 @@ use crate::cuda::launch_ffi::{Memcpy2D, Memcpy3D, Memcpy3DBatchOp};
 use crate::launch::capture::{self, Enqueued};
 use crate::launch::indirect;
 use crate::memory::address_index::{self, Snapshot};
-use crate::sys::stats::{self, STATS};
+use crate::sys::shards::Shard;
+use crate::sys::stats;
 
 /// A copy or memset the driver accepted, as its hook received it.
 #[derive(Clone, Copy, Debug)]
@@ -84,36 +86,47 @@ pub unsafe fn accepted(stream: Stream, op: MemoryOp) {
     }
     let snapshot = address_index::load();
     let snapshot = snapshot.as_deref();
+    let shard = Shard::mine();
+    // `one` (below) with this operation's snapshot and thread.
+    let one = |target, source, size| one(snapshot, shard, target, source, size);
     let ran = match op {
-        MemoryOp::Set { target, bytes } => one(snapshot, Some(target), None, bytes),
-        MemoryOp::Copy { target, source, bytes } => one(snapshot, target, source, bytes),
-        // SAFETY: the accepted descriptor (the contract); null is refused by the driver.
-        MemoryOp::Copy2D(copy) => unsafe { copy.as_ref() }
-            .map_or(0, |copy| one(snapshot, copy.target_start(), copy.source_start(), copy.bytes())),
-        // SAFETY: as for `Copy2D`.
-        MemoryOp::Copy3D(copy) => unsafe { copy.as_ref() }
-            .map_or(0, |copy| one(snapshot, copy.target_start(), copy.source_start(), copy.bytes())),
+        MemoryOp::Set { target, bytes } => one(Some(target), None, bytes),
+        MemoryOp::Copy { target, source, bytes } => one(target, source, bytes),
+        MemoryOp::Copy2D(copy) => {
+            // SAFETY: the accepted descriptor (the contract); null is refused by the driver.
+            unsafe { copy.as_ref() }.map_or(0, |copy| one(copy.target_start(), copy.source_start(), copy.bytes()))
+        }
+        MemoryOp::Copy3D(copy) => {
+            // SAFETY: as for `Copy2D`.
+            unsafe { copy.as_ref() }.map_or(0, |copy| one(copy.target_start(), copy.source_start(), copy.bytes()))
+        }
         MemoryOp::Batch { targets, sources, sizes, count } => {
             // SAFETY: the accepted batch: three arrays of `count` entries (the contract).
-            unsafe { batch(snapshot, targets, sources, sizes, count) }
+            unsafe { batch(snapshot, shard, targets, sources, sizes, count) }
         }
         // SAFETY: the accepted batch: an array of `count` operations (the contract).
-        MemoryOp::Batch3D { ops, count } => unsafe { batch_3d(snapshot, ops, count) },
+        MemoryOp::Batch3D { ops, count } => unsafe { batch_3d(snapshot, shard, ops, count) },
     };
-    stats::add(&STATS.memory_ops, ran);
+    stats::add(&stats::launch_counts(shard).memory_ops, ran);
 }
 
 /// One copy or memset of `size` bytes (a 3D batch's operation: elements) writing from
 /// `target` and reading from `source` (`None`: no address, a CUDA array or a memset's
-/// value): names the allocations holding them, each once, or counts it as a writer of
-/// everything when it writes a `__device__` global. Returns the operations it counts: 1,
-/// or 0 for one of size zero, which the device does not run.
-fn one(snapshot: Option<&Snapshot>, target: Option<CuDevicePtr>, source: Option<CuDevicePtr>, size: u64) -> u64 {
+/// value), on the thread of `shard`: names the allocations holding them, each once, or
+/// counts it as a writer of everything when it writes a `__device__` global. Returns the
+/// operations it counts: 1, or 0 for one of size zero, which the device does not run.
+fn one(
+    snapshot: Option<&Snapshot>,
+    shard: Shard,
+    target: Option<CuDevicePtr>,
+    source: Option<CuDevicePtr>,
+    size: u64,
+) -> u64 {
     if size == 0 {
         return 0;
     }
     if let Some(snapshot) = snapshot {
-        address_index::note_copy(snapshot.locate(target), snapshot.locate(source));
+        address_index::note_copy(snapshot.locate(target), snapshot.locate(source), shard);
     }
     if target.is_some_and(|target| indirect::writes_global(target, size)) {
         indirect::global_written();
@@ -126,6 +139,7 @@ fn one(snapshot: Option<&Snapshot>, target: Option<CuDevicePtr>, source: Option<
 /// reads.
 unsafe fn batch(
     snapshot: Option<&Snapshot>,
+    shard: Shard,
     targets: *const CuDevicePtr,
     sources: *const CuDevicePtr,
     sizes: *const usize,
@@ -144,7 +158,7 @@ unsafe fn batch(
         )
     };
     let copies = targets.iter().zip(sources).zip(sizes);
-    copies.map(|((target, source), size)| one(snapshot, Some(*target), Some(*source), *size as u64)).sum()
+    copies.map(|((target, source), size)| one(snapshot, shard, Some(*target), Some(*source), *size as u64)).sum()
 }
 
 /// A batch of 3D copies: each operation of a non-zero extent counts, naming its pointer
@@ -152,14 +166,14 @@ unsafe fn batch(
 ///
 /// # Safety
 /// `ops` is null or an array of `count` operations, valid for reads.
-unsafe fn batch_3d(snapshot: Option<&Snapshot>, ops: *const Memcpy3DBatchOp, count: usize) -> u64 {
+unsafe fn batch_3d(snapshot: Option<&Snapshot>, shard: Shard, ops: *const Memcpy3DBatchOp, count: usize) -> u64 {
     if ops.is_null() {
         return 0;
     }
     // SAFETY: a non-null array of `count` operations (the contract): the program's, which
     // the driver read as such in this same call.
     let ops = unsafe { std::slice::from_raw_parts(ops, count) };
-    ops.iter().map(|op| one(snapshot, op.dst.pointer(), op.src.pointer(), op.elements())).sum()
+    ops.iter().map(|op| one(snapshot, shard, op.dst.pointer(), op.src.pointer(), op.elements())).sum()
 }
 
 #[cfg(test)]
@@ -168,8 +182,8 @@ mod tests {
 
     #[test]
     fn an_operation_of_zero_bytes_is_not_counted() {
-        assert_eq!(one(None, Some(0x1000), Some(0x2000), 0), 0);
-        assert_eq!(one(None, Some(0x1000), None, 1), 1);
+        assert_eq!(one(None, Shard::mine(), Some(0x1000), Some(0x2000), 0), 0);
+        assert_eq!(one(None, Shard::mine(), Some(0x1000), None, 1), 1);
         let MemoryOp::Set { bytes, .. } = MemoryOp::set(0x1000, 64, 4, 0) else { unreachable!() };
         assert_eq!(bytes, 0, "a 2D memset of no rows");
         let MemoryOp::Set { bytes, .. } = MemoryOp::set(0x1000, 64, 2, 3) else { unreachable!() };
@@ -195,8 +209,8 @@ mod tests {
         empty.extent[2] = 0;
         let ops = [op, empty, op];
         // SAFETY: an array of 3 operations.
-        assert_eq!(unsafe { batch_3d(None, ops.as_ptr(), ops.len()) }, 2);
+        assert_eq!(unsafe { batch_3d(None, Shard::mine(), ops.as_ptr(), ops.len()) }, 2);
         // SAFETY: null, which names and counts nothing.
-        assert_eq!(unsafe { batch_3d(None, std::ptr::null(), 2) }, 0);
+        assert_eq!(unsafe { batch_3d(None, Shard::mine(), std::ptr::null(), 2) }, 0);
     }
 }

@@ -16,6 +16,7 @@ use crate::launch::param_layout::{self, Layout, Param};
 use crate::launch::{tensor_maps, texture_objects};
 use crate::memory::address_index::RangeUse;
 use crate::memory::recent_ranges::Finder;
+use crate::sys::shards::Shard;
 
 /// Where a launch's parameter values are, as cuLaunchKernel takes them.
 #[derive(Clone, Copy, Debug)]
@@ -110,14 +111,14 @@ pub struct Named<'a> {
 }
 
 impl Named<'_> {
-    /// Notes the naming, by a launch of `weight` (`kernel_times::weight`), in the range's
-    /// use: a launch on its first naming, a start on any.
-    pub fn note(&self, weight: u64) {
+    /// Notes the naming, by a launch of `weight` (`kernel_times::weight`) on the thread
+    /// of `shard`, in the range's use: a launch on its first naming, a start on any.
+    pub fn note(&self, weight: u64, shard: Shard) {
         let offset = self.address.saturating_sub(self.start);
         if self.first {
-            self.uses.note_launch(offset, weight);
+            self.uses.note_launch(offset, weight, shard);
         } else {
-            self.uses.note_start(offset, weight);
+            self.uses.note_start(offset, weight, shard);
         }
     }
 }

@@ -137,6 +137,14 @@ impl<'a> Finder<'a> {
         Finder { snapshot, low, span: high.saturating_sub(low), memo, named: 0, named_others: 0, hint: 0 }
     }
 
+    /// The lookups that follow are another launch's (a graph's next kernel node): each
+    /// allocation they name is a first again, and the memo's slots this launch named may
+    /// be refilled.
+    pub fn next_launch(&mut self) {
+        self.named = 0;
+        self.named_others = 0;
+    }
+
     /// Distinct allocations named so far.
     pub fn distinct(&self) -> usize {
         self.named.count_ones() as usize + self.named_others
@@ -244,6 +252,21 @@ mod tests {
         let emptied = snapshot(&[(0x0800, 0x0900, &low), (0x8000, 0x9000, &kept)]);
         assert_eq!(use_of(&emptied, 0x1800), None, "the memo answered for a freed allocation");
         assert_eq!(use_of(&emptied, 0x0800), Some(Arc::as_ptr(&low)));
+    }
+
+    #[test]
+    fn the_next_launch_of_a_finder_counts_each_allocation_again() {
+        let (uses, other) = (Arc::default(), Arc::default());
+        let index = snapshot(&[(0x1000, 0x2000, &uses), (0x3000, 0x3800, &other)]);
+        with_finder(&index, |finder| {
+            assert!(finder.find(0x1000).is_some_and(|found| found.first));
+            assert!(finder.find(0x1800).is_some_and(|found| !found.first));
+            finder.next_launch();
+            assert_eq!(finder.distinct(), 0);
+            assert!(finder.find(0x1800).is_some_and(|found| found.first), "a graph's next node names it again");
+            assert!(finder.find(0x3000).is_some_and(|found| found.first));
+            assert_eq!(finder.distinct(), 2);
+        });
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub(crate) mod lock;
 pub(crate) mod lock_order;
 pub(crate) mod phase;
 pub(crate) mod publish;
+pub(crate) mod shards;
 pub(crate) mod shm_path;
 pub(crate) mod slot_table;
 pub(crate) mod stats;

@@ -1,7 +1,11 @@
 //! The process's counters (exit summary, `greenboost_shim_stats`): plain atomics that
-//! every layer may bump; `budget` owns what counts as in use.
+//! every layer may bump; `budget` owns what counts as in use. Those that every kernel
+//! launch, copy and memset bumps are kept per thread (`LaunchCounts`, in `shards`), so
+//! that threads launching at once do not write one line; a read sums them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sys::shards::{Shard, Shards, Zeroed};
 
 pub struct Stats {
     pub t1_used: AtomicU64,
@@ -44,20 +48,6 @@ pub struct Stats {
     /// Of the moves' wall time, what the tier thread spent in the prefetch calls (the
     /// driver does part of a migration inside the call), the rest being the wait.
     pub move_issue_ns: AtomicU64,
-    /// Launch observation: kernels launched (graph kernel nodes at each graph launch),
-    /// those whose parameters could not all be read, allocations named by them, launches
-    /// recorded into a graph being captured (not run), graph launches and those of
-    /// graphs not fully read, copies and memsets, direct or in graphs (graph nodes at
-    /// each graph launch; not those recorded into a graph being captured, nor those of
-    /// zero bytes), host functions run.
-    pub launches: AtomicU64,
-    pub launches_unread: AtomicU64,
-    pub launch_namings: AtomicU64,
-    pub captured_launches: AtomicU64,
-    pub graph_launches: AtomicU64,
-    pub graphs_unread: AtomicU64,
-    pub memory_ops: AtomicU64,
-    pub host_funcs: AtomicU64,
     /// Live tiering: of the demotions, those that made room for a hotter T2 allocation
     /// (a swap of roles), not for another process.
     pub swaps: AtomicU64,
@@ -107,14 +97,6 @@ pub static STATS: Stats = Stats {
     move_issue_ns: AtomicU64::new(0),
     gemm_sliced: AtomicU64::new(0),
     gemm_slices_differed: AtomicU64::new(0),
-    launches: AtomicU64::new(0),
-    launches_unread: AtomicU64::new(0),
-    launch_namings: AtomicU64::new(0),
-    captured_launches: AtomicU64::new(0),
-    graph_launches: AtomicU64::new(0),
-    graphs_unread: AtomicU64::new(0),
-    memory_ops: AtomicU64::new(0),
-    host_funcs: AtomicU64::new(0),
     swaps: AtomicU64::new(0),
     gemm_ahead: AtomicU64::new(0),
     gemm_ahead_dropped: AtomicU64::new(0),
@@ -123,6 +105,53 @@ pub static STATS: Stats = Stats {
     given_back_bytes: AtomicU64::new(0),
     give_backs: AtomicU64::new(0),
 };
+
+/// Launch observation's counters, one shard per thread (`launch_counts`): kernels
+/// launched (graph kernel nodes at each graph launch), those whose parameters could not
+/// all be read, allocations named by them, launches recorded into a graph being captured
+/// (not run), graph launches and those of graphs not fully read, copies and memsets,
+/// direct or in graphs (graph nodes at each graph launch; not those recorded into a graph
+/// being captured, nor those of zero bytes), host functions run.
+#[derive(Debug)]
+pub struct LaunchCounts {
+    pub launches: AtomicU64,
+    pub launches_unread: AtomicU64,
+    pub launch_namings: AtomicU64,
+    pub captured_launches: AtomicU64,
+    pub graph_launches: AtomicU64,
+    pub graphs_unread: AtomicU64,
+    pub memory_ops: AtomicU64,
+    pub host_funcs: AtomicU64,
+}
+
+impl Zeroed for LaunchCounts {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const ZERO: LaunchCounts = LaunchCounts {
+        launches: AtomicU64::new(0),
+        launches_unread: AtomicU64::new(0),
+        launch_namings: AtomicU64::new(0),
+        captured_launches: AtomicU64::new(0),
+        graph_launches: AtomicU64::new(0),
+        graphs_unread: AtomicU64::new(0),
+        memory_ops: AtomicU64::new(0),
+        host_funcs: AtomicU64::new(0),
+    };
+}
+
+/// Shards of the launch counters: threads past this many share them.
+const LAUNCH_SHARDS: usize = 16;
+
+static LAUNCH_COUNTS: Shards<LaunchCounts, LAUNCH_SHARDS> = Shards::new();
+
+/// The launch counters of `shard` (the calling thread's, `Shard::mine`), to bump.
+pub fn launch_counts(shard: Shard) -> &'static LaunchCounts {
+    LAUNCH_COUNTS.of(shard)
+}
+
+/// One launch counter summed over the threads.
+pub fn launch_total(counter: impl Fn(&LaunchCounts) -> &AtomicU64) -> u64 {
+    LAUNCH_COUNTS.sum(counter)
+}
 
 pub fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
@@ -251,14 +280,14 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         move_issue_ns: load(&STATS.move_issue_ns),
         gemm_sliced: load(&STATS.gemm_sliced),
         gemm_slices_differed: load(&STATS.gemm_slices_differed),
-        launches: load(&STATS.launches),
-        launches_unread: load(&STATS.launches_unread),
-        launch_namings: load(&STATS.launch_namings),
-        captured_launches: load(&STATS.captured_launches),
-        graph_launches: load(&STATS.graph_launches),
-        graphs_unread: load(&STATS.graphs_unread),
-        memory_ops: load(&STATS.memory_ops),
-        host_funcs: load(&STATS.host_funcs),
+        launches: launch_total(|counts| &counts.launches),
+        launches_unread: launch_total(|counts| &counts.launches_unread),
+        launch_namings: launch_total(|counts| &counts.launch_namings),
+        captured_launches: launch_total(|counts| &counts.captured_launches),
+        graph_launches: launch_total(|counts| &counts.graph_launches),
+        graphs_unread: launch_total(|counts| &counts.graphs_unread),
+        memory_ops: launch_total(|counts| &counts.memory_ops),
+        host_funcs: launch_total(|counts| &counts.host_funcs),
         swaps: load(&STATS.swaps),
         gemm_ahead: load(&STATS.gemm_ahead),
         gemm_ahead_dropped: load(&STATS.gemm_ahead_dropped),
@@ -294,14 +323,6 @@ pub fn start_afresh_in_child() {
         &STATS.move_issue_ns,
         &STATS.gemm_sliced,
         &STATS.gemm_slices_differed,
-        &STATS.launches,
-        &STATS.launches_unread,
-        &STATS.launch_namings,
-        &STATS.captured_launches,
-        &STATS.graph_launches,
-        &STATS.graphs_unread,
-        &STATS.memory_ops,
-        &STATS.host_funcs,
         &STATS.swaps,
         &STATS.gemm_ahead,
         &STATS.gemm_ahead_dropped,
@@ -311,6 +332,20 @@ pub fn start_afresh_in_child() {
         &STATS.give_backs,
     ] {
         counter.store(0, Ordering::Relaxed);
+    }
+    for counts in LAUNCH_COUNTS.each() {
+        for counter in [
+            &counts.launches,
+            &counts.launches_unread,
+            &counts.launch_namings,
+            &counts.captured_launches,
+            &counts.graph_launches,
+            &counts.graphs_unread,
+            &counts.memory_ops,
+            &counts.host_funcs,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
     }
     STATS.t1_peak.store(load(&STATS.t1_used), Ordering::Relaxed);
     STATS.t2_peak.store(load(&STATS.t2_used), Ordering::Relaxed);
