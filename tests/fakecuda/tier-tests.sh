@@ -108,10 +108,12 @@ t_tier_swap_kept_steps() {
 }
 t_tier_give_back_swap() {
     # tier-swap-kept with GREENBOOST_GIVE_BACK=on: the tick gives back what its moves out
-    # left the device, every working block swaps in, the device keeps nothing.
+    # left the device, every working block swaps in, the device keeps nothing. 6 hot
+    # blocks (288 MiB) stay in VRAM: what the driver could evict for another process
+    # during the give-back (at least the headroom, else none is made).
     tier_run tier-give-back-swap FAKECUDA_VRAM=3G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 \
-        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
-        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8
+        GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
+        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 8 6
 }
 t_tier_give_back_off_fails() {
     # Without it, the moves in stop where they took fresh VRAM.
@@ -119,16 +121,25 @@ t_tier_give_back_off_fails() {
     rm -f "$share"
     run_fails tier-give-back-off-fails "working blocks moved in: the VRAM the swaps moved out was not given back" \
         $SHIMENV FAKECUDA_DEVICE_SHARE="$share" GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_TIER_INTERVAL_MS=10 \
-        FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) \
+        FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) \
         GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GBTEST_EXPECT=given_back "$BIN/gbtier" swap-kept \
-        $(( 48 << 20 )) 8
+        $(( 48 << 20 )) 8 8 6
+}
+t_tier_give_back_nothing_evictable() {
+    # tier-swap-kept with GREENBOOST_GIVE_BACK=on and no hot blocks: the tick swaps every
+    # weight out, so that nothing of the process's is left in VRAM for the driver to evict
+    # for another process's allocation during a give-back's moment: none is made, and the
+    # swaps stop where their moves in took fresh VRAM, as with it off.
+    tier_run tier-give-back-nothing-evictable FAKECUDA_VRAM=3G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_VRAM_RESERVE=0 \
+        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8
 }
 t_tier_give_back_short() {
     # A 128 MiB shortfall (a 256 MiB headroom, half of it left free: not pressing):
     # demoted once, and given back: free VRAM rises to the headroom, the device keeps
     # nothing.
     tier_run tier-give-back-short FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
-        GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GBTEST_EXPECT=given_back "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8 4
+        GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GBTEST_EXPECT=given_back "$BIN/gbtier" pressure-once $(( 32 << 20 )) 16 4
 }
 t_tier_give_back_slow() {
     # The same short of VRAM on a device whose allocations take 150 ms to get kept VRAM:
@@ -136,7 +147,7 @@ t_tier_give_back_slow() {
     # more in this process.
     tier_run tier-give-back-slow FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 FAKECUDA_KEPT_CLAIM_US=150000 \
         GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_LOG=info GBTEST_EXPECT=given_back \
-        "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8 4 || return 1
+        "$BIN/gbtier" pressure-once $(( 32 << 20 )) 16 4 || return 1
     out_has "held all free VRAM for [0-9]* ms (more than 100 ms): no more for this process" \
         "want the shim to stop giving back after a give-back that held all free VRAM too long"
 }
@@ -144,7 +155,7 @@ t_tier_give_back_pressing() {
     # The same under pressure (32 MiB of the 256 MiB headroom left free): demoted once,
     # nothing given back (the driver may have evicted the pages already).
     tier_run tier-give-back-pressing FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on \
-        GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) "$BIN/gbtier" pressure-once $(( 32 << 20 )) 8
+        GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) "$BIN/gbtier" pressure-once $(( 32 << 20 )) 16
 }
 t_tier_pressure_once() {
     # 8 movable blocks in VRAM on a device that keeps the VRAM managed pages leave; another
@@ -161,10 +172,11 @@ t_tier_make_room() {
 }
 t_tier_make_room_kept() {
     # The same on a device that keeps the VRAM managed pages leave (48 MiB blocks, a
-    # 128 MiB headroom): the weight block's VRAM, given back, is what the working block
-    # takes, and free VRAM stays at the headroom.
+    # 64 MiB headroom: the two weight blocks left in VRAM are more, for the driver to evict
+    # for another process during the give-back): the weight block's VRAM, given back, is
+    # what the working block takes, and free VRAM stays at the headroom.
     tier_run tier-make-room-kept FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 \
-        GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) "$BIN/gbtier" make-room $(( 48 << 20 ))
+        GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) "$BIN/gbtier" make-room $(( 48 << 20 ))
 }
 t_tier_make_room_kept_off_fails() {
     # Without the give-back the working block takes fresh VRAM under the headroom (and
@@ -173,7 +185,7 @@ t_tier_make_room_kept_off_fails() {
     rm -f "$share"
     run_fails tier-make-room-kept-off-fails "under the headroom\|2 weight blocks went to T2" $SHIMENV FAKECUDA_DEVICE_SHARE="$share" \
         GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_TIER_INTERVAL_MS=10 FAKECUDA_VRAM=1G \
-        FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 128 << 20 )) \
+        FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) \
         GREENBOOST_GIVE_BACK=off "$BIN/gbtier" make-room $(( 48 << 20 ))
 }
 t_tier_make_room_off_fails() {
@@ -233,4 +245,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

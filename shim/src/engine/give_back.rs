@@ -10,9 +10,11 @@
 //! VRAM that everyone sees, and that the same tick's moves in then take.
 //!
 //! When (`tiering::AfterMovesOut::give_back_wanted`): where the device binds, for 32 MiB
-//! or more, and not where free VRAM was under a quarter of the headroom before the moves,
+//! or more, not where free VRAM was under a quarter of the headroom before the moves,
 //! when the driver may have evicted those pages for someone already and keeps none of
-//! their chunks. The driver evicts chunks that hold no data first (`pick_root_chunk_to_evict`
+//! their chunks, and only while this process keeps at least the headroom of managed
+//! memory in VRAM besides (`movable::vram_bytes`), which the driver can evict for another
+//! process's allocation made during the moment. The driver evicts chunks that hold no data first (`pick_root_chunk_to_evict`
 //! in NVIDIA's open nvidia-uvm: free, then unused, then used ones), so the allocation takes
 //! the kept ones. For its moment every free byte of the device is this process's: another
 //! process allocating then gets VRAM only by the driver evicting managed pages for it. So
@@ -21,7 +23,8 @@
 //! process runs, and no more in a process where one held all free VRAM longer than
 //! `WINDOW_MOST` or where it did not raise free VRAM (`GIVE_UP_AFTER` times in a row).
 //! Off by default (GREENBOOST_GIVE_BACK=on turns it on): on an H100 a give-back took
-//! 50-136 ms, and another process allocating in a loop meanwhile failed 4 times in 36006
+//! 50-136 ms, and another process allocating in a loop meanwhile failed 4 times in 36006,
+//! the probe's other managed memory evicted by then, it seems for its earlier allocations
 //! (bench/results/give-back-probe-2026-12-05.md).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -30,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::cuda;
 use crate::cuda::captures;
 use crate::cuda::ffi::{CuDevice, CuResult};
-use crate::memory::budget;
+use crate::memory::{budget, movable};
 use crate::rules::config;
 use crate::rules::placement::Rules;
 use crate::rules::tiering;
@@ -78,7 +81,8 @@ pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64
     }
     let physical = cuda::physical_vram(device).unwrap_or(total).max(total);
     let headroom = Rules::of(config).headroom(device, physical);
-    let after_moves = tiering::AfterMovesOut { kept, free_before, free, headroom, wanted };
+    let evictable = movable::vram_bytes(device);
+    let after_moves = tiering::AfterMovesOut { kept, free_before, free, headroom, wanted, evictable };
     if !after_moves.give_back_wanted() || RUNNING.swap(true, Ordering::Acquire) {
         return rose;
     }

@@ -228,6 +228,18 @@ pub fn live() -> Vec<Arc<Movable>> {
     LIVE.lock().clone()
 }
 
+/// Bytes of movable memory of `device` in VRAM and not perhaps evicted: managed pages the
+/// driver may evict for another process's allocation.
+pub fn vram_bytes(device: CuDevice) -> u64 {
+    LIVE.lock()
+        .iter()
+        .filter(|movable| movable.device == device)
+        .flat_map(|movable| movable.parts.iter())
+        .filter(|part| part.in_vram() && !part.maybe_evicted())
+        .map(Part::len)
+        .sum()
+}
+
 /// Neighbouring parts of one allocation, alike in where they are and in heat per byte:
 /// what the policy weighs and the tier thread moves as one.
 #[derive(Clone)]

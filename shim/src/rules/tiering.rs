@@ -201,6 +201,10 @@ pub struct AfterMovesOut {
     pub headroom: u64,
     /// Bytes about to move into VRAM (a tick's moves in, an allocation's room).
     pub wanted: u64,
+    /// This process's managed memory still in VRAM on the device: what the driver evicts
+    /// for another process's allocation made during the give-back's moment, instead of
+    /// failing it.
+    pub evictable: u64,
 }
 
 impl AfterMovesOut {
@@ -210,10 +214,17 @@ impl AfterMovesOut {
     /// headroom before the moves (`Room::pressing`): the driver may have evicted those
     /// pages for someone's allocation already, so that it keeps none of their chunks, and
     /// the give-back would make it evict pages that hold data (this process's or another's).
+    /// And only while this process holds at least the headroom of managed memory in VRAM
+    /// besides: for the moment the allocation holds every free byte, another process's
+    /// allocation is served by the driver evicting those pages, as the headroom would have
+    /// served it; with nothing to evict it fails (on an H100 a neighbour allocating in a
+    /// loop failed 4 times in 36006, the probe's other managed memory evicted by then:
+    /// bench/results/give-back-probe-2026-12-05.md).
     pub fn give_back_wanted(&self) -> bool {
         self.kept >= GIVE_BACK_LEAST
             && self.free_before >= self.headroom / 4
             && self.free < kept_free(self.headroom).saturating_add(self.wanted)
+            && self.evictable >= self.headroom
     }
 }
 

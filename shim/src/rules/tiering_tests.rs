@@ -224,10 +224,12 @@ fn what_came_back_as_free_vram_is_not_counted_as_kept() {
 }
 
 #[test]
-fn kept_vram_is_given_back_only_where_the_device_binds_and_the_driver_evicted_nothing() {
+fn kept_vram_is_given_back_only_where_the_device_binds_the_driver_evicted_nothing_and_others_could_evict() {
     const M: u64 = 1 << 20;
-    // 1 GiB headroom: promotions leave 1.25 GiB free. 512 MiB demoted, free 700 MiB.
-    let short = AfterMovesOut { kept: 512 * M, free_before: 700 * M, free: 700 * M, headroom: G, wanted: 0 };
+    // 1 GiB headroom: promotions leave 1.25 GiB free. 512 MiB demoted, free 700 MiB, 4 GiB
+    // of managed memory still in VRAM.
+    let short =
+        AfterMovesOut { kept: 512 * M, free_before: 700 * M, free: 700 * M, headroom: G, wanted: 0, evictable: 4 * G };
     assert!(short.give_back_wanted());
     // Free VRAM already holds the slack and what moves in: nothing binds.
     assert!(!AfterMovesOut { free: 1300 * M, ..short }.give_back_wanted());
@@ -238,4 +240,8 @@ fn kept_vram_is_given_back_only_where_the_device_binds_and_the_driver_evicted_no
     // Pressing before the moves: the driver may have evicted them already.
     assert!(!AfterMovesOut { free_before: G / 4 - 1, free: G / 4 - 1, ..short }.give_back_wanted());
     assert!(AfterMovesOut { free_before: G / 4, free: G / 4, ..short }.give_back_wanted());
+    // Less than the headroom left in VRAM for the driver to evict for another process's
+    // allocation during the moment: it could fail.
+    assert!(!AfterMovesOut { evictable: G - 1, ..short }.give_back_wanted());
+    assert!(AfterMovesOut { evictable: G, ..short }.give_back_wanted());
 }

@@ -1,4 +1,4 @@
-/* gbtier swap-kept BLOCK N [STEP] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a device
+/* gbtier swap-kept BLOCK N [STEP [HOT]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a device
  * that keeps the VRAM managed pages leave and gives every move into VRAM fresh VRAM, the
  * worst case the H200 showed (bench/results/movable-vram-probe-2026-12-05.md: after a
  * 1.9 GB swap free VRAM fell from 1525 to 3 MiB).
@@ -37,7 +37,12 @@
  * (shim/src/engine/give_back.rs: one allocation of free VRAM and that much more, freed at
  * once), so its moves in find it free: every working block swaps in, the device keeps
  * nothing, and free VRAM ends where it began (the weights gave the room). Free VRAM is
- * not checked between: for the moment of a give-back the shim holds all of it. */
+ * not checked between: for the moment of a give-back the shim holds all of it. A
+ * give-back is made only while the process keeps at least the headroom of managed memory
+ * in VRAM besides, which the driver can evict for another process's allocation during
+ * that moment: HOT more blocks (GREENBOOST_TIERING=on), loaded before the other process
+ * starts and named with the working blocks at every round (never colder than them: they
+ * stay), are that memory. */
 #define _GNU_SOURCE
 #include "tier_tests.h"
 
@@ -86,15 +91,22 @@ int test_swap_kept(int argc, char **argv)
 {
     CHECK(argc >= 4, "usage: swap-kept BLOCK N\n");
     size_t block = strtoull(argv[2], NULL, 0);
-    int n = atoi(argv[3]), step = argc > 4 ? atoi(argv[4]) : n;
+    int n = atoi(argv[3]), step = argc > 4 ? atoi(argv[4]) : n, hot_n = argc > 5 ? atoi(argv[5]) : 0;
+    CHECK(hot_n >= 0 && hot_n <= MAX_WORKING, "HOT %d: 0 to %d\n", hot_n, MAX_WORKING);
     CHECK(n > 0 && n <= MAX_WORKING && (size_t)n * block > ARRIVAL_GROUP && block < (64UL << 20),
           "%d blocks of %zu MiB: want more than one arrival group in runs of one block each\n", n, block >> 20);
     CHECK(step > 0 && step <= n, "STEP %d: 1 to %d\n", step, n);
     const char *keeps = getenv("FAKECUDA_MANAGED_KEEPS_VRAM");
     CHECK(keeps && !strcmp(keeps, "1"), "needs FAKECUDA_MANAGED_KEEPS_VRAM=1\n");
     int given_back = expects_given_back();
+    void *weights[MAX_WORKING], *working[MAX_WORKING], *hot[MAX_WORKING];
+    /* Before the other process: VRAM for certain (GREENBOOST_TIERING=on: movable). */
+    for (int i = 0; i < hot_n; i++) {
+        OK(cudaMalloc(&hot[i], block));
+        CHECK(fakegpu_managed_where(dptr(hot[i])) == 0, "hot block %d is %s, where %d: want movable VRAM "
+              "(GREENBOOST_TIERING=on)\n", i, fakegpu_ptr_kind(dptr(hot[i])), fakegpu_managed_where(dptr(hot[i])));
+    }
     struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 2);
-    void *weights[MAX_WORKING], *working[MAX_WORKING];
     for (int i = 0; i < n; i++) {
         OK(cudaMalloc(&weights[i], block));
         CHECK(!strcmp(fakegpu_ptr_kind(dptr(weights[i])), "managed") && fakegpu_managed_where(dptr(weights[i])) == 0,
@@ -128,6 +140,8 @@ int test_swap_kept(int argc, char **argv)
             swapped_at = round;
         }
         name_all(f, working, named);
+        if (hot_n > 0)
+            name_all(f, hot, hot_n);
         OK(cudaDeviceSynchronize());
         size_t free_now = device_free();
         if (free_now < lowest)
@@ -176,10 +190,14 @@ int test_swap_kept(int argc, char **argv)
         CHECK(bad == 0, "working block %d (%s) has %llu wrong words\n", i,
               fakegpu_managed_where(dptr(working[i])) == 0 ? "VRAM" : "T2", bad);
     }
+    CHECK(in_vram_count(hot, hot_n) == hot_n, "%d of %d hot blocks in VRAM: a swap took one\n",
+          in_vram_count(hot, hot_n), hot_n);
     for (int i = 0; i < n; i++) {
         OK(cudaFree(weights[i]));
         OK(cudaFree(working[i]));
     }
+    for (int i = 0; i < hot_n; i++)
+        OK(cudaFree(hot[i]));
     CHECK(fakegpu_vram_kept() == 0, "%zu MiB still kept after every managed allocation was freed\n",
           fakegpu_vram_kept() >> 20);
     balloon_stop(&other);
