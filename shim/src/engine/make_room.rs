@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::give_back;
+use crate::engine::room_kept;
 use crate::engine::tier_lock::{self, Held, Turn};
 use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
@@ -90,9 +91,15 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
         let free_before = cuda::device_memory().map_or(0, |(free, _)| free);
         let demoted = tier_thread::swap_out_now(device, &victims);
         // The allocation's move into VRAM would take fresh VRAM, not what the driver
-        // keeps of the victims: that is turned into free VRAM for it.
-        if demoted > 0 && may_give_back {
-            give_back::after_moves_out(device, demoted, free_before, len);
+        // keeps of the victims: that is turned into free VRAM for it where the give-back
+        // may run; what stays kept answers the drop for the next tick.
+        if demoted > 0 {
+            let came_back = if may_give_back {
+                give_back::after_moves_out(device, demoted, free_before, len)
+            } else {
+                cuda::device_memory().map_or(0, |(free, _)| free.saturating_sub(free_before).min(demoted))
+            };
+            room_kept::note(device, demoted, came_back);
         }
         demoted
     })

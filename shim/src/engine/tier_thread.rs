@@ -25,6 +25,7 @@ use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
 use crate::engine::give_back;
 use crate::engine::heat_table;
+use crate::engine::room_kept;
 use crate::engine::tier_lock::{self, Turn};
 use crate::memory::budget;
 use crate::memory::movable::{self, Movable, Run};
@@ -151,7 +152,9 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         return carried;
     };
     let headroom = Rules::of(config).headroom(device, physical.max(total));
-    let carried = if free >= headroom { Carried::default() } else { carried };
+    // What room made left the driver since answers as the tick's own demotions (`room_kept`).
+    let answered = carried.answered.saturating_add(room_kept::take(device));
+    let carried = if free >= headroom { Carried::default() } else { Carried { answered, ..carried } };
     let room = Room {
         free,
         headroom,
