@@ -60,10 +60,12 @@ def figures(prefix, values):
 
 
 class Driver:
-    """libcuda's own view of a pointer (cuPointerGetAttribute, cuMemRangeGetAttribute: the
-    shim hooks neither)."""
+    """libcuda's view of a pointer: cuPointerGetAttribute, which the shim answers for the
+    memory it made as the driver would for cudaMalloc memory (device memory, not managed:
+    shim/src/hooks/pointer_attributes.rs), and cuMemRangeGetAttribute, which it does not
+    hook (managed memory's own view)."""
 
-    MEMORY_TYPE, DEVICE_POINTER, IS_MANAGED, DEVICE_ORDINAL = 2, 3, 8, 9
+    MEMORY_TYPE, DEVICE_POINTER, DEVICE_ORDINAL = 2, 3, 9
     LAST_PREFETCH_LOCATION = 4  # CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION
 
     def __init__(self):
@@ -81,7 +83,9 @@ class Driver:
         return value.value if rc == 0 else f"error{rc}"
 
     def managed(self, ptr):
-        return self.get(ptr, self.IS_MANAGED)
+        """1 where the driver keeps a managed range at `ptr` (its last prefetch location
+        reads), else 0."""
+        return int(isinstance(self.last_prefetch(ptr), int))
 
     def last_prefetch(self, ptr):
         """Where managed memory was last prefetched (a device ordinal, -1 the host, -2 none)."""
@@ -249,14 +253,15 @@ def role_attributes():
     t = torch.empty(256 * MIB // 4, dtype=torch.float32, device="cuda").fill_(1.5)
     torch.cuda.synchronize()
     ptr, device = t.data_ptr(), torch.cuda.current_device()
-    managed, in_t2 = driver.managed(ptr), shim.t2_bytes(t)
-    movable = managed == 1 and in_t2 == 0 and counters(shim)["movable_allocs"] > before["movable_allocs"]
+    managed, in_t2, after = driver.managed(ptr), shim.t2_bytes(t), counters(shim)
+    movable = (managed == 1 and in_t2 == 0 and after["movable_allocs"] > before["movable_allocs"]
+               and after["tier_vram"] - before["tier_vram"] >= t.numel() * t.element_size())
     kv("swap.pointer_attributes.is_managed", managed)
     kv("swap.pointer_attributes.driver_memory_type", driver.get(ptr, Driver.MEMORY_TYPE))
     kv("swap.pointer_attributes.last_prefetch", driver.last_prefetch(ptr))
     kv("swap.pointer_attributes.t2_bytes", in_t2)
     setting = "movable VRAM (managed memory the shim placed in VRAM)" if movable else (
-        f"NOT movable VRAM (IS_MANAGED {managed}, {in_t2} bytes in T2): the device was not contested? the check "
+        f"NOT movable VRAM (managed {managed}, {in_t2} bytes in T2): the device was not contested? the check "
         f"tests nothing")
     try:
         attrs = runtime_attributes(ptr)
