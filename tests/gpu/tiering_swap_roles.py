@@ -65,7 +65,7 @@ class Driver:
     shim/src/hooks/pointer_attributes.rs), and cuMemRangeGetAttribute, which it does not
     hook (managed memory's own view)."""
 
-    MEMORY_TYPE, DEVICE_POINTER, DEVICE_ORDINAL = 2, 3, 9
+    MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     LAST_PREFETCH_LOCATION = 4  # CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION
 
     def __init__(self):
