@@ -382,6 +382,10 @@ summary_lines=$(grep -a -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##
 date_utc=$(date -u +%Y-%m-%d)
 # A run of some sections only (GB_GPU_SECTIONS) is named for them: two calls, two pages.
 sections_tag=${GB_GPU_SECTIONS:+-$(tr ' ,' '--' <<<"$GB_GPU_SECTIONS")}
+# GreenBoost settings given to the run (GREENBOOST_GIVE_BACK=on, say) name it too, so that
+# runs of one commit with and without a setting leave a page each.
+settings=$(env | grep -E '^GREENBOOST_[A-Z_]+=' | grep -v '^GREENBOOST_LOG=' | sort | tr '\n' ' ' | sed 's/ $//')
+[ -n "$settings" ] && sections_tag=$sections_tag-$(tr -c 'a-zA-Z0-9\n' '-' <<<"${settings//GREENBOOST_/}" | tr 'A-Z' 'a-z')
 results_name=gpu-test-$date_utc-$commit$sections_tag.md
 results=$logs/$results_name
 # Free VRAM over time in the tests run beside a foreign process, from their sampler files
@@ -414,6 +418,7 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
   echo "| kernel | $(uname -r) |"
   echo "| mode | $mode |"
   echo "| sections | ${GB_GPU_SECTIONS:-all} |"
+  echo "| settings given (environment) | ${settings:-none: the defaults} |"
   echo "| physical VRAM (cudaMemGetInfo without the shim) | $physical_total bytes, $physical_free free |"
   echo "| result | $passed passed, $failed failed, ${elapsed}s |"
   echo "| free VRAM during the tests beside a foreign process | ${series_name:-(no samples)} |"
