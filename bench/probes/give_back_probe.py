@@ -26,36 +26,17 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+sys.path.insert(0, PYTHON_DIR)
 from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Driver  # noqa: E402
 from movable_vram_probe import PIECE, beside_balloon, managed_in_vram, mem_alloc  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
 ROUNDS = 15          # give-backs per arm of step 4
-NEIGHBOUR_S = 10     # how long the neighbour allocates, per arm
+ARM_MOST_S = 10      # the most an arm's rounds take
 CUSHION_MIB = 256    # kept VRAM a give-back leaves unused in the second arm
 
-NEIGHBOUR = """
-import ctypes, sys, time
-cuda = ctypes.CDLL("libcuda.so.1")
-context, ptr = ctypes.c_void_p(), ctypes.c_uint64()
-cuda.cuInit(0)
-cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0)
-cuda.cuCtxSetCurrent(context)
-print("ready", flush=True)
-end, tries, failed, slowest = time.perf_counter() + float(sys.argv[1]), 0, 0, 0.0
-while time.perf_counter() < end:
-    began = time.perf_counter()
-    status = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(64 << 20))
-    slowest = max(slowest, time.perf_counter() - began)
-    tries += 1
-    if status == 0:
-        cuda.cuMemFree_v2(ptr)
-    else:
-        failed += 1
-print(tries, failed, slowest, flush=True)
-"""
 
 
 def uvm_parameter(name):
@@ -99,9 +80,11 @@ def rounds_beside_neighbour(driver, a, stream, cushion):
     frees 64 MiB in a loop. Each give-back asks for what the shim would: A's bytes less
     the rise of free VRAM over the demotion, less `cushion`; what A's promotion took of
     free VRAM is noted (less than A: it reused kept chunks, or not all of A moved)."""
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(NEIGHBOUR_S)], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    neighbour = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "allocator", "64"], stdout=subprocess.PIPE,
+                                 text=True, env=env)
     neighbour.stdout.readline()
-    rounds, ended = [], time.perf_counter() + NEIGHBOUR_S - 1
+    rounds, ended = [], time.perf_counter() + ARM_MOST_S
     while len(rounds) < ROUNDS and time.perf_counter() < ended:
         before = driver.free()
         move(driver, a, LOCATION_DEVICE, stream)
@@ -113,10 +96,11 @@ def rounds_beside_neighbour(driver, a, stream, cushion):
         one.update({"promotion_took_mib": took // MIB, "asked_mib": asked // MIB})
         rounds.append(one)
         time.sleep(0.2)
-    tries, failed, slowest = neighbour.stdout.readline().split()
+    neighbour.terminate()
+    tries, failed, slowest_ms = neighbour.stdout.readline().split()
     neighbour.wait()
     return {"rounds": rounds, "neighbour": {"allocations": int(tries), "failed": int(failed),
-                                            "slowest_ms": float(slowest) * 1e3}}
+                                            "slowest_ms": float(slowest_ms)}}
 
 
 def measure(out, _env):

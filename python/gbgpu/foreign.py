@@ -4,6 +4,7 @@ another user's process would (bench/tiering.py's and tests/gpu/tiering_check.py'
 helpers that keep such children from outliving the run.
 
   python3 -m gbgpu.foreign balloon LEAVE_GIB [GROW_GIB DELAY_S]
+  python3 -m gbgpu.foreign allocator MIB
 """
 
 import ctypes
@@ -39,6 +40,33 @@ def balloon(leave_gib, grow_gib=0.0, delay_s=0.0):
         time.sleep(1)
 
 
+def allocator(mib):
+    """Allocates MIB of VRAM and frees it, over and over, through libcuda itself (no
+    caching allocator: every cuMemAlloc is the driver's to answer), as another program
+    allocating while the shim moves memory would; prints "ready", and once stopped
+    (SIGTERM) "TRIES FAILED SLOWEST_MS": the allocations made, those that failed, and the
+    slowest."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    context, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+    cuda.cuInit(0)
+    cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0)
+    cuda.cuCtxSetCurrent(context)
+    stopped = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    print("ready", flush=True)
+    tries, failed, slowest = 0, 0, 0.0
+    while not stopped:
+        began = time.perf_counter()
+        status = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(int(mib * MIB)))
+        slowest = max(slowest, time.perf_counter() - began)
+        tries += 1
+        if status == 0:
+            cuda.cuMemFree_v2(ptr)
+        else:
+            failed += 1
+    print(tries, failed, round(slowest * 1e3, 3), flush=True)
+
+
 def die_with_parent():
     """A foreign process must never outlive the program that started it (it holds the
     device's VRAM): SIGKILL when the parent dies, and exit at once if it already has
@@ -58,9 +86,10 @@ def kill_pid(pid):
 
 
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] != "balloon":
-        raise SystemExit("usage: python3 -m gbgpu.foreign balloon LEAVE_GIB [GROW_GIB DELAY_S]")
-    balloon(*[float(a) for a in sys.argv[2:]])
+    roles = {"balloon": balloon, "allocator": allocator}
+    if len(sys.argv) < 3 or sys.argv[1] not in roles:
+        raise SystemExit("usage: python3 -m gbgpu.foreign balloon LEAVE_GIB [GROW_GIB DELAY_S] | allocator MIB")
+    roles[sys.argv[1]](*[float(a) for a in sys.argv[2:]])
 
 
 if __name__ == "__main__":

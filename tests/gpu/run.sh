@@ -16,7 +16,7 @@
 #                  to validate the programs and the device before the shim exists
 #   PYTHON         python with torch and pynvml (python3)
 #   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
-#   GB_GPU_SWAP_TIMEOUT  seconds the swap section's one program may take (480)
+#   GB_GPU_SWAP_TIMEOUT  seconds the swap and ranges sections' programs may take (480 each)
 #   GB_GPU_SHIM_LOG  GREENBOOST_LOG for the programs under the shim (info); debug prints
 #                  each live-tiering tick's free VRAM and heat table
 #   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap ranges
@@ -358,9 +358,13 @@ fi
 # --- parts of one allocation (issue 36): GREENBOOST_TIERING=on, beside a balloon -----------
 # One program (tests/gpu/tiering_ranges.py), tiering_swap.py's harness: the read quarter of a
 # buffer far larger than the room promoted alone, and two kernels that name their pieces as
-# often, one reading a sixteenth of them, weighed by their sampled times.
+# often, one reading a sixteenth of them, weighed by their sampled times; the first again
+# with GREENBOOST_GIVE_BACK=on beside a process allocating in a loop, which must never fail.
 if [ "$mode" = full ] && [ -f "$shim" ] && in_section ranges; then
+  saved_timeout=$test_timeout
+  test_timeout=${GB_GPU_SWAP_TIMEOUT:-480}  # three roles of up to 150 s each
   with_free_floor ranges -- run_test ranges "${shim_env[@]}" -- "$python" "$root/tests/gpu/tiering_ranges.py"
+  test_timeout=$saved_timeout
 fi
 
 # --- a long prompt beside a foreign process (issue 34): at the defaults ------------------------

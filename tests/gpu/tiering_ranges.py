@@ -18,11 +18,21 @@ Run under the shim (run.sh: LD_PRELOAD=libgreenboost_cuda.so GREENBOOST_LOG=info
                            by a sum of all of them, as often; the summed pieces must end in
                            VRAM and the first in T2 (launches timed: a figure)
   ranges.kernel_times_intact  the buffer's checksums before and after
+  ranges.hot_part_give_back, ranges.hot_part_give_back_intact   hot_part again with
+                           GREENBOOST_GIVE_BACK=on, while another process (without the
+                           shim) allocates and frees 64 MiB through libcuda over and over:
+  ranges.give_back_beside_allocator   none of its allocations failed, and give-backs
+                           were made (each holds all free VRAM for a moment: the driver
+                           must serve the other process by evicting this one's managed
+                           memory, shim/src/rules/tiering.rs AfterMovesOut::evictable)
 
 Output: PASS name: why / FAIL name: why / KV key=value; exit status 1 when anything failed.
 The harness (balloon, roles in processes of their own, timeouts) is tiering_swap.py's.
 """
 
+import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -37,6 +47,7 @@ RESERVE = 512 * MIB         # the default reserve (an eighth of the budget, at m
 MARGIN = 512 * MIB          # the role's own small allocations (cuBLAS, index_select's outputs)
 ROW_BYTES = 64 * 1024       # kernel_times' rows
 WAIT_S = 90                 # a role's rounds
+ALLOCATOR_MIB = 64          # what the other process allocates and frees, over and over
 
 
 def pieces_for(free):
@@ -93,11 +104,11 @@ def computing():
     torch.cuda.synchronize()
 
 
-def role_hot_part():
+def role_hot_part(label="hot_part"):
     import torch
     from tiering_swap_roles import counters, figures, grown, verdict
 
-    started = buffer_in_t2("hot_part")
+    started = buffer_in_t2(label)
     if started is None:
         return
     shim, buf, piece, sums = started
@@ -109,17 +120,17 @@ def role_hot_part():
         torch.cuda.synchronize()
         rounds += 1
         lowest = min(lowest, torch.cuda.mem_get_info()[0])
-    kv("ranges.hot_part.lowest_room_mib", lowest // MIB)
+    kv(f"ranges.{label}.lowest_room_mib", lowest // MIB)
     seconds = time.monotonic() - began
     hot_t2, cold_t2 = shim.t2_bytes(hot), shim.t2_bytes(cold)
     grew = grown(start, counters(shim))
-    figures("ranges.hot_part", grew)
+    figures(f"ranges.{label}", grew)
     what = (f"after {rounds} sums in {seconds:.1f} s: the read quarter has {hot_t2 // MIB} MiB in T2, the rest "
             f"{cold_t2 // MIB} of {3 * piece // MIB} MiB; promotions +{grew['promotions']} "
             f"({grew['promoted_bytes'] // MIB} MiB)")
-    verdict("ranges.hot_part", hot_t2 == 0 and cold_t2 >= piece, what + " (want 0, and at least one piece of the "
+    verdict(f"ranges.{label}", hot_t2 == 0 and cold_t2 >= piece, what + " (want 0, and at least one piece of the "
             "rest still in T2: the buffer does not move whole)")
-    intact("hot_part", buf, sums)
+    intact(label, buf, sums)
 
 
 def role_kernel_times():
@@ -179,9 +190,41 @@ def check_kernel_times(foreign):
                   ("ranges.kernel_times", "ranges.kernel_times_intact"))
 
 
+def check_give_back_beside_allocator(foreign):
+    """hot_part with GREENBOOST_GIVE_BACK=on while another process (without the shim)
+    allocates and frees 64 MiB through libcuda over and over: none of its allocations may
+    fail for the give-backs' moments, and give-backs must have happened."""
+    names = ("ranges.hot_part_give_back", "ranges.hot_part_give_back_intact", "ranges.give_back_beside_allocator")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["GB_TIERING_PARENT"] = str(os.getpid())
+    allocator = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "allocator", str(ALLOCATOR_MIB)],
+                                 stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        if allocator.stdout.readline().strip() != "ready":
+            harness.fail_all(names, "the allocator (gbgpu.foreign, without the shim) did not start")
+            return
+        run = harness.run_role("hot_part", "hot_part_give_back", env=dict(TIERING_ON, GREENBOOST_GIVE_BACK="on"),
+                               timeout=150)
+        allocator.send_signal(signal.SIGTERM)
+        tries, failed, slowest_ms = allocator.communicate(timeout=30)[0].split()[:3]
+    finally:
+        harness.kill_group(allocator)
+    harness.relay(run, names[:2])
+    figures = dict(line[3:].split("=", 1) for line in run.out.splitlines() if line.startswith("KV ") and "=" in line)
+    give_backs = int(figures.get("ranges.hot_part_give_back.give_backs", 0))
+    kv("ranges.allocator.allocations", tries)
+    kv("ranges.allocator.failed", failed)
+    kv("ranges.allocator.slowest_ms", slowest_ms)
+    harness.say(names[2], int(failed) == 0 and give_backs > 0,
+                f"{give_backs} give-backs while another process allocated {ALLOCATOR_MIB} MiB {tries} times: "
+                f"{failed} failed, the slowest took {slowest_ms} ms (want none failed, and a give-back made)")
+
+
 CHECKS = [
     (check_hot_part, ("ranges.hot_part", "ranges.hot_part_intact")),
     (check_kernel_times, ("ranges.kernel_times", "ranges.kernel_times_intact")),
+    (check_give_back_beside_allocator,
+     ("ranges.hot_part_give_back", "ranges.hot_part_give_back_intact", "ranges.give_back_beside_allocator")),
 ]
 
 
