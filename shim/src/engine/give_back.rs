@@ -45,9 +45,11 @@ use crate::sys::stats::{self, STATS};
 const GIVE_UP_AFTER: u32 = 3;
 
 /// The longest a give-back may hold all free VRAM: one that took longer is the last of the
-/// process (another process allocating meanwhile would have waited for the driver to
-/// evict, or failed).
-const WINDOW_MOST: Duration = Duration::from_millis(100);
+/// process. Another process allocating meanwhile waits for the driver to evict this
+/// one's managed memory (`AfterMovesOut::evictable`): this bounds the wait. Above the
+/// H100's 50-136 ms (bench/results/give-back-probe-2026-12-05.md), so that give-backs as
+/// measured go on, and a stall of seconds is the last.
+const WINDOW_MOST: Duration = Duration::from_millis(250);
 
 /// Reads of free VRAM after a give-back before it is judged, and the wait between them.
 const SETTLE_READS: u32 = 4;
