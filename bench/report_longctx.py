@@ -29,7 +29,8 @@ def decode_bound(run, hbm, link):
 def figures(runs, result, figure, bandwidths):
     """{figure name: entry} for every token count measured: `longctx_hf_prefill_vs_free`
     and `longctx_hf_decode_vs_bound` per cache mode (named `..._<mode>_<tokens>`), with
-    the baseline shim's prefill and whether the tokens match the free GPU's."""
+    the baseline shim's prefill, the run with BENCH_LONGCTX_SETTINGS's, and whether the
+    tokens match the free GPU's."""
     out = {}
     hbm, link = bandwidths
     counts = sorted({label.rsplit("-", 1)[1] for label in runs if label.startswith("longctx-free-")}, key=int)
@@ -37,6 +38,7 @@ def figures(runs, result, figure, bandwidths):
         free = result(runs, f"longctx-free-{tokens}")
         shim = result(runs, f"longctx-greenboost-{tokens}")
         baseline = result(runs, f"longctx-greenboost_baseline-{tokens}")
+        settings = result(runs, f"longctx-greenboost_settings-{tokens}")
         labels = [f"longctx-{c}-{tokens}" for c in ("free", "greenboost")]
         for mode in sorted(set(modes_of(free)) | set(modes_of(shim))):
             ours, reference = modes_of(shim).get(mode, {}), modes_of(free).get(mode, {})
@@ -50,6 +52,16 @@ def figures(runs, result, figure, bandwidths):
                       "shim_summary": (runs.get(f"longctx-greenboost-{tokens}") or {}).get("shim_summary")}
             if "prefill_s" in earlier and "prefill_s" in ours:
                 detail["prefill_vs_baseline_shim"] = earlier["prefill_s"] / ours["prefill_s"]
+            given = modes_of(settings).get(mode)
+            if given:
+                # The run with BENCH_LONGCTX_SETTINGS: its prefill over the free GPU's, its tokens.
+                detail["settings_prefill_s"], detail["settings_error"] = given.get("prefill_s"), given.get("error")
+                detail["settings_decode_tok_s"] = given.get("decode_tok_s")
+                if "prefill_s" in given and "prefill_s" in reference:
+                    detail["settings_prefill_vs_free"] = given["prefill_s"] / reference["prefill_s"]
+                detail["settings_tokens_identical"] = given.get("ids") == reference.get("ids") if "ids" in given else None
+                detail["settings_shim_summary"] = (runs.get(f"longctx-greenboost_settings-{tokens}") or {}).get(
+                    "shim_summary")
             out[f"longctx_hf_prefill_vs_free_{mode}_{tokens}"] = figure(
                 "longctx_hf_prefill_vs_free", ours.get("prefill_s"), reference.get("prefill_s"), ratio, "s",
                 detail, missing)

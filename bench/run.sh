@@ -15,6 +15,9 @@
 #   BENCH_LONGCTX_MODES   its cache modes (default dynamic,static_eager,static: see
 #                       bench/longctx.py)
 #   BENCH_LONGCTX_LEAVE_GIB  VRAM the foreign process leaves free (default 18)
+#   BENCH_LONGCTX_SETTINGS  GreenBoost settings (VAR=VALUE words, e.g. GREENBOOST_GIVE_BACK=on)
+#                       of one more run under the shim beside the same foreign process,
+#                       right after the defaults' (the report gives its prefill beside theirs)
 #   BENCH_T2_SIZES      GiB sizes for t2_read (default "1 8 32")
 #   BENCH_ALLOC_ROUNDS  fresh processes per allocation kind (default 3)
 #   BENCH_HOOK_ITERS    cudaMalloc+cudaFree iterations per hook process (default 20000;
@@ -286,6 +289,9 @@ if want longctx; then
         for _ in $(seq 120); do grep -q ready "$balloon_out" && break; sleep 0.5; done
         log "longctx: balloon $(cat "$balloon_out")"
         run "longctx-greenboost-$tokens" 300 with-shim -- "${longctx[@]}"
+        # shellcheck disable=SC2086 # the settings are words
+        [[ -n ${BENCH_LONGCTX_SETTINGS:-} ]] && run "longctx-greenboost_settings-$tokens" 300 with-shim \
+            $BENCH_LONGCTX_SETTINGS -- "${longctx[@]}"
         [[ -n $baseline_shim ]] && run "longctx-greenboost_baseline-$tokens" 300 with-shim \
             LD_PRELOAD="$baseline_shim" -- "${longctx[@]}"
         kill "$balloon" 2>/dev/null
