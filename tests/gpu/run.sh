@@ -388,7 +388,10 @@ date_utc=$(date -u +%Y-%m-%d)
 sections_tag=${GB_GPU_SECTIONS:+-$(tr ' ,' '--' <<<"$GB_GPU_SECTIONS")}
 # GreenBoost settings given to the run (GREENBOOST_GIVE_BACK=on, say) name it too, so that
 # runs of one commit with and without a setting leave a page each.
-settings=$(env | grep -E '^GREENBOOST_[A-Z_]+=' | grep -v '^GREENBOOST_LOG=' | sort | tr '\n' ' ' | sed 's/ $//')
+# (The shim's settings are the names policy/src/settings.rs reads; GREENBOOST_LOG aside.)
+settings=$(for name in $(grep -o '"GREENBOOST_[A-Z0-9_]*"' "$root/policy/src/settings.rs" | tr -d '"' | sort -u); do
+  [ "$name" != GREENBOOST_LOG ] && [ -n "${!name:-}" ] && printf '%s=%s ' "$name" "${!name}"
+done | sed 's/ $//')
 [ -n "$settings" ] && sections_tag=$sections_tag-$(tr -c 'a-zA-Z0-9\n' '-' <<<"${settings//GREENBOOST_/}" | tr 'A-Z' 'a-z')
 results_name=gpu-test-$date_utc-$commit$sections_tag.md
 results=$logs/$results_name
