@@ -21,8 +21,8 @@
 #                  each live-tiering tick's free VRAM and heat table
 #   GB_GPU_SECTIONS  the sections to run, by name (plain pressure shared tiering swap ranges
 #                  longctx; all when unset): the whole suite takes longer than one device call allows,
-#                  so a session runs it in two calls, e.g. "plain pressure shared" and
-#                  "tiering swap"; the device report and the results page come from each
+#                  so a session runs it in three calls: "plain pressure shared", "tiering
+#                  swap" and "ranges longctx"; the device report and the results page come from each
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
