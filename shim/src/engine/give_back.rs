@@ -16,8 +16,9 @@
 //! memory in VRAM besides (`movable::vram_bytes`), which the driver can evict for another
 //! process's allocation made during the moment. The driver evicts chunks that hold no
 //! data first (`pick_root_chunk_to_evict` in NVIDIA's open nvidia-uvm: free, then unused,
-//! then used ones), so the allocation takes the kept ones. For its moment every free byte of the device is this process's: another
-//! process allocating then gets VRAM only by the driver evicting managed pages for it. So
+//! then used ones), so the allocation takes the kept ones. For its moment every free byte
+//! of the device is this process's: another process allocating then gets VRAM only by the
+//! driver evicting managed pages for it. So
 //! it is done once per tick that moved something out (or room made), never while a
 //! stream capture is open (`cuMemFree` may synchronise) or another give-back of this
 //! process runs, and no more in a process where one held all free VRAM longer than

@@ -37,9 +37,26 @@ const LOCK_WAIT: Duration = Duration::from_millis(250);
 /// What room made holds until the allocation is in it (dropped with it): the tier
 /// thread's `MOVING`, so that no tick of this process measures meanwhile, and, with the
 /// give-back on, the GPU's tiering lock where it was had, so that no tick of another does.
+/// Dropped, it tells the next tick what of the drop of free VRAM since the room was made
+/// the driver's keeping of the victims explains (`room_kept`).
 pub struct RoomHeld {
     _moving: Moving,
     _lock: Option<Held>,
+    device: CuDevice,
+    /// What the driver kept of the victims, and free VRAM once the room was made.
+    kept: u64,
+    free_after_room: u64,
+}
+
+impl Drop for RoomHeld {
+    /// The allocation is in the room (or gave up), `MOVING` still held: the free VRAM it
+    /// took, up to what the driver kept, answers for the next tick.
+    fn drop(&mut self) {
+        if self.kept > 0 {
+            let free = cuda::device_memory().map_or(self.free_after_room, |(free, _)| free);
+            room_kept::note(self.device, self.kept.min(self.free_after_room.saturating_sub(free)));
+        }
+    }
 }
 
 /// Demotes movable VRAM loaded before computing on `device` to make room for `len`
@@ -87,23 +104,20 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
     let moving = tier_thread::MOVING.lock();
     let reservation = budget::reserve_unchecked(len, device);
     // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
-    let demoted = cuda::in_relaxed_capture_mode(|| {
+    let (demoted, came_back) = cuda::in_relaxed_capture_mode(|| {
         let free_before = cuda::device_memory().map_or(0, |(free, _)| free);
         let demoted = tier_thread::swap_out_now(device, &victims);
         // The allocation's move into VRAM would take fresh VRAM, not what the driver
         // keeps of the victims: that is turned into free VRAM for it where the give-back
-        // may run; what stays kept answers the drop for the next tick.
-        if demoted > 0 {
-            let came_back = if may_give_back {
-                give_back::after_moves_out(device, demoted, free_before, len)
-            } else {
-                cuda::device_memory().map_or(0, |(free, _)| free.saturating_sub(free_before).min(demoted))
-            };
-            room_kept::note(device, demoted, came_back);
-        }
-        demoted
+        // may run; what stays kept answers the drop the allocation makes (`RoomHeld`).
+        let came_back = match (demoted, may_give_back) {
+            (0, _) => 0,
+            (_, true) => give_back::after_moves_out(device, demoted, free_before, len),
+            (_, false) => cuda::device_memory().map_or(0, |(free, _)| free.saturating_sub(free_before).min(demoted)),
+        };
+        (demoted, came_back)
     })
-    .unwrap_or(0);
+    .unwrap_or((0, 0));
     if demoted < len {
         // What did move stays in T2 (the swaps bring it back if it is read); the
         // allocation takes the usual way.
@@ -114,5 +128,7 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
         Some(Turn::Held(held)) => Some(held),
         Some(Turn::Busy | Turn::Unlocked) | None => None,
     };
-    Some((reservation, RoomHeld { _moving: moving, _lock: lock }))
+    let free_after_room = cuda::device_memory().map_or(0, |(free, _)| free);
+    let kept = demoted - came_back.min(demoted);
+    Some((reservation, RoomHeld { _moving: moving, _lock: lock, device, kept, free_after_room }))
 }

@@ -106,6 +106,7 @@ fn run() {
     loop {
         std::thread::sleep(interval);
         if !movable::any() {
+            room_kept::forget();
             continue;
         }
         let live = movable::live();

@@ -35,7 +35,8 @@ pub struct RangeUse {
 /// One thread's counts of a range's use, and where the range's starts are counted: each
 /// shard holds that too, so that a launch naming the range reads and writes one line of
 /// it, its thread's (a second line read per allocation named cost a launch naming 8 of
-/// them about 14 ns on the fake CUDA).
+/// them about 14 ns on the fake CUDA). A range whose parts move on their own (64 MiB and
+/// more, with live tiering on) also adds to its `StartCounts`, which every thread shares.
 #[derive(Debug)]
 struct UseCounts {
     /// Kernel launches (and graph kernel nodes, at each graph launch) whose parameters
