@@ -71,15 +71,16 @@ pub(super) fn reset_in_child() {
 /// After moves out of `moved_out` bytes on `device` (a context of it current), which had
 /// `free_before` bytes of free VRAM before them: gives back what the driver kept of them
 /// where the device binds, i.e. where free VRAM does not hold what promotions leave free
-/// (`tiering::kept_free`) and the `wanted` bytes about to move in. Returns how much free
-/// VRAM rose from `free_before`, the moves' own effect included, at most `moved_out`.
-pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64, wanted: u64) -> u64 {
+/// (`tiering::kept_free`) and the `wanted` bytes about to move in, unless `may` is false
+/// (room made without the GPU's lock). Returns how much free VRAM rose from
+/// `free_before`, the moves' own effect included, at most `moved_out`.
+pub(super) fn after_moves_out(device: CuDevice, moved_out: u64, free_before: u64, wanted: u64, may: bool) -> u64 {
     let Some((free, total)) = cuda::device_memory() else { return 0 };
     let rose = free.saturating_sub(free_before).min(moved_out);
     let kept = moved_out - rose;
     let config = config::get();
     // A capture open: cuMemFree may synchronise the device, which would invalidate it.
-    if !config.give_back || GIVEN_UP.load(Ordering::Relaxed) || captures::any_open() {
+    if !may || !config.give_back || GIVEN_UP.load(Ordering::Relaxed) || captures::any_open() {
         return rose;
     }
     let physical = cuda::physical_vram(device).unwrap_or(total).max(total);

@@ -110,10 +110,9 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
         // The allocation's move into VRAM would take fresh VRAM, not what the driver
         // keeps of the victims: that is turned into free VRAM for it where the give-back
         // may run; what stays kept answers the drop the allocation makes (`RoomHeld`).
-        let came_back = match (demoted, may_give_back) {
-            (0, _) => 0,
-            (_, true) => give_back::after_moves_out(device, demoted, free_before, len),
-            (_, false) => cuda::device_memory().map_or(0, |(free, _)| free.saturating_sub(free_before).min(demoted)),
+        let came_back = match demoted {
+            0 => 0,
+            _ => give_back::after_moves_out(device, demoted, free_before, len, may_give_back),
         };
         (demoted, came_back)
     })
@@ -129,6 +128,6 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
         Some(Turn::Busy | Turn::Unlocked) | None => None,
     };
     let free_after_room = cuda::device_memory().map_or(0, |(free, _)| free);
-    let kept = demoted - came_back.min(demoted);
+    let kept = demoted.saturating_sub(came_back);
     Some((reservation, RoomHeld { _moving: moving, _lock: lock, device, kept, free_after_room }))
 }

@@ -206,7 +206,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
     let arriving_bytes = arriving.iter().map(|(run, _)| run.bytes).sum();
     let given_back = match moved.demoted + moved.swapped_out {
         0 => 0,
-        moved_out => give_back::after_moves_out(device, moved_out, free, arriving_bytes),
+        moved_out => give_back::after_moves_out(device, moved_out, free, arriving_bytes, true),
     };
     let mut arrivals = Arrivals { fresh: room.fillable() + given_back, first_free: None };
     for group in groups(&arriving, ARRIVAL_GROUP_BYTES) {
