@@ -67,6 +67,14 @@ def allocator(mib):
     print(tries, failed, round(slowest * 1e3, 3), flush=True)
 
 
+def child_env():
+    """This process's environment for a foreign child: without the shim (no LD_PRELOAD),
+    this process named as the parent it must die with (`die_with_parent`)."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["GB_TIERING_PARENT"] = str(os.getpid())
+    return env
+
+
 def die_with_parent():
     """A foreign process must never outlive the program that started it (it holds the
     device's VRAM): SIGKILL when the parent dies, and exit at once if it already has

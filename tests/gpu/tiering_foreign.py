@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from gbgpu.foreign import balloon, die_with_parent
+from gbgpu.foreign import balloon, child_env, die_with_parent
 from tiering_common import GIB, MIB, wait_s
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,11 +50,9 @@ class Foreign:
     by a thread."""
 
     def __init__(self, *args):
-        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-        env["GB_TIERING_PARENT"] = str(os.getpid())
         self.what = " ".join(args)
         self.proc = subprocess.Popen([sys.executable, ENTRY, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
+                                     stderr=subprocess.STDOUT, text=True, env=child_env())
         self.lines = []
         threading.Thread(target=self._read, daemon=True).start()
         LIVE.append(self)

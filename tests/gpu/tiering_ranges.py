@@ -30,13 +30,13 @@ Output: PASS name: why / FAIL name: why / KV key=value; exit status 1 when anyth
 The harness (balloon, roles in processes of their own, timeouts) is tiering_swap.py's.
 """
 
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import tiering_swap as harness
+from gbgpu.foreign import child_env
 from gbgpu.verdicts import kv
 
 LEAVE_GIB = 8
@@ -195,10 +195,8 @@ def check_give_back_beside_allocator(foreign):
     allocates and frees 64 MiB through libcuda over and over: none of its allocations may
     fail for the give-backs' moments, and give-backs must have happened."""
     names = ("ranges.hot_part_give_back", "ranges.hot_part_give_back_intact", "ranges.give_back_beside_allocator")
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env["GB_TIERING_PARENT"] = str(os.getpid())
     allocator = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "allocator", str(ALLOCATOR_MIB)],
-                                 stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                                 stdout=subprocess.PIPE, text=True, env=child_env(), start_new_session=True)
     try:
         if allocator.stdout.readline().strip() != "ready":
             harness.fail_all(names, "the allocator (gbgpu.foreign, without the shim) did not start")

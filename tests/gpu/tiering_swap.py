@@ -55,7 +55,7 @@ import tempfile
 import time
 import traceback
 
-from gbgpu.foreign import balloon, die_with_parent
+from gbgpu.foreign import balloon, child_env, die_with_parent
 from gbgpu.verdicts import COUNTS, kv, record
 
 ENTRY = os.path.abspath(__file__)  # the program whose roles run_role starts
@@ -112,13 +112,13 @@ def run_role(role, *args, env=None, timeout=ROLE_TIMEOUT_S, label=None):
     """Runs `tiering_swap.py ROLE ARGS` under the shim (this process's environment, with
     `env` on top), in a process group of its own; its stderr is copied to ours."""
     label = label or " ".join((role,) + args)
-    child_env = dict(os.environ, GB_TIERING_PARENT=str(os.getpid()))
-    child_env.update(env or {})
+    role_env = dict(os.environ, GB_TIERING_PARENT=str(os.getpid()))
+    role_env.update(env or {})
     name = label.replace(" ", "_")
     out_path, err_path = os.path.join(WORK, f"{name}.out"), os.path.join(WORK, f"{name}.err")
     began = time.monotonic()
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, ENTRY, role, *args], stdout=out, stderr=err, env=child_env,
+        proc = subprocess.Popen([sys.executable, ENTRY, role, *args], stdout=out, stderr=err, env=role_env,
                                 start_new_session=True)
     RUNNING.append(proc)
     timed_out = False
@@ -175,11 +175,9 @@ class Balloon:
         if self.proc is not None and self.proc.poll() is None and self.ready:
             return None
         self.kill()
-        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-        env["GB_TIERING_PARENT"] = str(os.getpid())
         with open(self.path, "w") as out:
             self.proc = subprocess.Popen([sys.executable, ENTRY, "balloon", str(self.leave)], stdout=out,
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                         stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             ready = next((line for line in self.output().splitlines() if line.startswith("ready")), None)
