@@ -187,6 +187,14 @@ t_tier_make_room_kept_answered() {
         GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) GBTEST_EXPECT=kept \
         "$BIN/gbtier" make-room $(( 48 << 20 ))
 }
+t_tier_working_set() {
+    # At the default settings (no give-back) on a device that keeps the VRAM managed pages
+    # leave: 8 weight blocks beside another process, then 4 working blocks allocated while
+    # computing each get VRAM, a weight making room, though free VRAM fell under a quarter
+    # of the headroom after the first (the device keeps the weights' VRAM for this process).
+    tier_run tier-working-set FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=off FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) GREENBOOST_LOG=debug "$BIN/gbtier" working-set $(( 48 << 20 )) 8
+}
 t_tier_make_room_kept_off_fails() {
     # Without the give-back the working block takes fresh VRAM under the headroom (and
     # a tick may meanwhile demote another weight block for it).
@@ -254,4 +262,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

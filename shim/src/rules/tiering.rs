@@ -110,9 +110,15 @@ impl Room {
     }
 
     /// Free VRAM so low that the driver evicts managed memory for others: what is in
-    /// VRAM may be in part on the host now.
+    /// VRAM may be in part on the host now. The VRAM it keeps of this process's moves out
+    /// (`answered`) counts as free here: it holds no data, and the driver takes it before
+    /// any that does (`pick_root_chunk_to_evict` in NVIDIA's open nvidia-uvm: free chunks,
+    /// then unused ones, then used ones). Else room made for a working set, which takes
+    /// fresh VRAM beside what its victims leave the driver, would soon read as pressure,
+    /// and nothing in VRAM would be a victim any more: on an H100 an HF prefill's larger
+    /// activations went to T2 so (bench/results/longctx-2026-12-05.md).
     pub fn pressing(&self) -> bool {
-        self.free < self.headroom / 4
+        self.free.saturating_add(self.answered) < self.headroom / 4
     }
 
     /// Free VRAM that moves may fill now (the budget aside).
@@ -236,11 +242,12 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
             return if room.demote { demotions(shortfall, candidates) } else { Vec::new() };
         }
         // Answered: free VRAM reads under the headroom because the driver keeps what was
-        // demoted. Nothing is promoted into it, but roles still swap inside the VRAM this
-        // process holds (a swap in reuses what its swap out left the driver), unless
-        // moves in were seen to take fresh VRAM instead.
+        // demoted (never pressing then: that VRAM counts as free). Nothing is promoted
+        // into it, but roles still swap inside the VRAM this process holds (a swap in
+        // reuses what its swap out left the driver), unless moves in were seen to take
+        // fresh VRAM instead.
         let mut moves = Vec::new();
-        if room.swaps_while_short && !room.pressing() {
+        if room.swaps_while_short {
             swaps(room.swap_limit, candidates, &mut moves);
         }
         return moves;

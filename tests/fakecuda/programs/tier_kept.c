@@ -306,3 +306,57 @@ int test_pressure_once(int argc, char **argv)
           "left after every free\n", fakegpu_vram_kept() >> 20, fakegpu_managed_live());
     return 0;
 }
+
+/* gbtier working-set BLOCK N (FAKECUDA_MANAGED_KEEPS_VRAM=1, GREENBOOST_GIVE_BACK=off: the
+ * default settings on a device that keeps the VRAM managed pages leave): a long prompt
+ * beside another process. N weight blocks fill the room this process has beside the
+ * other (movable VRAM: the device is contested), with an eighth of a block to spare; once
+ * the program computes, it allocates N / 2 working blocks one after another and keeps
+ * them. Each goes to VRAM, a weight block going to T2 to make its room. The device keeps
+ * what the weights leave and gives the first working block fresh VRAM, so free VRAM falls
+ * under a quarter of the headroom: yet nothing of this process's was evicted (the device
+ * takes the VRAM it keeps, which holds no data, before any that does), and that VRAM is
+ * this process's room still, not another process's. The weights and every working block
+ * keep every byte. */
+int test_working_set(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: working-set BLOCK N\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int n = atoi(argv[3]), working_n = n / 2;
+    void *weights[16], *working[8];
+    CHECK(n >= 4 && n <= 16, "4 to 16 weight blocks\n");
+    struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 8);
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&weights[i], block));
+        CHECK(in_vram(dptr(weights[i])), "weight block %d is %s, not in VRAM\n", i, fakegpu_ptr_kind(dptr(weights[i])));
+        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    int in_t2 = 0;
+    for (int i = 0; i < working_n; i++) {
+        OK(cudaMalloc(&working[i], block));
+        size_t t2 = shim_t2_bytes(working[i], block);
+        printf("working-set: block %d %s (where %d, %zu T2 MiB); %d weight blocks in VRAM; %zu MiB free, the "
+               "device keeps %zu MiB (headroom %zu MiB)\n", i, fakegpu_ptr_kind(dptr(working[i])),
+               fakegpu_managed_where(dptr(working[i])), t2 >> 20, in_vram_count(weights, n), device_free() >> 20,
+               fakegpu_vram_kept() >> 20, headroom >> 20);
+        in_t2 += !in_vram(dptr(working[i])) || t2 > 0;
+        OK(fakegpu_launch_fill(dptr(working[i]), block, 900 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    CHECK(in_t2 == 0, "%d of %d working blocks went to T2 where weights could make their room\n", in_t2, working_n);
+    check_blocks(weights, n, block, "after the working set came");
+    for (int i = 0; i < working_n; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(working[i]), block, 900 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "working block %d has %llu wrong words\n", i, bad);
+        OK(cudaFree(working[i]));
+    }
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(weights[i]));
+    balloon_stop(&other);
+    return 0;
+}

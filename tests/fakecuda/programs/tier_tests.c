@@ -18,6 +18,8 @@
  *                                    fresh VRAM; tier_kept.c)
  *   gbtier pressure-once BLOCK N    (the same device: a shortfall under pressure
  *                                    demoted once; tier_kept.c)
+ *   gbtier working-set BLOCK N      (the same device: a working set allocated while
+ *                                    computing gets VRAM; tier_kept.c)
  *
  * The other process is gbballoon (GBTEST_BALLOON_BIN), started and stopped here on the
  * device share file the runner names (FAKECUDA_DEVICE_SHARE), without the shim. The
@@ -474,6 +476,7 @@ int main(int argc, char **argv)
         { "swap", test_swap },
         { "swap-kept", test_swap_kept },
         { "pressure-once", test_pressure_once },
+        { "working-set", test_working_set },
         { "ipc", test_ipc },
         { "make-room", test_make_room },
         { "attributes", test_attributes },

@@ -86,6 +86,7 @@ int test_pool(int argc, char **argv);
 /* tier_kept.c: a swap of roles on a device that keeps the VRAM managed pages leave
  * (FAKECUDA_MANAGED_KEEPS_VRAM); a shortfall under pressure answered once there. */
 int test_swap_kept(int argc, char **argv);
+int test_working_set(int argc, char **argv);
 int test_pressure_once(int argc, char **argv);
 
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled

@@ -35,9 +35,9 @@
  * host memory at the device address, which device_view lets the fake GPU reach; only its
  * residency takes VRAM, through fg_vram_take_locked. FAKECUDA_MANAGED_KEEPS_VRAM=1 makes
  * the device keep the VRAM managed pages leave, as the real driver's managed-memory
- * allocator does: free VRAM does not rise, a later move into VRAM takes fresh VRAM, and an
- * allocation that finds too little free VRAM (of any process sharing the device) takes
- * the kept VRAM first (fakegpu_vram.c; a second counter in the share file).
+ * allocator does: free VRAM does not rise, a later move into VRAM takes fresh VRAM, and a
+ * move or an allocation that finds too little free VRAM (of any process sharing the
+ * device) takes the kept VRAM (fakegpu_vram.c; a second counter in the share file).
  *
  * Files, each using only those listed before it: this one (the state, log, setup,
  * contexts), fakegpu_vram.c (VRAM pages), fakegpu_hostreg.c, fakegpu_vmm.c, managed.c

@@ -163,7 +163,8 @@ CUresult fg_graph_exec_destroy(CUgraphExec exec);
 void fg_lock(void);
 void fg_unlock(void);
 /* Takes `bytes` of device d's VRAM as cuMemAlloc does (its page allocator and the
- * FAKECUDA_DEVICE_SHARE counter), fresh (never VRAM the device keeps): 1 and the first
+ * FAKECUDA_DEVICE_SHARE counter), fresh while there is any, else VRAM the device keeps
+ * (FAKECUDA_MANAGED_KEEPS_VRAM): 1 and the first
  * 4 KiB page in *first, or 0 when it has not that much. fg_vram_give_locked gives it
  * back (scrubbed). fg_vram_leave_locked gives back what a managed page leaves, or with
  * FAKECUDA_MANAGED_KEEPS_VRAM keeps it (1): the device's free VRAM stays as it was.

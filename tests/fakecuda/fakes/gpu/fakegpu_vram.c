@@ -84,9 +84,9 @@ size_t device_used(struct vram_device *d)
     return used < d->vram ? (size_t)used : d->vram;
 }
 
-/* First fit over pages; caller holds the lock. With `reuse_kept` (an allocation, not a
- * managed page), kept VRAM goes first when the device has too little free: the driver
- * gives what managed memory left it to whoever asks. */
+/* First fit over pages; caller holds the lock. With `reuse_kept`, kept VRAM goes first
+ * when the device has too little free: the driver gives what managed memory left it to
+ * whoever asks, an allocation or a managed page moving in. */
 int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first)
 {
     size_t need = (bytes + PAGE - 1) / PAGE, run = 0;
@@ -132,7 +132,7 @@ void fg_unlock(void) { pthread_mutex_unlock(&g.lock); }
 
 int fg_vram_take_locked(CUdevice device, size_t bytes, size_t *first)
 {
-    return fg_device_valid(device) && vram_take(&g.dev[device], bytes, 0, first);
+    return fg_device_valid(device) && vram_take(&g.dev[device], bytes, 1, first);
 }
 
 void fg_vram_give_locked(CUdevice device, size_t first, size_t bytes)

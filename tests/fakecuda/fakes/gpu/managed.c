@@ -19,8 +19,9 @@
  *
  * FAKECUDA_MANAGED_KEEPS_VRAM=1: the VRAM a page leaves stays taken from the device (the
  * real driver's managed-memory allocator keeps the chunks), a move into VRAM takes fresh
- * VRAM all the same, and an allocation that finds too little free VRAM takes the kept
- * VRAM first (fakegpu_vram.c). Freeing the allocation gives back what it left.
+ * VRAM all the same while there is any, and a move or an allocation that finds too little
+ * free VRAM takes the kept VRAM (fakegpu_vram.c), as the driver evicts chunks that hold
+ * no data first. Freeing the allocation gives back what it left.
  *
  * All state here is under the device lock (fg_lock).
  *
@@ -229,7 +230,7 @@ CUresult fg_managed_advise(CUdeviceptr p, size_t n, int advice, CUmemLocation lo
 /* ------------------------------------------------------------------ page moves */
 
 /* Moves one page of `a` to `where` (lock held): to a device it takes VRAM there (fresh
- * VRAM, never what the device keeps), and a page that cannot get it stays where it is
+ * VRAM, what the device keeps only once none is free), and a page that cannot get it stays where it is
  * (0); the VRAM it leaves goes back, or with FAKECUDA_MANAGED_KEEPS_VRAM the device keeps
  * it, counted against `a` until it is freed. The data stays at the host address either
  * way: the VRAM only stands for it. */
