@@ -81,7 +81,7 @@ impl Buffer {
     /// At least `bytes` of VRAM (the old buffer freed once its copy and reader ran).
     fn hold(&mut self, bytes: u64, device: CuDevice) -> bool {
         let grown = self.memory.bytes() < bytes;
-        let held = self.memory.grow_to(bytes, device, &[self.copied, self.read_done]).is_ok();
+        let held = self.memory.grow_to(bytes, device, &[self.copied, self.read_done], None).is_ok();
         if held && grown {
             debug!("GEMM look-ahead buffer: {} in VRAM", Mib(bytes));
         }

@@ -9,7 +9,7 @@
 //! Face: `run_staged`, the product's description (`Operand`, `Slice`, `element_bytes`,
 //! `span_bytes`) and the cuBLAS call's (`cublas_gemm`).
 //!
-//! May import: `sys`, `cuda`, `rules`, `memory`.
+//! May import: `sys`, `cuda`, `rules`, `memory`, `engine` (room made for the scratch).
 
 pub(crate) mod cublas_gemm;
 mod lookahead;

@@ -55,8 +55,8 @@ use crate::gemm::stage_plan::{self, CutPlan, Layout, PlanInput, Settings, StageP
 use crate::gemm::staging_slices::{self, Copier, Cut, SideCopies, SpanCopy};
 use crate::gemm::staging_streamed::{self, Ring, RingEvents, Streams};
 use crate::gemm::verdicts::{Comparison, Verdicts};
-use crate::gemm::vram_buffer::{Refused, VramBuffer};
-use crate::memory::budget;
+use crate::gemm::vram_buffer::{self, Refused, VramBuffer};
+use crate::memory::budget::{self, VramReservation};
 use crate::memory::registry::{self, T2Kind};
 use crate::rules::config;
 use crate::sys::lock::{const_mutex, Mutex};
@@ -75,6 +75,8 @@ use crate::sys::stats::{self, STATS};
 struct Scratch {
     context: Context,
     buffer: VramBuffer,
+    /// Room made for the buffer's growth this product (`vram_buffer::room_for_wanted`).
+    room: Option<VramReservation>,
     read_done: Event,
     last_reader: Option<Stream>,
     copies: SideCopies,
@@ -97,6 +99,7 @@ impl Scratch {
         Scratch {
             context,
             buffer: VramBuffer::EMPTY,
+            room: None,
             read_done: Event::NULL,
             last_reader: None,
             copies: SideCopies::EMPTY,
@@ -200,7 +203,15 @@ pub fn run_staged(
     let place = (any_in_t2 && !capturing)
         .then(|| Some(Place { stream, context: cuda::current_context()?, device: cuda::current_device()? }))
         .flatten();
+    // Room the scratch wanted and the budget refused, made before its lock is taken
+    // (make_room's locks rank below it) and held until the product is enqueued.
+    let (room, _room_held) = place.and_then(|at| vram_buffer::room_for_wanted(at.device)).unzip();
     let mut scratches = place.map(|_| SCRATCH.lock());
+    if let (Some(scratches), Some(at), Some(room)) = (scratches.as_deref_mut(), place, room) {
+        if let Some(scratch) = entry(scratches, at.context) {
+            scratch.room = Some(room);
+        }
+    }
     // The SMs' copy kernel, asked for (and loaded on first use) only for movable T2.
     let sm_copies = match (scratches.as_deref_mut(), place) {
         (Some(scratches), Some(at)) if in_t2.contains(&Some(T2Kind::Movable)) => {
@@ -239,6 +250,10 @@ pub fn run_staged(
         }
         _ => None,
     };
+    // Room made that the plan did not grow into goes back.
+    if let Some(scratch) = scratches.as_deref_mut().zip(place).and_then(|(all, at)| entry(all, at.context)) {
+        scratch.room = None;
+    }
     drop(scratches);
     staged.unwrap_or_else(|| product(originals, None))
 }
@@ -430,10 +445,16 @@ fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, ope
     let grown = operands.next_power_of_two().min(config::get().stage_max).max(operands) + (needed - operands);
     // The old buffer goes once every product that reads it has run (its copies ran
     // before those products on their streams).
-    match scratch.buffer.grow_to(grown, device, &[scratch.read_done]) {
+    match scratch.buffer.grow_to(grown, device, &[scratch.read_done], scratch.room.take()) {
         Ok(()) => debug!("GEMM staging scratch: {} in VRAM", Mib(grown)),
         Err(Refused::Budget) => {
-            refuse_once(format_args!("{} of scratch does not fit the VRAM budget", Mib(grown)));
+            // The next product makes room for it where weights loaded before can go.
+            vram_buffer::want_room(device, grown - scratch.bytes());
+            refuse_once(format_args!(
+                "{} of scratch does not fit the VRAM budget (room is made for it where weights loaded before \
+                 computing can go to T2)",
+                Mib(grown)
+            ));
             return None;
         }
         Err(Refused::Driver(error)) => {

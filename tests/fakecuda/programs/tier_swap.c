@@ -316,3 +316,62 @@ int test_pool(int argc, char **argv)
     balloon_stop(&other);
     return 0;
 }
+
+/* gbtier scratch-room BLOCK: the staging scratch is working memory, and gets VRAM before
+ * weights. A product's small operands, then WEIGHTS weight blocks, fill the room this
+ * process has beside another (movable VRAM: the device is contested), and one more weight
+ * block goes to T2. Once the program computes, products read that weight (A: 256 rows,
+ * BLOCK / 1 KiB columns, every element 1; B: 32 columns of 2). The first finds no room
+ * in the budget for its scratch and reads the weight in place; the next makes that room
+ * (a weight block in VRAM goes to T2) and is staged: the device reads A from VRAM, and
+ * every product's result is right (each element 2 * k). */
+int test_scratch_room(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: scratch-room BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int m = 256, n = 32, k = (int)(block / sizeof(float) / (size_t)m), products = 4;
+    size_t b_bytes = (size_t)k * n * sizeof(float), c_bytes = (size_t)m * n * sizeof(float);
+    float *host = malloc(block), *b, *c, *weights[WEIGHTS + 1];
+    CHECK(host != NULL, "malloc\n");
+    OK(cudaMalloc((void **)&b, b_bytes));
+    OK(cudaMalloc((void **)&c, c_bytes));
+    for (size_t i = 0; i < b_bytes / sizeof(float); i++)
+        host[i] = 2.0f;
+    OK(cudaMemcpy(b, host, b_bytes, 1 /* host to device */));
+    struct balloon other = balloon_start(device_free() - headroom - WEIGHTS * block - block / 2);
+    for (size_t i = 0; i < block / sizeof(float); i++)
+        host[i] = 1.0f;
+    for (int i = 0; i <= WEIGHTS; i++) {
+        OK(cudaMalloc((void **)&weights[i], block));
+        OK(cudaMemcpy(weights[i], host, block, 1));
+    }
+    float *a = weights[WEIGHTS];
+    CHECK(shim_t2_bytes(a, block) == block, "the last weight block is not in T2 (%llu T2 bytes)\n",
+          shim_t2_bytes(a, block));
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    const float one = 1.0f, zero = 0.0f;
+    for (int p = 0; p < products; p++) {
+        OK(cublasSgemm_v2(h, 0, 0, m, n, k, &one, a, m, b, k, &zero, c, m));
+        OK(cudaMemcpy(host, c, c_bytes, 2 /* device to host */));
+        for (int i = 0; i < m * n; i++)
+            CHECK(host[i] == 2.0f * (float)k, "product %d: element %d is %g, want %g\n", p, i, host[i],
+                  2.0f * (float)k);
+    }
+    struct shim_stats st = shim_stats();
+    int demoted = 0;
+    for (int i = 0; i < WEIGHTS; i++)
+        demoted += fakegpu_managed_where(dptr(weights[i])) == -1;
+    printf("scratch-room: %llu of %d products staged; %d weight blocks went to T2 (%llu swaps); %zu MiB free "
+           "(headroom %zu MiB)\n", st.gemm_staged, products, demoted, st.swaps, device_free() >> 20, headroom >> 20);
+    CHECK(st.gemm_staged >= (unsigned long long)products - 1, "%llu of %d products staged: no room was made for "
+          "the scratch\n", st.gemm_staged, products);
+    CHECK(demoted > 0, "no weight block went to T2, yet the scratch got VRAM\n");
+    for (int i = 0; i <= WEIGHTS; i++)
+        OK(cudaFree(weights[i]));
+    OK(cudaFree(b));
+    OK(cudaFree(c));
+    balloon_stop(&other);
+    free(host);
+    return 0;
+}

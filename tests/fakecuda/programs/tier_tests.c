@@ -479,6 +479,7 @@ int main(int argc, char **argv)
         { "working-set", test_working_set },
         { "ipc", test_ipc },
         { "make-room", test_make_room },
+        { "scratch-room", test_scratch_room },
         { "attributes", test_attributes },
         { "uncontested", test_uncontested },
         { "pool", test_pool },

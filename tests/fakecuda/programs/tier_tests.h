@@ -87,6 +87,7 @@ int test_pool(int argc, char **argv);
  * (FAKECUDA_MANAGED_KEEPS_VRAM); a shortfall under pressure answered once there. */
 int test_swap_kept(int argc, char **argv);
 int test_working_set(int argc, char **argv);
+int test_scratch_room(int argc, char **argv);
 int test_pressure_once(int argc, char **argv);
 
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
