@@ -234,7 +234,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
     if next.swaps_took_fresh && !carried.swaps_took_fresh {
         info!(
             "live tiering on device {}: swaps into VRAM took {} of free VRAM past the plan: no swaps while free VRAM \
-             is under the headroom",
+             is under the headroom, until the driver has next to none left to give them",
             device,
             Mib(outcome.kept_by_swaps())
         );

@@ -14,9 +14,10 @@
 //!   chunks the driver keeps go to whoever asks (bench/results/movable-vram-probe-2026-12-05.md),
 //!   and demoting again at every tick sent all of an 18 GB model to T2 on the H200 (a
 //!   16384-token prefill 60x slower than on a free GPU). Once the shortfall is answered,
-//!   nothing is promoted, but roles still swap (below) unless free VRAM is under a
-//!   quarter of the headroom: a swap in reuses what its swap out left the driver, unless
-//!   the tier thread saw moves in take fresh VRAM there (`Room::swaps_while_short`).
+//!   nothing is promoted, but roles still swap (below): a swap in reuses what its swap
+//!   out left the driver, unless the tier thread saw moves in take fresh VRAM there
+//!   (`Room::swaps_while_short`) while the driver still has free VRAM to give them
+//!   (`Room::drained`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
 //!   allocations in T2 go to VRAM, the hottest first: the most read by matrix products
@@ -81,9 +82,16 @@ pub struct Room {
     /// Most bytes one tick demotes to swap roles.
     pub swap_limit: u64,
     /// Whether roles may swap while free VRAM is under the headroom (the shortfall
-    /// answered): not once moves in were seen to take fresh VRAM there.
+    /// answered): not once moves in were seen to take fresh VRAM there, unless the
+    /// device is drained (`Room::drained`).
     pub swaps_while_short: bool,
 }
+
+/// Free VRAM under which the driver has next to nothing to give a move into VRAM but the
+/// chunks it keeps of moves out: less than one of the batches its managed-memory
+/// allocator takes at once (128 MiB of 2 MiB chunks, `uvm_perf_pma_batch_nonpinned_order`
+/// in NVIDIA's open nvidia-uvm).
+pub const DRAINED_FREE: u64 = 64 << 20;
 
 /// How many times hotter per byte a T2 allocation must be than the allocations it
 /// displaces from VRAM, so that two about as hot never trade places back and forth.
@@ -119,6 +127,17 @@ impl Room {
     /// activations went to T2 so (bench/results/longctx-2026-12-05.md).
     pub fn pressing(&self) -> bool {
         self.free.saturating_add(self.answered) < self.headroom / 4
+    }
+
+    /// Free VRAM so low that moves into VRAM take the chunks the driver keeps of moves
+    /// out (it takes them before anything that holds data) and at most `DRAINED_FREE` of
+    /// another's: swaps may go on there, also where moves in took fresh VRAM before. After
+    /// an HF prefill on an H100 they had stopped so with free VRAM at 2 MiB, and the
+    /// weights demoted to make room for it stayed in T2 for the decode that read them at
+    /// every token (3.0 tokens/s where 9.3 were before room was made,
+    /// bench/results/longctx-2026-12-05.md).
+    pub fn drained(&self) -> bool {
+        self.free < DRAINED_FREE
     }
 
     /// Free VRAM that moves may fill now (the budget aside).
@@ -247,7 +266,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
         // reuses what its swap out left the driver), unless moves in were seen to take
         // fresh VRAM instead.
         let mut moves = Vec::new();
-        if room.swaps_while_short {
+        if room.swaps_while_short || room.drained() {
             swaps(room.swap_limit, candidates, &mut moves);
         }
         return moves;

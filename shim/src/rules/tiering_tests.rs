@@ -159,8 +159,12 @@ fn promotions_come_before_swaps_and_nothing_swaps_while_short_of_an_unanswered_h
     // The shortfall answered (free VRAM does not rise when we demote): swaps, no promotion.
     let answered = Room { answered: G / 2, ..short };
     assert_eq!(plan(&answered, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
-    // Unless swaps were seen to take fresh VRAM there.
-    assert_eq!(plan(&Room { swaps_while_short: false, ..answered }, &candidates), vec![]);
+    // Unless swaps were seen to take fresh VRAM there,
+    let took_fresh = Room { swaps_while_short: false, ..answered };
+    assert_eq!(plan(&took_fresh, &candidates), vec![]);
+    // while the driver has free VRAM to give them: drained, they reuse what it keeps.
+    let drained = Room { free: DRAINED_FREE - 1, answered: G, ..took_fresh };
+    assert_eq!(plan(&drained, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
 }
 
 #[test]

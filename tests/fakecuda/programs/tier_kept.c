@@ -316,8 +316,11 @@ int test_pressure_once(int argc, char **argv)
  * what the weights leave and gives the first working block fresh VRAM, so free VRAM falls
  * under a quarter of the headroom: yet nothing of this process's was evicted (the device
  * takes the VRAM it keeps, which holds no data, before any that does), and that VRAM is
- * this process's room still, not another process's. The weights and every working block
- * keep every byte. */
+ * this process's room still, not another process's. Then the program reads only its
+ * weights (a decode after a prefill): the demoted ones, hotter now than the working
+ * blocks nothing reads, swap back into VRAM, into what the device keeps, with free VRAM
+ * at none (live tiering's swaps go on there, `Room::drained`). The weights and every
+ * working block keep every byte. */
 int test_working_set(int argc, char **argv)
 {
     CHECK(argc >= 4, "usage: working-set BLOCK N\n");
@@ -348,6 +351,18 @@ int test_working_set(int argc, char **argv)
     OK(cudaDeviceSynchronize());
     CHECK(in_t2 == 0, "%d of %d working blocks went to T2 where weights could make their room\n", in_t2, working_n);
     check_blocks(weights, n, block, "after the working set came");
+    CUfunction f = struct_kernel();
+    for (int round = 0; round < 3000 && in_vram_count(weights, n) < n; round++) {
+        for (int first = 0; first < n; first += 8) /* name_all names 8 at a time */
+            name_all(f, weights + first, n - first < 8 ? n - first : 8);
+        usleep(1000);
+    }
+    printf("working-set: reading the weights: %d of %d in VRAM, %d of %d working blocks; %llu swaps; %zu MiB free, the "
+           "device keeps %zu MiB\n", in_vram_count(weights, n), n, in_vram_count(working, working_n), working_n,
+           shim_stats().swaps, device_free() >> 20, fakegpu_vram_kept() >> 20);
+    CHECK(in_vram_count(weights, n) == n, "%d of %d weight blocks in VRAM after 3 s of reading only them\n",
+          in_vram_count(weights, n), n);
+    check_blocks(weights, n, block, "after the weights came back");
     for (int i = 0; i < working_n; i++) {
         unsigned long long bad = 0;
         OK(fakegpu_launch_verify(dptr(working[i]), block, 900 + (uint32_t)i, NULL, &bad));
