@@ -5,7 +5,7 @@ communicator and allocates its own buffers, through cuMemCreate, under the shim)
 usage: multi_gpu.py NAME GIB
 
 Each rank holds GIB in 1 GiB float32 tensors with known contents (under a budget some
-land in T2: the driver's own placement of each is checked with cuPointerGetAttribute),
+land in T2: the placement of each is checked with the shim's greenboost_shim_t2_bytes),
 all-reduces every one of them and checks the sums; with two GPUs or more it also copies
 a T2 tensor to the next GPU and checks it (peer access), and asks cudaIpcGetMemHandle
 for a T2 tensor's handle, recording CUDA's own answer for host memory.
@@ -58,7 +58,7 @@ def rank_main(rank, world, name, gib, rendezvous):
     driver = Driver()
     tensors = [torch.full((GIB // 4,), float(rank + 1 + index), device=f"cuda:{rank}") for index in range(int(gib))]
     torch.cuda.synchronize()
-    places = [driver.placement(t.data_ptr()) for t in tensors]
+    places = [driver.placement(t) for t in tensors]
     print(f"KV {prefix}.placement={','.join(places)}", flush=True)
     verdict("t2" in places, f"{prefix}.some_in_t2", f"placement {places}")
     for tensor in tensors:

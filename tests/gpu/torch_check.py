@@ -36,6 +36,8 @@ import traceback
 
 import torch
 
+from gbgpu.shim_exports import Shim
+
 from gbgpu.verdicts import COUNTS, kv, record
 
 GIB = 1 << 30
@@ -47,43 +49,25 @@ def gib(n):
 
 
 class Driver:
-    """cuPointerGetAttribute from libcuda, to see where the driver says a tensor lives."""
+    """Where a tensor lives: the shim's answer where it is loaded (it answers the driver's
+    pointer attributes as device memory for everything it places, as the driver would
+    for what the program allocated), else the memory type cuPointerGetAttribute gives."""
 
     MEMORY_TYPE = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-    IS_MANAGED = 8  # CU_POINTER_ATTRIBUTE_IS_MANAGED
-    PREFERRED_LOCATION = 2  # CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION
-    LAST_PREFETCH_LOCATION = 4  # CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION
-    NO_LOCATION = -2  # CU_DEVICE_INVALID
     HOST, DEVICE = 1, 2  # CU_MEMORYTYPE_*
 
     def __init__(self):
         self.lib = ctypes.CDLL("libcuda.so.1")
         self.lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong]
         self.lib.cuPointerGetAttribute.restype = ctypes.c_int
-        self.lib.cuMemRangeGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_ulonglong,
-                                                    ctypes.c_size_t]
-        self.lib.cuMemRangeGetAttribute.restype = ctypes.c_int
+        self.shim = Shim()
 
-    def placement(self, ptr):
-        # The shim's movable T2 (live tiering) is managed memory, which the driver calls
-        # device memory wherever it lives. The shim moves it by prefetch alone (its
-        # preferred location stays the host): the last prefetch says where it went, the
-        # preferred location where it is until a first move.
-        managed = ctypes.c_uint(0)
-        rc = self.lib.cuPointerGetAttribute(ctypes.byref(managed), self.IS_MANAGED, ptr)
-        if rc != 0:
-            return f"error{rc}"
-        if managed.value:
-            location = self.NO_LOCATION
-            for attribute in (self.LAST_PREFETCH_LOCATION, self.PREFERRED_LOCATION):
-                value = ctypes.c_int(self.NO_LOCATION)
-                rc = self.lib.cuMemRangeGetAttribute(ctypes.byref(value), 4, attribute, ptr, 1)
-                if rc != 0:
-                    return f"error{rc}"
-                if value.value != self.NO_LOCATION:
-                    location = value.value
-                    break
-            return "vram" if location >= 0 else "t2"
+    def placement(self, tensor):
+        """"vram" or "t2" (at least half of the tensor's bytes in T2, as the shim counts
+        it; the driver's host memory type without the shim)."""
+        ptr, size = tensor.data_ptr(), tensor.nbytes
+        if self.shim.t2 is not None:
+            return "t2" if 2 * self.shim.t2(ptr, size) >= size else "vram"
         value = ctypes.c_uint(0)
         rc = self.lib.cuPointerGetAttribute(ctypes.byref(value), self.MEMORY_TYPE, ptr)
         if rc != 0:
@@ -143,7 +127,7 @@ def tensors(args):
             t.uniform_(generator=torch.Generator(device="cuda").manual_seed(seed))
             buffers.append(t)
             seeds.append(seed)
-            places.append(drv.placement(t.data_ptr()))
+            places.append(drv.placement(t))
         torch.cuda.synchronize()
     except torch.cuda.OutOfMemoryError as e:  # reported below as a failure with its message
         error = str(e).splitlines()[0]
@@ -157,7 +141,7 @@ def tensors(args):
     kv(f"{label}.peak_free", peak_free)
     kv(f"{label}.peak_total", peak_total)
     kv(f"{label}.torch_reserved", torch.cuda.memory_reserved())
-    desc = f"held {gib(held)} in {len(buffers)} tensors; driver says " + ", ".join(f"{gib(b)} {p}" for p, b in sorted(split.items()))
+    desc = f"held {gib(held)} in {len(buffers)} tensors; placed " + ", ".join(f"{gib(b)} {p}" for p, b in sorted(split.items()))
     record(f"{label}.allocate", error is None and held == count * chunk, desc + (f"; stopped by: {error}" if error else ""))
     if args.expect == "t2":
         vram = split.get("vram", 0)
@@ -211,8 +195,8 @@ def chunks(args):
         pair = [torch.empty(8 * MIB // 2, dtype=torch.bfloat16, device="cuda").normal_(generator=generator)
                 for _ in range(2)]
         layers.append((big, pair))
-    big_places = [drv.placement(big.data_ptr()) for big, _ in layers]
-    pair_places = [drv.placement(t.data_ptr()) for _, pair in layers for t in pair]
+    big_places = [drv.placement(big) for big, _ in layers]
+    pair_places = [drv.placement(t) for _, pair in layers for t in pair]
     kv(f"{label}.large_in_t2", big_places.count("t2"))
     record(f"{label}.placement", "t2" in big_places and set(pair_places) == {"vram"},
            f"{big_places.count('t2')} of {len(big_places)} 256 MiB weights in T2; the 8 MiB ones: "
@@ -221,7 +205,7 @@ def chunks(args):
     weight = layers[0][1][0][: 1024 * 1024].view(1024, 1024)
     product = torch.ones(2048, 1024, dtype=torch.bfloat16, device="cuda") @ weight  # computing: 4 MiB
     activations = [product + i for i in range(args.layers + 8)]  # more than the segments' free blocks
-    places = [drv.placement(a.data_ptr()) for a in activations]
+    places = [drv.placement(a) for a in activations]
     wrong = sum(not torch.equal(a, product + i) for i, a in enumerate(activations))
     record(f"{label}.activations", places.count("t2") == 0 and wrong == 0,
            f"{places.count('t2')} of {len(places)} activations of 4 MiB in T2 (want none); {wrong} wrong")
@@ -248,8 +232,8 @@ def gemm(args):
     torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
     x = torch.randn(GEMM_TOKENS, GEMM_WIDTH, generator=gen).to(torch.bfloat16).cuda()
     x32 = torch.randn(GEMM_TOKENS, 2048, generator=gen).cuda()
-    places = {"weights": [drv.placement(w.data_ptr()) for w in weights] + [drv.placement(weight32.data_ptr())],
-              "activations": [drv.placement(x.data_ptr()), drv.placement(x32.data_ptr())]}
+    places = {"weights": [drv.placement(w) for w in weights] + [drv.placement(weight32)],
+              "activations": [drv.placement(x), drv.placement(x32)]}
     desc = f"weights in {places['weights']}, activations in {places['activations']}"
     if args.expect == "t2":
         ok = all(p == "t2" for p in places["weights"]) and all(p == "vram" for p in places["activations"])
@@ -285,7 +269,7 @@ def train(args):
     torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
     x = torch.randn(GEMM_TOKENS, GEMM_WIDTH, generator=gen).to(torch.bfloat16).cuda()
     target = torch.randn(GEMM_TOKENS, GEMM_WIDTH, generator=gen).to(torch.bfloat16).cuda()
-    places = [drv.placement(w.data_ptr()) for w in weights]
+    places = [drv.placement(w) for w in weights]
     want = "t2" if args.expect == "t2" else "vram"
     if args.expect != "any":
         record(f"{label}.placement", all(p == want for p in places), f"weights in {places}, expected {want}")

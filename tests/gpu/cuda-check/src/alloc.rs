@@ -114,10 +114,10 @@ pub(crate) fn allocate_and_fill(
     Ok(held)
 }
 
-/// Asks the driver where each buffer lives.
-pub(crate) fn place_all(buffers: &mut [Buffer]) -> Result<(), String> {
+/// Asks where each buffer (of `chunk` bytes) lives.
+pub(crate) fn place_all(buffers: &mut [Buffer], chunk: usize) -> Result<(), String> {
     for b in buffers {
-        b.placement = placement(b.ptr)?;
+        b.placement = placement(b.ptr, chunk)?;
     }
     Ok(())
 }
@@ -139,7 +139,7 @@ pub(crate) fn alloc(tally: &mut Tally, o: &AllocOptions) -> Result<(), String> {
         })?;
     // SAFETY: plain synchronisation.
     rt_check("cudaDeviceSynchronize after fills", unsafe { rt::cudaDeviceSynchronize() })?;
-    place_all(&mut buffers)?;
+    place_all(&mut buffers, o.chunk)?;
     let held = buffers.len() * o.chunk;
     let (vram, host, other) = placement_split(&buffers, o.chunk);
     let (peak_free, peak_total) = mem_get_info()?;
@@ -287,7 +287,7 @@ pub(crate) fn alloc_async(tally: &mut Tally, o: &AllocOptions, kernels: &Kernels
         })?;
     // SAFETY: stream is valid.
     rt_check("cudaStreamSynchronize", unsafe { rt::cudaStreamSynchronize(stream) })?;
-    place_all(&mut buffers)?;
+    place_all(&mut buffers, o.chunk)?;
     let (vram, host, other) = placement_split(&buffers, o.chunk);
     kv(&format!("{l}.vram_bytes"), vram);
     kv(&format!("{l}.t2_bytes"), host);

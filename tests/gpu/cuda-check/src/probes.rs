@@ -200,7 +200,7 @@ pub(crate) fn vmm_host_probe(tally: &mut Tally) -> Result<(), String> {
             .and_then(|_| kernels.check(va as *mut c_void, size, 0, 0x7777, std::ptr::null_mut()))
             .and_then(|(bad, _)| readback(va as *mut c_void, size, 0x7777).map(|_| bad))
     };
-    let placement = placement(va as *mut c_void).map(|p| format!("{p:?}")).unwrap_or_else(|e| e);
+    let placement = driver_placement(va as *mut c_void).map(|p| format!("{p:?}")).unwrap_or_else(|e| e);
     kv("vmm.host_pointer_memory_type", &placement);
     tally.record("vmm.host_kernel", matches!(result, Ok(0)), match &result {
         Ok(0) => format!("{label} allocation of {} mapped, written and checked by kernels, read back (pointer memory type {placement})", size / MIB),
