@@ -75,8 +75,6 @@ use crate::sys::stats::{self, STATS};
 struct Scratch {
     context: Context,
     buffer: VramBuffer,
-    /// Room made for the buffer's growth this product (`vram_buffer::room_for_wanted`).
-    room: Option<VramReservation>,
     read_done: Event,
     last_reader: Option<Stream>,
     copies: SideCopies,
@@ -99,7 +97,6 @@ impl Scratch {
         Scratch {
             context,
             buffer: VramBuffer::EMPTY,
-            room: None,
             read_done: Event::NULL,
             last_reader: None,
             copies: SideCopies::EMPTY,
@@ -204,13 +201,15 @@ pub fn run_staged(
         .then(|| Some(Place { stream, context: cuda::current_context()?, device: cuda::current_device()? }))
         .flatten();
     // Room the scratch wanted and the budget refused, made before its lock is taken
-    // (make_room's locks rank below it) and held until the product is enqueued.
-    let (room, _room_held) = place.and_then(|at| vram_buffer::room_for_wanted(at.device)).unzip();
+    // (make_room's locks rank below it). The scratch grows into it at once, and the room
+    // is let go before the product, whose own allocations may make room in turn.
+    let made = place.and_then(|at| vram_buffer::room_for_wanted(at.device));
     let mut scratches = place.map(|_| SCRATCH.lock());
-    if let (Some(scratches), Some(at), Some(room)) = (scratches.as_deref_mut(), place, room) {
+    if let (Some(scratches), Some(at), Some((room, held))) = (scratches.as_deref_mut(), place, made) {
         if let Some(scratch) = entry(scratches, at.context) {
-            scratch.room = Some(room);
+            grow_into(scratch, room, at.device);
         }
+        drop(held);
     }
     // The SMs' copy kernel, asked for (and loaded on first use) only for movable T2.
     let sm_copies = match (scratches.as_deref_mut(), place) {
@@ -250,10 +249,6 @@ pub fn run_staged(
         }
         _ => None,
     };
-    // Room made that the plan did not grow into goes back.
-    if let Some(scratch) = scratches.as_deref_mut().zip(place).and_then(|(all, at)| entry(all, at.context)) {
-        scratch.room = None;
-    }
     drop(scratches);
     staged.unwrap_or_else(|| product(originals, None))
 }
@@ -445,7 +440,7 @@ fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, ope
     let grown = operands.next_power_of_two().min(config::get().stage_max).max(operands) + (needed - operands);
     // The old buffer goes once every product that reads it has run (its copies ran
     // before those products on their streams).
-    match scratch.buffer.grow_to(grown, device, &[scratch.read_done], scratch.room.take()) {
+    match scratch.buffer.grow_to(grown, device, &[scratch.read_done], None) {
         Ok(()) => debug!("GEMM staging scratch: {} in VRAM", Mib(grown)),
         Err(Refused::Budget) => {
             // The next product makes room for it where weights loaded before can go.
@@ -463,6 +458,15 @@ fn scratch_for<'a>(scratches: &'a mut Vec<Scratch>, at: &Place, needed: u64, ope
         }
     }
     Some(scratch)
+}
+
+/// Grows `scratch` (on `device`, its context current) by the `room` made for it.
+fn grow_into(scratch: &mut Scratch, room: VramReservation, device: CuDevice) {
+    let grown = scratch.bytes() + room.bytes();
+    match scratch.buffer.grow_to(grown, device, &[scratch.read_done], Some(room)) {
+        Ok(()) => debug!("GEMM staging scratch: {} in VRAM, in room made for it", Mib(grown)),
+        Err(_) => debug!("GEMM staging scratch: {} not had in the room made for it", Mib(grown)),
+    }
 }
 
 /// The context's scratch record, made (empty) when it has none.
