@@ -190,6 +190,16 @@ def shim_t2_bytes():
     return t2_bytes
 
 
+def placed_parts(ptr, size, t2_bytes, driver):
+    """{place: bytes} of the `size` bytes at device pointer `ptr`: as the shim counts them
+    where it is loaded (`t2_bytes`: it answers the driver's pointer attributes as device
+    memory for all it places), else by the driver's memory type."""
+    if t2_bytes is not None:
+        in_t2 = t2_bytes(ptr, size)
+        return {"host": in_t2, "vram": size - in_t2}
+    return {pointer_placement(driver, ptr): size}
+
+
 def bytes_by_placement(args, shape, model, names, target, driver, on_gpu):
     """Where the weights live ({place: bytes}) and the bytes a token reads from each
     place: every weight once, except the embedding table, of which one row is read;
@@ -201,13 +211,8 @@ def bytes_by_placement(args, shape, model, names, target, driver, on_gpu):
         module_name, _, attr = name.rpartition(".")
         param = getattr(model.get_submodule(module_name), attr)
         size = param.numel() * BF16_BYTES
-        if target(name).type == "cpu" and on_gpu:
-            parts = {"cpu": size}
-        elif t2_bytes is not None:
-            in_t2 = t2_bytes(param.data_ptr(), size)
-            parts = {"host": in_t2, "vram": size - in_t2}
-        elif on_gpu:
-            parts = {pointer_placement(driver, param.data_ptr()): size}
+        if on_gpu and target(name).type != "cpu":
+            parts = placed_parts(param.data_ptr(), size, t2_bytes, driver)
         else:
             parts = {"cpu": size}
         embedding = name.endswith("embed_tokens.weight")
@@ -335,11 +340,15 @@ def kv_cache_placement(cache, driver, on_gpu):
     import torch
 
     kv_placement = {}
+    t2_bytes = shim_t2_bytes() if on_gpu else None
     for layer in getattr(cache, "layers", []):
         for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
             if isinstance(tensor, torch.Tensor) and tensor.numel():
-                where = pointer_placement(driver, tensor.data_ptr()) if on_gpu else "cpu"
-                kv_placement[where] = kv_placement.get(where, 0) + tensor.numel() * tensor.element_size()
+                size = tensor.numel() * tensor.element_size()
+                parts = placed_parts(tensor.data_ptr(), size, t2_bytes, driver) if on_gpu else {"cpu": size}
+                for where, part in parts.items():
+                    if part:
+                        kv_placement[where] = kv_placement.get(where, 0) + part
     return kv_placement
 
 
