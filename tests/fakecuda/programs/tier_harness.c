@@ -120,3 +120,15 @@ void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long lon
     void *params[] = { &dst, &value, &count };
     OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
 }
+
+void load_weights_then_compute(void **weights, int n, size_t block)
+{
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&weights[i], block));
+        CHECK(in_vram(dptr(weights[i])), "weight block %d is %s, not in VRAM\n", i, fakegpu_ptr_kind(dptr(weights[i])));
+        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+}

@@ -329,14 +329,7 @@ int test_working_set(int argc, char **argv)
     void *weights[16], *working[8];
     CHECK(n >= 4 && n <= 16, "4 to 16 weight blocks\n");
     struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 8);
-    for (int i = 0; i < n; i++) {
-        OK(cudaMalloc(&weights[i], block));
-        CHECK(in_vram(dptr(weights[i])), "weight block %d is %s, not in VRAM\n", i, fakegpu_ptr_kind(dptr(weights[i])));
-        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
-    }
-    OK(cudaDeviceSynchronize());
-    cublasHandle_t h;
-    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    load_weights_then_compute(weights, n, block);
     int in_t2 = 0;
     for (int i = 0; i < working_n; i++) {
         OK(cudaMalloc(&working[i], block));

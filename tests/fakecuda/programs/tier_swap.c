@@ -138,14 +138,7 @@ int test_make_room(int argc, char **argv)
     int kept = getenv("GBTEST_EXPECT") && !strcmp(getenv("GBTEST_EXPECT"), "kept");
     struct balloon other = balloon_start(device_free() - headroom - WEIGHTS * block - block / 2);
     void *weights[WEIGHTS];
-    for (int i = 0; i < WEIGHTS; i++) {
-        OK(cudaMalloc(&weights[i], block));
-        CHECK(in_vram(dptr(weights[i])), "weight block %d is %s, not in VRAM\n", i, fakegpu_ptr_kind(dptr(weights[i])));
-        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
-    }
-    OK(cudaDeviceSynchronize());
-    cublasHandle_t h;
-    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    load_weights_then_compute(weights, WEIGHTS, block);
     void *working;
     OK(cudaMalloc(&working, block));
     struct shim_stats st = shim_stats();

@@ -67,6 +67,9 @@ int wait_for(int (*done)(void *), void *arg, size_t keep, size_t *lowest);
 int tier_vram_at_least(void *want);
 int demoted_at_least(void *want);
 int allocate_blocks(void **blocks, int n, size_t block);
+/* Loads n weight blocks, each in VRAM (fails otherwise) and filled with 700 + its index
+ * (check_blocks' pattern), then starts computing (a cuBLAS handle). */
+void load_weights_then_compute(void **weights, int n, size_t block);
 
 /* The kernel `name` of a fake module's PTX text. */
 CUfunction kernel_named(const char *ptx, const char *name);
