@@ -13,6 +13,7 @@ stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 # where the caller sets it ("-": a shim without one), else the default.
 with_free_floor() {
   local name=$1; shift 2
+  starts_in_time "$name" || return 0
   "$python" -m gbgpu.free_vram sample "$logs/$name.free" &
   local sampler=$!
   background+=("$sampler")

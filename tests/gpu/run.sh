@@ -16,6 +16,10 @@
 #                  to validate the programs and the device before the shim exists
 #   PYTHON         python with torch and pynvml (python3)
 #   GB_GPU_TEST_TIMEOUT  seconds one test process may take (240)
+#   GB_GPU_DEADLINE_S  seconds from the start after which no test starts, and past which
+#                  none runs (its timeout cut to what is left): a device call with a time
+#                  limit still gets the page and free-VRAM series of what ran; the tests
+#                  not run are one failure, suite.deadline, that names them
 #   GB_GPU_SWAP_TIMEOUT  seconds the swap and ranges sections' programs may take (480 each)
 #   GB_GPU_SHIM_LOG  GREENBOOST_LOG for the programs under the shim (info); debug prints
 #                  each live-tiering tick's free VRAM and heat table
@@ -64,6 +68,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
+# GB_GPU_DEADLINE_S (see the top): the time it ends at, and the timeout of a test started
+# now (0 past it: the test does not start, and is noted in not-run.txt).
+deadline=${GB_GPU_DEADLINE_S:+$(( started + GB_GPU_DEADLINE_S ))}
+time_for_test() {
+  local left
+  if [ -z "$deadline" ]; then echo "$test_timeout"; return; fi
+  left=$(( deadline - $(date -u +%s) ))
+  [ "$left" -lt 0 ] && left=0
+  echo $(( left < test_timeout ? left : test_timeout ))
+}
+# starts_in_time NAME: whether a test may start now; if not, notes it as not run.
+starts_in_time() {
+  [ "$(time_for_test)" -gt 0 ] && return 0
+  echo "$1" >>"$logs/not-run.txt"
+  return 1
+}
+
 pass() { echo "PASS $1: $2" | tee -a "$summary"; }
 fail() { echo "FAIL $1: $2" | tee -a "$summary"; }
 note() { echo "KV $1=$2" | tee -a "$figures"; }
@@ -76,9 +97,11 @@ run_test() {
   local env=()
   while [ "$1" != "--" ]; do env+=("$1"); shift; done
   shift
-  local out=$logs/$name.out err=$logs/$name.err
+  local out=$logs/$name.out err=$logs/$name.err limit
+  starts_in_time "$name" || return 0
+  limit=$(time_for_test)
   echo "== $name: ${env[*]} $*" | tee -a "$logs/commands.txt"
-  timeout --kill-after=10 "$test_timeout" env "${env[@]}" "$@" >"$out" 2>"$err"
+  timeout --kill-after=10 "$limit" env "${env[@]}" "$@" >"$out" 2>"$err"
   local rc=$?
   # Test names are prefixed with the process's name where they do not already start with
   # it (gb-gpu-check report prints the same names in every configuration).
@@ -86,7 +109,7 @@ run_test() {
   grep -E '^KV ' "$out" >>"$figures"
   if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
     local why="exited with status $rc"
-    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && why="timed out after ${test_timeout}s"
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && why="timed out after ${limit}s"
     fail "$name.exit" "$why without reporting a failure; stderr: $(tail -c 600 "$err" | tr '\n' ' ')"
   fi
   return 0
@@ -405,6 +428,9 @@ if [ -s "$logs/free-vram.tests" ]; then
   else
     fail free_vram.series "the free-VRAM series file could not be written: $(tail -c 400 "$logs/free-vram.series.out" | tr '\n' ' ')"
   fi
+fi
+if [ -s "$logs/not-run.txt" ]; then
+  fail suite.deadline "$(wc -l <"$logs/not-run.txt") tests not run, past GB_GPU_DEADLINE_S=$GB_GPU_DEADLINE_S: $(tr '\n' ' ' <"$logs/not-run.txt")"
 fi
 passed=$(grep -c '^PASS ' "$summary")
 failed=$(grep -c '^FAIL ' "$summary")
