@@ -44,6 +44,13 @@ extern "C" fn initialise() {
         }
     }
     phase::activate();
+    if config.give_back {
+        // bench/results/longctx-2026-12-05.md: an HF prefill on an H100 died with it on.
+        warn!(
+            "GREENBOOST_GIVE_BACK=on is experimental: one program died with an illegal memory access with it \
+             (see the README); leave it off for work that matters"
+        );
+    }
     debug!("loaded: {:?}", config);
 }
 
