@@ -123,9 +123,13 @@ SERIES = re.compile(r"^gpu-test-\d{4}-\d{2}-\d{2}-.+-free-vram\.json$")
 
 def free_vram_series(results):
     """(file name, {test: its entry}) of the newest series file that reads (by the date in
-    its name), or None: the bar chart of minima is drawn then. A file that does not read
+    its name, then by when its first test started: the commit in the name says nothing
+    of time), or None: the bar chart of minima is drawn then. A file that does not read
     is named on stderr and passed over."""
-    for name in sorted((n for n in os.listdir(results) if SERIES.match(n)), reverse=True):
+    names = [n for n in os.listdir(results) if SERIES.match(n)]
+    newest_first = sorted(names, key=lambda n: (n[len("gpu-test-"):][:10], free_vram.started_unix(
+        os.path.join(results, n)), n), reverse=True)
+    for name in newest_first:
         try:
             return name, free_vram.load(os.path.join(results, name))
         except (OSError, ValueError) as error:
@@ -236,7 +240,8 @@ def draw_free_vram(plt, results, out):
     source, tests = series
     columns = 1 if len(tests) == 1 else 2 if len(tests) <= 4 else 3
     rows = -(-len(tests) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns + 1, 2.4 * rows + 1.4), squeeze=False)
+    # At least 9 inches wide: the title and the legend's three columns must fit one panel.
+    fig, axes = plt.subplots(rows, columns, figsize=(max(4 * columns + 1, 9), 2.4 * rows + 1.4), squeeze=False)
     legend = {}
     for ax, (test, entry) in zip(axes.flat, tests.items()):
         label = "free VRAM (nvml), " + ("the test passed" if entry["passed"] else "the test failed")

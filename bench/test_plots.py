@@ -141,6 +141,15 @@ def test_series():
         check("gbgpu.free_vram lowest of no readings prints nothing, exit status 1",
               none.returncode == 1 and none.stdout == "", f"{none.returncode} {none.stdout!r} {none.stderr[-300:]}")
 
+        same_day = os.path.join(folder, "gpu-test-2026-12-08-ffffffffffff-free-vram.json")
+        with open(same_day, "w") as f:
+            f.write('{"started_unix": 1, "tests": {"shared.z": {"t_s": [0], "free_mib": [5], "floor_mib": 512, '
+                    '"passed": true}}}')
+        found = quiet_series(folder)
+        check("of one date, the file whose tests started last is the newest, whatever the commit in its name",
+              found is not None and found[0] == SERIES_NAME, str(found and found[0]))
+        os.remove(same_day)
+
         newer = os.path.join(folder, "gpu-test-2026-12-09-0123456789ab-free-vram.json")
         with open(newer, "w") as f:
             f.write('{"tests": {"shared.a": {"t_s": [0, 1], "free_mib": [5]')

@@ -17,7 +17,8 @@ started and ended (Unix seconds) and the floor's verdict; the test's readings ar
 NAME.free beside it.
 
 The series file is JSON, a line per test:
-  {"what": ..., "tests": {NAME: {"passed": bool, "floor_mib", "headroom_mib" (or null),
+  {"what": ..., "started_unix": when its first test started (Unix seconds: files of one
+   date order by it), "tests": {NAME: {"passed": bool, "floor_mib", "headroom_mib" (or null),
    "lowest_mib", "readings", "interval_s", "timestamps": "sampled" | "assumed",
    "test_s": [started, ended] (or null), "t_s": [...], "free_mib": [...]}}}
 Times are seconds from the test's first reading; `readings` counts every reading and
@@ -107,9 +108,9 @@ def series_entry(readings, timed, floor, headroom, started, ended, passed):
 
 def series(tests_path):
     """The series file's document from a tests' list (see the module's text). A test
-    without readings is left out."""
+    without readings is left out, of its start too."""
     folder = os.path.dirname(os.path.abspath(tests_path))
-    tests = {}
+    tests, first_started = {}, None
     with open(tests_path) as f:
         for line in f:
             if not line.strip():
@@ -117,10 +118,11 @@ def series(tests_path):
             name, floor, headroom, started, ended, verdict = line.split()
             readings, timed = read_readings(os.path.join(folder, f"{name}.free"))
             if readings:
+                first_started = float(started) if first_started is None else min(first_started, float(started))
                 tests[name] = series_entry(readings, timed, int(floor), None if headroom == "-" else int(headroom),
                                           float(started), float(ended), verdict == "PASS")
     return {"what": "free VRAM (MiB, nvml, device 0) during each shared-GPU test of tests/gpu/run.sh",
-            "tests": tests}
+            "started_unix": None if first_started is None else int(first_started), "tests": tests}
 
 
 def dumps(document):
@@ -133,6 +135,18 @@ def dumps(document):
 
 def number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def started_unix(path):
+    """When the series file's first test started (Unix seconds), or 0 where the file does
+    not say (files written before it did) or does not read."""
+    try:
+        with open(path) as f:
+            document = json.load(f)
+    except (OSError, ValueError):
+        return 0
+    value = document.get("started_unix") if isinstance(document, dict) else None
+    return value if number(value) else 0
 
 
 def load(path):
