@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::give_back;
-use crate::engine::room_kept;
+use crate::engine::room_made;
 use crate::engine::tier_lock::{self, Held, Turn};
 use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
@@ -38,7 +38,7 @@ const LOCK_WAIT: Duration = Duration::from_millis(250);
 /// thread's `MOVING`, so that no tick of this process measures meanwhile, and, with the
 /// give-back on, the GPU's tiering lock where it was had, so that no tick of another does.
 /// Dropped, it tells the next tick what of the drop of free VRAM since the room was made
-/// the driver's keeping of the victims explains (`room_kept`).
+/// the driver's keeping of the victims explains (`room_made`).
 pub struct RoomHeld {
     _moving: Moving,
     _lock: Option<Held>,
@@ -54,7 +54,7 @@ impl Drop for RoomHeld {
     fn drop(&mut self) {
         if self.kept > 0 {
             let free = cuda::device_memory().map_or(self.free_after_room, |(free, _)| free);
-            room_kept::note(self.device, self.kept.min(self.free_after_room.saturating_sub(free)));
+            room_made::note(self.device, self.kept.min(self.free_after_room.saturating_sub(free)));
         }
     }
 }
@@ -123,6 +123,7 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
         return None;
     }
     debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
+    room_made::made(device);
     let lock = match lock {
         Some(Turn::Held(held)) => Some(held),
         Some(Turn::Busy | Turn::Unlocked) | None => None,

@@ -25,7 +25,7 @@ use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
 use crate::engine::give_back;
 use crate::engine::heat_table;
-use crate::engine::room_kept;
+use crate::engine::room_made;
 use crate::engine::tier_lock::{self, Turn};
 use crate::memory::budget;
 use crate::memory::movable::{self, Movable, Run};
@@ -106,7 +106,7 @@ fn run() {
     loop {
         std::thread::sleep(interval);
         if !movable::any() {
-            room_kept::forget();
+            room_made::forget();
             continue;
         }
         let live = movable::live();
@@ -153,14 +153,15 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         return carried;
     };
     let headroom = Rules::of(config).headroom(device, physical.max(total));
-    // What room made left the driver since answers as the tick's own demotions (`room_kept`).
-    let answered = carried.answered.saturating_add(room_kept::take(device));
+    // What room made left the driver since answers as the tick's own demotions (`room_made`).
+    let answered = carried.answered.saturating_add(room_made::take(device));
     let carried = if free >= headroom { Carried::default() } else { Carried { answered, ..carried } };
     let room = Room {
         free,
         headroom,
         budget_room: budget::promotion_room(device, false),
-        loaded_room: budget::promotion_room(device, true),
+        // While the working set grows, the weights demoted for it stay in T2 (`room_made`).
+        loaded_room: if room_made::recently(device) { 0 } else { budget::promotion_room(device, true) },
         answered: carried.answered,
         demote: config.demote,
         swap_limit: SWAP_BYTES,

@@ -24,7 +24,9 @@
 //!   since the last ticks, then those allocated after the program started computing
 //!   (activations, KV cache), then the oldest. What was allocated before it computed
 //!   (its weights, read once per forward) is promoted only into VRAM that leaves the
-//!   reserve free: the reserve is the working set's, which is read many times over (on
+//!   reserve free, and not while room is being made for the working set
+//!   (`engine::room_made`: the tier thread gives it no room then): the reserve is the
+//!   working set's, which is read many times over (on
 //!   the H200 an HF 16384-token prefill beside another process with a 6 GiB reserve took
 //!   17.9 s once promotions had filled the reserve with 10 GiB of weights and sent its
 //!   activations to T2). Before them, allocations in VRAM that

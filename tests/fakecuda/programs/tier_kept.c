@@ -368,3 +368,50 @@ int test_working_set(int argc, char **argv)
     balloon_stop(&other);
     return 0;
 }
+
+/* gbtier room-churn BLOCK ROUNDS: a prefill's working set comes and goes, and the weights
+ * demoted for it stay in T2 until it has stopped coming. N weight blocks fill the room
+ * this process has beside another, with half a block to spare; once the program computes,
+ * it allocates a working block (a weight goes to T2 to make its room), uses it, keeps it
+ * for five ticks and frees it, ROUNDS times. Each free leaves room that a tick could
+ * promote the weight back into, for the next round to demote it again: a weight's round
+ * trip a round, for nothing (engine/room_made.rs holds it back for a second). Over
+ * the rounds at most one weight is demoted and none promoted; once they end, the weight
+ * comes back (within 3 s). Every byte kept. */
+int test_room_churn(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: room-churn BLOCK ROUNDS\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int rounds = atoi(argv[3]), n = 4;
+    void *weights[4];
+    CHECK(rounds > 1, "2 rounds or more\n");
+    struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 2);
+    load_weights_then_compute(weights, n, block);
+    for (int round = 0; round < rounds; round++) {
+        void *working;
+        OK(cudaMalloc(&working, block));
+        CHECK(in_vram(dptr(working)) && shim_t2_bytes(working, block) == 0, "round %d: the working block is not "
+              "in VRAM\n", round);
+        OK(fakegpu_launch_fill(dptr(working), block, 900 + (uint32_t)round, NULL));
+        OK(cudaDeviceSynchronize());
+        usleep(50000); /* five ticks of 10 ms */
+        OK(cudaFree(working));
+        usleep(50000);
+    }
+    struct shim_stats during = shim_stats();
+    printf("room-churn: over %d rounds %llu MiB demoted in %llu moves, %llu MiB promoted in %llu\n", rounds,
+           during.demoted_bytes >> 20, during.demotions, during.promoted_bytes >> 20, during.promotions);
+    CHECK(during.demoted_bytes <= block && during.promotions == 0, "over %d rounds %llu MiB demoted, %llu "
+          "promotions: weights went back and forth with the working set\n", rounds, during.demoted_bytes >> 20,
+          during.promotions);
+    for (int ms = 0; ms < 3000 && in_vram_count(weights, n) < n; ms += 10)
+        usleep(10000);
+    printf("room-churn: afterwards %d of %d weight blocks in VRAM\n", in_vram_count(weights, n), n);
+    CHECK(in_vram_count(weights, n) == n, "%d of %d weight blocks in VRAM 3 s after the rounds\n",
+          in_vram_count(weights, n), n);
+    check_blocks(weights, n, block, "after the rounds");
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(weights[i]));
+    balloon_stop(&other);
+    return 0;
+}

@@ -477,6 +477,7 @@ int main(int argc, char **argv)
         { "swap-kept", test_swap_kept },
         { "pressure-once", test_pressure_once },
         { "working-set", test_working_set },
+        { "room-churn", test_room_churn },
         { "ipc", test_ipc },
         { "make-room", test_make_room },
         { "scratch-room", test_scratch_room },

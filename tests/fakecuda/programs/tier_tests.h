@@ -90,6 +90,7 @@ int test_pool(int argc, char **argv);
  * (FAKECUDA_MANAGED_KEEPS_VRAM); a shortfall under pressure answered once there. */
 int test_swap_kept(int argc, char **argv);
 int test_working_set(int argc, char **argv);
+int test_room_churn(int argc, char **argv);
 int test_scratch_room(int argc, char **argv);
 int test_pressure_once(int argc, char **argv);
 
