@@ -10,6 +10,7 @@ helpers that keep such children from outliving the run.
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -83,6 +84,40 @@ def die_with_parent():
     parent = int(os.environ.get("GB_TIERING_PARENT", "0"))
     if parent and os.getppid() != parent:
         os._exit(1)
+
+
+class AllocatorBeside:
+    """`with AllocatorBeside(mib) as allocator:` — the `allocator` role in a process of its
+    own (without the shim, dying with this one) while the block runs. `started` says
+    whether it did; after the block, `tries`, `failed` and `slowest_ms` are its counts
+    (None where it gave none)."""
+
+    def __init__(self, mib):
+        self.mib = mib
+        self.started = False
+        self.tries = self.failed = self.slowest_ms = None
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "allocator", str(self.mib)],
+                                     stdout=subprocess.PIPE, text=True, env=child_env(), start_new_session=True)
+        self.started = self.proc.stdout.readline().strip() == "ready"
+        return self
+
+    def __exit__(self, *_):
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+            counts = self.proc.communicate(timeout=30)[0].split()[:3]
+            if len(counts) == 3:
+                self.tries, self.failed, self.slowest_ms = int(counts[0]), int(counts[1]), float(counts[2])
+        except (subprocess.TimeoutExpired, ValueError):
+            pass
+        finally:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return False
 
 
 def kill_pid(pid):

@@ -3,12 +3,16 @@ transformers `generate` of an 8B-shape model cut to a few layers (bench/longctx.
 bf16 weights, deterministic algorithms) with a long prompt, first on the free GPU without the
 shim, then under the shim at its defaults beside a foreign process (a balloon of plain
 cudaMalloc memory, without the shim) that leaves the weights and 2 GiB free: the weights fit
-where the prompt's working set does not, as in `make bench`'s longctx section at 8B.
+where the prompt's working set does not, as in `make bench`'s longctx section at 8B. A
+second foreign process allocates and frees 64 MiB over and over meanwhile: what the shim
+demotes to make room leaves the driver chunks that free VRAM does not show, and another
+program must still get its memory.
 
   python3 tests/gpu/longctx_check.py      (run.sh runs it under the shim)
 
   longctx.completed   the run beside the foreign process ended without an error
   longctx.tokens      its generated tokens are the free GPU's
+  longctx.neighbour_allocates  none of the allocating process's allocations failed
   KV longctx.*        prefill seconds of both runs and their ratio, decode tokens/s: figures,
                       not verdicts (a benchmark is not a timed test; bench/longctx.py is the
                       benchmark)
@@ -22,6 +26,7 @@ import os
 import sys
 
 import tiering_swap as harness
+from gbgpu.foreign import AllocatorBeside
 from gbgpu.verdicts import kv
 
 TOKENS = 8192
@@ -29,6 +34,7 @@ LAYERS = 8
 MODE = "dynamic"
 GIB = 1 << 30
 BEYOND_WEIGHTS_GIB = 2.0   # what the balloon leaves beside the weights
+ALLOCATOR_MIB = 64         # what the other foreign process allocates and frees, over and over
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 
 
@@ -54,7 +60,7 @@ def results(run):
 def check_long_prompt(free_run):
     """Both runs: the free GPU's (given), then the shim's beside a balloon."""
     free, closing = results(free_run)
-    names = ("longctx.completed", "longctx.tokens")
+    names = ("longctx.completed", "longctx.tokens", "longctx.neighbour_allocates")
     if not free or "error" in free or not closing:
         harness.fail_all(names, f"the free GPU's run gave no result: {free or free_run.why()}")
         return
@@ -67,12 +73,22 @@ def check_long_prompt(free_run):
         if why:
             harness.fail_all(names, why)
             return
-        shim_run = harness.run_role("generate", env={}, timeout=240, label="generate_beside_balloon")
+        with AllocatorBeside(ALLOCATOR_MIB) as allocator:
+            if not allocator.started:
+                harness.fail_all(names, "the allocating process (gbgpu.foreign, without the shim) did not start")
+                return
+            shim_run = harness.run_role("generate", env={}, timeout=240, label="generate_beside_balloon")
     finally:
         foreign.kill()
+    kv("longctx.allocator.allocations", allocator.tries)
+    kv("longctx.allocator.failed", allocator.failed)
+    kv("longctx.allocator.slowest_ms", allocator.slowest_ms)
+    harness.say("longctx.neighbour_allocates", allocator.failed == 0 and bool(allocator.tries),
+                f"another process allocated {ALLOCATOR_MIB} MiB {allocator.tries} times beside the prompt: "
+                f"{allocator.failed} failed, the slowest took {allocator.slowest_ms} ms (want none failed)")
     ours, _ = results(shim_run)
     if not ours or "error" in ours:
-        harness.fail_all(names, f"beside the foreign process: {(ours or {}).get('error') or shim_run.why()}")
+        harness.fail_all(names[:2], f"beside the foreign process: {(ours or {}).get('error') or shim_run.why()}")
         return
     harness.say("longctx.completed", True, f"{TOKENS}-token prompt, {LAYERS} layers, {MODE} cache, "
                 f"beside a process leaving {leave:.2f} GiB")

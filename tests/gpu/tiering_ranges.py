@@ -30,13 +30,11 @@ Output: PASS name: why / FAIL name: why / KV key=value; exit status 1 when anyth
 The harness (balloon, roles in processes of their own, timeouts) is tiering_swap.py's.
 """
 
-import signal
-import subprocess
 import sys
 import time
 
 import tiering_swap as harness
-from gbgpu.foreign import child_env
+from gbgpu.foreign import AllocatorBeside
 from gbgpu.verdicts import kv
 
 LEAVE_GIB = 8
@@ -195,25 +193,20 @@ def check_give_back_beside_allocator(foreign):
     allocates and frees 64 MiB through libcuda over and over: none of its allocations may
     fail for the give-backs' moments, and give-backs must have happened."""
     names = ("ranges.hot_part_give_back", "ranges.hot_part_give_back_intact", "ranges.give_back_beside_allocator")
-    allocator = subprocess.Popen([sys.executable, "-m", "gbgpu.foreign", "allocator", str(ALLOCATOR_MIB)],
-                                 stdout=subprocess.PIPE, text=True, env=child_env(), start_new_session=True)
-    try:
-        if allocator.stdout.readline().strip() != "ready":
+    with AllocatorBeside(ALLOCATOR_MIB) as allocator:
+        if not allocator.started:
             harness.fail_all(names, "the allocator (gbgpu.foreign, without the shim) did not start")
             return
         run = harness.run_role("hot_part", "hot_part_give_back", env=dict(TIERING_ON, GREENBOOST_GIVE_BACK="on"),
                                timeout=150)
-        allocator.send_signal(signal.SIGTERM)
-        tries, failed, slowest_ms = allocator.communicate(timeout=30)[0].split()[:3]
-    finally:
-        harness.kill_group(allocator)
+    tries, failed, slowest_ms = allocator.tries, allocator.failed, allocator.slowest_ms
     harness.relay(run, names[:2])
     figures = dict(line[3:].split("=", 1) for line in run.out.splitlines() if line.startswith("KV ") and "=" in line)
     give_backs = int(figures.get("ranges.hot_part_give_back.give_backs", 0))
     kv("ranges.allocator.allocations", tries)
     kv("ranges.allocator.failed", failed)
     kv("ranges.allocator.slowest_ms", slowest_ms)
-    harness.say(names[2], int(failed) == 0 and give_backs > 0,
+    harness.say(names[2], failed == 0 and give_backs > 0,
                 f"{give_backs} give-backs while another process allocated {ALLOCATOR_MIB} MiB {tries} times: "
                 f"{failed} failed, the slowest took {slowest_ms} ms (want none failed, and a give-back made)")
 
