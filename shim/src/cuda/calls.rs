@@ -10,10 +10,11 @@
 //! would.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::cuda::ffi::*;
 use crate::cuda::real;
+use crate::sys::per_device::PerDevice;
 
 /// Calls a real driver function or answers CUDA_ERROR_NOT_INITIALIZED when it is missing.
 /// `$why` is the SAFETY argument of this very call, written at the call site.
@@ -83,9 +84,8 @@ pub fn host_numa_node(device: CuDevice) -> Option<c_int> {
 
 /// The device's physical VRAM through the real cuDeviceTotalMem_v2, cached per device.
 pub fn physical_vram(device: CuDevice) -> Option<u64> {
-    const CACHED_DEVICES: usize = 64;
-    static TOTALS: [AtomicU64; CACHED_DEVICES] = [const { AtomicU64::new(0) }; CACHED_DEVICES];
-    let cache = usize::try_from(device).ok().and_then(|index| TOTALS.get(index));
+    static TOTALS: PerDevice = PerDevice::new();
+    let cache = TOTALS.of(device);
     if let Some(known) = cache.map(|slot| slot.load(Ordering::Relaxed)).filter(|total| *total != 0) {
         return Some(known);
     }

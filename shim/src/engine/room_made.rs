@@ -15,44 +15,34 @@
 //!   for nothing (on an H100 an HF prefill promoted 2.7 GB and demoted 12.6 GB,
 //!   bench/results/longctx-2026-12-05.md). Roles still swap by heat meanwhile.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::cuda::ffi::CuDevice;
 use crate::sys::clock::monotonic_ns;
+use crate::sys::per_device::PerDevice;
 
 /// How long after room was last made on a device the weights demoted for it stay in T2:
 /// ten ticks at the default interval; a long prefill makes room at every layer, far
 /// more often.
 pub const HOLDS: Duration = Duration::from_secs(1);
 
-/// Device ordinals kept track of; room made on a device past them is not carried (its
-/// ticks answer the drop themselves, as before).
-const DEVICES: usize = 64;
-
-/// Per device ordinal: bytes kept of room made since its last tick.
-static KEPT: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
-/// Per device ordinal: when room was last made (`monotonic_ns`; 0: never).
-static MADE_NS: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
-
-fn slot(device: CuDevice) -> Option<&'static AtomicU64> {
-    usize::try_from(device).ok().and_then(|ordinal| KEPT.get(ordinal))
-}
-
-fn made_slot(device: CuDevice) -> Option<&'static AtomicU64> {
-    usize::try_from(device).ok().and_then(|ordinal| MADE_NS.get(ordinal))
-}
+/// Per device: bytes kept of room made since its last tick. Room made on a device past
+/// `per_device::DEVICES` is not carried (its ticks answer the drop themselves).
+static KEPT: PerDevice = PerDevice::new();
+/// Per device: when room was last made (`monotonic_ns`; 0: never).
+static MADE_NS: PerDevice = PerDevice::new();
 
 /// Room was made on `device` now.
 pub(super) fn made(device: CuDevice) {
-    if let Some(slot) = made_slot(device) {
+    if let Some(slot) = MADE_NS.of(device) {
         slot.store(monotonic_ns().max(1), Ordering::Relaxed);
     }
 }
 
 /// Whether room was made on `device` within `HOLDS` of now.
 pub(super) fn recently(device: CuDevice) -> bool {
-    made_slot(device).is_some_and(|slot| {
+    MADE_NS.of(device).is_some_and(|slot| {
         let at = slot.load(Ordering::Relaxed);
         at != 0 && monotonic_ns().saturating_sub(at) < HOLDS.as_nanos() as u64
     })
@@ -61,7 +51,7 @@ pub(super) fn recently(device: CuDevice) -> bool {
 /// Room made on `device`: the allocation made in it took `kept` bytes of free VRAM that
 /// the driver's keeping of the victims explains.
 pub(super) fn note(device: CuDevice, kept: u64) {
-    if let Some(slot) = slot(device) {
+    if let Some(slot) = KEPT.of(device) {
         slot.fetch_add(kept, Ordering::Relaxed);
     }
 }
@@ -69,12 +59,12 @@ pub(super) fn note(device: CuDevice, kept: u64) {
 /// No movable memory is left on any device: nothing noted is a tick's to answer any more
 /// (a later one would otherwise answer a shortfall with a drop long gone).
 pub(super) fn forget() {
-    KEPT.iter().for_each(|slot| slot.store(0, Ordering::Relaxed));
+    KEPT.all().for_each(|slot| slot.store(0, Ordering::Relaxed));
 }
 
 /// What room made on `device` left the driver since the last call: the tick's to answer.
 pub(super) fn take(device: CuDevice) -> u64 {
-    slot(device).map_or(0, |kept| kept.swap(0, Ordering::Relaxed))
+    KEPT.of(device).map_or(0, |kept| kept.swap(0, Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -90,8 +80,12 @@ mod tests {
         assert_eq!(take(3), 0, "taken once");
         assert_eq!(take(4), 64, "each device its own");
         note(-1, 64);
-        note(DEVICES as CuDevice, 64);
-        assert_eq!((take(-1), take(DEVICES as CuDevice)), (0, 0), "ordinals out of range are not kept");
+        note(crate::sys::per_device::DEVICES as CuDevice, 64);
+        assert_eq!(
+            (take(-1), take(crate::sys::per_device::DEVICES as CuDevice)),
+            (0, 0),
+            "ordinals out of range are not kept"
+        );
         note(5, 64);
         forget();
         assert_eq!(take(5), 0, "forgotten once no movable memory is left");
@@ -102,7 +96,7 @@ mod tests {
         assert!(!recently(6), "never made");
         made(6);
         assert!(recently(6) && !recently(7), "made on device 6 alone");
-        MADE_NS[6].store(monotonic_ns().saturating_sub(HOLDS.as_nanos() as u64 + 1), Ordering::Relaxed);
+        MADE_NS.of(6).unwrap().store(monotonic_ns().saturating_sub(HOLDS.as_nanos() as u64 + 1), Ordering::Relaxed);
         assert!(!recently(6), "longer ago than HOLDS");
         made(-1);
         assert!(!recently(-1), "ordinals out of range are not kept");

@@ -12,23 +12,22 @@
 //! was staged ("128 MiB of scratch does not fit the VRAM budget",
 //! bench/results/longctx-2026-12-05.md).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::make_room::{self, RoomHeld};
 use crate::memory::budget::{self, VramCharge, VramReservation};
 use crate::memory::t2;
+use crate::sys::per_device::PerDevice;
 
-/// Device ordinals kept track of; a buffer on a device past them never makes room.
-const DEVICES: usize = 64;
-
-/// Per device ordinal: the growth a buffer wanted last and the budget refused.
-static WANTED: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
+/// Per device: the growth a buffer wanted last and the budget refused (a buffer on a
+/// device past `per_device::DEVICES` never makes room).
+static WANTED: PerDevice = PerDevice::new();
 
 /// Notes that a buffer on `device` could not grow by `bytes` within the budget.
 pub(super) fn want_room(device: CuDevice, bytes: u64) {
-    if let Some(wanted) = usize::try_from(device).ok().and_then(|ordinal| WANTED.get(ordinal)) {
+    if let Some(wanted) = WANTED.of(device) {
         wanted.store(bytes, Ordering::Relaxed);
     }
 }
@@ -39,7 +38,7 @@ pub(super) fn want_room(device: CuDevice, bytes: u64) {
 /// wanted or no room can be made (the next refusal asks again). Called with no lock of
 /// the staging executor held.
 pub(super) fn room_for_wanted(device: CuDevice) -> Option<(VramReservation, RoomHeld)> {
-    let wanted = usize::try_from(device).ok().and_then(|ordinal| WANTED.get(ordinal))?.swap(0, Ordering::Relaxed);
+    let wanted = WANTED.of(device)?.swap(0, Ordering::Relaxed);
     let len = t2::rounded_len(wanted).filter(|&len| len > 0)?;
     make_room::make_room(len, device)
 }

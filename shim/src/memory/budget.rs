@@ -16,12 +16,12 @@ use crate::rules::config;
 use crate::rules::placement::{DeviceView, Phase, Rules, CHUNK_MAX};
 use crate::sys::clock::monotonic_ns;
 use crate::sys::log::Mib;
+use crate::sys::per_device::{PerDevice, DEVICES};
 use crate::sys::stats::{self, STATS};
 
-const TRACKED_DEVICES: usize = 64;
-static VRAM_IN_USE: [AtomicU64; TRACKED_DEVICES] = [const { AtomicU64::new(0) }; TRACKED_DEVICES];
+static VRAM_IN_USE: PerDevice = PerDevice::new();
 /// The part of `VRAM_IN_USE` reserved but not yet allocated by the driver.
-static VRAM_IN_FLIGHT: [AtomicU64; TRACKED_DEVICES] = [const { AtomicU64::new(0) }; TRACKED_DEVICES];
+static VRAM_IN_FLIGHT: PerDevice = PerDevice::new();
 
 /// The last measurement of what everything else uses on each device, and when.
 struct OthersSample {
@@ -29,8 +29,8 @@ struct OthersSample {
     bytes: AtomicU64,
 }
 
-static OTHERS: [OthersSample; TRACKED_DEVICES] =
-    [const { OthersSample { taken_ns: AtomicU64::new(0), bytes: AtomicU64::new(0) } }; TRACKED_DEVICES];
+static OTHERS: [OthersSample; DEVICES] =
+    [const { OthersSample { taken_ns: AtomicU64::new(0), bytes: AtomicU64::new(0) } }; DEVICES];
 
 /// A measurement is reused for this long: other processes change the device's state
 /// far more slowly, and cuMemGetInfo costs a system call.
@@ -55,7 +55,7 @@ pub fn with_measurements_held<T>(work: impl FnOnce() -> T) -> T {
 /// needs `device`'s context current (the allocating thread's); otherwise, or when the
 /// driver does not answer, the last measurement stands.
 fn view(device: CuDevice, physical: u64) -> DeviceView {
-    let Some((sample, index)) = usize::try_from(device).ok().and_then(|i| OTHERS.get(i).map(|s| (s, i))) else {
+    let Some(sample) = usize::try_from(device).ok().and_then(|i| OTHERS.get(i)) else {
         return DeviceView::alone(device, physical);
     };
     let now = monotonic_ns();
@@ -63,8 +63,8 @@ fn view(device: CuDevice, physical: u64) -> DeviceView {
     let stale = now.saturating_sub(taken) >= OTHERS_SAMPLE_NS && !MEASUREMENTS_HELD.load(Ordering::Acquire);
     if taken == 0 || stale {
         if let Some((free, total)) = (cuda::current_device() == Some(device)).then(cuda::device_memory).flatten() {
-            let ours = VRAM_IN_USE[index].load(Ordering::Relaxed);
-            let in_flight = VRAM_IN_FLIGHT[index].load(Ordering::Relaxed);
+            let ours = vram_counter(device).map_or(0, |counter| counter.load(Ordering::Relaxed));
+            let in_flight = in_flight(device).map_or(0, |counter| counter.load(Ordering::Relaxed));
             let others = total.saturating_sub(free).saturating_sub(ours.saturating_sub(in_flight));
             sample.bytes.store(others, Ordering::Relaxed);
             sample.taken_ns.store(now, Ordering::Release);
@@ -74,7 +74,7 @@ fn view(device: CuDevice, physical: u64) -> DeviceView {
 }
 
 fn vram_counter(device: CuDevice) -> Option<&'static AtomicU64> {
-    usize::try_from(device).ok().and_then(|index| VRAM_IN_USE.get(index))
+    VRAM_IN_USE.of(device)
 }
 
 /// Set by the program's first cuBLAS handle or matrix product (see `placement`).
@@ -266,7 +266,7 @@ pub fn reserve_unchecked(bytes: u64, device: CuDevice) -> VramReservation {
 }
 
 fn in_flight(device: CuDevice) -> Option<&'static AtomicU64> {
-    usize::try_from(device).ok().and_then(|index| VRAM_IN_FLIGHT.get(index))
+    VRAM_IN_FLIGHT.of(device)
 }
 
 impl VramReservation {
