@@ -113,11 +113,17 @@ class AllocatorBeside:
         except (subprocess.TimeoutExpired, ValueError):
             pass
         finally:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(self.proc)
         return False
+
+
+def kill_group(proc):
+    """SIGKILL to the process group of `proc` (started with start_new_session: it, and
+    what it spawned), where it may already be gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def kill_pid(pid):

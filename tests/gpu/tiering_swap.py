@@ -55,7 +55,7 @@ import tempfile
 import time
 import traceback
 
-from gbgpu.foreign import balloon, child_env, die_with_parent
+from gbgpu.foreign import balloon, child_env, die_with_parent, kill_group
 from gbgpu.verdicts import COUNTS, kv, record
 
 ENTRY = os.path.abspath(__file__)  # the program whose roles run_role starts
@@ -70,14 +70,6 @@ WORK = None             # the roles' output files: a folder made by main, remove
 
 def seconds_left(most):
     return max(1.0, min(most, STARTED + DEADLINE_S - time.monotonic()))
-
-
-def kill_group(proc):
-    """SIGKILL to a role's process group (the role, and what it spawned)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def tail(text, n=600):
