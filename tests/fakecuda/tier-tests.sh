@@ -200,6 +200,17 @@ t_tier_room_churn() {
     # demoted for it stays in T2 until the rounds end (no round trip a round), then returns.
     tier_run tier-room-churn GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=debug "$BIN/gbtier" room-churn $(( 16 << 20 )) 6
 }
+t_tier_room_churn_read() {
+    # The same with the weights read all along: the demoted weight, hotter than the idle
+    # working block, does not swap back in while room is being made either.
+    tier_run tier-room-churn-read GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=debug "$BIN/gbtier" room-churn \
+        $(( 16 << 20 )) 6 read
+}
+t_tier_cycle() {
+    # Weights read once per pass, in order, a pass eight ticks long: none trades places
+    # with another (each part's heat is over the interval between its reads).
+    tier_run tier-cycle GREENBOOST_VRAM_RESERVE=0 GREENBOOST_LOG=debug "$BIN/gbtier" cycle $(( 16 << 20 )) 8 80
+}
 t_tier_scratch_room() {
     # GEMM staging's scratch, refused by the budget (weights hold the room), gets VRAM by
     # room made for the next product: a weight block goes to T2, the products are staged.
@@ -275,4 +286,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_scratch_room tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

@@ -13,7 +13,9 @@
 //!   in T2 (`recently`): a tick that promoted one into the room a freed activation left
 //!   would have the next allocation demote it again, a weight's round trip over the link
 //!   for nothing (on an H100 an HF prefill promoted 2.7 GB and demoted 12.6 GB,
-//!   bench/results/longctx-2026-12-05.md). Roles still swap by heat meanwhile.
+//!   bench/results/longctx-2026-12-05.md). Nor do swaps bring them in meanwhile
+//!   (`tiering::Room::working_set_growing`): with swaps on while the device was drained,
+//!   the same prefill promoted and demoted 27.8 GB so.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

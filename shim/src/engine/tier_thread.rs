@@ -160,8 +160,9 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         free,
         headroom,
         budget_room: budget::promotion_room(device, false),
+        loaded_room: budget::promotion_room(device, true),
         // While the working set grows, the weights demoted for it stay in T2 (`room_made`).
-        loaded_room: if room_made::recently(device) { 0 } else { budget::promotion_room(device, true) },
+        working_set_growing: room_made::recently(device),
         answered: carried.answered,
         demote: config.demote,
         swap_limit: SWAP_BYTES,

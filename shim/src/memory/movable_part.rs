@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::memory::budget::{T2Charge, T2Reservation, VramCharge, VramReservation};
+use crate::rules::read_rate::ReadRate;
 use crate::sys::lock::Mutex;
 use crate::sys::lock_order::rank;
 use crate::sys::stats::{self, STATS};
@@ -25,6 +26,8 @@ pub(super) enum Residence {
 struct State {
     residence: Residence,
     freed: bool,
+    /// Its heat, tick by tick (the tier thread's ticks take what was read since).
+    reads: ReadRate,
 }
 
 /// A part: `len` bytes at `offset` in its allocation.
@@ -36,8 +39,8 @@ struct State {
 pub struct Part {
     offset: u64,
     len: u64,
-    /// Heat kept from earlier ticks, halved at each, and what matrix products read since.
-    heat: AtomicU64,
+    /// Bytes matrix products read of it since the last tick.
+    read: AtomicU64,
     in_vram: AtomicBool,
     /// In VRAM while free VRAM fell so low that the driver evicts managed pages: some of
     /// it may be on the host (the driver does not say which) until moved again.
@@ -74,10 +77,10 @@ impl Part {
         let part = Part {
             offset,
             len,
-            heat: AtomicU64::new(0),
+            read: AtomicU64::new(0),
             in_vram: AtomicBool::new(false),
             maybe_evicted: AtomicBool::new(false),
-            state: Mutex::new(State { residence, freed: false }),
+            state: Mutex::new(State { residence, freed: false, reads: ReadRate::default() }),
         };
         let in_vram = matches!(part.state.lock().residence, Residence::Vram(_));
         part.set_in_vram(in_vram);
@@ -110,17 +113,21 @@ impl Part {
 
     /// A matrix product read `bytes` of it.
     pub(super) fn note_read(&self, bytes: u64) {
-        self.heat.fetch_add(bytes, Ordering::Relaxed);
+        self.read.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Its heat with `new` (what launches named since the last tick) added; with `take`,
-    /// half of that is kept for the next tick.
-    pub(super) fn heat_with(&self, new: u64, take: bool) -> u64 {
-        let heat = self.heat.load(Ordering::Relaxed).saturating_add(new);
+    /// Its heat (`ReadRate`, bytes read a tick) with this tick's reads counted: what
+    /// products read since the last tick and `named` (what launches, copies and memsets
+    /// named since). With `take` (the tier thread's tick) the tick ends here; without,
+    /// all stays in place.
+    pub(super) fn heat_with(&self, named: u64, take: bool) -> u64 {
+        let products = if take { self.read.swap(0, Ordering::Relaxed) } else { self.read.load(Ordering::Relaxed) };
+        let mut state = self.state.lock();
+        let reads = state.reads.after_tick(products.saturating_add(named));
         if take {
-            self.heat.store(heat / 2, Ordering::Relaxed);
+            state.reads = reads;
         }
-        heat
+        reads.heat()
     }
 
     /// Starts a move to VRAM (`promote`) or to T2 if the part is live and where the move

@@ -20,12 +20,11 @@
 //!   (`Room::drained`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
-//!   allocations in T2 go to VRAM, the hottest first: the most read by matrix products
-//!   since the last ticks, then those allocated after the program started computing
+//!   allocations in T2 go to VRAM, the hottest first: the most read a tick, then those allocated after the program started computing
 //!   (activations, KV cache), then the oldest. What was allocated before it computed
 //!   (its weights, read once per forward) is promoted only into VRAM that leaves the
 //!   reserve free, and not while room is being made for the working set
-//!   (`engine::room_made`: the tier thread gives it no room then): the reserve is the
+//!   (`Room::working_set_growing`), nor swapped in then: the reserve is the
 //!   working set's, which is read many times over (on
 //!   the H200 an HF 16384-token prefill beside another process with a 6 GiB reserve took
 //!   17.9 s once promotions had filled the reserve with 10 GiB of weights and sent its
@@ -39,7 +38,8 @@
 //!   as often as allocations in VRAM goes to VRAM, and as many of those, coldest first,
 //!   go to T2 to make its room — at most `Room::swap_limit` bytes a tick (demotion runs
 //!   at 9-12 GB/s on the H200, bench/results/tiering-probe-2026-12-01.md). Heat is what
-//!   launches and products read; a kernel's parameters name where it reads, not how
+//!   launches and products read a tick, over the interval between reads (`read_rate`:
+//!   what is read once per pass is alike whatever its phase); a kernel's parameters name where it reads, not how
 //!   much, so each launch that names an allocation counts all of it (of a large one cut
 //!   into parts, the piece from the start it named to the next: `range_heat`).
 //!
@@ -56,7 +56,7 @@ use std::cmp::{Ordering, Reverse};
 pub struct Candidate {
     pub bytes: u64,
     pub in_vram: bool,
-    /// Bytes matrix products read from it, decayed by half at every tick.
+    /// Bytes read of it a tick, over the interval between its reads (`read_rate`).
     pub heat: u64,
     /// Allocation order.
     pub sequence: u64,
@@ -77,6 +77,9 @@ pub struct Room {
     /// The same with the reserve kept free: the room for what was allocated before the
     /// program computed.
     pub loaded_room: u64,
+    /// Room is being made for the working set (`engine::room_made`): what was allocated
+    /// before the program computed stays where it is, promoted or swapped in by no tick.
+    pub working_set_growing: bool,
     /// Bytes demoted since free VRAM last stood at the headroom.
     pub answered: u64,
     /// GREENBOOST_DEMOTE.
@@ -269,7 +272,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
         // fresh VRAM instead.
         let mut moves = Vec::new();
         if room.swaps_while_short || room.drained() {
-            swaps(room.swap_limit, candidates, &mut moves);
+            swaps(room, candidates, &mut moves);
         }
         return moves;
     }
@@ -278,7 +281,8 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
         let c = &candidates[i];
         (Reverse(c.in_vram), Reverse(c.heat), Reverse(c.after_computing), c.sequence)
     });
-    let (mut free_left, mut budget_left, mut loaded_left) = (room.fillable(), room.budget_room, room.loaded_room);
+    let loaded_room = if room.working_set_growing { 0 } else { room.loaded_room };
+    let (mut free_left, mut budget_left, mut loaded_left) = (room.fillable(), room.budget_room, loaded_room);
     let mut moves = Vec::new();
     for i in order {
         let c = &candidates[i];
@@ -293,27 +297,31 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
             moves.push(Move::Promote(i));
         }
     }
-    swaps(room.swap_limit, candidates, &mut moves);
+    swaps(room, candidates, &mut moves);
     moves
 }
 
 /// Appends to `moves` (the tick's promotions and refreshes) the swaps of roles that
-/// `swap_limit` bytes of demotion allow: the hottest T2 allocations per byte first, each
-/// with the coldest allocations in VRAM that make its room, when all of them together
-/// are read `SWAP_MARGIN` times less than it. An allocation in VRAM much larger than the
-/// room still wanted is passed over for smaller ones.
-fn swaps(swap_limit: u64, candidates: &[Candidate], moves: &mut Vec<Move>) {
+/// `Room::swap_limit` bytes of demotion allow: the hottest T2 allocations per byte first,
+/// each with the coldest allocations in VRAM that make its room, when all of them
+/// together are read `SWAP_MARGIN` times less than it. An allocation in VRAM much larger
+/// than the room still wanted is passed over for smaller ones. While the working set
+/// grows, what was allocated before computing is not swapped in: the room is the working
+/// set's, and the next allocation would demote it again (on an H100 an HF prefill so
+/// promoted and demoted 27.8 GB, bench/results/2026-12-05-4dd3d98c4b53-longctx-h100.md).
+fn swaps(room: &Room, candidates: &[Candidate], moves: &mut Vec<Move>) {
     let moving =
         |i: usize, moves: &[Move]| moves.iter().any(|m| matches!(m, Move::Promote(j) | Move::Refresh(j) if *j == i));
+    let may_come = |c: &Candidate| c.after_computing || !room.working_set_growing;
     let mut hot: Vec<usize> = (0..candidates.len())
-        .filter(|&i| !candidates[i].in_vram && candidates[i].heat > 0 && !moving(i, moves))
+        .filter(|&i| !candidates[i].in_vram && candidates[i].heat > 0 && may_come(&candidates[i]) && !moving(i, moves))
         .collect();
     hot.sort_by(|&a, &b| hotter_per_byte(&candidates[b], &candidates[a]));
     let mut cold: Vec<usize> = (0..candidates.len())
         .filter(|&i| candidates[i].in_vram && !candidates[i].maybe_evicted && !moving(i, moves))
         .collect();
     cold.sort_by(|&a, &b| hotter_per_byte(&candidates[a], &candidates[b]));
-    let mut left = swap_limit;
+    let mut left = room.swap_limit;
     for h in hot {
         let wanted = &candidates[h];
         if wanted.bytes > left {

@@ -15,6 +15,7 @@ fn room(free: u64) -> Room {
         headroom: G,
         budget_room: u64::MAX,
         loaded_room: u64::MAX,
+        working_set_growing: false,
         answered: 0,
         demote: true,
         swap_limit: 0,
@@ -131,6 +132,29 @@ fn a_hot_t2_allocation_swaps_with_the_coldest_in_vram() {
     // Cold T2, hot VRAM: nothing moves.
     let settled = [at(G, true, 40 * G, 0), at(G, false, G, 1)];
     assert_eq!(plan(&swapping(G + G / 4, 4 * G), &settled), vec![]);
+}
+
+#[test]
+fn while_the_working_set_grows_only_what_came_after_computing_swaps_in_or_is_promoted() {
+    let mut kv = at(G, false, 40 * G, 2);
+    kv.after_computing = true;
+    // A hot weight demoted to make room, a hot KV block, a cold activation in VRAM.
+    let mut activation = at(2 * G, true, 0, 3);
+    activation.after_computing = true;
+    let candidates = [at(G, false, 80 * G, 0), kv, activation];
+    let growing = Room { working_set_growing: true, ..swapping(G + G / 4, 4 * G) };
+    assert_eq!(plan(&growing, &candidates), vec![Move::SwapOut(2), Move::SwapIn(1)], "the KV block alone");
+    assert_eq!(
+        plan(&swapping(G + G / 4, 4 * G), &candidates),
+        vec![Move::SwapOut(2), Move::SwapIn(0)],
+        "once it stops growing, the hotter weight"
+    );
+    // Drained and answered, swaps go on, still not for the weight.
+    let drained = Room { working_set_growing: true, answered: G, swaps_while_short: false, ..swapping(0, 4 * G) };
+    assert_eq!(plan(&drained, &candidates), vec![Move::SwapOut(2), Move::SwapIn(1)]);
+    // No promotion of the weight into free VRAM either, though the reserve leaves room.
+    let roomy = Room { working_set_growing: true, ..room(40 * G) };
+    assert_eq!(plan(&roomy, &[at(G, false, 80 * G, 0)]), vec![]);
 }
 
 #[test]

@@ -369,24 +369,27 @@ int test_working_set(int argc, char **argv)
     return 0;
 }
 
-/* gbtier room-churn BLOCK ROUNDS: a prefill's working set comes and goes, and the weights
- * demoted for it stay in T2 until it has stopped coming. N weight blocks fill the room
- * this process has beside another, with half a block to spare; once the program computes,
- * it allocates a working block (a weight goes to T2 to make its room), uses it, keeps it
- * for five ticks and frees it, ROUNDS times. Each free leaves room that a tick could
- * promote the weight back into, for the next round to demote it again: a weight's round
- * trip a round, for nothing (engine/room_made.rs holds it back for a second). Over
- * the rounds at most one weight is demoted and none promoted; once they end, the weight
- * comes back (within 3 s). Every byte kept. */
+/* gbtier room-churn BLOCK ROUNDS [read]: a prefill's working set comes and goes, and the
+ * weights demoted for it stay in T2 until it has stopped coming. N weight blocks fill the
+ * room this process has beside another, with half a block to spare; once the program
+ * computes, it allocates a working block (a weight goes to T2 to make its room), uses it,
+ * keeps it for five ticks and frees it, ROUNDS times. Each free leaves room that a tick
+ * could promote the weight back into, for the next round to demote it again: a weight's
+ * round trip a round, for nothing (engine/room_made.rs holds it back for a second). With
+ * `read`, the program names every weight every 2 ms meanwhile (a prefill reads them): the
+ * demoted weight, hotter than the working block kept idle, may not swap back in either
+ * (tiering::Room::working_set_growing). Over the rounds at most one weight is demoted and
+ * none promoted; once they end, the weight comes back (within 3 s). Every byte kept. */
 int test_room_churn(int argc, char **argv)
 {
-    CHECK(argc >= 4, "usage: room-churn BLOCK ROUNDS\n");
+    CHECK(argc >= 4, "usage: room-churn BLOCK ROUNDS [read]\n");
     size_t block = strtoull(argv[2], NULL, 0);
-    int rounds = atoi(argv[3]), n = 4;
+    int rounds = atoi(argv[3]), n = 4, reading = argc > 4 && !strcmp(argv[4], "read");
     void *weights[4];
     CHECK(rounds > 1, "2 rounds or more\n");
     struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 2);
     load_weights_then_compute(weights, n, block);
+    CUfunction f = struct_kernel();
     for (int round = 0; round < rounds; round++) {
         void *working;
         OK(cudaMalloc(&working, block));
@@ -394,9 +397,15 @@ int test_room_churn(int argc, char **argv)
               "in VRAM\n", round);
         OK(fakegpu_launch_fill(dptr(working), block, 900 + (uint32_t)round, NULL));
         OK(cudaDeviceSynchronize());
-        usleep(50000); /* five ticks of 10 ms */
-        OK(cudaFree(working));
-        usleep(50000);
+        for (int wait = 0; wait < 2; wait++) { /* five ticks of 10 ms kept, five after the free */
+            for (int ms = 0; ms < 50; ms += 2) {
+                if (reading)
+                    name_all(f, weights, n);
+                usleep(2000);
+            }
+            if (wait == 0)
+                OK(cudaFree(working));
+        }
     }
     struct shim_stats during = shim_stats();
     printf("room-churn: over %d rounds %llu MiB demoted in %llu moves, %llu MiB promoted in %llu\n", rounds,

@@ -488,6 +488,7 @@ int main(int argc, char **argv)
         { "ranges-room", test_ranges_room },
         { "kernel-times", test_kernel_times },
         { "ranges-demote", test_ranges_demote },
+        { "cycle", test_cycle },
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     vram = fakegpu_vram_total();

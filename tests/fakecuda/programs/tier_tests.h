@@ -100,5 +100,7 @@ int test_ranges(int argc, char **argv);
 int test_ranges_room(int argc, char **argv);
 int test_kernel_times(int argc, char **argv);
 int test_ranges_demote(int argc, char **argv);
+/* tier_heat.c: heat that does not trade weights read once per pass for one another. */
+int test_cycle(int argc, char **argv);
 
 #endif

@@ -1,0 +1,74 @@
+/* gbtier cycle BLOCK N PASS_MS: weights read once per pass, in order, a pass several ticks
+ * long, beside another process: none is hotter than another, and no two trade places.
+ *
+ * N weight blocks are loaded beside another process that leaves room for N / 2 of them
+ * (and an eighth of a block): the first half go to VRAM, the rest to T2, all movable.
+ * A moment after loading, the program computes: pass after pass, it names each block in
+ * turn through cuLaunchKernel (PASS_MS / N apart), as a forward reads its layers. Every
+ * block is read once per pass, so the swaps (shim/src/rules/tiering.rs, a T2 block read
+ * SWAP_MARGIN times as often per byte as those it displaces) have nothing to do. A heat
+ * that sums reads and halves at every tick (10 ms) saw the block just read 2^k times
+ * hotter than one read k ticks before, and swapped them at every pass: the round trip
+ * over the link an HF decode on an H100 paid (1.1 tokens/s,
+ * bench/results/2026-12-05-4dd3d98c4b53-longctx-h100.md). With each part's heat taken
+ * over the interval between its reads (shim/src/rules/read_rate.rs), over 30 passes
+ * nothing moves and every byte stays. */
+#define _GNU_SOURCE
+#include "tier_tests.h"
+
+#define MAX_BLOCKS 16
+
+/* Names `block` alone through cuLaunchKernel (fk_read_u32 of its first words). */
+static void name_one(CUfunction f, void *block)
+{
+    CUdeviceptr p = dptr(block);
+    unsigned long long words = 16;
+    void *params[2] = { &p, &words };
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+}
+
+int test_cycle(int argc, char **argv)
+{
+    CHECK(argc >= 5, "usage: cycle BLOCK N PASS_MS\n");
+    size_t block = strtoull(argv[2], NULL, 0);
+    int n = atoi(argv[3]), pass_ms = atoi(argv[4]), passes = 30;
+    CHECK(n >= 4 && n <= MAX_BLOCKS && n % 2 == 0, "4 to %d weight blocks, even\n", MAX_BLOCKS);
+    CHECK(pass_ms >= 4 * 10, "PASS_MS %d: at least four ticks of 10 ms\n", pass_ms);
+    void *weights[MAX_BLOCKS];
+    struct balloon other = balloon_start(device_free() - headroom - (size_t)(n / 2) * block - block / 8);
+    for (int i = 0; i < n; i++) {
+        OK(cudaMalloc(&weights[i], block));
+        CHECK(!strcmp(fakegpu_ptr_kind(dptr(weights[i])), "managed"), "weight block %d is %s: want movable memory\n",
+              i, fakegpu_ptr_kind(dptr(weights[i])));
+        CHECK((shim_t2_bytes(weights[i], block) == 0) == (i < n / 2), "weight block %d has %llu T2 bytes: want the "
+              "first %d in VRAM, the rest in T2\n", i, shim_t2_bytes(weights[i], block), n / 2);
+        OK(fakegpu_launch_fill(dptr(weights[i]), block, 700 + (uint32_t)i, NULL));
+    }
+    OK(cudaDeviceSynchronize());
+    usleep(300000); /* loaded; the program starts a moment later */
+    cublasHandle_t h;
+    OK(cublasCreate_v2(&h)); /* the program computes from here on */
+    CUfunction f = kernel_named(".version 8.0\n.target sm_90\n"
+                                ".visible .entry fk_read_u32(.param .u64 src, .param .u64 count)\n{ ret; }\n",
+                                "fk_read_u32");
+    for (int pass = 0; pass < passes; pass++)
+        for (int i = 0; i < n; i++) {
+            name_one(f, weights[i]);
+            usleep((useconds_t)pass_ms * 1000 / (useconds_t)n);
+        }
+    OK(cudaDeviceSynchronize());
+    struct shim_stats st = shim_stats();
+    int in_vram_now = 0;
+    for (int i = 0; i < n; i++)
+        in_vram_now += shim_t2_bytes(weights[i], block) == 0;
+    printf("cycle: %d passes of %d ms over %d blocks, %d in VRAM: %llu swaps, %llu promotions, %llu demotions\n",
+           passes, pass_ms, n, in_vram_now, st.swaps, st.promotions, st.demotions);
+    CHECK(st.swaps == 0 && st.promotions == 0 && st.demotions == 0, "%llu swaps, %llu promotions, %llu demotions "
+          "among weights read once per pass each\n", st.swaps, st.promotions, st.demotions);
+    CHECK(in_vram_now == n / 2, "%d of %d blocks in VRAM, %d before\n", in_vram_now, n, n / 2);
+    check_blocks(weights, n, block, "after the passes");
+    for (int i = 0; i < n; i++)
+        OK(cudaFree(weights[i]));
+    balloon_stop(&other);
+    return 0;
+}
