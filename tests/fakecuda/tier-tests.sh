@@ -219,6 +219,14 @@ t_tier_scratch_room() {
         "$BIN/gbtier" scratch-room $(( 8 << 20 )) || return 1
     log_has "GEMM a=vram" "no product read the weight from VRAM: not staged"
 }
+t_tier_scratch_room_parts() {
+    # The same with weights of 64 MiB, cut into 2 MiB parts that room can be made of a
+    # chunk at a time: once the scratch has grown, no product makes room again.
+    tier_run tier-scratch-room-parts FAKECUDA_VRAM=1G GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) \
+        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_TIER_INTERVAL_MS=60000 GREENBOOST_LOG=debug \
+        "$BIN/gbtier" scratch-room $(( 64 << 20 )) || return 1
+    log_has "GEMM a=vram" "no product read the weight from VRAM: not staged"
+}
 t_tier_make_room_kept_off_fails() {
     # Without the give-back the working block takes fresh VRAM under the headroom (and
     # a tick may meanwhile demote another weight block for it).
@@ -286,4 +294,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

@@ -317,12 +317,15 @@ int test_pool(int argc, char **argv)
  * BLOCK / 1 KiB columns, every element 1; B: 32 columns of 2). The first finds no room
  * in the budget for its scratch and reads the weight in place; the next makes that room
  * (a weight block in VRAM goes to T2) and is staged: the device reads A from VRAM, and
- * every product's result is right (each element 2 * k). */
+ * every product's result is right (each element 2 * k). No room is made after that: over
+ * 8 products at most the operand's bytes and 4 MiB are demoted (before 2026-12-05 every
+ * product made a 2 MiB chunk of room more, for nothing wanted, where weights of 64 MiB
+ * or more, cut into 2 MiB parts, gave it). */
 int test_scratch_room(int argc, char **argv)
 {
     CHECK(argc >= 3, "usage: scratch-room BLOCK\n");
     size_t block = strtoull(argv[2], NULL, 0);
-    int m = 256, n = 32, k = (int)(block / sizeof(float) / (size_t)m), products = 4;
+    int m = 256, n = 32, k = (int)(block / sizeof(float) / (size_t)m), products = 8;
     size_t b_bytes = (size_t)k * n * sizeof(float), c_bytes = (size_t)m * n * sizeof(float);
     float *host = malloc(block), *b, *c, *weights[WEIGHTS + 1];
     CHECK(host != NULL, "malloc\n");
@@ -360,6 +363,8 @@ int test_scratch_room(int argc, char **argv)
     CHECK(st.gemm_staged >= (unsigned long long)products - 1, "%llu of %d products staged: no room was made for "
           "the scratch\n", st.gemm_staged, products);
     CHECK(demoted > 0, "no weight block went to T2, yet the scratch got VRAM\n");
+    CHECK(st.demoted_bytes <= block + (4UL << 20), "%llu MiB demoted in %llu moves for a scratch of one %zu MiB "
+          "operand: room was made again after it had grown\n", st.demoted_bytes >> 20, st.demotions, block >> 20);
     for (int i = 0; i <= WEIGHTS; i++)
         OK(cudaFree(weights[i]));
     OK(cudaFree(b));
