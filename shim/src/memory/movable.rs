@@ -336,10 +336,10 @@ impl Movable {
     }
 
     /// The heat of each part (`read_rate`, bytes read a tick) with what products read since
-    /// the last tick and what launches, copies and memsets named since — for a partitioned allocation, each start's piece
-    /// (`range_heat`), else its whole length for each, by the naming's weight (a launch's
-    /// parameters say where it reads, not how much: all of it until the kernel's sampled
-    /// times say less, `launch::kernel_times`). With `take` (the tier thread's tick) the
+    /// the last tick and what launches, copies and memsets named since — for a partitioned
+    /// allocation, each start's piece (`range_heat`), else its whole length for each, by
+    /// the naming's weight (a launch's parameters say where it reads, not how much: all of
+    /// it until the kernel's sampled times say less, `launch::kernel_times`). With `take` (the tier thread's tick) the
     /// namings are taken and the tick ends for each part; without, all stays in place.
     pub fn heats(&self, take: bool) -> Vec<u64> {
         let named = match self.uses.starts() {
