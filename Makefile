@@ -73,7 +73,8 @@ deb:
 
 # make deb's packages in a debootstrap Debian 12 root (cached): dpkg -i, greenboost run of a
 # fake-CUDA program, status --prometheus, a container's private /dev/shm, apt purge, the
-# root's file list as before; the packaged module built by DKMS and loaded in the stock guest.
+# Python package's wheel in a venv of the root's python3 with its tests, the root's file
+# list as before; the packaged module built by DKMS and loaded in the stock guest.
 deb-test:
 	@scripts/run-suite.sh deb-test tests/deb/run.sh
 

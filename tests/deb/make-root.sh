@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make-root.sh DIR: unpacks a fresh Debian 12 (bookworm) minbase root into DIR, for
-# make deb-test to install the packages into. The root is made once with debootstrap
+# make deb-test to install the packages into, with Debian's python3-venv, pytest, numpy
+# and a C compiler for the Python package's wheel and its tests (the ABI test compiles
+# abi/greenboost.h). The root is made once with debootstrap
 # (from deb.debian.org, ~1-2 min) and kept as a tarball in the cache
 # ($GB_CACHE/debootstrap/), so a warm run only unpacks it (a few seconds). The cache key
 # covers the suite, the variant, the mirror and this script.
@@ -22,7 +24,8 @@ if [ ! -f "$tarball" ]; then
   work=$(mktemp -d "$cache/build.XXXXXX")
   trap 'rm -rf "$work"' EXIT
   log "debootstrap $suite ($variant) from $mirror into the cache, once"
-  debootstrap --variant="$variant" "$suite" "$work/root" "$mirror" > "$work/log" 2>&1 \
+  debootstrap --variant="$variant" --include=python3-venv,python3-pytest,python3-numpy,gcc,libc6-dev "$suite" "$work/root" \
+    "$mirror" > "$work/log" 2>&1 \
     || { tail -20 "$work/log" >&2; die "debootstrap failed (log above)"; }
   # apt-get clean: apt's downloaded .debs are not part of an installed system (a
   # container image drops them too), and apt's first run settles its own directories

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# root-suite.sh ROOT DEBS FAKECUDA: make deb-test's checks in a fresh Debian 12 root
+# root-suite.sh ROOT DEBS FAKECUDA WHEEL: make deb-test's checks in a fresh Debian 12 root
 # (tests/deb/run.sh runs it under `unshare --mount --pid --fork`: every mount below is
 # this namespace's and goes with it). Prints ok/FAIL lines and `N passed, M failed`.
 #   ROOT      the unpacked debootstrap root (tests/deb/make-root.sh)
 #   DEBS      make deb's packages
 #   FAKECUDA  tests/fakecuda/build.sh's output: lib/ (the fake CUDA libraries), bin/
+#   WHEEL     a directory holding the Python package's wheel (build-wheel.sh)
 #
 # Inside the root: the refusal beside a `make install` manifest, `dpkg -i`, the group
 # and the installing user in it, `greenboost run` of a fake-CUDA program (gbballoon:
 # cuMemAlloc past the VRAM budget, so into T2) and `status --prometheus` seeing it,
 # the same program in "containers" (tests/deb/containers.sh), `service enable`, `apt
 # remove` and `apt purge` (drop-ins, swap files, /dev/shm records, group), the dkms
-# package's scripts with a stand-in dkms, and the root's file list before and after.
+# package's scripts with a stand-in dkms, the Python package's wheel installed into a
+# venv of the root's python3 and its tests run there (tests/python-package/installed.sh),
+# and the root's file list before and after.
 set -uo pipefail
-root=$1 debs=$2 fakecuda=$3
+root=$1 debs=$2 fakecuda=$3 wheel=$4
 here=$(cd "$(dirname "$0")" && pwd)
 passed=0 failed=0
 out=$root/tmp/check.out
@@ -45,8 +48,10 @@ mount -t tmpfs -o mode=1777 tmp "$root/tmp"
 mount -t tmpfs -o mode=0755 run "$root/run"
 mkdir -p "$root/run/lock"
 mount -t tmpfs -o mode=0755 mnt "$root/mnt"
-mkdir "$root/mnt/fakecuda" "$root/mnt/debs"
+mkdir "$root/mnt/fakecuda" "$root/mnt/debs" "$root/mnt/wheel" "$root/mnt/src"
 mount --bind -o ro "$fakecuda" "$root/mnt/fakecuda"
+mount --bind -o ro "$wheel" "$root/mnt/wheel"
+mount --bind -o ro "$here/../.." "$root/mnt/src"
 cp "$debs"/*.deb "$root/mnt/debs/"
 version=$(dpkg-deb -f "$debs"/greenboost_*.deb Version)
 
@@ -141,7 +146,18 @@ check "purge removed the group it created (and gbuser's membership)" bash -c \
 # --- 5. greenboost-dkms's scripts, with a stand-in dkms ----------------------------------
 . "$here/dkms-scripts.sh"
 
-# --- 6. the root as it was ----------------------------------------------------------------
+# --- 6. the Python package: its wheel in a venv of the root's python3, its tests there ----
+in_root bash /mnt/src/tests/python-package/installed.sh /mnt/wheel/"$(cd "$wheel" && ls greenboost-*.whl)" \
+  > "$root/tmp/python.out" 2>&1
+grep -Ev '^[0-9]+ passed, [0-9]+ failed$' "$root/tmp/python.out" | sed 's/^\(ok\|FAIL\)\( *\)/\1\2python: /'
+summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$root/tmp/python.out" | tail -1)
+if [ -n "$summary" ]; then
+  passed=$((passed + ${summary%% *})); f=${summary##*, }; failed=$((failed + ${f%% *}))
+else
+  failed=$((failed + 1)); echo "FAIL python: installed.sh ended without its summary"
+fi
+
+# --- 7. the root as it was ----------------------------------------------------------------
 check "apt's extended_states names no GreenBoost package" bash -c "! grep -qs greenboost '$root/var/lib/apt/extended_states'"
 snapshot > "$root/tmp/files-after"
 check "the root's file list (type, mode, owner, size) is as before the install" \

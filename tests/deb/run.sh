@@ -7,7 +7,8 @@
 #   2. in a fresh Debian 12 root (debootstrap, cached: tests/deb/make-root.sh), under
 #      unshare --mount --pid --fork + chroot: tests/deb/root-suite.sh (dpkg -i, a
 #      fake-CUDA program under `greenboost run`, status --prometheus, containers' /dev/shm
-#      and pids, apt purge, the root's file list as before);
+#      and pids, apt purge, the Python package's wheel installed and tested, the root's
+#      file list as before);
 #   3. the packaged module built by the real dkms and loaded in the stock QEMU guest
 #      (tests/deb/dkms-build.sh).
 set -uo pipefail
@@ -77,9 +78,12 @@ check "the fake CUDA libraries and programs build (tests/fakecuda/build.sh)" \
   tests/fakecuda/build.sh "$work/fakecuda"
 rm -rf "$work/fakecuda/.build"
 check "a fresh Debian 12 root (debootstrap, cached)" tests/deb/make-root.sh "$work/root"
+check "the Python package's wheel builds (tests/python-package/build-wheel.sh)" \
+  tests/python-package/build-wheel.sh "$work/wheel"
 [ "$failed" = 0 ] || finish
 stage "in the root"
 unshare --mount --pid --fork --propagation private tests/deb/root-suite.sh "$work/root" "$debs" "$work/fakecuda" \
+  "$work/wheel" \
   | tee "$work/root-suite.log"
 counts=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$work/root-suite.log" | tail -1)
 if [ -z "$counts" ]; then echo "FAIL the root suite did not finish"; failed=$((failed + 1))
