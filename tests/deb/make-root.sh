@@ -32,6 +32,12 @@ if [ ! -f "$tarball" ]; then
   # (partial/ and auxfiles/ owned by _apt, its lock files), which would otherwise show
   # up as changes in the test's first apt run.
   chroot "$work/root" apt-get clean >> "$work/log" 2>&1 || die "apt-get clean failed in the new root"
+  # And dpkg's first write of its status takes each package's Priority from the package
+  # index (debootstrap recorded "optional" for binutils-x86-64-linux-gnu and
+  # readline-common, which the index calls "extra" and "important"): a no-op selection
+  # has it written here, before the test's first dpkg run would.
+  chroot "$work/root" sh -c 'dpkg --get-selections | dpkg --set-selections' >> "$work/log" 2>&1 \
+    || die "dpkg --set-selections failed in the new root"
   tar -C "$work/root" --numeric-owner -cf "$work/root.tar" .
   mv "$work/root.tar" "$tarball"
   # Older roots of this cache (another key) are of no more use.
