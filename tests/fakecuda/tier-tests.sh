@@ -103,8 +103,16 @@ t_tier_swap_kept_steps() {
     tier_run tier-swap-kept-steps FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
         GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info \
         "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 2 || return 1
-    out_has "swaps into VRAM took .* no swaps while free VRAM is under the headroom" \
+    out_has "swaps into VRAM took .* from now on they move in only what free VRAM beyond the headroom holds" \
         "want the tier thread to remember that swaps took fresh VRAM"
+}
+t_tier_swap_kept_rise() {
+    # tier-swap-kept-steps, then another process holding 8 blocks exits: free VRAM rises past the
+    # headroom, and the working blocks still hot in T2 do not swap in past what free VRAM
+    # holds beyond the headroom's slack (the driver is known to keep what moves out leave).
+    tier_run tier-swap-kept-rise FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info \
+        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 2 0 8
 }
 t_tier_give_back_swap() {
     # tier-swap-kept with GREENBOOST_GIVE_BACK=on: the tick gives back what its moves out
@@ -294,4 +302,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

@@ -19,6 +19,7 @@ use crate::cuda::ffi::*;
 use crate::engine::give_back;
 use crate::engine::room_made;
 use crate::engine::tier_lock::{self, Held, Turn};
+use crate::engine::tier_moves;
 use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, Run};
@@ -106,7 +107,7 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
     // In relaxed capture mode, as the allocation's own calls (`movable::managed_in_vram`).
     let (demoted, came_back) = cuda::in_relaxed_capture_mode(|| {
         let free_before = cuda::device_memory().map_or(0, |(free, _)| free);
-        let demoted = tier_thread::swap_out_now(device, &victims);
+        let demoted = tier_moves::swap_out_now(device, &victims);
         // The allocation's move into VRAM would take fresh VRAM, not what the driver
         // keeps of the victims: that is turned into free VRAM for it where the give-back
         // may run; what stays kept answers the drop the allocation makes (`RoomHeld`).

@@ -1,36 +1,31 @@
 //! The live-tiering thread: every GREENBOOST_TIER_INTERVAL_MS it measures each device
 //! that holds movable allocations (`movable`), asks the policy (`tiering`) what moves,
-//! and moves it: a prefetch per run of parts (`movable::Run`: a whole allocation, or
-//! neighbouring parts of a large one) on a low-priority stream of the allocation's
-//! context, in groups of at most `GROUP_BYTES`, each group waited for before the next, so
-//! that a free of one of them waits at most one group. Started by the first movable
-//! allocation; the program's own streams never wait for it.
+//! and has `tier_moves` carry it out. Started by the first movable allocation; the
+//! program's own streams never wait for it.
 //!
-//! The preferred location stays the host (`movable`) whatever the residence: a move is
-//! the prefetch alone. Measured on the H200 (bench/results/tiering-probe-2026-12-01.md):
-//! advising the device before the prefetch made promotion 0.65 of the prefetch alone
-//! (the advice call re-maps the whole range), and pages the driver then evicted for
-//! another process faulted back at 6-7 GB/s; with the host preferred, promoted pages
-//! stay in VRAM (the GPU's own accesses never fault), and evicted ones go to the host
-//! where the device reads them over the link like any T2. The driver does not say what
-//! it evicted: a tick that finds free VRAM under a quarter of the headroom marks what is
-//! in VRAM as maybe evicted, and the policy moves it again once there is room.
+//! Measured on the H200 (bench/results/tiering-probe-2026-12-01.md): advising the device
+//! before the prefetch made promotion 0.65 of the prefetch alone (the advice call re-maps
+//! the whole range), and pages the driver then evicted for another process faulted back
+//! at 6-7 GB/s; with the host preferred, promoted pages stay in VRAM (the GPU's own
+//! accesses never fault), and evicted ones go to the host where the device reads them
+//! over the link like any T2. The driver does not say what it evicted: a tick that finds
+//! free VRAM under a quarter of the headroom marks what is in VRAM as maybe evicted, and
+//! the policy moves it again once there is room.
 //!
 //! A tick holds its GPU's `tier_lock` from the measurement to the end of its moves.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::cuda;
 use crate::cuda::ffi::*;
-use crate::cuda::{self, Where};
 use crate::engine::give_back;
 use crate::engine::heat_table;
 use crate::engine::room_made;
 use crate::engine::tier_lock::{self, Turn};
+use crate::engine::tier_moves::{self, MoveStream, Moved};
 use crate::memory::budget;
 use crate::memory::movable::{self, Movable, Run};
-use crate::memory::movable_part::{Part, Reserved, Started};
-use crate::memory::release;
 use crate::rules::config;
 use crate::rules::placement::Rules;
 use crate::rules::tiering::{self, Candidate, Carried, Move, Outcome, Room};
@@ -39,10 +34,6 @@ use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::shm_path::ShmPath;
-use crate::sys::stats::{self, STATS};
-
-/// Most bytes moved before the thread waits for them.
-const GROUP_BYTES: u64 = 2 << 30;
 
 /// Most bytes moved into VRAM before the thread waits for them and reads free VRAM again
 /// (`arrivals_may_go`): what one group may take of the headroom past the plan.
@@ -50,7 +41,7 @@ const ARRIVAL_GROUP_BYTES: u64 = 256 << 20;
 
 /// Most bytes a tick demotes to swap roles (`tiering::Room::swap_limit`): one group, about
 /// 0.2 s of demotion on the H200.
-const SWAP_BYTES: u64 = GROUP_BYTES;
+const SWAP_BYTES: u64 = tier_moves::GROUP_BYTES;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -80,17 +71,13 @@ pub fn restart_in_child() {
     tier_lock::close_in_child();
 }
 
-/// A context's stream for moves, made on first use.
-struct MoveStream {
-    context: Context,
-    stream: Stream,
-}
-
-/// What the thread keeps per device: what its ticks carry over (`Carried`), and the lock
-/// they take.
+/// What the thread keeps per device: what its ticks carry over (`Carried`), whether the
+/// driver was seen to keep what moves out leave (`Room::driver_keeps`), and the lock they
+/// take.
 struct PerDevice {
     device: CuDevice,
     carried: Carried,
+    driver_keeps: bool,
     lock: ShmPath,
 }
 
@@ -119,7 +106,7 @@ fn run() {
                 Some(index) => index,
                 None => {
                     let lock = tier_lock::lock_path(cuda::pci_address(device));
-                    known.push(PerDevice { device, carried: Carried::default(), lock });
+                    known.push(PerDevice { device, carried: Carried::default(), driver_keeps: false, lock });
                     known.len() - 1
                 }
             };
@@ -138,7 +125,8 @@ fn run() {
             };
             let context = members[0].context();
             let moving = MOVING.lock();
-            this.carried = cuda::with_context(context, || tick(device, &members, this.carried, &mut streams));
+            (this.carried, this.driver_keeps) =
+                cuda::with_context(context, || tick(device, &members, this.carried, this.driver_keeps, &mut streams));
             drop(moving);
             drop(held);
         }
@@ -146,11 +134,17 @@ fn run() {
 }
 
 /// One tick on `device` (a context of it current): measure, plan, move. Returns what the
-/// next tick carries over.
-fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut Vec<MoveStream>) -> Carried {
+/// next tick carries over, and whether the driver keeps what moves out leave.
+fn tick(
+    device: CuDevice,
+    members: &[&Movable],
+    carried: Carried,
+    driver_keeps: bool,
+    streams: &mut Vec<MoveStream>,
+) -> (Carried, bool) {
     let config = config::get();
     let (Some((free, total)), Some(physical)) = (cuda::device_memory(), cuda::physical_vram(device)) else {
-        return carried;
+        return (carried, driver_keeps);
     };
     let headroom = Rules::of(config).headroom(device, physical.max(total));
     // What room made left the driver since answers as the tick's own demotions (`room_made`).
@@ -167,6 +161,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         demote: config.demote,
         swap_limit: SWAP_BYTES,
         swaps_while_short: !carried.swaps_took_fresh,
+        driver_keeps,
     };
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
@@ -187,7 +182,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         .collect();
     let moves = tiering::plan(&room, &candidates);
     if moves.is_empty() {
-        return carried;
+        return (carried, driver_keeps);
     }
     heat_table::log(device, &runs, &candidates, &moves);
     let chosen: Vec<(&Run<'_>, Move)> = moves
@@ -202,8 +197,8 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
     let (leaving, arriving): (Vec<_>, Vec<_>) =
         chosen.iter().partition(|(_, step)| matches!(step, Move::Demote(_) | Move::SwapOut(_)));
     let mut moved = Moved::default();
-    for group in groups(&leaving, GROUP_BYTES) {
-        move_group(device, group, streams, &mut moved);
+    for group in tier_moves::groups(&leaving, tier_moves::GROUP_BYTES) {
+        tier_moves::move_group(device, group, streams, &mut moved);
     }
     let arriving_bytes = arriving.iter().map(|(run, _)| run.bytes).sum();
     let given_back = match moved.demoted + moved.swapped_out {
@@ -211,7 +206,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         moved_out => give_back::after_moves_out(device, moved_out, free, arriving_bytes, true),
     };
     let mut arrivals = Arrivals { fresh: room.fillable() + given_back, first_free: None };
-    for group in groups(&arriving, ARRIVAL_GROUP_BYTES) {
+    for group in tier_moves::groups(&arriving, ARRIVAL_GROUP_BYTES) {
         if !arrivals.may_go() {
             info!(
                 "live tiering on device {}: moves into VRAM took {} of free VRAM where {} was planned \
@@ -222,7 +217,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
             );
             break;
         }
-        move_group(device, group, streams, &mut moved);
+        tier_moves::move_group(device, group, streams, &mut moved);
     }
     // Read once more after the last group: one group alone may have taken fresh VRAM.
     let outcome = Outcome {
@@ -233,10 +228,11 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         given_back,
     };
     let next = carried.after(&outcome);
-    if next.swaps_took_fresh && !carried.swaps_took_fresh {
+    if next.swaps_took_fresh && !driver_keeps {
         info!(
-            "live tiering on device {}: swaps into VRAM took {} of free VRAM past the plan: no swaps while free VRAM \
-             is under the headroom, until the driver has next to none left to give them",
+            "live tiering on device {}: swaps into VRAM took {} of free VRAM past the plan (the driver keeps what \
+             moves out leave): from now on they move in only what free VRAM beyond the headroom holds, or once the \
+             driver has next to none left to give",
             device,
             Mib(outcome.kept_by_swaps())
         );
@@ -251,7 +247,7 @@ fn tick(device: CuDevice, members: &[&Movable], carried: Carried, streams: &mut 
         Mib(moved.demoted),
         Mib(moved.swapped_out)
     );
-    next
+    (next, driver_keeps || next.swaps_took_fresh)
 }
 
 /// A tick's moves into VRAM, group by group. The driver keeps the VRAM that a move out
@@ -281,220 +277,4 @@ impl Arrivals {
         let Some(first) = self.first_free else { return 0 };
         cuda::device_memory().map_or(0, |(free, _)| first.saturating_sub(free))
     }
-}
-
-/// What a tick's moves did so far.
-#[derive(Default)]
-struct Moved {
-    /// Bytes demoted to answer a shortfall.
-    demoted: u64,
-    /// Bytes sent to T2 to swap roles.
-    swapped_out: u64,
-    /// Bytes moved to VRAM by swaps.
-    swapped_in: u64,
-    /// Of those, the VRAM not yet taken by swaps in.
-    swap_room: u64,
-}
-
-/// Sends `victims` (runs of movable memory in VRAM on `device`) to T2 now, on streams
-/// made for it, to make room for an allocation of this process (`make_room`): each
-/// counted as a swap. Returns the bytes that went.
-pub(super) fn swap_out_now(device: CuDevice, victims: &[Run<'_>]) -> u64 {
-    let moves: Vec<(&Run<'_>, Move)> = victims.iter().enumerate().map(|(i, run)| (run, Move::SwapOut(i))).collect();
-    let (mut streams, mut moved) = (Vec::new(), Moved::default());
-    for group in groups(&moves, GROUP_BYTES) {
-        move_group(device, group, &mut streams, &mut moved);
-    }
-    for made in streams {
-        cuda::with_context(made.context, || cuda::stream_destroy(made.stream));
-    }
-    publish::update();
-    moved.swapped_out
-}
-
-/// One run's move in a group: the parts that started, with their moves.
-struct RunMove<'a> {
-    run: &'a Run<'a>,
-    step: Move,
-    parts: Vec<(&'a Part, Started)>,
-    /// The stream its prefetches went to, if every one was issued.
-    stream: Option<Stream>,
-}
-
-impl RunMove<'_> {
-    fn bytes(&self) -> u64 {
-        self.parts.iter().map(|(part, _)| part.len()).sum()
-    }
-
-    /// Enqueues the migration of its started parts to `to` on `stream`, one prefetch per
-    /// stretch of neighbours; whether every one was issued.
-    fn prefetch(&self, to: Where, stream: Stream) -> bool {
-        let allocation = self.run.allocation;
-        let mut all = true;
-        let mut at = 0;
-        while at < self.parts.len() {
-            let first = self.parts[at].0;
-            let mut end = first.offset() + first.len();
-            at += 1;
-            while at < self.parts.len() && self.parts[at].0.offset() == end {
-                end += self.parts[at].0.len();
-                at += 1;
-            }
-            let start = allocation.base() + first.offset();
-            all &= cuda::with_context(allocation.context(), || prefetch(start, end - first.offset(), to, stream));
-        }
-        all
-    }
-}
-
-/// `moves` cut into groups of at most `most` bytes (one run larger is a group).
-fn groups<'a>(moves: &'a [(&'a Run<'a>, Move)], most: u64) -> Vec<&'a [(&'a Run<'a>, Move)]> {
-    let mut cut = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, (run, _)) in moves.iter().enumerate() {
-        if i > start && bytes + run.bytes > most {
-            cut.push(&moves[start..i]);
-            (start, bytes) = (i, 0);
-        }
-        bytes += run.bytes;
-    }
-    if start < moves.len() {
-        cut.push(&moves[start..]);
-    }
-    cut
-}
-
-/// Starts one part's move of `step` on `device` (`moved` holds the room this tick's swaps
-/// out gave back).
-fn start_part(part: &Part, step: Move, loaded: bool, device: CuDevice, moved: &mut Moved) -> Option<Started> {
-    match step {
-        Move::Promote(_) => {
-            part.start_move(true, |len| budget::reserve_promotion(len, device, loaded).map(Reserved::Vram))
-        }
-        // Into the VRAM this process's swaps out gave back this tick, already its own.
-        Move::SwapIn(_) => part.start_move(true, |len| {
-            let fits = len <= moved.swap_room;
-            fits.then(|| {
-                moved.swap_room -= len;
-                Reserved::Vram(budget::reserve_unchecked(len, device))
-            })
-        }),
-        Move::Demote(_) | Move::SwapOut(_) => {
-            part.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2))
-        }
-        Move::Refresh(_) => part.start_refresh(),
-    }
-}
-
-/// Starts every move of `group` (each part of each run), waits for the driver, ends
-/// them; what moved is added to `moved`.
-fn move_group<'a>(
-    device: CuDevice,
-    group: &'a [(&'a Run<'a>, Move)],
-    streams: &mut Vec<MoveStream>,
-    moved: &mut Moved,
-) {
-    let began = Instant::now();
-    let mut started: Vec<RunMove<'a>> = Vec::new();
-    for &(run, step) in group {
-        let allocation: &Movable = run.allocation;
-        let Some(stream) = stream_of(allocation.context(), streams) else { continue };
-        let loaded = !allocation.after_computing();
-        let parts: Vec<(&Part, Started)> = run
-            .parts()
-            .iter()
-            .filter_map(|part| Some((part, start_part(part, step, loaded, device, moved)?)))
-            .collect();
-        if parts.is_empty() {
-            continue;
-        }
-        let mut run_move = RunMove { run, step, parts, stream: None };
-        let to = if matches!(step, Move::Demote(_) | Move::SwapOut(_)) { Where::Host } else { Where::Device(device) };
-        let issuing = Instant::now();
-        let issued = run_move.prefetch(to, stream);
-        let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
-        run_move.stream = issued.then_some(stream);
-        started.push(run_move);
-    }
-    if started.is_empty() {
-        return;
-    }
-    // Each stream the group used, waited for once.
-    let mut used: Vec<Stream> = Vec::new();
-    for stream in started.iter().filter_map(|run_move| run_move.stream) {
-        if !used.contains(&stream) {
-            used.push(stream);
-        }
-    }
-    let streams_done = used.into_iter().all(|stream| cuda::stream_synchronize(stream) == CuResult::SUCCESS);
-    let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let (mut promoted_any, mut demoted_any) = (false, false);
-    for run_move in started {
-        let arrived = run_move.stream.is_some() && streams_done;
-        let (step, bytes, address) = (run_move.step, run_move.bytes(), run_move.run.address());
-        if let (false, Move::Promote(_) | Move::SwapIn(_), Some(stream)) = (arrived, step, run_move.stream) {
-            // The driver may have moved some of it into VRAM the accounts give back now:
-            // send it home (best effort; the host is where eviction sends it anyway).
-            run_move.prefetch(Where::Host, stream);
-        }
-        for (part, part_started) in run_move.parts {
-            part.finish_move(part_started, arrived);
-        }
-        if !arrived {
-            continue;
-        }
-        match step {
-            // Charged and counted in VRAM already: no move in the counters.
-            Move::Refresh(_) => {
-                debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", address, Mib(bytes))
-            }
-            Move::Promote(_) | Move::SwapIn(_) => {
-                promoted_any = true;
-                if matches!(step, Move::SwapIn(_)) {
-                    moved.swapped_in += bytes;
-                }
-                stats::bump(&STATS.promotions);
-                STATS.promoted_bytes.fetch_add(bytes, Ordering::Relaxed);
-            }
-            Move::Demote(_) | Move::SwapOut(_) => {
-                demoted_any = true;
-                if matches!(step, Move::SwapOut(_)) {
-                    moved.swapped_out += bytes;
-                    moved.swap_room += bytes;
-                    stats::bump(&STATS.swaps);
-                } else {
-                    moved.demoted += bytes;
-                }
-                stats::bump(&STATS.demotions);
-                STATS.demoted_bytes.fetch_add(bytes, Ordering::Relaxed);
-            }
-        }
-    }
-    if promoted_any {
-        STATS.promote_ns.fetch_add(elapsed, Ordering::Relaxed);
-    }
-    if demoted_any {
-        STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
-    }
-}
-
-/// Enqueues the migration of [`start`, `start + len`) to `to` on `stream`.
-fn prefetch(start: CuDevicePtr, len: u64, to: Where, stream: Stream) -> bool {
-    let prefetched = cuda::mem_prefetch_async(start, len, to, stream);
-    if prefetched != CuResult::SUCCESS {
-        info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", start, prefetched.0);
-        return false;
-    }
-    true
-}
-
-/// The move stream of `context`, made (lowest priority, non-blocking) on first use.
-fn stream_of(context: Context, streams: &mut Vec<MoveStream>) -> Option<Stream> {
-    if let Some(known) = streams.iter().find(|s| s.context == context) {
-        return Some(known.stream);
-    }
-    let stream = cuda::with_context(context, cuda::stream_create_low_priority).ok()?;
-    streams.push(MoveStream { context, stream });
-    Some(stream)
 }

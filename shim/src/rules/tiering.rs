@@ -17,7 +17,9 @@
 //!   nothing is promoted, but roles still swap (below): a swap in reuses what its swap
 //!   out left the driver, unless the tier thread saw moves in take fresh VRAM there
 //!   (`Room::swaps_while_short`) while the driver still has free VRAM to give them
-//!   (`Room::drained`).
+//!   (`Room::drained`). Once it saw that on a device, swaps there move in only what free
+//!   VRAM beyond the headroom's slack holds, whatever free VRAM does later
+//!   (`Room::driver_keeps`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
 //!   allocations in T2 go to VRAM, the hottest first: the most read a tick, then those allocated after the program started computing
@@ -90,6 +92,14 @@ pub struct Room {
     /// answered): not once moves in were seen to take fresh VRAM there, unless the
     /// device is drained (`Room::drained`).
     pub swaps_while_short: bool,
+    /// Moves into VRAM on this device were seen to take fresh VRAM where this process's
+    /// moves out had left the driver VRAM (it keeps what they leave, and gives it to
+    /// whoever asks, not to them): from then on swaps move in only into free VRAM the
+    /// promotions left of `fillable`, unless the device is drained. Before, each swap
+    /// took up to one group of 256 MiB past the plan, once more every time free VRAM came
+    /// back to the headroom: on an H100 two processes sharing the GPU so left it 82 MiB
+    /// free (bench/results/gpu-test-2026-12-05-fae13421b7b2-plain-pressure-shared-h100.md).
+    pub driver_keeps: bool,
 }
 
 /// Free VRAM under which the driver has next to nothing to give a move into VRAM but the
@@ -143,6 +153,18 @@ impl Room {
     /// bench/results/longctx-2026-12-05.md).
     pub fn drained(&self) -> bool {
         self.free < DRAINED_FREE
+    }
+
+    /// Most bytes swaps may move into VRAM, given the free VRAM the tick's promotions
+    /// left of `fillable`: that, where the driver keeps what moves out leave
+    /// (`driver_keeps`) and the device is not drained; else no bound, the moves in
+    /// stopped once they took one group past the plan (`engine::tier_thread`).
+    fn swap_in_room(&self, fillable_left: u64) -> u64 {
+        if self.driver_keeps && !self.drained() {
+            fillable_left
+        } else {
+            u64::MAX
+        }
     }
 
     /// Free VRAM that moves may fill now (the budget aside).
@@ -272,7 +294,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
         // fresh VRAM instead.
         let mut moves = Vec::new();
         if room.swaps_while_short || room.drained() {
-            swaps(room, candidates, &mut moves);
+            swaps(room, room.swap_in_room(0), candidates, &mut moves);
         }
         return moves;
     }
@@ -297,7 +319,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
             moves.push(Move::Promote(i));
         }
     }
-    swaps(room, candidates, &mut moves);
+    swaps(room, room.swap_in_room(free_left), candidates, &mut moves);
     moves
 }
 
@@ -309,7 +331,8 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 /// grows, what was allocated before computing is not swapped in: the room is the working
 /// set's, and the next allocation would demote it again (on an H100 an HF prefill so
 /// promoted and demoted 27.8 GB, bench/results/2026-12-05-4dd3d98c4b53-longctx-h100.md).
-fn swaps(room: &Room, candidates: &[Candidate], moves: &mut Vec<Move>) {
+/// At most `in_room` bytes move in (`Room::swap_in_room`).
+fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Move>) {
     let moving =
         |i: usize, moves: &[Move]| moves.iter().any(|m| matches!(m, Move::Promote(j) | Move::Refresh(j) if *j == i));
     let may_come = |c: &Candidate| c.after_computing || !room.working_set_growing;
@@ -321,10 +344,10 @@ fn swaps(room: &Room, candidates: &[Candidate], moves: &mut Vec<Move>) {
         .filter(|&i| candidates[i].in_vram && !candidates[i].maybe_evicted && !moving(i, moves))
         .collect();
     cold.sort_by(|&a, &b| hotter_per_byte(&candidates[a], &candidates[b]));
-    let mut left = room.swap_limit;
+    let (mut left, mut in_left) = (room.swap_limit, in_room);
     for h in hot {
         let wanted = &candidates[h];
-        if wanted.bytes > left {
+        if wanted.bytes > left || wanted.bytes > in_left {
             continue;
         }
         // Victims no larger than twice the room still wanted, then any that fit the limit.
@@ -337,6 +360,7 @@ fn swaps(room: &Room, candidates: &[Candidate], moves: &mut Vec<Move>) {
             continue;
         }
         left -= room;
+        in_left -= wanted.bytes;
         chosen.sort_unstable();
         for at in chosen.iter().rev() {
             moves.push(Move::SwapOut(cold.remove(*at)));

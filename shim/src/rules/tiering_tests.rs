@@ -20,6 +20,7 @@ fn room(free: u64) -> Room {
         demote: true,
         swap_limit: 0,
         swaps_while_short: true,
+        driver_keeps: false,
     }
 }
 
@@ -188,6 +189,27 @@ fn promotions_come_before_swaps_and_nothing_swaps_while_short_of_an_unanswered_h
     assert_eq!(plan(&took_fresh, &candidates), vec![]);
     // while the driver has free VRAM to give them: drained, they reuse what it keeps.
     let drained = Room { free: DRAINED_FREE - 1, answered: G, ..took_fresh };
+    assert_eq!(plan(&drained, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
+}
+
+#[test]
+fn where_the_driver_keeps_what_moves_out_leave_swaps_move_in_only_what_free_vram_holds() {
+    const M: u64 = 1 << 20;
+    let candidates = [at(512 * M, false, 80 * G, 0), at(256 * M, false, 30 * G, 1), at(G, true, 0, 2)];
+    // 1.5 GiB free beside a 1 GiB headroom: 256 MiB past its slack, the budget spent.
+    let kept = Room { driver_keeps: true, ..swapping(G + 512 * M, 4 * G) };
+    assert_eq!(plan(&kept, &candidates), vec![Move::SwapOut(2), Move::SwapIn(1)], "the one that fits");
+    let unknown = Room { driver_keeps: false, ..kept };
+    assert_eq!(
+        plan(&unknown, &candidates),
+        vec![Move::SwapOut(2), Move::SwapIn(0)],
+        "not known yet: the hottest, stopped past one group by the tier thread"
+    );
+    // Under the headroom (answered): none, though swaps there were never seen to take
+    // fresh VRAM; drained, they reuse what the driver keeps.
+    let short = Room { answered: G, ..swapping(G / 2, 4 * G) };
+    assert_eq!(plan(&Room { driver_keeps: true, ..short }, &candidates), vec![]);
+    let drained = Room { driver_keeps: true, free: DRAINED_FREE - 1, ..short };
     assert_eq!(plan(&drained, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
 }
 

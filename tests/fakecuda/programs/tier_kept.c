@@ -1,4 +1,4 @@
-/* gbtier swap-kept BLOCK N [STEP [HOT]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a device
+/* gbtier swap-kept BLOCK N [STEP [HOT [RISE]]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a device
  * that keeps the VRAM managed pages leave and gives every move into VRAM fresh VRAM, the
  * worst case the H200 showed (bench/results/movable-vram-probe-2026-12-05.md: after a
  * 1.9 GB swap free VRAM fell from 1525 to 3 MiB).
@@ -87,11 +87,40 @@ static int in_vram_count(void **blocks, int n)
     return k;
 }
 
+/* With RISE: once the swap has settled, the extra process holding RISE blocks exits, and
+ * free VRAM rises past the headroom, though not past its slack (headroom + headroom / 4)
+ * by a block. The shim knows by now that the driver keeps what moves out leave, so swaps
+ * move in only what free VRAM beyond the slack holds (tiering::Room::driver_keeps): none
+ * here. Free VRAM must not fall under the slack (or where it stood, if lower) while the
+ * working blocks stay hot; before, swaps went on and took one arrival group past the
+ * plan each time free VRAM came back to the headroom. */
+static void check_rise(struct balloon *extra, CUfunction f, void **working, int named, size_t slack)
+{
+    unsigned long long swaps_before = shim_stats().swaps;
+    balloon_stop(extra);
+    size_t risen = device_free(), floor = risen < slack ? risen : slack, lowest = risen;
+    for (int round = 0; round < 300; round++) { /* over 60 ticks */
+        name_all(f, working, named);
+        OK(cudaDeviceSynchronize());
+        size_t free_now = device_free();
+        lowest = free_now < lowest ? free_now : lowest;
+        usleep(2000);
+    }
+    printf("swap-kept: the extra process left, free VRAM %zu MiB (slack %zu MiB), lowest %zu MiB after; %llu swaps "
+           "after it\n", risen >> 20, slack >> 20, lowest >> 20, shim_stats().swaps - swaps_before);
+    CHECK(risen >= headroom, "free VRAM rose to %zu MiB only, under the %zu MiB headroom: the test says nothing\n",
+          risen >> 20, headroom >> 20);
+    CHECK(lowest >= floor, "free VRAM fell to %zu MiB after it rose to %zu MiB, under %zu MiB: swaps moved in past "
+          "the free VRAM beyond the headroom's slack, where the driver was known to keep what moves out leave\n",
+          lowest >> 20, risen >> 20, floor >> 20);
+}
+
 int test_swap_kept(int argc, char **argv)
 {
-    CHECK(argc >= 4, "usage: swap-kept BLOCK N\n");
+    CHECK(argc >= 4, "usage: swap-kept BLOCK N [STEP [HOT [RISE]]]\n");
     size_t block = strtoull(argv[2], NULL, 0);
     int n = atoi(argv[3]), step = argc > 4 ? atoi(argv[4]) : n, hot_n = argc > 5 ? atoi(argv[5]) : 0;
+    int rise = argc > 6 ? atoi(argv[6]) : 0;
     CHECK(hot_n >= 0 && hot_n <= MAX_WORKING, "HOT %d: 0 to %d\n", hot_n, MAX_WORKING);
     CHECK(n > 0 && n <= MAX_WORKING && (size_t)n * block > ARRIVAL_GROUP && block < (64UL << 20),
           "%d blocks of %zu MiB: want more than one arrival group in runs of one block each\n", n, block >> 20);
@@ -106,7 +135,10 @@ int test_swap_kept(int argc, char **argv)
         CHECK(fakegpu_managed_where(dptr(hot[i])) == 0, "hot block %d is %s, where %d: want movable VRAM "
               "(GREENBOOST_TIERING=on)\n", i, fakegpu_ptr_kind(dptr(hot[i])), fakegpu_managed_where(dptr(hot[i])));
     }
-    struct balloon other = balloon_start(device_free() - headroom - (size_t)n * block - block / 2);
+    struct balloon other = balloon_start(device_free() - headroom - (size_t)(n + rise) * block - block / 2);
+    struct balloon extra = { 0, NULL };
+    if (rise > 0)
+        extra = balloon_start((size_t)rise * block);
     for (int i = 0; i < n; i++) {
         OK(cudaMalloc(&weights[i], block));
         CHECK(!strcmp(fakegpu_ptr_kind(dptr(weights[i])), "managed") && fakegpu_managed_where(dptr(weights[i])) == 0,
@@ -192,6 +224,9 @@ int test_swap_kept(int argc, char **argv)
     }
     CHECK(in_vram_count(hot, hot_n) == hot_n, "%d of %d hot blocks in VRAM: a swap took one\n",
           in_vram_count(hot, hot_n), hot_n);
+    if (rise > 0)
+        check_rise(&extra, f, working, named, slack);
+    check_blocks(weights, n, block, "at the end");
     for (int i = 0; i < n; i++) {
         OK(cudaFree(weights[i]));
         OK(cudaFree(working[i]));

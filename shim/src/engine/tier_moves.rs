@@ -1,0 +1,248 @@
+//! Carrying out live tiering's moves: a prefetch per run of parts (`movable::Run`: a whole
+//! allocation, or neighbouring parts of a large one) on a low-priority stream of the
+//! allocation's context, in groups, each group waited for before the next, so that a free
+//! of one of them waits at most one group; each part's charge moved with it (VRAM for a
+//! promotion, T2 for a demotion) and the counters bumped. Used by the tier thread's ticks
+//! (`tier_thread`) and by room made at once for an allocation (`make_room`).
+//!
+//! The preferred location stays the host (`movable`) whatever the residence: a move is
+//! the prefetch alone (why: `tier_thread`).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::cuda::ffi::*;
+use crate::cuda::{self, Where};
+use crate::memory::budget;
+use crate::memory::movable::{Movable, Run};
+use crate::memory::movable_part::{Part, Reserved, Started};
+use crate::memory::release;
+use crate::rules::tiering::Move;
+use crate::sys::log::Mib;
+use crate::sys::publish;
+use crate::sys::stats::{self, STATS};
+
+/// Most bytes moved before the thread waits for them.
+pub(super) const GROUP_BYTES: u64 = 2 << 30;
+
+/// A context's stream for moves, made on first use.
+pub(super) struct MoveStream {
+    context: Context,
+    stream: Stream,
+}
+
+/// What a tick's moves did so far.
+#[derive(Default)]
+pub(super) struct Moved {
+    /// Bytes demoted to answer a shortfall.
+    pub demoted: u64,
+    /// Bytes sent to T2 to swap roles.
+    pub swapped_out: u64,
+    /// Bytes moved to VRAM by swaps.
+    pub swapped_in: u64,
+    /// Of those, the VRAM not yet taken by swaps in.
+    swap_room: u64,
+}
+
+/// Sends `victims` (runs of movable memory in VRAM on `device`) to T2 now, on streams
+/// made for it, to make room for an allocation of this process (`make_room`): each
+/// counted as a swap. Returns the bytes that went.
+pub(super) fn swap_out_now(device: CuDevice, victims: &[Run<'_>]) -> u64 {
+    let moves: Vec<(&Run<'_>, Move)> = victims.iter().enumerate().map(|(i, run)| (run, Move::SwapOut(i))).collect();
+    let (mut streams, mut moved) = (Vec::new(), Moved::default());
+    for group in groups(&moves, GROUP_BYTES) {
+        move_group(device, group, &mut streams, &mut moved);
+    }
+    for made in streams {
+        cuda::with_context(made.context, || cuda::stream_destroy(made.stream));
+    }
+    publish::update();
+    moved.swapped_out
+}
+
+/// One run's move in a group: the parts that started, with their moves.
+struct RunMove<'a> {
+    run: &'a Run<'a>,
+    step: Move,
+    parts: Vec<(&'a Part, Started)>,
+    /// The stream its prefetches went to, if every one was issued.
+    stream: Option<Stream>,
+}
+
+impl RunMove<'_> {
+    fn bytes(&self) -> u64 {
+        self.parts.iter().map(|(part, _)| part.len()).sum()
+    }
+
+    /// Enqueues the migration of its started parts to `to` on `stream`, one prefetch per
+    /// stretch of neighbours; whether every one was issued.
+    fn prefetch(&self, to: Where, stream: Stream) -> bool {
+        let allocation = self.run.allocation;
+        let mut all = true;
+        let mut at = 0;
+        while at < self.parts.len() {
+            let first = self.parts[at].0;
+            let mut end = first.offset() + first.len();
+            at += 1;
+            while at < self.parts.len() && self.parts[at].0.offset() == end {
+                end += self.parts[at].0.len();
+                at += 1;
+            }
+            let start = allocation.base() + first.offset();
+            all &= cuda::with_context(allocation.context(), || prefetch(start, end - first.offset(), to, stream));
+        }
+        all
+    }
+}
+
+/// `moves` cut into groups of at most `most` bytes (one run larger is a group).
+pub(super) fn groups<'a>(moves: &'a [(&'a Run<'a>, Move)], most: u64) -> Vec<&'a [(&'a Run<'a>, Move)]> {
+    let mut cut = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (run, _)) in moves.iter().enumerate() {
+        if i > start && bytes + run.bytes > most {
+            cut.push(&moves[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += run.bytes;
+    }
+    if start < moves.len() {
+        cut.push(&moves[start..]);
+    }
+    cut
+}
+
+/// Starts one part's move of `step` on `device` (`moved` holds the room this tick's swaps
+/// out gave back).
+fn start_part(part: &Part, step: Move, loaded: bool, device: CuDevice, moved: &mut Moved) -> Option<Started> {
+    match step {
+        Move::Promote(_) => {
+            part.start_move(true, |len| budget::reserve_promotion(len, device, loaded).map(Reserved::Vram))
+        }
+        // Into the VRAM this process's swaps out gave back this tick, already its own.
+        Move::SwapIn(_) => part.start_move(true, |len| {
+            let fits = len <= moved.swap_room;
+            fits.then(|| {
+                moved.swap_room -= len;
+                Reserved::Vram(budget::reserve_unchecked(len, device))
+            })
+        }),
+        Move::Demote(_) | Move::SwapOut(_) => {
+            part.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2))
+        }
+        Move::Refresh(_) => part.start_refresh(),
+    }
+}
+
+/// Starts every move of `group` (each part of each run), waits for the driver, ends
+/// them; what moved is added to `moved`.
+pub(super) fn move_group<'a>(
+    device: CuDevice,
+    group: &'a [(&'a Run<'a>, Move)],
+    streams: &mut Vec<MoveStream>,
+    moved: &mut Moved,
+) {
+    let began = Instant::now();
+    let mut started: Vec<RunMove<'a>> = Vec::new();
+    for &(run, step) in group {
+        let allocation: &Movable = run.allocation;
+        let Some(stream) = stream_of(allocation.context(), streams) else { continue };
+        let loaded = !allocation.after_computing();
+        let parts: Vec<(&Part, Started)> = run
+            .parts()
+            .iter()
+            .filter_map(|part| Some((part, start_part(part, step, loaded, device, moved)?)))
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let mut run_move = RunMove { run, step, parts, stream: None };
+        let to = if matches!(step, Move::Demote(_) | Move::SwapOut(_)) { Where::Host } else { Where::Device(device) };
+        let issuing = Instant::now();
+        let issued = run_move.prefetch(to, stream);
+        let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
+        run_move.stream = issued.then_some(stream);
+        started.push(run_move);
+    }
+    if started.is_empty() {
+        return;
+    }
+    // Each stream the group used, waited for once.
+    let mut used: Vec<Stream> = Vec::new();
+    for stream in started.iter().filter_map(|run_move| run_move.stream) {
+        if !used.contains(&stream) {
+            used.push(stream);
+        }
+    }
+    let streams_done = used.into_iter().all(|stream| cuda::stream_synchronize(stream) == CuResult::SUCCESS);
+    let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let (mut promoted_any, mut demoted_any) = (false, false);
+    for run_move in started {
+        let arrived = run_move.stream.is_some() && streams_done;
+        let (step, bytes, address) = (run_move.step, run_move.bytes(), run_move.run.address());
+        if let (false, Move::Promote(_) | Move::SwapIn(_), Some(stream)) = (arrived, step, run_move.stream) {
+            // The driver may have moved some of it into VRAM the accounts give back now:
+            // send it home (best effort; the host is where eviction sends it anyway).
+            run_move.prefetch(Where::Host, stream);
+        }
+        for (part, part_started) in run_move.parts {
+            part.finish_move(part_started, arrived);
+        }
+        if !arrived {
+            continue;
+        }
+        match step {
+            // Charged and counted in VRAM already: no move in the counters.
+            Move::Refresh(_) => {
+                debug!("live tiering: {:#x} ({}) moved to VRAM again after an eviction", address, Mib(bytes))
+            }
+            Move::Promote(_) | Move::SwapIn(_) => {
+                promoted_any = true;
+                if matches!(step, Move::SwapIn(_)) {
+                    moved.swapped_in += bytes;
+                }
+                stats::bump(&STATS.promotions);
+                STATS.promoted_bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Move::Demote(_) | Move::SwapOut(_) => {
+                demoted_any = true;
+                if matches!(step, Move::SwapOut(_)) {
+                    moved.swapped_out += bytes;
+                    moved.swap_room += bytes;
+                    stats::bump(&STATS.swaps);
+                } else {
+                    moved.demoted += bytes;
+                }
+                stats::bump(&STATS.demotions);
+                STATS.demoted_bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+    }
+    if promoted_any {
+        STATS.promote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    }
+    if demoted_any {
+        STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
+    }
+}
+
+/// Enqueues the migration of [`start`, `start + len`) to `to` on `stream`.
+fn prefetch(start: CuDevicePtr, len: u64, to: Where, stream: Stream) -> bool {
+    let prefetched = cuda::mem_prefetch_async(start, len, to, stream);
+    if prefetched != CuResult::SUCCESS {
+        info!("live tiering: cuMemPrefetchAsync of {:#x} failed (CUDA error {})", start, prefetched.0);
+        return false;
+    }
+    true
+}
+
+/// The move stream of `context`, made (lowest priority, non-blocking) on first use.
+fn stream_of(context: Context, streams: &mut Vec<MoveStream>) -> Option<Stream> {
+    if let Some(known) = streams.iter().find(|s| s.context == context) {
+        return Some(known.stream);
+    }
+    let stream = cuda::with_context(context, cuda::stream_create_low_priority).ok()?;
+    streams.push(MoveStream { context, stream });
+    Some(stream)
+}
