@@ -149,7 +149,7 @@ fn tick(
     let headroom = Rules::of(config).headroom(device, physical.max(total));
     // What room made left the driver since answers as the tick's own demotions (`room_made`).
     let answered = carried.answered.saturating_add(room_made::take(device));
-    let carried = if free >= headroom { Carried::default() } else { Carried { answered, ..carried } };
+    let carried = if free >= headroom { Carried::default() } else { Carried { answered } };
     let room = Room {
         free,
         headroom,
@@ -160,7 +160,6 @@ fn tick(
         answered: carried.answered,
         demote: config.demote,
         swap_limit: SWAP_BYTES,
-        swaps_while_short: !carried.swaps_took_fresh,
         driver_keeps,
     };
     if room.pressing() {
@@ -228,7 +227,8 @@ fn tick(
         given_back,
     };
     let next = carried.after(&outcome);
-    if next.swaps_took_fresh && !driver_keeps {
+    let took_fresh = outcome.kept_by_swaps() > 0;
+    if took_fresh && !driver_keeps {
         info!(
             "live tiering on device {}: swaps into VRAM took {} of free VRAM past the plan (the driver keeps what \
              moves out leave): from now on they move in only what free VRAM beyond the headroom holds, or once the \
@@ -247,7 +247,7 @@ fn tick(
         Mib(moved.demoted),
         Mib(moved.swapped_out)
     );
-    (next, driver_keeps || next.swaps_took_fresh)
+    (next, driver_keeps || took_fresh)
 }
 
 /// A tick's moves into VRAM, group by group. The driver keeps the VRAM that a move out

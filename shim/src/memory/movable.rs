@@ -339,8 +339,9 @@ impl Movable {
     /// the last tick and what launches, copies and memsets named since — for a partitioned
     /// allocation, each start's piece (`range_heat`), else its whole length for each, by
     /// the naming's weight (a launch's parameters say where it reads, not how much: all of
-    /// it until the kernel's sampled times say less, `launch::kernel_times`). With `take` (the tier thread's tick) the
-    /// namings are taken and the tick ends for each part; without, all stays in place.
+    /// it until the kernel's sampled times say less, `launch::kernel_times`). With `take`
+    /// (the tier thread's tick) the namings are taken and the tick ends for each part;
+    /// without, all stays in place.
     pub fn heats(&self, take: bool) -> Vec<u64> {
         let named = match self.uses.starts() {
             Some(starts) => {

@@ -15,15 +15,15 @@
 //!   and demoting again at every tick sent all of an 18 GB model to T2 on the H200 (a
 //!   16384-token prefill 60x slower than on a free GPU). Once the shortfall is answered,
 //!   nothing is promoted, but roles still swap (below): a swap in reuses what its swap
-//!   out left the driver, unless the tier thread saw moves in take fresh VRAM there
-//!   (`Room::swaps_while_short`) while the driver still has free VRAM to give them
-//!   (`Room::drained`). Once it saw that on a device, swaps there move in only what free
-//!   VRAM beyond the headroom's slack holds, whatever free VRAM does later
-//!   (`Room::driver_keeps`).
+//!   out left the driver, unless the tier thread saw moves in take fresh VRAM on the
+//!   device (`Room::driver_keeps`): from then on swaps there move in only what free VRAM
+//!   beyond the headroom's slack holds, none while free VRAM is under the headroom,
+//!   until the driver has next to none left to give them (`Room::drained`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
-//!   allocations in T2 go to VRAM, the hottest first: the most read a tick, then those allocated after the program started computing
-//!   (activations, KV cache), then the oldest. What was allocated before it computed
+//!   allocations in T2 go to VRAM, the hottest first: the most read a tick, then those
+//!   allocated after the program started computing (activations, KV cache), then the
+//!   oldest. What was allocated before it computed
 //!   (its weights, read once per forward) is promoted only into VRAM that leaves the
 //!   reserve free, and not while room is being made for the working set
 //!   (`Room::working_set_growing`), nor swapped in then: the reserve is the
@@ -41,8 +41,8 @@
 //!   go to T2 to make its room — at most `Room::swap_limit` bytes a tick (demotion runs
 //!   at 9-12 GB/s on the H200, bench/results/tiering-probe-2026-12-01.md). Heat is what
 //!   launches and products read a tick, over the interval between reads (`read_rate`:
-//!   what is read once per pass is alike whatever its phase); a kernel's parameters name where it reads, not how
-//!   much, so each launch that names an allocation counts all of it (of a large one cut
+//!   what is read once per pass is alike whatever its phase); a kernel's parameters name
+//!   where it reads, not how much, so each launch that names an allocation counts all of it (of a large one cut
 //!   into parts, the piece from the start it named to the next: `range_heat`).
 //!
 //! A candidate is a whole allocation or a run of neighbouring parts of a large one
@@ -88,10 +88,6 @@ pub struct Room {
     pub demote: bool,
     /// Most bytes one tick demotes to swap roles.
     pub swap_limit: u64,
-    /// Whether roles may swap while free VRAM is under the headroom (the shortfall
-    /// answered): not once moves in were seen to take fresh VRAM there, unless the
-    /// device is drained (`Room::drained`).
-    pub swaps_while_short: bool,
     /// Moves into VRAM on this device were seen to take fresh VRAM where this process's
     /// moves out had left the driver VRAM (it keeps what they leave, and gives it to
     /// whoever asks, not to them): from then on swaps move in only into free VRAM the
@@ -187,10 +183,6 @@ pub struct Carried {
     /// the headroom, as far as known (`Room::answered`): what was demoted, and what swaps
     /// moved out where their moves in took fresh VRAM instead of it.
     pub answered: u64,
-    /// Moves into VRAM took fresh VRAM where the driver was to give back what this
-    /// process's moves out had left it: no swapping while free VRAM is under the headroom
-    /// (`Room::swaps_while_short`).
-    pub swaps_took_fresh: bool,
 }
 
 /// What one tick's moves did, as the tier thread measured them.
@@ -223,18 +215,14 @@ impl Carried {
     /// What the next tick carries after a tick that did `outcome`. VRAM the driver keeps
     /// after swaps that took fresh VRAM answers the shortfall those made, as a demotion
     /// does (the driver gives it to whoever asks): else the next tick would demote what
-    /// the swaps just moved in, and free VRAM would not rise for it. And such swaps are
-    /// remembered, so that no later tick swaps while free VRAM is under the headroom:
-    /// each would take one more group of fresh VRAM.
-    /// What came back as free VRAM went to the swaps' moves in first; the rest answers
-    /// the shortfall the demotions were for by itself, the driver keeps none of it.
+    /// the swaps just moved in, and free VRAM would not rise for it (the tier thread
+    /// remembers such swaps apart, for good: `Room::driver_keeps`). What came back as free
+    /// VRAM went to the swaps' moves in first; the rest answers the shortfall the
+    /// demotions were for by itself, the driver keeps none of it.
     pub fn after(self, outcome: &Outcome) -> Carried {
         let kept = outcome.kept_by_swaps();
         let freed_by_demotions = outcome.given_back.saturating_sub(outcome.swapped_in).min(outcome.demoted);
-        Carried {
-            answered: self.answered.saturating_add(outcome.demoted - freed_by_demotions).saturating_add(kept),
-            swaps_took_fresh: self.swaps_took_fresh || kept > 0,
-        }
+        Carried { answered: self.answered.saturating_add(outcome.demoted - freed_by_demotions).saturating_add(kept) }
     }
 }
 
@@ -291,11 +279,9 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
         // demoted (never pressing then: that VRAM counts as free). Nothing is promoted
         // into it, but roles still swap inside the VRAM this process holds (a swap in
         // reuses what its swap out left the driver), unless moves in were seen to take
-        // fresh VRAM instead.
+        // fresh VRAM instead (no free VRAM beyond the slack to move into).
         let mut moves = Vec::new();
-        if room.swaps_while_short || room.drained() {
-            swaps(room, room.swap_in_room(0), candidates, &mut moves);
-        }
+        swaps(room, room.swap_in_room(0), candidates, &mut moves);
         return moves;
     }
     let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| wants_vram(&candidates[i])).collect();
@@ -351,15 +337,15 @@ fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Mo
             continue;
         }
         // Victims no larger than twice the room still wanted, then any that fit the limit.
-        let (room, heat, mut chosen) = [false, true]
+        let (freed, heat, mut chosen) = [false, true]
             .into_iter()
             .map(|any_size| victims(wanted, &cold, candidates, left, any_size))
-            .find(|(room, ..)| *room >= wanted.bytes)
+            .find(|(freed, ..)| *freed >= wanted.bytes)
             .unwrap_or_default();
-        if room < wanted.bytes || heat.saturating_mul(SWAP_MARGIN) >= wanted.heat || room > left {
+        if freed < wanted.bytes || heat.saturating_mul(SWAP_MARGIN) >= wanted.heat || freed > left {
             continue;
         }
-        left -= room;
+        left -= freed;
         in_left -= wanted.bytes;
         chosen.sort_unstable();
         for at in chosen.iter().rev() {

@@ -19,7 +19,6 @@ fn room(free: u64) -> Room {
         answered: 0,
         demote: true,
         swap_limit: 0,
-        swaps_while_short: true,
         driver_keeps: false,
     }
 }
@@ -151,7 +150,7 @@ fn while_the_working_set_grows_only_what_came_after_computing_swaps_in_or_is_pro
         "once it stops growing, the hotter weight"
     );
     // Drained and answered, swaps go on, still not for the weight.
-    let drained = Room { working_set_growing: true, answered: G, swaps_while_short: false, ..swapping(0, 4 * G) };
+    let drained = Room { working_set_growing: true, answered: G, driver_keeps: true, ..swapping(0, 4 * G) };
     assert_eq!(plan(&drained, &candidates), vec![Move::SwapOut(2), Move::SwapIn(1)]);
     // No promotion of the weight into free VRAM either, though the reserve leaves room.
     let roomy = Room { working_set_growing: true, ..room(40 * G) };
@@ -185,7 +184,7 @@ fn promotions_come_before_swaps_and_nothing_swaps_while_short_of_an_unanswered_h
     let answered = Room { answered: G / 2, ..short };
     assert_eq!(plan(&answered, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
     // Unless swaps were seen to take fresh VRAM there,
-    let took_fresh = Room { swaps_while_short: false, ..answered };
+    let took_fresh = Room { driver_keeps: true, ..answered };
     assert_eq!(plan(&took_fresh, &candidates), vec![]);
     // while the driver has free VRAM to give them: drained, they reuse what it keeps.
     let drained = Room { free: DRAINED_FREE - 1, answered: G, ..took_fresh };
@@ -221,7 +220,8 @@ fn swaps_that_took_fresh_vram_answer_their_own_shortfall_and_no_more_swap_while_
     // VRAM before the tier thread stopped them: free VRAM 614 MiB.
     let swap = Outcome { demoted: 0, swapped_in: 512 * M, planned: 0, taken: 512 * M, given_back: 0 };
     let next = Carried::default().after(&swap);
-    assert_eq!(next, Carried { answered: 512 * M, swaps_took_fresh: true });
+    assert_eq!(next, Carried { answered: 512 * M });
+    assert!(swap.kept_by_swaps() > 0, "swaps that took fresh VRAM: the driver keeps what moves out leave");
     let candidates = [
         at(256 * M, true, 40 * G, 0),  // swapped in
         at(256 * M, true, 40 * G, 1),  // swapped in
@@ -229,14 +229,14 @@ fn swaps_that_took_fresh_vram_answer_their_own_shortfall_and_no_more_swap_while_
         at(G, false, 0, 3),            // the weights swapped out
     ];
     let after =
-        Room { answered: next.answered, swaps_while_short: !next.swaps_took_fresh, swap_limit: 4 * G, ..room(614 * M) };
+        Room { answered: next.answered, driver_keeps: swap.kept_by_swaps() > 0, swap_limit: 4 * G, ..room(614 * M) };
     assert_eq!(plan(&after, &candidates), vec![], "the shortfall is answered and nothing swaps in fresh VRAM");
     // Not counted, the next tick would demote what the swap just moved in.
     let unanswered = Room { answered: 0, ..after };
     assert_eq!(plan(&unanswered, &candidates), vec![Move::Demote(1), Move::Demote(0)]);
     // Demotions add up across ticks.
     let later = next.after(&Outcome { demoted: 64 * M, ..Outcome::default() });
-    assert_eq!(later, Carried { answered: 576 * M, swaps_took_fresh: true });
+    assert_eq!(later, Carried { answered: 576 * M });
 }
 
 #[test]
@@ -254,7 +254,8 @@ fn moves_in_within_the_plan_or_reusing_what_went_out_carry_nothing() {
     assert_eq!(Carried::default().after(&others), Carried::default());
     // Past the plan by more than the swaps moved in: no more than they moved is kept.
     let both = Outcome { swapped_in: 100 * M, planned: 0, taken: G, demoted: 5 * M, given_back: 0 };
-    assert_eq!(Carried::default().after(&both), Carried { answered: 105 * M, swaps_took_fresh: true });
+    assert_eq!(Carried::default().after(&both), Carried { answered: 105 * M });
+    assert!(both.kept_by_swaps() > 0, "swaps took fresh VRAM");
 }
 
 #[test]
@@ -265,14 +266,16 @@ fn what_came_back_as_free_vram_is_not_counted_as_kept() {
     assert_eq!(Carried::default().after(&all), Carried::default());
     // Half given back: the driver keeps the other half for whoever asks.
     let half = Outcome { demoted: 800 * M, given_back: 400 * M, ..Outcome::default() };
-    assert_eq!(Carried::default().after(&half), Carried { answered: 400 * M, swaps_took_fresh: false });
+    assert_eq!(Carried::default().after(&half), Carried { answered: 400 * M });
+    assert_eq!(half.kept_by_swaps(), 0, "no swap took fresh VRAM");
     // A swap of 1 GiB whose moves out came back and whose moves in took that: nothing kept,
     // nothing taken past the plan (the plan counts what came back).
     let swap = Outcome { swapped_in: G, planned: G, taken: G, given_back: G, ..Outcome::default() };
     assert_eq!(Carried::default().after(&swap), Carried::default());
     // What came back went to the swaps' moves in first; a demotion beside them is kept.
     let both = Outcome { demoted: 200 * M, swapped_in: G, planned: G, taken: G, given_back: G };
-    assert_eq!(Carried::default().after(&both), Carried { answered: 200 * M, swaps_took_fresh: false });
+    assert_eq!(Carried::default().after(&both), Carried { answered: 200 * M });
+    assert_eq!(both.kept_by_swaps(), 0, "no swap took fresh VRAM");
 }
 
 #[test]

@@ -132,3 +132,24 @@ void load_weights_then_compute(void **weights, int n, size_t block)
     cublasHandle_t h;
     OK(cublasCreate_v2(&h)); /* the program computes from here on */
 }
+
+void name_all(CUfunction f, void **blocks, int n)
+{
+    struct fk_args args = { .count = 0 };
+    CUdeviceptr p[8];
+    for (int i = 0; i < 8; i++) {
+        args.ptrs[i] = blocks[i % n];
+        p[i] = dptr(blocks[(i + 1) % n]);
+    }
+    void *params[9] = { &args, &p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6], &p[7] };
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+}
+
+CUfunction struct_kernel(void)
+{
+    return kernel_named(".version 8.0\n.target sm_90\n"
+                        ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1,"
+                        " .param .u64 p2, .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6,"
+                        " .param .u64 p7)\n{ ret; }\n",
+                        "fk_struct");
+}

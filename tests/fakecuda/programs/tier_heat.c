@@ -18,15 +18,6 @@
 
 #define MAX_BLOCKS 16
 
-/* Names `block` alone through cuLaunchKernel (fk_read_u32 of its first words). */
-static void name_one(CUfunction f, void *block)
-{
-    CUdeviceptr p = dptr(block);
-    unsigned long long words = 16;
-    void *params[2] = { &p, &words };
-    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
-}
-
 int test_cycle(int argc, char **argv)
 {
     CHECK(argc >= 5, "usage: cycle BLOCK N PASS_MS\n");
@@ -48,12 +39,10 @@ int test_cycle(int argc, char **argv)
     usleep(300000); /* loaded; the program starts a moment later */
     cublasHandle_t h;
     OK(cublasCreate_v2(&h)); /* the program computes from here on */
-    CUfunction f = kernel_named(".version 8.0\n.target sm_90\n"
-                                ".visible .entry fk_read_u32(.param .u64 src, .param .u64 count)\n{ ret; }\n",
-                                "fk_read_u32");
+    CUfunction f = struct_kernel();
     for (int pass = 0; pass < passes; pass++)
         for (int i = 0; i < n; i++) {
-            name_one(f, weights[i]);
+            name_all(f, &weights[i], 1);
             usleep((useconds_t)pass_ms * 1000 / (useconds_t)n);
         }
     OK(cudaDeviceSynchronize());

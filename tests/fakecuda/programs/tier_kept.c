@@ -20,7 +20,7 @@
  * (256 MiB) past it. Free VRAM must never fall below
  *     min(free before the swap, headroom + headroom / 4) - 256 MiB,
  * and the shim must say "the rest wait" (the runner checks its log). Afterwards no tick
- * swaps while free VRAM is under the headroom (Carried::swaps_took_fresh), and the VRAM
+ * swaps while free VRAM is under the headroom (Room::driver_keeps), and the VRAM
  * the swap moved out, which the device keeps, answers the shortfall its moves in made
  * (Carried::after): nothing is demoted, what moved in stays. Every byte survives.
  *
@@ -54,29 +54,6 @@ static int expects_given_back(void)
 {
     const char *expect = getenv("GBTEST_EXPECT");
     return expect && !strcmp(expect, "given_back");
-}
-
-/* Names every working block (16 pointers: the struct's 8, then 8 parameters) through
- * cuLaunchKernel, the path the shim observes; count 0: no word is written. */
-static void name_all(CUfunction f, void **working, int n)
-{
-    struct fk_args args = { .count = 0 };
-    CUdeviceptr p[8];
-    for (int i = 0; i < 8; i++) {
-        args.ptrs[i] = working[i % n];
-        p[i] = dptr(working[(i + 1) % n]);
-    }
-    void *params[9] = { &args, &p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6], &p[7] };
-    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
-}
-
-static CUfunction struct_kernel(void)
-{
-    return kernel_named(".version 8.0\n.target sm_90\n"
-                        ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1,"
-                        " .param .u64 p2, .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6,"
-                        " .param .u64 p7)\n{ ret; }\n",
-                        "fk_struct");
 }
 
 static int in_vram_count(void **blocks, int n)

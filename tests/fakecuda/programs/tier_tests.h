@@ -77,6 +77,11 @@ CUfunction kernel_named(const char *ptx, const char *name);
  * the shim observes): `count` words of `value` from `dst` on the legacy stream. */
 CUfunction fill_kernel(void);
 void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long long count);
+/* The fake's fk_struct (a 256-byte struct of 8 pointers, then 8 pointer parameters),
+ * and a launch of it through cuLaunchKernel naming `n` blocks (at most 8; fewer are
+ * named again), writing no word: what makes them hot to the shim. */
+CUfunction struct_kernel(void);
+void name_all(CUfunction f, void **blocks, int n);
 
 /* tier_swap.c: roles swapped while kernels run; IPC of movable VRAM. */
 int test_swap(int argc, char **argv);
