@@ -11,7 +11,9 @@ Each mode runs once untimed with a short prompt (kernels, cuBLAS handles, compil
 the decode shapes) and then timed: prefill = the first token's time from the call, decode =
 tokens per second over the rest. Prints one JSON line per mode:
 {"mode", "tokens", "prefill_s", "decode_tok_s", "new_tokens", "ids"} (ids: the generated
-tokens, compared across configurations by the report), or {"mode", "error"} when a mode
+tokens, compared across configurations by the report; under the shim also "phases": where
+the weights and the cache were and what the shim did, at the call, at the first token and
+at the end: see `Placement`), or {"mode", "error"} when a mode
 failed (out of memory, say), so that one mode's failure leaves the others' figures; then
 one line with every mode and what the decode bound needs: {"modes": {mode: ...},
 "weight_bytes", "kv_bytes", "free_vram_bytes" (NVML, before the model: what the process
@@ -48,18 +50,67 @@ def parse_args():
     return parser.parse_args()
 
 
-def generate_timed(model, prompt, new_tokens, mode):
+class Placement:
+    """Snapshots of the shim's counters and of the weights' bytes in T2 (None without the
+    shim): they tell a slow prefill or decode apart by cause (staged products, moves,
+    weights or cache left in T2), without a debug log that would change the timing."""
+
+    COUNTERS = ("gemm_staged", "gemm_staged_bytes", "promoted_bytes", "demoted_bytes", "swaps", "tier_vram",
+                "t2_used", "promote_ns", "demote_ns", "move_issue_ns", "room_made_bytes", "room_made_ns")
+
+    def __init__(self, model):
+        self.model, self.shim = model, None
+        try:
+            from gbgpu.shim_exports import Shim
+        except ImportError:  # run without python/gbgpu on the path: no snapshots
+            return
+        shim = Shim()
+        self.shim = shim if shim.has_tiering() else None
+
+    def snapshot(self, cache=None):
+        if self.shim is None:
+            return None
+        import torch
+
+        stats = self.shim.stats()
+        taken = {name: getattr(stats, name) for name in self.COUNTERS}
+        taken["weights_t2"] = sum(self.shim.t2_bytes(p) for p in self.model.parameters())
+        if cache is not None:
+            taken["cache_t2"] = sum(self.shim.t2_bytes(t) for t in cache_tensors(cache))
+        taken["torch_allocated"] = torch.cuda.memory_allocated()
+        taken["torch_reserved"] = torch.cuda.memory_reserved()
+        return taken
+
+
+def cache_tensors(cache):
+    """The key and value tensors of a transformers cache (its layers' `keys`/`values`, or
+    the older `key_cache`/`value_cache` lists)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                if t is not None and t.numel()]
+    return [t for t in list(getattr(cache, "key_cache", [])) + list(getattr(cache, "value_cache", [])) if t.numel()]
+
+
+def generate_timed(model, prompt, new_tokens, mode, placement=None):
     """One greedy generate in `mode`: (seconds to the first token, decode tokens/s, the
-    generated ids)."""
+    generated ids, the placement snapshots or None)."""
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
     marks = []
+    phases = {}
+    first_token = []  # when the first token was there, before any snapshot
 
     class MarkEachToken(LogitsProcessor):
         def __call__(self, input_ids, scores):
             torch.cuda.synchronize()
             marks.append(time.perf_counter())
+            if len(marks) == 1 and placement is not None:
+                # The decode is timed from after the snapshot, the prefill up to before it.
+                first_token.append(marks[0])
+                phases["first_token"] = placement.snapshot()
+                marks[0] = time.perf_counter()
             return scores
 
     extra = {}
@@ -68,14 +119,19 @@ def generate_timed(model, prompt, new_tokens, mode):
     if mode == "static_eager":
         extra["disable_compile"] = True
     torch.cuda.synchronize()
+    if placement is not None:
+        phases["call"] = placement.snapshot()
     started = time.perf_counter()
     out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
-                         min_new_tokens=new_tokens, do_sample=False,
+                         min_new_tokens=new_tokens, do_sample=False, return_dict_in_generate=True,
                          logits_processor=LogitsProcessorList([MarkEachToken()]), **extra)
     torch.cuda.synchronize()
-    prefill = marks[0] - started
+    prefill = (first_token or marks)[0] - started
     decode = (len(marks) - 1) / (marks[-1] - marks[0]) if len(marks) > 1 and marks[-1] > marks[0] else 0.0
-    return prefill, decode, [int(t) for t in out[0, prompt.shape[1]:].tolist()]
+    if placement is not None:
+        phases["end"] = placement.snapshot(out.past_key_values)
+    ids = [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()]
+    return prefill, decode, ids, phases if placement is not None and placement.shim is not None else None
 
 
 def free_vram():
@@ -99,14 +155,17 @@ def main():
     generator = torch.Generator(device="cpu").manual_seed(args.seed)
     prompt = torch.randint(0, shape["vocab_size"], (1, args.tokens), generator=generator).to("cuda")
     warm_prompt = prompt[:, :128]
+    placement = Placement(model)
     modes = {}
     for mode in args.modes.split(","):
         try:
             with torch.no_grad():
                 generate_timed(model, warm_prompt, args.new_tokens, mode)
-                prefill, decode, ids = generate_timed(model, prompt, args.new_tokens, mode)
+                prefill, decode, ids, phases = generate_timed(model, prompt, args.new_tokens, mode, placement)
             record = {"mode": mode, "tokens": args.tokens, "prefill_s": round(prefill, 4),
                       "decode_tok_s": round(decode, 3), "new_tokens": args.new_tokens, "ids": ids}
+            if phases:
+                record["phases"] = phases
         except Exception as error:  # a mode that fails (out of memory) leaves the others
             record = {"mode": mode, "tokens": args.tokens, "error": f"{type(error).__name__}: {error}"[:500]}
             torch.cuda.empty_cache()

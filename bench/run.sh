@@ -288,12 +288,13 @@ if want longctx; then
         balloon=$!
         for _ in $(seq 120); do grep -q ready "$balloon_out" && break; sleep 0.5; done
         log "longctx: balloon $(cat "$balloon_out")"
-        run "longctx-greenboost-$tokens" 300 with-shim -- "${longctx[@]}"
+        # python/gbgpu on the path: longctx.py's placement snapshots read the shim's counters.
+        run "longctx-greenboost-$tokens" 300 with-shim PYTHONPATH="$python_path" -- "${longctx[@]}"
         # shellcheck disable=SC2086 # the settings are words
         [[ -n ${BENCH_LONGCTX_SETTINGS:-} ]] && run "longctx-greenboost_settings-$tokens" 300 with-shim \
-            $BENCH_LONGCTX_SETTINGS -- "${longctx[@]}"
+            PYTHONPATH="$python_path" $BENCH_LONGCTX_SETTINGS -- "${longctx[@]}"
         [[ -n $baseline_shim ]] && run "longctx-greenboost_baseline-$tokens" 300 with-shim \
-            LD_PRELOAD="$baseline_shim" -- "${longctx[@]}"
+            PYTHONPATH="$python_path" LD_PRELOAD="$baseline_shim" -- "${longctx[@]}"
         kill "$balloon" 2>/dev/null
         wait "$balloon" 2>/dev/null
     done

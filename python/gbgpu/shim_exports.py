@@ -22,7 +22,8 @@ class ShimStats(ctypes.Structure):
             "promote_ns", "demote_ns", "move_issue_ns", "gemm_sliced", "gemm_slices_differed",
             "launches", "launches_unread", "launch_namings", "captured_launches", "graph_launches",
             "graphs_unread", "memory_ops", "host_funcs", "swaps", "gemm_ahead", "gemm_ahead_dropped",
-            "launches_timed", "indirect_writers", "given_back_bytes", "give_backs")]
+            "launches_timed", "indirect_writers", "given_back_bytes", "give_backs",
+            "room_made_bytes", "room_made_ns")]
 
 
 TIER_FIELDS = ("movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",

@@ -174,7 +174,7 @@ extern "C" fn summary_at_exit() {
     }
     if stats.movable_allocs != 0 {
         info!(
-            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} of the VRAM the driver kept after moves out given back in {}; {} in VRAM at exit",
+            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} demoted at once for allocations while computing, which waited {} ms for it; {} of the VRAM the driver kept after moves out given back in {}; {} in VRAM at exit",
             pid,
             stats.movable_allocs,
             Mib(stats.promoted_bytes),
@@ -185,6 +185,8 @@ extern "C" fn summary_at_exit() {
             stats.swaps,
             stats.demote_ns / 1_000_000,
             stats.move_issue_ns / 1_000_000,
+            Mib(stats.room_made_bytes),
+            stats.room_made_ns / 1_000_000,
             Mib(stats.given_back_bytes),
             stats.give_backs,
             Mib(stats.tier_vram),

@@ -12,7 +12,8 @@
 //! still wanted: a small allocation never costs a large weight's round trip (it goes to
 //! T2, and the swaps weigh it by its heat later).
 
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::cuda;
 use crate::cuda::ffi::*;
@@ -26,6 +27,7 @@ use crate::memory::movable::{self, Run};
 use crate::rules::config;
 use crate::rules::tiering;
 use crate::sys::log::Mib;
+use crate::sys::stats::STATS;
 
 /// The largest allocation room is made for: about 0.2 s of demotion on the H200
 /// (9-12 GB/s, bench/results/tiering-probe-2026-12-01.md), as one tick's swaps.
@@ -67,6 +69,15 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
     if len > MOST || !budget::computing() || !movable::any() {
         return None;
     }
+    let began = Instant::now();
+    let made = demote_for(len, device);
+    let waited = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    STATS.room_made_ns.fetch_add(waited, Ordering::Relaxed);
+    made
+}
+
+/// `make_room` past its cheap checks: the victims chosen and sent to T2.
+fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)> {
     let live = movable::live();
     let mut loaded: Vec<Run<'_>> = live
         .iter()
@@ -118,6 +129,7 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
         (demoted, came_back)
     })
     .unwrap_or((0, 0));
+    STATS.room_made_bytes.fetch_add(demoted, Ordering::Relaxed);
     if demoted < len {
         // What did move stays in T2 (the swaps bring it back if it is read); the
         // allocation takes the usual way.

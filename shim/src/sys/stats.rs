@@ -69,6 +69,11 @@ pub struct Stats {
     /// back as free VRAM (`engine::give_back`), and the give-backs that did.
     pub given_back_bytes: AtomicU64,
     pub give_backs: AtomicU64,
+    /// Room made at once for an allocation while computing (`engine::make_room`): the
+    /// bytes demoted for it, and the time the allocating thread spent making it (the
+    /// program waits that long).
+    pub room_made_bytes: AtomicU64,
+    pub room_made_ns: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -104,6 +109,8 @@ pub static STATS: Stats = Stats {
     indirect_writers: AtomicU64::new(0),
     given_back_bytes: AtomicU64::new(0),
     give_backs: AtomicU64::new(0),
+    room_made_bytes: AtomicU64::new(0),
+    room_made_ns: AtomicU64::new(0),
 };
 
 /// Launch observation's counters, one shard per thread (`launch_counts`): kernels
@@ -242,6 +249,8 @@ pub struct ShimStats {
     pub indirect_writers: u64,
     pub given_back_bytes: u64,
     pub give_backs: u64,
+    pub room_made_bytes: u64,
+    pub room_made_ns: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -295,6 +304,8 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         indirect_writers: load(&STATS.indirect_writers),
         given_back_bytes: load(&STATS.given_back_bytes),
         give_backs: load(&STATS.give_backs),
+        room_made_bytes: load(&STATS.room_made_bytes),
+        room_made_ns: load(&STATS.room_made_ns),
     }
 }
 
@@ -330,6 +341,8 @@ pub fn start_afresh_in_child() {
         &STATS.indirect_writers,
         &STATS.given_back_bytes,
         &STATS.give_backs,
+        &STATS.room_made_bytes,
+        &STATS.room_made_ns,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -29,6 +29,8 @@ struct shim_stats {
     unsigned long long indirect_writers;
     /* Kept VRAM given back (engine/give_back.rs). */
     unsigned long long given_back_bytes, give_backs;
+    /* Room made at once for allocations while computing (engine/make_room.rs). */
+    unsigned long long room_made_bytes, room_made_ns;
     unsigned long long appended[16];
 };
 
