@@ -127,7 +127,7 @@ t_tier_give_back_off_fails() {
     # Without it, the moves in stop where they took fresh VRAM.
     share=$work/tier-give-back-off-fails.share
     rm -f "$share"
-    run_fails tier-give-back-off-fails "working blocks moved in: the VRAM the swaps moved out was not given back" \
+    run_fails tier-give-back-off-fails "MiB: 0 MiB given back" \
         $SHIMENV FAKECUDA_DEVICE_SHARE="$share" GBTEST_BALLOON_BIN="$BIN/gbballoon" GREENBOOST_TIER_INTERVAL_MS=10 \
         FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) \
         GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GBTEST_EXPECT=given_back "$BIN/gbtier" swap-kept \
@@ -200,7 +200,10 @@ t_tier_working_set() {
     # leave: 8 weight blocks beside another process, then 4 working blocks allocated while
     # computing each get VRAM, a weight making room, though free VRAM fell under a quarter
     # of the headroom after the first (the device keeps the weights' VRAM for this process).
+    # Ticks of 20 ms: the working blocks are idle long enough (50 ticks) within the test's
+    # 3 s of reading the weights for the weights to displace them.
     tier_run tier-working-set FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=off FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_TIER_INTERVAL_MS=20 \
         GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) GREENBOOST_LOG=debug "$BIN/gbtier" working-set $(( 48 << 20 )) 8
 }
 t_tier_room_churn() {

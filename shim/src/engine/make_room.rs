@@ -4,8 +4,9 @@
 //! they gave back. Live tiering's swaps (`rules::tiering`) would get there too, but a
 //! tick later and only once launches have warmed the new allocation: a long prompt's
 //! activations would meanwhile be read over the link, tile after tile, at the start of
-//! the very pass they serve. What is demoted comes back by the same swaps once the
-//! working set cools.
+//! the very pass they serve. What is demoted comes back into VRAM the working set frees
+//! or other processes leave, or over parts of the working set idle for long
+//! (`rules::tiering`'s swaps).
 //!
 //! Only inside the VRAM this process holds (the room is its own demoted bytes), for
 //! allocations of at most `MOST` bytes, and with victims no larger than twice what is

@@ -176,6 +176,7 @@ fn tick(
             heat: run.heat,
             sequence: run.allocation.sequence(),
             after_computing: run.allocation.after_computing(),
+            idle_ticks: run.idle_ticks,
             maybe_evicted: run.maybe_evicted,
         })
         .collect();

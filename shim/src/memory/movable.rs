@@ -249,6 +249,8 @@ pub struct Run<'a> {
     pub parts: Range<usize>,
     pub bytes: u64,
     pub heat: u64,
+    /// Ticks since any of its parts was last read.
+    pub idle_ticks: u32,
     pub in_vram: bool,
     pub maybe_evicted: bool,
 }
@@ -367,7 +369,7 @@ impl Movable {
     pub fn runs(&self, heats: &[u64], most: u64) -> Vec<Run<'_>> {
         let mut runs: Vec<Run<'_>> = Vec::new();
         for (index, (part, &heat)) in self.parts.iter().zip(heats).enumerate() {
-            let (in_vram, maybe_evicted) = (part.in_vram(), part.maybe_evicted());
+            let (in_vram, maybe_evicted, idle_ticks) = (part.in_vram(), part.maybe_evicted(), part.idle_ticks());
             if let Some(run) = runs.last_mut().filter(|run| {
                 run.in_vram == in_vram
                     && run.maybe_evicted == maybe_evicted
@@ -377,6 +379,7 @@ impl Movable {
                 run.parts.end = index + 1;
                 run.bytes += part.len();
                 run.heat = run.heat.saturating_add(heat);
+                run.idle_ticks = run.idle_ticks.min(idle_ticks);
                 continue;
             }
             runs.push(Run {
@@ -384,6 +387,7 @@ impl Movable {
                 parts: index..index + 1,
                 bytes: part.len(),
                 heat,
+                idle_ticks,
                 in_vram,
                 maybe_evicted,
             });

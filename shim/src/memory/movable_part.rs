@@ -130,6 +130,11 @@ impl Part {
         reads.heat()
     }
 
+    /// Ticks since it was last read (`ReadRate::idle_ticks`), as of the last tick.
+    pub(super) fn idle_ticks(&self) -> u32 {
+        self.state.lock().reads.idle_ticks()
+    }
+
     /// Starts a move to VRAM (`promote`) or to T2 if the part is live and where the move
     /// starts from, and `reserve` gives the charge it needs there (VRAM for a promotion,
     /// T2 for a demotion); it is then `Moving` until `finish_move`.

@@ -43,6 +43,11 @@ impl ReadRate {
         ReadRate { rate, gap: since, since: 0 }
     }
 
+    /// Ticks since its last read (since its allocation before the first).
+    pub fn idle_ticks(&self) -> u32 {
+        self.since
+    }
+
     /// Its heat now, bytes a tick.
     pub fn heat(&self) -> u64 {
         self.heat_at(self.since)
@@ -110,6 +115,12 @@ mod tests {
         assert_eq!(rate.heat(), hot / 2, "one interval overdue: halved");
         rate = (0..10).fold(rate, |r, _| r.after_tick(0));
         assert!(rate.heat() <= hot >> 10, "{} left of {hot}", rate.heat());
+    }
+
+    #[test]
+    fn idle_ticks_count_from_the_last_read() {
+        assert_eq!(run(7, &[]).idle_ticks(), 7, "never read: since its allocation");
+        assert_eq!(run(10, &[(2, MIB), (6, MIB)]).idle_ticks(), 3);
     }
 
     #[test]

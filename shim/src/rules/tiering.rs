@@ -48,8 +48,9 @@
 //! A candidate is a whole allocation or a run of neighbouring parts of a large one
 //! (`memory::movable::Run`): the rule does not tell them apart. This is what lets
 //!   a working set allocated after the weights took the VRAM displace them while the
-//!   program computes, and the weights come back when the working set cools: a process
-//!   never takes another's VRAM by swapping.
+//!   program computes; the weights come back into VRAM that the working set frees or
+//!   other processes leave, or over parts of it idle for `WORKING_SET_IDLE_TICKS` (`swaps`
+//!   says why): a process never takes another's VRAM by swapping.
 
 use std::cmp::{Ordering, Reverse};
 
@@ -64,6 +65,8 @@ pub struct Candidate {
     pub sequence: u64,
     /// Allocated after the program started computing.
     pub after_computing: bool,
+    /// Ticks since it was last read (since its allocation before its first read).
+    pub idle_ticks: u32,
     /// In VRAM, but the driver may have evicted part of it since.
     pub maybe_evicted: bool,
 }
@@ -107,6 +110,11 @@ pub const DRAINED_FREE: u64 = 64 << 20;
 /// How many times hotter per byte a T2 allocation must be than the allocations it
 /// displaces from VRAM, so that two about as hot never trade places back and forth.
 pub const SWAP_MARGIN: u64 = 2;
+
+/// Ticks a part of the working set (allocated after the program started computing) must
+/// go unread before what was loaded before computing may displace it: 5 s at the default
+/// tick of 100 ms, many tokens of a decode (`swaps` says why).
+pub const WORKING_SET_IDLE_TICKS: u32 = 50;
 
 /// One move; the index is into the candidates given to `plan`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,6 +326,17 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 /// set's, and the next allocation would demote it again (on an H100 an HF prefill so
 /// promoted and demoted 27.8 GB, bench/results/2026-12-05-4dd3d98c4b53-longctx-h100.md).
 /// At most `in_room` bytes move in (`Room::swap_in_room`).
+///
+/// What was allocated after the program started computing is displaced by what was
+/// loaded before (its weights) only once it has gone `WORKING_SET_IDLE_TICKS` unread,
+/// however cold it looks before: a caching allocator (PyTorch's) keeps the blocks the
+/// program freed and hands them out again where it likes, so the parts of its segments
+/// that no launch named lately are the ones the next allocation takes. On an H100, an HF
+/// decode after a 16384-token prefill swapped such parts out for weights at every tick,
+/// the next tokens' KV cache landed in them in T2, and swaps brought them back: 1.75
+/// tokens/s where the same run without that churn decoded 10.6
+/// (bench/results/longctx-2026-12-05.md). Weights displace weights, the working set
+/// displaces either, and weights come back over the working set that stays idle.
 fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Move>) {
     let moving =
         |i: usize, moves: &[Move]| moves.iter().any(|m| matches!(m, Move::Promote(j) | Move::Refresh(j) if *j == i));
@@ -371,6 +390,11 @@ fn victims(
             break;
         }
         let victim = &candidates[v];
+        if victim.after_computing && !wanted.after_computing && victim.idle_ticks < WORKING_SET_IDLE_TICKS {
+            // The working set is not displaced by what was loaded before computing until
+            // it has long been idle: see `swaps`.
+            continue;
+        }
         // Not `SWAP_MARGIN` times colder per byte (which includes hotter): sorted coldest
         // first, the rest are hotter still.
         if u128::from(victim.heat) * u128::from(SWAP_MARGIN) * u128::from(wanted.bytes)

@@ -6,7 +6,7 @@ use super::*;
 const G: u64 = 1 << 30;
 
 fn at(bytes: u64, in_vram: bool, heat: u64, sequence: u64) -> Candidate {
-    Candidate { bytes, in_vram, heat, sequence, after_computing: false, maybe_evicted: false }
+    Candidate { bytes, in_vram, heat, sequence, after_computing: false, idle_ticks: 0, maybe_evicted: false }
 }
 
 fn room(free: u64) -> Room {
@@ -146,8 +146,8 @@ fn while_the_working_set_grows_only_what_came_after_computing_swaps_in_or_is_pro
     assert_eq!(plan(&growing, &candidates), vec![Move::SwapOut(2), Move::SwapIn(1)], "the KV block alone");
     assert_eq!(
         plan(&swapping(G + G / 4, 4 * G), &candidates),
-        vec![Move::SwapOut(2), Move::SwapIn(0)],
-        "once it stops growing, the hotter weight"
+        vec![Move::SwapOut(2), Move::SwapIn(1)],
+        "once it stops growing, still the KV block: the weight displaces no working set"
     );
     // Drained and answered, swaps go on, still not for the weight.
     let drained = Room { working_set_growing: true, answered: G, driver_keeps: true, ..swapping(0, 4 * G) };
@@ -299,4 +299,29 @@ fn kept_vram_is_given_back_only_where_the_device_binds_the_driver_evicted_nothin
     // allocation during the moment: it could fail.
     assert!(!AfterMovesOut { evictable: G - 1, ..short }.give_back_wanted());
     assert!(AfterMovesOut { evictable: G, ..short }.give_back_wanted());
+}
+
+#[test]
+fn weights_displace_weights_and_the_working_set_either_but_weights_it_only_once_long_idle() {
+    let working = |mut c: Candidate| {
+        c.after_computing = true;
+        c
+    };
+    // A hot weight in T2; in VRAM a cold part of the working set (a block the program's
+    // caching allocator freed and will hand out again) and a weight read less.
+    let hot_weight = at(G, false, 40 * G, 0);
+    let (cold_block, cool_weight) = (working(at(G, true, 0, 5)), at(G, true, G, 1));
+    assert_eq!(
+        plan(&swapping(G + G / 4, 4 * G), &[hot_weight, cold_block, cool_weight]),
+        vec![Move::SwapOut(2), Move::SwapIn(0)],
+        "the cooler weight goes, not the colder block"
+    );
+    assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[hot_weight, cold_block]), vec![], "nothing else: no swap");
+    // Unread for long, the block gives way to the weight.
+    let idle_block = Candidate { idle_ticks: WORKING_SET_IDLE_TICKS, ..cold_block };
+    assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[hot_weight, idle_block]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
+    // A hot KV block in T2 displaces the colder of either kind.
+    let kv = working(at(G, false, 40 * G, 6));
+    assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[kv, cold_block]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
+    assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[kv, cool_weight]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
 }
