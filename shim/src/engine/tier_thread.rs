@@ -193,52 +193,31 @@ fn tick(
             }
         })
         .collect();
-    // Demotions answer a shortfall: all of them first.
-    let (demotions, rest): (Vec<_>, Vec<_>) = chosen.iter().partition(|(_, step)| matches!(step, Move::Demote(_)));
+    // Demotions first: swaps move in only where their swap-outs made room.
+    let (leaving, arriving): (Vec<_>, Vec<_>) =
+        chosen.iter().partition(|(_, step)| matches!(step, Move::Demote(_) | Move::SwapOut(_)));
     let mut moved = Moved::default();
-    for group in tier_moves::groups(&demotions, tier_moves::GROUP_BYTES) {
+    for group in tier_moves::groups(&leaving, tier_moves::GROUP_BYTES) {
         tier_moves::move_group(device, group, streams, &mut moved);
     }
-    let mut given_back = match moved.demoted {
+    let arriving_bytes = arriving.iter().map(|(run, _)| run.bytes).sum();
+    let given_back = match moved.demoted + moved.swapped_out {
         0 => 0,
-        demoted => give_back::after_moves_out(device, demoted, free, 0, true),
+        moved_out => give_back::after_moves_out(device, moved_out, free, arriving_bytes, true),
     };
     let mut arrivals = Arrivals { fresh: room.fillable() + given_back, first_free: None };
-    // Without the give-back, each batch's swap-outs, then what moves into their room, so
-    // that no swap moves out what a stopped move in would not replace (the driver would
-    // keep its VRAM, lost to this process until the device is drained). With it, all
-    // swap-outs first: one give-back turns what the driver kept of them into free VRAM.
-    let most_in = if config::get().give_back { u64::MAX } else { ARRIVAL_GROUP_BYTES };
-    'batches: for batch in batches(&rest, most_in) {
-        // Past the first batch, what its moves in took decides whether more moves out go.
-        if arrivals.first_free.is_some() && !arrivals.may_go() {
-            arrivals.stop(device);
+    for group in tier_moves::groups(&arriving, ARRIVAL_GROUP_BYTES) {
+        if !arrivals.may_go() {
+            info!(
+                "live tiering on device {}: moves into VRAM took {} of free VRAM where {} was planned \
+                 (the driver did not give back what this tick moved out): the rest wait",
+                device,
+                Mib(arrivals.taken()),
+                Mib(arrivals.fresh)
+            );
             break;
         }
-        // Free VRAM before the batch's moves out: the tick's reading for the first.
-        let free_before = match arrivals.first_free {
-            None => free,
-            Some(_) => cuda::device_memory().map_or(free, |(f, _)| f),
-        };
-        let out_before = moved.swapped_out;
-        for group in tier_moves::groups(&batch.leaving, tier_moves::GROUP_BYTES) {
-            tier_moves::move_group(device, group, streams, &mut moved);
-        }
-        let arriving_bytes = batch.arriving.iter().map(|(run, _)| run.bytes).sum();
-        let rose = match moved.swapped_out - out_before {
-            0 => 0,
-            moved_out => give_back::after_moves_out(device, moved_out, free_before, arriving_bytes, true),
-        };
-        given_back += rose;
-        arrivals.fresh += rose;
-        for (at, group) in tier_moves::groups(&batch.arriving, ARRIVAL_GROUP_BYTES).into_iter().enumerate() {
-            // A later batch's first group was let go with its moves out.
-            if (at > 0 || arrivals.first_free.is_none()) && !arrivals.may_go() {
-                arrivals.stop(device);
-                break 'batches;
-            }
-            tier_moves::move_group(device, group, streams, &mut moved);
-        }
+        tier_moves::move_group(device, group, streams, &mut moved);
     }
     // Read once more after the last group: one group alone may have taken fresh VRAM.
     let outcome = Outcome {
@@ -272,42 +251,6 @@ fn tick(
     (next, driver_keeps || took_fresh)
 }
 
-/// Swaps' moves out and the moves in they make room for (promotions have none).
-struct Batch<'a> {
-    leaving: Vec<(&'a Run<'a>, Move)>,
-    arriving: Vec<(&'a Run<'a>, Move)>,
-}
-
-/// `moves` (the plan's promotions, refreshes and swaps, in its order: each swap's moves
-/// out before its move in) cut into batches of at most `most_in` bytes moved in (one move
-/// in at least), each move in with the moves out made for it.
-fn batches<'a>(moves: &[(&'a Run<'a>, Move)], most_in: u64) -> Vec<Batch<'a>> {
-    let mut cut: Vec<Batch<'a>> = Vec::new();
-    let mut outs = Vec::new();
-    let mut arriving_bytes = 0u64;
-    for &(run, step) in moves {
-        if matches!(step, Move::SwapOut(_)) {
-            outs.push((run, step));
-            continue;
-        }
-        match cut.last_mut() {
-            Some(batch) if arriving_bytes.saturating_add(run.bytes) <= most_in => {
-                batch.leaving.append(&mut outs);
-                batch.arriving.push((run, step));
-                arriving_bytes += run.bytes;
-            }
-            _ => {
-                cut.push(Batch { leaving: std::mem::take(&mut outs), arriving: vec![(run, step)] });
-                arriving_bytes = run.bytes;
-            }
-        }
-    }
-    if !outs.is_empty() {
-        cut.push(Batch { leaving: outs, arriving: Vec::new() });
-    }
-    cut
-}
-
 /// A tick's moves into VRAM, group by group. The driver keeps the VRAM that a move out
 /// gave back (free VRAM does not rise: bench/results/movable-vram-probe-2026-12-05.md),
 /// gives it to another process that asks, and to this process's later moves in; but on
@@ -328,17 +271,6 @@ impl Arrivals {
         let Some((free, _)) = cuda::device_memory() else { return false };
         let first = *self.first_free.get_or_insert(free);
         first.saturating_sub(free) <= self.fresh
-    }
-
-    /// Says why the rest of the tick's moves wait.
-    fn stop(&self, device: CuDevice) {
-        info!(
-            "live tiering on device {}: moves into VRAM took {} of free VRAM where {} was planned (the driver did \
-             not give back what this tick moved out): the rest wait",
-            device,
-            Mib(self.taken()),
-            Mib(self.fresh)
-        );
     }
 
     /// Free VRAM taken so far (as last read).
