@@ -51,25 +51,28 @@ def parse_args():
 
 
 class Placement:
-    """Snapshots of the shim's counters and of the weights' bytes in T2 (None without the
-    shim): they tell a slow prefill or decode apart by cause (staged products, moves,
-    weights or cache left in T2), without a debug log that would change the timing."""
+    """Snapshots of the shim's counters and of the weights' bytes in T2: they tell a slow
+    prefill or decode apart by cause (staged products, moves, weights or cache left in T2),
+    without a debug log that would change the timing."""
 
     COUNTERS = ("gemm_staged", "gemm_staged_bytes", "promoted_bytes", "demoted_bytes", "swaps", "tier_vram",
                 "t2_used", "promote_ns", "demote_ns", "move_issue_ns", "room_made_bytes", "room_made_ns")
 
-    def __init__(self, model):
-        self.model, self.shim = model, None
+    def __init__(self, model, shim):
+        self.model, self.shim = model, shim
+
+    @staticmethod
+    def under_shim(model):
+        """A Placement of `model` where the shim with its tiering counters is loaded, else
+        None (no shim, or python/gbgpu not on the path)."""
         try:
             from gbgpu.shim_exports import Shim
-        except ImportError:  # run without python/gbgpu on the path: no snapshots
-            return
+        except ImportError:
+            return None
         shim = Shim()
-        self.shim = shim if shim.has_tiering() else None
+        return Placement(model, shim) if shim.has_tiering() else None
 
     def snapshot(self, cache=None):
-        if self.shim is None:
-            return None
         import torch
 
         stats = self.shim.stats()
@@ -131,7 +134,7 @@ def generate_timed(model, prompt, new_tokens, mode, placement=None):
     if placement is not None:
         phases["end"] = placement.snapshot(out.past_key_values)
     ids = [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()]
-    return prefill, decode, ids, phases if placement is not None and placement.shim is not None else None
+    return prefill, decode, ids, phases or None
 
 
 def free_vram():
@@ -155,7 +158,7 @@ def main():
     generator = torch.Generator(device="cpu").manual_seed(args.seed)
     prompt = torch.randint(0, shape["vocab_size"], (1, args.tokens), generator=generator).to("cuda")
     warm_prompt = prompt[:, :128]
-    placement = Placement(model)
+    placement = Placement.under_shim(model)
     modes = {}
     for mode in args.modes.split(","):
         try:

@@ -84,7 +84,7 @@ fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)>
         .iter()
         .filter(|m| m.device() == device && !m.after_computing())
         // Runs no larger than the room wanted: a large buffer gives what is needed.
-        .flat_map(|m| m.runs(&m.heats(false), len))
+        .flat_map(|m| m.runs(&m.reads(false), len))
         .filter(|run| run.in_vram && !run.maybe_evicted)
         .collect();
     // Coldest per byte first, the newest first among equals.

@@ -167,7 +167,7 @@ fn tick(
     }
     // Runs of at most a quarter of the room promotions may fill: they fill it to within that.
     let most = (room.fillable() / 4).clamp(movable::RUN_LEAST, movable::RUN_MOST);
-    let runs: Vec<Run<'_>> = members.iter().flat_map(|m| m.runs(&m.heats(true), most)).collect();
+    let runs: Vec<Run<'_>> = members.iter().flat_map(|m| m.runs(&m.reads(true), most)).collect();
     let candidates: Vec<Candidate> = runs
         .iter()
         .map(|run| Candidate {

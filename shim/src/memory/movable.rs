@@ -34,6 +34,7 @@ use crate::memory::address_index::{RangeUse, WHOLE_READ};
 use crate::memory::budget::{self, T2Reservation, VramCharge};
 use crate::memory::movable_part::{Part, Residence};
 use crate::rules::range_heat;
+use crate::rules::read_rate::ReadRate;
 use crate::rules::tiering;
 use crate::sys::lock::{const_mutex, ForkLock, Mutex};
 use crate::sys::lock_order::rank;
@@ -337,14 +338,14 @@ impl Movable {
         Arc::clone(&self.uses)
     }
 
-    /// The heat of each part (`read_rate`, bytes read a tick) with what products read since
-    /// the last tick and what launches, copies and memsets named since — for a partitioned
-    /// allocation, each start's piece (`range_heat`), else its whole length for each, by
-    /// the naming's weight (a launch's parameters say where it reads, not how much: all of
-    /// it until the kernel's sampled times say less, `launch::kernel_times`). With `take`
-    /// (the tier thread's tick) the namings are taken and the tick ends for each part;
-    /// without, all stays in place.
-    pub fn heats(&self, take: bool) -> Vec<u64> {
+    /// The reads of each part (`read_rate`: its heat, bytes read a tick, and its ticks
+    /// idle) with what products read since the last tick and what launches, copies and
+    /// memsets named since — for a partitioned allocation, each start's piece
+    /// (`range_heat`), else its whole length for each, by the naming's weight (a launch's
+    /// parameters say where it reads, not how much: all of it until the kernel's sampled
+    /// times say less, `launch::kernel_times`). With `take` (the tier thread's tick) the
+    /// namings are taken and the tick ends for each part; without, all stays in place.
+    pub fn reads(&self, take: bool) -> Vec<ReadRate> {
         let named = match self.uses.starts() {
             Some(starts) => {
                 let starts = starts.read(take);
@@ -361,15 +362,16 @@ impl Movable {
                 vec![u64::try_from(named).unwrap_or(u64::MAX)]
             }
         };
-        self.parts.iter().zip(named).map(|(part, named)| part.heat_with(named, take)).collect()
+        self.parts.iter().zip(named).map(|(part, named)| part.reads_with(named, take)).collect()
     }
 
-    /// Its parts (with their `heats`) in runs of neighbours alike in place, possible
+    /// Its parts (with their `reads`) in runs of neighbours alike in place, possible
     /// eviction and heat per byte, each at most `most` bytes (one part at least).
-    pub fn runs(&self, heats: &[u64], most: u64) -> Vec<Run<'_>> {
+    pub fn runs(&self, reads: &[ReadRate], most: u64) -> Vec<Run<'_>> {
         let mut runs: Vec<Run<'_>> = Vec::new();
-        for (index, (part, &heat)) in self.parts.iter().zip(heats).enumerate() {
-            let (in_vram, maybe_evicted, idle_ticks) = (part.in_vram(), part.maybe_evicted(), part.idle_ticks());
+        for (index, (part, read)) in self.parts.iter().zip(reads).enumerate() {
+            let (heat, idle_ticks) = (read.heat(), read.idle_ticks());
+            let (in_vram, maybe_evicted) = (part.in_vram(), part.maybe_evicted());
             if let Some(run) = runs.last_mut().filter(|run| {
                 run.in_vram == in_vram
                     && run.maybe_evicted == maybe_evicted

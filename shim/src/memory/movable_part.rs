@@ -116,23 +116,18 @@ impl Part {
         self.read.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Its heat (`ReadRate`, bytes read a tick) with this tick's reads counted: what
-    /// products read since the last tick and `named` (what launches, copies and memsets
-    /// named since). With `take` (the tier thread's tick) the tick ends here; without,
-    /// all stays in place.
-    pub(super) fn heat_with(&self, named: u64, take: bool) -> u64 {
+    /// Its reads (`ReadRate`: heat, ticks idle) with this tick's counted: what products
+    /// read since the last tick and `named` (what launches, copies and memsets named
+    /// since). With `take` (the tier thread's tick) the tick ends here; without, all stays
+    /// in place.
+    pub(super) fn reads_with(&self, named: u64, take: bool) -> ReadRate {
         let products = if take { self.read.swap(0, Ordering::Relaxed) } else { self.read.load(Ordering::Relaxed) };
         let mut state = self.state.lock();
         let reads = state.reads.after_tick(products.saturating_add(named));
         if take {
             state.reads = reads;
         }
-        reads.heat()
-    }
-
-    /// Ticks since it was last read (`ReadRate::idle_ticks`), as of the last tick.
-    pub(super) fn idle_ticks(&self) -> u32 {
-        self.state.lock().reads.idle_ticks()
+        reads
     }
 
     /// Starts a move to VRAM (`promote`) or to T2 if the part is live and where the move
