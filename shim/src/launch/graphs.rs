@@ -117,13 +117,13 @@ pub fn launched(exec: GraphExec, stream: Stream) {
     }
     let shard = Shard::mine();
     let counts = stats::launch_counts(shard);
-    stats::bump(&counts.graph_launches);
+    counts.bump(|counts| &counts.graph_launches);
     let Some(record) = EXECS.get(exec.0 as usize) else {
-        stats::bump(&counts.graphs_unread);
+        counts.bump(|counts| &counts.graphs_unread);
         return;
     };
     if !record.read {
-        stats::bump(&counts.graphs_unread);
+        counts.bump(|counts| &counts.graphs_unread);
     }
     let snapshot = address_index::load();
     let mut namings = 0;
@@ -152,11 +152,11 @@ pub fn launched(exec: GraphExec, stream: Stream) {
         }
     }
     let unread = record.kernels.values().filter(|kernel| !kernel.read).count();
-    stats::add(&counts.launches, record.kernels.len() as u64);
-    stats::add(&counts.launches_unread, unread as u64);
-    stats::add(&counts.launch_namings, namings);
-    stats::add(&counts.memory_ops, record.memory_ops);
-    stats::add(&counts.host_funcs, record.host_funcs);
+    counts.add(|counts| &counts.launches, record.kernels.len() as u64);
+    counts.add(|counts| &counts.launches_unread, unread as u64);
+    counts.add(|counts| &counts.launch_namings, namings);
+    counts.add(|counts| &counts.memory_ops, record.memory_ops);
+    counts.add(|counts| &counts.host_funcs, record.host_funcs);
 }
 
 fn store(exec: GraphExec, record: Option<ExecRecord>) {

@@ -28,7 +28,7 @@ pub unsafe fn launched(
     let shard = Shard::mine();
     let counts = stats::launch_counts(shard);
     if capture::enqueued_on(stream) == Enqueued::Captured {
-        stats::bump(&counts.captured_launches);
+        counts.bump(|counts| &counts.captured_launches);
         if let Some(sampling) = sampling {
             kernel_times::after_launch(sampling, false, function, stream, &[]);
         }
@@ -57,16 +57,16 @@ pub unsafe fn launched(
     if let Some(sampling) = sampling {
         kernel_times::after_launch(sampling, true, function, stream, &named[..count]);
     }
-    stats::bump(&counts.launches);
+    counts.bump(|counts| &counts.launches);
     if !naming.read {
-        stats::bump(&counts.launches_unread);
+        counts.bump(|counts| &counts.launches_unread);
     }
-    stats::add(&counts.launch_namings, u64::from(naming.ranges));
+    counts.add(|counts| &counts.launch_namings, u64::from(naming.ranges));
 }
 
 /// The driver accepted a host function on `stream`.
 pub fn host_function_enqueued(stream: Stream) {
     if capture::enqueued_on(stream) == Enqueued::Runs {
-        stats::bump(&stats::launch_counts(Shard::mine()).host_funcs);
+        stats::launch_counts(Shard::mine()).bump(|counts| &counts.host_funcs);
     }
 }

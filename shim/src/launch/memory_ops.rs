@@ -107,7 +107,7 @@ pub unsafe fn accepted(stream: Stream, op: MemoryOp) {
         // SAFETY: the accepted batch: an array of `count` operations (the contract).
         MemoryOp::Batch3D { ops, count } => unsafe { batch_3d(snapshot, shard, ops, count) },
     };
-    stats::add(&stats::launch_counts(shard).memory_ops, ran);
+    stats::launch_counts(shard).add(|counts| &counts.memory_ops, ran);
 }
 
 /// One copy or memset of `size` bytes (a 3D batch's operation: elements) writing from

@@ -9,7 +9,7 @@
 //! A reader holds the snapshot it loaded until it is done; a range removed meanwhile is
 //! then still seen for that one launch, as if the free had come after it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -78,20 +78,20 @@ impl RangeUse {
     /// reading, on the thread of `shard`, named `offset` bytes into the range.
     pub fn note_launch(&self, offset: u64, weight: u64, shard: Shard) {
         let counts = self.counts.of(shard);
-        counts.launches.fetch_add(1, Ordering::Relaxed);
+        counts.bump(|counts| &counts.launches);
         if weight < WHOLE_READ {
-            counts.unread.fetch_add(WHOLE_READ - weight, Ordering::Relaxed);
+            counts.add(|counts| &counts.unread, WHOLE_READ - weight);
         }
-        if let Some(starts) = &counts.starts {
-            starts.note(offset, weight);
+        if let Some(starts) = &counts.fields().starts {
+            starts.note(offset, weight, shard);
         }
     }
 
     /// The same launch, on the thread of `shard`, named the range again, `offset` bytes
     /// in: a start, not a launch.
     pub fn note_start(&self, offset: u64, weight: u64, shard: Shard) {
-        if let Some(starts) = &self.counts.of(shard).starts {
-            starts.note(offset, weight);
+        if let Some(starts) = &self.counts.of(shard).fields().starts {
+            starts.note(offset, weight, shard);
         }
     }
 
@@ -113,7 +113,7 @@ impl RangeUse {
     /// counts as a launch naming it too).
     pub fn note_write(&self, offset: u64, shard: Shard) {
         self.note_launch(offset, WHOLE_READ, shard);
-        self.counts.of(shard).writes.fetch_add(1, Ordering::Relaxed);
+        self.counts.of(shard).bump(|counts| &counts.writes);
     }
 
     pub fn writes(&self) -> u64 {

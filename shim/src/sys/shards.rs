@@ -1,15 +1,18 @@
 //! Counters kept per thread: a fixed array of shards, each on cache lines of its own, a
 //! thread writing the shard its number picks and a reader summing them all. Counting on
 //! every kernel launch from several threads then writes no line another thread writes,
-//! so none bounces between cores; threads past the array's length share shards, still
-//! counted exactly (a shard's counters are atomics).
+//! so none bounces between cores.
 //!
 //! A thread's number is given on its first count, in the order threads come (a thread
 //! local with a constant initialiser: no allocation, no destructor), and never given
 //! back: a thread that exits leaves its counts in its shard, where the sums still see
-//! them.
+//! them. Invariant: each shard but the last has one writer, the thread of its number,
+//! which therefore counts with a load and a store (a locked add was about a quarter of
+//! the shim's time per launch naming 8 allocations); threads past them, and threads
+//! whose locals are gone, share the last shard and count there with locked adds, exactly.
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Numbers given to threads so far.
@@ -23,12 +26,16 @@ thread_local! {
 }
 
 /// A thread's number, which picks its shard in every `Shards` (taken once per launch and
-/// handed down, so that each counter bumped does not ask for it again).
+/// handed down, so that each counter bumped does not ask for it again). Not `Send`: a
+/// shard with one writer must be counted in by its own thread only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shard(usize);
+pub struct Shard {
+    number: usize,
+    _this_thread: PhantomData<*const ()>,
+}
 
 impl Shard {
-    /// The calling thread's (shard 0 for a thread whose locals are gone: exiting).
+    /// The calling thread's (a shared one for a thread whose locals are gone: exiting).
     pub fn mine() -> Shard {
         let number = NUMBER.try_with(|number| {
             if number.get() == NONE {
@@ -36,7 +43,72 @@ impl Shard {
             }
             number.get()
         });
-        Shard(number.unwrap_or(0))
+        Shard { number: number.unwrap_or(NONE), _this_thread: PhantomData }
+    }
+}
+
+/// The thread that counts first in a table every thread may count in (a large
+/// allocation's starts, `memory::start_counts`): it then adds to counters of its own
+/// with a load and a store, the others to counters beside them with locked adds, and a
+/// reader sums both. Tables too large to keep per thread are mostly counted in by the
+/// one thread that launches the program's kernels.
+#[derive(Debug)]
+pub struct FirstWriter(AtomicUsize);
+
+impl FirstWriter {
+    pub const fn new() -> FirstWriter {
+        FirstWriter(AtomicUsize::new(NONE))
+    }
+
+    /// Whether `shard`'s thread is the first writer (made so if there is none yet; never
+    /// a thread whose locals are gone, which has no number of its own).
+    pub fn is(&self, shard: Shard) -> bool {
+        match self.0.load(Ordering::Relaxed) {
+            writer if writer == shard.number => shard.number != NONE,
+            NONE if shard.number != NONE => {
+                self.0.compare_exchange(NONE, shard.number, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Adds `amount` to a counter the calling thread alone writes (`FirstWriter`, `Counts`):
+/// a load and a store count exactly, and a reader sees the count before or after.
+pub fn add_alone(counter: &AtomicU64, amount: u64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(amount), Ordering::Relaxed);
+}
+
+/// One shard's counters as the calling thread counts in them.
+#[derive(Clone, Copy, Debug)]
+pub struct Counts<'a, T> {
+    counters: &'a T,
+    /// Whether the calling thread is the shard's only writer (see the module's invariant).
+    only_writer: bool,
+}
+
+impl<'a, T> Counts<'a, T> {
+    /// Adds `amount` to one of the counters.
+    pub fn add(&self, counter: impl FnOnce(&'a T) -> &'a AtomicU64, amount: u64) {
+        if amount == 0 {
+            return;
+        }
+        let counter = counter(self.counters);
+        if self.only_writer {
+            add_alone(counter, amount);
+        } else {
+            counter.fetch_add(amount, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds one to one of the counters.
+    pub fn bump(&self, counter: impl FnOnce(&'a T) -> &'a AtomicU64) {
+        self.add(counter, 1);
+    }
+
+    /// The shard's fields, for those that are not its counters.
+    pub fn fields(&self) -> &'a T {
+        self.counters
     }
 }
 
@@ -50,7 +122,8 @@ pub trait Zeroed {
 #[derive(Debug)]
 struct Padded<T>(T);
 
-/// `N` shards of counters `T`, one per thread number (modulo `N`).
+/// `N` shards of counters `T`: one for each of the first `N - 1` thread numbers, and one
+/// that the threads numbered past them share.
 #[derive(Debug)]
 pub struct Shards<T, const N: usize>([Padded<T>; N]);
 
@@ -67,9 +140,10 @@ impl<T: Zeroed, const N: usize> Default for Shards<T, N> {
 }
 
 impl<T, const N: usize> Shards<T, N> {
-    /// `shard`'s counters, for it to bump.
-    pub fn of(&self, shard: Shard) -> &T {
-        &self.0[shard.0 % N].0
+    /// `shard`'s counters, for its thread to count in.
+    pub fn of(&self, shard: Shard) -> Counts<'_, T> {
+        let shared = N - 1;
+        Counts { counters: &self.0[shard.number.min(shared)].0, only_writer: shard.number < shared }
     }
 
     /// The sum of one counter over every shard (each read once, so a sum read while
@@ -98,38 +172,50 @@ impl<T, const N: usize> Shards<T, N> {
 mod tests {
     use super::*;
 
-    struct Counts {
+    struct Pair {
         a: AtomicU64,
         b: AtomicU64,
     }
 
-    impl Zeroed for Counts {
+    impl Zeroed for Pair {
         #[allow(clippy::declare_interior_mutable_const)]
-        const ZERO: Counts = Counts { a: AtomicU64::new(0), b: AtomicU64::new(0) };
+        const ZERO: Pair = Pair { a: AtomicU64::new(0), b: AtomicU64::new(0) };
+    }
+
+    fn shard(number: usize) -> Shard {
+        Shard { number, _this_thread: PhantomData }
     }
 
     #[test]
     fn each_thread_counts_in_its_own_lines_and_the_sums_see_every_thread() {
-        let shards: Shards<Counts, 4> = Shards::new();
-        let at = |number| std::ptr::from_ref(shards.of(Shard(number))) as usize;
+        let shards: Shards<Pair, 4> = Shards::new();
+        let at = |number| std::ptr::from_ref(shards.of(shard(number)).fields()) as usize;
         assert_eq!((at(0) % 64, at(1) - at(0)), (0, 64), "each shard starts a cache line of its own");
-        assert_eq!(at(4), at(0), "numbers past the shards wrap around");
+        assert_eq!((at(3), at(4), at(NONE)), (at(3), at(3), at(3)), "numbers past the shards share the last");
+        assert!(shards.of(shard(2)).only_writer && !shards.of(shard(3)).only_writer);
+        // Eight threads over four shards: five share the last one, all at once.
+        let start = std::sync::Barrier::new(8);
         std::thread::scope(|scope| {
-            for _ in 0..6 {
+            for _ in 0..8 {
                 scope.spawn(|| {
                     let mine = shards.of(Shard::mine());
-                    for _ in 0..1000 {
-                        mine.a.fetch_add(1, Ordering::Relaxed);
+                    start.wait();
+                    for _ in 0..100_000 {
+                        mine.bump(|counts| &counts.a);
                     }
-                    mine.b.fetch_add(2, Ordering::Relaxed);
+                    mine.add(|counts| &counts.b, 2);
                 });
             }
         });
-        assert_eq!(shards.sum(|counts| &counts.a), 6000, "six threads over four shards, none lost");
-        assert_eq!(shards.sum(|counts| &counts.b), 12);
+        assert_eq!(shards.sum(|counts| &counts.a), 800_000, "none lost where threads share a shard");
+        assert_eq!(shards.sum(|counts| &counts.b), 16);
+        let writer = FirstWriter::new();
+        assert!(!writer.is(shard(NONE)), "a thread without a number never writes alone");
+        assert!(writer.is(shard(5)) && writer.is(shard(5)), "the first to ask is the writer, and stays it");
+        assert!(!writer.is(shard(6)) && !writer.is(shard(NONE)));
         let (first, second) = (Shard::mine(), Shard::mine());
         assert_eq!(first, second, "a thread keeps its number");
-        let other = std::thread::spawn(Shard::mine).join().expect("a thread of its own");
-        assert_ne!(first, other, "another thread is given another number");
+        let other = std::thread::spawn(|| Shard::mine().number).join().expect("a thread of its own");
+        assert_ne!(first.number, other, "another thread is given another number");
     }
 }

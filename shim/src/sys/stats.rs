@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::sys::shards::{Shard, Shards, Zeroed};
+use crate::sys::shards::{Counts, Shard, Shards, Zeroed};
 
 pub struct Stats {
     pub t1_used: AtomicU64,
@@ -150,8 +150,8 @@ const LAUNCH_SHARDS: usize = 16;
 
 static LAUNCH_COUNTS: Shards<LaunchCounts, LAUNCH_SHARDS> = Shards::new();
 
-/// The launch counters of `shard` (the calling thread's, `Shard::mine`), to bump.
-pub fn launch_counts(shard: Shard) -> &'static LaunchCounts {
+/// The launch counters of `shard` (the calling thread's, `Shard::mine`), to count in.
+pub fn launch_counts(shard: Shard) -> Counts<'static, LaunchCounts> {
     LAUNCH_COUNTS.of(shard)
 }
 
@@ -162,12 +162,6 @@ pub fn launch_total(counter: impl Fn(&LaunchCounts) -> &AtomicU64) -> u64 {
 
 pub fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
-}
-
-pub fn add(counter: &AtomicU64, amount: u64) {
-    if amount != 0 {
-        counter.fetch_add(amount, Ordering::Relaxed);
-    }
 }
 
 pub fn load(counter: &AtomicU64) -> u64 {
