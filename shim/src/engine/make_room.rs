@@ -104,6 +104,12 @@ fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)>
         }
     }
     if room < len {
+        debug!(
+            "no room made on device {} for {}: {} of movable VRAM loaded before computing can go",
+            device,
+            Mib(len),
+            Mib(room)
+        );
         return None;
     }
     // No tick measures while the room is made (it would make it again), and the room is
@@ -134,6 +140,7 @@ fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)>
     if demoted < len {
         // What did move stays in T2 (the swaps bring it back if it is read); the
         // allocation takes the usual way.
+        debug!("no room made on device {} for {}: {} of {} demoted", device, Mib(len), Mib(demoted), Mib(room));
         return None;
     }
     debug!("{} demoted on device {} to make room for {} the program computes with", Mib(demoted), device, Mib(len));
