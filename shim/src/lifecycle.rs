@@ -131,7 +131,7 @@ extern "C" fn summary_at_exit() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     info!(
-        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} for the VRAM headroom, {} VMM on host), split {}; GEMMs staged {} ({}, {} in slices, {} shapes unsliced as slices differed); out-of-memory returned {}; backend {}",
+        "summary: pid {}: peak T1 {}, peak T2 {}; allocations T1 {}, T2 {} ({} after a VRAM out-of-memory, {} for the VRAM headroom, {} VMM on host), split {}; GEMMs staged {} ({}, {} in slices, {} shapes unsliced as slices differed), reading T2 in place {} ({}); out-of-memory returned {}; backend {}",
         pid,
         Mib(stats.t1_peak),
         Mib(stats.t2_peak),
@@ -145,6 +145,8 @@ extern "C" fn summary_at_exit() {
         Mib(stats.gemm_staged_bytes),
         stats.gemm_sliced,
         stats.gemm_slices_differed,
+        stats.gemm_in_place,
+        Mib(stats.gemm_in_place_bytes),
         stats.oom_returned,
         backend::name(),
     );

@@ -250,7 +250,20 @@ pub fn run_staged(
         _ => None,
     };
     drop(scratches);
-    staged.unwrap_or_else(|| product(originals, None))
+    staged.unwrap_or_else(|| {
+        if any_in_t2 {
+            count_in_place(&operands, &in_t2);
+        }
+        product(originals, None)
+    })
+}
+
+/// Counts a product that reads its operands in T2 (`in_t2`) in place.
+fn count_in_place(operands: &[Option<Operand>; 2], in_t2: &[Option<T2Kind>; 2]) {
+    let bytes: u64 =
+        operands.iter().zip(in_t2).filter(|(_, kind)| kind.is_some()).flat_map(|(o, _)| *o).map(|o| o.bytes).sum();
+    stats::bump(&STATS.gemm_in_place);
+    STATS.gemm_in_place_bytes.fetch_add(bytes, Ordering::Relaxed);
 }
 
 /// Counts a staged product of `bytes` staged bytes.

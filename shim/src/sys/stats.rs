@@ -74,6 +74,11 @@ pub struct Stats {
     /// program waits that long).
     pub room_made_bytes: AtomicU64,
     pub room_made_ns: AtomicU64,
+    /// Matrix products that read an operand in T2 in place, over the link (staging off
+    /// for them: the stream captured, no scratch to be had, a copy failed, the operand
+    /// above GREENBOOST_STAGE_MAX), and those operands' bytes.
+    pub gemm_in_place: AtomicU64,
+    pub gemm_in_place_bytes: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -111,6 +116,8 @@ pub static STATS: Stats = Stats {
     give_backs: AtomicU64::new(0),
     room_made_bytes: AtomicU64::new(0),
     room_made_ns: AtomicU64::new(0),
+    gemm_in_place: AtomicU64::new(0),
+    gemm_in_place_bytes: AtomicU64::new(0),
 };
 
 /// Launch observation's counters, one shard per thread (`launch_counts`): kernels
@@ -245,6 +252,8 @@ pub struct ShimStats {
     pub give_backs: u64,
     pub room_made_bytes: u64,
     pub room_made_ns: u64,
+    pub gemm_in_place: u64,
+    pub gemm_in_place_bytes: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -300,6 +309,8 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         give_backs: load(&STATS.give_backs),
         room_made_bytes: load(&STATS.room_made_bytes),
         room_made_ns: load(&STATS.room_made_ns),
+        gemm_in_place: load(&STATS.gemm_in_place),
+        gemm_in_place_bytes: load(&STATS.gemm_in_place_bytes),
     }
 }
 
@@ -337,6 +348,8 @@ pub fn start_afresh_in_child() {
         &STATS.give_backs,
         &STATS.room_made_bytes,
         &STATS.room_made_ns,
+        &STATS.gemm_in_place,
+        &STATS.gemm_in_place_bytes,
     ] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -31,6 +31,8 @@ struct shim_stats {
     unsigned long long given_back_bytes, give_backs;
     /* Room made at once for allocations while computing (engine/make_room.rs). */
     unsigned long long room_made_bytes, room_made_ns;
+    /* Products that read a T2 operand in place (gemm/staging.rs). */
+    unsigned long long gemm_in_place, gemm_in_place_bytes;
     unsigned long long appended[16];
 };
 
