@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Several GPU measurements in one call of a time-limited GPU machine, each step's files
+# under $OUT/STEP/ as it goes (a call cut at its limit still returns the steps done), a
+# line per step in $OUT/steps.log. Needs build/gpu-carry and build/bench-carry
+# (tests/gpu/prepare.sh, bench/prepare.sh), made on the build machine.
+#
+#   bash scripts/device-steps.sh STEP...
+#
+# Steps:
+#   probe     bench/probes/$PROBE ($PROBE_ARGS), default read_mostly_probe.py 12 8
+#   launch    BENCH_ONLY=launch,hook (launch and hook figures; deadline LAUNCH_S, 300)
+#   longctx   BENCH_ONLY=longctx, dynamic cache; beside BENCH_BASELINE_SHIM when
+#             BASELINE names a file in build/bench-carry, and with LONGCTX_SETTINGS
+#             (GreenBoost settings, VAR=VALUE words) when given (deadline LONGCTX_S, 300)
+#   shared    GPU suite sections plain pressure shared (deadline SUITE_S, 520)
+#   tiering   GPU suite sections tiering swap (deadline SUITE_S)
+#   ranges    GPU suite sections ranges longctx (deadline SUITE_S)
+set -u
+out=${OUT:-/tmp/device-steps}
+mkdir -p "$out"
+log() { echo "[$(date -u +%T)] $*" | tee -a "$out/steps.log"; }
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv >>"$out/steps.log" 2>&1
+suite() { # SECTIONS DIR
+  OUT=$2 GB_GPU_SECTIONS=$1 GB_GPU_DEADLINE_S=${SUITE_S:-520} bash tests/gpu/run.sh >"$2/run.log" 2>&1
+}
+for step in "$@"; do
+  dir=$out/$step
+  mkdir -p "$dir"
+  log "$step: start"
+  case $step in
+    probe)
+      # shellcheck disable=SC2086 # the arguments are words
+      PYTHONPATH=$PWD/build/bench-carry/python timeout 240 python3 "bench/probes/${PROBE:-read_mostly_probe.py}" \
+        ${PROBE_ARGS:-12 8} >"$dir/probe.json" 2>"$dir/run.log" ;;
+    launch)
+      OUT=$dir BENCH_ONLY=launch,hook BENCH_DEADLINE_S=${LAUNCH_S:-300} BENCH_RESULTS=/tmp/device-steps-launch \
+        bash bench/run.sh >"$dir/run.log" 2>&1 ;;
+    longctx)
+      baseline=${BASELINE:+$PWD/build/bench-carry/$BASELINE}
+      OUT=$dir BENCH_ONLY=longctx BENCH_LONGCTX_MODES=dynamic BENCH_BASELINE_SHIM=$baseline \
+        BENCH_LONGCTX_SETTINGS="${LONGCTX_SETTINGS:-}" BENCH_DEADLINE_S=${LONGCTX_S:-300} \
+        BENCH_RESULTS=/tmp/device-steps-longctx bash bench/run.sh >"$dir/run.log" 2>&1 ;;
+    shared) suite "plain pressure shared" "$dir" ;;
+    tiering) suite "tiering swap" "$dir" ;;
+    ranges) suite "ranges longctx" "$dir" ;;
+    *) log "$step: no such step" ;;
+  esac
+  log "$step: exit $?"
+  tail -3 "$dir/run.log" >>"$out/steps.log" 2>/dev/null
+done
