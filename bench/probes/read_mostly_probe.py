@@ -5,7 +5,8 @@ collapses the copies to the preferred location, the host). Measures, beside a fo
 process: the plain demotion's rate (a prefetch to the host, as the shim does it now), the
 duplicate's making (rate, free VRAM, reads still at VRAM speed), the drop (time, reads at
 the link's speed afterwards, every byte kept, this process's cuMemAlloc of what was
-dropped), and what a GPU write to a duplicated piece costs.
+dropped), what a GPU write to a duplicated piece costs, and whether reads of duplicated
+pieces the driver evicted for another process take VRAM back.
 
   python3 bench/probes/read_mostly_probe.py LEAVE_GIB WEIGHTS_GIB   (prints one JSON line)
 
@@ -20,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Location  # noqa: E402
-from movable_vram_probe import PIECE, beside_balloon, managed_in_vram, mem_alloc  # noqa: E402
+from movable_vram_probe import PIECE, beside_balloon, foreign_alloc, managed_in_vram, mem_alloc  # noqa: E402
 
 from gbgpu.managed import Driver  # noqa: E402
 
@@ -113,6 +114,22 @@ def measure(out, env):
     driver.timed_read(shadowed[2], PIECE)
     _, out["promoted_read_GBps"] = driver.timed_read(shadowed[2], PIECE)
     out["promoted_wrong"] = sums_wrong(driver, shadowed, quarter)
+    # 6. Another process takes VRAM while pieces are duplicated: the driver must evict
+    # some (their host copies make that a drop); then this process reads them all on the
+    # GPU. Free VRAM falling during those reads would mean reads duplicate pieces back
+    # into VRAM behind the shim's back (not to be had on a shared GPU).
+    duplicated = shadowed + rest
+    for ptr in duplicated:
+        advise(driver, ptr, CU_MEM_ADVISE_SET_READ_MOSTLY)
+        driver.prefetch(ptr, PIECE, LOCATION_HOST, stream.ptr)
+    stream.synchronize()
+    want = driver.free() + 2 * (1 << 30)
+    out["foreign_alloc_beside_duplicates"] = foreign_alloc(env, want)
+    free_before = driver.free()
+    rates = [driver.timed_read(ptr, PIECE)[1] for ptr in duplicated]
+    out["reads_after_eviction_free_delta_mib"] = (driver.free() - free_before) >> 20
+    out["reads_after_eviction_GBps_min_max"] = [min(rates), max(rates)]
+    out["duplicated_wrong_after_eviction"] = sums_wrong(driver, shadowed, quarter)
     driver.release(ptrs)
 
 
