@@ -206,10 +206,12 @@ def measure(out, env):
     driver.release(ptrs)
 
 
-def main():
+def probe_main(measure_with):
+    """A probe's command line, LEAVE_GIB WEIGHTS_GIB: measure_with(out, env) beside the
+    balloon, one JSON line printed."""
     leave_gib, weights_gib = float(sys.argv[1]), int(sys.argv[2])
-    beside_balloon(leave_gib, {"leave_gib": leave_gib, "weights_gib": weights_gib}, measure)
+    beside_balloon(leave_gib, {"leave_gib": leave_gib, "weights_gib": weights_gib}, measure_with)
 
 
 if __name__ == "__main__":
-    main()
+    probe_main(measure)

@@ -20,10 +20,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Location  # noqa: E402
-from movable_vram_probe import PIECE, beside_balloon, foreign_alloc, managed_in_vram, mem_alloc  # noqa: E402
-
-from gbgpu.managed import Driver  # noqa: E402
+from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Driver, Location  # noqa: E402
+from movable_vram_probe import PIECE, foreign_alloc, managed_in_vram, mem_alloc, probe_main  # noqa: E402
 
 CU_MEM_ADVISE_SET_READ_MOSTLY = 1
 CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2
@@ -133,10 +131,5 @@ def measure(out, env):
     driver.release(ptrs)
 
 
-def main():
-    leave_gib, weights_gib = float(sys.argv[1]), int(sys.argv[2])
-    beside_balloon(leave_gib, {"leave_gib": leave_gib, "weights_gib": weights_gib}, measure)
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(measure)
