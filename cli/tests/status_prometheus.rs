@@ -57,6 +57,7 @@ fn machine() -> FakeRoot {
         t2_used: 3 << 30,
         promoted_bytes: 5 << 30,
         swaps: 2,
+        room_made_bytes: 1 << 30,
         demoted_bytes: 3 << 30,
         ..Published::default()
     };
@@ -102,6 +103,9 @@ fn the_exposition_parses_with_every_family_and_sample() {
         json!({"name": "greenboost_tiering_swaps", "type": "counter", "samples": [
             ["greenboost_tiering_swaps_total", {"pid": "100"}, 2.0],
         ]}),
+        json!({"name": "greenboost_tiering_room_made_bytes", "type": "counter", "samples": [
+            ["greenboost_tiering_room_made_bytes_total", {"pid": "100"}, 1073741824.0],
+        ]}),
         // The module is loaded, but its device cannot be opened: a program gets userspace.
         gauge("greenboost_backend_info", json!([["greenboost_backend_info", {"backend": "userspace"}, 1.0]])),
     ]);
@@ -130,7 +134,7 @@ fn the_textfile_is_written_for_the_collector_and_parses() {
     let file = std::fs::read_to_string(collector.path().join("greenboost.prom")).unwrap();
     assert_eq!(file, text(&root.run(&["status", "--prometheus"]).stdout));
     if let Some(families) = parse(&file) {
-        assert_eq!(families.as_array().map(Vec::len), Some(9));
+        assert_eq!(families.as_array().map(Vec::len), Some(10));
     }
 
     let missing = collector.path().join("absent");

@@ -46,6 +46,10 @@ pub struct Published {
     /// process (a swap of roles). After the fields above: a record of a writer without
     /// it (`size` 112) reads as 0.
     pub swaps: u64,
+    /// Bytes demoted at once to make room for what the process allocated while computing
+    /// (its working set). After `swaps`: a record of a writer without it (`size` 120)
+    /// reads as 0.
+    pub room_made_bytes: u64,
 }
 
 /// A process's start time from the text of its `/proc/PID/stat` (field 22, clock ticks
@@ -61,6 +65,8 @@ impl Published {
     pub const SIZE: usize = core::mem::size_of::<Published>();
     /// The size of the record before `swaps` was appended: still read.
     const SIZE_BEFORE_SWAPS: usize = 112;
+    /// The size of the record before `room_made_bytes` was appended: still read.
+    const SIZE_BEFORE_ROOM_MADE: usize = 120;
 
     /// The record in `bytes` (a copy of the file), if it is one this reader knows and
     /// was not being written.
@@ -88,12 +94,15 @@ impl Published {
             promotions: word(96),
             demotions: word(104),
             swaps: 0,
+            room_made_bytes: 0,
         };
         let size = record.size as usize;
-        let record = if size >= Self::SIZE && bytes.len() >= Self::SIZE {
-            Published { swaps: word(112), ..record }
-        } else {
-            record
+        // A field appended since is read where the writer's record has it.
+        let appended = |at: usize| if size >= at + 8 && bytes.len() >= at + 8 { word(at) } else { 0 };
+        let record = Published {
+            swaps: appended(Self::SIZE_BEFORE_SWAPS),
+            room_made_bytes: appended(Self::SIZE_BEFORE_ROOM_MADE),
+            ..record
         };
         let known = record.magic == PUBLISHED_MAGIC
             && record.version == PUBLISHED_VERSION
@@ -119,8 +128,9 @@ mod tests {
 
     #[test]
     fn the_layout_is_what_from_bytes_reads() {
-        assert_eq!(Published::SIZE, 120);
+        assert_eq!(Published::SIZE, 128);
         assert_eq!(core::mem::offset_of!(Published, swaps), Published::SIZE_BEFORE_SWAPS);
+        assert_eq!(core::mem::offset_of!(Published, room_made_bytes), Published::SIZE_BEFORE_ROOM_MADE);
         assert_eq!(core::mem::offset_of!(Published, seq), 32);
         assert_eq!(core::mem::offset_of!(Published, demotions), 104);
         let record = Published {
@@ -134,6 +144,7 @@ mod tests {
             tier_vram: 1 << 30,
             demotions: 9,
             swaps: 2,
+            room_made_bytes: 5 << 20,
             ..Published::default()
         };
         // SAFETY: a plain repr(C) struct of integers, read as its bytes.
@@ -144,6 +155,11 @@ mod tests {
         older[12..16].copy_from_slice(&(Published::SIZE_BEFORE_SWAPS as u32).to_le_bytes());
         let read = Published::from_bytes(&older).expect("an older record");
         assert_eq!((read.swaps, read.demotions, read.size), (0, 9, Published::SIZE_BEFORE_SWAPS as u32));
+        // A writer from before `room_made_bytes`: its swaps read, its room made as 0.
+        let mut older = bytes[..Published::SIZE_BEFORE_ROOM_MADE].to_vec();
+        older[12..16].copy_from_slice(&(Published::SIZE_BEFORE_ROOM_MADE as u32).to_le_bytes());
+        let read = Published::from_bytes(&older).expect("an older record");
+        assert_eq!((read.swaps, read.room_made_bytes), (2, 0));
         let writing = Published { seq: 5, ..record };
         // SAFETY: as above.
         let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(writing) };

@@ -77,6 +77,7 @@ pub fn render(status: &Status) -> String {
         process_tiers(status),
         moves(&status.shim_processes),
         swaps(&status.shim_processes),
+        room_made(&status.shim_processes),
         backend(status),
     ];
     let mut out = String::new();
@@ -170,6 +171,17 @@ fn swaps(processes: &[ShimProcess]) -> Family {
     );
     for p in processes {
         family.add(&[("pid", &p.record.pid.to_string())], Some(p.record.swaps));
+    }
+    family
+}
+
+fn room_made(processes: &[ShimProcess]) -> Family {
+    let mut family = Family::counter(
+        "greenboost_tiering_room_made_bytes_total",
+        "Bytes live tiering demoted at once for a process under the shim to make room for what it allocated while computing (its working set)",
+    );
+    for p in processes {
+        family.add(&[("pid", &p.record.pid.to_string())], Some(p.record.room_made_bytes));
     }
     family
 }

@@ -55,7 +55,7 @@ fn start_time(paths: &SystemPaths, pid: u32) -> Option<u64> {
     start_time_from_stat(&fs::read(paths.proc_path(format!("{pid}/stat"))).ok()?)
 }
 
-static COLUMNS: [Column; 8] = [
+static COLUMNS: [Column; 9] = [
     Column::right("pid", 8, ""),
     Column::left("command", 16, " ").missing("?"),
     Column::right("T1", 12, " "),
@@ -64,6 +64,7 @@ static COLUMNS: [Column; 8] = [
     Column::right("promoted", 12, " "),
     Column::right("demoted", 12, " "),
     Column::right("swaps", 7, " "),
+    Column::right("room made", 12, " "),
 ];
 
 fn row(p: &ShimProcess) -> Vec<Field> {
@@ -81,6 +82,7 @@ fn row(p: &ShimProcess) -> Vec<Field> {
         json("promotions", Cell::Count(Some(r.promotions))),
         json("demotions", Cell::Count(Some(r.demotions))),
         both("swaps", "swaps", Cell::Count(Some(r.swaps))),
+        both("room_made_bytes", "room made", Cell::Bytes(Some(r.room_made_bytes))),
     ]
 }
 
@@ -93,7 +95,7 @@ pub fn section(processes: &[ShimProcess]) -> Section {
     } else {
         vec![
             String::new(),
-            "Under the shim (its own figures; live tiering's moves; swaps: demotions that made room for what the process reads more):"
+            "Under the shim (its own figures; live tiering's moves; swaps: demotions that made room for what the process reads more; room made: demoted at once for what it allocated while computing):"
                 .to_owned(),
         ]
     };
@@ -133,6 +135,7 @@ mod tests {
             demoted_bytes: 3 << 30,
             promotions: 4,
             swaps: 3,
+            room_made_bytes: 7 << 30,
             ..Published::default()
         };
         root.write("shm/unrelated", "x");
@@ -143,9 +146,10 @@ mod tests {
         assert_eq!(listed, vec![ShimProcess { comm: Some("python3".into()), record: record(100, 555) }]);
         let json = view::to_json(&[section(&listed)]).to_string();
         assert!(json.contains("\"promoted_bytes\":5368709120") && json.contains("\"tier_vram\":2147483648"), "{json}");
-        assert!(json.contains("\"swaps\":3"), "{json}");
+        assert!(json.contains("\"swaps\":3") && json.contains("\"room_made_bytes\":7516192768"), "{json}");
         let text = view::text(&[section(&listed)], &["shim_processes"]);
         assert!(text.contains("python3") && text.contains("movable in VRAM") && text.contains("5.00 GiB"), "{text}");
+        assert!(text.contains("room made") && text.contains("7.00 GiB"), "{text}");
         assert_eq!(view::text(&[section(&[])], &["shim_processes"]), "");
     }
 }

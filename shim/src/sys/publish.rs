@@ -143,6 +143,7 @@ pub fn update() {
             (ptr::addr_of_mut!((*record).promotions), &STATS.promotions),
             (ptr::addr_of_mut!((*record).demotions), &STATS.demotions),
             (ptr::addr_of_mut!((*record).swaps), &STATS.swaps),
+            (ptr::addr_of_mut!((*record).room_made_bytes), &STATS.room_made_bytes),
         ]
     };
     for (field, counter) in figures {

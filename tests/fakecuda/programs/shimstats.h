@@ -75,7 +75,7 @@ struct shim_published {
     unsigned long long magic;
     unsigned version, size, pid, reserved;
     unsigned long long start_time, seq, t1_used, t2_used, t2_peak, movable_allocs, tier_vram, promoted_bytes,
-        demoted_bytes, promotions, demotions, swaps;
+        demoted_bytes, promotions, demotions, swaps, room_made_bytes;
 };
 
 static inline int shim_published(int pid, struct shim_published *out)

@@ -151,6 +151,11 @@ int test_make_room(int argc, char **argv)
     CHECK(in_vram(dptr(working)) && shim_t2_bytes(working, block) == 0, "the block allocated while computing is "
           "not in VRAM: no room was made for it\n");
     CHECK(demoted == 1 && st.swaps == 1, "%d weight blocks went to T2 (%llu swaps), want 1\n", demoted, st.swaps);
+    /* What `greenboost status` reads: the room made, as the shim counts it. */
+    struct shim_published rec;
+    CHECK(shim_published(getpid(), &rec) && rec.room_made_bytes == st.room_made_bytes && rec.room_made_bytes >= block,
+          "the published record says %llu bytes of room made; the shim counts %llu\n", rec.room_made_bytes,
+          st.room_made_bytes);
     if (kept) {
         CHECK(device_free() + block >= headroom, "free VRAM %zu MiB, more than a block under the headroom\n",
               device_free() >> 20);
