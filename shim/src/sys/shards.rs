@@ -79,12 +79,13 @@ pub fn add_alone(counter: &AtomicU64, amount: u64) {
     counter.store(counter.load(Ordering::Relaxed).wrapping_add(amount), Ordering::Relaxed);
 }
 
-/// One shard's counters as the calling thread counts in them.
+/// One shard's counters as the calling thread counts in them (not `Send`, as `Shard`).
 #[derive(Clone, Copy, Debug)]
 pub struct Counts<'a, T> {
     counters: &'a T,
     /// Whether the calling thread is the shard's only writer (see the module's invariant).
     only_writer: bool,
+    _this_thread: PhantomData<*const ()>,
 }
 
 impl<'a, T> Counts<'a, T> {
@@ -143,7 +144,11 @@ impl<T, const N: usize> Shards<T, N> {
     /// `shard`'s counters, for its thread to count in.
     pub fn of(&self, shard: Shard) -> Counts<'_, T> {
         let shared = N - 1;
-        Counts { counters: &self.0[shard.number.min(shared)].0, only_writer: shard.number < shared }
+        Counts {
+            counters: &self.0[shard.number.min(shared)].0,
+            only_writer: shard.number < shared,
+            _this_thread: PhantomData,
+        }
     }
 
     /// The sum of one counter over every shard (each read once, so a sum read while
