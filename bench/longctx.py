@@ -10,7 +10,8 @@ algorithms, timed per cache mode in one process:
 Each mode runs once untimed with a short prompt (kernels, cuBLAS handles, compilation at
 the decode shapes) and then timed: prefill = the first token's time from the call, decode =
 tokens per second over the rest. Prints one JSON line per mode:
-{"mode", "tokens", "prefill_s", "decode_tok_s", "new_tokens", "ids"} (ids: the generated
+{"mode", "tokens", "prefill_s", "decode_tok_s", "decode_tail_tok_s" (over the second half
+of the tokens: with live tiering, after the prefill's idle memory gave way), "new_tokens", "ids"} (ids: the generated
 tokens, compared across configurations by the report; under the shim also "phases": where
 the weights and the cache were and what the shim did, at the call, at the first token and
 at the end: see `Placement`), or {"mode", "error"} when a mode
@@ -96,9 +97,15 @@ def cache_tensors(cache):
     return [t for t in list(getattr(cache, "key_cache", [])) + list(getattr(cache, "value_cache", [])) if t.numel()]
 
 
+def rate(marks):
+    """Tokens per second between the first and the last of `marks` (0 without two)."""
+    return (len(marks) - 1) / (marks[-1] - marks[0]) if len(marks) > 1 and marks[-1] > marks[0] else 0.0
+
+
 def generate_timed(model, prompt, new_tokens, mode, placement=None):
-    """One greedy generate in `mode`: (seconds to the first token, decode tokens/s, the
-    generated ids, the placement snapshots or None)."""
+    """One greedy generate in `mode`: (seconds to the first token, decode tokens/s over all
+    tokens and over the second half of them, the generated ids, the placement snapshots or
+    None)."""
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -131,11 +138,10 @@ def generate_timed(model, prompt, new_tokens, mode, placement=None):
                          logits_processor=LogitsProcessorList([MarkEachToken()]), **extra)
     torch.cuda.synchronize()
     prefill = (first_token or marks)[0] - started
-    decode = (len(marks) - 1) / (marks[-1] - marks[0]) if len(marks) > 1 and marks[-1] > marks[0] else 0.0
     if placement is not None:
         phases["end"] = placement.snapshot(out.past_key_values)
     ids = [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()]
-    return prefill, decode, ids, phases or None
+    return prefill, (rate(marks), rate(marks[len(marks) // 2:])), ids, phases or None
 
 
 def free_vram():
@@ -165,9 +171,10 @@ def main():
         try:
             with torch.no_grad():
                 generate_timed(model, warm_prompt, args.new_tokens, mode)
-                prefill, decode, ids, phases = generate_timed(model, prompt, args.new_tokens, mode, placement)
+                prefill, (decode, tail), ids, phases = generate_timed(model, prompt, args.new_tokens, mode, placement)
             record = {"mode": mode, "tokens": args.tokens, "prefill_s": round(prefill, 4),
-                      "decode_tok_s": round(decode, 3), "new_tokens": args.new_tokens, "ids": ids}
+                      "decode_tok_s": round(decode, 3), "decode_tail_tok_s": round(tail, 3),
+                      "new_tokens": args.new_tokens, "ids": ids}
             if phases:
                 record["phases"] = phases
         except Exception as error:  # a mode that fails (out of memory) leaves the others

@@ -82,6 +82,7 @@ def figures(runs, result, figure, bandwidths):
             decode = ours.get("decode_tok_s")
             out[f"longctx_hf_decode_vs_bound_{mode}_{tokens}"] = figure(
                 "longctx_hf_decode_vs_bound", decode, bound, decode / bound if decode and bound else None, "tok/s",
-                bound_detail | free_gpu_plus_link(reference.get("decode_tok_s"), decode, bound_detail),
+                bound_detail | free_gpu_plus_link(reference.get("decode_tok_s"), decode, bound_detail)
+                | {"decode_tail_tok_s": ours.get("decode_tail_tok_s")},
                 missing if not decode else "no bandwidths measured (bw section)")
     return out

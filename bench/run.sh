@@ -15,6 +15,7 @@
 #   BENCH_LONGCTX_MODES   its cache modes (default dynamic,static_eager,static: see
 #                       bench/longctx.py)
 #   BENCH_LONGCTX_LEAVE_GIB  VRAM the foreign process leaves free (default 18)
+#   BENCH_LONGCTX_NEW_TOKENS  tokens generated after each long prompt (default 16)
 #   BENCH_LONGCTX_SETTINGS  GreenBoost settings (VAR=VALUE words, e.g. GREENBOOST_GIVE_BACK=on)
 #                       of one more run under the shim beside the same foreign process,
 #                       right after the defaults' (the report gives its prefill beside theirs)
@@ -288,7 +289,8 @@ if want longctx; then
     leave_gib=${BENCH_LONGCTX_LEAVE_GIB:-18}
     python_path=$PWD/build/bench-carry/python
     for tokens in ${BENCH_LONGCTX_TOKENS:-16384}; do
-        longctx=(python3 bench/longctx.py --tokens "$tokens" --modes "$longctx_modes")
+        longctx=(python3 bench/longctx.py --tokens "$tokens" --modes "$longctx_modes" \
+            --new-tokens "${BENCH_LONGCTX_NEW_TOKENS:-16}")
         run "longctx-free-$tokens" 300 -- "${longctx[@]}"
         balloon_out=$work/balloon-$tokens.out
         PYTHONPATH=$python_path python3 -m gbgpu.foreign balloon "$leave_gib" >"$balloon_out" 2>&1 &
