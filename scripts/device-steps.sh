@@ -12,6 +12,9 @@
 #   longctx   BENCH_ONLY=longctx, dynamic cache; beside BENCH_BASELINE_SHIM when
 #             BASELINE names a file in build/bench-carry, and with LONGCTX_SETTINGS
 #             (GreenBoost settings, VAR=VALUE words) when given (deadline LONGCTX_S, 300)
+#   decode    BENCH_ONLY=decode with DECODE_CONFIGS (default "vram greenboost
+#             greenboost_ahead": prefill and decode against their bounds, look-ahead staging
+#             included; deadline DECODE_S, 400)
 #   shared    GPU suite sections plain pressure shared (deadline SUITE_S, 520)
 #   tiering   GPU suite sections tiering swap (deadline SUITE_S)
 #   ranges    GPU suite sections ranges longctx (deadline SUITE_S)
@@ -40,6 +43,9 @@ for step in "$@"; do
       OUT=$dir BENCH_ONLY=longctx BENCH_LONGCTX_MODES=dynamic BENCH_BASELINE_SHIM=$baseline \
         BENCH_LONGCTX_SETTINGS="${LONGCTX_SETTINGS:-}" BENCH_DEADLINE_S=${LONGCTX_S:-300} \
         BENCH_RESULTS=/tmp/device-steps-longctx bash bench/run.sh >"$dir/run.log" 2>&1 ;;
+    decode)
+      OUT=$dir BENCH_ONLY=decode BENCH_DECODE_CONFIGS="${DECODE_CONFIGS:-vram greenboost greenboost_ahead}" \
+        BENCH_DEADLINE_S=${DECODE_S:-400} BENCH_RESULTS=/tmp/device-steps-decode bash bench/run.sh >"$dir/run.log" 2>&1 ;;
     shared) suite "plain pressure shared" "$dir" ;;
     tiering) suite "tiering swap" "$dir" ;;
     ranges) suite "ranges longctx" "$dir" ;;
