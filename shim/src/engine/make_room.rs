@@ -80,13 +80,14 @@ pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHel
 /// `make_room` past its cheap checks: the victims chosen and sent to T2.
 fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)> {
     let live = movable::live();
-    let mut loaded: Vec<Run<'_>> = live
+    // Runs no larger than the room wanted: a large buffer gives what is needed. Those the
+    // driver may have evicted in part would give less than they count.
+    let (mut loaded, maybe_evicted): (Vec<Run<'_>>, Vec<Run<'_>>) = live
         .iter()
         .filter(|m| m.device() == device && !m.after_computing())
-        // Runs no larger than the room wanted: a large buffer gives what is needed.
         .flat_map(|m| m.runs(&m.reads(false), len))
-        .filter(|run| run.in_vram && !run.maybe_evicted)
-        .collect();
+        .filter(|run| run.in_vram)
+        .partition(|run| !run.maybe_evicted);
     // Coldest per byte first, the newest first among equals.
     loaded.sort_by(|a, b| {
         tiering::per_byte((a.heat, a.bytes), (b.heat, b.bytes))
@@ -105,10 +106,12 @@ fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)>
     }
     if room < len {
         debug!(
-            "no room made on device {} for {}: {} of movable VRAM loaded before computing can go",
+            "no room made on device {} for {}: {} of movable VRAM loaded before computing can go ({} more \
+             may have been evicted in part)",
             device,
             Mib(len),
-            Mib(room)
+            Mib(room),
+            Mib(maybe_evicted.iter().map(|run| run.bytes).sum())
         );
         return None;
     }
