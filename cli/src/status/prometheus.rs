@@ -9,6 +9,8 @@
 
 use std::fmt::Write;
 
+use greenboost_policy::Published;
+
 use super::shim::ShimProcess;
 use super::Status;
 use crate::module::ModuleState;
@@ -76,8 +78,18 @@ pub fn render(status: &Status) -> String {
         .with(t.pressure.map(u64::from)),
         process_tiers(status),
         moves(&status.shim_processes),
-        swaps(&status.shim_processes),
-        room_made(&status.shim_processes),
+        per_process(
+            &status.shim_processes,
+            "greenboost_tiering_swaps_total",
+            "Demotions live tiering made for a process under the shim to give its VRAM to an allocation of its own that it reads more (a swap of roles)",
+            |record| record.swaps,
+        ),
+        per_process(
+            &status.shim_processes,
+            "greenboost_tiering_room_made_bytes_total",
+            "Bytes live tiering demoted at once for a process under the shim to make room for what it allocated while computing (its working set)",
+            |record| record.room_made_bytes,
+        ),
         backend(status),
     ];
     let mut out = String::new();
@@ -164,24 +176,16 @@ fn moves(processes: &[ShimProcess]) -> Family {
     family
 }
 
-fn swaps(processes: &[ShimProcess]) -> Family {
-    let mut family = Family::counter(
-        "greenboost_tiering_swaps_total",
-        "Demotions live tiering made for a process under the shim to give its VRAM to an allocation of its own that it reads more (a swap of roles)",
-    );
+/// A counter with one sample per process under the shim, `value` of its record.
+fn per_process(
+    processes: &[ShimProcess],
+    name: &'static str,
+    help: &'static str,
+    value: fn(&Published) -> u64,
+) -> Family {
+    let mut family = Family::counter(name, help);
     for p in processes {
-        family.add(&[("pid", &p.record.pid.to_string())], Some(p.record.swaps));
-    }
-    family
-}
-
-fn room_made(processes: &[ShimProcess]) -> Family {
-    let mut family = Family::counter(
-        "greenboost_tiering_room_made_bytes_total",
-        "Bytes live tiering demoted at once for a process under the shim to make room for what it allocated while computing (its working set)",
-    );
-    for p in processes {
-        family.add(&[("pid", &p.record.pid.to_string())], Some(p.record.room_made_bytes));
+        family.add(&[("pid", &p.record.pid.to_string())], Some(value(&p.record)));
     }
     family
 }
