@@ -49,7 +49,7 @@ for step in "$@"; do
     shared) suite "plain pressure shared" "$dir" ;;
     tiering) suite "tiering swap" "$dir" ;;
     ranges) suite "ranges longctx" "$dir" ;;
-    *) log "$step: no such step" ;;
+    *) log "$step: no such step"; continue ;;
   esac
   log "$step: exit $?"
   tail -3 "$dir/run.log" >>"$out/steps.log" 2>/dev/null
