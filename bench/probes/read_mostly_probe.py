@@ -84,6 +84,11 @@ def measure(out, env):
     out["drop_s"] = timed(driver, stream, lambda p: advise(driver, p, CU_MEM_ADVISE_UNSET_READ_MOSTLY), shadowed)
     out["drop_GBps_equivalent"] = gb / out["drop_s"]
     out["drop_free_delta_mib"] = (driver.free() - free_before) >> 20
+    # The shim would follow a drop with a prefetch to the host, in case a GPU write had
+    # collapsed a piece's copies onto the device: over pieces already on the host it
+    # should cost next to nothing.
+    out["prefetch_after_drop_s"] = timed(driver, stream, lambda p: driver.prefetch(p, PIECE, LOCATION_HOST, stream.ptr),
+                                         shadowed)
     driver.timed_read(shadowed[1], PIECE)
     _, out["dropped_read_GBps"] = driver.timed_read(shadowed[1], PIECE)
     out["dropped_wrong"] = sums_wrong(driver, shadowed, quarter)
@@ -106,6 +111,16 @@ def measure(out, env):
     out["write_duplicated_ms_per_piece"] = seconds * 1e3 / 4
     driver.timed_read(written[0], PIECE)
     _, out["written_read_GBps"] = driver.timed_read(written[0], PIECE)
+    # Dropping written pieces (their copies collapsed onto the device, maybe): the drop
+    # and the prefetch to the host after it, and the VRAM that frees.
+    free_before = driver.free()
+    out["written_drop_s"] = timed(driver, stream, lambda p: advise(driver, p, CU_MEM_ADVISE_UNSET_READ_MOSTLY),
+                                  written[:4])
+    out["written_prefetch_after_drop_s"] = timed(
+        driver, stream, lambda p: driver.prefetch(p, PIECE, LOCATION_HOST, stream.ptr), written[:4])
+    out["written_drop_free_delta_mib"] = (driver.free() - free_before) >> 20
+    for ptr in written[:4]:
+        advise(driver, ptr, CU_MEM_ADVISE_SET_READ_MOSTLY)
     # 5. Promotion back of what was dropped: a prefetch to the device, rate and reads.
     seconds = timed(driver, stream, lambda p: driver.prefetch(p, PIECE, LOCATION_DEVICE, stream.ptr), shadowed)
     out["promote_GBps"] = gb / seconds
