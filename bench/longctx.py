@@ -14,7 +14,10 @@ tokens per second over the rest. Prints one JSON line per mode:
 of the tokens: with live tiering, after the prefill's idle memory gave way), "new_tokens", "ids"} (ids: the generated
 tokens, compared across configurations by the report; under the shim also "phases": where
 the weights and the cache were and what the shim did, at the call, at the first token and
-at the end: see `Placement`), or {"mode", "error"} when a mode
+at the end: see `Placement`; with BENCH_LONGCTX_TIMELINE set, also "prefill_timeline":
+the timed prefill's GPU work by kind, its heaviest kernels and its idle gaps by cause,
+from a CUDA-only torch.profiler run up to the first token, `gpu_timeline`), or {"mode",
+"error"} when a mode
 failed (out of memory, say), so that one mode's failure leaves the others' figures; then
 one line with every mode and what the decode bound needs: {"modes": {mode: ...},
 "weight_bytes", "kv_bytes", "free_vram_bytes" (NVML, before the model: what the process
@@ -32,6 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gpu_timeline  # noqa: E402
 from llama_model import BF16_BYTES, draw_weights, kv_width, meta_llama, shape_of, weight_count  # noqa: E402
 
 MODES = ("dynamic", "static", "static_eager")
@@ -102,21 +106,29 @@ def rate(marks):
     return (len(marks) - 1) / (marks[-1] - marks[0]) if len(marks) > 1 and marks[-1] > marks[0] else 0.0
 
 
-def generate_timed(model, prompt, new_tokens, mode, placement=None):
+def generate_timed(model, prompt, new_tokens, mode, placement=None, timeline=None):
     """One greedy generate in `mode`: (seconds to the first token, decode tokens/s over all
     tokens and over the second half of them, the generated ids, the placement snapshots or
-    None)."""
+    None). With `timeline` (a dict), the prefill runs under a CUDA-only torch.profiler
+    whose gaps and busy time by kind go into it."""
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
     marks = []
     phases = {}
     first_token = []  # when the first token was there, before any snapshot
+    profiler = None
+    if timeline is not None:
+        from torch.profiler import ProfilerActivity, profile
+
+        profiler = profile(activities=[ProfilerActivity.CUDA])
 
     class MarkEachToken(LogitsProcessor):
         def __call__(self, input_ids, scores):
             torch.cuda.synchronize()
             marks.append(time.perf_counter())
+            if len(marks) == 1 and profiler is not None:
+                profiler.stop()
             if len(marks) == 1 and placement is not None:
                 # The decode is timed from after the snapshot, the prefill up to before it.
                 first_token.append(marks[0])
@@ -132,6 +144,8 @@ def generate_timed(model, prompt, new_tokens, mode, placement=None):
     torch.cuda.synchronize()
     if placement is not None:
         phases["call"] = placement.snapshot()
+    if profiler is not None:
+        profiler.start()
     started = time.perf_counter()
     out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                          min_new_tokens=new_tokens, do_sample=False, return_dict_in_generate=True,
@@ -140,6 +154,10 @@ def generate_timed(model, prompt, new_tokens, mode, placement=None):
     prefill = (first_token or marks)[0] - started
     if placement is not None:
         phases["end"] = placement.snapshot(out.past_key_values)
+    if profiler is not None:
+        events = gpu_timeline.trace_events(profiler)
+        timeline.update(gpu_timeline.busy_by_kind(events))
+        timeline["gaps"] = gpu_timeline.gaps(events)
     ids = [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()]
     return prefill, (rate(marks), rate(marks[len(marks) // 2:])), ids, phases or None
 
@@ -171,12 +189,16 @@ def main():
         try:
             with torch.no_grad():
                 generate_timed(model, warm_prompt, args.new_tokens, mode)
-                prefill, (decode, tail), ids, phases = generate_timed(model, prompt, args.new_tokens, mode, placement)
+                timeline = {} if os.environ.get("BENCH_LONGCTX_TIMELINE") else None
+                prefill, (decode, tail), ids, phases = generate_timed(model, prompt, args.new_tokens, mode, placement,
+                                                                      timeline)
             record = {"mode": mode, "tokens": args.tokens, "prefill_s": round(prefill, 4),
                       "decode_tok_s": round(decode, 3), "decode_tail_tok_s": round(tail, 3),
                       "new_tokens": args.new_tokens, "ids": ids}
             if phases:
                 record["phases"] = phases
+            if timeline:
+                record["prefill_timeline"] = timeline
         except Exception as error:  # a mode that fails (out of memory) leaves the others
             record = {"mode": mode, "tokens": args.tokens, "error": f"{type(error).__name__}: {error}"[:500]}
             torch.cuda.empty_cache()
