@@ -118,9 +118,11 @@ t_tier_give_back_swap() {
     # tier-swap-kept with GREENBOOST_GIVE_BACK=on: the tick gives back what its moves out
     # left the device, every working block swaps in, the device keeps nothing. 6 hot
     # blocks (288 MiB) stay in VRAM: what the driver could evict for another process
-    # during the give-back (at least the headroom, else none is made).
+    # during the give-back (at least the headroom, else none is made). Ticks of 30 ms: at
+    # 10 ms, a stall of the naming loop for a few ticks (a busy CI machine) made the hot
+    # blocks look colder than the weights the verifier reads, and swaps moved them out.
     tier_run tier-give-back-swap FAKECUDA_VRAM=3G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 \
-        GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
+        GREENBOOST_TIER_INTERVAL_MS=30 GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
         "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 8 6
 }
 t_tier_give_back_off_fails() {
