@@ -202,7 +202,7 @@ t_tier_working_set() {
     # leave: 8 weight blocks beside another process, then 4 working blocks allocated while
     # computing each get VRAM, a weight making room, though free VRAM fell under a quarter
     # of the headroom after the first (the device keeps the weights' VRAM for this process).
-    # Ticks of 20 ms: the working blocks are idle long enough (50 ticks) within the test's
+    # Ticks of 20 ms: the working blocks are idle long enough (at most 50 ticks) within the test's
     # 3 s of reading the weights for the weights to displace them.
     tier_run tier-working-set FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=off FAKECUDA_MANAGED_KEEPS_VRAM=1 \
         GREENBOOST_TIER_INTERVAL_MS=20 \

@@ -49,8 +49,8 @@
 //! (`memory::movable::Run`): the rule does not tell them apart. This is what lets
 //!   a working set allocated after the weights took the VRAM displace them while the
 //!   program computes; the weights come back into VRAM that the working set frees or
-//!   other processes leave, or over parts of it idle for `WORKING_SET_IDLE_TICKS` (`swaps`
-//!   says why): a process never takes another's VRAM by swapping.
+//!   other processes leave, or over parts of it idle for several passes of the program
+//!   (`WORKING_SET_IDLE_PASSES`; `swaps` says why): a process never takes another's VRAM by swapping.
 
 use std::cmp::{Ordering, Reverse};
 
@@ -111,10 +111,19 @@ pub const DRAINED_FREE: u64 = 64 << 20;
 /// displaces from VRAM, so that two about as hot never trade places back and forth.
 pub const SWAP_MARGIN: u64 = 2;
 
-/// Ticks a part of the working set (allocated after the program started computing) must
-/// go unread before what was loaded before computing may displace it: 5 s at the default
-/// tick of 100 ms, many tokens of a decode (`swaps` says why).
-pub const WORKING_SET_IDLE_TICKS: u32 = 50;
+/// How many of the program's passes a part of the working set (allocated after the
+/// program started computing) must go unread before what was loaded before computing
+/// displaces it, a pass being the interval between reads of what would come in
+/// (`idle_long_enough`; `swaps` says why). A decode frees a token's blocks and takes them
+/// again within one pass: a part unread for several is not one of those.
+pub const WORKING_SET_IDLE_PASSES: u64 = 4;
+
+/// The fewest and the most ticks that is: 1 s and 5 s at the default tick of 100 ms. A
+/// fixed 5 s outlasted the whole decode of an HF generate of 16 tokens at 9 tokens/s
+/// after a long prompt, its weights read over the link all along
+/// (bench/results/longctx-2026-12-05.md); what decodes slower than a pass a second waits
+/// longer.
+pub const WORKING_SET_IDLE_TICKS: (u32, u32) = (10, 50);
 
 /// One move; the index is into the candidates given to `plan`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,7 +337,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 /// At most `in_room` bytes move in (`Room::swap_in_room`).
 ///
 /// What was allocated after the program started computing is displaced by what was
-/// loaded before (its weights) only once it has gone `WORKING_SET_IDLE_TICKS` unread,
+/// loaded before (its weights) only once it has gone unread for `WORKING_SET_IDLE_PASSES` of its passes,
 /// however cold it looks before: a caching allocator (PyTorch's) keeps the blocks the
 /// program freed and hands them out again where it likes, so the parts of its segments
 /// that no launch named lately are the ones the next allocation takes. On an H100, an HF
@@ -390,7 +399,7 @@ fn victims(
             break;
         }
         let victim = &candidates[v];
-        if victim.after_computing && !wanted.after_computing && victim.idle_ticks < WORKING_SET_IDLE_TICKS {
+        if victim.after_computing && !wanted.after_computing && !idle_long_enough(victim, wanted) {
             // The working set is not displaced by what was loaded before computing until
             // it has long been idle: see `swaps`.
             continue;
@@ -411,6 +420,16 @@ fn victims(
         chosen.push(at);
     }
     (room, heat, chosen)
+}
+
+/// Whether a part of the working set, `victim`, has gone unread long enough for `wanted`,
+/// loaded before computing, to displace it: `WORKING_SET_IDLE_PASSES` of the ticks
+/// between `wanted`'s reads (read `heat` bytes a tick, it is read whole every
+/// `bytes / heat` ticks), within `WORKING_SET_IDLE_TICKS`.
+fn idle_long_enough(victim: &Candidate, wanted: &Candidate) -> bool {
+    let pass = wanted.bytes.div_ceil(wanted.heat.max(1));
+    let (least, most) = WORKING_SET_IDLE_TICKS;
+    u64::from(victim.idle_ticks) >= pass.saturating_mul(WORKING_SET_IDLE_PASSES).clamp(least.into(), most.into())
 }
 
 /// Orders two allocations by heat per byte (exact, in 128 bits).

@@ -318,10 +318,26 @@ fn weights_displace_weights_and_the_working_set_either_but_weights_it_only_once_
     );
     assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[hot_weight, cold_block]), vec![], "nothing else: no swap");
     // Unread for long, the block gives way to the weight.
-    let idle_block = Candidate { idle_ticks: WORKING_SET_IDLE_TICKS, ..cold_block };
+    let idle_block = Candidate { idle_ticks: WORKING_SET_IDLE_TICKS.1, ..cold_block };
     assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[hot_weight, idle_block]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
     // A hot KV block in T2 displaces the colder of either kind.
     let kv = working(at(G, false, 40 * G, 6));
     assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[kv, cold_block]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
     assert_eq!(plan(&swapping(G + G / 4, 4 * G), &[kv, cool_weight]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
+}
+
+#[test]
+fn the_working_set_gives_way_after_several_of_the_programs_passes() {
+    let idle_for = |ticks: u32| Candidate { after_computing: true, idle_ticks: ticks, ..at(G, true, 0, 5) };
+    let swapped = |weight: Candidate, block: Candidate| !plan(&swapping(G + G / 4, 4 * G), &[weight, block]).is_empty();
+    let (least, most) = WORKING_SET_IDLE_TICKS;
+    // A weight read whole every tick (a fast decode): the fewest ticks.
+    let every_tick = at(G, false, G, 0);
+    assert!(!swapped(every_tick, idle_for(least - 1)) && swapped(every_tick, idle_for(least)));
+    // Read every 4 ticks: 4 passes of 4.
+    let every_fourth = at(G, false, G / 4, 0);
+    assert!(!swapped(every_fourth, idle_for(15)) && swapped(every_fourth, idle_for(16)));
+    // Read every 128 ticks: the most, though that is under one pass.
+    let slow = at(G, false, G / 128, 0);
+    assert!(!swapped(slow, idle_for(most - 1)) && swapped(slow, idle_for(most)));
 }
