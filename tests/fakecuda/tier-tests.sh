@@ -90,7 +90,7 @@ t_tier_swap_kept() {
     # The same swap on a 3 GiB device that keeps the VRAM managed pages leave and gives
     # moves into VRAM fresh VRAM (the H200's worst case), 8 working blocks of 48 MiB (one
     # run each; more than one 256 MiB arrival group) and a 512 MiB headroom: the moves in
-    # stop one group past the plan, the shim says so, and nothing is demoted after. Without
+    # stop one run past the plan, the shim says so, and nothing is demoted after. Without
     # the give-back (the fallback where it fails).
     tier_run tier-swap-kept FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) \
         GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 \

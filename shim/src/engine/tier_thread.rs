@@ -36,7 +36,7 @@ use crate::sys::publish;
 use crate::sys::shm_path::ShmPath;
 
 /// Most bytes moved into VRAM before the thread waits for them and reads free VRAM again
-/// (`arrivals_may_go`): what one group may take of the headroom past the plan.
+/// (`Arrivals`); a group is no larger than what the plan still has, one run at least.
 const ARRIVAL_GROUP_BYTES: u64 = 256 << 20;
 
 /// Most bytes a tick demotes to swap roles (`tiering::Room::swap_limit`): one group, about
@@ -206,8 +206,9 @@ fn tick(
         moved_out => give_back::after_moves_out(device, moved_out, free, arriving_bytes, true),
     };
     let mut arrivals = Arrivals { fresh: room.fillable() + given_back, first_free: None };
-    for group in tier_moves::groups(&arriving, ARRIVAL_GROUP_BYTES) {
-        if !arrivals.may_go() {
+    let mut rest: &[(&Run<'_>, Move)] = &arriving;
+    while !rest.is_empty() {
+        let Some(most) = arrivals.group_may_take() else {
             info!(
                 "live tiering on device {}: moves into VRAM took {} of free VRAM where {} was planned \
                  (the driver did not give back what this tick moved out): the rest wait",
@@ -216,8 +217,10 @@ fn tick(
                 Mib(arrivals.fresh)
             );
             break;
-        }
+        };
+        let group = tier_moves::groups(rest, most)[0];
         tier_moves::move_group(device, group, streams, &mut moved);
+        rest = &rest[group.len()..];
     }
     // Read once more after the last group: one group alone may have taken fresh VRAM.
     let outcome = Outcome {
@@ -256,9 +259,15 @@ fn tick(
 /// gives it to another process that asks, and to this process's later moves in; but on
 /// the H200 moves in right after the same tick's moves out took fresh VRAM instead
 /// (free VRAM fell from 1525 to 3 MiB after a 1.9 GB swap). So free VRAM is read again
-/// before every group in, and they stop once they took more of it than the promotions'
-/// room (`Room::fillable`): past the plan by one group at most. What they took in the end
-/// (`taken`) tells the next ticks (`Carried::after`).
+/// before every group in, each group is no larger than what the plan still has (one run
+/// at least), and they stop once they took more of it than the promotions' room
+/// (`Room::fillable`): past the plan by one run at most. (Groups of 256 MiB whatever the
+/// plan had left took 384 MiB where 281 MiB were planned on an H100, and free VRAM fell
+/// to 452 MiB under a 1 GiB headroom:
+/// bench/results/gpu-test-2026-12-05-25044a5f8e5a-plain-pressure-shared-h100.md.)
+/// Where the device is drained, moves in take the chunks the driver keeps, not free VRAM
+/// (`Room::drained`): whole groups go. What they took in the end (`taken`) tells the
+/// next ticks (`Carried::after`).
 struct Arrivals {
     /// Free VRAM the plan let moves in take.
     fresh: u64,
@@ -267,10 +276,13 @@ struct Arrivals {
 }
 
 impl Arrivals {
-    fn may_go(&mut self) -> bool {
-        let Some((free, _)) = cuda::device_memory() else { return false };
+    /// The most bytes the next group may move in (it moves one run at least), or `None`
+    /// once the moves in took more free VRAM than planned.
+    fn group_may_take(&mut self) -> Option<u64> {
+        let (free, _) = cuda::device_memory()?;
         let first = *self.first_free.get_or_insert(free);
-        first.saturating_sub(free) <= self.fresh
+        let left = self.fresh.checked_sub(first.saturating_sub(free))?;
+        Some(if free < tiering::DRAINED_FREE { ARRIVAL_GROUP_BYTES } else { left.min(ARRIVAL_GROUP_BYTES) })
     }
 
     /// Free VRAM taken so far (as last read).

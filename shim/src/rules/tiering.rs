@@ -171,7 +171,7 @@ impl Room {
     /// Most bytes swaps may move into VRAM, given the free VRAM the tick's promotions
     /// left of `fillable`: that, where the driver keeps what moves out leave
     /// (`driver_keeps`) and the device is not drained; else no bound, the moves in
-    /// stopped once they took one group past the plan (`engine::tier_thread`).
+    /// stopped once they took one run past the plan (`engine::tier_thread`).
     fn swap_in_room(&self, fillable_left: u64) -> u64 {
         if self.driver_keeps && !self.drained() {
             fillable_left

@@ -202,7 +202,7 @@ fn where_the_driver_keeps_what_moves_out_leave_swaps_move_in_only_what_free_vram
     assert_eq!(
         plan(&unknown, &candidates),
         vec![Move::SwapOut(2), Move::SwapIn(0)],
-        "not known yet: the hottest, stopped past one group by the tier thread"
+        "not known yet: the hottest, stopped past one run by the tier thread"
     );
     // Under the headroom (answered): none, though swaps there were never seen to take
     // fresh VRAM; drained, they reuse what the driver keeps.

@@ -9,27 +9,29 @@
  * working block at once (fk_struct, 16 pointers, no word written) and never the weights,
  * while other kernels keep verifying the weights: one tick swaps every working block
  * with a weight block. Its moves out free nothing the device shows; its moves in take
- * fresh VRAM, in groups of the tier thread's ARRIVAL_GROUP_BYTES (256 MiB: N blocks of
- * BLOCK bytes are more than one group, and each block, under 64 MiB, is one run).
+ * fresh VRAM, in groups of at most the tier thread's ARRIVAL_GROUP_BYTES (256 MiB: N
+ * blocks of BLOCK bytes are more than one group, and each block, under 64 MiB, is one
+ * run).
  *
  * The bound, from shim/src/engine/tier_thread.rs and shim/src/rules/tiering.rs: the plan
  * lets moves into VRAM take Room::fillable = free - (headroom + headroom / 4) of free
  * VRAM (none here: free VRAM is the headroom and half a block before the swap);
- * Arrivals::may_go reads free VRAM before each group and lets the next go while the
- * groups before it took no more than that, so the last group takes at most one group
- * (256 MiB) past it. Free VRAM must never fall below
- *     min(free before the swap, headroom + headroom / 4) - 256 MiB,
+ * Arrivals::group_may_take reads free VRAM before each group, lets the next go while the
+ * groups before it took no more than that, and makes it no larger than what the plan
+ * still has but one run at least, so the last group takes at most one run (a block)
+ * past it. Free VRAM must never fall below
+ *     min(free before the swap, headroom + headroom / 4) - BLOCK,
  * and the shim must say "the rest wait" (the runner checks its log). Afterwards no tick
  * swaps while free VRAM is under the headroom (Room::driver_keeps), and the VRAM
  * the swap moved out, which the device keeps, answers the shortfall its moves in made
  * (Carried::after): nothing is demoted, what moved in stays. Every byte survives.
  *
  * With STEP, the launches name STEP more working blocks every 60 rounds (over ten ticks)
- * instead of all at once: each swap is one group, which may_go never stops, and each
- * took fresh VRAM past the plan. The bound holds only if the first of them is remembered
- * (the tier thread reads free VRAM once more after its last group): else every later
- * one takes one more group, the ticks between demoting weights to answer the shortfall
- * each left, and free VRAM ratchets down.
+ * instead of all at once: each swap's first group goes whatever the plan, and takes
+ * fresh VRAM past it. The bound holds only if the first of them is remembered (the tier
+ * thread reads free VRAM once more after its last group): else every later one takes
+ * one more run, the ticks between demoting weights to answer the shortfall each left,
+ * and free VRAM ratchets down.
  *
  * Those two cases run with GREENBOOST_GIVE_BACK=off: they are what the tier thread falls
  * back to where giving the kept VRAM back fails. With GBTEST_EXPECT=given_back (the
@@ -69,8 +71,8 @@ static int in_vram_count(void **blocks, int n)
  * by a block. The shim knows by now that the driver keeps what moves out leave, so swaps
  * move in only what free VRAM beyond the slack holds (tiering::Room::driver_keeps): none
  * here. Free VRAM must not fall under the slack (or where it stood, if lower) while the
- * working blocks stay hot; before, swaps went on and took one arrival group past the
- * plan each time free VRAM came back to the headroom. */
+ * working blocks stay hot; before, swaps went on and took fresh VRAM past the plan each
+ * time free VRAM came back to the headroom. */
 static void check_rise(struct balloon *extra, CUfunction f, void **working, int named, size_t slack)
 {
     unsigned long long swaps_before = shim_stats().swaps;
@@ -134,8 +136,8 @@ int test_swap_kept(int argc, char **argv)
     OK(cublasCreate_v2(&h)); /* the program computes from here on */
     size_t before = device_free(), slack = headroom + headroom / 4;
     size_t allowed = before < slack ? before : slack;
-    CHECK(allowed > ARRIVAL_GROUP, "free VRAM %zu MiB: the bound would say nothing\n", allowed >> 20);
-    size_t bound = allowed - ARRIVAL_GROUP, lowest = before;
+    CHECK(allowed > block, "free VRAM %zu MiB: the bound would say nothing\n", allowed >> 20);
+    size_t bound = allowed - block, lowest = before;
     CUfunction f = struct_kernel();
     struct workload w = { weights, n, block, 0, 0, 0 };
     pthread_t verifier;
@@ -185,7 +187,7 @@ int test_swap_kept(int argc, char **argv)
         CHECK(fakegpu_vram_kept() >= st.swaps * block, "the device keeps %zu MiB, less than the swaps moved out: "
               "FAKECUDA_MANAGED_KEEPS_VRAM did nothing\n", fakegpu_vram_kept() >> 20);
         CHECK(lowest >= bound, "free VRAM fell to %zu MiB, under %zu MiB: the moves into VRAM took more than one "
-              "arrival group (%lu MiB) past the plan's %zu MiB\n", lowest >> 20, bound >> 20, ARRIVAL_GROUP >> 20,
+              "run (%zu MiB) past the plan's %zu MiB\n", lowest >> 20, bound >> 20, block >> 20,
               (before - allowed) >> 20);
         CHECK(moved_in > 0, "no working block stayed in VRAM\n");
         CHECK(moved_in < n, "all %d working blocks moved in: nothing stopped the moves into VRAM\n", n);
