@@ -147,9 +147,13 @@ def generate_timed(model, prompt, new_tokens, mode, placement=None, timeline=Non
     if profiler is not None:
         profiler.start()
     started = time.perf_counter()
-    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
-                         min_new_tokens=new_tokens, do_sample=False, return_dict_in_generate=True,
-                         logits_processor=LogitsProcessorList([MarkEachToken()]), **extra)
+    try:
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, do_sample=False, return_dict_in_generate=True,
+                             logits_processor=LogitsProcessorList([MarkEachToken()]), **extra)
+    finally:
+        if profiler is not None and not marks:
+            profiler.stop()  # failed before its first token: the next mode profiles afresh
     torch.cuda.synchronize()
     prefill = (first_token or marks)[0] - started
     if placement is not None:
