@@ -98,18 +98,24 @@ impl RunMove<'_> {
 /// `moves` cut into groups of at most `most` bytes (one run larger is a group).
 pub(super) fn groups<'a>(moves: &'a [(&'a Run<'a>, Move)], most: u64) -> Vec<&'a [(&'a Run<'a>, Move)]> {
     let mut cut = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, (run, _)) in moves.iter().enumerate() {
-        if i > start && bytes + run.bytes > most {
-            cut.push(&moves[start..i]);
-            (start, bytes) = (i, 0);
-        }
-        bytes += run.bytes;
-    }
-    if start < moves.len() {
-        cut.push(&moves[start..]);
+    let mut rest = moves;
+    while !rest.is_empty() {
+        let group = first_group(rest, most);
+        rest = &rest[group.len()..];
+        cut.push(group);
     }
     cut
+}
+
+/// The first group of `moves`: the most of them that come to at most `most` bytes, one
+/// run at least (empty only when `moves` is).
+pub(super) fn first_group<'a>(moves: &'a [(&'a Run<'a>, Move)], most: u64) -> &'a [(&'a Run<'a>, Move)] {
+    let mut bytes = 0u64;
+    let past = moves.iter().position(|(run, _)| {
+        bytes = bytes.saturating_add(run.bytes);
+        bytes > most
+    });
+    &moves[..past.map_or(moves.len(), |at| at.max(1))]
 }
 
 /// Starts one part's move of `step` on `device` (`moved` holds the room this tick's swaps

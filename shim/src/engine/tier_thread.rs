@@ -218,7 +218,7 @@ fn tick(
             );
             break;
         };
-        let group = tier_moves::groups(rest, most)[0];
+        let group = tier_moves::first_group(rest, most);
         tier_moves::move_group(device, group, streams, &mut moved);
         rest = &rest[group.len()..];
     }
