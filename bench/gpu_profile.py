@@ -23,6 +23,24 @@ def cpu_breakdown(run, top=12):
             "synchronisations": syncs}
 
 
+def device_time(prof, top=8):
+    """GPU time of a finished CUDA-only torch.profiler run by kind of work (copies, GEMM
+    kernels, other kernels) and its `top` kernels by time."""
+    kind = gpu_timeline.kind
+    by_kind, heaviest = {}, []
+    for event in prof.key_averages():
+        device_us = getattr(event, "device_time_total", None)
+        if device_us is None:
+            device_us = getattr(event, "cuda_time_total", 0)
+        if not device_us:
+            continue
+        by_kind[kind(event.key)] = by_kind.get(kind(event.key), 0) + device_us / 1e3
+        heaviest.append((device_us / 1e3, event.count, event.key[:90]))
+    heaviest.sort(reverse=True)
+    return {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
+            "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in heaviest[:top]]}
+
+
 def gpu_time_breakdown(forward, prompt):
     """GPU time of one prefill and one decode step by kind of work, from torch.profiler:
     copies (the shim's staging copies are host-to-device cuMemcpyAsync), GEMM kernels,
@@ -30,8 +48,6 @@ def gpu_time_breakdown(forward, prompt):
     it with no KV cache held, as the timed prefills run."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-
-    kind = gpu_timeline.kind
 
     result = {}
     state = {}
@@ -44,19 +60,7 @@ def gpu_time_breakdown(forward, prompt):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run()
             torch.cuda.synchronize()
-        by_kind, top = {}, []
-        for event in prof.key_averages():
-            device_us = getattr(event, "device_time_total", None)
-            if device_us is None:
-                device_us = getattr(event, "cuda_time_total", 0)
-            if not device_us:
-                continue
-            by_kind[kind(event.key)] = by_kind.get(kind(event.key), 0) + device_us / 1e3
-            top.append((device_us / 1e3, event.count, event.key[:90]))
-        top.sort(reverse=True)
         # Where the CPU's time went, in a second run profiled on the CPU only. (No GPU
         # idle figure: a profiled run's wall time is mostly the profiler's own.)
-        result[label] = {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
-                         "top": [{"ms": round(ms, 2), "calls": calls, "name": name} for ms, calls, name in top[:8]],
-                         "cpu_self_top": cpu_breakdown(run, top=10)["cpu_self_top"]}
+        result[label] = {**device_time(prof), "cpu_self_top": cpu_breakdown(run, top=10)["cpu_self_top"]}
     return result

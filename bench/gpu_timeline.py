@@ -112,23 +112,6 @@ def gaps(events):
     }
 
 
-def busy_by_kind(events, top=8):
-    """GPU time of `events` (Chrome-trace dicts) by kind of work, and the `top` operations
-    by their summed time (ms, count)."""
-    by_kind, by_name = {}, {}
-    for event in events:
-        if event.get("ph") != "X" or event.get("cat", "") not in ("kernel", "gpu_memcpy", "gpu_memset"):
-            continue
-        name, ms = event.get("name", "")[:90], float(event.get("dur", 0)) / 1e3
-        by_kind[kind(name)] = by_kind.get(kind(name), 0.0) + ms
-        entry = by_name.setdefault(name, [0.0, 0])
-        entry[0] += ms
-        entry[1] += 1
-    heaviest = sorted(by_name.items(), key=lambda item: -item[1][0])[:top]
-    return {"ms_by_kind": {k: round(v, 2) for k, v in by_kind.items()},
-            "top": [{"ms": round(ms, 2), "count": count, "name": name} for name, (ms, count) in heaviest]}
-
-
 def without(total, part, units):
     """The idle time of `total` less that of `part` (a profile of the same program's
     first stretch alone, e.g. a prefill), per unit of what `total` did beyond it."""

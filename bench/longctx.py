@@ -16,7 +16,8 @@ tokens, compared across configurations by the report; under the shim also "phase
 the weights and the cache were and what the shim did, at the call, at the first token and
 at the end: see `Placement`; with BENCH_LONGCTX_TIMELINE set, also "prefill_timeline":
 the timed prefill's GPU work by kind, its heaviest kernels and its idle gaps by cause,
-from a CUDA-only torch.profiler run up to the first token, `gpu_timeline`), or {"mode",
+from a CUDA-only torch.profiler run up to the first token, `gpu_profile` and
+`gpu_timeline`), or {"mode",
 "error"} when a mode
 failed (out of memory, say), so that one mode's failure leaves the others' figures; then
 one line with every mode and what the decode bound needs: {"modes": {mode: ...},
@@ -35,6 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gpu_profile  # noqa: E402
 import gpu_timeline  # noqa: E402
 from llama_model import BF16_BYTES, draw_weights, kv_width, meta_llama, shape_of, weight_count  # noqa: E402
 
@@ -159,9 +161,8 @@ def generate_timed(model, prompt, new_tokens, mode, placement=None, timeline=Non
     if placement is not None:
         phases["end"] = placement.snapshot(out.past_key_values)
     if profiler is not None:
-        events = gpu_timeline.trace_events(profiler)
-        timeline.update(gpu_timeline.busy_by_kind(events))
-        timeline["gaps"] = gpu_timeline.gaps(events)
+        timeline.update(gpu_profile.device_time(profiler))
+        timeline["gaps"] = gpu_timeline.gaps(gpu_timeline.trace_events(profiler))
     ids = [int(t) for t in out.sequences[0, prompt.shape[1]:].tolist()]
     return prefill, (rate(marks), rate(marks[len(marks) // 2:])), ids, phases or None
 
