@@ -119,8 +119,6 @@ def measure(out, env):
     out["written_prefetch_after_drop_s"] = timed(
         driver, stream, lambda p: driver.prefetch(p, PIECE, LOCATION_HOST, stream.ptr), written[:4])
     out["written_drop_free_delta_mib"] = (driver.free() - free_before) >> 20
-    for ptr in written[:4]:
-        advise(driver, ptr, CU_MEM_ADVISE_SET_READ_MOSTLY)
     # 5. Promotion back of what was dropped: a prefetch to the device, rate and reads.
     seconds = timed(driver, stream, lambda p: driver.prefetch(p, PIECE, LOCATION_DEVICE, stream.ptr), shadowed)
     out["promote_GBps"] = gb / seconds
