@@ -122,7 +122,8 @@ t_tier_give_back_swap() {
     # 10 ms, a stall of the naming loop for a few ticks (a busy CI machine) made the hot
     # blocks look colder than the weights the verifier reads, and swaps moved them out.
     tier_run tier-give-back-swap FAKECUDA_VRAM=3G GREENBOOST_GIVE_BACK=on FAKECUDA_MANAGED_KEEPS_VRAM=1 \
-        GREENBOOST_TIER_INTERVAL_MS=30 GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
+        GREENBOOST_TIER_INTERVAL_MS=30 GREENBOOST_TIERING=on GREENBOOST_VRAM_HEADROOM=$(( 256 << 20 )) \
+        GREENBOOST_VRAM_RESERVE=0 GBTEST_EXPECT=given_back \
         "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 8 6
 }
 t_tier_give_back_off_fails() {
@@ -202,8 +203,8 @@ t_tier_working_set() {
     # leave: 8 weight blocks beside another process, then 4 working blocks allocated while
     # computing each get VRAM, a weight making room, though free VRAM fell under a quarter
     # of the headroom after the first (the device keeps the weights' VRAM for this process).
-    # Ticks of 20 ms: the working blocks are idle long enough (at most 50 ticks) within the test's
-    # 3 s of reading the weights for the weights to displace them.
+    # Ticks of 20 ms: the working blocks are idle long enough (at most 50 ticks) within the
+    # test's 3 s of reading the weights for the weights to displace them.
     tier_run tier-working-set FAKECUDA_VRAM=1G GREENBOOST_GIVE_BACK=off FAKECUDA_MANAGED_KEEPS_VRAM=1 \
         GREENBOOST_TIER_INTERVAL_MS=20 \
         GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) GREENBOOST_LOG=debug "$BIN/gbtier" working-set $(( 48 << 20 )) 8

@@ -50,7 +50,8 @@
 //!   a working set allocated after the weights took the VRAM displace them while the
 //!   program computes; the weights come back into VRAM that the working set frees or
 //!   other processes leave, or over parts of it idle for several passes of the program
-//!   (`WORKING_SET_IDLE_PASSES`; `swaps` says why): a process never takes another's VRAM by swapping.
+//!   (`WORKING_SET_IDLE_PASSES`; `swaps` says why): a process never takes another's VRAM
+//!   by swapping.
 
 use std::cmp::{Ordering, Reverse};
 
@@ -337,13 +338,13 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 /// At most `in_room` bytes move in (`Room::swap_in_room`).
 ///
 /// What was allocated after the program started computing is displaced by what was
-/// loaded before (its weights) only once it has gone unread for `WORKING_SET_IDLE_PASSES` of its passes,
-/// however cold it looks before: a caching allocator (PyTorch's) keeps the blocks the
-/// program freed and hands them out again where it likes, so the parts of its segments
-/// that no launch named lately are the ones the next allocation takes. On an H100, an HF
-/// decode after a 16384-token prefill swapped such parts out for weights at every tick,
-/// the next tokens' KV cache landed in them in T2, and swaps brought them back: 1.75
-/// tokens/s where the same run without that churn decoded 10.6
+/// loaded before (its weights) only once it has gone unread for `WORKING_SET_IDLE_PASSES`
+/// of its passes, however cold it looks before: a caching allocator (PyTorch's) keeps the
+/// blocks the program freed and hands them out again where it likes, so the parts of its
+/// segments that no launch named lately are the ones the next allocation takes. On an
+/// H100, an HF decode after a 16384-token prefill swapped such parts out for weights at
+/// every tick, the next tokens' KV cache landed in them in T2, and swaps brought them
+/// back: 1.75 tokens/s where the same run without that churn decoded 10.6
 /// (bench/results/longctx-2026-12-05.md). Weights displace weights, the working set
 /// displaces either, and weights come back over the working set that stays idle.
 fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Move>) {
