@@ -14,6 +14,7 @@ use crate::glue_ffi::Chunk;
 use crate::memlock::Memlock;
 use crate::pool::{self, Placement};
 use crate::procs::ProcEntry;
+use crate::refusal::{Denied, Refusal};
 use crate::reserve::Claim;
 use crate::state::State;
 use crate::users::{self, UserShare};
@@ -39,14 +40,15 @@ enum Source {
 }
 
 /// Reserves `size` against the pool cap, `user`'s per-user cap, the caller's memlock
-/// limit and the RAM reserve, counted in the module's, `owner`'s and `user`'s figures.
+/// limit and the RAM reserve, counted in the module's, `owner`'s and `user`'s figures;
+/// refused by the first of them it does not fit.
 fn reserve<'a>(
     state: &'a State,
     owner: &ProcEntry,
     user: &UserShare,
     size: u64,
     source: Source,
-) -> Result<Reservation<'a>> {
+) -> Result<Reservation<'a>, Refusal> {
     let limits = state.shared.limits();
     let c = &state.shared.counters;
     // Pages kept alive by other holders past their buffers (see `held.rs`) stay in the
@@ -63,22 +65,20 @@ fn reserve<'a>(
             dirty_bytes = pool::dirty_claim(used, size, cached, clean, limits.cap)?;
             used.checked_add(size)
         })
-        .map_err(|_| ENOMEM)?;
+        .map_err(|used| Refusal::PoolCap { used, cached: c.t2_cached.load(Ordering::Relaxed), cap: limits.cap })?;
     let unreserve = || c.t2.unreserve(size);
-    if let Err(e) = users::charge(&user.t2_used, size, limits.uid_cap) {
+    if users::charge(&user.t2_used, size, limits.uid_cap).is_err() {
         unreserve();
-        return Err(e);
+        return Err(Refusal::UserCap { used: user.t2_used.load(Ordering::Relaxed), cap: limits.uid_cap });
     }
     let unreserve = || {
         users::uncharge(&user.t2_used, size);
         unreserve();
     };
-    let memlock = match Memlock::charge(size) {
-        Ok(m) => m,
-        Err(e) => {
-            unreserve();
-            return Err(e);
-        }
+    // The glue's only failure is the limit's ENOMEM.
+    let Ok(memlock) = Memlock::charge(size) else {
+        unreserve();
+        return Err(Refusal::Memlock);
     };
     // Pages the cache cannot supply come out of available RAM: a pinned T3 page read
     // back from swap does, and one in RAM stops being room the reserve counts on.
@@ -88,11 +88,11 @@ fn reserve<'a>(
     };
     let claim = match Claim::admit(&state.shared, &state.tier3, limits.reserve, fresh) {
         Ok(claim) => claim,
-        Err(e) => {
+        Err(refusal) => {
             unreserve();
             // Let the watchdog see the crossing now rather than at its next tick.
             state.watchdog.kick_for_refusal(&state.shared);
-            return Err(e);
+            return Err(refusal);
         }
     };
     owner.t2.reserve(size);
@@ -112,7 +112,7 @@ pub(crate) fn take_t2(
     user: &UserShare,
     size: u64,
     placement: Placement,
-) -> Result<(KVVec<Chunk>, Memlock)> {
+) -> Result<(KVVec<Chunk>, Memlock), Denied> {
     let mut r = reserve(state, owner, user, size, Source::Chunks)?;
     match state.pool().alloc_chunks(size, placement, r.dirty_bytes, &mut r.claim) {
         Ok(chunks) => {
@@ -133,7 +133,7 @@ pub(crate) fn take_t2(
 /// a kernel mapping (`size` bytes), admitted as T2 pages are ([`reserve`], nothing
 /// from the cache) and committed: pinned RAM within the same limits. The returned
 /// memlock charge and the figures are given back with [`release_t2`] at unpin.
-pub(crate) fn admit_t3_pin(state: &State, owner: &ProcEntry, user: &UserShare, size: u64) -> Result<Memlock> {
+pub(crate) fn admit_t3_pin(state: &State, owner: &ProcEntry, user: &UserShare, size: u64) -> Result<Memlock, Refusal> {
     let r = reserve(state, owner, user, size, Source::T3Pin)?;
     state.shared.counters.t2.commit(size);
     owner.t2.commit(size);

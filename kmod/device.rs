@@ -20,6 +20,7 @@ use crate::chunks::Chunks;
 use crate::glue_ffi as ffi;
 use crate::pool::{Placement, ANY_NODE};
 use crate::procs::{Holder, ProcEntry};
+use crate::refusal::Denied;
 use crate::shmem::Shmem;
 use crate::state::{state, State};
 use crate::users::{self, UserShare};
@@ -240,18 +241,28 @@ fn alloc(state: &State, arg: usize) -> Result {
             return Err(e);
         }
     };
+    // A refusal (ENOMEM) is logged with the limit that made it.
     let taken = if t3 {
-        state.tier3.admit(&state.shared, &owner, &user, size).map(|()| Tier::T3)
+        state.tier3.admit(&state.shared, &owner, &user, size).map(|()| Tier::T3).inspect_err(|e| {
+            if *e == ENOMEM {
+                stats::log_t3_refusal(state, size);
+            }
+        })
     } else {
         admission::take_t2(state, &owner, &user, size, placement)
             .map(|(chunks, memlock)| Tier::T2 { chunks: Chunks::new(chunks), memlock })
+            .map_err(|denied| {
+                if let Denied::Refused(why) = denied {
+                    stats::log_t2_refusal(state, size, why);
+                }
+                Error::from(denied)
+            })
     };
     let tier = match taken {
         Ok(tier) => tier,
         Err(e) => {
             if e == ENOMEM {
                 state.shared.counters.alloc_failures.fetch_add(1, Ordering::Relaxed);
-                stats::log_alloc_failure(state, size, t3);
             }
             state.procs.release(owner, Holder::Buffer);
             give_back_user(state, user);

@@ -35,6 +35,7 @@ mod pool;
 mod pressure;
 mod proclist;
 mod procs;
+mod refusal;
 mod reserve;
 mod shared;
 mod shmem;

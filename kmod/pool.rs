@@ -22,6 +22,7 @@ use kernel::prelude::*;
 use kernel::sync::Mutex;
 
 use crate::glue_ffi::{self as ffi, Chunk};
+use crate::refusal::{Denied, Refusal};
 use crate::reserve::Claim;
 use crate::shared::{Limits, Shared};
 use crate::{abi, util};
@@ -177,9 +178,9 @@ impl Pool<'_> {
         placement: Placement,
         dirty_bytes: u64,
         claim: &mut Claim<'_>,
-    ) -> Result<KVVec<Chunk>> {
-        let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE))?.saturating_add(8);
-        let mut chunks = KVVec::with_capacity(estimate, list_gfp())?;
+    ) -> Result<KVVec<Chunk>, Denied> {
+        let estimate = usize::try_from(size.div_ceil(abi::GB_CHUNK_SIZE)).map_err(|e| Denied::Failed(e.into()))?;
+        let mut chunks = KVVec::with_capacity(estimate.saturating_add(8), list_gfp()).map_err(|_| Refusal::NoPages)?;
         match self.fill(&mut chunks, size, placement, dirty_bytes, claim) {
             Ok(()) => Ok(chunks),
             Err(e) => {
@@ -197,7 +198,7 @@ impl Pool<'_> {
         placement: Placement,
         mut dirty_bytes: u64,
         claim: &mut Claim<'_>,
-    ) -> Result {
+    ) -> Result<(), Denied> {
         // Fresh pages are charged to the caller's memory cgroup. Cached pages were not
         // (the worker allocated them), so a caller outside the root cgroup, whose
         // pages must all be charged to it, gives each cached page it takes back to the
@@ -215,7 +216,7 @@ impl Pool<'_> {
             // whole buffer.
             // SAFETY: `gb_fatal_signal_pending` only reads the current task's signals.
             if unsafe { ffi::gb_fatal_signal_pending() } {
-                return Err(EINTR);
+                return Err(Denied::Failed(EINTR));
             }
             // SAFETY: `gb_cond_resched` may sleep; no lock or atomic section is held here.
             unsafe { ffi::gb_cond_resched() };
@@ -254,7 +255,7 @@ impl Pool<'_> {
                 None => {
                     self.trim_to_cap(cap);
                     claim.before_fresh(order_bytes(order))?;
-                    let chunk = fresh_chunk(order, 0, placement, true).ok_or(ENOMEM)?;
+                    let chunk = fresh_chunk(order, 0, placement, true).ok_or(Refusal::NoPages)?;
                     claim.taken(order_bytes(chunk.order));
                     chunk
                 }
@@ -262,7 +263,7 @@ impl Pool<'_> {
             max_order = max_order.min(chunk.order);
             if chunks.push(chunk, list_gfp()).is_err() {
                 free_chunk(chunk);
-                return Err(ENOMEM);
+                return Err(Refusal::NoPages.into());
             }
             self.shared.counters.chunks_allocated.fetch_add(1, Ordering::Relaxed);
             remaining = remaining.saturating_sub(order_bytes(chunk.order));

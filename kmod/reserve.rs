@@ -17,6 +17,7 @@ use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
 use crate::glue_ffi as ffi;
+use crate::refusal::Refusal;
 use crate::shared::Shared;
 use crate::tier3::Tier3;
 
@@ -34,9 +35,9 @@ pub(crate) struct Claim<'a> {
 }
 
 impl<'a> Claim<'a> {
-    /// Claims `fresh` bytes: ENOMEM unless available RAM minus every claim in flight
+    /// Claims `fresh` bytes: refused unless available RAM minus every claim in flight
     /// stays at or above `reserve` with them. A `reserve` of 0 disables the check.
-    pub(crate) fn admit(shared: &'a Shared, tier3: &'a Tier3, reserve: u64, fresh: u64) -> Result<Self> {
+    pub(crate) fn admit(shared: &'a Shared, tier3: &'a Tier3, reserve: u64, fresh: u64) -> Result<Self, Refusal> {
         let mut claim = Claim { shared, tier3, reserve, held: 0 };
         claim.grow(fresh)?;
         Ok(claim)
@@ -45,7 +46,7 @@ impl<'a> Claim<'a> {
     /// Called before allocating a fresh chunk of `bytes`: claims what of it this claim
     /// does not hold yet (cached pages the admission counted on may have gone to another
     /// ALLOC) and checks available RAM again with every claim in flight.
-    pub(crate) fn before_fresh(&mut self, bytes: u64) -> Result {
+    pub(crate) fn before_fresh(&mut self, bytes: u64) -> Result<(), Refusal> {
         self.grow(bytes.saturating_sub(self.held))
     }
 
@@ -56,7 +57,7 @@ impl<'a> Claim<'a> {
         self.held -= n;
     }
 
-    fn grow(&mut self, more: u64) -> Result {
+    fn grow(&mut self, more: u64) -> Result<(), Refusal> {
         if self.reserve == 0 {
             return Ok(());
         }
@@ -71,8 +72,8 @@ impl<'a> Claim<'a> {
     }
 
     /// Adds `more` to the claims in flight if `available` covers them all above the
-    /// reserve: ENOMEM.
-    fn claim(&self, available: u64, more: u64) -> Result {
+    /// reserve; refused otherwise, with the claims it saw.
+    fn claim(&self, available: u64, more: u64) -> Result<(), Refusal> {
         let reserve = self.reserve;
         self.shared
             .counters
@@ -82,7 +83,7 @@ impl<'a> Claim<'a> {
                 (available >= reserve.saturating_add(total)).then_some(total)
             })
             .map(|_| ())
-            .map_err(|_| ENOMEM)
+            .map_err(|in_flight| Refusal::Reserve { available, claimed: in_flight.saturating_add(more), reserve })
     }
 }
 

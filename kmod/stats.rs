@@ -13,6 +13,7 @@ use kernel::sync::Arc;
 use crate::abi::{self, GbPoolStats, GbT3Stats};
 use crate::glue_ffi as ffi;
 use crate::procs::{Comm, ProcEntry};
+use crate::refusal::Refusal;
 use crate::state::State;
 use crate::tier3::{self, Tier3};
 use crate::users::UserShare;
@@ -72,26 +73,28 @@ pub(crate) fn log_buffer_limit(state: &State, user: &UserShare, limit: u64) {
     }
 }
 
-/// Logs an ALLOC refusal (rate-limited); `t3`: a T3 ALLOC.
-pub(crate) fn log_alloc_failure(state: &State, size: u64, t3: bool) {
-    if t3 {
-        if state.refusal_log_limit.allow() {
-            let t = t3_snapshot(state);
-            pr_info!(
-                "T3 ALLOC of {} refused (ENOMEM): T3 used {} of {} (free swap {}; T3 needs swap)\n",
-                Size(size),
-                Size(t.t3_used),
-                Size(t.t3_cap),
-                Size(t.swap_free),
-            );
-        }
-        return;
+/// Logs a T3 ALLOC refused by the T3 limits (rate-limited).
+pub(crate) fn log_t3_refusal(state: &State, size: u64) {
+    if state.refusal_log_limit.allow() {
+        let t = t3_snapshot(state);
+        pr_info!(
+            "T3 ALLOC of {} refused (ENOMEM): T3 used {} of {} (free swap {}; T3 needs swap)\n",
+            Size(size),
+            Size(t.t3_used),
+            Size(t.t3_cap),
+            Size(t.swap_free),
+        );
     }
+}
+
+/// Logs an ALLOC refused by `why` (rate-limited), with the pool as it is now.
+pub(crate) fn log_t2_refusal(state: &State, size: u64, why: Refusal) {
     if state.refusal_log_limit.allow() {
         let s = pool_snapshot(state);
         pr_info!(
-            "ALLOC of {} refused (ENOMEM): T2 used {} of cap {}, available {}, pressure {}\n",
+            "ALLOC of {} refused (ENOMEM) by {} (now: T2 used {} of cap {}, available {}, pressure {})\n",
             Size(size),
+            why,
             Size(s.t2_used),
             Size(s.t2_cap),
             // SAFETY: `gb_mem_available` only reads kernel counters; no precondition.

@@ -157,6 +157,14 @@ fn module_lines(watch: &mut KmsgWatch) -> String {
     if lines.is_empty() { "nothing".into() } else { lines.join(" | ") }
 }
 
+/// The module's refusal line for the ALLOC just refused names `limit` (the line is
+/// rate-limited to 5 per 5 s; the tests before refuse fewer).
+fn expect_refusal_by(watch: &mut KmsgWatch, what: &str, limit: &str) -> Result<(), String> {
+    let lines = watch.new_lines();
+    let line = lines.iter().find(|l| l.contains("refused (ENOMEM)")).ok_or_else(|| format!("{what}: no refusal line logged"))?;
+    ensure(line.contains(&format!("refused (ENOMEM) by {limit}")), || format!("{what}: the refusal line '{line}' does not name {limit}"))
+}
+
 fn ram_left() -> String {
     format!("MemAvailable {} MiB, MemFree {} MiB", meminfo("MemAvailable").unwrap_or(0) >> 20, meminfo("MemFree").unwrap_or(0) >> 20)
 }
@@ -165,7 +173,9 @@ pub fn alloc_over_cap() -> TestResult {
     let dev = Dev::open()?;
     let info = dev.info()?;
     let base = dev.pool()?;
+    let mut watch = KmsgWatch::start();
     expect_errno("ALLOC(pool_cap + 1 page)", dev.try_alloc(info.pool_cap + page_size()), libc::ENOMEM)?;
+    expect_refusal_by(&mut watch, "ALLOC(pool_cap + 1 page)", "the pool cap")?;
     // Up to INFO.max_alloc a size is refused for want of room (ENOMEM); above it,
     // including sizes whose page rounding would overflow, as too big (E2BIG).
     if info.max_alloc > info.pool_cap + page_size() {
@@ -182,22 +192,36 @@ pub fn alloc_over_cap() -> TestResult {
     Ok(Outcome::Pass)
 }
 
-/// More than the guest's RAM (the main load's cap is above RAM, so this is refused by the
-/// reserve / free-memory check, not by the cap): clean ENOMEM, no OOM kill, pool intact.
+/// More than the guest's RAM: clean ENOMEM, no OOM kill, pool intact. The main load's
+/// pool cap is above RAM and its per-user cap (half of it) may be too; an ALLOC of what
+/// is available, within both caps, is refused by the RAM reserve. Each refusal line names
+/// the first limit the ALLOC exceeds.
 pub fn alloc_over_ram() -> TestResult {
     let dev = Dev::open()?;
     let info = dev.info()?;
     let total = meminfo("MemTotal").ok_or("no MemTotal")?;
     let base = dev.pool()?;
     let size = total + 256 * MIB;
-    note(&format!("MemTotal {} MiB, asking {} MiB (cap {} MiB: {})", total >> 20, size >> 20, info.pool_cap >> 20,
-        if info.pool_cap >= size { "the RAM check must refuse it" } else { "the cap refuses it first" }));
+    let first_limit = |size: u64| {
+        if size > info.pool_cap {
+            "the pool cap"
+        } else if info.uid_cap != 0 && size > info.uid_cap {
+            "the per-user cap"
+        } else {
+            "the RAM reserve"
+        }
+    };
+    note(&format!("MemTotal {} MiB, asking {} MiB (cap {} MiB, per-user cap {} MiB: {} refuses it)", total >> 20, size >> 20,
+        info.pool_cap >> 20, info.uid_cap >> 20, first_limit(size)));
+    let mut watch = KmsgWatch::start();
     expect_errno("ALLOC(MemTotal + 256 MiB)", dev.try_alloc(size), libc::ENOMEM)?;
-    // Just below the cap but far above free memory minus the reserve.
+    expect_refusal_by(&mut watch, "ALLOC(MemTotal + 256 MiB)", first_limit(size))?;
+    // Within the caps but far above free memory minus the reserve.
     let avail = meminfo("MemAvailable").unwrap_or(0);
     if info.pool_cap > avail {
         let size = round_up(avail, 2 * MIB).min(info.pool_cap);
         expect_errno("ALLOC(MemAvailable)", dev.try_alloc(size), libc::ENOMEM)?;
+        expect_refusal_by(&mut watch, "ALLOC(MemAvailable)", first_limit(size))?;
     }
     dev.settle_to(&base, Duration::from_secs(5))?;
     // The module still serves ordinary requests.
