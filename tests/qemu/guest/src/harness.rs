@@ -234,6 +234,11 @@ impl KmsgWatch {
         out
     }
 
+    /// The module's own messages ("greenboost: ...") among `new_lines`.
+    pub fn module_lines(&mut self) -> Vec<String> {
+        self.new_lines().into_iter().filter(|l| l.starts_with("greenboost")).collect()
+    }
+
     /// The first complaint logged since the last call, if any.
     pub fn complaint(&mut self) -> Option<String> {
         self.new_lines().into_iter().find(|l| is_complaint(l))

@@ -117,7 +117,7 @@ pub fn dmesg_report() -> TestResult {
     let mut f = std::fs::OpenOptions::new().write(true).open(REPORT).map_err(|e| format!("{REPORT}: {e}"))?;
     f.write_all(b"1\n").map_err(|e| format!("write {REPORT}: {e}"))?;
     std::thread::sleep(Duration::from_millis(100));
-    let lines: Vec<String> = watch.new_lines().into_iter().filter(|l| l.starts_with("greenboost")).collect();
+    let lines = watch.module_lines();
     for l in &lines {
         note(l);
     }
