@@ -7,8 +7,8 @@ use crate::rules::tiering::{self, Candidate, Move};
 use crate::sys::log::Mib;
 
 /// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
-/// runs per byte first, at most `HEAT_ROWS`, each with where it is, its size, its heat
-/// and what this tick does with it.
+/// runs per byte first, at most `HEAT_ROWS` of those the tick leaves in place and every
+/// one it moves, each with where it is, its size, its heat and what this tick does with it.
 pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], moves: &[Move]) {
     const HEAT_ROWS: usize = 16;
     if !crate::sys::log::enabled(crate::sys::log::Level::Debug) {
@@ -22,16 +22,26 @@ pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], 
         device,
         order.len()
     );
-    for &i in order.iter().take(HEAT_ROWS) {
-        let (c, run) = (&candidates[i], &runs[i]);
-        let step = moves.iter().find_map(|step| match *step {
+    let step_of = |i: usize| {
+        moves.iter().find_map(|step| match *step {
             Move::Promote(j) if j == i => Some("promote"),
             Move::Demote(j) if j == i => Some("demote"),
             Move::Refresh(j) if j == i => Some("refresh"),
             Move::SwapIn(j) if j == i => Some("swap in"),
             Move::SwapOut(j) if j == i => Some("swap out"),
             _ => None,
-        });
+        })
+    };
+    let mut unmoved_rows = 0;
+    for &i in &order {
+        let step = step_of(i);
+        if step.is_none() {
+            if unmoved_rows == HEAT_ROWS {
+                continue;
+            }
+            unmoved_rows += 1;
+        }
+        let (c, run) = (&candidates[i], &runs[i]);
         debug!(
             "  {:#x} {} in {}: heat {} ({} per MiB){}{}",
             run.address(),

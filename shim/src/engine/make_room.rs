@@ -9,9 +9,8 @@
 //! (`rules::tiering`'s swaps).
 //!
 //! Only inside the VRAM this process holds (the room is its own demoted bytes), for
-//! allocations of at most `MOST` bytes, and with victims no larger than twice what is
-//! still wanted: a small allocation never costs a large weight's round trip (it goes to
-//! T2, and the swaps weigh it by its heat later).
+//! allocations of at most `MOST` bytes, with the victims `rules::room_victims` chooses:
+//! a small allocation never costs a large weight's round trip.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -26,6 +25,7 @@ use crate::engine::tier_thread::{self, Moving};
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, Run};
 use crate::rules::config;
+use crate::rules::room_victims;
 use crate::rules::tiering;
 use crate::sys::log::Mib;
 use crate::sys::stats::STATS;
@@ -93,28 +93,22 @@ fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)>
         tiering::per_byte((a.heat, a.bytes), (b.heat, b.bytes))
             .then(b.allocation.sequence().cmp(&a.allocation.sequence()))
     });
-    let mut victims = Vec::new();
-    let mut room = 0u64;
-    for run in loaded {
-        if room >= len {
-            break;
-        }
-        if run.bytes <= (len - room).saturating_mul(2) {
-            room += run.bytes;
-            victims.push(run);
-        }
-    }
-    if room < len {
+    let sizes: Vec<u64> = loaded.iter().map(|run| run.bytes).collect();
+    let Some(chosen) = room_victims::room_victims(len, &sizes) else {
         debug!(
             "no room made on device {} for {}: {} of movable VRAM loaded before computing can go ({} more \
              may have been evicted in part)",
             device,
             Mib(len),
-            Mib(room),
+            Mib(sizes.iter().sum()),
             Mib(maybe_evicted.iter().map(|run| run.bytes).sum())
         );
         return None;
-    }
+    };
+    let room: u64 = chosen.iter().map(|&at| sizes[at]).sum();
+    // `chosen` is in `loaded`'s order.
+    let victims: Vec<Run<'_>> =
+        loaded.into_iter().enumerate().filter(|(at, _)| chosen.binary_search(at).is_ok()).map(|(_, run)| run).collect();
     // No tick measures while the room is made (it would make it again), and the room is
     // reserved before the victims give their VRAM back, so that no promotion takes it.
     // With the give-back on, the GPU's lock first (the lock order); without it, no

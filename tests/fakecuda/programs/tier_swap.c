@@ -127,33 +127,40 @@ int test_ipc(int argc, char **argv)
  * byte kept and free VRAM never under the headroom; an allocation too small to be worth
  * a weight block's round trip goes to T2 instead.
  *
+ * With WORKING (bytes, default BLOCK), the block allocated while computing has that size:
+ * as many weight blocks as it takes make its room. A block and a quarter: one weight
+ * block leaves a quarter wanted, and the next is more than twice that, yet it must go.
+ *
  * GBTEST_EXPECT=kept (FAKECUDA_MANAGED_KEEPS_VRAM=1, GREENBOOST_GIVE_BACK=off): the device
  * keeps the demoted weight's VRAM and the block takes fresh VRAM, under the headroom by
  * at most the block; what the driver keeps answers that drop (engine/room_kept.rs): over
  * 30 ticks no other weight block goes to T2. */
 int test_make_room(int argc, char **argv)
 {
-    CHECK(argc >= 3, "usage: make-room BLOCK\n");
+    CHECK(argc >= 3, "usage: make-room BLOCK [WORKING]\n");
     size_t block = strtoull(argv[2], NULL, 0);
+    size_t size = argc >= 4 ? strtoull(argv[3], NULL, 0) : block;
+    int victims = (int)((size + block - 1) / block);
     int kept = getenv("GBTEST_EXPECT") && !strcmp(getenv("GBTEST_EXPECT"), "kept");
     struct balloon other = balloon_start(device_free() - headroom - WEIGHTS * block - block / 2);
     void *weights[WEIGHTS];
     load_weights_then_compute(weights, WEIGHTS, block);
     void *working;
-    OK(cudaMalloc(&working, block));
+    OK(cudaMalloc(&working, size));
     struct shim_stats st = shim_stats();
     int demoted = 0;
     for (int i = 0; i < WEIGHTS; i++)
         demoted += fakegpu_managed_where(dptr(weights[i])) == -1;
     printf("make-room: working block %s (where %d, %llu T2 bytes); %d weight blocks in T2; %llu swaps; %zu MiB free "
            "(headroom %zu MiB)\n", fakegpu_ptr_kind(dptr(working)), fakegpu_managed_where(dptr(working)),
-           shim_t2_bytes(working, block), demoted, st.swaps, device_free() >> 20, headroom >> 20);
-    CHECK(in_vram(dptr(working)) && shim_t2_bytes(working, block) == 0, "the block allocated while computing is "
+           shim_t2_bytes(working, size), demoted, st.swaps, device_free() >> 20, headroom >> 20);
+    CHECK(in_vram(dptr(working)) && shim_t2_bytes(working, size) == 0, "the block allocated while computing is "
           "not in VRAM: no room was made for it\n");
-    CHECK(demoted == 1 && st.swaps == 1, "%d weight blocks went to T2 (%llu swaps), want 1\n", demoted, st.swaps);
+    CHECK(demoted == victims && st.swaps == (unsigned long long)victims, "%d weight blocks went to T2 (%llu swaps), "
+          "want %d\n", demoted, st.swaps, victims);
     /* What `greenboost status` reads: the room made, as the shim counts it. */
     struct shim_published rec;
-    CHECK(shim_published(getpid(), &rec) && rec.room_made_bytes == st.room_made_bytes && rec.room_made_bytes >= block,
+    CHECK(shim_published(getpid(), &rec) && rec.room_made_bytes == st.room_made_bytes && rec.room_made_bytes >= size,
           "the published record says %llu bytes of room made; the shim counts %llu\n", rec.room_made_bytes,
           st.room_made_bytes);
     if (kept) {
@@ -170,17 +177,18 @@ int test_make_room(int argc, char **argv)
     } else {
         CHECK(device_free() >= headroom, "free VRAM %zu MiB, under the headroom\n", device_free() >> 20);
     }
-    OK(fakegpu_launch_fill(dptr(working), block, 900, NULL));
+    OK(fakegpu_launch_fill(dptr(working), size, 900, NULL));
     OK(cudaDeviceSynchronize());
     check_blocks(weights, WEIGHTS, block, "after making room");
     unsigned long long bad = 0;
-    OK(fakegpu_launch_verify(dptr(working), block, 900, NULL, &bad));
+    OK(fakegpu_launch_verify(dptr(working), size, 900, NULL, &bad));
     OK(cudaDeviceSynchronize());
     CHECK(bad == 0, "the working block has %llu wrong words\n", bad);
     /* Half a block fills what the room has left; then a quarter block finds none, and a
      * weight block is more than twice its size: it goes to T2. (With the device keeping
-     * VRAM the room left is the device's to judge: not checked.) */
-    if (!kept) {
+     * VRAM the room left is the device's to judge, and with another WORKING the room
+     * left is another: not checked.) */
+    if (!kept && size == block) {
         void *filler, *small;
         OK(cudaMalloc(&filler, block / 2));
         CHECK(shim_t2_bytes(filler, block / 2) == 0, "half a block did not fit the room left\n");
