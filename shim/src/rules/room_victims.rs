@@ -7,10 +7,12 @@
 //! where none is left the allocation went to T2. On an H100 a 448 MiB activation of an HF
 //! 16384-token prefill so went to T2 with 442 MiB found, its products read it over the
 //! link, and the decode after fell to 1.9 tokens/s where runs without it decoded 11-18
-//! (bench/results/longctx-2026-12-06.md). So the last victim may be larger: the smallest
-//! run left that completes the room (the coldest among equals), no larger than twice the
-//! whole allocation, as the first victim may be: a small allocation still goes to T2
-//! rather than cost a large weight's round trip.
+//! (bench/results/longctx-2026-12-06.md). So the last victim may be larger: the coldest
+//! run left that completes the room, no larger than twice the whole allocation, as the
+//! first victim may be: a small allocation still goes to T2 rather than cost a large
+//! weight's round trip. The coldest, not the smallest: one more cold byte demoted costs
+//! a copy once, a hot one (a static KV cache allocated before computing) its reads over
+//! the link at every pass.
 
 /// The victims for `wanted` bytes among `runs` (each run's bytes, coldest per byte first):
 /// their positions in order, or `None` when they cannot make the room (too little of
@@ -32,8 +34,7 @@ pub fn room_victims(wanted: u64, runs: &[u64]) -> Option<Vec<usize>> {
         // Every run passed over is larger than twice what was still wanted when it came,
         // so larger than `still`: any of them completes the room.
         let last = (0..runs.len())
-            .filter(|at| !chosen.contains(at) && runs[*at] >= still && runs[*at] <= wanted.saturating_mul(2))
-            .min_by_key(|&at| (runs[at], at))?;
+            .find(|at| !chosen.contains(at) && runs[*at] >= still && runs[*at] <= wanted.saturating_mul(2))?;
         chosen.push(last);
         chosen.sort_unstable();
     }
@@ -63,15 +64,16 @@ mod tests {
         let chosen = room_victims(448 * MIB, &runs).expect("room made");
         let room: u64 = chosen.iter().map(|&at| runs[at]).sum();
         assert!(room >= 448 * MIB, "{room}");
-        // The smallest run that completes it: the 32 MiB one, not a 64.
-        assert_eq!(chosen, vec![0, 1, 2, 3, 4, 5, 6, 8]);
+        // The coldest run that completes it: the first 64 MiB one left, not the smaller
+        // but hotter 32 MiB one.
+        assert_eq!(chosen, vec![0, 1, 2, 3, 4, 5, 6, 7]);
     }
 
     #[test]
-    fn the_completing_run_is_the_smallest_then_the_coldest() {
+    fn the_completing_run_is_the_coldest_that_fits() {
         let runs = [4 * MIB, 512 * MIB, 300 * MIB, 300 * MIB, 900 * MIB];
         // 200 wanted: 4 taken, then 196 still wanted and every run left larger than twice
-        // that; the smallest that completes it is a 300, the first (coldest) of the two.
+        // that; the 512 is more than twice the allocation, the first 300 completes it.
         assert_eq!(room_victims(200 * MIB, &runs), Some(vec![0, 2]));
     }
 
