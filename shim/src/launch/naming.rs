@@ -160,9 +160,12 @@ unsafe fn name<'s>(
     let Some(values) = values else { return Naming::default() };
     let textures = texture_objects::any();
     let mut read = true;
+    let mut seen = SeenAddresses::default();
     let mut note = |address: CuDevicePtr| {
         if let Some(found) = finder.as_mut().and_then(|finder| finder.find(address)) {
-            visit(Named { start: found.start, uses: found.uses, address, first: found.first });
+            if seen.first_time(address) {
+                visit(Named { start: found.start, uses: found.uses, address, first: found.first });
+            }
         }
     };
     for (index, param) in params.iter().enumerate() {
@@ -185,6 +188,37 @@ unsafe fn name<'s>(
     Naming { ranges: u32::try_from(ranges).unwrap_or(u32::MAX), read }
 }
 
+/// The addresses one launch has named so far, that it names each once: a kernel is
+/// given the same pointer in several words (a GEMM's operand in its mainloop's and its
+/// epilogue's parameters, and inside its tensor map), and reads it once. Counted once
+/// per word, a 112 MiB weight of an HF decode in VRAM read as hot as eleven reads a
+/// token, where the same weight in T2 (its products staged) read as one or two
+/// (bench/results/2026-12-06-f5ed2f9ed5a7-longctx-repeat-h100.md): live tiering then
+/// weighed weights by their tier, not by how often they are read.
+#[derive(Default)]
+struct SeenAddresses {
+    addresses: [CuDevicePtr; SEEN_KEPT],
+    count: usize,
+}
+
+/// Addresses a launch's naming remembers; past them, a repeat counts again (a launch
+/// naming more distinct addresses than this is rare, and counting one twice only warms it).
+const SEEN_KEPT: usize = 16;
+
+impl SeenAddresses {
+    /// Whether this launch names `address` for the first time (remembered if there is room).
+    fn first_time(&mut self, address: CuDevicePtr) -> bool {
+        if self.addresses[..self.count].contains(&address) {
+            return false;
+        }
+        if self.count < SEEN_KEPT {
+            self.addresses[self.count] = address;
+            self.count += 1;
+        }
+        true
+    }
+}
+
 /// Each pointer-sized word of a parameter value: a pointer, alone or inside a struct,
 /// lies at a multiple of 8 from the value's start (its alignment).
 fn words(bytes: &[u8], mut each: impl FnMut(u64)) {
@@ -196,6 +230,41 @@ fn words(bytes: &[u8], mut each: impl FnMut(u64)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launch_names_each_address_once_however_many_words_hold_it() {
+        use crate::memory::address_index::{Range, RangeUse, Snapshot};
+        use crate::memory::recent_ranges;
+        use std::sync::Arc;
+
+        let uses: Arc<RangeUse> = Arc::default();
+        let snapshot = Arc::new(Snapshot::from_ranges(vec![Range { start: 0x1000, end: 0x9000, uses }]));
+        // Three 16-byte parameters: the operand's start twice (a struct of two pointers),
+        // then a second start inside it beside the first again.
+        let values: [[u64; 2]; 3] = [[0x1000, 0x1000], [0x4000, 0x1000], [7, 0x4000]];
+        let pointers: Vec<*const c_void> = values.iter().map(|value| value.as_ptr().cast::<c_void>()).collect();
+        let layout = Layout::Known((0..3).map(|at| Param { offset: 16 * at, size: 16 }).collect());
+        let mut visits = Vec::new();
+        let naming = recent_ranges::with_finder(&snapshot, |finder| {
+            // SAFETY: one pointer per parameter, each to 16 readable bytes that live
+            // through the call.
+            unsafe {
+                name(&layout, Some(Values::Array(pointers.as_ptr())), Some(finder), |named| {
+                    visits.push((named.address, named.first))
+                })
+            }
+        });
+        assert_eq!(visits, [(0x1000, true), (0x4000, false)], "each address once, the allocation's first once");
+        assert_eq!(naming, Naming { ranges: 1, read: true });
+    }
+
+    #[test]
+    fn past_the_addresses_kept_a_repeat_counts_again() {
+        let mut seen = SeenAddresses::default();
+        assert!((0..SEEN_KEPT as u64).all(|k| seen.first_time(0x1000 * (k + 1))), "distinct ones are firsts");
+        assert!(!seen.first_time(0x1000), "a kept one repeated");
+        assert!(seen.first_time(0xfff000) && seen.first_time(0xfff000), "no room to keep it: counted each time");
+    }
 
     #[test]
     fn every_aligned_word_of_a_value_is_looked_at_and_nothing_shorter() {

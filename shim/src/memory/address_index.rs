@@ -166,7 +166,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub(super) fn from_ranges(ranges: Vec<Range>) -> Snapshot {
+    pub(crate) fn from_ranges(ranges: Vec<Range>) -> Snapshot {
         let starts = ranges.iter().map(|range| range.start).collect();
         let low = ranges.first().map_or(0, |range| range.start);
         let high = ranges.iter().map(|range| range.end).max().unwrap_or(0);
