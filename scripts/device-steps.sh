@@ -15,6 +15,8 @@
 #   decode    BENCH_ONLY=decode with DECODE_CONFIGS (default "vram greenboost
 #             greenboost_ahead": prefill and decode against their bounds, look-ahead staging
 #             included; deadline DECODE_S, 400)
+#   repeat    bench/longctx_repeat.sh: the long prompt once per word of RUNS, shims side
+#             by side (deadline REPEAT_S, 400)
 #   shared    GPU suite sections plain pressure shared (deadline SUITE_S, 520)
 #   tiering   GPU suite sections tiering swap (deadline SUITE_S)
 #   ranges    GPU suite sections ranges longctx (deadline SUITE_S)
@@ -46,6 +48,8 @@ for step in "$@"; do
     decode)
       OUT=$dir BENCH_ONLY=decode BENCH_DECODE_CONFIGS="${DECODE_CONFIGS:-vram greenboost greenboost_ahead}" \
         BENCH_DEADLINE_S=${DECODE_S:-400} BENCH_RESULTS=/tmp/device-steps-decode bash bench/run.sh >"$dir/run.log" 2>&1 ;;
+    repeat)
+      OUT=$dir timeout "${REPEAT_S:-400}" bash bench/longctx_repeat.sh >"$dir/run.log" 2>&1 ;;
     shared) suite "plain pressure shared" "$dir" ;;
     tiering) suite "tiering swap" "$dir" ;;
     ranges) suite "ranges longctx" "$dir" ;;
