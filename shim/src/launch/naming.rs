@@ -188,13 +188,11 @@ unsafe fn name<'s>(
     Naming { ranges: u32::try_from(ranges).unwrap_or(u32::MAX), read }
 }
 
-/// The addresses one launch has named so far, that it names each once: a kernel is
-/// given the same pointer in several words (a GEMM's operand in its mainloop's and its
-/// epilogue's parameters, and inside its tensor map), and reads it once. Counted once
-/// per word, a 112 MiB weight of an HF decode in VRAM read as hot as eleven reads a
-/// token, where the same weight in T2 (its products staged) read as one or two
-/// (bench/results/2026-12-06-f5ed2f9ed5a7-longctx-repeat-h100.md): live tiering then
-/// weighed weights by their tier, not by how often they are read.
+/// The addresses one launch has named so far, that it names each once: a kernel may be
+/// given the same pointer in several words (a struct holding it twice, a tensor map
+/// beside the pointer it maps) and reads it once; counted once per word, the start's
+/// piece of a partitioned allocation (`rules::range_heat`) would be as hot as that many
+/// reads.
 #[derive(Default)]
 struct SeenAddresses {
     addresses: [CuDevicePtr; SEEN_KEPT],
