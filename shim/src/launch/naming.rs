@@ -158,7 +158,7 @@ unsafe fn name<'s>(
         return Naming { ranges: 0, read: true };
     }
     let Some(values) = values else { return Naming::default() };
-    let textures = texture_objects::any();
+    let (textures, maps) = (texture_objects::any(), tensor_maps::any());
     let mut read = true;
     let mut seen = SeenAddresses::default();
     let mut note = |address: CuDevicePtr| {
@@ -174,15 +174,11 @@ unsafe fn name<'s>(
             read = false;
             continue;
         };
-        words(bytes, |word| match textures.then(|| texture_objects::address_of(word)).flatten() {
+        let in_maps = if maps { map_blocks(bytes, &mut note) } else { 0 };
+        words_outside(bytes, in_maps, |word| match textures.then(|| texture_objects::address_of(word)).flatten() {
             Some(address) => note(address),
             None => note(word),
         });
-        if bytes.len() == TENSOR_MAP_BYTES {
-            if let Some(address) = tensor_maps::address_of(bytes) {
-                note(address);
-            }
-        }
     }
     let ranges = finder.map_or(0, |finder| finder.distinct());
     Naming { ranges: u32::try_from(ranges).unwrap_or(u32::MAX), read }
@@ -217,10 +213,44 @@ impl SeenAddresses {
     }
 }
 
-/// Each pointer-sized word of a parameter value: a pointer, alone or inside a struct,
-/// lies at a multiple of 8 from the value's start (its alignment).
-fn words(bytes: &[u8], mut each: impl FnMut(u64)) {
-    for chunk in bytes.chunks_exact(8) {
+/// The tensor maps the program encoded inside a parameter value, whole or as members of a
+/// struct (CUTLASS's Hopper kernels take theirs in their one parameter struct; a map is
+/// 64-byte aligned, so it lies at a multiple of 64 from the value's start): `note` is
+/// given each one's address, and the 64-byte blocks they cover come back as bits (block
+/// `k`, bit `k`; blocks past the 64th are not looked at), their words not to be read as
+/// pointers. A map packs its address with other fields: on an H100 one of its words held
+/// an address's upper half beside a small field, and named whatever allocation spans
+/// that 4 GiB boundary, 18 times a token in an HF decode, as the hottest memory there
+/// (bench/results/2026-12-06-93e22b00cdef-longctx-repeat-h100.md).
+fn map_blocks(bytes: &[u8], mut note: impl FnMut(CuDevicePtr)) -> u64 {
+    let mut blocks = 0u64;
+    let mut start = 0;
+    while start + TENSOR_MAP_BYTES <= bytes.len() && start / MAP_ALIGN < 63 {
+        let block = &bytes[start..start + TENSOR_MAP_BYTES];
+        match tensor_maps::may_be_encoded(block).then(|| tensor_maps::address_of(block)).flatten() {
+            Some(address) => {
+                note(address);
+                blocks |= 0b11 << (start / MAP_ALIGN);
+                start += TENSOR_MAP_BYTES;
+            }
+            None => start += MAP_ALIGN,
+        }
+    }
+    blocks
+}
+
+/// A tensor map's alignment (CUtensorMap is `alignas(64)`).
+const MAP_ALIGN: usize = 64;
+
+/// Each pointer-sized word of a parameter value but those in the 64-byte blocks of
+/// `skipped` (`map_blocks`): a pointer, alone or inside a struct, lies at a multiple of 8
+/// from the value's start (its alignment).
+fn words_outside(bytes: &[u8], skipped: u64, mut each: impl FnMut(u64)) {
+    for (at, chunk) in bytes.chunks_exact(8).enumerate() {
+        let block = at * 8 / MAP_ALIGN;
+        if block < 64 && skipped & (1 << block) != 0 {
+            continue;
+        }
         each(u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8])));
     }
 }
@@ -257,6 +287,40 @@ mod tests {
     }
 
     #[test]
+    fn a_tensor_map_inside_a_struct_names_its_address_and_its_words_name_nothing() {
+        use crate::memory::address_index::{Range, RangeUse, Snapshot};
+        use crate::memory::recent_ranges;
+        use std::sync::Arc;
+
+        // Two allocations: an operand at 0x1_0000_0000.. and a weight spanning the 4 GiB
+        // boundary at 0x2_0000_0000, which a word of the map's encoding happens to equal.
+        let (operand, weight): (Arc<RangeUse>, Arc<RangeUse>) = (Arc::default(), Arc::default());
+        let ranges = vec![
+            Range { start: 0x1_0000_0000, end: 0x1_1000_0000, uses: operand },
+            Range { start: 0x1_ff00_0000, end: 0x2_0100_0000, uses: weight },
+        ];
+        let snapshot = Arc::new(Snapshot::from_ranges(ranges));
+        let mut map = [0u64; TENSOR_MAP_BYTES / 8];
+        map[0] = 0x0123_4567;
+        map[3] = 0x2_0000_0080; // packed fields, not a pointer
+        map[7] = 0x5a5a;
+        let map_bytes: Vec<u8> = map.iter().flat_map(|word| word.to_ne_bytes()).collect();
+        tensor_maps::encoded(&map_bytes.try_into().expect("128 bytes"), 0x1_0000_4000);
+        // One 256-byte struct: a pointer to the operand, then the map at offset 64.
+        let mut value = [0u64; 32];
+        value[0] = 0x1_0000_8000;
+        value[8..24].copy_from_slice(&map);
+        let pointer = value.as_ptr().cast::<c_void>();
+        let layout = Layout::Known(Box::new([Param { offset: 0, size: 256 }]));
+        let mut visits = Vec::new();
+        recent_ranges::with_finder(&snapshot, |finder| {
+            // SAFETY: one parameter of 256 readable bytes that live through the call.
+            unsafe { name(&layout, Some(Values::Array(&pointer)), Some(finder), |named| visits.push(named.address)) }
+        });
+        assert_eq!(visits, [0x1_0000_4000, 0x1_0000_8000], "the map's address and the pointer, not the map's word");
+    }
+
+    #[test]
     fn past_the_addresses_kept_a_repeat_counts_again() {
         let mut seen = SeenAddresses::default();
         assert!((0..SEEN_KEPT as u64).all(|k| seen.first_time(0x1000 * (k + 1))), "distinct ones are firsts");
@@ -270,10 +334,10 @@ mod tests {
         value[..8].copy_from_slice(&0x1000u64.to_ne_bytes());
         value[8..16].copy_from_slice(&0x2000u64.to_ne_bytes());
         let mut found = Vec::new();
-        words(&value, |word| found.push(word));
+        words_outside(&value, 0, |word| found.push(word));
         assert_eq!(found, [0x1000, 0x2000], "the 4 trailing bytes hold no pointer");
         found.clear();
-        words(&[0u8; 4], |word| found.push(word));
+        words_outside(&[0u8; 4], 0, |word| found.push(word));
         assert!(found.is_empty());
     }
 }
