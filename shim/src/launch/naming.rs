@@ -218,10 +218,11 @@ impl SeenAddresses {
 /// 64-byte aligned, so it lies at a multiple of 64 from the value's start): `note` is
 /// given each one's address, and the 64-byte blocks they cover come back as bits (block
 /// `k`, bit `k`; blocks past the 64th are not looked at), their words not to be read as
-/// pointers. A map packs its address with other fields: on an H100 one of its words held
-/// an address's upper half beside a small field, and named whatever allocation spans
-/// that 4 GiB boundary, 18 times a token in an HF decode, as the hottest memory there
-/// (bench/results/2026-12-06-93e22b00cdef-longctx-repeat-h100.md).
+/// pointers: a map packs its address with other fields, and a packed word that equals an
+/// address names whatever allocation holds it. (Some kernel of an HF decode on an H100
+/// named three 4 GiB boundaries + 0x80 about 18 times a token each, which made the weights
+/// spanning them the hottest memory there, bench/results/2026-12-06-93e22b00cdef-longctx-repeat-h100.md;
+/// whether its words were a map's is not known.)
 fn map_blocks(bytes: &[u8], mut note: impl FnMut(CuDevicePtr)) -> u64 {
     let mut blocks = 0u64;
     let mut start = 0;
