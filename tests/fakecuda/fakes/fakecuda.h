@@ -257,7 +257,7 @@ typedef enum { CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_UINT16
 
 /* The fake's test kernels (fakes/gpu/fakegpu_kernels.c), named in a PTX-like image by
  * ".visible .entry NAME(": fk_fill_u32, fk_fill_indirect, fk_add_f32, fk_struct,
- * fk_gather, fk_tma (and the shim's gb_copy16). An image's `__device__` globals are its
+ * fk_gather, fk_tma, fk_tma_struct (and the shim's gb_copy16). An image's `__device__` globals are its
  * lines ".global [.align N] .TYPE NAME[COUNT];" (cuModuleGetGlobal_v2,
  * cuLibraryGetGlobal). fk_struct's by-value argument: */
 struct fk_args {

@@ -15,6 +15,7 @@
 
 #include "launch_tests.h"
 
+#include <stddef.h>
 #include <time.h>
 
 const char launch_ptx[] =
@@ -25,6 +26,7 @@ const char launch_ptx[] =
     " .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)\n{ ret; }\n"
     ".visible .entry fk_gather(.param .u64 out, .param .u64 ptrs, .param .u64 count, .param .u64 n)\n{ ret; }\n"
     ".visible .entry fk_tma(.param .align 64 .b8 map[128], .param .u64 out, .param .u64 n)\n{ ret; }\n"
+    ".visible .entry fk_tma_struct(.param .align 64 .b8 s[256])\n{ ret; }\n"
     ".visible .entry fk_tex(.param .u64 tex, .param .u64 out, .param .u64 n)\n{ ret; }\n";
 
 #define N 4096
@@ -67,13 +69,14 @@ static int test_driver(int argc, char **argv)
 {
     (void)argc; (void)argv;
     CUmodule m;
-    CUfunction fill, add, st, gather, tma, tex;
+    CUfunction fill, add, st, gather, tma, tma_struct, tex;
     OK(cuModuleLoadData(&m, launch_ptx));
     OK(cuModuleGetFunction(&fill, m, "fk_fill_u32"));
     OK(cuModuleGetFunction(&add, m, "fk_add_f32"));
     OK(cuModuleGetFunction(&st, m, "fk_struct"));
     OK(cuModuleGetFunction(&gather, m, "fk_gather"));
     OK(cuModuleGetFunction(&tma, m, "fk_tma"));
+    OK(cuModuleGetFunction(&tma_struct, m, "fk_tma_struct"));
     OK(cuModuleGetFunction(&tex, m, "fk_tex"));
     CHECK(cuModuleGetFunction(&fill, m, "gb_copy16") == CUDA_ERROR_NOT_FOUND, "a name the image lacks was found\n");
     CUmodule bad;
@@ -235,6 +238,21 @@ static int test_driver(int argc, char **argv)
     OK(cuStreamSynchronize(s));
     expect_all(out, N, 4.25f, "fk_tma");
     CHECK(!shim_observes() || named(a) == a_named + 1, "the memory behind the tensor map was not named\n");
+    /* fk_tma_struct: the same map inside a by-value struct, as CUTLASS's Hopper kernels
+     * take theirs: the memory behind it is named too. */
+    struct {
+        uint64_t out, n, pad[6];
+        CUtensorMap map;
+        uint64_t rest[8];
+    } ts = { .out = out, .n = n, .map = map };
+    _Static_assert(sizeof ts == 256 && offsetof(__typeof__(ts), map) == 64, "fk_tma_struct's layout");
+    fillf(out, 0.0f, N);
+    void *tsp[] = { &ts };
+    a_named = named(a);
+    OK(cuLaunchKernel(tma_struct, 4, 1, 1, 256, 1, 1, 0, s, tsp, NULL));
+    OK(cuStreamSynchronize(s));
+    expect_all(out, N, 4.25f, "fk_tma_struct");
+    CHECK(!shim_observes() || named(a) == a_named + 1, "the memory behind a tensor map inside a struct was not named\n");
     /* fk_tex: a texture object's handle (a small integer) stands for its memory. */
     CUDA_RESOURCE_DESC res = { .resType = CU_RESOURCE_TYPE_LINEAR };
     res.res.linear.devPtr = a;
@@ -330,12 +348,13 @@ static int test_driver(int argc, char **argv)
 
     printf("counts: kernel %llu memset %llu memcpy %llu hostfn %llu\n", fakegpu_count("kernel"),
            fakegpu_count("memset"), fakegpu_count("memcpy"), fakegpu_count("hostfn"));
-    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 9, "cuLaunchKernel ran %llu kernels\n",
+    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 10, "cuLaunchKernel ran %llu kernels\n",
           fakegpu_count("kernel:cuLaunchKernel"));
     CHECK(fakegpu_count("kernel:cuLaunchKernelEx") == 1 && fakegpu_count("kernel:cuLaunchKernelEx_ptsz") == 1 &&
               fakegpu_count("kernel:cuLaunchKernel_ptsz") == 1 && fakegpu_count("kernel:cuLaunchCooperativeKernel") == 1,
           "per-path kernel counts wrong\n");
     CHECK(fakegpu_count("kernel@fk_add_f32") == 5 && fakegpu_count("kernel@fk_tma") == 1 &&
+              fakegpu_count("kernel@fk_tma_struct") == 1 &&
               fakegpu_count("kernel@fk_tex") == 2,
           "per-kernel counts wrong\n");
     CHECK(fakegpu_count("hostfn:cuLaunchHostFunc") == 1, "host function count wrong\n");

@@ -16,6 +16,9 @@
  *   fk_struct(struct fk_args s, p0..p7) adds 1.0f to s.count floats at s.ptrs[0..7] and p0..p7
  *   fk_gather(out, ptr_array, count, n) out[j] = sum of n floats at ptr_array[j] (device memory)
  *   fk_tma(CUtensorMap map, out, n)     copies n floats from the map's global address
+ *   fk_tma_struct(struct fk_tma_args s) the same with out, n and the map inside one 256-byte
+ *                                       struct, the map at 64 (as CUTLASS's Hopper kernels
+ *                                       take theirs)
  *   fk_tex(CUtexObject tex, out, n)     copies n floats from the texture object's memory
  */
 #define _GNU_SOURCE
@@ -30,6 +33,7 @@ static const struct fg_kernel kernels[] = {
     { "fk_struct", 9, { 0, 256, 264, 272, 280, 288, 296, 304, 312 }, { 256, 8, 8, 8, 8, 8, 8, 8, 8 }, 320 },
     { "fk_gather", 4, { 0, 8, 16, 24 }, { 8, 8, 8, 8 }, 32 },
     { "fk_tma", 3, { 0, 128, 136 }, { 128, 8, 8 }, 144 },
+    { "fk_tma_struct", 1, { 0 }, { 256 }, 256 },
     { "fk_tex", 3, { 0, 8, 16 }, { 8, 8, 8 }, 24 },
 };
 #define NKERNELS (sizeof kernels / sizeof *kernels)
@@ -270,10 +274,10 @@ CUresult run_kernel(struct fake_stream *s, struct fg_launch *l)
             if (!dev_io(out + j * 4, &sum, 4, 1))
                 return fault(s, name, out, count * 4);
         }
-    } else if (!strcmp(name, "fk_tma") || !strcmp(name, "fk_tex")) {
-        int tex = !strcmp(name, "fk_tex");
-        uint64_t src = tex ? fg_texture_address(arg64(a, 0)) : tma_address(a);
-        uint64_t out = arg64(a, tex ? 8 : 128), n = arg64(a, tex ? 16 : 136);
+    } else if (!strcmp(name, "fk_tma") || !strcmp(name, "fk_tex") || !strcmp(name, "fk_tma_struct")) {
+        int tex = !strcmp(name, "fk_tex"), in_struct = !strcmp(name, "fk_tma_struct");
+        uint64_t src = tex ? fg_texture_address(arg64(a, 0)) : tma_address(in_struct ? a + 64 : a);
+        uint64_t out = arg64(a, in_struct ? 0 : tex ? 8 : 128), n = arg64(a, in_struct ? 8 : tex ? 16 : 136);
         float buf[4096];
         for (uint64_t i = 0; i < n; i += 4096) {
             size_t c = n - i < 4096 ? (size_t)(n - i) : 4096;
