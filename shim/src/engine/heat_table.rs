@@ -1,5 +1,6 @@
 //! The heat table live tiering logs at debug level (`GREENBOOST_LOG=debug`) at each tick
-//! that moves something: what is where, how hot, and what the tick does with it.
+//! that moves something: what is where, how hot, how long unread, and what the tick does
+//! with it.
 
 use crate::cuda::ffi::CuDevice;
 use crate::memory::movable::Run;
@@ -7,8 +8,11 @@ use crate::rules::tiering::{self, Candidate, Move};
 use crate::sys::log::Mib;
 
 /// The heat table (`GREENBOOST_LOG=debug`), at ticks that move something: the hottest
-/// runs per byte first, at most `HEAT_ROWS` of those the tick leaves in place and every
-/// one it moves, each with where it is, its size, its heat and what this tick does with it.
+/// runs per byte first, at most `HEAT_ROWS` of those the tick leaves in place, every one
+/// it moves, and the `HEAT_ROWS` coldest it leaves in VRAM (the victims a swap passed
+/// over), each with where it is, its size, its heat, the ticks since it was last read
+/// (what lets loaded memory displace the working set: `tiering::swaps`) and what this
+/// tick does with it.
 pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], moves: &[Move]) {
     const HEAT_ROWS: usize = 16;
     if !crate::sys::log::enabled(crate::sys::log::Level::Debug) {
@@ -32,10 +36,17 @@ pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], 
             _ => None,
         })
     };
+    let coldest_in_vram: Vec<usize> = order
+        .iter()
+        .rev()
+        .copied()
+        .filter(|&i| candidates[i].in_vram && step_of(i).is_none())
+        .take(HEAT_ROWS)
+        .collect();
     let mut unmoved_rows = 0;
     for &i in &order {
         let step = step_of(i);
-        if step.is_none() {
+        if step.is_none() && !coldest_in_vram.contains(&i) {
             if unmoved_rows == HEAT_ROWS {
                 continue;
             }
@@ -43,12 +54,13 @@ pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], 
         }
         let (c, run) = (&candidates[i], &runs[i]);
         debug!(
-            "  {:#x} {} in {}: heat {} ({} per MiB){}{}",
+            "  {:#x} {} in {}: heat {} ({} per MiB), unread {} ticks{}{}",
             run.address(),
             Mib(c.bytes),
             if c.in_vram { "VRAM" } else { "T2" },
             Mib(c.heat),
             Mib(c.heat / (c.bytes >> 20).max(1)),
+            c.idle_ticks,
             if c.after_computing { ", allocated computing" } else { "" },
             step.map_or(String::new(), |step| format!(": {step}"))
         );
