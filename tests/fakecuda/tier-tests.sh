@@ -76,7 +76,8 @@ t_tier_swap() {
     # The heat table at debug level says what moved and why.
     out_has "heat table" "want the heat table at debug level" || return 1
     out_has "in T2: heat .*: swap in" "want the swapped-in allocation in the heat table" || return 1
-    out_has "in VRAM: heat .*: swap out" "want the swapped-out allocation in the heat table"
+    out_has "in VRAM: heat .*, unread [0-9]* ticks: swap out" \
+        "want the swapped-out allocation in the heat table, with the ticks it went unread"
 }
 t_tier_swap_off_fails() {
     # The same with live tiering off: the weights are plain VRAM, nothing can make room.
