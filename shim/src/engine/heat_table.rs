@@ -26,26 +26,25 @@ pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], 
         device,
         order.len()
     );
-    let step_of = |i: usize| {
-        moves.iter().find_map(|step| match *step {
-            Move::Promote(j) if j == i => Some("promote"),
-            Move::Demote(j) if j == i => Some("demote"),
-            Move::Refresh(j) if j == i => Some("refresh"),
-            Move::SwapIn(j) if j == i => Some("swap in"),
-            Move::SwapOut(j) if j == i => Some("swap out"),
-            _ => None,
-        })
-    };
-    let coldest_in_vram: Vec<usize> = order
-        .iter()
-        .rev()
-        .copied()
-        .filter(|&i| candidates[i].in_vram && step_of(i).is_none())
-        .take(HEAT_ROWS)
-        .collect();
+    // What the tick does with each candidate, if anything.
+    let mut steps: Vec<Option<&str>> = vec![None; candidates.len()];
+    for step in moves {
+        let (i, what) = match *step {
+            Move::Promote(i) => (i, "promote"),
+            Move::Demote(i) => (i, "demote"),
+            Move::Refresh(i) => (i, "refresh"),
+            Move::SwapIn(i) => (i, "swap in"),
+            Move::SwapOut(i) => (i, "swap out"),
+        };
+        if let Some(slot) = steps.get_mut(i).filter(|slot| slot.is_none()) {
+            *slot = Some(what);
+        }
+    }
+    let coldest_in_vram: Vec<usize> =
+        order.iter().rev().copied().filter(|&i| candidates[i].in_vram && steps[i].is_none()).take(HEAT_ROWS).collect();
     let mut unmoved_rows = 0;
     for &i in &order {
-        let step = step_of(i);
+        let step = steps[i];
         if step.is_none() && !coldest_in_vram.contains(&i) {
             if unmoved_rows == HEAT_ROWS {
                 continue;
