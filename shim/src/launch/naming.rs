@@ -226,11 +226,11 @@ impl SeenAddresses {
 fn map_blocks(bytes: &[u8], mut note: impl FnMut(CuDevicePtr)) -> u64 {
     let mut blocks = 0u64;
     let mut start = 0;
+    // A parameter that is one map is looked up whole; blocks of a larger struct only where
+    // a map may begin (`may_be_encoded` forgets some that the table keeps).
+    let whole = bytes.len() == TENSOR_MAP_BYTES;
     while start + TENSOR_MAP_BYTES <= bytes.len() && start / MAP_ALIGN < 63 {
         let block = &bytes[start..start + TENSOR_MAP_BYTES];
-        // A parameter that is one map is looked up whole; blocks of a larger struct only
-        // where a map may begin (`may_be_encoded` forgets some that the table keeps).
-        let whole = bytes.len() == TENSOR_MAP_BYTES;
         match (whole || tensor_maps::may_be_encoded(block)).then(|| tensor_maps::address_of(block)).flatten() {
             Some(address) => {
                 note(address);
