@@ -189,6 +189,14 @@ t_tier_make_room_short() {
     tier_run tier-make-room-short GREENBOOST_VRAM_RESERVE=0 "$BIN/gbtier" make-room $TIER_BLOCK \
         $(( TIER_BLOCK + TIER_BLOCK / 4 ))
 }
+t_tier_make_room_lanes() {
+    # Room for two blocks and a half: three weight blocks go to T2, each prefetch to the
+    # host taking 100 ms inside the call (the driver migrates to the host in the calling
+    # thread): they are issued from several threads at once (engine/tier_moves.rs).
+    tier_run tier-make-room-lanes GREENBOOST_VRAM_RESERVE=0 FAKECUDA_PREFETCH_HOST_CALL_US=100000 \
+        "$BIN/gbtier" make-room $TIER_BLOCK $(( 2 * TIER_BLOCK + TIER_BLOCK / 2 )) || return 1
+    out_has "host prefetch calls at once [2-9]" "want the weight blocks' prefetches issued at once"
+}
 t_tier_make_room_kept() {
     # The same on a device that keeps the VRAM managed pages leave (48 MiB blocks, a
     # 64 MiB headroom: the two weight blocks left in VRAM are more, for the driver to evict
@@ -316,4 +324,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"

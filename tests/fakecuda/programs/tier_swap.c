@@ -131,6 +131,9 @@ int test_ipc(int argc, char **argv)
  * as many weight blocks as it takes make its room. A block and a quarter: one weight
  * block leaves a quarter wanted, and the next is more than twice that, yet it must go.
  *
+ * It prints the most prefetches to the host in progress at once (with
+ * FAKECUDA_PREFETCH_HOST_CALL_US, each takes that long inside the call).
+ *
  * GBTEST_EXPECT=kept (FAKECUDA_MANAGED_KEEPS_VRAM=1, GREENBOOST_GIVE_BACK=off): the device
  * keeps the demoted weight's VRAM and the block takes fresh VRAM, under the headroom by
  * at most the block; what the driver keeps answers that drop (engine/room_kept.rs): over
@@ -152,8 +155,9 @@ int test_make_room(int argc, char **argv)
     for (int i = 0; i < WEIGHTS; i++)
         demoted += fakegpu_managed_where(dptr(weights[i])) == -1;
     printf("make-room: working block %s (where %d, %llu T2 bytes); %d weight blocks in T2; %llu swaps; %zu MiB free "
-           "(headroom %zu MiB)\n", fakegpu_ptr_kind(dptr(working)), fakegpu_managed_where(dptr(working)),
-           shim_t2_bytes(working, size), demoted, st.swaps, device_free() >> 20, headroom >> 20);
+           "(headroom %zu MiB); host prefetch calls at once %llu\n", fakegpu_ptr_kind(dptr(working)),
+           fakegpu_managed_where(dptr(working)), shim_t2_bytes(working, size), demoted, st.swaps, device_free() >> 20,
+           headroom >> 20, fakegpu_count("prefetch:host_calls_at_once"));
     CHECK(in_vram(dptr(working)) && shim_t2_bytes(working, size) == 0, "the block allocated while computing is "
           "not in VRAM: no room was made for it\n");
     CHECK(demoted == victims && st.swaps == (unsigned long long)victims, "%d weight blocks went to T2 (%llu swaps), "

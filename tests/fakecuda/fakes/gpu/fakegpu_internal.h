@@ -9,6 +9,8 @@ void fg_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * return (not initialised, forked child, call from a host callback). */
 CUresult fg_gate(const char *name, int needs_init, int needs_ctx);
 void fg_note_fault(const char *what);
+/* Raises the count `key` to `n` if it is lower (fakegpu_count reads it). */
+void count_most(const char *key, unsigned long long n);
 
 #define FG_MAX_DEVICES 2
 typedef void (*CUstreamCallback)(CUstream s, CUresult status, void *data);

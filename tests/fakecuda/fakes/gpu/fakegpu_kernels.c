@@ -339,6 +339,23 @@ static void bump(const char *key)
     }
 }
 
+void count_most(const char *key, unsigned long long n)
+{
+    pthread_mutex_lock(&counts_lock);
+    for (int i = 0; i < ncounts; i++)
+        if (!strcmp(counts[i].key, key)) {
+            if (n > counts[i].n)
+                counts[i].n = n;
+            pthread_mutex_unlock(&counts_lock);
+            return;
+        }
+    if (ncounts < MAX_COUNTS) {
+        snprintf(counts[ncounts].key, sizeof counts[ncounts].key, "%s", key);
+        counts[ncounts++].n = n;
+    }
+    pthread_mutex_unlock(&counts_lock);
+}
+
 void count_op(const struct op *op)
 {
     const char *cls;

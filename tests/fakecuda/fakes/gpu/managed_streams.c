@@ -63,6 +63,21 @@ static void run_prefetch(void *data)
     free(pf);
 }
 
+/* FAKECUDA_PREFETCH_HOST_CALL_US: how long a prefetch to the host takes inside the call,
+ * as the real driver migrates to the host in the calling thread; the most such calls in
+ * progress at once is counted as "prefetch:host_calls_at_once". */
+static void host_prefetch_call_time(void)
+{
+    static int in_call;
+    const char *delay = getenv("FAKECUDA_PREFETCH_HOST_CALL_US");
+    if (!delay)
+        return;
+    int now = __atomic_add_fetch(&in_call, 1, __ATOMIC_SEQ_CST);
+    count_most("prefetch:host_calls_at_once", (unsigned long long)now);
+    usleep((useconds_t)strtoul(delay, NULL, 0));
+    __atomic_sub_fetch(&in_call, 1, __ATOMIC_SEQ_CST);
+}
+
 CUresult fg_managed_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags, CUstream s)
 {
     size_t first, last;
@@ -87,6 +102,8 @@ CUresult fg_managed_prefetch(CUdeviceptr p, size_t n, CUmemLocation loc, unsigne
     for (size_t i = first; a && i <= last; i++)
         a->pages[i].last_prefetch = (signed char)where;
     fg_unlock();
+    if (where == ON_HOST)
+        host_prefetch_call_time();
     rc = fg_enqueue_work(s, run_prefetch, pf);
     if (rc)
         free(pf);
