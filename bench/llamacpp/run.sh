@@ -30,7 +30,9 @@
 #   LLAMACPP_REPS [2]           llama-bench -r
 #   LLAMACPP_DEPTH [0]          the long-context comparison at this depth (see above);
 #                               LLAMACPP_BUDGET_MIB then defaults to (b)'s GPU buffers
-#   LLAMACPP_CUDA_FA [OFF]      build: compile the CUDA flash-attention kernels
+#   LLAMACPP_CUDA_FA [OFF; ON with LLAMACPP_DEPTH]  build: compile the CUDA flash-attention
+#                               kernels (the long-context comparison runs -fa on: without
+#                               them its attention falls back to the CPU, and bench refuses)
 #   LLAMACPP_NVCC, LLAMACPP_LIBCUDA   build: nvcc and libcuda.so.1 instead of the found ones
 #   LLAMACPP_CONFIGURE_ONLY     build: stop after cmake's configure step (local check)
 #   LLAMACPP_BUILD_TIMEOUT_S [540]  build: stop there (a device call has 600 s); the
@@ -55,6 +57,8 @@ depth=${LLAMACPP_DEPTH:-0}
 # long-context comparison).
 shared_flags=()
 ((depth > 0)) && shared_flags=(-d "$depth" -fa on)
+# The CUDA flash-attention kernels: needed by -fa on, a third of the CUDA compile time otherwise.
+cuda_fa=${LLAMACPP_CUDA_FA:-$( ((depth > 0)) && echo ON || echo OFF)}
 shape=${LLAMACPP_SHAPE:-llama3-8b}
 reps=${LLAMACPP_REPS:-2}
 n_prompt=512
@@ -161,13 +165,13 @@ build() {
     mkdir -p "$work/bin"
     # Only what the benchmark runs: llama-bench, CUDA for sm_90 and the CPU backend tuned
     # to this host (partial offload runs the CPU layers here), static ggml so the binary
-    # needs no libggml*.so beside it. Flash-attention kernels are left out by default
-    # (LLAMACPP_CUDA_FA=ON builds them, F16 K/V only): they are a third of the CUDA
-    # compile time, and at a 640-token context attention is a rounding error next to
-    # streaming 16 GB of weights, which is what the three configurations differ in.
+    # needs no libggml*.so beside it. Flash-attention kernels (F16 K/V only) only for the
+    # long-context comparison ($cuda_fa): they are a third of the CUDA compile time, and
+    # at a 640-token context attention is a rounding error next to streaming 16 GB of
+    # weights, which is what the three configurations differ in.
     cmake -S "$work/src" -B "$work/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_root" "${driver_args[@]}" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-        -DGGML_CUDA_FA="${LLAMACPP_CUDA_FA:-OFF}" -DGGML_CUDA_FA_ALL_QUANTS=OFF \
+        -DGGML_CUDA_FA="$cuda_fa" -DGGML_CUDA_FA_ALL_QUANTS=OFF \
         -DGGML_CUDA_FA_QUANTS=f16-f16 -DGGML_CUDA_NCCL=OFF \
         -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
@@ -194,7 +198,7 @@ build() {
             return 1 ;;
     esac
     cp "$work/cmake/bin/llama-bench" "$work/bin/llama-bench"
-    echo "on the device in $((SECONDS - started)) s ($(nproc) CPUs, flash attention ${LLAMACPP_CUDA_FA:-OFF}), nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" >"$work/bin/build-info"
+    echo "on the device in $((SECONDS - started)) s ($(nproc) CPUs, flash attention $cuda_fa), nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" >"$work/bin/build-info"
     log "build: llama-bench built in $((SECONDS - started)) s"
 }
 
@@ -355,6 +359,13 @@ bench() {
     bin=$(llama_bench_bin)
     if [[ ! -x $bin ]]; then
         log "bench: no llama-bench at $bin: run 'bench/llamacpp/run.sh build' first (same machine)"
+        return 1
+    fi
+    # A build without the CUDA flash-attention kernels runs -fa on's attention on the CPU:
+    # every configuration would measure that, not where the KV cache sits.
+    if ((depth > 0)) && grep -q 'flash attention OFF' "$(dirname "$bin")/build-info" 2>/dev/null; then
+        log "bench: $bin was built without the CUDA flash-attention kernels, which LLAMACPP_DEPTH=$depth" \
+            "needs (-fa on): rebuild with 'LLAMACPP_DEPTH=$depth bench/llamacpp/run.sh build' (LLAMACPP_CUDA_FA=ON)"
         return 1
     fi
     raw=${OUT:-$work}/llamacpp-raw

@@ -48,6 +48,17 @@ trap 'rm -rf "$tmp"' EXIT
 shim=${GREENBOOST_SHIM:-target/release/libgreenboost_cuda.so}
 [[ -f $shim ]] || shim=$tmp/no-shim.so
 
+# A long-context bench refuses a binary built without the CUDA flash-attention kernels
+# (its -fa on attention would run on the CPU), before writing any model.
+mkdir -p "$tmp/fa-off"
+ln -s "$(realpath "$bin")" "$tmp/fa-off/llama-bench"
+echo "on the device in 1 s (1 CPUs, flash attention OFF), nvcc 13.0" >"$tmp/fa-off/build-info"
+LLAMACPP_BIN=$tmp/fa-off/llama-bench LLAMACPP_DEPTH=64 LLAMACPP_RESULTS_DIR=$tmp/fa-off/results \
+    "$here/run.sh" bench >"$tmp/fa-off.log" 2>&1
+check "run.sh bench refuses a long-context run on a build without flash-attention kernels" \
+    grep -q "without the CUDA flash-attention kernels" "$tmp/fa-off.log"
+check "... and writes no model or report for it" test ! -e "$tmp/fa-off/results"
+
 # The whole bench phase on the tiny shape: the model is written by make_gguf.py and
 # loaded by llama.cpp (tokenizer metadata accepted), every configuration is parsed.
 mkdir -p "$tmp/out"
