@@ -9,7 +9,9 @@
 //! streams: the driver carries out a migration to the host mostly inside the call that
 //! asks for it (an HF prefill on an H100 spent 1545 of 2315 ms of demotion issuing, at
 //! 4-10 GB/s where the link carries 50), so one thread issuing runs one migration at a
-//! time.
+//! time. On an H100 two threads or more demoted 1.4-1.5x faster than one, and an HF
+//! prefill beside another process took 1.34-1.69 s with four lanes where one took
+//! 2.05-2.40 s (bench/results/2026-12-06-732e91636ef3-parallel-moves-ab-h100.md).
 //!
 //! The preferred location stays the host (`movable`) whatever the residence: a move is
 //! the prefetch alone (why: `tier_thread`).
@@ -269,7 +271,13 @@ fn issue_in_lanes(started: &[RunMove<'_>]) -> Vec<bool> {
             .map(|lane| {
                 std::thread::Builder::new()
                     .name("greenboost-move".into())
-                    .spawn_scoped(scope, move || issue_lane(lane))
+                    .spawn_scoped(scope, move || {
+                        // As the threads that deal the lanes (the tier thread, an allocation
+                        // making room): prefetches neither refused nor invalidating a capture
+                        // another thread makes in global mode. Refused, they are tried all the same.
+                        let _ = cuda::relax_stream_capture_mode();
+                        issue_lane(lane)
+                    })
                     .map_err(|_| lane)
             })
             .collect();
