@@ -17,7 +17,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test python-package-test plots-test kmod-test install-test \
+.PHONY: all kmod shim cli test lint abi-test cli-test shim-test python-example-test python-package-test plots-test bench-test kmod-test install-test \
 	deb deb-test gpu-test bench plots install uninstall clean
 PREFIX ?= /usr/local
 
@@ -62,6 +62,10 @@ python-package-test:
 # where matplotlib is importable by $(PYTHON) (skipped otherwise).
 plots-test:
 	@scripts/run-suite.sh plots-test $(PYTHON) bench/test_plots.py
+
+# bench/llamacpp/bound.py's bounds (the best placement in a VRAM budget), no GPU.
+bench-test:
+	@scripts/run-suite.sh bench-test $(PYTHON) bench/llamacpp/test_bound.py
 
 # Staged install into a temporary DESTDIR, checked file by file, then uninstalled.
 install-test:

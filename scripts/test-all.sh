@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # lint first: the static gates. install-test and deb-test after kmod-test: they reuse the
 # stock-kernel headers kmod-test unpacks.
-suites=(lint abi-test cli-test shim-test python-example-test python-package-test plots-test kmod-test install-test deb-test)
+suites=(lint abi-test cli-test shim-test python-example-test python-package-test plots-test bench-test kmod-test install-test deb-test)
 total_passed=0; total_failed=0; lines=(); times=()
 t_all=$(date +%s)
 suite_log=$(mktemp); trap 'rm -f "$suite_log"' EXIT

@@ -278,6 +278,8 @@ def headline_figures(kind: str, configs: dict, limits: dict, ts, pp: str, tg: st
         return {}
     rivals = ["cpu_moe", "ot_cpu"] if kind == "moe" else ["nkvo"]
     out = {f"llamacpp_{kind}_tg_vs_bound": limits.get("greenboost", {}).get("tg_vs_bound")}
+    if "greenboost_tiering" in limits:
+        out[f"llamacpp_{kind}_tg_tiering_vs_bound"] = limits["greenboost_tiering"].get("tg_vs_bound")
     for test, name in ((tg, "tg"), (pp, "pp")):
         best = max((ts(r, test) or 0 for r in rivals), default=0)
         out[f"llamacpp_{kind}_{name}"] = bound.ratio(ts("greenboost", test), best or None)
@@ -407,7 +409,9 @@ def bounds_markdown(limits: dict, configs: dict) -> list[str]:
              f"HBM reads {rates['hbm_gbs']} GB/s, host RAM reads by {rates.get('cpu_threads')} CPU threads "
              f"{rates['host_ram_gbs']} GB/s. A generated token reads the weights of the model buffer (of the "
              "experts, the used share) and the KV cache; the bound is the time to stream those bytes from "
-             "where they are at those rates, one place after the other.", "",
+             "where they are at those rates, one place after the other. With live tiering on, where each "
+             "2 MiB part sits is not logged: its row is the best placement in the budget (less the compute "
+             "buffer), the bytes read most per byte held in VRAM, issue 36's bound.", "",
              "| configuration | GB per token from VRAM | over the link (T2) | host RAM (CPU) | tg bound tok/s "
              "| measured / bound |", "|---|---|---|---|---|---|"]
     for stem, b in limits.items():

@@ -153,6 +153,21 @@ def expert_read(tensors: list[dict], layers: set[int] | None) -> float:
     return sum(t["read"] for t in tensors if t["expert"] and (layers is None or t["layer"] in layers))
 
 
+def best_placement(tensors: list[dict], kv: float, room: float) -> dict[str, float]:
+    """What one token reads from each place at the best placement in `room` bytes of VRAM
+    (issue 36's bound): the bytes read most per byte held (the KV cache, every dense
+    weight: once a token) fill VRAM, the rest is read over the link."""
+    pieces = sorted(((t["read"] / t["bytes"], t["bytes"]) for t in tensors if t["bytes"]), reverse=True)
+    pieces = [(1.0, kv)] + pieces if kv else pieces
+    vram = t2 = 0.0
+    for density, size in pieces:
+        held = min(size, max(0.0, room))
+        room -= held
+        vram += density * held
+        t2 += density * (size - held)
+    return {"vram": vram, "t2": t2, "host_ram": 0.0}
+
+
 def tokens_per_s(reads: dict[str, float], measured: dict) -> float | None:
     """Tokens/s if a token took only the time to stream `reads` (bytes per place: "vram",
     "t2", "host_ram") at the measured rates, one after the other."""
@@ -228,6 +243,11 @@ def bounds(raw, configs: dict, meta: dict) -> dict:
             n = int(cfg["ngl"].split()[-1]) if stem == "cpu_moe" else len(layers)
             on_cpu = expert_read(tensors, set(layers[:n]))
             reads.update(vram=split_bytes(tensors, None)[0] - on_cpu + kv, host_ram=on_cpu)
+        elif stem == "greenboost_tiering":
+            # Parts of buffers that move by heat: where each sits is not logged, so the
+            # bound is the best placement in the budget (less the compute buffer).
+            room = meta.get("budget_mib", 0) * 2**20 - buffers.get("CUDA0 compute", 0) * 2**20
+            reads.update(best_placement(tensors, kv, room))
         elif stem == "nkvo":
             reads.update(vram=split_bytes(tensors, None)[0], host_ram=kv)
         else:
