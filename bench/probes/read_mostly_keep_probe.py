@@ -16,9 +16,8 @@ them, and for a decode that reads them at every token. Measures, beside a foreig
 3. the plain drop for comparison: UNSET_READ_MOSTLY (the copies collapse to the host, the
    preferred location), then a prefetch back to the device: time, reads after.
 
-  python3 bench/probes/read_mostly_keep_probe.py LEAVE_GIB WEIGHTS_GIB   (prints one JSON line)
-
-Runs without the shim. The foreign process is gbgpu.foreign's balloon, leaving LEAVE_GIB.
+Usage, without the shim, beside gbgpu.foreign's balloon leaving LEAVE_GIB of VRAM free
+(one JSON line out): python3 bench/probes/read_mostly_keep_probe.py LEAVE_GIB WEIGHTS_GIB
 """
 
 import ctypes
@@ -26,12 +25,13 @@ import os
 import sys
 import time
 
+# The probes' folder and the repository's python/ (gbgpu), as every probe here does.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from gbgpu.managed import LOCATION_DEVICE, LOCATION_HOST, Driver, Location  # noqa: E402
-from movable_vram_probe import PIECE, managed_in_vram, probe_main  # noqa: E402
+from movable_vram_probe import PIECE, probe_main  # noqa: E402
 from read_mostly_probe import CU_MEM_ADVISE_SET_READ_MOSTLY, CU_MEM_ADVISE_UNSET_READ_MOSTLY, advise  # noqa: E402
-from read_mostly_probe import sums_wrong, timed  # noqa: E402
+from read_mostly_probe import filled_pieces, sums_wrong, timed  # noqa: E402
 
 CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3
 PASSES = 5
@@ -69,13 +69,8 @@ def keep_device_copy(driver, ptr):
 def measure(out, env):
     driver = Driver()
     stream = driver.cupy.cuda.Stream(non_blocking=True)
-    pieces = out["weights_gib"] * (1 << 30) // PIECE
-    ptrs = [managed_in_vram(driver, PIECE, stream) for _ in range(pieces)]
-    stream.synchronize()
-    for index, ptr in enumerate(ptrs):
-        driver.view(ptr, PIECE).fill(index % 250 + 1)
-    driver.sync()
-    quarter = pieces // 4
+    ptrs = filled_pieces(driver, stream, out["weights_gib"])
+    quarter = len(ptrs) // 4
     plain, kept, dropped = ptrs[:quarter], ptrs[quarter:2 * quarter], ptrs[2 * quarter:3 * quarter]
     gb = quarter * PIECE / 1e9
     free_before = driver.free()

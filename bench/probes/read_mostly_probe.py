@@ -53,16 +53,23 @@ def sums_wrong(driver, ptrs, first_index):
     return wrong
 
 
-def measure(out, env):
-    driver = Driver()
-    cupy = driver.cupy
-    stream = cupy.cuda.Stream(non_blocking=True)
-    pieces = out["weights_gib"] * (1 << 30) // PIECE
-    ptrs = [managed_in_vram(driver, PIECE, stream) for _ in range(pieces)]
+def filled_pieces(driver, stream, gib):
+    """`gib` GiB of movable VRAM in pieces, piece i filled with i % 250 + 1 (`sums_wrong`
+    checks them)."""
+    ptrs = [managed_in_vram(driver, PIECE, stream) for _ in range(gib * (1 << 30) // PIECE)]
     stream.synchronize()
     for index, ptr in enumerate(ptrs):
         driver.view(ptr, PIECE).fill(index % 250 + 1)
     driver.sync()
+    return ptrs
+
+
+def measure(out, env):
+    driver = Driver()
+    cupy = driver.cupy
+    stream = cupy.cuda.Stream(non_blocking=True)
+    ptrs = filled_pieces(driver, stream, out["weights_gib"])
+    pieces = len(ptrs)
     out["free_after_managed_mib"] = driver.free() >> 20
     quarter = pieces // 4
     plain, shadowed, written = ptrs[:quarter], ptrs[quarter:2 * quarter], ptrs[2 * quarter:3 * quarter]
