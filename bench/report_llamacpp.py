@@ -72,15 +72,26 @@ def figures(results, bench_commit):
             measured and dict(measured, read_per_token_gb=bound.get("read_per_token_gb"),
                               below_bound=bound.get("below_bound")),
             missing or "the GreenBoost configuration has no bound (see the comparison's page)")
-        for test, name in ((tg, "tg"), (pp, "pp")):
-            speeds = {flag: tok_s(doc, config, test) for config, flag in rivals.items()}
-            best = max((flag for flag in speeds if speeds[flag]), key=speeds.get, default=None)
-            ours = tok_s(doc, "greenboost", test)
-            ratio = (doc.get("figures") or {}).get(f"llamacpp_{kind}_{name}")
-            out[f"llamacpp_{kind}_{name}"] = entry(
-                ratio, ours, speeds.get(best), "tokens/s", None,
-                measured and dict(measured, test=test, rival=best, rivals=speeds),
-                missing or f"a configuration of {test} did not run (see the comparison's page)")
+        # GreenBoost at the defaults, and with live tiering on where that ran (its buffers
+        # in 2 MiB parts placed by heat; its bound the best placement in the budget).
+        tiering_ran = ((doc.get("configs") or {}).get("greenboost_tiering") or {}).get("status") == "ok"
+        if tiering_ran:
+            tiering = (doc.get("bounds") or {}).get("greenboost_tiering") or {}
+            out[f"llamacpp_{kind}_tg_tiering_vs_bound"] = entry(
+                tiering.get("tg_vs_bound"), tok_s(doc, "greenboost_tiering", tg), tiering.get("tg_bound_tok_s"),
+                "tokens/s", goal, dict(source, read_per_token_gb=tiering.get("read_per_token_gb")),
+                "the live-tiering configuration has no bound (see the comparison's page)")
+        for config, suffix in (("greenboost", ""), ("greenboost_tiering", "_tiering")):
+            if suffix and not tiering_ran:
+                continue
+            for test, name in ((tg, "tg"), (pp, "pp")):
+                speeds = {flag: tok_s(doc, rival, test) for rival, flag in rivals.items()}
+                best = max((flag for flag in speeds if speeds[flag]), key=speeds.get, default=None)
+                ratio = (doc.get("figures") or {}).get(f"llamacpp_{kind}_{name}{suffix}")
+                out[f"llamacpp_{kind}_{name}{suffix}"] = entry(
+                    ratio, tok_s(doc, config, test), speeds.get(best), "tokens/s", None,
+                    measured and dict(measured, test=test, rival=best, rivals=speeds),
+                    missing or f"a configuration of {test} did not run (see the comparison's page)")
     return out
 
 
