@@ -157,8 +157,7 @@ def best_placement(tensors: list[dict], kv: float, room: float) -> dict[str, flo
     """What one token reads from each place at the best placement in `room` bytes of VRAM
     (issue 36's bound): the bytes read most per byte held (the KV cache, every dense
     weight: once a token) fill VRAM, the rest is read over the link."""
-    pieces = sorted(((t["read"] / t["bytes"], t["bytes"]) for t in tensors if t["bytes"]), reverse=True)
-    pieces = [(1.0, kv)] + pieces if kv else pieces
+    pieces = sorted([(t["read"] / t["bytes"], t["bytes"]) for t in tensors if t["bytes"]] + [(1.0, kv)], reverse=True)
     vram = t2 = 0.0
     for density, size in pieces:
         held = min(size, max(0.0, room))

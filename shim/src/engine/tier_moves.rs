@@ -80,8 +80,8 @@ struct RunMove<'a> {
     /// Where it goes, and the stream of its lane.
     to: Where,
     lane_stream: Stream,
-    /// The stream its prefetches went to, if every one was issued.
-    stream: Option<Stream>,
+    /// Every one of its prefetches was issued (on `lane_stream`).
+    issued: bool,
 }
 
 impl RunMove<'_> {
@@ -179,7 +179,7 @@ pub(super) fn move_group<'a>(
             continue;
         }
         let to = if matches!(step, Move::Demote(_) | Move::SwapOut(_)) { Where::Host } else { Where::Device(device) };
-        started.push(RunMove { run, step, parts, to, lane_stream, stream: None });
+        started.push(RunMove { run, step, parts, to, lane_stream, issued: false });
     }
     if started.is_empty() {
         return;
@@ -189,11 +189,11 @@ pub(super) fn move_group<'a>(
     let issue_ns = u64::try_from(issuing.elapsed().as_nanos()).unwrap_or(u64::MAX);
     STATS.move_issue_ns.fetch_add(issue_ns, Ordering::Relaxed);
     for (run_move, issued) in started.iter_mut().zip(issued) {
-        run_move.stream = issued.then_some(run_move.lane_stream);
+        run_move.issued = issued;
     }
     // Each stream the group used, waited for once.
     let mut used: Vec<Stream> = Vec::new();
-    for stream in started.iter().filter_map(|run_move| run_move.stream) {
+    for stream in started.iter().filter(|run_move| run_move.issued).map(|run_move| run_move.lane_stream) {
         if !used.contains(&stream) {
             used.push(stream);
         }
@@ -202,12 +202,12 @@ pub(super) fn move_group<'a>(
     let elapsed = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let (mut promoted_any, mut demoted_any) = (false, false);
     for run_move in started {
-        let arrived = run_move.stream.is_some() && streams_done;
+        let arrived = run_move.issued && streams_done;
         let (step, bytes, address) = (run_move.step, run_move.bytes(), run_move.run.address());
-        if let (false, Move::Promote(_) | Move::SwapIn(_), Some(stream)) = (arrived, step, run_move.stream) {
+        if !arrived && run_move.issued && matches!(step, Move::Promote(_) | Move::SwapIn(_)) {
             // The driver may have moved some of it into VRAM the accounts give back now:
             // send it home (best effort; the host is where eviction sends it anyway).
-            run_move.prefetch(Where::Host, stream);
+            run_move.prefetch(Where::Host, run_move.lane_stream);
         }
         for (part, part_started) in run_move.parts {
             part.finish_move(part_started, arrived);

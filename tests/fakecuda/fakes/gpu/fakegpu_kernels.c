@@ -326,33 +326,32 @@ static struct {
 static int ncounts;
 static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void bump(const char *key)
+/* The count `key` (counts_lock held), made at 0 on first use; NULL once the table is full. */
+static unsigned long long *count_of(const char *key)
 {
     for (int i = 0; i < ncounts; i++)
-        if (!strcmp(counts[i].key, key)) {
-            counts[i].n++;
-            return;
-        }
-    if (ncounts < MAX_COUNTS) {
-        snprintf(counts[ncounts].key, sizeof counts[ncounts].key, "%s", key);
-        counts[ncounts++].n = 1;
-    }
+        if (!strcmp(counts[i].key, key))
+            return &counts[i].n;
+    if (ncounts == MAX_COUNTS)
+        return NULL;
+    snprintf(counts[ncounts].key, sizeof counts[ncounts].key, "%s", key);
+    counts[ncounts].n = 0;
+    return &counts[ncounts++].n;
+}
+
+static void bump(const char *key)
+{
+    unsigned long long *n = count_of(key);
+    if (n)
+        (*n)++;
 }
 
 void count_most(const char *key, unsigned long long n)
 {
     pthread_mutex_lock(&counts_lock);
-    for (int i = 0; i < ncounts; i++)
-        if (!strcmp(counts[i].key, key)) {
-            if (n > counts[i].n)
-                counts[i].n = n;
-            pthread_mutex_unlock(&counts_lock);
-            return;
-        }
-    if (ncounts < MAX_COUNTS) {
-        snprintf(counts[ncounts].key, sizeof counts[ncounts].key, "%s", key);
-        counts[ncounts++].n = n;
-    }
+    unsigned long long *most = count_of(key);
+    if (most && n > *most)
+        *most = n;
     pthread_mutex_unlock(&counts_lock);
 }
 
