@@ -14,7 +14,10 @@
 #             (GreenBoost settings, VAR=VALUE words) when given (deadline LONGCTX_S, 300)
 #   decode    BENCH_ONLY=decode with DECODE_CONFIGS (default "vram greenboost
 #             greenboost_ahead": prefill and decode against their bounds, look-ahead staging
-#             included; deadline DECODE_S, 400)
+#             included), beside BENCH_BASELINE_SHIM when BASELINE names a file in
+#             build/bench-carry (deadline DECODE_S, 400)
+#   llamacpp  bench/llamacpp/run.sh bench, as the LLAMACPP_* variables say (needs
+#             build/llama-carry; deadline LLAMA_S, 400)
 #   repeat    bench/longctx_repeat.sh: the long prompt once per word of RUNS, shims side
 #             by side (deadline REPEAT_S, 400)
 #   shared    GPU suite sections plain pressure shared (deadline SUITE_S, 520)
@@ -46,8 +49,13 @@ for step in "$@"; do
         BENCH_LONGCTX_SETTINGS="${LONGCTX_SETTINGS:-}" BENCH_DEADLINE_S=${LONGCTX_S:-300} \
         BENCH_RESULTS=/tmp/device-steps-longctx bash bench/run.sh >"$dir/run.log" 2>&1 ;;
     decode)
+      baseline=${BASELINE:+$PWD/build/bench-carry/$BASELINE}
       OUT=$dir BENCH_ONLY=decode BENCH_DECODE_CONFIGS="${DECODE_CONFIGS:-vram greenboost greenboost_ahead}" \
-        BENCH_DEADLINE_S=${DECODE_S:-400} BENCH_RESULTS=/tmp/device-steps-decode bash bench/run.sh >"$dir/run.log" 2>&1 ;;
+        BENCH_BASELINE_SHIM=$baseline BENCH_DEADLINE_S=${DECODE_S:-400} BENCH_RESULTS=/tmp/device-steps-decode \
+        bash bench/run.sh >"$dir/run.log" 2>&1 ;;
+    llamacpp)
+      OUT=$dir LLAMACPP_DEADLINE_S=${LLAMA_S:-400} timeout $((${LLAMA_S:-400} + 60)) bash bench/llamacpp/run.sh bench \
+        >"$dir/run.log" 2>&1 ;;
     repeat)
       OUT=$dir timeout "${REPEAT_S:-400}" bash bench/longctx_repeat.sh >"$dir/run.log" 2>&1 ;;
     shared) suite "plain pressure shared" "$dir" ;;

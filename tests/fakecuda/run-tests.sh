@@ -312,19 +312,21 @@ t_t2cap() {
     run t2cap $SHIMENV GREENBOOST_T2_CAP=$VRAM GREENBOOST_VRAM_BUDGET=$(( VRAM / 2 )) "$BIN/gbtest-rt13" t2cap
 }
 
+# The T2 cache keeps pinned T2: live tiering off in these three, or the first allocation,
+# larger than the budget (a pool of weights), would be movable memory.
 t_t2cache() {
-    shim t2cache $CACHEENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) GREENBOOST_T2_CAP=$(( VRAM * 2 )) GREENBOOST_LOG=debug \
+    shim t2cache $CACHEENV GREENBOOST_TIERING=off GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) GREENBOOST_T2_CAP=$(( VRAM * 2 )) GREENBOOST_LOG=debug \
         "$BIN/gbtest-rt13" t2cache "$VRAM" $(( VRAM * 2 )) || return 1
     out_has "reused from the T2 cache" "the shim's debug log does not show a cached buffer reused"
 }
 # Module only: raises the module's reserve above RAM (root) to make pressure, frees a
 # T2 buffer, and wants nothing kept in the cache; restores the reserve.
 t_t2cache_pressure() {
-    shim t2cache-pressure $CACHEENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) GREENBOOST_T2_CAP=$(( VRAM * 2 )) \
+    shim t2cache-pressure $CACHEENV GREENBOOST_TIERING=off GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) GREENBOOST_T2_CAP=$(( VRAM * 2 )) \
         "$BIN/gbtest-rt13" t2cache-pressure
 }
 t_control_t2cache_off_fails() {
-    run_fails control-t2cache-off-fails "was not kept registered" $SHIMENV GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) \
+    run_fails control-t2cache-off-fails "was not kept registered" $SHIMENV GREENBOOST_TIERING=off GREENBOOST_VRAM_BUDGET=$(( VRAM / 8 )) \
         GREENBOOST_T2_CAP=$(( VRAM * 2 )) "$BIN/gbtest-rt13" t2cache "$VRAM" $(( VRAM * 2 ))
 }
 # With the cache on: stream-ordered frees, threads and fork as above, and a T2 cap that
@@ -339,7 +341,9 @@ t_t2cap_t2cache() {
 # Split placement: a fake device of SPLIT bytes (GBTEST_SPLIT_SIZE, default 1G), a budget
 # of half of it, one cudaMalloc of SPLIT: a VRAM head of SPLIT/2 and a host tail.
 SPLIT=$(to_bytes "${GBTEST_SPLIT_SIZE:-1G}")
-SPLITENV="$SHIMENV FAKECUDA_VRAM=$SPLIT GREENBOOST_VRAM_BUDGET=$(( SPLIT / 2 ))"
+# Live tiering off: at its default one allocation larger than the budget, the program's
+# pool of weights, is movable memory instead (t_bound_pool_movable).
+SPLITENV="$SHIMENV FAKECUDA_VRAM=$SPLIT GREENBOOST_VRAM_BUDGET=$(( SPLIT / 2 )) GREENBOOST_TIERING=off"
 t_split() { # $1: program
     shim "split-$1" $SPLITENV GREENBOOST_REPORT=combined GREENBOOST_LOG=info \
         "$BIN/gbtest-$1" split "$SPLIT" split $(( SPLIT / 2 )) || return 1
@@ -411,9 +415,9 @@ t_summary_once() {
     # One summary line, the parent's, however many processes ran the shim's atexit handler.
     shim summary-once $SHIMENV GREENBOOST_LOG=info "$BIN/gbtest-rt13" forkexit || return 1
     parent=$(sed -n 's/^parent pid //p' "$out")
-    n=$(grep -c 'summary:' "$out")
+    n=$(grep -c 'summary: pid [0-9]*: peak' "$out")
     if [ "$n" -ne 1 ]; then
-        why="$n exit summaries, want 1 (the parent is $parent): $(grep 'summary:' "$out" | tr '\n' ' ')"
+        why="$n exit summaries, want 1 (the parent is $parent): $(grep 'summary: pid [0-9]*: peak' "$out" | tr '\n' ' ')"
         return 1
     fi
     out_has "greenboost\[$parent\]: summary: pid $parent:" "the one summary is not the parent's (pid $parent)"

@@ -244,8 +244,9 @@ t_tier_cycle() {
 t_tier_scratch_room() {
     # GEMM staging's scratch, refused by the budget (weights hold the room), gets VRAM by
     # room made for the next product: a weight block goes to T2, the products are staged.
-    # No tick meanwhile (a minute apart): a tick would swap the hot weight in instead.
-    tier_run tier-scratch-room GREENBOOST_VRAM_RESERVE=0 GREENBOOST_TIER_INTERVAL_MS=60000 GREENBOOST_LOG=debug \
+    # No tick meanwhile (an hour apart: a loaded machine has run this past a minute): a tick
+    # would swap the hot weight in instead.
+    tier_run tier-scratch-room GREENBOOST_VRAM_RESERVE=0 GREENBOOST_TIER_INTERVAL_MS=3600000 GREENBOOST_LOG=debug \
         "$BIN/gbtier" scratch-room $(( 8 << 20 )) || return 1
     log_has "GEMM a=vram" "no product read the weight from VRAM: not staged"
 }
@@ -253,7 +254,7 @@ t_tier_scratch_room_parts() {
     # The same with weights of 64 MiB, cut into 2 MiB parts that room can be made of a
     # chunk at a time: once the scratch has grown, no product makes room again.
     tier_run tier-scratch-room-parts FAKECUDA_VRAM=1G GREENBOOST_VRAM_HEADROOM=$(( 64 << 20 )) \
-        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_TIER_INTERVAL_MS=60000 GREENBOOST_LOG=debug \
+        GREENBOOST_VRAM_RESERVE=0 GREENBOOST_TIER_INTERVAL_MS=3600000 GREENBOOST_LOG=debug \
         "$BIN/gbtier" scratch-room $(( 64 << 20 )) || return 1
     log_has "GEMM a=vram" "no product read the weight from VRAM: not staged"
 }
@@ -305,6 +306,20 @@ t_tier_attributes_off() {
     # Live tiering off: pinned T2 (registered host memory) answers as device memory too.
     tier_run tier-attributes-off GREENBOOST_TIERING=off "$BIN/gbtier" attributes $TIER_BLOCK
 }
+t_tier_bound_pool() {
+    # The default, the device alone, a budget of half the weights (12 blocks, cut into
+    # 2 MiB parts) with a reserve of two: the weight buffer is movable T2 (promoted up to
+    # the reserve while it loads), the KV cache movable VRAM in the reserve, the block
+    # kernels keep writing moves to VRAM.
+    tier_run tier-bound-pool GREENBOOST_VRAM_RESERVE=$(( TIER_BLOCK * 2 )) GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 6 )) \
+        "$BIN/gbtier" bound-pool $TIER_BLOCK
+}
+t_tier_bound_tensors() {
+    # The default, a budget of four blocks: tensors loaded one at a time stay plain VRAM,
+    # then pinned T2; what is allocated while computing is movable.
+    tier_run tier-bound-tensors GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 4 )) \
+        "$BIN/gbtier" bound-tensors $TIER_BLOCK
+}
 t_tier_uncontested() {
     # Alone, or beside a process holding less than twice the headroom: plain VRAM.
     tier_run tier-uncontested "$BIN/gbtier" uncontested $TIER_BLOCK
@@ -324,4 +339,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_tensors tier_pool"

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use crate::backend::kmod::{KmodBackend, IMPORT_DMABUF_RESULT, IMPORT_OPAQUE_RESULT};
 use crate::backend::t2_buffer::Backend;
-use crate::backend::userspace::UserspaceBackend;
+use crate::backend::userspace::{self, UserspaceBackend};
 use crate::rules::config::{self, BackendChoice};
 
 enum Slot {
@@ -44,6 +44,13 @@ pub fn get() -> Option<&'static dyn Backend> {
         Slot::Userspace(userspace) => Some(userspace),
         Slot::Unavailable => None,
     }
+}
+
+/// Whether the host can give `len` more bytes of RAM and keep its reserve (the userspace
+/// backend's, GREENBOOST_HOST_RESERVE): asked of host memory that no backend hands out
+/// and that cannot go to swap, movable T2 (driver-owned managed memory).
+pub fn host_has_room(len: u64) -> bool {
+    userspace::leaves_host_reserve(len)
 }
 
 /// The backend in use, for the summary ("not used" before the first T2 question).

@@ -27,16 +27,8 @@ impl Backend for UserspaceBackend {
     fn alloc(&self, len: usize, _numa_node: Option<c_int>) -> Result<HostBuffer, BackendError> {
         let started = Instant::now();
         let reserve = host_reserve();
-        if let Some(available) = available_ram() {
-            if available < (len as u64).saturating_add(reserve) {
-                info!(
-                    "userspace backend: {} would leave less than the host reserve of {} available ({} available)",
-                    Mib(len as u64),
-                    Mib(reserve),
-                    Mib(available)
-                );
-                return Err(BackendError::OutOfMemory(libc::ENOMEM));
-            }
+        if !leaves_host_reserve(len as u64) {
+            return Err(BackendError::OutOfMemory(libc::ENOMEM));
         }
         let chunk = abi::GB_CHUNK_SIZE as usize;
         let Some(padded) = len.checked_add(chunk) else { return Err(BackendError::OutOfMemory(libc::ENOMEM)) };
@@ -103,6 +95,24 @@ impl Backend for UserspaceBackend {
         // Three quarters of RAM for one process: the rest stays for the program and the
         // system (the host reserve protects the host across processes).
         total_ram() / 4 * 3
+    }
+}
+
+/// Whether `len` more bytes of RAM leave the host reserve available (`host_reserve`),
+/// as far as MemAvailable tells now (true when it cannot be read); said at `info` when not.
+pub(super) fn leaves_host_reserve(len: u64) -> bool {
+    let reserve = host_reserve();
+    match available_ram() {
+        Some(available) if available < len.saturating_add(reserve) => {
+            info!(
+                "{} would leave less than the host reserve of {} available ({} available)",
+                Mib(len),
+                Mib(reserve),
+                Mib(available)
+            );
+            false
+        }
+        _ => true,
     }
 }
 

@@ -6,6 +6,7 @@
 use crate::cuda;
 use crate::cuda::ffi::*;
 use crate::engine::make_room;
+use crate::engine::movability::{movable_t2_wanted, movable_vram_wanted};
 use crate::engine::tier_thread;
 use crate::memory::budget::{self, VramReservation};
 use crate::memory::movable::{self, MovableFailure};
@@ -13,8 +14,6 @@ use crate::memory::registry::{self, Backed, Lookup, Record};
 use crate::memory::release;
 use crate::memory::split;
 use crate::memory::t2::{self, T2Failure};
-use crate::rules::config::{self, TieringChoice};
-use crate::rules::placement::Rules;
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::stats::{self, STATS};
@@ -121,7 +120,7 @@ fn place<R: PartialEq + Copy>(
         }
     }
     let t2_ready = t2_ready();
-    if t2_ready && origin == Origin::Plain && movable_wanted(size, device, after_oom) {
+    if t2_ready && origin == Origin::Plain && movable_t2_wanted(size, device, after_oom) {
         match allocate_movable(size, device) {
             Ok(device_ptr) => {
                 if after_oom {
@@ -130,7 +129,8 @@ fn place<R: PartialEq + Copy>(
                 return Allocated::ShimMade(device_ptr);
             }
             Err(MovableFailure::Exhausted) => return stats::out_of_memory(Allocated::OutOfMemory),
-            Err(MovableFailure::Unsupported) => {}
+            // The backend's T2 instead: pinned, or the module's, which swap can take.
+            Err(MovableFailure::Unsupported | MovableFailure::HostShort) => {}
         }
     }
     // After a driver out-of-memory the VRAM the rule promised is not there: no head.
@@ -159,34 +159,6 @@ fn place<R: PartialEq + Copy>(
             _ => stats::out_of_memory(Allocated::OutOfMemory),
         },
         Err(_) => stats::out_of_memory(Allocated::OutOfMemory),
-    }
-}
-
-/// Whether a T2 allocation of `size` is movable (GREENBOOST_TIERING): with `auto`, when
-/// the device's state sent it to T2 (the driver's out-of-memory, or other users and the
-/// headroom while the budget had room), since VRAM may come back; what the budget
-/// itself sent to T2 stays in pinned T2, where nothing could be gained by moving it.
-fn movable_wanted(size: u64, device: CuDevice, after_oom: bool) -> bool {
-    match config::get().tiering {
-        TieringChoice::Off => false,
-        TieringChoice::On => true,
-        TieringChoice::Auto => after_oom || budget::budget_has_room(size, device),
-    }
-}
-
-/// Whether VRAM for an allocation of `size` is made movable (GREENBOOST_TIERING): with
-/// `auto`, where others contest the device (`budget::contested`), so that what the
-/// program loaded first can give its room to what it computes with; with `on`, always;
-/// never below the minimum T2 size (too small to be worth a move).
-fn movable_vram_wanted(size: u64, device: CuDevice) -> bool {
-    let config = config::get();
-    if !Rules::of(config).worth_moving(size) {
-        return false;
-    }
-    match config.tiering {
-        TieringChoice::Off => false,
-        TieringChoice::On => true,
-        TieringChoice::Auto => budget::contested(device),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The allocation engine: the one allocation and free procedure every pointer-returning
-//! hook runs (`allocate`: placement, then VRAM, a split range, movable T2 or T2; room
+//! hook runs (`allocate`: placement, then VRAM, a split range, movable T2 or T2, movable
+//! where `movability` says; room
 //! made at once for the working set, `make_room`, also the staging scratch's), and live
 //! tiering's thread (`tier_thread`), the moves it and the room made carry out
 //! (`tier_moves`), with the per-GPU lock it shares with the other
@@ -13,6 +14,7 @@ pub(crate) mod allocate;
 mod give_back;
 mod heat_table;
 pub(crate) mod make_room;
+mod movability;
 mod room_made;
 mod tier_lock;
 mod tier_moves;

@@ -159,8 +159,8 @@ pub unsafe fn device_total_mem(real: pfn::cuDeviceTotalMem_v2, bytes: *mut usize
 
 /// cuIpcGetMemHandle: the driver exports only memory it allocated itself, and refuses
 /// (CUDA_ERROR_INVALID_VALUE) memory the shim made in its place — T2, split ranges, and
-/// movable memory, which where others contest the device includes what was placed in
-/// VRAM. The program gets the driver's answer; the shim says why, once, and what to do.
+/// movable memory, which where others contest the device, or once the budget binds,
+/// includes what was placed in VRAM. The program gets the driver's answer; the shim says why, once, and what to do.
 ///
 /// # Safety
 /// The program's arguments, as cuIpcGetMemHandle takes them.

@@ -130,7 +130,7 @@ pub fn phase() -> Phase {
 
 /// The phase the placement rule applies to an allocation of `size` for `device`: the
 /// program's (`phase`), or `Phase::Pooling` for the allocation that pools its weights.
-fn phase_of(size: u64, device: CuDevice) -> Phase {
+pub fn phase_of(size: u64, device: CuDevice) -> Phase {
     match phase() {
         Phase::Loading if size > CHUNK_MAX && is_pool(size, device) => Phase::Pooling,
         phase => phase,
@@ -184,9 +184,13 @@ pub fn reserve_vram(size: u64, device: CuDevice) -> Option<VramReservation> {
 }
 
 /// An allocation of `size` that `reserve_vram` refused goes to T2 (or is split): counted
-/// as a headroom spill when the budget had room, that is, when the device's state sent it.
+/// as a headroom spill when the budget had room, that is, when the device's state sent it;
+/// otherwise the budget binds on `device` from now on (`budget_binds`).
 pub fn note_refused(size: u64, device: CuDevice) {
     if !budget_has_room(size, device) {
+        if BOUND.of(device).is_some_and(|bound| bound.swap(1, Ordering::Relaxed) == 0) {
+            info!("{} does not fit the VRAM budget on device {}: the program needs more than it", Mib(size), device);
+        }
         return;
     }
     stats::bump(&STATS.headroom_spills);
@@ -199,6 +203,15 @@ pub fn note_refused(size: u64, device: CuDevice) {
             Mib(Rules::of(config::get()).headroom(device, physical))
         );
     }
+}
+
+/// Devices (a word each, 1 once set) on which the budget itself refused an allocation.
+static BOUND: PerDevice = PerDevice::new();
+
+/// Whether the budget has refused this process VRAM on `device` (`note_refused`): what it
+/// allocates there no longer all fits, whoever else uses the device.
+pub fn budget_binds(device: CuDevice) -> bool {
+    BOUND.of(device).is_some_and(|bound| bound.load(Ordering::Relaxed) != 0)
 }
 
 /// Whether other users contest `device` (`placement::Rules::contested`), as last measured.

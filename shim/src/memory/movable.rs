@@ -9,12 +9,12 @@
 //! cannot back it (CUDA refuses foreign DMA-BUFs): while in T2 its bytes are
 //! driver-owned host memory, charged to the T2 cap all the same.
 //!
-//! Movable memory also starts in VRAM (`managed_in_vram`, `record_in_vram`) where the device is contested
-//! (`allocate`): the weights a program loads first can then make room for the working
-//! set it computes with, and come back when that cools (`tiering`'s swaps). It is what
-//! the program holds in VRAM, charged as such; managed memory is not exportable by IPC
-//! (cuIpcGetMemHandle refuses it), which is why VRAM is made movable only where the
-//! device is contested and GREENBOOST_TIERING is not off.
+//! Movable memory also starts in VRAM (`managed_in_vram`, `record_in_vram`) where
+//! `engine::movability` says (a contested device, a budget that binds): the weights a
+//! program loads first can then make room for the working set it computes with, and come
+//! back when that cools (`tiering`'s swaps). It is what the program holds in VRAM,
+//! charged as such; managed memory is not exportable by IPC (cuIpcGetMemHandle refuses
+//! it), which is why not all VRAM is made movable.
 //!
 //! An allocation of at least `PARTITION_MIN` is cut into 2 MiB parts (`movable_part`)
 //! that move on their own, each weighed by the starts launches named in the allocation
@@ -28,6 +28,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::backend;
 use crate::cuda::ffi::*;
 use crate::cuda::{self, Where};
 use crate::memory::address_index::{RangeUse, WHOLE_READ};
@@ -90,16 +91,23 @@ pub enum MovableFailure {
     Exhausted,
     /// Managed memory is not usable here (no concurrent managed access, a driver error).
     Unsupported,
+    /// The host cannot give the RAM and keep its reserve; the backend's T2 may still (the
+    /// module can move its buffers to swap).
+    HostShort,
 }
 
 /// `len` bytes (whole 2 MiB chunks) of movable T2 for `device` in `context`, charged
-/// with `reservation`.
+/// with `reservation`. Its host pages are the driver's, which never go to swap: when the
+/// host cannot give them and keep its reserve, `HostShort`.
 pub fn create(
     len: u64,
     device: CuDevice,
     context: Context,
     reservation: T2Reservation,
 ) -> Result<Arc<Movable>, MovableFailure> {
+    if !backend::host_has_room(len) {
+        return Err(MovableFailure::HostShort);
+    }
     let base = managed(len, device)?;
     let movable = record(base, len, device, context, Residence::T2(reservation.commit()));
     debug!("T2 {:#x}: {} movable (managed memory, on the host)", base, Mib(len));

@@ -484,6 +484,8 @@ int main(int argc, char **argv)
         { "attributes", test_attributes },
         { "uncontested", test_uncontested },
         { "pool", test_pool },
+        { "bound-pool", test_bound_pool },
+        { "bound-tensors", test_bound_tensors },
         { "ranges", test_ranges },
         { "ranges-room", test_ranges_room },
         { "kernel-times", test_kernel_times },

@@ -99,6 +99,9 @@ int test_room_churn(int argc, char **argv);
 int test_scratch_room(int argc, char **argv);
 int test_pressure_once(int argc, char **argv);
 
+/* tier_bound.c: what the default makes movable where the budget binds. */
+int test_bound_pool(int argc, char **argv);
+int test_bound_tensors(int argc, char **argv);
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
  * kernel times. */
 int test_ranges(int argc, char **argv);
