@@ -243,7 +243,7 @@ def report(args: argparse.Namespace) -> int:
                                       else None),
             "shim_summary": summary[-1] if summary else None, "failure_tail": failure,
         }
-        if stem == "greenboost_tiering":
+        if stem in ("greenboost", "greenboost_tiering"):
             configs[stem]["tiering"] = tiering_summary(summary)
 
     def ts(stem: str, test: str) -> float | None:
@@ -285,10 +285,11 @@ def headline_figures(kind: str, configs: dict, limits: dict, ts, pp: str, tg: st
         out[f"llamacpp_{kind}_{name}"] = bound.ratio(ts("greenboost", test), best or None)
         if (configs.get("greenboost_tiering") or {}).get("status") == "ok":
             out[f"llamacpp_{kind}_{name}_tiering"] = bound.ratio(ts("greenboost_tiering", test), best or None)
-    promoted = ((configs.get("greenboost_tiering") or {}).get("tiering") or {}).get("promoted_mib")
-    if promoted is not None:
-        # What live tiering moved into VRAM: the parts kernels kept reading.
-        out[f"llamacpp_{kind}_tiering_promoted_mib"] = promoted
+    # What live tiering moved into VRAM: the parts kernels kept reading.
+    for stem, name in (("greenboost", "promoted_mib"), ("greenboost_tiering", "tiering_promoted_mib")):
+        promoted = ((configs.get(stem) or {}).get("tiering") or {}).get("promoted_mib")
+        if promoted is not None:
+            out[f"llamacpp_{kind}_{name}"] = promoted
     return out
 
 
@@ -409,9 +410,10 @@ def bounds_markdown(limits: dict, configs: dict) -> list[str]:
              f"HBM reads {rates['hbm_gbs']} GB/s, host RAM reads by {rates.get('cpu_threads')} CPU threads "
              f"{rates['host_ram_gbs']} GB/s. A generated token reads the weights of the model buffer (of the "
              "experts, the used share) and the KV cache; the bound is the time to stream those bytes from "
-             "where they are at those rates, one place after the other. With live tiering on, where each "
-             "2 MiB part sits is not logged: its row is the best placement in the budget (less the compute "
-             "buffer), the bytes read most per byte held in VRAM, issue 36's bound.", "",
+             "where they are at those rates, one place after the other. Where live tiering moved memory "
+             "(on, or at the defaults once the budget binds: the shim's summary counts movable allocations), "
+             "where each 2 MiB part sits is not logged: its row is the best placement in the budget (less the "
+             "compute buffer), the bytes read most per byte held in VRAM, issue 36's bound.", "",
              "| configuration | GB per token from VRAM | over the link (T2) | host RAM (CPU) | tg bound tok/s "
              "| measured / bound |", "|---|---|---|---|---|---|"]
     for stem, b in limits.items():

@@ -231,7 +231,15 @@ def bounds(raw, configs: dict, meta: dict) -> dict:
         buffers = cfg.get("device_buffers_mib", {})
         kv_on_gpu = buffers.get("CUDA0 KV")
         reads = {"vram": 0.0, "t2": 0.0, "host_ram": 0.0}
-        if stem == "greenboost":
+        # Live tiering moved buffers in 2 MiB parts by heat (GREENBOOST_TIERING=on, or its
+        # default once the budget binds: the exit summary counts movable allocations).
+        # Where each part sits is not logged, so the bound is the best placement in the
+        # budget (less the compute buffer).
+        moved = stem == "greenboost_tiering" or bool((cfg.get("tiering") or {}).get("movable_allocs"))
+        if stem in ("greenboost", "greenboost_tiering") and moved:
+            room = meta.get("budget_mib", 0) * 2**20 - buffers.get("CUDA0 compute", 0) * 2**20
+            reads.update(best_placement(tensors, kv, room))
+        elif stem == "greenboost":
             log = (raw / "greenboost.err").read_text(errors="replace") if (raw / "greenboost.err").exists() else ""
             share = t2_share(log, buffers.get("CUDA0 model")) or 0.0
             vram, t2 = split_bytes(tensors, round(model_bytes * (1 - share)))
@@ -242,11 +250,6 @@ def bounds(raw, configs: dict, meta: dict) -> dict:
             n = int(cfg["ngl"].split()[-1]) if stem == "cpu_moe" else len(layers)
             on_cpu = expert_read(tensors, set(layers[:n]))
             reads.update(vram=split_bytes(tensors, None)[0] - on_cpu + kv, host_ram=on_cpu)
-        elif stem == "greenboost_tiering":
-            # Parts of buffers that move by heat: where each sits is not logged, so the
-            # bound is the best placement in the budget (less the compute buffer).
-            room = meta.get("budget_mib", 0) * 2**20 - buffers.get("CUDA0 compute", 0) * 2**20
-            reads.update(best_placement(tensors, kv, room))
         elif stem == "nkvo":
             reads.update(vram=split_bytes(tensors, None)[0], host_ram=kv)
         else:

@@ -5,7 +5,8 @@ The best placement in a VRAM budget (issue 36's bound, the live-tiering row): th
 read most per byte held fill VRAM first, the KV cache among them, what does not fit is
 read over the link; and `bounds` gives the live-tiering configuration that placement, not
 "everything in VRAM" (which made its measured / bound read 0.148 where 0.705 is right:
-bench/results/llamacpp-longctx-2026-12-06-5dae3f2f0e4e.md).
+bench/results/llamacpp-longctx-2026-12-06-5dae3f2f0e4e.md); nor the defaults' row where
+the exit summary says live tiering moved memory (0.152 where 0.708 is right at a3b5c67).
 """
 
 import json
@@ -57,6 +58,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check("live tiering's bound: the best placement in the budget less the compute buffer",
           tiering["vram"] == 4.1 and tiering["t2"] == 0.101)
     check("... where all in VRAM reads nothing over the link", vram["t2"] == 0)
+    # At the defaults, once the budget binds, live tiering moves the buffers too: the
+    # exit summary counts movable allocations, and the bound is the same best placement.
+    configs["greenboost"] = dict(configs["vram"], tiering={"movable_allocs": 2, "promoted_mib": 4000.0})
+    out = bound.bounds(raw, configs, meta)
+    check("the defaults' bound where live tiering moved memory: the best placement too",
+          out["greenboost"]["read_per_token_gb"] == tiering)
 
 print(f"bench-test: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
