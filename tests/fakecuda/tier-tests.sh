@@ -308,10 +308,10 @@ t_tier_attributes_off() {
 }
 t_tier_bound_pool() {
     # The default, the device alone, a budget of half the weights (12 blocks, cut into
-    # 2 MiB parts) with a reserve of two: the weight buffer is movable T2 (promoted up to
-    # the reserve while it loads), the KV cache movable VRAM in the reserve, the block
-    # kernels keep writing moves to VRAM.
-    tier_run tier-bound-pool GREENBOOST_VRAM_RESERVE=$(( TIER_BLOCK * 2 )) GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 6 )) \
+    # 2 MiB parts), no reserve: the weight buffer is movable T2, promoted into the budget
+    # while it loads; the KV cache after it, larger than the reserve, is movable VRAM in
+    # room the weights make; the block kernels keep writing moves to VRAM.
+    tier_run tier-bound-pool GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 6 )) \
         "$BIN/gbtier" bound-pool $TIER_BLOCK
 }
 t_tier_bound_tensors() {

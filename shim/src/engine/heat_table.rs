@@ -60,7 +60,7 @@ pub(super) fn log(device: CuDevice, runs: &[Run<'_>], candidates: &[Candidate], 
             Mib(c.heat),
             Mib(c.heat / (c.bytes >> 20).max(1)),
             c.idle_ticks,
-            if c.after_computing { ", allocated computing" } else { "" },
+            if c.working_memory { ", working memory" } else { "" },
             step.map_or(String::new(), |step| format!(": {step}"))
         );
     }

@@ -63,11 +63,11 @@ impl Drop for RoomHeld {
     }
 }
 
-/// Demotes movable VRAM loaded before computing on `device` to make room for `len`
-/// bytes, and reserves that room; `None` (nothing moved) when not enough of it can go.
+/// Demotes movable VRAM loaded before the program's working memory (its weights) on
+/// `device` to make room for `len` bytes of working memory, and reserves that room; `None` (nothing moved) when not enough of it can go.
 /// The current context is the allocation's.
 pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)> {
-    if len > MOST || !budget::computing() || !movable::any() {
+    if len > MOST || !budget::allocating_working_memory() || !movable::any() {
         return None;
     }
     let began = Instant::now();
@@ -84,7 +84,7 @@ fn demote_for(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)>
     // driver may have evicted in part would give less than they count.
     let (mut loaded, maybe_evicted): (Vec<Run<'_>>, Vec<Run<'_>>) = live
         .iter()
-        .filter(|m| m.device() == device && !m.after_computing())
+        .filter(|m| m.device() == device && !m.working_memory())
         .flat_map(|m| m.runs(&m.reads(false), len))
         .filter(|run| run.in_vram)
         .partition(|run| !run.maybe_evicted);

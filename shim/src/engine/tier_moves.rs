@@ -169,7 +169,7 @@ pub(super) fn move_group<'a>(
         let allocation: &Movable = run.allocation;
         let lane = started.len() % MOVE_LANES;
         let Some(lane_stream) = stream_of(allocation.context(), lane, streams) else { continue };
-        let loaded = !allocation.after_computing();
+        let loaded = !allocation.working_memory();
         let parts: Vec<(&Part, Started)> = run
             .parts()
             .iter()

@@ -175,7 +175,7 @@ fn tick(
             in_vram: run.in_vram,
             heat: run.heat,
             sequence: run.allocation.sequence(),
-            after_computing: run.allocation.after_computing(),
+            working_memory: run.allocation.working_memory(),
             idle_ticks: run.idle_ticks,
             maybe_evicted: run.maybe_evicted,
         })

@@ -117,6 +117,13 @@ pub fn note_pool(size: u64, device: CuDevice) {
     }
 }
 
+/// Whether what the program allocates now is its working memory (KV cache, activations,
+/// compute buffers), read many times over: once it computes, or after it pooled its
+/// weights (`Phase::LoadingAfterPool`).
+pub fn allocating_working_memory() -> bool {
+    phase() != Phase::Loading
+}
+
 /// The program's phase for the placement rule.
 pub fn phase() -> Phase {
     if computing() {
@@ -236,18 +243,17 @@ fn placement_limit(device: CuDevice, reserve_open: bool) -> Option<u64> {
 }
 
 /// VRAM the placement limit still leaves this process on `device` for live tiering's
-/// promotions: of what it allocated once it computed (the reserve open, as for an
-/// allocation then), and of what it allocated before (`loaded`: the reserve kept free,
-/// for the working set).
+/// promotions: of its working memory (the reserve open, as for an allocation then), and
+/// of what it allocated before (`loaded`: the reserve kept free, for the working set).
 pub fn promotion_room(device: CuDevice, loaded: bool) -> u64 {
-    let reserve_open = computing() && !loaded;
+    let reserve_open = allocating_working_memory() && !loaded;
     placement_limit(device, reserve_open).map_or(0, |limit| limit.saturating_sub(vram_in_use(device)))
 }
 
 /// Reserves `bytes` on `device` for a promotion if they fit under the placement limit
 /// (`loaded`: as `promotion_room` says).
 pub fn reserve_promotion(bytes: u64, device: CuDevice, loaded: bool) -> Option<VramReservation> {
-    let limit = placement_limit(device, computing() && !loaded)?;
+    let limit = placement_limit(device, allocating_working_memory() && !loaded)?;
     reserve_if(device, bytes, |in_use| in_use.checked_add(bytes).is_some_and(|after| after <= limit))
 }
 

@@ -70,7 +70,8 @@ pub struct Movable {
     device: CuDevice,
     context: Context,
     sequence: u64,
-    after_computing: bool,
+    /// Made as the program's working memory (`budget::allocating_working_memory`).
+    working_memory: bool,
     /// What launches did to it (the address index's entry for it); for a partitioned
     /// allocation, the starts they named too.
     uses: Arc<RangeUse>,
@@ -216,7 +217,7 @@ fn record(base: CuDevicePtr, len: u64, device: CuDevice, context: Context, resid
         device,
         context,
         sequence: SEQUENCE.fetch_add(1, Ordering::Relaxed),
-        after_computing: budget::computing(),
+        working_memory: budget::allocating_working_memory(),
         uses: Arc::new(uses),
         weighted_seen: AtomicU64::new(0),
         parts,
@@ -296,8 +297,8 @@ impl Movable {
         self.sequence
     }
 
-    pub fn after_computing(&self) -> bool {
-        self.after_computing
+    pub fn working_memory(&self) -> bool {
+        self.working_memory
     }
 
     /// The parts overlapping [`start`, `end`) (addresses).

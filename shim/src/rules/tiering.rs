@@ -21,9 +21,9 @@
 //!   until the driver has next to none left to give them (`Room::drained`).
 //! - Otherwise, while free VRAM beyond the headroom (plus a slack of a quarter of it,
 //!   for the program's own small allocations) and the budget leave room, movable
-//!   allocations in T2 go to VRAM, the hottest first: the most read a tick, then those
-//!   allocated after the program started computing (activations, KV cache), then the
-//!   oldest. What was allocated before it computed
+//!   allocations in T2 go to VRAM, the hottest first: the most read a tick, then the
+//!   program's working memory (activations, KV cache: allocated once it computes, or
+//!   after it pooled its weights), then the oldest. What was allocated before
 //!   (its weights, read once per forward) is promoted only into VRAM that leaves the
 //!   reserve free, and not while room is being made for the working set
 //!   (`Room::working_set_growing`), nor swapped in then: the reserve is the
@@ -64,8 +64,9 @@ pub struct Candidate {
     pub heat: u64,
     /// Allocation order.
     pub sequence: u64,
-    /// Allocated after the program started computing.
-    pub after_computing: bool,
+    /// Working memory: allocated once the program computes, or after it pooled its
+    /// weights (`budget::allocating_working_memory`).
+    pub working_memory: bool,
     /// Ticks since it was last read (since its allocation before its first read).
     pub idle_ticks: u32,
     /// In VRAM, but the driver may have evicted part of it since.
@@ -112,9 +113,8 @@ pub const DRAINED_FREE: u64 = 64 << 20;
 /// displaces from VRAM, so that two about as hot never trade places back and forth.
 pub const SWAP_MARGIN: u64 = 2;
 
-/// How many of the program's passes a part of the working set (allocated after the
-/// program started computing) must go unread before what was loaded before computing
-/// displaces it, a pass being the interval between reads of what would come in
+/// How many of the program's passes a part of the working set (its working memory) must
+/// go unread before what was loaded before it displaces it, a pass being the interval between reads of what would come in
 /// (`idle_long_enough`; `swaps` says why). A decode frees a token's blocks and takes them
 /// again within one pass: a part unread for several is not one of those.
 pub const WORKING_SET_IDLE_PASSES: u64 = 4;
@@ -305,14 +305,14 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
     let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| wants_vram(&candidates[i])).collect();
     order.sort_by_key(|&i| {
         let c = &candidates[i];
-        (Reverse(c.in_vram), Reverse(c.heat), Reverse(c.after_computing), c.sequence)
+        (Reverse(c.in_vram), Reverse(c.heat), Reverse(c.working_memory), c.sequence)
     });
     let loaded_room = if room.working_set_growing { 0 } else { room.loaded_room };
     let (mut free_left, mut budget_left, mut loaded_left) = (room.fillable(), room.budget_room, loaded_room);
     let mut moves = Vec::new();
     for i in order {
         let c = &candidates[i];
-        let limit = if c.after_computing { budget_left } else { budget_left.min(loaded_left) };
+        let limit = if c.working_memory { budget_left } else { budget_left.min(loaded_left) };
         if c.in_vram && c.bytes <= free_left {
             free_left -= c.bytes;
             moves.push(Move::Refresh(i));
@@ -332,13 +332,12 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 /// each with the coldest allocations in VRAM that make its room, when all of them
 /// together are read `SWAP_MARGIN` times less than it. An allocation in VRAM much larger
 /// than the room still wanted is passed over for smaller ones. While the working set
-/// grows, what was allocated before computing is not swapped in: the room is the working
+/// grows, what was loaded before the working memory is not swapped in: the room is the working
 /// set's, and the next allocation would demote it again (on an H100 an HF prefill so
 /// promoted and demoted 27.8 GB, bench/results/2026-12-05-4dd3d98c4b53-longctx-h100.md).
 /// At most `in_room` bytes move in (`Room::swap_in_room`).
 ///
-/// What was allocated after the program started computing is displaced by what was
-/// loaded before (its weights) only once it has gone unread for `WORKING_SET_IDLE_PASSES`
+/// The working memory is displaced by what was loaded before it (the weights) only once it has gone unread for `WORKING_SET_IDLE_PASSES`
 /// of its passes, however cold it looks before: a caching allocator (PyTorch's) keeps the
 /// blocks the program freed and hands them out again where it likes, so the parts of its
 /// segments that no launch named lately are the ones the next allocation takes. On an
@@ -350,7 +349,7 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Move>) {
     let moving =
         |i: usize, moves: &[Move]| moves.iter().any(|m| matches!(m, Move::Promote(j) | Move::Refresh(j) if *j == i));
-    let may_come = |c: &Candidate| c.after_computing || !room.working_set_growing;
+    let may_come = |c: &Candidate| c.working_memory || !room.working_set_growing;
     let mut hot: Vec<usize> = (0..candidates.len())
         .filter(|&i| !candidates[i].in_vram && candidates[i].heat > 0 && may_come(&candidates[i]) && !moving(i, moves))
         .collect();
@@ -400,8 +399,8 @@ fn victims(
             break;
         }
         let victim = &candidates[v];
-        if victim.after_computing && !wanted.after_computing && !idle_long_enough(victim, wanted) {
-            // The working set is not displaced by what was loaded before computing until
+        if victim.working_memory && !wanted.working_memory && !idle_long_enough(victim, wanted) {
+            // The working set is not displaced by what was loaded before it until
             // it has long been idle: see `swaps`.
             continue;
         }
@@ -424,7 +423,7 @@ fn victims(
 }
 
 /// Whether a part of the working set, `victim`, has gone unread long enough for `wanted`,
-/// loaded before computing, to displace it: `WORKING_SET_IDLE_PASSES` of the ticks
+/// loaded before the working memory, to displace it: `WORKING_SET_IDLE_PASSES` of the ticks
 /// between `wanted`'s reads (read `heat` bytes a tick, it is read whole every
 /// `bytes / heat` ticks), within `WORKING_SET_IDLE_TICKS`.
 fn idle_long_enough(victim: &Candidate, wanted: &Candidate) -> bool {
@@ -454,7 +453,7 @@ fn demotions(shortfall: u64, candidates: &[Candidate]) -> Vec<Move> {
     let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].in_vram).collect();
     order.sort_by_key(|&i| {
         let c = &candidates[i];
-        (c.heat, c.after_computing, Reverse(c.sequence))
+        (c.heat, c.working_memory, Reverse(c.sequence))
     });
     let mut freed = 0u64;
     let mut moves = Vec::new();

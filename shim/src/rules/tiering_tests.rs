@@ -6,7 +6,7 @@ use super::*;
 const G: u64 = 1 << 30;
 
 fn at(bytes: u64, in_vram: bool, heat: u64, sequence: u64) -> Candidate {
-    Candidate { bytes, in_vram, heat, sequence, after_computing: false, idle_ticks: 0, maybe_evicted: false }
+    Candidate { bytes, in_vram, heat, sequence, working_memory: false, idle_ticks: 0, maybe_evicted: false }
 }
 
 fn room(free: u64) -> Room {
@@ -47,7 +47,7 @@ fn the_budget_bounds_promotion() {
 #[test]
 fn weights_are_not_promoted_into_the_reserve_the_working_set_is() {
     let mut activations = at(2 * G, false, 0, 9);
-    activations.after_computing = true;
+    activations.working_memory = true;
     let weights = at(2 * G, false, 99, 0);
     // 4 GiB of budget room, 1 GiB of it outside the reserve: the hot weights wait.
     let reserve_left = Room { budget_room: 4 * G, loaded_room: G, ..room(40 * G) };
@@ -58,9 +58,9 @@ fn weights_are_not_promoted_into_the_reserve_the_working_set_is() {
 }
 
 #[test]
-fn without_reads_what_was_allocated_after_computing_goes_first_then_the_oldest() {
+fn without_reads_what_was_allocated_working_memory_goes_first_then_the_oldest() {
     let mut kv = at(G, false, 0, 5);
-    kv.after_computing = true;
+    kv.working_memory = true;
     let candidates = [at(G, false, 0, 3), at(G, false, 0, 1), kv];
     assert_eq!(plan(&room(3 * G), &candidates), vec![Move::Promote(2)]);
     assert_eq!(plan(&room(4 * G), &candidates), vec![Move::Promote(2), Move::Promote(1)]);
@@ -135,12 +135,12 @@ fn a_hot_t2_allocation_swaps_with_the_coldest_in_vram() {
 }
 
 #[test]
-fn while_the_working_set_grows_only_what_came_after_computing_swaps_in_or_is_promoted() {
+fn while_the_working_set_grows_only_what_came_working_memory_swaps_in_or_is_promoted() {
     let mut kv = at(G, false, 40 * G, 2);
-    kv.after_computing = true;
+    kv.working_memory = true;
     // A hot weight demoted to make room, a hot KV block, a cold activation in VRAM.
     let mut activation = at(2 * G, true, 0, 3);
-    activation.after_computing = true;
+    activation.working_memory = true;
     let candidates = [at(G, false, 80 * G, 0), kv, activation];
     let growing = Room { working_set_growing: true, ..swapping(G + G / 4, 4 * G) };
     assert_eq!(plan(&growing, &candidates), vec![Move::SwapOut(2), Move::SwapIn(1)], "the KV block alone");
@@ -304,7 +304,7 @@ fn kept_vram_is_given_back_only_where_the_device_binds_the_driver_evicted_nothin
 #[test]
 fn weights_displace_weights_and_the_working_set_either_but_weights_it_only_once_long_idle() {
     let working = |mut c: Candidate| {
-        c.after_computing = true;
+        c.working_memory = true;
         c
     };
     // A hot weight in T2; in VRAM a cold part of the working set (a block the program's
@@ -328,7 +328,7 @@ fn weights_displace_weights_and_the_working_set_either_but_weights_it_only_once_
 
 #[test]
 fn the_working_set_gives_way_after_several_of_the_programs_passes() {
-    let idle_for = |ticks: u32| Candidate { after_computing: true, idle_ticks: ticks, ..at(G, true, 0, 5) };
+    let idle_for = |ticks: u32| Candidate { working_memory: true, idle_ticks: ticks, ..at(G, true, 0, 5) };
     let swapped = |weight: Candidate, block: Candidate| !plan(&swapping(G + G / 4, 4 * G), &[weight, block]).is_empty();
     let (least, most) = WORKING_SET_IDLE_TICKS;
     // A weight read whole every tick (a fast decode): the fewest ticks.

@@ -1,8 +1,9 @@
 /* What live tiering at its default (GREENBOOST_TIERING=auto) makes movable where the
  * budget, not another process, binds (GREENBOOST_VRAM_BUDGET; the device alone):
  * gbtier bound-pool BLOCK: llama.cpp's order. Its one weight buffer larger than the budget
- *   is movable (in 2 MiB parts), its KV cache after it movable VRAM, and the block of the
- *   buffer its kernels keep writing moves to VRAM, every byte kept.
+ *   is movable (in 2 MiB parts) and promoted into the budget while the program loads; its
+ *   KV cache, allocated before it computes, gets VRAM from those weights at once; the
+ *   block of the buffer its kernels keep writing moves to VRAM, every byte kept.
  * gbtier bound-tensors BLOCK: PyTorch's order. Weights loaded one tensor at a time stay
  *   the driver's VRAM, and pinned T2 past the budget (GEMM staging copies it at the link's
  *   full rate); once the program computes, what it allocates is movable. */
@@ -36,9 +37,15 @@ int test_bound_pool(int argc, char **argv)
     for (int i = 0; i < BUFFER; i++)
         OK(fakegpu_launch_fill(dptr(weights + (size_t)i * block), block, 900 + (uint32_t)i, NULL));
     OK(cudaDeviceSynchronize());
+    /* Live tiering promotes the loaded weights into all of the budget. */
+    unsigned long long budget = 6 * block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &budget, 0, &lowest), "the weights were not promoted into the budget (%llu MiB "
+          "in VRAM)\n", shim_stats().tier_vram >> 20);
     OK(cudaMalloc(&kv, block));
     CHECK(is_kind(kv, "managed") && fakegpu_managed_where(dptr(kv)) == 0, "the KV cache after the weights is %s "
-          "(where %d), not movable VRAM\n", fakegpu_ptr_kind(dptr(kv)), fakegpu_managed_where(dptr(kv)));
+          "(where %d), not movable VRAM in room the weights made\n", fakegpu_ptr_kind(dptr(kv)),
+          fakegpu_managed_where(dptr(kv)));
     cublasHandle_t h;
     OK(cublasCreate_v2(&h)); /* the program computes from here on */
     CUfunction f = fill_kernel();
