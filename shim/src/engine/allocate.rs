@@ -14,6 +14,7 @@ use crate::memory::registry::{self, Backed, Lookup, Record};
 use crate::memory::release;
 use crate::memory::split;
 use crate::memory::t2::{self, T2Failure};
+use crate::rules::placement::Phase;
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::stats::{self, STATS};
@@ -54,7 +55,8 @@ pub fn allocate<R: PartialEq + Copy>(
     vram: impl FnOnce() -> Result<CuDevicePtr, R>,
     prepare_t2: impl FnOnce() -> bool,
 ) -> Allocated<R> {
-    let pool = budget::is_pool(size, device);
+    // A pool as the placement rule sees it (larger than a chunk), so that the phases agree.
+    let pool = budget::phase_of(size, device) == Phase::Pooling;
     let allocated = place(size, device, origin, oom_status, vram, prepare_t2);
     if pool && matches!(allocated, Allocated::Vram | Allocated::ShimMade(_)) {
         budget::note_pool(size, device);

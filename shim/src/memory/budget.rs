@@ -96,7 +96,7 @@ static POOLED: AtomicBool = AtomicBool::new(false);
 
 /// Whether an allocation of `size` for `device`, not yet placed, pools the program's
 /// weights (`placement::Rules::is_pool`, against what the process holds now) while it loads.
-pub fn is_pool(size: u64, device: CuDevice) -> bool {
+fn is_pool(size: u64, device: CuDevice) -> bool {
     if POOLED.load(Ordering::Relaxed) || computing() {
         return false;
     }
