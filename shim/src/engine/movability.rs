@@ -6,14 +6,16 @@
 //!   what the program loaded first can give its room to what it computes with;
 //! - where the budget binds (`budget::budget_binds`: the program needs more than it),
 //!   the weight pool that does not fit (llama.cpp's and ollama's one buffer, moved in
-//!   2 MiB parts) and what the program allocates after its pool or once it computes (KV
-//!   cache, activations): what it re-reads can then take the VRAM of what it reads least.
-//!   Weights loaded one tensor at a time before that stay pinned T2, which GEMM staging
-//!   copies at the link's full rate (0.93 of it out of movable T2).
+//!   2 MiB parts) if the budget holds half of it at least (`pool_moves`), and what the
+//!   program allocates after its pool or once it computes (KV cache, activations): what
+//!   it re-reads can then take the VRAM of what it reads least. Weights loaded one tensor
+//!   at a time before that stay pinned T2, which GEMM staging copies at the link's full
+//!   rate (0.93 of it out of movable T2); so does a pool mostly in T2 (split).
 //!
 //! Movable memory is CUDA managed memory, which CUDA IPC cannot export: that is the price,
 //! and why `auto` does not make all memory movable.
 
+use crate::cuda;
 use crate::cuda::ffi::CuDevice;
 use crate::memory::budget;
 use crate::rules::config::{self, TieringChoice};
@@ -42,8 +44,41 @@ pub(super) fn movable_vram_wanted(size: u64, device: CuDevice) -> bool {
     }
 }
 
-/// With `auto`, where the budget binds on `device`: the pool of weights and what follows
-/// it or is allocated while computing, not the tensors a program loads before.
+/// With `auto`, where the budget binds on `device`: the pool of weights if it moves
+/// (`pool_moves`), and what follows it or is allocated while computing; not the tensors
+/// a program loads before.
 fn movable_where_bound(size: u64, device: CuDevice) -> bool {
-    budget::budget_binds(device) && budget::phase_of(size, device) != Phase::Loading
+    if !budget::budget_binds(device) {
+        return false;
+    }
+    match budget::phase_of(size, device) {
+        Phase::Loading => false,
+        Phase::Pooling => cuda::physical_vram(device)
+            .is_some_and(|physical| pool_moves(size, Rules::of(config::get()).budget(device, physical))),
+        Phase::LoadingAfterPool | Phase::Computing => true,
+    }
+}
+
+/// Whether a pool of weights of `size` is movable under `budget`: when the budget holds
+/// half of it at least. A pool mostly in T2 stays pinned and split: its parts, of like
+/// heat, traded places tick after tick (llama.cpp, a 29 GiB mixture of experts under an
+/// 8 GiB budget on an H100: 20.7 GB promoted and 13.2 GB demoted in one llama-bench run,
+/// 13.3 tokens/s, 0.23 of llama.cpp's experts on the CPU;
+/// bench/results/llamacpp-moe-2026-12-06-5aafd9a89e03.md).
+fn pool_moves(size: u64, budget: u64) -> bool {
+    size / 2 <= budget
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+
+    #[test]
+    fn a_pool_moves_when_the_budget_holds_half_of_it() {
+        assert!(pool_moves(16 * G, 14 * G), "llama.cpp's 8B weights under a 14 GiB budget");
+        assert!(pool_moves(16 * G, 8 * G));
+        assert!(!pool_moves(29 * G, 8 * G), "a 29 GiB mixture of experts under 8 GiB");
+    }
 }
