@@ -317,8 +317,9 @@ t_tier_bound_pool() {
 t_tier_bound_tensors() {
     # The default, a budget of four blocks: tensors loaded one at a time stay plain VRAM,
     # then pinned T2; what is allocated while computing is movable.
-    tier_run tier-bound-tensors GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 4 )) \
-        "$BIN/gbtier" bound-tensors $TIER_BLOCK
+    tier_run tier-bound-tensors GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 4 )) GREENBOOST_LOG=info \
+        "$BIN/gbtier" bound-tensors $TIER_BLOCK || return 1
+    out_has "the VRAM budget binds on device 0: live tiering moves" "GREENBOOST_LOG=info: no line says why memory became movable"
 }
 t_tier_uncontested() {
     # Alone, or beside a process holding less than twice the headroom: plain VRAM.

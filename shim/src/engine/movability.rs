@@ -15,11 +15,14 @@
 //! Movable memory is CUDA managed memory, which CUDA IPC cannot export: that is the price,
 //! and why `auto` does not make all memory movable.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::cuda;
 use crate::cuda::ffi::CuDevice;
 use crate::memory::budget;
 use crate::rules::config::{self, TieringChoice};
 use crate::rules::placement::{Phase, Rules};
+use crate::sys::log::Mib;
 
 /// Whether a T2 allocation of `size` is movable; `after_oom`: the driver refused it VRAM.
 pub(super) fn movable_t2_wanted(size: u64, device: CuDevice, after_oom: bool) -> bool {
@@ -51,13 +54,24 @@ fn movable_where_bound(size: u64, device: CuDevice) -> bool {
     if !budget::budget_binds(device) {
         return false;
     }
-    match budget::phase_of(size, device) {
+    let moves = match budget::phase_of(size, device) {
         Phase::Loading => false,
         Phase::Pooling => cuda::physical_vram(device)
             .is_some_and(|physical| pool_moves(size, Rules::of(config::get()).budget(device, physical))),
         Phase::LoadingAfterPool | Phase::Computing => true,
+    };
+    if moves && !BOUND_MOVES_SAID.swap(true, Ordering::Relaxed) {
+        info!(
+            "the VRAM budget binds on device {}: live tiering moves what the program re-reads into VRAM in place of what it reads least ({} and later allocations are movable; GREENBOOST_TIERING=off keeps them placed once, as CUDA IPC needs)",
+            device,
+            Mib(size)
+        );
     }
+    moves
 }
+
+/// The first allocation made movable because the budget binds is explained once.
+static BOUND_MOVES_SAID: AtomicBool = AtomicBool::new(false);
 
 /// Whether a pool of weights of `size` is movable under `budget`: when the budget holds
 /// half of it at least. A pool mostly in T2 stays pinned and split: its parts, of like
