@@ -387,6 +387,14 @@ t_split_undo() { # $1: the VMM step the fake fails
     out_has "split of .* failed at" "GREENBOOST_LOG=info: no line says why the allocation was not split"
 }
 t_split_undo_create_host() { t_split_undo create-host; }
+t_bound_host_short() {
+    # Live tiering at its default, the budget binding, and a host reserve no host has:
+    # the weight pool is neither movable T2 nor a split tail (driver memory, which never
+    # goes to swap); the backend's T2 is asked, and userspace keeps the same reserve: out
+    # of memory, nothing held (the module would hand out its buffers, which swap can take).
+    shim bound-host-short $SHIMENV FAKECUDA_VRAM=$SPLIT GREENBOOST_VRAM_BUDGET=$(( SPLIT / 2 )) \
+        GREENBOOST_HOST_RESERVE=1T GREENBOOST_LOG=info "$BIN/gbtest-rt13" split "$SPLIT" oom
+}
 t_split_undo_set_access() { t_split_undo set-access; }
 
 t_backend_auto_userspace() {
@@ -456,7 +464,7 @@ caps_combined_rt13 caps_combined_rt12 caps_combined_fw caps_budget discover_phys
 reserve reserve_split alloc4x_deepbind alloc4x_mlock
 async_rt13 async_fw driver_async gpa_physical gpa_combined entrypoints_rt13 entrypoints_rt12 entrypoints_fw vmm vmm_rdma vmm_shareable expandable_rt13
 threads_rt13 threads_fw fork log_environment summary_once errors_rt13 errors_rt12 lasterror_rt13 lasterror_fw t2cap
-split_rt13 split_fw control_split_fails split_async split_pool driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access
+split_rt13 split_fw control_split_fails split_async split_pool driver_split split_off split_min split_t2cap split_undo_create_host split_undo_set_access bound_host_short
 t2cache control_t2cache_off_fails async_t2cache threads_t2cache fork_t2cache t2cap_t2cache
 gemm_products_rt13 gemm_products_fw gemm_products_old_lt gemm_movable gemm_movable_no_kernels gemm_staging_off gemm_default_width gemm_stage_max gemm_bf16_offset gemm_two_streams gemm_capture gemm_sliced gemm_sliced_narrow gemm_sliced_differs gemm_streamed gemm_sliced_off
 gemm_lookahead_none gemm_lookahead_kernel gemm_lookahead_memset gemm_lookahead_memcpy gemm_lookahead_graph gemm_lookahead_unread gemm_lookahead_batched gemm_lookahead_ltbatched gemm_lookahead_symbol gemm_lookahead_library gemm_lookahead_graphsymbol gemm_lookahead_off"

@@ -137,7 +137,7 @@ fn place<R: PartialEq + Copy>(
     }
     // After a driver out-of-memory the VRAM the rule promised is not there: no head.
     if t2_ready && !after_oom {
-        if let Some(split) = split::create(size, device, release::reserve_t2) {
+        if let Some(split) = split::create(size, device, release::reserve_driver_host_t2) {
             let device_ptr = split.base();
             registry::insert(device_ptr, Record::Backed(Backed::Split(split)));
             return Allocated::ShimMade(device_ptr);

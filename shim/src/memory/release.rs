@@ -82,6 +82,17 @@ pub fn reserve_t2(bytes: u64) -> Option<T2Reservation> {
     reservation
 }
 
+/// T2 capacity for `bytes` of host memory the driver allocates, not the backend (a split
+/// allocation's tail): besides the cap, only where the host can give it and keep its
+/// reserve, as the backend would (it never goes to swap); `None` otherwise, and the
+/// backend's T2 is asked instead.
+pub fn reserve_driver_host_t2(bytes: u64) -> Option<T2Reservation> {
+    if !backend::host_has_room(bytes) {
+        return None;
+    }
+    reserve_t2(bytes)
+}
+
 /// T2 capacity for `bytes` as it is now, without waiting for pending frees (the tier
 /// thread's: its moves in progress a pending free would wait for).
 pub fn reserve_t2_now(bytes: u64) -> Option<T2Reservation> {
