@@ -333,7 +333,7 @@ const TABLE: [Setting; 22] = [
         Some("tiering"),
         Kind::Choice(TieringChoice::NAMES),
         TieringChoice::DEFAULT.name(),
-        "Live tiering, where allocations move between T2 and VRAM while the program runs, at the same address: auto (T2 allocations the GPU's other users sent to T2, and on a GPU others use the program's VRAM too, so that what it reads most takes the place of what it reads least), on (every allocation) or off (also what CUDA IPC between processes needs on a shared GPU)",
+        "Live tiering, where allocations move between T2 and VRAM while the program runs, at the same address: auto (T2 allocations the GPU's other users sent to T2; on a GPU others use, or once the program needs more than its budget, its working memory and VRAM too, a weight pool the budget holds half of in 2 MiB parts, so that what it reads most takes the place of what it reads least), on (every allocation) or off (also what CUDA IPC between processes needs on a shared GPU or past the budget)",
     ),
     row(
         Id::Demote,
