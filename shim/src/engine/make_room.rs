@@ -64,8 +64,9 @@ impl Drop for RoomHeld {
 }
 
 /// Demotes movable VRAM loaded before the program's working memory (its weights) on
-/// `device` to make room for `len` bytes of working memory, and reserves that room; `None` (nothing moved) when not enough of it can go.
-/// The current context is the allocation's.
+/// `device` to make room for `len` bytes of working memory, and reserves that room;
+/// `None` (nothing moved) when not enough of it can go. The current context is the
+/// allocation's.
 pub fn make_room(len: u64, device: CuDevice) -> Option<(VramReservation, RoomHeld)> {
     if len > MOST || !budget::allocating_working_memory() || !movable::any() {
         return None;
