@@ -275,7 +275,7 @@ const TABLE: [Setting; 22] = [
         Some("host-reserve"),
         Kind::Size,
         "1/32 of RAM, 64M to 1G",
-        "System RAM the userspace T2 backend keeps available on the host, summed over every process",
+        "System RAM kept available on the host, summed over every process: by the userspace T2 backend, and by host memory the driver allocates for the shim (movable T2, split tails, moves out of VRAM)",
     ),
     row(
         Id::SplitMin,

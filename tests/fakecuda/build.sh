@@ -53,7 +53,7 @@ $prog -o "$out/bin/gbdriver" "$programs/drv_tests.c" "$programs/drv_managed_test
 $prog -o "$out/bin/gbdiscover" "$programs/discover.c" -L"$lib" -lfakegpu -ldl
 # Another process on the device (headroom tests): the driver API, never the shim.
 $prog -o "$out/bin/gbballoon" "$programs/balloon.c" -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu
-$prog -o "$out/bin/gbtier" "$programs/tier_tests.c" "$programs/tier_harness.c" "$programs/tier_swap.c" "$programs/tier_kept.c" "$programs/tier_ranges.c" "$programs/tier_heat.c" "$programs/tier_bound.c" -L"$b/link13" -lcudart -lcublas -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu \
+$prog -o "$out/bin/gbtier" "$programs/tier_tests.c" "$programs/tier_harness.c" "$programs/tier_swap.c" "$programs/tier_kept.c" "$programs/tier_ranges.c" "$programs/tier_heat.c" "$programs/tier_bound.c" "$programs/tier_host.c" -L"$b/link13" -lcudart -lcublas -L"$b/linkcuda" -lcuda -L"$lib" -lfakegpu \
     -ldl -lpthread
 gemm_libs="-L$b/link13 -lcudart -lcublas -lcublasLt -L$lib -lfakegpu -ldl"
 $prog -o "$out/bin/gbgemm" "$programs/rt_main.c" "$programs/gemm_tests.c" $gemm_libs

@@ -321,6 +321,14 @@ t_tier_bound_tensors() {
         "$BIN/gbtier" bound-tensors $TIER_BLOCK || return 1
     out_has "the VRAM budget binds on device 0: live tiering moves" "GREENBOOST_LOG=info: no line says why memory became movable"
 }
+t_tier_demote_host_short() {
+    # Beside another process, with a host reserve no host has: the blocks in VRAM stay
+    # there when another process wants the VRAM (moving them to T2 would take host RAM
+    # that never goes to swap), and the log says why.
+    tier_run tier-demote-host-short GREENBOOST_HOST_RESERVE=1T GREENBOOST_LOG=info \
+        "$BIN/gbtier" demote-host-short $TIER_BLOCK || return 1
+    out_has "stays in VRAM: the host has no RAM for it above its reserve" "no line says why nothing was demoted"
+}
 t_tier_uncontested() {
     # Alone, or beside a process holding less than twice the headroom: plain VRAM.
     tier_run tier-uncontested "$BIN/gbtier" uncontested $TIER_BLOCK
@@ -340,4 +348,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_tensors tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_tensors tier_demote_host_short tier_pool"

@@ -53,6 +53,19 @@ pub fn host_has_room(len: u64) -> bool {
     userspace::leaves_host_reserve(len)
 }
 
+/// RAM the host can give now and keep its reserve, as `host_has_room` counts it; `None`
+/// when MemAvailable cannot be read. For many moves at once: read once, taken from as
+/// they go.
+pub fn host_room() -> Option<u64> {
+    userspace::room_above_host_reserve()
+}
+
+/// RAM the host keeps available whatever T2 takes (GREENBOOST_HOST_RESERVE, else the
+/// module's default), for messages that name it.
+pub fn host_reserve() -> u64 {
+    userspace::host_reserve()
+}
+
 /// The backend in use, for the summary ("not used" before the first T2 question).
 pub fn name() -> &'static str {
     match BACKEND.get() {

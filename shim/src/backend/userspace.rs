@@ -116,10 +116,16 @@ pub(super) fn leaves_host_reserve(len: u64) -> bool {
     }
 }
 
+/// RAM the host can give now and keep its reserve (`host_reserve`), as far as
+/// MemAvailable tells; `None` when it cannot be read.
+pub(super) fn room_above_host_reserve() -> Option<u64> {
+    available_ram().map(|available| available.saturating_sub(host_reserve()))
+}
+
 /// RAM the userspace backend leaves available on the host, whatever the number of
 /// processes allocating: GREENBOOST_HOST_RESERVE, else the module's default reserve
 /// (1/32 of RAM, 64 MiB to 1 GiB).
-fn host_reserve() -> u64 {
+pub(super) fn host_reserve() -> u64 {
     config::get().host_reserve.unwrap_or_else(|| default_host_reserve(total_ram()))
 }
 

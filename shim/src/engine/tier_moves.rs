@@ -16,7 +16,7 @@
 //! The preferred location stays the host (`movable`) whatever the residence: a move is
 //! the prefetch alone (why: `tier_thread`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::cuda::ffi::*;
@@ -54,6 +54,8 @@ pub(super) struct Moved {
     pub swapped_in: u64,
     /// Of those, the VRAM not yet taken by swaps in.
     swap_room: u64,
+    /// The host RAM moves to T2 may still take.
+    host: release::DriverHostRoom,
 }
 
 /// Sends `victims` (runs of movable memory in VRAM on `device`) to T2 now, on streams
@@ -148,9 +150,16 @@ fn start_part(part: &Part, step: Move, loaded: bool, device: CuDevice, moved: &m
                 Reserved::Vram(budget::reserve_unchecked(len, device))
             })
         }),
-        Move::Demote(_) | Move::SwapOut(_) => {
-            part.start_move(false, |len| release::reserve_t2_now(len).map(Reserved::T2))
-        }
+        Move::Demote(_) | Move::SwapOut(_) => part.start_move(false, |len| {
+            if !moved.host.take(len) {
+                return None;
+            }
+            let reserved = release::reserve_t2_now(len);
+            if reserved.is_none() {
+                moved.host.give_back(len);
+            }
+            reserved.map(Reserved::T2)
+        }),
         Move::Refresh(_) => part.start_refresh(),
     }
 }
@@ -164,6 +173,7 @@ pub(super) fn move_group<'a>(
     moved: &mut Moved,
 ) {
     let began = Instant::now();
+    let refused_before = moved.host.refused;
     let mut started: Vec<RunMove<'a>> = Vec::new();
     for &(run, step) in group {
         let allocation: &Movable = run.allocation;
@@ -181,6 +191,7 @@ pub(super) fn move_group<'a>(
         let to = if matches!(step, Move::Demote(_) | Move::SwapOut(_)) { Where::Host } else { Where::Device(device) };
         started.push(RunMove { run, step, parts, to, lane_stream, issued: false });
     }
+    say_host_short(device, moved.host.refused - refused_before);
     if started.is_empty() {
         return;
     }
@@ -249,6 +260,33 @@ pub(super) fn move_group<'a>(
         STATS.demote_ns.fetch_add(elapsed, Ordering::Relaxed);
     }
 }
+
+/// Says that `refused` bytes stayed in VRAM on `device` for want of host RAM: at `info`
+/// the first time, at `debug` after (the tier thread may try again at every tick).
+fn say_host_short(device: CuDevice, refused: u64) {
+    if refused == 0 {
+        return;
+    }
+    let reserve = Mib(release::host_reserve());
+    if HOST_SHORT_SAID.swap(true, Ordering::Relaxed) {
+        debug!(
+            "live tiering on device {}: {} stays in VRAM: the host has no RAM for it above its reserve of {}",
+            device,
+            Mib(refused),
+            reserve
+        );
+    } else {
+        info!(
+            "live tiering on device {}: {} stays in VRAM: the host has no RAM for it above its reserve of {} (GREENBOOST_HOST_RESERVE); a process that needs that VRAM gets out-of-memory",
+            device,
+            Mib(refused),
+            reserve
+        );
+    }
+}
+
+/// Whether a move kept in VRAM for want of host RAM was said at `info`.
+static HOST_SHORT_SAID: AtomicBool = AtomicBool::new(false);
 
 /// Issues every run's prefetches, the runs dealt to lanes in turn (`started[at]` to lane
 /// `at % MOVE_LANES`, whose stream it holds): lane 0 in this thread, each other in a thread

@@ -93,6 +93,53 @@ pub fn reserve_driver_host_t2(bytes: u64) -> Option<T2Reservation> {
     reserve_t2(bytes)
 }
 
+/// The host RAM many moves to T2 at once may still take (a tick's), read at the first of
+/// them, not once per part: managed memory moved to the host takes pages the driver
+/// allocates, which never go to swap, and a host short of RAM kills processes instead of
+/// refusing them. A move the host cannot take keeps its part in VRAM; a process that
+/// wanted that VRAM gets the out-of-memory error it would get without the shim.
+#[derive(Default)]
+pub struct DriverHostRoom {
+    read: bool,
+    /// `None`: MemAvailable could not be read, and the host decides, as for the backend.
+    left: Option<u64>,
+    /// Bytes refused for want of it.
+    pub refused: u64,
+}
+
+impl DriverHostRoom {
+    /// Whether `len` more bytes may go to the host (taken from what is left if so).
+    pub fn take(&mut self, len: u64) -> bool {
+        if !self.read {
+            self.left = backend::host_room();
+            self.read = true;
+        }
+        match &mut self.left {
+            None => true,
+            Some(left) if *left >= len => {
+                *left -= len;
+                true
+            }
+            Some(_) => {
+                self.refused += len;
+                false
+            }
+        }
+    }
+
+    /// Gives back `len` bytes taken for a move that did not start.
+    pub fn give_back(&mut self, len: u64) {
+        if let Some(left) = &mut self.left {
+            *left += len;
+        }
+    }
+}
+
+/// The RAM the host keeps available whatever T2 takes, for messages that name it.
+pub fn host_reserve() -> u64 {
+    backend::host_reserve()
+}
+
 /// T2 capacity for `bytes` as it is now, without waiting for pending frees (the tier
 /// thread's: its moves in progress a pending free would wait for).
 pub fn reserve_t2_now(bytes: u64) -> Option<T2Reservation> {
@@ -165,4 +212,21 @@ pub fn fork_lock() -> &'static dyn ForkLock {
 /// when needed.
 pub fn restart_reclaimer_in_child() {
     RECLAIMER_STARTED.store(false, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moves_to_the_host_take_what_it_has_above_its_reserve_and_no_more() {
+        let mut room = DriverHostRoom { read: true, left: Some(5 << 20), refused: 0 };
+        assert!(room.take(2 << 20) && room.take(2 << 20));
+        assert!(!room.take(2 << 20), "1 MiB left");
+        room.give_back(2 << 20);
+        assert!(room.take(2 << 20), "a move that did not start gave its room back");
+        assert_eq!(room.refused, 2 << 20);
+        let mut unknown = DriverHostRoom { read: true, left: None, refused: 0 };
+        assert!(unknown.take(u64::MAX), "MemAvailable unreadable: the host decides");
+    }
 }

@@ -486,6 +486,7 @@ int main(int argc, char **argv)
         { "pool", test_pool },
         { "bound-pool", test_bound_pool },
         { "bound-tensors", test_bound_tensors },
+        { "demote-host-short", test_demote_host_short },
         { "ranges", test_ranges },
         { "ranges-room", test_ranges_room },
         { "kernel-times", test_kernel_times },

@@ -102,6 +102,8 @@ int test_pressure_once(int argc, char **argv);
 /* tier_bound.c: what the default makes movable where the budget binds. */
 int test_bound_pool(int argc, char **argv);
 int test_bound_tensors(int argc, char **argv);
+/* tier_host.c: what the host's RAM bounds. */
+int test_demote_host_short(int argc, char **argv);
 /* tier_ranges.c: parts of one large movable allocation moving alone, weighed by sampled
  * kernel times. */
 int test_ranges(int argc, char **argv);
