@@ -48,9 +48,10 @@ pub fn get() -> Option<&'static dyn Backend> {
 
 /// Whether the host can give `len` more bytes of RAM and keep its reserve (the userspace
 /// backend's, GREENBOOST_HOST_RESERVE): asked of host memory that no backend hands out
-/// and that cannot go to swap, movable T2 (driver-owned managed memory).
+/// and that cannot go to swap, movable T2 (driver-owned managed memory). Quiet: the
+/// caller asks the backend next, which says so if it refuses too.
 pub fn host_has_room(len: u64) -> bool {
-    userspace::leaves_host_reserve(len)
+    host_room().is_none_or(|room| room >= len)
 }
 
 /// RAM the host can give now and keep its reserve, as `host_has_room` counts it; `None`

@@ -27,7 +27,7 @@ impl Backend for UserspaceBackend {
     fn alloc(&self, len: usize, _numa_node: Option<c_int>) -> Result<HostBuffer, BackendError> {
         let started = Instant::now();
         let reserve = host_reserve();
-        if !leaves_host_reserve(len as u64) {
+        if !leaves_host_reserve(len as u64, reserve) {
             return Err(BackendError::OutOfMemory(libc::ENOMEM));
         }
         let chunk = abi::GB_CHUNK_SIZE as usize;
@@ -98,10 +98,10 @@ impl Backend for UserspaceBackend {
     }
 }
 
-/// Whether `len` more bytes of RAM leave the host reserve available (`host_reserve`),
-/// as far as MemAvailable tells now (true when it cannot be read); said at `info` when not.
-pub(super) fn leaves_host_reserve(len: u64) -> bool {
-    let reserve = host_reserve();
+/// Whether `len` more bytes of RAM leave `reserve` (`host_reserve`) available on the
+/// host, as far as MemAvailable tells now (true when it cannot be read); said at `info`
+/// when not.
+fn leaves_host_reserve(len: u64, reserve: u64) -> bool {
     match available_ram() {
         Some(available) if available < len.saturating_add(reserve) => {
             info!(

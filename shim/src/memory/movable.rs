@@ -107,6 +107,7 @@ pub fn create(
     reservation: T2Reservation,
 ) -> Result<Arc<Movable>, MovableFailure> {
     if !backend::host_has_room(len) {
+        debug!("{} of movable T2 would leave the host less than its reserve: the backend's T2 instead", Mib(len));
         return Err(MovableFailure::HostShort);
     }
     let base = managed(len, device)?;
