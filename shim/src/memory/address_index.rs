@@ -109,14 +109,10 @@ impl RangeUse {
         self.counts.first().starts.as_deref()
     }
 
-    /// A copy or memset on the thread of `shard` wrote in the range from `offset` on: a
-    /// naming that reads none of it (weight 0). Data the program copies in (a model's
-    /// weights as it loads) is not made hot by being written: heat is what the GPU reads,
-    /// and llama.cpp's 29 GiB weight buffer, heated tensor by tensor as it loaded,
-    /// swapped 2 GB a tick between VRAM and T2 until it had loaded
-    /// (bench/results/llamacpp-moe-2026-12-06-5aafd9a89e03.md).
+    /// A copy or memset on the thread of `shard` wrote in the range from `offset` on (it
+    /// counts as a launch naming it too).
     pub fn note_write(&self, offset: u64, shard: Shard) {
-        self.note_launch(offset, 0, shard);
+        self.note_launch(offset, WHOLE_READ, shard);
         self.counts.of(shard).bump(|counts| &counts.writes);
     }
 
@@ -271,10 +267,10 @@ mod tests {
         });
         uses.note_launch(0x100, WHOLE_READ / 4, Shard::mine());
         assert_eq!((uses.launches(), uses.writes()), (7, 3), "a write counts as a launch too");
-        assert_eq!(uses.weighted(), 3 * WHOLE_READ + WHOLE_READ / 4, "one that reads nothing");
+        assert_eq!(uses.weighted(), 7 * WHOLE_READ - 3 * WHOLE_READ / 4);
         let weights: Vec<(u64, u64)> =
             uses.starts().expect("partitioned").read(false).named.iter().map(|s| (s.offset, s.weight)).collect();
-        assert_eq!(weights, [(0, 3 * WHOLE_READ), (0x100, 3 * WHOLE_READ + WHOLE_READ / 4), (0x200, 0)]);
+        assert_eq!(weights, [(0, 3 * WHOLE_READ), (0x100, 3 * WHOLE_READ + WHOLE_READ / 4), (0x200, 3 * WHOLE_READ)]);
         assert!(RangeUse::default().starts().is_none());
     }
 }
