@@ -314,6 +314,12 @@ t_tier_bound_pool() {
     tier_run tier-bound-pool GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 6 )) \
         "$BIN/gbtier" bound-pool $TIER_BLOCK
 }
+t_tier_bound_load() {
+    # The same buffer loaded by copies with ticks between them, no kernel launched: the
+    # first blocks promoted into the budget stay, none traded for a block written later.
+    tier_run tier-bound-load GREENBOOST_VRAM_RESERVE=0 GREENBOOST_VRAM_BUDGET=$(( TIER_BLOCK * 6 )) \
+        "$BIN/gbtier" bound-load $TIER_BLOCK
+}
 t_tier_bound_tensors() {
     # The default, a budget of four blocks: tensors loaded one at a time stay plain VRAM,
     # then pinned T2; what is allocated while computing is movable.
@@ -348,4 +354,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_tensors tier_demote_host_short tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_load tier_bound_tensors tier_demote_host_short tier_pool"

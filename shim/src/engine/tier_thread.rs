@@ -34,6 +34,7 @@ use crate::sys::lock_order::rank;
 use crate::sys::log::Mib;
 use crate::sys::publish;
 use crate::sys::shm_path::ShmPath;
+use crate::sys::stats;
 
 /// Most bytes moved into VRAM before the thread waits for them and reads free VRAM again
 /// (`Arrivals`); a group is no larger than what the plan still has, one run at least.
@@ -133,6 +134,14 @@ fn run() {
     }
 }
 
+/// Whether the program has had the GPU read its memory: a kernel launch or a graph launch
+/// seen, or a cuBLAS handle or product (`budget::computing`).
+fn gpu_has_read() -> bool {
+    budget::computing()
+        || stats::launch_total(|counts| &counts.launches) > 0
+        || stats::launch_total(|counts| &counts.graph_launches) > 0
+}
+
 /// One tick on `device` (a context of it current): measure, plan, move. Returns what the
 /// next tick carries over, and whether the driver keeps what moves out leave.
 fn tick(
@@ -159,7 +168,12 @@ fn tick(
         working_set_growing: room_made::recently(device),
         answered: carried.answered,
         demote: config.demote,
-        swap_limit: SWAP_BYTES,
+        // Roles swap by what the GPU reads; before the program's first kernel or product
+        // it has read nothing, and the only heat is the copies that load its memory: a
+        // pool loading tensor by tensor would trade the parts just written for those
+        // written before (llama.cpp's 29 GiB pool swapped 2 GB a tick while it loaded,
+        // bench/results/llamacpp-moe-2026-12-06-5aafd9a89e03.md).
+        swap_limit: if gpu_has_read() { SWAP_BYTES } else { 0 },
         driver_keeps,
     };
     if room.pressing() {

@@ -91,7 +91,8 @@ pub struct Room {
     pub answered: u64,
     /// GREENBOOST_DEMOTE.
     pub demote: bool,
-    /// Most bytes one tick demotes to swap roles.
+    /// Most bytes one tick demotes to swap roles (none before the GPU has read anything:
+    /// `tier_thread`).
     pub swap_limit: u64,
     /// Moves into VRAM on this device were seen to take fresh VRAM where this process's
     /// moves out had left the driver VRAM (it keeps what they leave, and gives it to

@@ -4,6 +4,9 @@
  *   is movable (in 2 MiB parts) and promoted into the budget while the program loads; its
  *   KV cache, allocated before it computes, gets VRAM from those weights at once; the
  *   block of the buffer its kernels keep writing moves to VRAM, every byte kept.
+ * gbtier bound-load BLOCK: the same buffer loaded by copies, block by block, while live
+ *   tiering runs, no kernel launched yet: the blocks promoted into the budget stay there,
+ *   none traded for one written later (the GPU has read nothing), every byte kept.
  * gbtier bound-tensors BLOCK: PyTorch's order. Weights loaded one tensor at a time stay
  *   the driver's VRAM, and pinned T2 past the budget (GEMM staging copies it at the link's
  *   full rate); once the program computes, what it allocates is movable. */
@@ -75,6 +78,43 @@ int test_bound_pool(int argc, char **argv)
         CHECK(back[i] == value, "hot block word %zu is %u, want the last fill %u\n", i, back[i], value);
     free(back);
     OK(cudaFree(kv));
+    OK(cudaFree(weights));
+    return 0;
+}
+
+int test_bound_load(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: bound-load BLOCK\n");
+    size_t block = strtoull(argv[2], NULL, 0), n = BUFFER * block;
+    char *weights;
+    OK(cudaMalloc((void **)&weights, n));
+    CHECK(is_kind(weights, "managed"), "the weight buffer larger than the budget is %s, not movable\n",
+          fakegpu_ptr_kind(dptr(weights)));
+    unsigned *host = malloc(block);
+    CHECK(host, "malloc\n");
+    for (int i = 0; i < BUFFER; i++) {
+        for (size_t w = 0; w < block / 4; w++)
+            host[w] = 900u * (unsigned)i + (unsigned)w;
+        OK(cudaMemcpy(weights + (size_t)i * block, host, block, 1 /* host to device */));
+        usleep(50000); /* five ticks of the tier thread between tensors */
+    }
+    unsigned long long budget = 6 * block;
+    size_t lowest = vram;
+    CHECK(wait_for(tier_vram_at_least, &budget, 0, &lowest), "the weights were not promoted into the budget (%llu MiB "
+          "in VRAM)\n", shim_stats().tier_vram >> 20);
+    usleep(100000);
+    struct shim_stats st = shim_stats();
+    printf("bound-load: %llu promotions (%llu MiB), %llu swaps, %llu demotions (%llu MiB)\n", st.promotions,
+           st.promoted_bytes >> 20, st.swaps, st.demotions, st.demoted_bytes >> 20);
+    CHECK(st.demotions == 0 && st.swaps == 0, "%llu MiB of the loaded weights went back to T2 in %llu moves while "
+          "it loaded: blocks written later were taken for hotter before the GPU read any\n", st.demoted_bytes >> 20, st.demotions);
+    for (int i = 0; i < BUFFER; i++) {
+        OK(cudaMemcpy(host, weights + (size_t)i * block, block, 2 /* device to host */));
+        for (size_t w = 0; w < block / 4; w++)
+            CHECK(host[w] == 900u * (unsigned)i + (unsigned)w, "block %d word %zu is %u after the moves\n", i, w,
+                  host[w]);
+    }
+    free(host);
     OK(cudaFree(weights));
     return 0;
 }

@@ -485,6 +485,7 @@ int main(int argc, char **argv)
         { "uncontested", test_uncontested },
         { "pool", test_pool },
         { "bound-pool", test_bound_pool },
+        { "bound-load", test_bound_load },
         { "bound-tensors", test_bound_tensors },
         { "demote-host-short", test_demote_host_short },
         { "ranges", test_ranges },

@@ -101,6 +101,7 @@ int test_pressure_once(int argc, char **argv);
 
 /* tier_bound.c: what the default makes movable where the budget binds. */
 int test_bound_pool(int argc, char **argv);
+int test_bound_load(int argc, char **argv);
 int test_bound_tensors(int argc, char **argv);
 /* tier_host.c: what the host's RAM bounds. */
 int test_demote_host_short(int argc, char **argv);
