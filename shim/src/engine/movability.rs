@@ -76,12 +76,12 @@ static BOUND_MOVES_SAID: AtomicBool = AtomicBool::new(false);
 /// Whether a pool of weights of `size` is movable under `budget`: when the budget holds
 /// half of it at least. A pool mostly in T2 stays pinned and split: most of what its
 /// prompts read is then in T2, which GEMM staging copies at the link's full rate out of
-/// pinned memory, and its parts, heated by the copies that load them, trade places while
-/// it loads. llama.cpp, a 29 GiB mixture of experts under an 8 GiB budget on an H100:
-/// movable, 440 prompt and 13.3 generated tokens/s, 20.7 GB promoted and 13.2 GB demoted
-/// in one llama-bench run (bench/results/llamacpp-moe-2026-12-06-5aafd9a89e03.md); split,
-/// 782 and 23.5 (bench/results/llamacpp-moe-2026-12-06-75446c3254bc.md, where copies did
-/// not heat, and movable gave 475 and 24.3: not kept, bench/results/2026-12-06-b1dc013601a6-longctx-ab-h100.md).
+/// pinned memory. llama.cpp, a 29 GiB mixture of experts under an 8 GiB budget on an
+/// H100, split: 782 prompt and 23.5 generated tokens/s
+/// (bench/results/llamacpp-moe-2026-12-06-75446c3254bc.md). Movable: 440 and 13.3, its
+/// parts trading places while it loaded, 13.2 GB demoted
+/// (bench/results/llamacpp-moe-2026-12-06-5aafd9a89e03.md); 475 and 24.3 in a build
+/// where loading could not heat it (bench/results/2026-12-06-b1dc013601a6-longctx-ab-h100.md).
 fn pool_moves(size: u64, budget: u64) -> bool {
     size / 2 <= budget
 }
