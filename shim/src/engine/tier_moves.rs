@@ -26,7 +26,7 @@ use crate::memory::movable::{Movable, Run};
 use crate::memory::movable_part::{Part, Reserved, Started};
 use crate::memory::release;
 use crate::rules::tiering::Move;
-use crate::sys::log::Mib;
+use crate::sys::log::{Level, Mib};
 use crate::sys::publish;
 use crate::sys::stats::{self, STATS};
 
@@ -267,22 +267,20 @@ fn say_host_short(device: CuDevice, refused: u64) {
     if refused == 0 {
         return;
     }
-    let reserve = Mib(release::host_reserve());
-    if HOST_SHORT_SAID.swap(true, Ordering::Relaxed) {
-        debug!(
-            "live tiering on device {}: {} stays in VRAM: the host has no RAM for it above its reserve of {}",
-            device,
-            Mib(refused),
-            reserve
-        );
+    let first = !HOST_SHORT_SAID.swap(true, Ordering::Relaxed);
+    let (level, why) = if first {
+        (Level::Info, " (GREENBOOST_HOST_RESERVE); a process that needs that VRAM gets out-of-memory")
     } else {
-        info!(
-            "live tiering on device {}: {} stays in VRAM: the host has no RAM for it above its reserve of {} (GREENBOOST_HOST_RESERVE); a process that needs that VRAM gets out-of-memory",
-            device,
-            Mib(refused),
-            reserve
-        );
-    }
+        (Level::Debug, "")
+    };
+    log_at!(
+        level,
+        "live tiering on device {}: {} stays in VRAM: the host has no RAM for it above its reserve of {}{}",
+        device,
+        Mib(refused),
+        Mib(release::host_reserve()),
+        why
+    );
 }
 
 /// Whether a move kept in VRAM for want of host RAM was said at `info`.
