@@ -1,5 +1,5 @@
 //! The driver calls the shim makes for its own work (contexts, events, streams, copies,
-//! registration, the VMM calls of split allocations, memory figures), as small typed
+//! registration, the VMM calls of split allocations), as small typed
 //! wrappers over `real`: each says once why its call is sound. They are the driver's own
 //! functions, never the shim's hooks: cuMemCreate and cuMemRelease are hooked too, but the
 //! shim's own VMM memory must not be counted twice, and cuLaunchKernel, cuMemcpyAsync and
@@ -7,30 +7,12 @@
 //! verifications) are not the program's work.
 //!
 //! A missing driver function answers CUDA_ERROR_NOT_INITIALIZED, as a missing driver
-//! would.
+//! would (`driver_call!`). What the driver says of a device is in `device_facts`.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::Ordering;
 
 use crate::cuda::ffi::*;
 use crate::cuda::real;
-use crate::sys::per_device::PerDevice;
-
-/// Calls a real driver function or answers CUDA_ERROR_NOT_INITIALIZED when it is missing.
-/// `$why` is the SAFETY argument of this very call, written at the call site.
-macro_rules! driver_call {
-    ($function:ident($($arg:expr),*), $why:literal) => {{
-        let _why: &str = $why;
-        match real::$function() {
-            // SAFETY: `real` resolved the driver's own function with this C signature, and
-            // the arguments are sound for it for the reason `$why` gives at the call site:
-            // values the driver validates itself, or pointers to live locals or to ranges
-            // the caller guarantees.
-            Some(function) => unsafe { function($($arg),*) },
-            None => CuResult::NOT_INITIALIZED,
-        }
-    }};
-}
 
 pub fn current_context() -> Option<Context> {
     let mut context = Context::NULL;
@@ -70,42 +52,6 @@ pub fn is_allocation(device_ptr: CuDevicePtr) -> bool {
     driver_call!(cuMemGetAddressRange_v2(&mut base, &mut size, device_ptr), "writes two integers to valid locals")
         == CuResult::SUCCESS
         && base == device_ptr
-}
-
-/// The host NUMA node nearest to `device`, if the driver knows one.
-pub fn host_numa_node(device: CuDevice) -> Option<c_int> {
-    let mut node: c_int = -1;
-    let status = driver_call!(
-        cuDeviceGetAttribute(&mut node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device),
-        "writes one int to a valid local"
-    );
-    (status == CuResult::SUCCESS && node >= 0).then_some(node)
-}
-
-/// The device's physical VRAM through the real cuDeviceTotalMem_v2, cached per device.
-pub fn physical_vram(device: CuDevice) -> Option<u64> {
-    static TOTALS: PerDevice = PerDevice::new();
-    let cache = TOTALS.of(device);
-    if let Some(known) = cache.map(|slot| slot.load(Ordering::Relaxed)).filter(|total| *total != 0) {
-        return Some(known);
-    }
-    let mut bytes: usize = 0;
-    let status = driver_call!(cuDeviceTotalMem_v2(&mut bytes, device), "writes one size_t to a valid local");
-    if status != CuResult::SUCCESS || bytes == 0 {
-        return None;
-    }
-    if let Some(slot) = cache {
-        slot.store(bytes as u64, Ordering::Relaxed);
-    }
-    Some(bytes as u64)
-}
-
-/// (free, total) bytes of the current context's device, as the driver sees them: every
-/// process's use counts.
-pub fn device_memory() -> Option<(u64, u64)> {
-    let (mut free, mut total): (usize, usize) = (0, 0);
-    let status = driver_call!(cuMemGetInfo_v2(&mut free, &mut total), "writes two size_t to valid locals");
-    (status == CuResult::SUCCESS && total != 0).then_some((free as u64, total as u64))
 }
 
 pub fn event_create() -> Result<Event, CuError> {
@@ -354,32 +300,6 @@ pub fn try_import_and_drop(fd: c_int, len: u64, handle_type: c_int) -> CuResult 
         driver_call!(cuDestroyExternalMemory(external), "the handle just made");
     }
     status
-}
-
-/// Whether `device` lets the CPU and the GPU use managed memory at once (the driver
-/// migrating pages under running kernels): what movable T2 needs.
-pub fn concurrent_managed_access(device: CuDevice) -> bool {
-    let mut value: c_int = 0;
-    let status = driver_call!(
-        cuDeviceGetAttribute(&mut value, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, device),
-        "writes one int to a valid local"
-    );
-    status == CuResult::SUCCESS && value == 1
-}
-
-/// The GPU's PCI address (domain, bus, device), the same in every process; `None` when
-/// the driver does not say.
-pub fn pci_address(device: CuDevice) -> Option<(u32, u32, u32)> {
-    let mut parts = [0u32; 3];
-    let attributes =
-        [CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID];
-    for (part, attribute) in parts.iter_mut().zip(attributes) {
-        let mut value: c_int = 0;
-        let status =
-            driver_call!(cuDeviceGetAttribute(&mut value, attribute, device), "writes one int to a valid local");
-        *part = u32::try_from(value).ok().filter(|_| status == CuResult::SUCCESS)?;
-    }
-    Some((parts[0], parts[1], parts[2]))
 }
 
 /// Managed memory of `len` bytes that every stream may use, in the current context.

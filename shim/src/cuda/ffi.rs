@@ -235,6 +235,11 @@ pub(super) const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`: the host NUMA node closest to the GPU (-1: none).
 pub(super) const CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: c_int = 134;
 
+/// `CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE` (peak, kHz) and
+/// `CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH` (bits): the device memory's peak rate.
+pub(super) const CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: c_int = 36;
+pub(super) const CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: c_int = 37;
+
 /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the device and the CPU may use
 /// managed memory at the same time (the driver resolves it); without it the CPU may not
 /// touch managed memory while any kernel runs.

@@ -8,14 +8,14 @@
 //! So every `SAMPLE_EVERY`th launch of each thread while movable memory lives is timed
 //! (counted per thread, so that threads launching at once share no counter): an event
 //! before it and one after it on its stream. A later sampled launch collects the samples
-//! whose events have passed. Where most of what a sample named lay in T2 when it was
-//! launched, reading all of it over the link would have taken its T2 bytes over
-//! `Config::link_bytes_per_s`; the kernel's time over that, at most 1, is its function's
-//! read share, kept per function (halfway from the last), and each launch of the
-//! function names with that weight (`address_index::WHOLE_READ` times the share; graph
-//! kernel nodes of the function too). A function never sampled, or sampled only over
-//! VRAM, reads all it names. Shares are kept by a number each function is given on first
-//! sight (a table that never forgets).
+//! whose events have passed. A sample's time bounds the share of what it named that the
+//! kernel read (`rules::read_share`: over T2 at the link's rate, over VRAM at the device
+//! memory's peak, where only a bound below all of it says something). That share is kept
+//! per function (halfway from the last), and each launch of the function names with that
+//! weight (`address_index::WHOLE_READ` times the share; graph kernel nodes of the function
+//! too). A function never sampled, or whose samples said nothing, reads all it names.
+//! Shares are kept by a number each function is given on first sight (a table that
+//! never forgets).
 //!
 //! Slots: each sample owns a slot from `before_launch` to its collection, by the slot's
 //! state (`FREE` → `BUSY` by a compare-and-swap, `PENDING` once recorded), so its fields
@@ -30,6 +30,7 @@ use crate::launch::capture::{self, Enqueued};
 use crate::memory::address_index::WHOLE_READ;
 use crate::memory::{movable, registry};
 use crate::rules::config;
+use crate::rules::read_share::{self, Rates, Sample};
 use crate::sys::intern_table::InternTable;
 use crate::sys::stats::{self, STATS};
 
@@ -72,6 +73,8 @@ struct Slot {
     /// them (the move its own read share decided, for one).
     named_bytes: AtomicU64,
     named_t2: AtomicU64,
+    /// The peak rate of the launch's device's memory, bytes per second (0: not known).
+    vram_rate: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -83,6 +86,7 @@ const EMPTY_SLOT: Slot = Slot {
     number: AtomicU64::new(0),
     named_bytes: AtomicU64::new(0),
     named_t2: AtomicU64::new(0),
+    vram_rate: AtomicU64::new(0),
 };
 
 static SAMPLES: [Slot; SLOTS] = [EMPTY_SLOT; SLOTS];
@@ -202,6 +206,8 @@ pub fn after_launch(sampling: Sampling, accepted: bool, function: CuFunction, st
         .fold((0u64, 0u64), |(bytes, t2), (piece, piece_t2)| (bytes + piece, t2 + piece_t2));
     slot.named_bytes.store(bytes, Ordering::Relaxed);
     slot.named_t2.store(t2, Ordering::Relaxed);
+    let vram_rate = cuda::current_device().and_then(cuda::vram_peak_bytes_per_s);
+    slot.vram_rate.store(vram_rate.unwrap_or(0), Ordering::Relaxed);
     slot.state.store(PENDING, Ordering::Release);
 }
 
@@ -228,17 +234,17 @@ fn collect() {
     }
 }
 
-/// Folds one sample's time (`seconds`) into its kernel's read share, when most of the
-/// bytes it named lay in T2 when it was launched (a kernel over VRAM is timed by its
-/// arithmetic, not by what it reads).
+/// Folds one sample's time (`seconds`) into its kernel's read share, where it bounds it
+/// (`read_share::bound`).
 fn calibrate(slot: &Slot, seconds: f64) {
     let number = slot.number.load(Ordering::Relaxed) as usize;
-    let (bytes, t2) = (slot.named_bytes.load(Ordering::Relaxed), slot.named_t2.load(Ordering::Relaxed));
-    if number == 0 || t2 == 0 || t2.saturating_mul(2) < bytes || seconds <= 0.0 {
+    let sample =
+        Sample { seconds, named: slot.named_bytes.load(Ordering::Relaxed), t2: slot.named_t2.load(Ordering::Relaxed) };
+    let vram = slot.vram_rate.load(Ordering::Relaxed);
+    let rates = Rates { link: config::get().link_bytes_per_s, vram: (vram != 0).then_some(vram) };
+    let Some(share) = read_share::bound(sample, rates).filter(|_| number != 0) else {
         return;
-    }
-    let link = config::get().link_bytes_per_s.max(1) as f64;
-    let share = (seconds * link / t2 as f64).min(1.0);
+    };
     let measured = ((share * WHOLE_READ as f64) as u64).max(1);
     let kept = match SHARES[number].load(Ordering::Relaxed) {
         0 => WHOLE_READ,
@@ -248,10 +254,11 @@ fn calibrate(slot: &Slot, seconds: f64) {
     SHARES[number].store(folded, Ordering::Relaxed);
     stats::bump(&STATS.launches_timed);
     debug!(
-        "kernel {}: {:.3} ms over {} T2 bytes it named: reads {:.0}% of it (kept {:.0}%)",
+        "kernel {}: {:.3} ms over {} bytes it named ({} in T2): reads {:.0}% of it at most (kept {:.0}%)",
         number,
         seconds * 1000.0,
-        t2,
+        sample.named,
+        sample.t2,
         share * 100.0,
         folded as f64 * 100.0 / WHOLE_READ as f64
     );

@@ -123,6 +123,10 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
     case 102: *v = 1; break;  /* virtual memory management */
     case 103: *v = 1; break;  /* POSIX fd handles */
     case 115: *v = 1; break;  /* memory pools */
+    /* Memory clock (kHz, double data rate) and bus width (bits): the peak rate of the
+     * device's own memory as fk_read_u32 reads it, 50 KiB per link ns per KiB. */
+    case 36: *v = (int)(50ull * 1024 * 1000000 / (2 * 640 * fg_link_ns_per_kib())); break;
+    case 37: *v = 5120; break;
     case 33: *v = 0x1b + d; break; /* PCI bus: one per device */
     case 34: *v = 0; break;   /* PCI device */
     case 50: *v = 0; break;   /* PCI domain */

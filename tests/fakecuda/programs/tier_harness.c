@@ -121,6 +121,19 @@ void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long lon
     OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
 }
 
+CUfunction read_kernel(void)
+{
+    return kernel_named(".version 8.0\n.target sm_90\n"
+                        ".visible .entry fk_read_u32(.param .u64 src, .param .u64 count)\n{ ret; }\n",
+                        "fk_read_u32");
+}
+
+void read_words(CUfunction f, CUdeviceptr src, unsigned long long count)
+{
+    void *params[] = { &src, &count };
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+}
+
 void load_weights_then_compute(void **weights, int n, size_t block)
 {
     for (int i = 0; i < n; i++) {

@@ -61,3 +61,50 @@ int test_cycle(int argc, char **argv)
     balloon_stop(&other);
     return 0;
 }
+
+/* gbtier vram-times BUFFER BLOCK (issue 34's decode, issue 36 item 2): a buffer of BUFFER
+ * bytes in VRAM beside another process that leaves no more room, and a block of BLOCK
+ * bytes in T2. Both are named equally often, the buffer by a kernel that reads a
+ * sixty-fourth of it (as a decode step's attention is given a layer's whole KV cache, or
+ * a kernel a tensor at the start of one of PyTorch's cached segments), the block by one
+ * that reads all of it. Counted by namings, the buffer is as hot per byte as the block,
+ * which never comes in. Timed, the short kernel over VRAM read at most its time at the
+ * device memory's peak rate (the fake's is fifty times its link's): the block must take
+ * VRAM in place of part of the buffer, every byte kept. */
+int test_vram_times(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: vram-times BUFFER BLOCK\n");
+    size_t sizes[2] = { strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0) };
+    void *blocks[2];
+    struct balloon other = balloon_start(device_free() - headroom - sizes[0]);
+    for (int i = 0; i < 2; i++)
+        OK(cudaMalloc(&blocks[i], sizes[i]));
+    for (int i = 0; i < 2; i++) /* the program's first kernels: it computes from here on */
+        OK(fakegpu_launch_fill(dptr(blocks[i]), sizes[i], 700 + (uint32_t)i, NULL));
+    OK(cudaDeviceSynchronize());
+    CHECK(shim_t2_bytes(blocks[0], sizes[0]) == 0 && shim_t2_bytes(blocks[1], sizes[1]) == sizes[1],
+          "the buffer has %llu T2 bytes, the block %llu of %zu: want the buffer in VRAM, the block in T2\n",
+          shim_t2_bytes(blocks[0], sizes[0]), shim_t2_bytes(blocks[1], sizes[1]), sizes[1]);
+    CUfunction partial = read_kernel(), whole = read_kernel();
+    int in = 0;
+    unsigned long long launches = 0;
+    for (int round = 0; round < 4000 && !in; round++, launches += 2) {
+        read_words(partial, dptr(blocks[0]), sizes[0] / 4 / 64);
+        read_words(whole, dptr(blocks[1]), sizes[1] / 4);
+        OK(cudaDeviceSynchronize());
+        in = shim_t2_bytes(blocks[1], sizes[1]) == 0;
+    }
+    struct shim_stats st = shim_stats();
+    printf("vram-times: block in VRAM %d after %llu launches; %llu timed, %llu swaps; buffer's T2 bytes %llu\n", in,
+           launches, st.launches_timed, st.swaps, shim_t2_bytes(blocks[0], sizes[0]));
+    CHECK(in, "the block read whole never came into VRAM: a short kernel over VRAM counted as reading all it named\n");
+    for (int i = 0; i < 2; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(blocks[i]), sizes[i], 700 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "allocation %d has %llu wrong words after the moves\n", i, bad);
+        OK(cudaFree(blocks[i]));
+    }
+    balloon_stop(&other);
+    return 0;
+}

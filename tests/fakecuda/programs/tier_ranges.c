@@ -159,18 +159,6 @@ int test_ranges_room(int argc, char **argv)
     return 0;
 }
 
-static const char read_ptx[] = ".version 8.0\n.target sm_90\n"
-                               ".visible .entry fk_read_u32(.param .u64 src, .param .u64 count)\n"
-                               "{ ret; }\n";
-
-/* fk_read_u32 through cuLaunchKernel: reads `count` words from `src`, taking the fake
- * link's time for those on the host. */
-static void read_words(CUfunction f, CUdeviceptr src, unsigned long long count)
-{
-    void *params[] = { &src, &count };
-    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
-}
-
 struct pieces {
     CUdeviceptr at[4];
 };
@@ -209,12 +197,7 @@ int test_kernel_times(int argc, char **argv)
         OK(fakegpu_launch_fill(dptr(blocks[i]), block, 700 + (uint32_t)i, NULL));
     }
     OK(cudaDeviceSynchronize());
-    CUmodule one, two;
-    CUfunction partial, whole;
-    OK(cuModuleLoadData(&one, read_ptx));
-    OK(cuModuleGetFunction(&partial, one, "fk_read_u32"));
-    OK(cuModuleLoadData(&two, read_ptx));
-    OK(cuModuleGetFunction(&whole, two, "fk_read_u32"));
+    CUfunction partial = read_kernel(), whole = read_kernel();
     struct pieces p;
     for (int i = 0; i < 4; i++)
         p.at[i] = dptr(buffer) + (size_t)i * piece;

@@ -491,6 +491,7 @@ int main(int argc, char **argv)
         { "ranges", test_ranges },
         { "ranges-room", test_ranges_room },
         { "kernel-times", test_kernel_times },
+        { "vram-times", test_vram_times },
         { "ranges-demote", test_ranges_demote },
         { "cycle", test_cycle },
     };

@@ -77,6 +77,11 @@ CUfunction kernel_named(const char *ptx, const char *name);
  * the shim observes): `count` words of `value` from `dst` on the legacy stream. */
 CUfunction fill_kernel(void);
 void fill_words(CUfunction f, CUdeviceptr dst, unsigned value, unsigned long long count);
+/* The fake's fk_read_u32 (from a module of its own at each call: a kernel function of
+ * its own), and a launch of it through cuLaunchKernel reading `count` words from `src`,
+ * taking the fake link's time for those on the host, a fiftieth of it for the rest. */
+CUfunction read_kernel(void);
+void read_words(CUfunction f, CUdeviceptr src, unsigned long long count);
 /* The fake's fk_struct (a 256-byte struct of 8 pointers, then 8 pointer parameters),
  * and a launch of it through cuLaunchKernel naming `n` blocks (at most 8; fewer are
  * named again), writing no word: what makes them hot to the shim. */
@@ -111,7 +116,9 @@ int test_ranges(int argc, char **argv);
 int test_ranges_room(int argc, char **argv);
 int test_kernel_times(int argc, char **argv);
 int test_ranges_demote(int argc, char **argv);
-/* tier_heat.c: heat that does not trade weights read once per pass for one another. */
+/* tier_heat.c: heat that does not trade weights read once per pass for one another, and
+ * that a short kernel over VRAM does not make hot. */
 int test_cycle(int argc, char **argv);
+int test_vram_times(int argc, char **argv);
 
 #endif

@@ -22,6 +22,9 @@ int fg_device_count(void);
 int fg_device_valid(CUdevice d);
 size_t fg_device_vram(CUdevice d);
 void fg_mem_info(CUdevice d, size_t *free_bytes, size_t *total);
+/* What fk_read_u32 takes per KiB of host memory the device reads, in ns
+ * (FAKECUDA_LINK_NS_PER_KIB, default 500); its own memory costs a fiftieth of that. */
+uint64_t fg_link_ns_per_kib(void);
 
 CUresult fg_ctx_primary(CUdevice d, CUcontext *ctx);
 void fg_ctx_set_current(CUcontext ctx);

@@ -177,6 +177,13 @@ static const unsigned char *read_view_locked(uintptr_t p, size_t *n, int *on_hos
 /* Reads n bytes at src, then sleeps on the stream until the modeled time has passed
  * since it started (the real reading counted in it), so that events recorded around the
  * launch measure the model, not the host's memory speed. */
+uint64_t fg_link_ns_per_kib(void)
+{
+    const char *e = getenv("FAKECUDA_LINK_NS_PER_KIB");
+    uint64_t ns = e && *e ? strtoull(e, NULL, 10) : 500;
+    return ns ? ns : 1;
+}
+
 static int read_timed(uintptr_t src, uint64_t n)
 {
     struct timespec until;
@@ -202,8 +209,7 @@ static int read_timed(uintptr_t src, uint64_t n)
     }
     volatile uint32_t sink = sum; /* the words are read, not optimised away */
     (void)sink;
-    const char *e = getenv("FAKECUDA_LINK_NS_PER_KIB");
-    uint64_t ns_per_kib = e && *e ? strtoull(e, NULL, 10) : 500;
+    uint64_t ns_per_kib = fg_link_ns_per_kib();
     uint64_t ns = (host * ns_per_kib + (n - host) * ns_per_kib / 50) / 1024;
     fg_log("KERNEL_TIME fk_read_u32 src=%#lx host=%llu device=%llu ns=%llu", (unsigned long)src,
            (unsigned long long)host, (unsigned long long)(n - host), (unsigned long long)ns);
