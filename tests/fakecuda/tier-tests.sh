@@ -300,12 +300,21 @@ t_tier_kernel_times() {
 }
 t_tier_vram_times() {
     # A short kernel names a large buffer in VRAM as often as another reads a small block
-    # in T2 whole: timed at the fake device memory's peak rate (50 times its link's, here
-    # 1 GB/s), the buffer is colder per byte, and the block comes in. A device twice the
-    # size, so that the buffer (cut into parts) is not a pool of the weights.
+    # in T2 whole: timed at the fake device memory's peak rate (50 times its link's), the
+    # buffer is colder per byte, and the block comes in. A slow fake link (0.26 GB/s)
+    # keeps the fake's own time per launch, larger on a busy machine, small beside a VRAM
+    # read; a device twice the size, so that the buffer (cut into parts) is not a pool.
     tier_run tier-vram-times FAKECUDA_VRAM=$(( VRAM * 2 )) GREENBOOST_TIERING=on GREENBOOST_VRAM_RESERVE=0 \
-        FAKECUDA_LINK_NS_PER_KIB=1000 GREENBOOST_LINK_GBPS=1 GREENBOOST_LOG=debug \
+        FAKECUDA_LINK_NS_PER_KIB=4000 GREENBOOST_LINK_GBPS=1 GREENBOOST_LOG=debug \
         "$BIN/gbtier" vram-times $(( TIER_BLOCK * 8 )) $(( TIER_BLOCK / 2 ))
+}
+t_tier_vram_times_rare() {
+    # The same with the buffer's reader launched once in a pass of 256 launches: the
+    # block comes in from the first launches of each kernel timed, before a turn of
+    # every 257th launch meets the buffer's reader.
+    tier_run tier-vram-times-rare FAKECUDA_VRAM=$(( VRAM * 2 )) GREENBOOST_TIERING=on GREENBOOST_VRAM_RESERVE=0 \
+        FAKECUDA_LINK_NS_PER_KIB=4000 GREENBOOST_LINK_GBPS=1 GREENBOOST_LOG=debug \
+        "$BIN/gbtier" vram-times $(( TIER_BLOCK * 8 )) $(( TIER_BLOCK / 2 )) 256
 }
 t_tier_attributes() {
     # Movable VRAM and movable T2 answer pointer attribute queries as device memory.
@@ -363,4 +372,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_vram_times tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_load tier_bound_tensors tier_demote_host_short tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_vram_times tier_vram_times_rare tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_load tier_bound_tensors tier_demote_host_short tier_pool"

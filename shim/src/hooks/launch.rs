@@ -50,7 +50,7 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    let sampling = kernel_times::before_launch(stream);
+    let sampling = kernel_times::before_launch(function, stream);
     // SAFETY: the real launch with the program's arguments; observed with the same.
     unsafe {
         let status =
@@ -78,7 +78,7 @@ pub unsafe fn launch_kernel_ptsz(
 ) -> CuResult {
     // Stream 0 means the thread's default stream here.
     let observed = stream.per_thread_default();
-    let sampling = kernel_times::before_launch(observed);
+    let sampling = kernel_times::before_launch(function, observed);
     // SAFETY: as in `launch_kernel`.
     unsafe {
         let status =
@@ -99,7 +99,7 @@ pub unsafe fn launch_kernel_ex(
     // SAFETY: the configuration, where not null, is the program's launch configuration,
     // which the driver reads as well.
     let stream = if config.is_null() { Stream::NULL } else { unsafe { (*config).stream } };
-    let sampling = kernel_times::before_launch(stream);
+    let sampling = kernel_times::before_launch(function, stream);
     // SAFETY: the real launch with the program's arguments; observed with the same.
     unsafe {
         let status = real(config, function, params, extra);
@@ -118,7 +118,7 @@ pub unsafe fn launch_kernel_ex_ptsz(
 ) -> CuResult {
     // SAFETY: as in `launch_kernel_ex`; stream 0 means the thread's default stream here.
     let observed = if config.is_null() { Stream::NULL } else { unsafe { (*config).stream } }.per_thread_default();
-    let sampling = kernel_times::before_launch(observed);
+    let sampling = kernel_times::before_launch(function, observed);
     // SAFETY: as in `launch_kernel_ex`.
     unsafe {
         let status = real(config, function, params, extra);
@@ -142,7 +142,7 @@ pub unsafe fn launch_cooperative_kernel(
     stream: Stream,
     params: *mut *mut c_void,
 ) -> CuResult {
-    let sampling = kernel_times::before_launch(stream);
+    let sampling = kernel_times::before_launch(function, stream);
     // SAFETY: as in `launch_kernel` (a cooperative launch has no `extra`).
     unsafe {
         let status = real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
@@ -168,7 +168,7 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
 ) -> CuResult {
     // Stream 0 means the thread's default stream here.
     let observed = stream.per_thread_default();
-    let sampling = kernel_times::before_launch(observed);
+    let sampling = kernel_times::before_launch(function, observed);
     // SAFETY: as in `launch_cooperative_kernel`.
     unsafe {
         let status = real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);

@@ -6,16 +6,17 @@
 //! weights read whole at every token, and would take their VRAM.
 //!
 //! So every `SAMPLE_EVERY`th launch of each thread while movable memory lives is timed
-//! (counted per thread, so that threads launching at once share no counter): an event
-//! before it and one after it on its stream. A later sampled launch collects the samples
-//! whose events have passed. A sample's time bounds the share of what it named that the
-//! kernel read (`rules::read_share`: over T2 at the link's rate, over VRAM at the device
-//! memory's peak, where only a bound below all of it says something). That share is kept
-//! per function (halfway from the last), and each launch of the function names with that
-//! weight (`address_index::WHOLE_READ` times the share; graph kernel nodes of the function
-//! too). A function never sampled, or whose samples said nothing, reads all it names.
-//! Shares are kept by a number each function is given on first sight (a table that
-//! never forgets).
+//! (counted per thread, so that threads launching at once share no counter), and the
+//! first `FIRST_SAMPLES` of each function: an event before it and one after it on its
+//! stream. A later sampled launch collects the samples whose events have passed. A
+//! sample's time bounds the share of what it named that the kernel read
+//! (`rules::read_share`: over T2 at the link's rate, over VRAM at the device memory's
+//! peak, where only a bound below all of it says something). That share is kept per
+//! function (the first measure, then halfway from the last), and each launch of the
+//! function names with that weight (`address_index::WHOLE_READ` times the share; graph
+//! kernel nodes of the function too). A function never sampled, or whose samples said
+//! nothing, reads all it names. Shares are kept by a number each function is given on
+//! first sight (a table that never forgets).
 //!
 //! Slots: each sample owns a slot from `before_launch` to its collection, by the slot's
 //! state (`FREE` → `BUSY` by a compare-and-swap, `PENDING` once recorded), so its fields
@@ -37,6 +38,11 @@ use crate::sys::stats::{self, STATS};
 /// One launch in this many is timed (two event records: about a microsecond each); a
 /// prime, so that a program repeating a sequence of kernels has each of them timed in turn.
 const SAMPLE_EVERY: u64 = 257;
+
+/// The first launches of each function timed whatever the turn: a kernel launched once
+/// per pass of a few hundred (an embedding's lookup, once a token, beside a layer's
+/// every kernel) would meet its turn once in `SAMPLE_EVERY` passes.
+const FIRST_SAMPLES: u8 = 2;
 
 /// Samples in flight at once; a launch whose turn finds none free is not timed.
 const SLOTS: usize = 8;
@@ -60,6 +66,9 @@ static NUMBERS: InternTable<8192> = InternTable::new(NUMBERED as u64 - 1);
 
 /// Each numbered function's read share, in `WHOLE_READ` units (0: never measured).
 static SHARES: [AtomicU64; NUMBERED] = [const { AtomicU64::new(0) }; NUMBERED];
+
+/// Each numbered function's launches timed, up to `FIRST_SAMPLES`.
+static TIMED: [AtomicU8; NUMBERED] = [const { AtomicU8::new(0) }; NUMBERED];
 
 struct Slot {
     state: AtomicU8,
@@ -116,21 +125,29 @@ pub fn weight(function: CuFunction) -> u64 {
     }
 }
 
-/// Before a launch on `stream` (its context current): starts timing it if its thread's
-/// turn came (every `SAMPLE_EVERY`th launch of the thread), movable memory lives and the
-/// stream runs what it is given (not captured).
-pub fn before_launch(stream: Stream) -> Option<Sampling> {
-    if !movable::any() || !turn_came() {
+/// Before a launch of `function` on `stream` (its context current): starts timing it if
+/// movable memory lives, the stream runs what it is given (not captured), and its
+/// thread's turn came (every `SAMPLE_EVERY`th launch of the thread) or the function has
+/// had fewer than `FIRST_SAMPLES` timed.
+pub fn before_launch(function: CuFunction, stream: Stream) -> Option<Sampling> {
+    if !movable::any() {
         return None;
     }
-    if capture::enqueued_on(stream) != Enqueued::Runs {
+    let turn = turn_came();
+    let number = number(function);
+    let first_sight = number != 0 && TIMED[number].load(Ordering::Relaxed) < FIRST_SAMPLES;
+    if !(turn || first_sight) || capture::enqueued_on(stream) != Enqueued::Runs {
         return None;
     }
-    cuda::in_relaxed_capture_mode(|| {
+    let sampling = cuda::in_relaxed_capture_mode(|| {
         collect();
         start_sample(stream)
     })
-    .flatten()
+    .flatten()?;
+    if first_sight {
+        TIMED[number].fetch_add(1, Ordering::Relaxed);
+    }
+    Some(sampling)
 }
 
 /// Counts a launch of the calling thread: whether it is one to time (its first, then
@@ -246,11 +263,11 @@ fn calibrate(slot: &Slot, seconds: f64) {
         return;
     };
     let measured = ((share * WHOLE_READ as f64) as u64).max(1);
-    let kept = match SHARES[number].load(Ordering::Relaxed) {
-        0 => WHOLE_READ,
-        kept => kept,
+    // The first measure is the share; later ones move it halfway.
+    let folded = match SHARES[number].load(Ordering::Relaxed) {
+        0 => measured,
+        kept => ((kept + measured) / 2).max(1),
     };
-    let folded = ((kept + measured) / 2).max(1);
     SHARES[number].store(folded, Ordering::Relaxed);
     stats::bump(&STATS.launches_timed);
     debug!(

@@ -70,11 +70,22 @@ int test_cycle(int argc, char **argv)
  * that reads all of it. Counted by namings, the buffer is as hot per byte as the block,
  * which never comes in. Timed, the short kernel over VRAM read at most its time at the
  * device memory's peak rate (the fake's is fifty times its link's): the block must take
- * VRAM in place of part of the buffer, every byte kept. */
+ * VRAM in place of part of the buffer, every byte kept.
+ *
+ * With PASS (default 2), each round is a pass of PASS launches: the buffer's read first,
+ * PASS - 2 reads of a word of a small buffer, the block's read last, as an embedding's
+ * lookup comes once per token among a layer's every kernel. At 256, after PASS - 1 reads
+ * of the small buffer first, a thread's every 257th launch (the turns of `kernel_times`)
+ * meets the buffer's read only at round 255: the block must come in by round 254, from
+ * the first launches of each kernel timed. */
 int test_vram_times(int argc, char **argv)
 {
-    CHECK(argc >= 4, "usage: vram-times BUFFER BLOCK\n");
+    CHECK(argc >= 4, "usage: vram-times BUFFER BLOCK [PASS]\n");
     size_t sizes[2] = { strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0) };
+    int pass = argc > 4 ? atoi(argv[4]) : 2, rounds = pass > 2 ? 254 : 4000;
+    CHECK(pass >= 2, "PASS %d: at least the two reads\n", pass);
+    void *small;
+    OK(cudaMalloc(&small, 1 << 20));
     void *blocks[2];
     struct balloon other = balloon_start(device_free() - headroom - sizes[0]);
     for (int i = 0; i < 2; i++)
@@ -85,11 +96,15 @@ int test_vram_times(int argc, char **argv)
     CHECK(shim_t2_bytes(blocks[0], sizes[0]) == 0 && shim_t2_bytes(blocks[1], sizes[1]) == sizes[1],
           "the buffer has %llu T2 bytes, the block %llu of %zu: want the buffer in VRAM, the block in T2\n",
           shim_t2_bytes(blocks[0], sizes[0]), shim_t2_bytes(blocks[1], sizes[1]), sizes[1]);
-    CUfunction partial = read_kernel(), whole = read_kernel();
+    CUfunction partial = read_kernel(), whole = read_kernel(), filler = read_kernel();
     int in = 0;
     unsigned long long launches = 0;
-    for (int round = 0; round < 4000 && !in; round++, launches += 2) {
+    for (int i = 1; i < pass; i++, launches++)
+        read_words(filler, dptr(small), 1);
+    for (int round = 0; round < rounds && !in; round++, launches += (unsigned long long)pass) {
         read_words(partial, dptr(blocks[0]), sizes[0] / 4 / 64);
+        for (int i = 2; i < pass; i++)
+            read_words(filler, dptr(small), 1);
         read_words(whole, dptr(blocks[1]), sizes[1] / 4);
         OK(cudaDeviceSynchronize());
         in = shim_t2_bytes(blocks[1], sizes[1]) == 0;
@@ -105,6 +120,7 @@ int test_vram_times(int argc, char **argv)
         CHECK(bad == 0, "allocation %d has %llu wrong words after the moves\n", i, bad);
         OK(cudaFree(blocks[i]));
     }
+    OK(cudaFree(small));
     balloon_stop(&other);
     return 0;
 }
