@@ -8,11 +8,11 @@ use std::ffi::{c_uint, c_void};
 use crate::cuda::ffi::*;
 use crate::cuda::launch_ffi::*;
 use crate::cuda::real::pfn;
-use crate::launch::kernel_times::{self, Sampling};
+use crate::launch::kernel_times::{self, Timing};
 use crate::launch::kernels;
 
 /// What every kernel launch form shares once the driver answered: observed only when
-/// it accepted the launch; `sampling` (started before it) ends either way.
+/// it accepted the launch; `timing`'s sample (started before it) ends either way.
 ///
 /// # Safety
 /// `params`/`extra` are the launch's own arguments for `function`.
@@ -22,13 +22,13 @@ unsafe fn after_launch(
     stream: Stream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
-    sampling: Option<Sampling>,
+    timing: Timing,
 ) -> CuResult {
     if status == CuResult::SUCCESS {
         // SAFETY: the driver accepted these values for `function` (the contract).
-        unsafe { kernels::launched(function, stream, params, extra, sampling) };
-    } else if let Some(sampling) = sampling {
-        kernel_times::after_launch(sampling, false, function, stream, &[]);
+        unsafe { kernels::launched(function, stream, params, extra, timing) };
+    } else if let Some(sampling) = timing.sampling {
+        kernel_times::after_launch(sampling, false, stream, &[]);
     }
     status
 }
@@ -50,12 +50,12 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    let sampling = kernel_times::before_launch(function, stream);
+    let timing = kernel_times::before_launch(function, stream);
     // SAFETY: the real launch with the program's arguments; observed with the same.
     unsafe {
         let status =
             real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra);
-        after_launch(status, function, stream, params, extra, sampling)
+        after_launch(status, function, stream, params, extra, timing)
     }
 }
 
@@ -78,12 +78,12 @@ pub unsafe fn launch_kernel_ptsz(
 ) -> CuResult {
     // Stream 0 means the thread's default stream here.
     let observed = stream.per_thread_default();
-    let sampling = kernel_times::before_launch(function, observed);
+    let timing = kernel_times::before_launch(function, observed);
     // SAFETY: as in `launch_kernel`.
     unsafe {
         let status =
             real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params, extra);
-        after_launch(status, function, observed, params, extra, sampling)
+        after_launch(status, function, observed, params, extra, timing)
     }
 }
 
@@ -99,11 +99,11 @@ pub unsafe fn launch_kernel_ex(
     // SAFETY: the configuration, where not null, is the program's launch configuration,
     // which the driver reads as well.
     let stream = if config.is_null() { Stream::NULL } else { unsafe { (*config).stream } };
-    let sampling = kernel_times::before_launch(function, stream);
+    let timing = kernel_times::before_launch(function, stream);
     // SAFETY: the real launch with the program's arguments; observed with the same.
     unsafe {
         let status = real(config, function, params, extra);
-        after_launch(status, function, stream, params, extra, sampling)
+        after_launch(status, function, stream, params, extra, timing)
     }
 }
 
@@ -118,11 +118,11 @@ pub unsafe fn launch_kernel_ex_ptsz(
 ) -> CuResult {
     // SAFETY: as in `launch_kernel_ex`; stream 0 means the thread's default stream here.
     let observed = if config.is_null() { Stream::NULL } else { unsafe { (*config).stream } }.per_thread_default();
-    let sampling = kernel_times::before_launch(function, observed);
+    let timing = kernel_times::before_launch(function, observed);
     // SAFETY: as in `launch_kernel_ex`.
     unsafe {
         let status = real(config, function, params, extra);
-        after_launch(status, function, observed, params, extra, sampling)
+        after_launch(status, function, observed, params, extra, timing)
     }
 }
 
@@ -142,11 +142,11 @@ pub unsafe fn launch_cooperative_kernel(
     stream: Stream,
     params: *mut *mut c_void,
 ) -> CuResult {
-    let sampling = kernel_times::before_launch(function, stream);
+    let timing = kernel_times::before_launch(function, stream);
     // SAFETY: as in `launch_kernel` (a cooperative launch has no `extra`).
     unsafe {
         let status = real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
-        after_launch(status, function, stream, params, std::ptr::null_mut(), sampling)
+        after_launch(status, function, stream, params, std::ptr::null_mut(), timing)
     }
 }
 
@@ -168,11 +168,11 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
 ) -> CuResult {
     // Stream 0 means the thread's default stream here.
     let observed = stream.per_thread_default();
-    let sampling = kernel_times::before_launch(function, observed);
+    let timing = kernel_times::before_launch(function, observed);
     // SAFETY: as in `launch_cooperative_kernel`.
     unsafe {
         let status = real(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream, params);
-        after_launch(status, function, observed, params, std::ptr::null_mut(), sampling)
+        after_launch(status, function, observed, params, std::ptr::null_mut(), timing)
     }
 }
 

@@ -119,35 +119,48 @@ pub fn weight(function: CuFunction) -> u64 {
     if !movable::any() {
         return WHOLE_READ;
     }
-    match SHARES[number(function)].load(Ordering::Relaxed) {
+    weight_of(number(function))
+}
+
+/// The weight of the function numbered `number`: `WHOLE_READ` until a sample measured it.
+fn weight_of(number: usize) -> u64 {
+    match SHARES[number].load(Ordering::Relaxed) {
         0 => WHOLE_READ,
         share => share,
     }
 }
 
-/// Before a launch of `function` on `stream` (its context current): starts timing it if
-/// movable memory lives, the stream runs what it is given (not captured), and its
-/// thread's turn came (every `SAMPLE_EVERY`th launch of the thread) or the function has
-/// had fewer than `FIRST_SAMPLES` timed.
-pub fn before_launch(function: CuFunction, stream: Stream) -> Option<Sampling> {
+/// What a launch carries from before it to after it: the weight it names with
+/// (`weight`), and its timing where it is timed.
+pub struct Timing {
+    pub weight: u64,
+    pub sampling: Option<Sampling>,
+}
+
+/// Before a launch of `function` on `stream` (its context current): its weight, found
+/// once for both uses; and it is timed if movable memory lives, the stream runs what it
+/// is given (not captured), and its thread's turn came (every `SAMPLE_EVERY`th launch of
+/// the thread) or the function has had fewer than `FIRST_SAMPLES` timed.
+pub fn before_launch(function: CuFunction, stream: Stream) -> Timing {
     if !movable::any() {
-        return None;
+        return Timing { weight: WHOLE_READ, sampling: None };
     }
-    let turn = turn_came();
     let number = number(function);
+    let weight = weight_of(number);
+    let turn = turn_came();
     let first_sight = number != 0 && TIMED[number].load(Ordering::Relaxed) < FIRST_SAMPLES;
     if !(turn || first_sight) || capture::enqueued_on(stream) != Enqueued::Runs {
-        return None;
+        return Timing { weight, sampling: None };
     }
     let sampling = cuda::in_relaxed_capture_mode(|| {
         collect();
-        start_sample(stream)
+        start_sample(stream, number)
     })
-    .flatten()?;
-    if first_sight {
+    .flatten();
+    if first_sight && sampling.is_some() {
         TIMED[number].fetch_add(1, Ordering::Relaxed);
     }
-    Some(sampling)
+    Timing { weight, sampling }
 }
 
 /// Counts a launch of the calling thread: whether it is one to time (its first, then
@@ -160,8 +173,9 @@ fn turn_came() -> bool {
     }) == Ok(true)
 }
 
-/// Claims a free slot and records its start event on `stream`.
-fn start_sample(stream: Stream) -> Option<Sampling> {
+/// Claims a free slot for a launch of the function numbered `number` and records its
+/// start event on `stream`.
+fn start_sample(stream: Stream, number: usize) -> Option<Sampling> {
     let context = cuda::current_context()?;
     let index = SAMPLES
         .iter()
@@ -173,6 +187,7 @@ fn start_sample(stream: Stream) -> Option<Sampling> {
         slot.state.store(FREE, Ordering::Release);
         return None;
     }
+    slot.number.store(number as u64, Ordering::Relaxed);
     Some(Sampling(index))
 }
 
@@ -203,10 +218,9 @@ fn events_for(slot: &Slot, context: Context) -> bool {
     true
 }
 
-/// After the timed launch: the driver `accepted` a launch of `function` on `stream` that
-/// named `named`. The sample waits for collection, or is given up (refused, or naming
-/// nothing the shim knows).
-pub fn after_launch(sampling: Sampling, accepted: bool, function: CuFunction, stream: Stream, named: &[CuDevicePtr]) {
+/// After the timed launch: the driver `accepted` it on `stream`, and it named `named`. The
+/// sample waits for collection, or is given up (refused, or naming nothing the shim knows).
+pub fn after_launch(sampling: Sampling, accepted: bool, stream: Stream, named: &[CuDevicePtr]) {
     let slot = &SAMPLES[sampling.0];
     let ended = accepted
         && !named.is_empty()
@@ -216,7 +230,6 @@ pub fn after_launch(sampling: Sampling, accepted: bool, function: CuFunction, st
         slot.state.store(FREE, Ordering::Release);
         return;
     }
-    slot.number.store(number(function) as u64, Ordering::Relaxed);
     let (bytes, t2) = named[..named.len().min(NAMED_KEPT)]
         .iter()
         .filter_map(|&address| registry::named_piece(address))
@@ -255,11 +268,14 @@ fn collect() {
 /// (`read_share::bound`).
 fn calibrate(slot: &Slot, seconds: f64) {
     let number = slot.number.load(Ordering::Relaxed) as usize;
+    if number == 0 {
+        return;
+    }
     let sample =
         Sample { seconds, named: slot.named_bytes.load(Ordering::Relaxed), t2: slot.named_t2.load(Ordering::Relaxed) };
     let vram = slot.vram_rate.load(Ordering::Relaxed);
     let rates = Rates { link: config::get().link_bytes_per_s, vram: (vram != 0).then_some(vram) };
-    let Some(share) = read_share::bound(sample, rates).filter(|_| number != 0) else {
+    let Some(share) = read_share::bound(sample, rates) else {
         return;
     };
     let measured = ((share * WHOLE_READ as f64) as u64).max(1);

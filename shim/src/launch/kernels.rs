@@ -7,14 +7,14 @@ use std::ffi::c_void;
 
 use crate::cuda::ffi::{CuDevicePtr, CuFunction, Stream};
 use crate::launch::capture::{self, Enqueued};
-use crate::launch::kernel_times::{self, Sampling};
+use crate::launch::kernel_times::{self, Timing};
 use crate::launch::naming::{self, Named};
 use crate::memory::{address_index, recent_ranges};
 use crate::sys::shards::Shard;
 use crate::sys::stats;
 
-/// The driver accepted a launch of `function` on `stream` with these parameters; it was
-/// timed if `sampling` (`kernel_times`).
+/// The driver accepted a launch of `function` on `stream` with these parameters; it names
+/// with `timing`'s weight, and was timed if `timing` says so (`kernel_times`).
 ///
 /// # Safety
 /// `params` and `extra` are the launch's, as the driver accepted them for `function`.
@@ -23,19 +23,19 @@ pub unsafe fn launched(
     stream: Stream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
-    sampling: Option<Sampling>,
+    timing: Timing,
 ) {
+    let Timing { weight, sampling } = timing;
     let shard = Shard::mine();
     let counts = stats::launch_counts(shard);
     if capture::enqueued_on(stream) == Enqueued::Captured {
         counts.bump(|counts| &counts.captured_launches);
         if let Some(sampling) = sampling {
-            kernel_times::after_launch(sampling, false, function, stream, &[]);
+            kernel_times::after_launch(sampling, false, stream, &[]);
         }
         return;
     }
     let snapshot = address_index::load();
-    let weight = kernel_times::weight(function);
     // The first address of each allocation named, as many as a timed launch keeps.
     let mut named: [CuDevicePtr; kernel_times::NAMED_KEPT] = [0; kernel_times::NAMED_KEPT];
     let mut count = 0;
@@ -55,7 +55,7 @@ pub unsafe fn launched(
         None => unsafe { naming::name_launch(function, params, extra, None, visit) },
     };
     if let Some(sampling) = sampling {
-        kernel_times::after_launch(sampling, true, function, stream, &named[..count]);
+        kernel_times::after_launch(sampling, true, stream, &named[..count]);
     }
     counts.bump(|counts| &counts.launches);
     if !naming.read {
