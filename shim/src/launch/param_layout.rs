@@ -40,28 +40,43 @@ const MAX_PARAMS: usize = 32_764;
 
 static LAYOUTS: CowMap<Layout> = CowMap::new();
 
-/// Layouts a thread keeps (a model's layer launches about as many kernels).
-const RECENT: usize = 16;
+/// Layouts a thread keeps, in sets of two: a model's step launches a few dozen kernels
+/// in turn, which a table of one per slot kept badly (two of them sharing a slot pushed
+/// each other out at every launch, and every launch of theirs went to the shared table).
+const SETS: usize = 64;
 
-/// The layouts a thread looked up lately, each with its function's handle, in the slot
-/// the handle hashes to.
-#[derive(Default)]
-struct Recent([Option<(usize, Arc<Layout>)>; RECENT]);
+/// One handle's layout as a thread keeps it.
+type Kept = Option<(usize, Arc<Layout>)>;
+
+/// The layouts a thread looked up lately, each with its function's handle, in the set
+/// the handle hashes to: the one used last first.
+struct Recent([[Kept; 2]; SETS]);
+
+impl Default for Recent {
+    fn default() -> Recent {
+        Recent(std::array::from_fn(|_| [None, None]))
+    }
+}
 
 impl Recent {
-    /// The slot of handle `key`, by Fibonacci hashing: handles are addresses, alike in
+    /// The set of handle `key`, by Fibonacci hashing: handles are addresses, alike in
     /// their low and high bits.
-    fn slot_of(key: usize) -> usize {
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - RECENT.ilog2())) % RECENT
+    fn set_of(key: usize) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - SETS.ilog2())) % SETS
     }
 
-    /// The layout of the function whose handle is `key`: the one kept, else `look_up`'s.
+    /// The layout of the function whose handle is `key`: the one kept, else `look_up`'s
+    /// (kept in place of the set's one used less lately).
     fn get(&mut self, key: usize, look_up: impl FnOnce() -> Arc<Layout>) -> &Layout {
-        let slot = &mut self.0[Recent::slot_of(key)];
-        if slot.as_ref().is_some_and(|(kept, _)| *kept != key) {
-            *slot = None;
+        let set = &mut self.0[Recent::set_of(key)];
+        let holds = |kept: &Kept| kept.as_ref().is_some_and(|(handle, _)| *handle == key);
+        if holds(&set[1]) {
+            set.swap(0, 1);
+        } else if !holds(&set[0]) {
+            // Emptied for the key's own, below.
+            set[1] = set[0].take();
         }
-        &slot.get_or_insert_with(|| (key, look_up())).1
+        &set[0].get_or_insert_with(|| (key, look_up())).1
     }
 }
 
@@ -134,16 +149,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_thread_keeps_each_handle_with_its_own_layout_where_handles_share_a_slot() {
+    fn a_thread_keeps_each_handle_with_its_own_layout_two_to_a_set() {
         let known = |size| Arc::new(Layout::Known(Box::new([Param { offset: 0, size }])));
         let mut recent = Recent::default();
         let first = 0x7f00_0000_1000usize;
-        let other = (1..).map(|n| first + 0x10 * n).find(|&key| Recent::slot_of(key) == Recent::slot_of(first));
-        let other = other.unwrap_or(first);
-        assert_ne!(first, other, "two handles sharing a slot");
+        let mut same_set = (1..).map(|n| first + 0x10 * n).filter(|&key| Recent::set_of(key) == Recent::set_of(first));
+        let (second, third) = (same_set.next().unwrap_or(first), same_set.next().unwrap_or(first));
+        assert!(first != second && second != third, "three handles sharing a set");
         assert_eq!(*recent.get(first, || known(8)), *known(8));
-        assert_eq!(*recent.get(first, || unreachable!("kept")), *known(8));
-        assert_eq!(*recent.get(other, || known(16)), *known(16));
-        assert_eq!(*recent.get(first, || known(8)), *known(8), "the slot's other handle answered");
+        assert_eq!(*recent.get(second, || known(16)), *known(16));
+        assert_eq!(*recent.get(first, || unreachable!("both kept")), *known(8));
+        assert_eq!(*recent.get(second, || unreachable!("both kept")), *known(16));
+        // The third pushes out the one used less lately: the first.
+        assert_eq!(*recent.get(third, || known(24)), *known(24));
+        assert_eq!(*recent.get(second, || unreachable!("used last but one")), *known(16));
+        assert_eq!(*recent.get(first, || known(8)), *known(8), "asked again, with its own layout");
     }
 }
