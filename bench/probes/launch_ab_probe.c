@@ -5,17 +5,25 @@
  * processes that made bench/run.sh's launch pairs spread 0.94-1.29 is shared by both
  * paths. Without the shim both paths are libcuda's: the ratio says how quiet it is.
  *
- *   cc -O2 -o launch_ab_probe bench/probes/launch_ab_probe.c -ldl
- *   [LD_PRELOAD=libgreenboost_cuda.so] ./launch_ab_probe [ROUNDS [LAUNCHES [ALLOCATIONS [THREADS]]]]
+ *   cc -O2 -o launch_ab_probe bench/probes/launch_ab_probe.c -ldl -lpthread
+ *   [LD_PRELOAD=libgreenboost_cuda.so] ./launch_ab_probe [ROUNDS [LAUNCHES [ALLOCATIONS [THREADS
+ *                                                         [FUNCTIONS [SHAPE]]]]]]
  *
- * The kernel takes a 256-byte struct holding 8 pointers and the 8 pointers (the shape of
- * gbbench's launch8, JIT-compiled from PTX; the fake CUDA knows it as fk_struct), each
- * into its own 64 MiB allocation, and does nothing. With ALLOCATIONS past 8 (default 8),
- * that many allocations of 1 MiB are made and each launch names the next 8 of them in
- * turn, as a model's layers name their own weights: launches then rarely name what the
- * launch before them named. With THREADS past 1 (default 1), that many threads launch at
- * once, each LAUNCHES per block on a stream of its own, all on the same path in each
- * block (the shim's shared cache lines then bounce between cores). Prints one JSON line:
+ * SHAPE `pointers` (the default): the kernel takes a 256-byte struct holding 8 pointers and
+ * the 8 pointers (the shape of gbbench's launch8, JIT-compiled from PTX; the fake CUDA
+ * knows it as fk_struct), each into its own 64 MiB allocation, and does nothing. SHAPE
+ * `elementwise`: the shape of PyTorch's elementwise kernels, a u32 and a 640-byte lambda
+ * holding 3 pointers and an offset calculator (sizes as dividers, strides), mostly small
+ * numbers; one tensor map is encoded first where the driver has cuTensorMapEncodeTiled,
+ * as a Hopper program that ran a cuBLAS product has (the shim then looks for maps in
+ * every struct). With ALLOCATIONS past 8 (default 8), that many allocations of 1 MiB are
+ * made and each launch names the next 8 (3) of them in turn, as a model's layers name
+ * their own weights: launches then rarely name what the launch before them named. With
+ * THREADS past 1 (default 1), that many threads launch at once, each LAUNCHES per block
+ * on a stream of its own, all on the same path in each block (the shim's shared cache
+ * lines then bounce between cores). With FUNCTIONS past 1 (default 1), the module is
+ * loaded that many times and launches go to each of its functions in turn, as a model's
+ * step launches a few dozen kernels. Prints one JSON line:
  * launches per second of each path in each round (all threads together), the median of
  * the rounds' ratios (direct over the program's path: the shim's cost where it is
  * loaded), and the launching threads' CPU time per launch on each path, whose median
@@ -44,7 +52,20 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 static const char ptx[] =
     ".version 8.0\n.target sm_90\n.address_size 64\n"
     ".visible .entry fk_struct(.param .align 8 .b8 s[256], .param .u64 p0, .param .u64 p1, .param .u64 p2,"
-    " .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)\n{ ret; }\n";
+    " .param .u64 p3, .param .u64 p4, .param .u64 p5, .param .u64 p6, .param .u64 p7)\n{ ret; }\n"
+    ".visible .entry fk_elementwise(.param .u32 n, .param .align 8 .b8 f[640])\n{ ret; }\n";
+
+/* PyTorch's elementwise lambda with OffsetCalculator<3> (25 dimensions at most). */
+struct divider {
+    unsigned divisor, magic, shift;
+};
+struct elementwise_lambda {
+    CUdeviceptr data[3];
+    int dims;
+    struct divider sizes[25];
+    unsigned strides[25][3];
+    char rest[640 - 3 * 8 - 4 - 25 * 12 - 25 * 3 * 4];
+};
 
 static void *must(void *p, const char *what)
 {
@@ -149,6 +170,9 @@ struct worker {
     } args;
     CUdeviceptr named[8];
     void *params[9];
+    unsigned elements;
+    struct elementwise_lambda lambda;
+    void *elementwise_params[2];
     double cpu;
 };
 
@@ -157,7 +181,8 @@ static struct {
     int allocations;
     CUdeviceptr *buffers;
     CUcontext context;
-    CUfunction kernel;
+    int functions, elementwise;
+    CUfunction *kernels;
     launch_fn paths[2];
     CUresult (*set_current)(CUcontext);
     CUresult (*synchronize)(CUstream);
@@ -172,9 +197,14 @@ static void block(struct worker *w, int which, int count)
     double began = thread_cpu();
     for (int i = 0; i < count; i++) {
         if (run.allocations > 8) /* the next 8 allocations, on both paths alike */
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < 8; j++) {
                 w->named[j] = w->args.pointers[j] = run.buffers[(8 * (size_t)i + (size_t)j) % (size_t)run.allocations];
-        ok(path(run.kernel, 1, 1, 1, 32, 1, 1, 0, w->stream, w->params, NULL), "cuLaunchKernel");
+                if (j < 3)
+                    w->lambda.data[j] = w->named[j];
+            }
+        CUfunction kernel = run.kernels[i % run.functions];
+        ok(path(kernel, 1, 1, 1, 32, 1, 1, 0, w->stream, run.elementwise ? w->elementwise_params : w->params, NULL),
+           "cuLaunchKernel");
     }
     w->cpu = thread_cpu() - began;
     ok(run.synchronize(w->stream), "cuStreamSynchronize");
@@ -205,6 +235,40 @@ static double all_block(struct worker *workers, int which, int count)
     return now() - began;
 }
 
+/* A [4096, 32] float tensor's lambda, transposed (non-contiguous: the offset calculator
+ * path), its three operands at `data`; the unused dimensions as PyTorch leaves them. */
+static void fill_lambda(struct elementwise_lambda *f, const CUdeviceptr *data)
+{
+    memset(f, 0, sizeof *f);
+    for (int j = 0; j < 3; j++)
+        f->data[j] = data[j];
+    f->dims = 2;
+    f->sizes[0] = (struct divider){ 32, 1, 5 };
+    f->sizes[1] = (struct divider){ 4096, 1, 12 };
+    for (int d = 2; d < 25; d++)
+        f->sizes[d] = (struct divider){ 1, 1, 0 };
+    for (int j = 0; j < 3; j++) {
+        f->strides[0][j] = 4 * 4096;
+        f->strides[1][j] = 4;
+    }
+}
+
+/* One tensor map over `global` (a 2D float tensor of 1024 x 1024, 64 x 64 tiles), where the
+ * driver can encode one; its bytes are not used. */
+static void encode_one_map(void *cuda, CUdeviceptr global)
+{
+    typedef CUresult (*encode_fn)(void *, int, unsigned, void *, const unsigned long long *,
+                                  const unsigned long long *, const unsigned *, const unsigned *, int, int, int, int);
+    encode_fn encode = (encode_fn)dlsym(cuda, "cuTensorMapEncodeTiled");
+    if (!encode)
+        return;
+    static _Alignas(64) unsigned char map[128];
+    unsigned long long dims[2] = { 1024, 1024 }, strides[1] = { 4096 };
+    unsigned box[2] = { 64, 64 }, element_strides[2] = { 1, 1 };
+    /* FLOAT32 = 7; no interleave, no swizzle, no L2 promotion, zero fill. */
+    ok(encode(map, 7, 2, (void *)global, dims, strides, box, element_strides, 0, 0, 0, 0), "cuTensorMapEncodeTiled");
+}
+
 static double median(double *values, int count)
 {
     qsort(values, (size_t)count, sizeof *values, by_value);
@@ -225,10 +289,13 @@ int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 21, launches = argc > 2 ? atoi(argv[2]) : 50000;
     int allocations = argc > 3 ? atoi(argv[3]) : 8, threads = argc > 4 ? atoi(argv[4]) : 1;
+    int functions = argc > 5 ? atoi(argv[5]) : 1;
+    const char *shape = argc > 6 ? argv[6] : "pointers";
+    int elementwise = !strcmp(shape, "elementwise");
     if (rounds < 1 || rounds > 1000 || launches < 1 || allocations < 8 || allocations > 100000 || threads < 1 ||
-        threads > 64) {
+        threads > 64 || functions < 1 || functions > 256 || (!elementwise && strcmp(shape, "pointers"))) {
         fprintf(stderr, "usage: launch_ab_probe [ROUNDS (1-1000) [LAUNCHES [ALLOCATIONS (8-100000) "
-                        "[THREADS (1-64)]]]]\n");
+                        "[THREADS (1-64) [FUNCTIONS (1-256) [SHAPE (pointers|elementwise)]]]]]]\n");
         return 2;
     }
     void *cuda = must(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "dlopen libcuda.so.1");
@@ -247,12 +314,20 @@ int main(int argc, char **argv)
     launch_fn program_path = (launch_fn)must(dlsym(cuda, "cuLaunchKernel"), "cuLaunchKernel");
     launch_fn direct = (launch_fn)own_symbol("cuLaunchKernel");
 
-    CUmodule module;
     ok(cuInit(0), "cuInit");
     ok(cuDevicePrimaryCtxRetain(&run.context, 0), "cuDevicePrimaryCtxRetain");
     ok(cuCtxSetCurrent(run.context), "cuCtxSetCurrent");
-    ok(cuModuleLoadData(&module, ptx), "cuModuleLoadData");
-    ok(cuModuleGetFunction(&run.kernel, module, "fk_struct"), "cuModuleGetFunction");
+    run.functions = functions;
+    run.elementwise = elementwise;
+    run.kernels = calloc((size_t)functions, sizeof(CUfunction));
+    if (!run.kernels)
+        return 1;
+    for (int k = 0; k < functions; k++) { /* each load's functions are handles of their own */
+        CUmodule module;
+        ok(cuModuleLoadData(&module, ptx), "cuModuleLoadData");
+        ok(cuModuleGetFunction(&run.kernels[k], module, elementwise ? "fk_elementwise" : "fk_struct"),
+           "cuModuleGetFunction");
+    }
     run.allocations = allocations;
     run.paths[0] = program_path;
     run.paths[1] = direct;
@@ -264,6 +339,8 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < allocations; i++)
         ok(cuMemAlloc_v2(&run.buffers[i], allocations == 8 ? 64 << 20 : 1 << 20), "cuMemAlloc_v2");
+    if (elementwise)
+        encode_one_map(cuda, run.buffers[0]);
     for (int t = 0; t < threads; t++) {
         struct worker *w = &workers[t];
         ok(cuStreamCreate(&w->stream, 1), "cuStreamCreate");
@@ -272,6 +349,10 @@ int main(int argc, char **argv)
             w->named[i] = w->args.pointers[i] = run.buffers[i];
             w->params[i + 1] = &w->named[i];
         }
+        fill_lambda(&w->lambda, w->named);
+        w->elements = 4096 * 32;
+        w->elementwise_params[0] = &w->elements;
+        w->elementwise_params[1] = &w->lambda;
     }
     pthread_barrier_init(&run.start, NULL, (unsigned)threads);
     pthread_barrier_init(&run.end, NULL, (unsigned)threads);
@@ -306,8 +387,9 @@ int main(int argc, char **argv)
     for (int t = 1; t < threads; t++)
         pthread_join(workers[t].thread, NULL);
 
-    printf("{\"probe\":\"launch_ab\",\"shim\":%s,\"rounds\":%d,\"launches\":%d,\"allocations\":%d,\"threads\":%d",
-           program_path == direct ? "false" : "true", rounds, launches, allocations, threads);
+    printf("{\"probe\":\"launch_ab\",\"shim\":%s,\"rounds\":%d,\"launches\":%d,\"allocations\":%d,\"threads\":%d,"
+           "\"functions\":%d,\"shape\":\"%s\"",
+           program_path == direct ? "false" : "true", rounds, launches, allocations, threads, functions, shape);
     print_list("program_path_per_s", rates[0], rounds, "%.0f");
     print_list("direct_per_s", rates[1], rounds, "%.0f");
     print_list("program_cpu_ns", cpu_ns[0], rounds, "%.1f");

@@ -26,7 +26,7 @@ CUresult fake_build_launch(const void *handle, const unsigned grid[3], const uns
         return CUDA_ERROR_INVALID_VALUE;
     if (params && extra)
         return CUDA_ERROR_INVALID_VALUE;
-    unsigned char buf[512] = { 0 };
+    unsigned char buf[4096] = { 0 }; /* the largest kernel's (fakegpu_kernels.c) fits */
     if (extra) {
         void *ptr = NULL;
         size_t *size = NULL;

@@ -20,6 +20,9 @@
  *                                       struct, the map at 64 (as CUTLASS's Hopper kernels
  *                                       take theirs)
  *   fk_tex(CUtexObject tex, out, n)     copies n floats from the texture object's memory
+ *   fk_elementwise(n, struct f)         nothing: the shape of PyTorch's elementwise kernels,
+ *                                       a u32 and a 640-byte lambda holding three pointers
+ *                                       and an offset calculator (launch cost probes)
  */
 #define _GNU_SOURCE
 #include "fakegpu_state.h"
@@ -35,6 +38,7 @@ static const struct fg_kernel kernels[] = {
     { "fk_tma", 3, { 0, 128, 136 }, { 128, 8, 8 }, 144 },
     { "fk_tma_struct", 1, { 0 }, { 256 }, 256 },
     { "fk_tex", 3, { 0, 8, 16 }, { 8, 8, 8 }, 24 },
+    { "fk_elementwise", 2, { 0, 8 }, { 4, 640 }, 648 },
 };
 #define NKERNELS (sizeof kernels / sizeof *kernels)
 
