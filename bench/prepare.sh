@@ -6,6 +6,7 @@
 #   build/bench-carry/python/gbgpu/           python/gbgpu, the Python helpers of
 #       tiering.py and the probes (the shim's counters, whose layout must be this shim's):
 #       PYTHONPATH=build/bench-carry/python on the device
+#   build/bench-carry/launch_ab_probe         bench/probes/launch_ab_probe.c, built
 #   build/bench-carry/commit                  the commit measured (the device gets no .git)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ objcopy --strip-debug target/release/libgreenboost_cuda.so "$carry/libgreenboost
 rm -rf "$carry/python"
 mkdir -p "$carry/python/gbgpu"
 cp python/gbgpu/*.py "$carry/python/gbgpu/"
+cc -O2 -o "$carry/launch_ab_probe" bench/probes/launch_ab_probe.c -ldl -lpthread
 commit=$(git rev-parse --short=12 HEAD)
 git diff --quiet HEAD -- shim abi bench python Cargo.toml Cargo.lock || commit="$commit-dirty"
 echo "$commit" >"$carry/commit"

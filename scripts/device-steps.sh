@@ -9,6 +9,10 @@
 # Steps:
 #   probe     bench/probes/$PROBE ($PROBE_ARGS), default read_mostly_probe.py 12 8
 #   launch    BENCH_ONLY=launch,hook (launch and hook figures; deadline LAUNCH_S, 300)
+#   launchab  bench/probes/launch_ab_probe under this shim and BASELINE (a file in
+#             build/bench-carry) in turn, once per word of LAUNCH_AB (ALLOCATIONS:THREADS:
+#             FUNCTIONS:SHAPE), 9 rounds of 20000 launches: launch-ab.jsonl
+#   apicost   bench/probes/api_cost_probe.py plain, under this shim and under BASELINE
 #   longctx   BENCH_ONLY=longctx, dynamic cache; beside BENCH_BASELINE_SHIM when
 #             BASELINE names a file in build/bench-carry, and with LONGCTX_SETTINGS
 #             (GreenBoost settings, VAR=VALUE words) when given (deadline LONGCTX_S, 300)
@@ -56,6 +60,21 @@ for step in "$@"; do
     llamacpp)
       OUT=$dir LLAMACPP_DEADLINE_S=${LLAMA_S:-400} timeout $((${LLAMA_S:-400} + 60)) bash bench/llamacpp/run.sh bench \
         >"$dir/run.log" 2>&1 ;;
+    launchab)
+      for config in ${LAUNCH_AB:-8:1:1:pointers 8:1:48:pointers 256:1:48:pointers 8:4:1:pointers 8:1:1:elementwise 8:1:48:elementwise}; do
+        IFS=: read -r allocations threads functions shape <<<"$config"
+        for shim in libgreenboost_cuda.so ${BASELINE:-}; do
+          LD_PRELOAD=$PWD/build/bench-carry/$shim timeout 120 build/bench-carry/launch_ab_probe 9 20000 "$allocations" \
+            "$threads" "$functions" "$shape" 2>>"$dir/run.log" | sed "s|^{|{\"shim_file\":\"$shim\",|" >>"$dir/launch-ab.jsonl"
+        done
+      done ;;
+    apicost)
+      for shim in plain libgreenboost_cuda.so ${BASELINE:-}; do
+        preload=$PWD/build/bench-carry/$shim
+        [ "$shim" = plain ] && preload=
+        LD_PRELOAD=$preload PYTHONPATH=$PWD/build/bench-carry/python timeout 200 python3 bench/probes/api_cost_probe.py \
+          >"$dir/api-cost-$shim.json" 2>>"$dir/run.log"
+      done ;;
     repeat)
       OUT=$dir timeout "${REPEAT_S:-400}" bash bench/longctx_repeat.sh >"$dir/run.log" 2>&1 ;;
     shared) suite "plain pressure shared" "$dir" ;;
