@@ -27,7 +27,8 @@ const char launch_ptx[] =
     ".visible .entry fk_gather(.param .u64 out, .param .u64 ptrs, .param .u64 count, .param .u64 n)\n{ ret; }\n"
     ".visible .entry fk_tma(.param .align 64 .b8 map[128], .param .u64 out, .param .u64 n)\n{ ret; }\n"
     ".visible .entry fk_tma_struct(.param .align 64 .b8 s[256])\n{ ret; }\n"
-    ".visible .entry fk_tex(.param .u64 tex, .param .u64 out, .param .u64 n)\n{ ret; }\n";
+    ".visible .entry fk_tex(.param .u64 tex, .param .u64 out, .param .u64 n)\n{ ret; }\n"
+    ".visible .entry fk_elementwise(.param .u32 n, .param .align 8 .b8 f[640])\n{ ret; }\n";
 
 #define N 4096
 static size_t budget_blocks = 4 * MiB; /* buffer size: large enough to go to T2 under a small budget */
@@ -189,6 +190,29 @@ static int test_driver(int argc, char **argv)
               i < 8 ? "in the by-value struct" : "a parameter", named(bufs[i]));
         expect_all(bufs[i], 64, (float)i + 1, "fk_struct");
     }
+    /* fk_elementwise: PyTorch's elementwise shape, a u32 and a 640-byte lambda of small
+     * numbers holding three pointers at its start and one inside an allocation at its end:
+     * each of the four named once more, the others not at all. */
+    CUfunction ew;
+    OK(cuModuleGetFunction(&ew, m, "fk_elementwise"));
+    uint64_t lambda[80] = { 0 };
+    for (int i = 0; i < 80; i++)
+        lambda[i] = (uint64_t)i * 3 + 1; /* sizes, strides, dividers: no address */
+    for (int i = 0; i < 3; i++)
+        lambda[i] = bufs[8 + i];
+    lambda[79] = bufs[11] + 4;
+    unsigned elements = 64;
+    void *ep[] = { &elements, lambda };
+    unsigned long long before[16];
+    for (int i = 0; i < 16; i++)
+        before[i] = named(bufs[i]);
+    OK(cuLaunchKernel(ew, 1, 1, 1, 64, 1, 1, 0, s, ep, NULL));
+    OK(cuStreamSynchronize(s));
+    for (int i = 0; i < 16; i++) {
+        unsigned long long want = before[i] + (i >= 8 && i < 12);
+        CHECK(!shim_observes() || named(bufs[i]) == want, "fk_elementwise: buffer %d named %llu times, want %llu\n", i,
+              named(bufs[i]), want);
+    }
     /* The first buffer freed and another made at its address (the fake's first fit hands
      * it out again), then filled by a kernel naming it alone: the launch names the new
      * allocation, not the one this thread's launches found there before (the shim keeps
@@ -348,7 +372,7 @@ static int test_driver(int argc, char **argv)
 
     printf("counts: kernel %llu memset %llu memcpy %llu hostfn %llu\n", fakegpu_count("kernel"),
            fakegpu_count("memset"), fakegpu_count("memcpy"), fakegpu_count("hostfn"));
-    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 10, "cuLaunchKernel ran %llu kernels\n",
+    CHECK(fakegpu_count("kernel:cuLaunchKernel") == 11, "cuLaunchKernel ran %llu kernels\n",
           fakegpu_count("kernel:cuLaunchKernel"));
     CHECK(fakegpu_count("kernel:cuLaunchKernelEx") == 1 && fakegpu_count("kernel:cuLaunchKernelEx_ptsz") == 1 &&
               fakegpu_count("kernel:cuLaunchKernel_ptsz") == 1 && fakegpu_count("kernel:cuLaunchCooperativeKernel") == 1,
