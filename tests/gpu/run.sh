@@ -147,6 +147,16 @@ with_vram_peak() {
   fi
 }
 
+# One tensor of $split_gib GiB under a budget of $budget_gib GiB, as test NAME, with the
+# GreenBoost settings given after it.
+one_tensor_past_budget() {
+  local name=$1
+  shift
+  with_vram_peak "$name" "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET="${budget_gib}G" "$@" -- \
+    "$python" "$torch_check" tensors --label "$name" --total-gib "$split_gib" --chunk-mib $((split_gib * 1024)) \
+    --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+}
+
 figure() { grep -E "^KV $1=" "$figures" | tail -1 | cut -d= -f2-; }
 
 # in_section NAME: whether GB_GPU_SECTIONS (unset: every section) names section NAME.
@@ -238,18 +248,13 @@ if in_section plain; then
     # --- one allocation larger than the budget: split into a VRAM head and a T2 tail ----------
     # Placed once (GREENBOOST_TIERING=off): at the default the budget makes such a pool
     # movable instead (engine/movability.rs), which torch_bound_pool checks.
-    with_vram_peak torch_split "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G \
-      GREENBOOST_TIERING=off -- \
-      "$python" "$torch_check" tensors --label torch_split --total-gib "$split_gib" --chunk-mib $((split_gib * 1024)) \
-      --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+    one_tensor_past_budget torch_split GREENBOOST_TIERING=off
     if grep -q 'split 1;' "$logs/torch_split.err"; then
       pass torch_split.split "the shim's summary counts the ${split_gib} GiB tensor as split"
     else
       fail torch_split.split "the shim's summary does not count one split allocation: $(grep 'summary:' "$logs/torch_split.err" | head -1)"
     fi
-    with_vram_peak torch_bound_pool "$budget_limit_mib" -- "${shim_env[@]}" GREENBOOST_VRAM_BUDGET=${budget_gib}G -- \
-      "$python" "$torch_check" tensors --label torch_bound_pool --total-gib "$split_gib" --chunk-mib $((split_gib * 1024)) \
-      --budget-gib "$budget_gib" --expect t2 --pointer-placement 0
+    one_tensor_past_budget torch_bound_pool
     if grep -Eq 'live tiering: [1-9][0-9]* movable allocations' "$logs/torch_bound_pool.err"; then
       pass torch_bound_pool.movable "the ${split_gib} GiB tensor the budget binds is movable at the default"
     else
