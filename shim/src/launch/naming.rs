@@ -159,10 +159,6 @@ unsafe fn name<'s>(
     }
     let Some(values) = values else { return Naming::default() };
     let (textures, maps) = (texture_objects::any(), tensor_maps::any());
-    // No word outside it names an allocation (none, without a finder): the loop over a
-    // value's words (PyTorch's elementwise kernels pass 600-byte structs of sizes and
-    // strides) calls `note` for the few inside it.
-    let window = finder.as_ref().map(|finder| finder.window());
     let mut read = true;
     let mut seen = SeenAddresses::default();
     let mut note = |address: CuDevicePtr| {
@@ -181,8 +177,7 @@ unsafe fn name<'s>(
         let in_maps = if maps { map_blocks(bytes, &mut note) } else { 0 };
         words_outside(bytes, in_maps, |word| match textures.then(|| texture_objects::address_of(word)).flatten() {
             Some(address) => note(address),
-            None if window.is_some_and(|window| window.may_hold(word)) => note(word),
-            None => {}
+            None => note(word),
         });
     }
     let ranges = finder.map_or(0, |finder| finder.distinct());

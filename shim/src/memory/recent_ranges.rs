@@ -114,27 +114,13 @@ pub struct Found<'a> {
     pub first: bool,
 }
 
-/// The addresses a snapshot's allocations lie between: the two-comparison reject of
-/// values that are no device address (`address - low >= span`: counts, sizes, floats,
-/// null), for a caller's loop over many words.
-#[derive(Clone, Copy, Debug)]
-pub struct Window {
-    low: CuDevicePtr,
-    span: u64,
-}
-
-impl Window {
-    /// Whether `address` lies between the lowest allocation's start and the highest's end.
-    #[inline]
-    pub fn may_hold(self, address: CuDevicePtr) -> bool {
-        address.wrapping_sub(self.low) < self.span
-    }
-}
-
 /// One launch's lookups in one snapshot, through a memo, each allocation counted once.
 pub struct Finder<'a> {
     snapshot: &'a Snapshot,
-    window: Window,
+    /// The snapshot's span, for the two-comparison reject of values that are no device
+    /// address (`address - low >= span`: counts, sizes, floats, null).
+    low: CuDevicePtr,
+    span: u64,
     memo: &'a mut Memo,
     /// The memo slots this launch named.
     named: u32,
@@ -148,8 +134,7 @@ pub struct Finder<'a> {
 impl<'a> Finder<'a> {
     fn new(snapshot: &'a Snapshot, memo: &'a mut Memo) -> Finder<'a> {
         let (low, high) = snapshot.span();
-        let window = Window { low, span: high.saturating_sub(low) };
-        Finder { snapshot, window, memo, named: 0, named_others: 0, hint: 0 }
+        Finder { snapshot, low, span: high.saturating_sub(low), memo, named: 0, named_others: 0, hint: 0 }
     }
 
     /// The lookups that follow are another launch's (a graph's next kernel node): each
@@ -165,16 +150,11 @@ impl<'a> Finder<'a> {
         self.named.count_ones() as usize + self.named_others
     }
 
-    /// Where every address this finder finds lies.
-    pub fn window(&self) -> Window {
-        self.window
-    }
-
     /// The allocation `address` names, if any. Most words of a launch's parameters are
-    /// no address: only the window's reject is inlined into the caller's loop.
+    /// no address: only the span's reject is inlined into the caller's loop.
     #[inline]
     pub fn find(&mut self, address: CuDevicePtr) -> Option<Found<'a>> {
-        if !self.window.may_hold(address) {
+        if address.wrapping_sub(self.low) >= self.span {
             return None;
         }
         self.find_in_span(address)
