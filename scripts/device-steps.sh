@@ -13,7 +13,8 @@
 #             build/bench-carry) in turn, once per word of LAUNCH_AB (ALLOCATIONS:THREADS:
 #             FUNCTIONS:SHAPE), 9 rounds of 20000 launches: launch-ab.jsonl
 #   apicost   bench/probes/api_cost_probe.py plain, under this shim and under BASELINE
-#   longctx   BENCH_ONLY=longctx, dynamic cache; beside BENCH_BASELINE_SHIM when
+#   longctx   BENCH_ONLY=longctx, the caches of LONGCTX_MODES (default dynamic; a comma
+#             list of bench/longctx.py's modes); beside BENCH_BASELINE_SHIM when
 #             BASELINE names a file in build/bench-carry, and with LONGCTX_SETTINGS
 #             (GreenBoost settings, VAR=VALUE words) when given (deadline LONGCTX_S, 300)
 #   decode    BENCH_ONLY=decode with DECODE_CONFIGS (default "vram greenboost
@@ -49,7 +50,7 @@ for step in "$@"; do
         bash bench/run.sh >"$dir/run.log" 2>&1 ;;
     longctx)
       baseline=${BASELINE:+$PWD/build/bench-carry/$BASELINE}
-      OUT=$dir BENCH_ONLY=longctx BENCH_LONGCTX_MODES=dynamic BENCH_BASELINE_SHIM=$baseline \
+      OUT=$dir BENCH_ONLY=longctx BENCH_LONGCTX_MODES=${LONGCTX_MODES:-dynamic} BENCH_BASELINE_SHIM=$baseline \
         BENCH_LONGCTX_SETTINGS="${LONGCTX_SETTINGS:-}" BENCH_DEADLINE_S=${LONGCTX_S:-300} \
         BENCH_RESULTS=/tmp/device-steps-longctx bash bench/run.sh >"$dir/run.log" 2>&1 ;;
     decode)
