@@ -115,6 +115,14 @@ t_tier_swap_kept_rise() {
         GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info \
         "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 2 0 8
 }
+t_tier_swap_kept_back() {
+    # tier-swap-kept, then launches name only the weights: those the swap moved out swap
+    # back, each into the VRAM chunks it left (the device kept them for it), free VRAM
+    # under the headroom and not falling.
+    tier_run tier-swap-kept-back FAKECUDA_VRAM=3G FAKECUDA_MANAGED_KEEPS_VRAM=1 \
+        GREENBOOST_VRAM_HEADROOM=$(( 512 << 20 )) GREENBOOST_VRAM_RESERVE=0 GREENBOOST_GIVE_BACK=off GREENBOOST_LOG=info \
+        "$BIN/gbtier" swap-kept $(( 48 << 20 )) 8 8 0 0 1
+}
 t_tier_give_back_swap() {
     # tier-swap-kept with GREENBOOST_GIVE_BACK=on: the tick gives back what its moves out
     # left the device, every working block swaps in, the device keeps nothing. 6 hot
@@ -372,4 +380,4 @@ t_tier_ipc_off() {
     tier_run tier-ipc-off GREENBOOST_TIERING=off GBTEST_EXPECT=exported "$BIN/gbtier" ipc $TIER_BLOCK
 }
 
-tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_vram_times tier_vram_times_rare tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_load tier_bound_tensors tier_demote_host_short tier_pool"
+tier_tests="tier_promote_demote tier_control_off_fails tier_no_demote tier_budget tier_cap tier_order tier_second_device tier_free_moving tier_refresh tier_pair tier_swap tier_swap_kept tier_swap_kept_steps tier_swap_kept_rise tier_swap_kept_back tier_give_back_swap tier_give_back_off_fails tier_give_back_nothing_evictable tier_give_back_short tier_give_back_slow tier_give_back_pressing tier_pressure_once tier_swap_off_fails tier_ipc tier_ipc_off tier_make_room tier_make_room_short tier_make_room_lanes tier_make_room_kept tier_make_room_kept_answered tier_working_set tier_room_churn tier_room_churn_read tier_cycle tier_scratch_room tier_scratch_room_parts tier_make_room_kept_off_fails tier_make_room_off_fails tier_ranges tier_ranges_room tier_ranges_demote tier_kernel_times tier_vram_times tier_vram_times_rare tier_attributes tier_attributes_off tier_uncontested tier_bound_pool tier_bound_load tier_bound_tensors tier_demote_host_short tier_pool"

@@ -1,8 +1,10 @@
 //! Kept VRAM given back. When managed pages leave VRAM (a demotion, a swap out, room made
 //! for the working set), the driver keeps the chunks they leave: free VRAM does not rise,
 //! for nvidia-smi, for another process sizing itself from `cuMemGetInfo` (ollama's layer
-//! count, vLLM's KV cache), and for this process's own moves into VRAM, which then take
-//! fresh VRAM instead (on the H200 a 1.9 GB swap took free VRAM from 1525 to 3 MiB). The
+//! count, vLLM's KV cache), and for this process's moves into VRAM of other pages and
+//! its new allocations, which take fresh VRAM instead (on the H200 a 1.9 GB swap took
+//! free VRAM from 1525 to 3 MiB; only the pages that left come back into those chunks,
+//! `memory::movable_part`). The
 //! driver hands those chunks at once to an allocation that finds too little free VRAM
 //! (bench/results/movable-vram-probe-2026-12-05.md). So after moving `X` bytes out whose
 //! VRAM did not come free, the shim asks the driver for one plain allocation of free

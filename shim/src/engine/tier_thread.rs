@@ -179,6 +179,11 @@ fn tick(
     if room.pressing() {
         members.iter().for_each(|m| m.mark_maybe_evicted());
     }
+    if room.pressing() || room.drained() {
+        // Allocations then take the chunks the driver keeps of moves out before any that
+        // hold data: those of this process's parts in T2 may be gone.
+        members.iter().for_each(|m| m.forget_kept_chunks());
+    }
     // Runs of at most a quarter of the room promotions may fill: they fill it to within that.
     let most = (room.fillable() / 4).clamp(movable::RUN_LEAST, movable::RUN_MOST);
     let runs: Vec<Run<'_>> = members.iter().flat_map(|m| m.runs(&m.reads(true), most)).collect();
@@ -192,6 +197,7 @@ fn tick(
             working_memory: run.allocation.working_memory(),
             idle_ticks: run.idle_ticks,
             maybe_evicted: run.maybe_evicted,
+            chunks_kept: run.chunks_kept,
         })
         .collect();
     let moves = tiering::plan(&room, &candidates);
@@ -270,9 +276,10 @@ fn tick(
 
 /// A tick's moves into VRAM, group by group. The driver keeps the VRAM that a move out
 /// gave back (free VRAM does not rise: bench/results/movable-vram-probe-2026-12-05.md),
-/// gives it to another process that asks, and to this process's later moves in; but on
-/// the H200 moves in right after the same tick's moves out took fresh VRAM instead
-/// (free VRAM fell from 1525 to 3 MiB after a 1.9 GB swap). So free VRAM is read again
+/// gives it to another process that asks, and back to the pages that left it when they
+/// move in again; but moves in of other pages take fresh VRAM while the driver has any
+/// (on the H200 free VRAM fell from 1525 to 3 MiB after a 1.9 GB swap; why, from
+/// NVIDIA's source: `memory::movable_part`'s `chunks_kept`). So free VRAM is read again
 /// before every group in, each group is no larger than what the plan still has (one run
 /// at least), and they stop once they took more of it than the promotions' room
 /// (`Room::fillable`): past the plan by one run at most. (Groups of 256 MiB whatever the

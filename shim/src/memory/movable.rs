@@ -264,6 +264,8 @@ pub struct Run<'a> {
     pub idle_ticks: u32,
     pub in_vram: bool,
     pub maybe_evicted: bool,
+    /// In T2 with the VRAM chunks it left kept for it (`Part::chunks_kept`).
+    pub chunks_kept: bool,
 }
 
 impl Run<'_> {
@@ -342,6 +344,11 @@ impl Movable {
         self.parts.iter().for_each(Part::mark_maybe_evicted);
     }
 
+    /// Allocations may have taken the chunks its parts in T2 left (`Part::forget_kept_chunks`).
+    pub fn forget_kept_chunks(&self) {
+        self.parts.iter().for_each(Part::forget_kept_chunks);
+    }
+
     /// Its entry in the address index, counted by the launches, copies and memsets
     /// that name it.
     pub fn uses(&self) -> Arc<RangeUse> {
@@ -376,15 +383,17 @@ impl Movable {
     }
 
     /// Its parts (with their `reads`) in runs of neighbours alike in place, possible
-    /// eviction and heat per byte, each at most `most` bytes (one part at least).
+    /// eviction, kept chunks and heat per byte, each at most `most` bytes (one part at
+    /// least).
     pub fn runs(&self, reads: &[ReadRate], most: u64) -> Vec<Run<'_>> {
         let mut runs: Vec<Run<'_>> = Vec::new();
         for (index, (part, read)) in self.parts.iter().zip(reads).enumerate() {
             let (heat, idle_ticks) = (read.heat(), read.idle_ticks());
-            let (in_vram, maybe_evicted) = (part.in_vram(), part.maybe_evicted());
+            let (in_vram, maybe_evicted, chunks_kept) = (part.in_vram(), part.maybe_evicted(), part.chunks_kept());
             if let Some(run) = runs.last_mut().filter(|run| {
                 run.in_vram == in_vram
                     && run.maybe_evicted == maybe_evicted
+                    && run.chunks_kept == chunks_kept
                     && run.bytes + part.len() <= most
                     && tiering::per_byte((run.heat, run.bytes), (heat, part.len())).is_eq()
             }) {
@@ -402,6 +411,7 @@ impl Movable {
                 idle_ticks,
                 in_vram,
                 maybe_evicted,
+                chunks_kept,
             });
         }
         runs

@@ -45,6 +45,14 @@ pub struct Part {
     /// In VRAM while free VRAM fell so low that the driver evicts managed pages: some of
     /// it may be on the host (the driver does not say which) until moved again.
     maybe_evicted: AtomicBool,
+    /// In T2, moved there out of VRAM: the driver keeps the VRAM chunks its pages left
+    /// and gives them back to these pages when they move in again, so that such a move
+    /// takes no free VRAM (NVIDIA's nvidia-uvm: a block whose pages all left the GPU only
+    /// marks its chunk unused, `block_clear_resident_processor` in `uvm_va_block.c`). Any
+    /// other move into VRAM takes fresh VRAM while the driver has any; only an allocation
+    /// that finds none takes unused chunks (`pick_root_chunk_to_evict` in
+    /// `uvm_pmm_gpu.c`), so this holds until free VRAM falls that low (`forget_kept_chunks`).
+    chunks_kept: AtomicBool,
     state: Mutex<rank::MovableState, State>,
 }
 
@@ -80,6 +88,7 @@ impl Part {
             read: AtomicU64::new(0),
             in_vram: AtomicBool::new(false),
             maybe_evicted: AtomicBool::new(false),
+            chunks_kept: AtomicBool::new(false),
             state: Mutex::new(State { residence, freed: false, reads: ReadRate::default() }),
         };
         let in_vram = matches!(part.state.lock().residence, Residence::Vram(_));
@@ -103,12 +112,22 @@ impl Part {
         self.maybe_evicted.load(Ordering::Relaxed)
     }
 
+    pub fn chunks_kept(&self) -> bool {
+        self.chunks_kept.load(Ordering::Relaxed)
+    }
+
     /// The driver may have evicted some of it: free VRAM fell that low while it was in
     /// VRAM.
     pub(super) fn mark_maybe_evicted(&self) {
         if self.in_vram() {
             self.maybe_evicted.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// The chunks it left may be another's: free VRAM fell so low that allocations took
+    /// the chunks the driver kept.
+    pub(super) fn forget_kept_chunks(&self) {
+        self.chunks_kept.store(false, Ordering::Relaxed);
     }
 
     /// A matrix product read `bytes` of it.
@@ -179,11 +198,14 @@ impl Part {
             (Started::Demotion { vram, .. }, false) => (Residence::Vram(vram), None),
             (Started::Refresh { vram }, _) => (Residence::Vram(vram), None),
         };
-        if arrived {
-            // Wherever it arrived, all of it is where the accounts say.
-            self.maybe_evicted.store(false, Ordering::Relaxed);
-        }
         let in_vram = matches!(residence, Residence::Vram(_));
+        if arrived {
+            // Wherever it arrived, all of it is where the accounts say. Out of VRAM, the
+            // driver keeps the chunks it left, unless it had evicted some of it for
+            // someone's allocation, which took them; in VRAM, it holds them again.
+            let evicted = self.maybe_evicted.swap(false, Ordering::Relaxed);
+            self.chunks_kept.store(!in_vram && !evicted, Ordering::Relaxed);
+        }
         let mut state = self.state.lock();
         state.residence = residence;
         self.set_in_vram(in_vram);

@@ -71,6 +71,9 @@ pub struct Candidate {
     pub idle_ticks: u32,
     /// In VRAM, but the driver may have evicted part of it since.
     pub maybe_evicted: bool,
+    /// In T2 with the VRAM chunks it left when it moved out still kept for it by the
+    /// driver: moving in, it takes those, not free VRAM (`memory::movable_part`).
+    pub chunks_kept: bool,
 }
 
 /// A device's state at one tick.
@@ -95,9 +98,10 @@ pub struct Room {
     /// `tier_thread`).
     pub swap_limit: u64,
     /// Moves into VRAM on this device were seen to take fresh VRAM where this process's
-    /// moves out had left the driver VRAM (it keeps what they leave, and gives it to
-    /// whoever asks, not to them): from then on swaps move in only into free VRAM the
-    /// promotions left of `fillable`, unless the device is drained. Before, each swap
+    /// moves out had left the driver VRAM (it keeps what they leave for the pages that
+    /// left it, and gives it to whoever asks only once it has no free VRAM): from then on
+    /// swaps move in only into free VRAM the promotions left of `fillable`, unless the
+    /// device is drained or what moves in takes the chunks it left (`Candidate::chunks_kept`). Before, each swap
     /// took up to one group of 256 MiB past the plan, once more every time free VRAM came
     /// back to the headroom: on an H100 two processes sharing the GPU so left it 82 MiB
     /// free (bench/results/gpu-test-2026-12-05-fae13421b7b2-plain-pressure-shared-h100.md).
@@ -170,10 +174,11 @@ impl Room {
         self.free < DRAINED_FREE
     }
 
-    /// Most bytes swaps may move into VRAM, given the free VRAM the tick's promotions
-    /// left of `fillable`: that, where the driver keeps what moves out leave
-    /// (`driver_keeps`) and the device is not drained; else no bound, the moves in
-    /// stopped once they took one run past the plan (`engine::tier_thread`).
+    /// Most bytes swaps may move into VRAM that take free VRAM (not the chunks they left:
+    /// `Candidate::chunks_kept`), given the free VRAM the tick's promotions left of
+    /// `fillable`: that, where the driver keeps what moves out leave (`driver_keeps`) and
+    /// the device is not drained; else no bound, the moves in stopped once they took one
+    /// run past the plan (`engine::tier_thread`).
     fn swap_in_room(&self, fillable_left: u64) -> u64 {
         if self.driver_keeps && !self.drained() {
             fillable_left
@@ -336,7 +341,10 @@ pub fn plan(room: &Room, candidates: &[Candidate]) -> Vec<Move> {
 /// grows, what was loaded before the working memory is not swapped in: the room is the working
 /// set's, and the next allocation would demote it again (on an H100 an HF prefill so
 /// promoted and demoted 27.8 GB, bench/results/2026-12-05-4dd3d98c4b53-longctx-h100.md).
-/// At most `in_room` bytes move in (`Room::swap_in_room`).
+/// At most `in_room` bytes move in that take free VRAM (`Room::swap_in_room`); those
+/// that take back the chunks they left (`Candidate::chunks_kept`) take none of it, which
+/// brings weights moved out for a working set back into the VRAM they held once that
+/// working set idles, also where free VRAM stands under the headroom.
 ///
 /// The working memory is displaced by what was loaded before it (the weights) only once it has gone unread for `WORKING_SET_IDLE_PASSES`
 /// of its passes, however cold it looks before: a caching allocator (PyTorch's) keeps the
@@ -362,7 +370,8 @@ fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Mo
     let (mut left, mut in_left) = (room.swap_limit, in_room);
     for h in hot {
         let wanted = &candidates[h];
-        if wanted.bytes > left || wanted.bytes > in_left {
+        let takes_free = if wanted.chunks_kept { 0 } else { wanted.bytes };
+        if wanted.bytes > left || takes_free > in_left {
             continue;
         }
         // Victims no larger than twice the room still wanted, then any that fit the limit.
@@ -375,7 +384,7 @@ fn swaps(room: &Room, in_room: u64, candidates: &[Candidate], moves: &mut Vec<Mo
             continue;
         }
         left -= freed;
-        in_left -= wanted.bytes;
+        in_left -= takes_free;
         chosen.sort_unstable();
         for at in chosen.iter().rev() {
             moves.push(Move::SwapOut(cold.remove(*at)));

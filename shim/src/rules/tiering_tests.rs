@@ -6,7 +6,16 @@ use super::*;
 const G: u64 = 1 << 30;
 
 fn at(bytes: u64, in_vram: bool, heat: u64, sequence: u64) -> Candidate {
-    Candidate { bytes, in_vram, heat, sequence, working_memory: false, idle_ticks: 0, maybe_evicted: false }
+    Candidate {
+        bytes,
+        in_vram,
+        heat,
+        sequence,
+        working_memory: false,
+        idle_ticks: 0,
+        maybe_evicted: false,
+        chunks_kept: false,
+    }
 }
 
 fn room(free: u64) -> Room {
@@ -210,6 +219,24 @@ fn where_the_driver_keeps_what_moves_out_leave_swaps_move_in_only_what_free_vram
     assert_eq!(plan(&Room { driver_keeps: true, ..short }, &candidates), vec![]);
     let drained = Room { driver_keeps: true, free: DRAINED_FREE - 1, ..short };
     assert_eq!(plan(&drained, &candidates), vec![Move::SwapOut(2), Move::SwapIn(0)]);
+}
+
+#[test]
+fn what_takes_back_the_chunks_it_left_swaps_in_where_free_vram_holds_nothing() {
+    // Weights moved out for a working set, the driver keeping their chunks for them;
+    // the working set (in VRAM) now idle, the weights hot: free VRAM under the headroom,
+    // moves in already seen to take fresh VRAM, the device not drained.
+    let weights = Candidate { chunks_kept: true, ..at(G, false, 80 * G, 0) };
+    let never_in_vram = at(G, false, 80 * G, 0);
+    let idle = at(G, true, 0, 2);
+    let short = Room { answered: G, driver_keeps: true, ..swapping(G / 2, 4 * G) };
+    assert_eq!(plan(&short, &[weights, idle]), vec![Move::SwapOut(1), Move::SwapIn(0)], "back into its own chunks");
+    assert_eq!(plan(&short, &[never_in_vram, idle]), vec![], "fresh VRAM: none to take");
+    // Past the headroom's slack by 256 MiB: the fresh one waits, the other needs none.
+    const M: u64 = 1 << 20;
+    let roomy = Room { driver_keeps: true, ..swapping(G + 512 * M, 4 * G) };
+    assert_eq!(plan(&roomy, &[never_in_vram, idle]), vec![]);
+    assert_eq!(plan(&roomy, &[weights, idle]), vec![Move::SwapOut(1), Move::SwapIn(0)]);
 }
 
 #[test]

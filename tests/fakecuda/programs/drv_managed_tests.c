@@ -260,9 +260,10 @@ int test_managed_fake_model(int argc, char **argv)
 }
 
 /* ---- FAKECUDA_MANAGED_KEEPS_VRAM (fake self-test, no shim; a share file and
- * GBTEST_BALLOON_BIN): VRAM managed pages leave stays taken from the device, a move into
- * VRAM takes fresh VRAM, and an allocation that finds too little free VRAM takes the kept
- * VRAM first, in this process or in another (gbballoon) ---- */
+ * GBTEST_BALLOON_BIN): VRAM managed pages leave stays taken from the device, pages moving
+ * back take the chunks they left, a move into VRAM of other pages takes fresh VRAM, and an
+ * allocation that finds too little free VRAM takes the kept VRAM first, in this process or
+ * in another (gbballoon) ---- */
 
 /* Free VRAM as cuMemGetInfo reports it, checked against the device's VRAM in use. */
 static size_t kept_free(void)
@@ -284,8 +285,9 @@ int test_managed_kept(int argc, char **argv)
     primary_context_current();
     size_t free0 = kept_free();
     CHECK(fakegpu_vram_kept() == 0, "%zu MiB kept at the start\n", fakegpu_vram_kept() >> 20);
-    CUdeviceptr a, small, big;
+    CUdeviceptr a, b, small, big;
     OK(cuMemAllocManaged(&a, n, CU_MEM_ATTACH_GLOBAL));
+    OK(cuMemAllocManaged(&b, n, CU_MEM_ATTACH_GLOBAL));
     OK(fakegpu_launch_fill(a, n, 51, NULL));
 #define KEPT_STEP(what, want_free, want_kept)                                                                    \
     do {                                                                                                         \
@@ -298,9 +300,13 @@ int test_managed_kept(int argc, char **argv)
     OK(cuMemPrefetchAsync_v2(a, n, host, 0, NULL));
     KEPT_STEP("back on the host: the device keeps its VRAM", free0 - n, n);
     OK(cuMemPrefetchAsync_v2(a, n, dev0, 0, NULL));
-    KEPT_STEP("to the device again: fresh VRAM", free0 - 2 * n, n);
+    KEPT_STEP("to the device again: the chunks it left", free0 - n, 0);
     OK(cuMemPrefetchAsync_v2(a, n, host, 0, NULL));
-    KEPT_STEP("on the host again", free0 - 2 * n, 2 * n);
+    KEPT_STEP("on the host again", free0 - n, n);
+    OK(cuMemPrefetchAsync_v2(b, n, dev0, 0, NULL));
+    KEPT_STEP("other pages to the device: fresh VRAM", free0 - 2 * n, n);
+    OK(cuMemPrefetchAsync_v2(b, n, host, 0, NULL));
+    KEPT_STEP("those on the host", free0 - 2 * n, 2 * n);
     /* An allocation that fits what is free takes free VRAM. */
     OK(cuMemAlloc_v2(&small, page));
     KEPT_STEP("a page allocated", free0 - 2 * n - page, 2 * n);
@@ -332,6 +338,7 @@ int test_managed_kept(int argc, char **argv)
     OK(fakegpu_launch_verify(a, n, 51, NULL, &bad));
     CHECK(bad == 0, "managed data changed by its moves: %llu wrong words\n", bad);
     OK(cuMemFree_v2(a));
+    OK(cuMemFree_v2(b));
     OK(cuMemFree_v2(small));
     KEPT_STEP("everything freed", free0, 0);
 #undef KEPT_STEP

@@ -1,6 +1,6 @@
-/* gbtier swap-kept BLOCK N [STEP [HOT [RISE]]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a device
- * that keeps the VRAM managed pages leave and gives every move into VRAM fresh VRAM, the
- * worst case the H200 showed (bench/results/movable-vram-probe-2026-12-05.md: after a
+/* gbtier swap-kept BLOCK N [STEP [HOT [RISE [BACK]]]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a
+ * device that keeps the VRAM managed pages leave and gives pages moving in fresh VRAM
+ * unless they come back to the chunks they left, the worst case the H200 showed (bench/results/movable-vram-probe-2026-12-05.md: after a
  * 1.9 GB swap free VRAM fell from 1525 to 3 MiB).
  *
  * Beside another process that leaves room for N weight blocks and half a block, the
@@ -94,12 +94,48 @@ static void check_rise(struct balloon *extra, CUfunction f, void **working, int 
           lowest >> 20, risen >> 20, floor >> 20);
 }
 
+/* With BACK: once the swap has settled, launches name only the weights and the working
+ * blocks go unread. The weights the swap moved out are the hotter now: as many as there are
+ * working blocks in VRAM swap back, each into the VRAM chunks it left, which the device
+ * kept for it (as NVIDIA's driver does: managed_move_page in the fake), so free VRAM does
+ * not fall, though it stands under the headroom and swaps were seen to take fresh VRAM
+ * before (tiering::Candidate::chunks_kept). Before that rule they stayed in T2, swaps
+ * moving in only into free VRAM past the slack. (The other weights stay in T2: under the
+ * headroom nothing is promoted, kept chunks or not.) */
+static void check_back(CUfunction f, void **weights, void **working, int n, size_t block)
+{
+    size_t start = device_free(), lowest = start;
+    unsigned long long swaps_before = shim_stats().swaps;
+    int want = in_vram_count(working, n), back = 0;
+    CHECK(want > 0, "no working block in VRAM: nothing to swap back\n");
+    for (int round = 0; round < 2000 && (back = in_vram_count(weights, n)) < want; round++) {
+        name_all(f, weights, n);
+        OK(cudaDeviceSynchronize());
+        size_t free_now = device_free();
+        lowest = free_now < lowest ? free_now : lowest;
+        usleep(2000);
+    }
+    printf("swap-kept: the working blocks unread, %d of %d weight blocks back in VRAM after %llu swaps; free VRAM %zu "
+           "MiB, lowest %zu MiB after\n", back, n, shim_stats().swaps - swaps_before, start >> 20, lowest >> 20);
+    CHECK(back == want && in_vram_count(working, n) == 0, "%d weight blocks back in VRAM, %d working blocks left "
+          "there, once the working blocks went unread; want %d and none: the swaps did not let the weights take back "
+          "the VRAM chunks they left\n", back, in_vram_count(working, n), want);
+    CHECK(lowest >= start, "free VRAM fell from %zu to %zu MiB: the weights moving back took fresh VRAM\n",
+          start >> 20, lowest >> 20);
+    for (int i = 0; i < n; i++) {
+        unsigned long long bad = 0;
+        OK(fakegpu_launch_verify(dptr(working[i]), block, 800 + (uint32_t)i, NULL, &bad));
+        OK(cudaDeviceSynchronize());
+        CHECK(bad == 0, "working block %d has %llu wrong words after it swapped out\n", i, bad);
+    }
+}
+
 int test_swap_kept(int argc, char **argv)
 {
-    CHECK(argc >= 4, "usage: swap-kept BLOCK N [STEP [HOT [RISE]]]\n");
+    CHECK(argc >= 4, "usage: swap-kept BLOCK N [STEP [HOT [RISE [BACK]]]]\n");
     size_t block = strtoull(argv[2], NULL, 0);
     int n = atoi(argv[3]), step = argc > 4 ? atoi(argv[4]) : n, hot_n = argc > 5 ? atoi(argv[5]) : 0;
-    int rise = argc > 6 ? atoi(argv[6]) : 0;
+    int rise = argc > 6 ? atoi(argv[6]) : 0, back = argc > 7 && atoi(argv[7]);
     CHECK(hot_n >= 0 && hot_n <= MAX_WORKING, "HOT %d: 0 to %d\n", hot_n, MAX_WORKING);
     CHECK(n > 0 && n <= MAX_WORKING && (size_t)n * block > ARRIVAL_GROUP && block < (64UL << 20),
           "%d blocks of %zu MiB: want more than one arrival group in runs of one block each\n", n, block >> 20);
@@ -207,6 +243,8 @@ int test_swap_kept(int argc, char **argv)
           in_vram_count(hot, hot_n), hot_n);
     if (rise > 0)
         check_rise(&extra, f, working, named, slack);
+    if (back)
+        check_back(f, weights, working, n, block);
     check_blocks(weights, n, block, "at the end");
     for (int i = 0; i < n; i++) {
         OK(cudaFree(weights[i]));

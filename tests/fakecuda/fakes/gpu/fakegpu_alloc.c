@@ -13,7 +13,7 @@ static CUresult alloc_vram(CUdeviceptr *p, size_t n)
     struct vram_device *d = &g.dev[fg_current_device()];
     pthread_mutex_lock(&g.lock);
     size_t first;
-    if (!vram_take(d, n, 1, &first)) {
+    if (!vram_take(d, n, KEPT_WHEN_SHORT, &first)) {
         pthread_mutex_unlock(&g.lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -173,8 +173,11 @@ void fg_unlock(void);
  * 4 KiB page in *first, or 0 when it has not that much. fg_vram_give_locked gives it
  * back (scrubbed). fg_vram_leave_locked gives back what a managed page leaves, or with
  * FAKECUDA_MANAGED_KEEPS_VRAM keeps it (1): the device's free VRAM stays as it was.
- * fg_vram_drop_kept_locked gives back up to `bytes` of the device's kept VRAM. */
+ * fg_vram_drop_kept_locked gives back up to `bytes` of the device's kept VRAM.
+ * fg_vram_retake_kept_locked takes `bytes` of the kept VRAM or nothing (0): a managed page
+ * moving back into the chunk it left, which free VRAM does not fall for. */
 int fg_vram_take_locked(CUdevice d, size_t bytes, size_t *first);
+int fg_vram_retake_kept_locked(CUdevice d, size_t bytes, size_t *first);
 void fg_vram_give_locked(CUdevice d, size_t first, size_t bytes);
 int fg_vram_leave_locked(CUdevice d, size_t first, size_t bytes);
 void fg_vram_drop_kept_locked(CUdevice d, size_t bytes);

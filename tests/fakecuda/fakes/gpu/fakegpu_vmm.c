@@ -66,7 +66,7 @@ CUresult fg_vmm_create(CUmemGenericAllocationHandle *out, size_t n, const CUmemA
         size_t first;
         struct vram_device *d = &g.dev[prop->location.id];
         pthread_mutex_lock(&g.lock);
-        int ok = vram_take(d, n, 1, &first);
+        int ok = vram_take(d, n, KEPT_WHEN_SHORT, &first);
         pthread_mutex_unlock(&g.lock);
         if (!ok) {
             free(h);

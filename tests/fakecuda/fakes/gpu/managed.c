@@ -18,10 +18,11 @@
  * copy timing model, so a prefetch takes no simulated time.
  *
  * FAKECUDA_MANAGED_KEEPS_VRAM=1: the VRAM a page leaves stays taken from the device (the
- * real driver's managed-memory allocator keeps the chunks), a move into VRAM takes fresh
- * VRAM all the same while there is any, and a move or an allocation that finds too little
- * free VRAM takes the kept VRAM (fakegpu_vram.c), as the driver evicts chunks that hold
- * no data first. Freeing the allocation gives back what it left.
+ * real driver's managed-memory allocator keeps the chunks), a page moving back takes the
+ * chunk it left, any other move into VRAM takes fresh VRAM all the same while there is
+ * any, and a move or an allocation that finds too little free VRAM takes the kept VRAM
+ * (fakegpu_vram.c), as the driver evicts chunks that hold no data first
+ * (managed_move_page). Freeing the allocation gives back what it left.
  *
  * All state here is under the device lock (fg_lock).
  *
@@ -142,7 +143,7 @@ CUresult fg_managed_alloc(CUdeviceptr *p, size_t n, unsigned flags)
     a->pages = pages;
     for (size_t i = 0; i < a->npages; i++) {
         pages[i].where = ON_HOST;
-        pages[i].preferred = pages[i].last_prefetch = NOWHERE;
+        pages[i].preferred = pages[i].last_prefetch = pages[i].kept_on = NOWHERE;
     }
     fg_lock();
     a->next = m.list;
@@ -229,21 +230,36 @@ CUresult fg_managed_advise(CUdeviceptr p, size_t n, int advice, CUmemLocation lo
 
 /* ------------------------------------------------------------------ page moves */
 
-/* Moves one page of `a` to `where` (lock held): to a device it takes VRAM there (fresh
- * VRAM, what the device keeps only once none is free), and a page that cannot get it stays where it is
- * (0); the VRAM it leaves goes back, or with FAKECUDA_MANAGED_KEEPS_VRAM the device keeps
- * it, counted against `a` until it is freed. The data stays at the host address either
- * way: the VRAM only stands for it. */
+/* Moves one page of `a` to `where` (lock held): to a device it takes VRAM there, and a
+ * page that cannot get it stays where it is (0); the VRAM it leaves goes back, or with
+ * FAKECUDA_MANAGED_KEEPS_VRAM the device keeps it, counted against `a` until it is freed.
+ * A page moving back to the device that keeps the chunk it left takes that chunk (free
+ * VRAM does not fall), unless an allocation took it meanwhile; any other page takes fresh
+ * VRAM, what the device keeps only once none is free. That is NVIDIA's nvidia-uvm: a
+ * va_block whose pages all left a GPU keeps its root chunk, only marked unused
+ * (block_clear_resident_processor in uvm_va_block.c), and reuses it when its pages come
+ * back; other allocations take memory from the driver's allocator while it has any, and
+ * only then evict unused chunks (pick_root_chunk_to_evict in uvm_pmm_gpu.c). The fake
+ * keeps one pool of kept VRAM per device, so the chunk a page takes back may be another
+ * page's. The data stays at the host address either way: the VRAM only stands for it. */
 int managed_move_page(struct managed *a, struct mpage *pg, int where)
 {
     if (pg->where == where)
         return 1;
     size_t vram_first = 0;
-    if (where >= 0 && !fg_vram_take_locked(where, MANAGED_PAGE, &vram_first))
+    if (where >= 0 && pg->kept_on == where && a->kept[where] >= MANAGED_PAGE &&
+        fg_vram_retake_kept_locked(where, MANAGED_PAGE, &vram_first)) {
+        a->kept[where] -= MANAGED_PAGE;
+    } else if (where >= 0 && !fg_vram_take_locked(where, MANAGED_PAGE, &vram_first)) {
         return 0;
+    }
+    if (where >= 0)
+        pg->kept_on = NOWHERE;
     if (pg->where >= 0) {
-        if (fg_vram_leave_locked(pg->where, pg->vram_first, MANAGED_PAGE))
+        if (fg_vram_leave_locked(pg->where, pg->vram_first, MANAGED_PAGE)) {
             a->kept[pg->where] += MANAGED_PAGE;
+            pg->kept_on = pg->where;
+        }
         m.on_device[pg->where] -= MANAGED_PAGE;
     } else {
         m.on_host -= MANAGED_PAGE;

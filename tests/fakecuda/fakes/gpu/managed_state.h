@@ -16,6 +16,7 @@ struct mpage {
     signed char last_prefetch; /* the last prefetch asked for (not whether it ran) */
     unsigned char read_mostly;
     unsigned char accessed_by;
+    signed char kept_on;       /* the device that keeps the chunk it left, or NOWHERE */
     size_t vram_first;         /* on a device: its first 4 KiB page of that VRAM */
 };
 
