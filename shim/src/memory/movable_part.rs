@@ -52,6 +52,8 @@ pub struct Part {
     /// other move into VRAM takes fresh VRAM while the driver has any; only an allocation
     /// that finds none takes unused chunks (`pick_root_chunk_to_evict` in
     /// `uvm_pmm_gpu.c`), so this holds until free VRAM falls that low (`forget_kept_chunks`).
+    /// Chunks taken by an allocation that is freed before a tick sees free VRAM that low
+    /// come back as free VRAM, which the move in then takes: no more than before.
     chunks_kept: AtomicBool,
     state: Mutex<rank::MovableState, State>,
 }
