@@ -64,7 +64,7 @@ class Placement:
 
     COUNTERS = ("gemm_staged", "gemm_staged_bytes", "promoted_bytes", "demoted_bytes", "swaps", "tier_vram",
                 "t2_used", "promote_ns", "demote_ns", "move_issue_ns", "room_made_bytes", "room_made_ns",
-                "gemm_in_place", "gemm_in_place_bytes", "headroom_spills")
+                "gemm_in_place", "gemm_in_place_bytes", "headroom_spills", "kept_vram")
 
     def __init__(self, model, shim):
         self.model, self.shim = model, shim

@@ -61,7 +61,9 @@ def main():
         return re.sub(rf'\bunsigned(\s+int)?\s+{narrow}\b', f'unsigned long long {narrow}', text)
 
     def c_missing(text):
-        return re.sub(rf'\b{middle}\s*,\s*', '', text, count=1)
+        # The counter with the comma after it, or before it where it ends its line.
+        planted = re.sub(rf'\b{middle}\s*,\s*', '', text, count=1)
+        return planted if planted != text else re.sub(rf',\s*\b{middle}\b(?=\s*;)', '', text, count=1)
 
     def py_type(text):
         return re.sub(rf'(\("{narrow}",\s*ctypes\.)c_uint32\b', r'\1c_uint64', text)

@@ -59,6 +59,7 @@ fn machine() -> FakeRoot {
         swaps: 2,
         room_made_bytes: 1 << 30,
         demoted_bytes: 3 << 30,
+        kept_vram: 512 << 20,
         ..Published::default()
     };
     root.shim_process(100, "python3", record);
@@ -106,6 +107,10 @@ fn the_exposition_parses_with_every_family_and_sample() {
         json!({"name": "greenboost_tiering_room_made_bytes", "type": "counter", "samples": [
             ["greenboost_tiering_room_made_bytes_total", {"pid": "100"}, 1073741824.0],
         ]}),
+        gauge(
+            "greenboost_tiering_kept_vram_bytes",
+            json!([["greenboost_tiering_kept_vram_bytes", {"pid": "100"}, 536870912.0]])
+        ),
         // The module is loaded, but its device cannot be opened: a program gets userspace.
         gauge("greenboost_backend_info", json!([["greenboost_backend_info", {"backend": "userspace"}, 1.0]])),
     ]);
@@ -134,7 +139,7 @@ fn the_textfile_is_written_for_the_collector_and_parses() {
     let file = std::fs::read_to_string(collector.path().join("greenboost.prom")).unwrap();
     assert_eq!(file, text(&root.run(&["status", "--prometheus"]).stdout));
     if let Some(families) = parse(&file) {
-        assert_eq!(families.as_array().map(Vec::len), Some(10));
+        assert_eq!(families.as_array().map(Vec::len), Some(11));
     }
 
     let missing = collector.path().join("absent");

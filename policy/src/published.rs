@@ -50,6 +50,10 @@ pub struct Published {
     /// (its working set). After `swaps`: a record of a writer without it (`size` 120)
     /// reads as 0.
     pub room_made_bytes: u64,
+    /// VRAM the driver keeps for the process's parts moved out to T2: used as nvidia-smi
+    /// counts it, holding nothing, given to any allocation that finds no free VRAM. After
+    /// `room_made_bytes`: a record of a writer without it (`size` 128) reads as 0.
+    pub kept_vram: u64,
 }
 
 /// A process's start time from the text of its `/proc/PID/stat` (field 22, clock ticks
@@ -67,6 +71,8 @@ impl Published {
     const SIZE_BEFORE_SWAPS: usize = 112;
     /// The size of the record before `room_made_bytes` was appended: still read.
     const SIZE_BEFORE_ROOM_MADE: usize = 120;
+    /// The size of the record before `kept_vram` was appended: still read.
+    const SIZE_BEFORE_KEPT: usize = 128;
 
     /// The record in `bytes` (a copy of the file), if it is one this reader knows and
     /// was not being written.
@@ -95,6 +101,7 @@ impl Published {
             demotions: word(104),
             swaps: 0,
             room_made_bytes: 0,
+            kept_vram: 0,
         };
         let size = record.size as usize;
         // A field appended since is read where the writer's record has it.
@@ -102,6 +109,7 @@ impl Published {
         let record = Published {
             swaps: appended(Self::SIZE_BEFORE_SWAPS),
             room_made_bytes: appended(Self::SIZE_BEFORE_ROOM_MADE),
+            kept_vram: appended(Self::SIZE_BEFORE_KEPT),
             ..record
         };
         let known = record.magic == PUBLISHED_MAGIC
@@ -128,7 +136,8 @@ mod tests {
 
     #[test]
     fn the_layout_is_what_from_bytes_reads() {
-        assert_eq!(Published::SIZE, 128);
+        assert_eq!(Published::SIZE, 136);
+        assert_eq!(core::mem::offset_of!(Published, kept_vram), Published::SIZE_BEFORE_KEPT);
         assert_eq!(core::mem::offset_of!(Published, swaps), Published::SIZE_BEFORE_SWAPS);
         assert_eq!(core::mem::offset_of!(Published, room_made_bytes), Published::SIZE_BEFORE_ROOM_MADE);
         assert_eq!(core::mem::offset_of!(Published, seq), 32);
@@ -145,6 +154,7 @@ mod tests {
             demotions: 9,
             swaps: 2,
             room_made_bytes: 5 << 20,
+            kept_vram: 3 << 20,
             ..Published::default()
         };
         // SAFETY: a plain repr(C) struct of integers, read as its bytes.
@@ -160,6 +170,11 @@ mod tests {
         older[12..16].copy_from_slice(&(Published::SIZE_BEFORE_ROOM_MADE as u32).to_le_bytes());
         let read = Published::from_bytes(&older).expect("an older record");
         assert_eq!((read.swaps, read.room_made_bytes), (2, 0));
+        // A writer from before `kept_vram`: its room made read, what is kept as 0.
+        let mut older = bytes[..Published::SIZE_BEFORE_KEPT].to_vec();
+        older[12..16].copy_from_slice(&(Published::SIZE_BEFORE_KEPT as u32).to_le_bytes());
+        let read = Published::from_bytes(&older).expect("an older record");
+        assert_eq!((read.room_made_bytes, read.kept_vram), (5 << 20, 0));
         let writing = Published { seq: 5, ..record };
         // SAFETY: as above.
         let bytes: [u8; Published::SIZE] = unsafe { core::mem::transmute(writing) };

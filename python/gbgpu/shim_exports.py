@@ -23,7 +23,8 @@ class ShimStats(ctypes.Structure):
             "launches", "launches_unread", "launch_namings", "captured_launches", "graph_launches",
             "graphs_unread", "memory_ops", "host_funcs", "swaps", "gemm_ahead", "gemm_ahead_dropped",
             "launches_timed", "indirect_writers", "given_back_bytes", "give_backs",
-            "room_made_bytes", "room_made_ns", "gemm_in_place", "gemm_in_place_bytes")]
+            "room_made_bytes", "room_made_ns", "gemm_in_place", "gemm_in_place_bytes", "kept_vram",
+            "kept_vram_peak")]
 
 
 TIER_FIELDS = ("movable_allocs", "tier_vram", "promoted_bytes", "demoted_bytes", "promotions", "demotions",

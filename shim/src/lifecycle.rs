@@ -176,7 +176,7 @@ extern "C" fn summary_at_exit() {
     }
     if stats.movable_allocs != 0 {
         info!(
-            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} demoted at once for allocations while computing, which waited {} ms for it; {} of the VRAM the driver kept after moves out given back in {}; {} in VRAM at exit",
+            "summary: pid {}: live tiering: {} movable allocations; promoted {} in {} moves ({} ms), demoted {} in {} ({} of them to make room for hotter ones; {} ms; {} ms of it issuing); {} demoted at once for allocations while computing, which waited {} ms for it; {} of the VRAM the driver kept after moves out given back in {}; {} in VRAM at exit; VRAM the driver keeps for parts moved to T2 (used as nvidia-smi counts it, given to any allocation that finds no free VRAM): {} at exit, {} at most",
             pid,
             stats.movable_allocs,
             Mib(stats.promoted_bytes),
@@ -192,6 +192,8 @@ extern "C" fn summary_at_exit() {
             Mib(stats.given_back_bytes),
             stats.give_backs,
             Mib(stats.tier_vram),
+            Mib(stats.kept_vram),
+            Mib(stats.kept_vram_peak),
         );
     }
 }

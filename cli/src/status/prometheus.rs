@@ -79,16 +79,28 @@ pub fn render(status: &Status) -> String {
         process_tiers(status),
         moves(&status.shim_processes),
         per_process(
+            Family::counter(
+                "greenboost_tiering_swaps_total",
+                "Demotions live tiering made for a process under the shim to give its VRAM to an allocation of its own that it reads more (a swap of roles)",
+            ),
             &status.shim_processes,
-            "greenboost_tiering_swaps_total",
-            "Demotions live tiering made for a process under the shim to give its VRAM to an allocation of its own that it reads more (a swap of roles)",
             |record| record.swaps,
         ),
         per_process(
+            Family::counter(
+                "greenboost_tiering_room_made_bytes_total",
+                "Bytes live tiering demoted at once for a process under the shim to make room for what it allocated while computing (its working set)",
+            ),
             &status.shim_processes,
-            "greenboost_tiering_room_made_bytes_total",
-            "Bytes live tiering demoted at once for a process under the shim to make room for what it allocated while computing (its working set)",
             |record| record.room_made_bytes,
+        ),
+        per_process(
+            Family::gauge(
+                "greenboost_tiering_kept_vram_bytes",
+                "VRAM the driver keeps for what live tiering moved out to T2 for a process under the shim: used as NVML counts it, holding nothing, given to any allocation that finds no free VRAM",
+            ),
+            &status.shim_processes,
+            |record| record.kept_vram,
         ),
         backend(status),
     ];
@@ -176,14 +188,8 @@ fn moves(processes: &[ShimProcess]) -> Family {
     family
 }
 
-/// A counter with one sample per process under the shim, `value` of its record.
-fn per_process(
-    processes: &[ShimProcess],
-    name: &'static str,
-    help: &'static str,
-    value: fn(&Published) -> u64,
-) -> Family {
-    let mut family = Family::counter(name, help);
+/// `family` with one sample per process under the shim, `value` of its record.
+fn per_process(mut family: Family, processes: &[ShimProcess], value: fn(&Published) -> u64) -> Family {
     for p in processes {
         family.add(&[("pid", &p.record.pid.to_string())], Some(value(&p.record)));
     }

@@ -55,7 +55,7 @@ fn start_time(paths: &SystemPaths, pid: u32) -> Option<u64> {
     start_time_from_stat(&fs::read(paths.proc_path(format!("{pid}/stat"))).ok()?)
 }
 
-static COLUMNS: [Column; 9] = [
+static COLUMNS: [Column; 10] = [
     Column::right("pid", 8, ""),
     Column::left("command", 16, " ").missing("?"),
     Column::right("T1", 12, " "),
@@ -65,6 +65,7 @@ static COLUMNS: [Column; 9] = [
     Column::right("demoted", 12, " "),
     Column::right("swaps", 7, " "),
     Column::right("room made", 12, " "),
+    Column::right("kept", 12, " "),
 ];
 
 fn row(p: &ShimProcess) -> Vec<Field> {
@@ -83,6 +84,7 @@ fn row(p: &ShimProcess) -> Vec<Field> {
         json("demotions", Cell::Count(Some(r.demotions))),
         both("swaps", "swaps", Cell::Count(Some(r.swaps))),
         both("room_made_bytes", "room made", Cell::Bytes(Some(r.room_made_bytes))),
+        both("kept_vram", "kept", Cell::Bytes(Some(r.kept_vram))),
     ]
 }
 
@@ -95,7 +97,7 @@ pub fn section(processes: &[ShimProcess]) -> Section {
     } else {
         vec![
             String::new(),
-            "Under the shim (its own figures; live tiering's moves; swaps: demotions that made room for what the process reads more; room made: demoted at once for what it allocated while computing):"
+            "Under the shim (its own figures; live tiering's moves; swaps: demotions that made room for what the process reads more; room made: demoted at once for what it allocated while computing; kept: VRAM the driver keeps for what moved to T2, which free VRAM does not show and any allocation gets):"
                 .to_owned(),
         ]
     };
@@ -136,6 +138,7 @@ mod tests {
             promotions: 4,
             swaps: 3,
             room_made_bytes: 7 << 30,
+            kept_vram: 6 << 30,
             ..Published::default()
         };
         root.write("shm/unrelated", "x");
@@ -150,6 +153,7 @@ mod tests {
         let text = view::text(&[section(&listed)], &["shim_processes"]);
         assert!(text.contains("python3") && text.contains("movable in VRAM") && text.contains("5.00 GiB"), "{text}");
         assert!(text.contains("room made") && text.contains("7.00 GiB"), "{text}");
+        assert!(json.contains("\"kept_vram\":6442450944") && text.contains("6.00 GiB"), "{json} {text}");
         assert_eq!(view::text(&[section(&[])], &["shim_processes"]), "");
     }
 }

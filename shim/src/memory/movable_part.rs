@@ -129,7 +129,7 @@ impl Part {
     /// The chunks it left may be another's: free VRAM fell so low that allocations took
     /// the chunks the driver kept.
     pub(super) fn forget_kept_chunks(&self) {
-        self.chunks_kept.store(false, Ordering::Relaxed);
+        self.set_chunks_kept(false);
     }
 
     /// A matrix product read `bytes` of it.
@@ -206,7 +206,7 @@ impl Part {
             // driver keeps the chunks it left, unless it had evicted some of it for
             // someone's allocation, which took them; in VRAM, it holds them again.
             let evicted = self.maybe_evicted.swap(false, Ordering::Relaxed);
-            self.chunks_kept.store(!in_vram && !evicted, Ordering::Relaxed);
+            self.set_chunks_kept(!in_vram && !evicted);
         }
         let mut state = self.state.lock();
         state.residence = residence;
@@ -226,15 +226,29 @@ impl Part {
         }
     }
 
+    /// Keeps `chunks_kept` and the VRAM the driver keeps for moved-out parts
+    /// (`STATS.kept_vram`) together.
+    fn set_chunks_kept(&self, kept: bool) {
+        if self.chunks_kept.swap(kept, Ordering::Relaxed) == kept {
+            return;
+        }
+        if kept {
+            stats::add_in_use(&STATS.kept_vram, &STATS.kept_vram_peak, self.len);
+        } else {
+            stats::sub_in_use(&STATS.kept_vram, self.len);
+        }
+    }
+
     /// Ends the part before its memory is freed: waits for a move in progress to end,
     /// then no move starts again. Returns its charge, to be dropped once the memory is
-    /// gone.
+    /// gone (and the chunks the driver kept for it with it).
     pub(super) fn release(&self) -> Residence {
         loop {
             let mut state = self.state.lock();
             if !matches!(state.residence, Residence::Moving) {
                 state.freed = true;
                 self.set_in_vram(false);
+                self.set_chunks_kept(false);
                 return std::mem::replace(&mut state.residence, Residence::Moving);
             }
             drop(state);

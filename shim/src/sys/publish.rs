@@ -144,6 +144,7 @@ pub fn update() {
             (ptr::addr_of_mut!((*record).demotions), &STATS.demotions),
             (ptr::addr_of_mut!((*record).swaps), &STATS.swaps),
             (ptr::addr_of_mut!((*record).room_made_bytes), &STATS.room_made_bytes),
+            (ptr::addr_of_mut!((*record).kept_vram), &STATS.kept_vram),
         ]
     };
     for (field, counter) in figures {

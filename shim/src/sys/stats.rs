@@ -79,6 +79,11 @@ pub struct Stats {
     /// above GREENBOOST_STAGE_MAX), and those operands' bytes.
     pub gemm_in_place: AtomicU64,
     pub gemm_in_place_bytes: AtomicU64,
+    /// VRAM the driver keeps for parts moved out to T2 (`movable_part`'s `chunks_kept`):
+    /// in use as nvidia-smi counts it, holding nothing, given to any allocation that finds
+    /// no free VRAM; and its peak.
+    pub kept_vram: AtomicU64,
+    pub kept_vram_peak: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -118,6 +123,8 @@ pub static STATS: Stats = Stats {
     room_made_ns: AtomicU64::new(0),
     gemm_in_place: AtomicU64::new(0),
     gemm_in_place_bytes: AtomicU64::new(0),
+    kept_vram: AtomicU64::new(0),
+    kept_vram_peak: AtomicU64::new(0),
 };
 
 /// Launch observation's counters, one shard per thread (`launch_counts`): kernels
@@ -254,6 +261,8 @@ pub struct ShimStats {
     pub room_made_ns: u64,
     pub gemm_in_place: u64,
     pub gemm_in_place_bytes: u64,
+    pub kept_vram: u64,
+    pub kept_vram_peak: u64,
 }
 
 /// The backend fields of `ShimStats`: (backend code, DMABUF_FD result, OPAQUE_FD result).
@@ -311,6 +320,8 @@ pub fn snapshot(backend: BackendSummary) -> ShimStats {
         room_made_ns: load(&STATS.room_made_ns),
         gemm_in_place: load(&STATS.gemm_in_place),
         gemm_in_place_bytes: load(&STATS.gemm_in_place_bytes),
+        kept_vram: load(&STATS.kept_vram),
+        kept_vram_peak: load(&STATS.kept_vram_peak),
     }
 }
 

@@ -33,6 +33,8 @@ struct shim_stats {
     unsigned long long room_made_bytes, room_made_ns;
     /* Products that read a T2 operand in place (gemm/staging.rs). */
     unsigned long long gemm_in_place, gemm_in_place_bytes;
+    /* VRAM the driver keeps for parts moved to T2, and its peak (memory/movable_part.rs). */
+    unsigned long long kept_vram, kept_vram_peak;
     unsigned long long appended[16];
 };
 
@@ -75,7 +77,7 @@ struct shim_published {
     unsigned long long magic;
     unsigned version, size, pid, reserved;
     unsigned long long start_time, seq, t1_used, t2_used, t2_peak, movable_allocs, tier_vram, promoted_bytes,
-        demoted_bytes, promotions, demotions, swaps, room_made_bytes;
+        demoted_bytes, promotions, demotions, swaps, room_made_bytes, kept_vram;
 };
 
 static inline int shim_published(int pid, struct shim_published *out)

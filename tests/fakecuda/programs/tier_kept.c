@@ -122,6 +122,13 @@ static void check_back(CUfunction f, void **weights, void **working, int n, size
           "the VRAM chunks they left\n", back, in_vram_count(working, n), want);
     CHECK(lowest >= start, "free VRAM fell from %zu to %zu MiB: the weights moving back took fresh VRAM\n",
           start >> 20, lowest >> 20);
+    /* What the shim says the driver keeps for its parts in T2 is what the device keeps,
+     * and greenboost status reads it. */
+    struct shim_published rec;
+    CHECK(shim_stats().kept_vram == fakegpu_vram_kept(), "the shim counts %llu MiB kept for its parts in T2, the "
+          "device keeps %zu MiB\n", shim_stats().kept_vram >> 20, fakegpu_vram_kept() >> 20);
+    CHECK(shim_published(getpid(), &rec) && rec.kept_vram == shim_stats().kept_vram, "the published record says "
+          "%llu MiB kept; the shim counts %llu\n", rec.kept_vram >> 20, shim_stats().kept_vram >> 20);
     for (int i = 0; i < n; i++) {
         unsigned long long bad = 0;
         OK(fakegpu_launch_verify(dptr(working[i]), block, 800 + (uint32_t)i, NULL, &bad));
