@@ -66,6 +66,17 @@ static int in_vram_count(void **blocks, int n)
     return k;
 }
 
+/* One round of launches naming `blocks`, waited for; *lowest keeps the lowest free VRAM
+ * seen after it. */
+static void name_round(CUfunction f, void **blocks, int n, size_t *lowest)
+{
+    name_all(f, blocks, n);
+    OK(cudaDeviceSynchronize());
+    size_t free_now = device_free();
+    *lowest = free_now < *lowest ? free_now : *lowest;
+    usleep(2000);
+}
+
 /* With RISE: once the swap has settled, the extra process holding RISE blocks exits, and
  * free VRAM rises past the headroom, though not past its slack (headroom + headroom / 4)
  * by a block. The shim knows by now that the driver keeps what moves out leave, so swaps
@@ -78,13 +89,8 @@ static void check_rise(struct balloon *extra, CUfunction f, void **working, int 
     unsigned long long swaps_before = shim_stats().swaps;
     balloon_stop(extra);
     size_t risen = device_free(), floor = risen < slack ? risen : slack, lowest = risen;
-    for (int round = 0; round < 300; round++) { /* over 60 ticks */
-        name_all(f, working, named);
-        OK(cudaDeviceSynchronize());
-        size_t free_now = device_free();
-        lowest = free_now < lowest ? free_now : lowest;
-        usleep(2000);
-    }
+    for (int round = 0; round < 300; round++) /* over 60 ticks */
+        name_round(f, working, named, &lowest);
     printf("swap-kept: the extra process left, free VRAM %zu MiB (slack %zu MiB), lowest %zu MiB after; %llu swaps "
            "after it\n", risen >> 20, slack >> 20, lowest >> 20, shim_stats().swaps - swaps_before);
     CHECK(risen >= headroom, "free VRAM rose to %zu MiB only, under the %zu MiB headroom: the test says nothing\n",
@@ -108,13 +114,8 @@ static void check_back(CUfunction f, void **weights, void **working, int n, size
     unsigned long long swaps_before = shim_stats().swaps;
     int want = in_vram_count(working, n), back = 0;
     CHECK(want > 0, "no working block in VRAM: nothing to swap back\n");
-    for (int round = 0; round < 2000 && (back = in_vram_count(weights, n)) < want; round++) {
-        name_all(f, weights, n);
-        OK(cudaDeviceSynchronize());
-        size_t free_now = device_free();
-        lowest = free_now < lowest ? free_now : lowest;
-        usleep(2000);
-    }
+    for (int round = 0; round < 2000 && (back = in_vram_count(weights, n)) < want; round++)
+        name_round(f, weights, n, &lowest);
     printf("swap-kept: the working blocks unread, %d of %d weight blocks back in VRAM after %llu swaps; free VRAM %zu "
            "MiB, lowest %zu MiB after\n", back, n, shim_stats().swaps - swaps_before, start >> 20, lowest >> 20);
     CHECK(back == want && in_vram_count(working, n) == 0, "%d weight blocks back in VRAM, %d working blocks left "
