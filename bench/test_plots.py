@@ -9,7 +9,9 @@
    tests/gpu/shared.sh turned into the series file by the command run.sh runs
    (`python3 -m gbgpu.free_vram series`), with timestamps and in the old one-column form,
    and read back by plots.py's reader: the right tests, readings, floors and verdicts;
-   the newest file that reads is drawn, a missing or malformed one falls back.
+   the newest file that reads is drawn, a missing or malformed one falls back. The kept
+   VRAM at the lowest reading (the floor's message), and the sampler's sum of the shim's
+   published records.
 3. The committed PNGs (bench/results/plots/): one per plot, each a PNG under 150 KB.
 4. With matplotlib: `bench/plots.py --out TMP` runs and writes those PNGs, and the
    synthetic series draws as free_vram.png, the same bytes twice. Skipped with the reason
@@ -83,6 +85,7 @@ SAMPLES = {
     "shared.a": "1000.000 5000\n1000.050 5000\n1000.100 5000\n1000.150 4000\n1000.200 700\n1000.250 700\n"
                 "1000.300 700\n1000.350 5000\n1000.400 12",
     "shared.old_shim.b": "2048\n300\n3\n",
+    "shared.d": "3000.000 900 0\n3000.050 448 576\n3000.100 448 64\n3000.150 1000 0\n",
 }
 TESTS = ("shared.a 512 1024 1000.100 1000.300 PASS\n"
          "shared.old_shim.b 512 - 2000.0 2001.0 FAIL\n"
@@ -137,6 +140,12 @@ def test_series():
         lowest = free_vram_cli("lowest", os.path.join(folder, "logs", "shared.a.free"))
         check("gbgpu.free_vram lowest prints the lowest reading (shared.sh's floor check)",
               lowest.returncode == 0 and lowest.stdout == "700\n", f"{lowest.returncode} {lowest.stdout!r}")
+        kept = free_vram_cli("kept", os.path.join(folder, "logs", "shared.d.free"))
+        check("gbgpu.free_vram kept prints the kept VRAM at the first lowest reading (the floor's message)",
+              kept.returncode == 0 and kept.stdout == "576\n", f"{kept.returncode} {kept.stdout!r}")
+        untold = free_vram_cli("kept", os.path.join(folder, "logs", "shared.a.free"))
+        check("gbgpu.free_vram kept of a file without the column prints nothing, exit status 1",
+              untold.returncode == 1 and untold.stdout == "", f"{untold.returncode} {untold.stdout!r}")
         none = free_vram_cli("lowest", os.path.join(folder, "logs", "missing"))
         check("gbgpu.free_vram lowest of no readings prints nothing, exit status 1",
               none.returncode == 1 and none.stdout == "", f"{none.returncode} {none.stdout!r} {none.stderr[-300:]}")
@@ -169,6 +178,28 @@ def test_series():
                     f.write(text)
             check(f"{what}: no series, the bar chart of minima is drawn", quiet_series(folder) is None,
                   str(quiet_series(folder)))
+
+
+def test_kept_by_shims():
+    """The sampler's third column: the published records' kept_vram, summed; a record
+    being written, an older one and another file count nothing."""
+    sys.path.insert(0, PYTHON_PACKAGES)
+    from gbgpu import free_vram
+
+    def record(seq, size, kept_mib):
+        head = free_vram.RECORD_MAGIC + struct.pack("<IIII", 1, size, 42, 0) + struct.pack("<QQ", 7, seq)
+        body = head + bytes(free_vram.KEPT_AT - len(head)) + struct.pack("<Q", kept_mib << 20)
+        return body[:size] if size < len(body) else body
+
+    with tempfile.TemporaryDirectory() as folder:
+        for name, data in (("greenboost-shim.1", record(4, 136, 512)), ("greenboost-shim.2", record(6, 136, 64)),
+                           ("greenboost-shim.3", record(5, 136, 1000)), ("greenboost-shim.4", record(2, 128, 1000)),
+                           ("unrelated", record(2, 136, 1000))):
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+        got = free_vram.kept_by_shims(folder)
+        check("the sampler sums kept_vram of the shim's complete records", got == 576, str(got))
+    check("no records folder: nothing kept", free_vram.kept_by_shims("/nonexistent-folder") == 0)
 
 
 def check_pngs(folder, what):
@@ -212,7 +243,7 @@ def test_draw():
 
 
 def main():
-    for section in (test_data, test_series, test_committed, test_draw):
+    for section in (test_data, test_series, test_kept_by_shims, test_committed, test_draw):
         try:
             section()
         except Exception as error:  # noqa: BLE001 - reported as a failure; the other sections still run

@@ -6,11 +6,15 @@ bench/results/gpu-test-<date>-<commit>-free-vram.json, which bench/plots.py draw
                                                 `sampler` role)
   python3 -m gbgpu.free_vram lowest FILE        prints the lowest reading of FILE (nothing, exit
                                                 status 1, when it has none)
+  python3 -m gbgpu.free_vram kept FILE          prints the VRAM kept for processes under the shim
+                                                at that reading (nothing, exit status 1, where the
+                                                file does not say)
   python3 -m gbgpu.free_vram series TESTS OUT   writes the series file OUT from the tests' list
 
-A sampler file has one reading a line, `UNIX_SECONDS FREE_MIB` (nvml's free memory of
-device 0, every 50 ms); files written before the timestamps were added have `FREE_MIB`
-alone, read as 50 ms apart. The tests' list (shared.sh's free-vram.tests) has a line per
+A sampler file has one reading a line, `UNIX_SECONDS FREE_MIB KEPT_MIB` (nvml's free memory
+of device 0, every 50 ms, and the VRAM the driver keeps for what processes under the shim
+moved to T2, from their published records: used as nvml counts it, yet any allocation gets
+it); files written before have no KEPT_MIB, or only `FREE_MIB`, read as 50 ms apart. The tests' list (shared.sh's free-vram.tests) has a line per
 test, `NAME FLOOR_MIB HEADROOM_MIB STARTED ENDED PASS|FAIL`: the floor the test must stay
 at or above, the shim's headroom (`-` for a shim without one), when the test's command
 started and ended (Unix seconds) and the floor's verdict; the test's readings are in
@@ -35,9 +39,35 @@ import time
 MIB = 1 << 20
 INTERVAL_S = 0.05  # the sampler's period, and the spacing assumed for files without timestamps
 
+# The shim's published record (policy/src/published.rs): magic at 0, the writer's size at
+# 12, seq at 32 (odd while written), kept_vram at 128 (records of 136 bytes and more).
+RECORDS = ("/dev/shm", "greenboost-shim.")
+RECORD_MAGIC = b"GBSHIM01"
+KEPT_AT, KEPT_SINCE_SIZE = 128, 136
+
+
+def kept_by_shims(folder=RECORDS[0]):
+    """MiB of VRAM the driver keeps for what the processes under the shim moved to T2: the
+    sum of their records' kept_vram (records being written, or older ones, count 0)."""
+    total = 0
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if not name.startswith(RECORDS[1]):
+            continue
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                record = f.read(KEPT_SINCE_SIZE)
+        except OSError:
+            continue
+        if len(record) < KEPT_SINCE_SIZE or record[:8] != RECORD_MAGIC:
+            continue
+        size, seq = int.from_bytes(record[12:16], "little"), int.from_bytes(record[32:40], "little")
+        if size >= KEPT_SINCE_SIZE and seq % 2 == 0:
+            total += int.from_bytes(record[KEPT_AT:KEPT_AT + 8], "little")
+    return total // MIB
+
 
 def sample(path):
-    """Writes `UNIX_SECONDS FREE_MIB` every INTERVAL_S to `path` until killed."""
+    """Writes `UNIX_SECONDS FREE_MIB KEPT_MIB` every INTERVAL_S to `path` until killed."""
     import pynvml
 
     pynvml.nvmlInit()
@@ -45,16 +75,17 @@ def sample(path):
     with open(path, "w") as out:
         while True:
             free = pynvml.nvmlDeviceGetMemoryInfo(handle).free // MIB
-            out.write(f"{time.time():.3f} {free}\n")
+            out.write(f"{time.time():.3f} {free} {kept_by_shims()}\n")
             out.flush()
             time.sleep(INTERVAL_S)
 
 
-def read_readings(path):
+def read_readings(path, with_kept=False):
     """([(unix seconds, free MiB)], timed) of a sampler file: timed False for a file of
-    `FREE_MIB` lines (times then INTERVAL_S apart from 0). Lines of neither form, or
+    `FREE_MIB` lines (times then INTERVAL_S apart from 0). Lines of no such form, or
     without their newline (cut short when the sampler was killed), are left out; no
-    file, no readings."""
+    file, no readings. With `with_kept`, each reading has the kept MiB third (None where
+    the line has none)."""
     readings, timed = [], None
     if not os.path.exists(path):
         return readings, True
@@ -64,11 +95,12 @@ def read_readings(path):
                 continue
             fields = line.split()
             try:
-                if len(fields) == 2 and timed is not False:
-                    readings.append((float(fields[0]), int(fields[1])))
+                if len(fields) in (2, 3) and timed is not False:
+                    kept_mib = int(fields[2]) if len(fields) == 3 else None
+                    readings.append((float(fields[0]), int(fields[1])) + ((kept_mib,) if with_kept else ()))
                     timed = True
                 elif len(fields) == 1 and timed is not True:
-                    readings.append((len(readings) * INTERVAL_S, int(fields[0])))
+                    readings.append((len(readings) * INTERVAL_S, int(fields[0])) + ((None,) if with_kept else ()))
                     timed = False
             except ValueError:
                 continue
@@ -79,6 +111,13 @@ def lowest(path):
     """The lowest free MiB of a sampler file, or None when it has none (or is missing)."""
     readings, _ = read_readings(path)
     return min((free for _, free in readings), default=None)
+
+
+def kept_at_lowest(path):
+    """The kept MiB of the first lowest free reading of a sampler file, or None where it
+    has no readings or the reading says none."""
+    readings, _ = read_readings(path, with_kept=True)
+    return min(readings, key=lambda reading: reading[1])[2] if readings else None
 
 
 def kept(readings):
@@ -187,6 +226,11 @@ def main():
         if low is None:
             return 1
         print(low)
+    elif role == "kept":
+        at_lowest = kept_at_lowest(args[0])
+        if at_lowest is None:
+            return 1
+        print(at_lowest)
     elif role == "series":
         document = series(args[0])
         with open(args[1], "w") as out:
