@@ -101,10 +101,11 @@ pub struct Room {
     /// moves out had left the driver VRAM (it keeps what they leave for the pages that
     /// left it, and gives it to whoever asks only once it has no free VRAM): from then on
     /// swaps move in only into free VRAM the promotions left of `fillable`, unless the
-    /// device is drained or what moves in takes the chunks it left (`Candidate::chunks_kept`). Before, each swap
-    /// took up to one group of 256 MiB past the plan, once more every time free VRAM came
-    /// back to the headroom: on an H100 two processes sharing the GPU so left it 82 MiB
-    /// free (bench/results/gpu-test-2026-12-05-fae13421b7b2-plain-pressure-shared-h100.md).
+    /// device is drained or what moves in takes the chunks it left
+    /// (`Candidate::chunks_kept`). Before, each swap took up to one group of 256 MiB past
+    /// the plan, once more every time free VRAM came back to the headroom: on an H100 two
+    /// processes sharing the GPU so left it 82 MiB free
+    /// (bench/results/gpu-test-2026-12-05-fae13421b7b2-plain-pressure-shared-h100.md).
     pub driver_keeps: bool,
 }
 
