@@ -46,7 +46,8 @@ CONFIGS = {
 
 # The shim's live-tiering summary: what moved to VRAM, and the launches timed.
 PROMOTED_RE = re.compile(r"live tiering: (\d+) movable allocations; promoted ([\d.]+) MiB in (\d+) moves")
-TIMED_RE = re.compile(r"not fully read, (\d+) timed\)")
+# (Before the samples' outcomes were added: "not fully read, N timed)".)
+TIMED_RE = re.compile(r"not fully read[,;] (\d+) timed\b")
 
 EXPERT_RE = re.compile(r"blk\.(\d+)\.ffn_(gate|up|down)_exps\.")
 

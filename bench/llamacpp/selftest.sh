@@ -189,7 +189,7 @@ for cfg in vram nkvo greenboost greenboost_tiering; do echo 0 >"$lraw/$cfg.rc"; 
 { line 512 0 99 400; line 0 128 99 20; } >"$lraw/nkvo.jsonl"
 { line 512 0 99 2000; line 0 128 99 30; } >"$lraw/greenboost.jsonl"
 { line 512 0 99 2400; line 0 128 99 40; } >"$lraw/greenboost_tiering.jsonl"
-printf 'greenboost[8]: summary: pid 8: kernel launches seen 900 (0 not fully read, 3 timed), 9 allocations named by them; graph launches 0 (0 not fully read); 0 launches captured into graphs; 0 host functions, 4 copies and memsets (direct or in graphs)\n' >"$lraw/greenboost_tiering.err"
+printf 'greenboost[8]: summary: pid 8: kernel launches seen 900 (0 not fully read; 3 timed of 5 sampled: 1 given up at the launch, 0 whose time could not be read, 1 whose time bounded nothing), 9 allocations named by them; graph launches 0 (0 not fully read); 0 launches captured into graphs; 0 host functions, 4 copies and memsets (direct or in graphs)\n' >"$lraw/greenboost_tiering.err"
 printf 'greenboost[8]: summary: pid 8: live tiering: 2 movable allocations; promoted 1234.5 MiB in 40 moves (80 ms), demoted 0.0 MiB in 0 (0 of them to make room for hotter ones; 0 ms; 0 ms of it issuing); 1234.5 MiB in VRAM at exit\n' >>"$lraw/greenboost_tiering.err"
 echo '99 -nkvo 1' >"$lraw/nkvo.ngl"
 printf 'load_tensors: CUDA0 model buffer size = 3814.70 MiB\nllama_kv_cache: CUDA0 KV buffer size = 1000.00 MiB\n' >"$lraw/greenboost.err"

@@ -160,11 +160,15 @@ extern "C" fn summary_at_exit() {
     }
     if stats.launches != 0 || stats.graph_launches != 0 || stats.memory_ops != 0 || stats.indirect_writers != 0 {
         info!(
-            "summary: pid {}: kernel launches seen {} ({} not fully read, {} timed), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs); {} writers through pointers kept in device memory (pointer-array products, copies into __device__ globals)",
+            "summary: pid {}: kernel launches seen {} ({} not fully read; {} timed of {} sampled: {} given up at the launch, {} whose time could not be read, {} whose time bounded nothing), {} allocations named by them; graph launches {} ({} not fully read); {} launches captured into graphs; {} host functions, {} copies and memsets (direct or in graphs); {} writers through pointers kept in device memory (pointer-array products, copies into __device__ globals)",
             pid,
             stats.launches,
             stats.launches_unread,
             stats.launches_timed,
+            stats::load(&STATS.samples_started),
+            stats::load(&STATS.samples_given_up),
+            stats::load(&STATS.samples_unmeasured),
+            stats::load(&STATS.samples_silent),
             stats.launch_namings,
             stats.graph_launches,
             stats.graphs_unread,

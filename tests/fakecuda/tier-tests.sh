@@ -303,8 +303,11 @@ t_tier_kernel_times() {
     # Two kernels name two pieces each of a buffer equally often; one reads a sixteenth of
     # its pieces. Timed against the fake link (10 GB/s both), the whole reader's pieces end
     # in VRAM.
+    # The exit summary says what became of the launches sampled.
     tier_run tier-kernel-times GREENBOOST_TIERING=on GREENBOOST_VRAM_RESERVE=0 FAKECUDA_LINK_NS_PER_KIB=100 \
-        GREENBOOST_LINK_GBPS=10 "$BIN/gbtier" kernel-times $TIER_BLOCK
+        GREENBOOST_LINK_GBPS=10 GREENBOOST_LOG=info "$BIN/gbtier" kernel-times $TIER_BLOCK || return 1
+    out_has "; [1-9][0-9]* timed of [1-9][0-9]* sampled: [0-9]* given up at the launch" \
+        "want the summary to count the launches sampled for their time and what became of them"
 }
 t_tier_vram_times() {
     # A short kernel names a large buffer in VRAM as often as another reads a small block

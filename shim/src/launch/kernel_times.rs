@@ -188,6 +188,7 @@ fn start_sample(stream: Stream, number: usize) -> Option<Sampling> {
         return None;
     }
     slot.number.store(number as u64, Ordering::Relaxed);
+    stats::bump(&STATS.samples_started);
     Some(Sampling(index))
 }
 
@@ -227,6 +228,7 @@ pub fn after_launch(sampling: Sampling, accepted: bool, stream: Stream, named: &
         && cuda::in_relaxed_capture_mode(|| cuda::event_record(event(slot.end.load(Ordering::Relaxed)), stream))
             == Some(CuResult::SUCCESS);
     if !ended {
+        stats::bump(&STATS.samples_given_up);
         slot.state.store(FREE, Ordering::Release);
         return;
     }
@@ -253,12 +255,11 @@ fn collect() {
                 slot.state.store(PENDING, Ordering::Release);
                 continue;
             }
-            CuResult::SUCCESS => {
-                if let Ok(ms) = cuda::event_elapsed_ms(start, end) {
-                    calibrate(slot, f64::from(ms) / 1000.0);
-                }
-            }
-            _ => {}
+            CuResult::SUCCESS => match cuda::event_elapsed_ms(start, end) {
+                Ok(ms) => calibrate(slot, f64::from(ms) / 1000.0),
+                Err(_) => stats::bump(&STATS.samples_unmeasured),
+            },
+            _ => stats::bump(&STATS.samples_unmeasured),
         }
         slot.state.store(FREE, Ordering::Release);
     }
@@ -269,6 +270,8 @@ fn collect() {
 fn calibrate(slot: &Slot, seconds: f64) {
     let number = slot.number.load(Ordering::Relaxed) as usize;
     if number == 0 {
+        // A function past the numbered ones: no share to keep.
+        stats::bump(&STATS.samples_silent);
         return;
     }
     let sample =
@@ -276,6 +279,7 @@ fn calibrate(slot: &Slot, seconds: f64) {
     let vram = slot.vram_rate.load(Ordering::Relaxed);
     let rates = Rates { link: config::get().link_bytes_per_s, vram: (vram != 0).then_some(vram) };
     let Some(share) = read_share::bound(sample, rates) else {
+        stats::bump(&STATS.samples_silent);
         return;
     };
     let measured = ((share * WHOLE_READ as f64) as u64).max(1);

@@ -59,6 +59,14 @@ pub struct Stats {
     /// Kernel launches timed whose time changed their function's read share
     /// (`launch::kernel_times`).
     pub launches_timed: AtomicU64,
+    /// Of the launches sampled for their time (`launch::kernel_times`): all of them, those
+    /// given up at the launch (refused, naming nothing the shim knows, no end event),
+    /// those whose time could not be read, and those whose time bounded nothing (over
+    /// VRAM, as long as reading all it named); the rest are `launches_timed`.
+    pub samples_started: AtomicU64,
+    pub samples_given_up: AtomicU64,
+    pub samples_unmeasured: AtomicU64,
+    pub samples_silent: AtomicU64,
     /// Work that may write through pointers kept in device memory, which nothing the
     /// shim reads names (`launch::indirect`): cuBLAS routines over device arrays of
     /// pointers and cuBLASLt products whose output is one, copies and memsets into
@@ -116,6 +124,10 @@ pub static STATS: Stats = Stats {
     gemm_ahead: AtomicU64::new(0),
     gemm_ahead_dropped: AtomicU64::new(0),
     launches_timed: AtomicU64::new(0),
+    samples_started: AtomicU64::new(0),
+    samples_given_up: AtomicU64::new(0),
+    samples_unmeasured: AtomicU64::new(0),
+    samples_silent: AtomicU64::new(0),
     indirect_writers: AtomicU64::new(0),
     given_back_bytes: AtomicU64::new(0),
     give_backs: AtomicU64::new(0),
@@ -354,6 +366,10 @@ pub fn start_afresh_in_child() {
         &STATS.gemm_ahead,
         &STATS.gemm_ahead_dropped,
         &STATS.launches_timed,
+        &STATS.samples_started,
+        &STATS.samples_given_up,
+        &STATS.samples_unmeasured,
+        &STATS.samples_silent,
         &STATS.indirect_writers,
         &STATS.given_back_bytes,
         &STATS.give_backs,
