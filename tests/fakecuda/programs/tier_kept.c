@@ -1,7 +1,8 @@
-/* gbtier swap-kept BLOCK N [STEP [HOT [RISE [BACK]]]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap of roles on a
- * device that keeps the VRAM managed pages leave and gives pages moving in fresh VRAM
- * unless they come back to the chunks they left, the worst case the H200 showed (bench/results/movable-vram-probe-2026-12-05.md: after a
- * 1.9 GB swap free VRAM fell from 1525 to 3 MiB).
+/* gbtier swap-kept BLOCK N [STEP [HOT [RISE [BACK]]]] (FAKECUDA_MANAGED_KEEPS_VRAM=1): a swap
+ * of roles on a device that keeps the VRAM managed pages leave and gives pages moving in
+ * fresh VRAM unless they come back to the chunks they left, the worst case the H200
+ * showed (bench/results/movable-vram-probe-2026-12-05.md: after a 1.9 GB swap free VRAM
+ * fell from 1525 to 3 MiB).
  *
  * Beside another process that leaves room for N weight blocks and half a block, the
  * program loads N weight blocks (movable VRAM: the device is contested) and N working

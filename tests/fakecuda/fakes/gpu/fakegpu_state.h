@@ -167,7 +167,7 @@ typedef void (*chunk_fn)(unsigned char *view, uint64_t off, size_t n, struct op 
 /* ---- defined in one file, used in another ---- */
 void ensure_setup(void);
 size_t device_used(struct vram_device *d);
-enum { KEPT_NEVER, KEPT_WHEN_SHORT, KEPT_ONLY }; /* vram_take's reuse_kept */
+enum { KEPT_WHEN_SHORT, KEPT_ONLY }; /* vram_take's reuse_kept */
 int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first);
 void vram_give(struct vram_device *d, size_t first, size_t npages);
 struct vram_device *device_at(uintptr_t p);

@@ -84,11 +84,10 @@ size_t device_used(struct vram_device *d)
     return used < d->vram ? (size_t)used : d->vram;
 }
 
-/* First fit over pages; caller holds the lock. With `reuse_kept` (KEPT_WHEN_SHORT), kept
- * VRAM goes first when the device has too little free: the driver gives what managed
- * memory left it to whoever asks, an allocation or a managed page moving in. With
- * KEPT_ONLY the pages are kept VRAM or nothing: a managed page moving back into the chunk
- * it left. */
+/* First fit over pages; caller holds the lock. With KEPT_WHEN_SHORT, kept VRAM goes first
+ * when the device has too little free: the driver gives what managed memory left it to
+ * whoever asks, an allocation or a managed page moving in. With KEPT_ONLY the pages are
+ * kept VRAM or nothing: a managed page moving back into the chunk it left. */
 int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first)
 {
     size_t need = (bytes + PAGE - 1) / PAGE, run = 0;
@@ -96,14 +95,17 @@ int vram_take(struct vram_device *d, size_t bytes, int reuse_kept, size_t *first
         run = d->page_used[i] ? 0 : run + 1;
         if (run == need) {
             uint64_t reused = 0;
-            if (reuse_kept == KEPT_ONLY || (reuse_kept && d->vram - device_used(d) < need * PAGE))
+            if (reuse_kept == KEPT_ONLY) {
                 reused = kept_claim(d, need * PAGE);
-            if (reuse_kept == KEPT_ONLY && reused < need * PAGE) {
-                kept_unclaim(d, reused);
-                return 0; /* another allocation took that chunk */
+                if (reused < need * PAGE) {
+                    kept_unclaim(d, reused);
+                    return 0; /* another allocation took that chunk */
+                }
+                if (d->share)
+                    d->kept -= reused < d->kept ? reused : d->kept; /* this process's own */
+            } else if (d->vram - device_used(d) < need * PAGE) {
+                reused = kept_claim(d, need * PAGE);
             }
-            if (reuse_kept == KEPT_ONLY && d->share)
-                d->kept -= reused < d->kept ? reused : d->kept; /* this process's own */
             if (!share_take(d, need * PAGE, reused)) {
                 kept_unclaim(d, reused);
                 return 0; /* other processes hold the rest of the device */
