@@ -14,9 +14,10 @@ bench/results/gpu-test-<date>-<commit>-free-vram.json, which bench/plots.py draw
 A sampler file has one reading a line, `UNIX_SECONDS FREE_MIB KEPT_MIB` (nvml's free memory
 of device 0, every 50 ms, and the VRAM the driver keeps for what processes under the shim
 moved to T2, from their published records: used as nvml counts it, yet any allocation gets
-it); files written before have no KEPT_MIB, or only `FREE_MIB`, read as 50 ms apart. The tests' list (shared.sh's free-vram.tests) has a line per
-test, `NAME FLOOR_MIB HEADROOM_MIB STARTED ENDED PASS|FAIL`: the floor the test must stay
-at or above, the shim's headroom (`-` for a shim without one), when the test's command
+it); files written before have no KEPT_MIB, or only `FREE_MIB`, read as 50 ms apart. The
+tests' list (shared.sh's free-vram.tests) has a line per test,
+`NAME FLOOR_MIB HEADROOM_MIB STARTED ENDED PASS|FAIL`: the floor the test must stay at or
+above, the shim's headroom (`-` for a shim without one), when the test's command
 started and ended (Unix seconds) and the floor's verdict; the test's readings are in
 NAME.free beside it.
 
