@@ -25,10 +25,6 @@
 #             build/llama-carry; deadline LLAMA_S, 400)
 #   repeat    bench/longctx_repeat.sh: the long prompt once per word of RUNS, shims side
 #             by side (deadline REPEAT_S, 400)
-#   grows     the GPU suite's shared.grows alone (about a minute): a foreign process leaving 24
-#             GiB grows by 12 after 4 s while a program under the shim holds 20 GiB; free VRAM
-#             and the kept VRAM of processes under the shim sampled (grows.free), the lowest
-#             reading and what was kept then in run.log
 #   shared    GPU suite sections plain pressure shared (deadline SUITE_S, 520)
 #   tiering   GPU suite sections tiering swap (deadline SUITE_S)
 #   ranges    GPU suite sections ranges longctx (deadline SUITE_S)
@@ -82,22 +78,6 @@ for step in "$@"; do
       done ;;
     repeat)
       OUT=$dir timeout "${REPEAT_S:-400}" bash bench/longctx_repeat.sh >"$dir/run.log" 2>&1 ;;
-    grows)
-      (
-        export PYTHONPATH=$PWD/build/gpu-carry/python
-        python3 -m gbgpu.foreign balloon 24 12 4 >"$dir/balloon.out" 2>&1 &
-        balloon=$!
-        for _ in $(seq 120); do grep -q '^ready' "$dir/balloon.out" && break; sleep 0.5; done
-        python3 -m gbgpu.free_vram sample "$dir/grows.free" &
-        sampler=$!
-        sleep 1
-        LD_PRELOAD=$PWD/build/gpu-carry/libgreenboost_cuda.so GREENBOOST_LOG=info GB_SHARED_STEP_S=0.5 \
-          GB_SHARED_HOLD_S=1 timeout 120 python3 tests/gpu/shared_gpu.py hold shared.grows 20 >"$dir/hold.out" 2>&1
-        kill "$sampler" "$balloon"
-        wait
-        echo "lowest free $(python3 -m gbgpu.free_vram lowest "$dir/grows.free") MiB," \
-          "kept then $(python3 -m gbgpu.free_vram kept "$dir/grows.free") MiB" >"$dir/run.log"
-      ) ;;
     shared) suite "plain pressure shared" "$dir" ;;
     tiering) suite "tiering swap" "$dir" ;;
     ranges) suite "ranges longctx" "$dir" ;;
