@@ -125,8 +125,16 @@ static void check_back(CUfunction f, void **weights, void **working, int n, size
     CHECK(lowest >= start, "free VRAM fell from %zu to %zu MiB: the weights moving back took fresh VRAM\n",
           start >> 20, lowest >> 20);
     /* What the shim says the driver keeps for its parts in T2 is what the device keeps,
-     * and greenboost status reads it. */
+     * and greenboost status reads it. The shim books a move once it has landed, a moment
+     * after the device shows it, and publishes at the end of the moves: wait for that
+     * (a move takes milliseconds), not for a tick that may never agree. */
     struct shim_published rec;
+    for (int ms = 0; ms < 2000; ms++) {
+        int published = shim_published(getpid(), &rec);
+        if (shim_stats().kept_vram == fakegpu_vram_kept() && published && rec.kept_vram == shim_stats().kept_vram)
+            break;
+        usleep(1000);
+    }
     CHECK(shim_stats().kept_vram == fakegpu_vram_kept(), "the shim counts %llu MiB kept for its parts in T2, the "
           "device keeps %zu MiB\n", shim_stats().kept_vram >> 20, fakegpu_vram_kept() >> 20);
     CHECK(shim_published(getpid(), &rec) && rec.kept_vram == shim_stats().kept_vram, "the published record says "
