@@ -28,6 +28,7 @@
 #   shared    GPU suite sections plain pressure shared (deadline SUITE_S, 520)
 #   tiering   GPU suite sections tiering swap (deadline SUITE_S)
 #   ranges    GPU suite sections ranges longctx (deadline SUITE_S)
+# The suite's steps run only the tests GB_GPU_ONLY names where it is set (tests/gpu/README.md).
 set -u
 out=${OUT:-/tmp/device-steps}
 mkdir -p "$out"

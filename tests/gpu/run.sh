@@ -27,6 +27,9 @@
 #                  longctx; all when unset): the whole suite takes longer than one device call allows,
 #                  so a session runs it in three calls: "plain pressure shared", "tiering
 #                  swap" and "ranges longctx"; the device report and the results page come from each
+#   GB_GPU_ONLY    test names (shell patterns, e.g. 'shared.two* shared.grows*') to run
+#                  inside those sections; any other test is skipped, counted nowhere (a
+#                  device call that repeats one failure needs no other test's time)
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -78,8 +81,21 @@ time_for_test() {
   [ "$left" -lt 0 ] && left=0
   echo $(( left < test_timeout ? left : test_timeout ))
 }
-# starts_in_time NAME: whether a test may start now; if not, notes it as not run.
+# wanted NAME: whether GB_GPU_ONLY (unset: every test) names test NAME.
+wanted() {
+  local pattern patterns
+  [ -z "${GB_GPU_ONLY:-}" ] && return 0
+  read -ra patterns <<<"$GB_GPU_ONLY"  # split, never matched against files
+  for pattern in "${patterns[@]}"; do
+    # shellcheck disable=SC2053 # the pattern is a glob on purpose
+    [[ $1 == $pattern ]] && return 0
+  done
+  return 1
+}
+# starts_in_time NAME: whether a test may start now (GB_GPU_ONLY wants it, and time is
+# left); if time is not, notes it as not run.
 starts_in_time() {
+  wanted "$1" || return 1
   [ "$(time_for_test)" -gt 0 ] && return 0
   echo "$1" >>"$logs/not-run.txt"
   return 1
@@ -215,7 +231,7 @@ note device.torch "${torch_version:-none}"
 note device.kernel "$(uname -r)"
 
 # --- without the shim: the device, the programs and the driver's own behaviour ------------
-run_test report_plain -- "$check" report
+GB_GPU_ONLY= run_test report_plain -- "$check" report  # always: the page needs its figures
 cp "$logs/report_plain.out" "$logs/report_plain.kv"
 physical_total=$(figure cudaMemGetInfo.total)
 physical_free=$(figure cudaMemGetInfo.free)
@@ -296,6 +312,7 @@ if in_section plain; then
     # Pipelined (GREENBOOST_STAGE_SLICES=4) and streamed staging: the products were computed
     # in slices as their operand landed, the results above bit-identical all the same.
     for name in gemm_sliced train_sliced gemm_streamed train_streamed; do
+      wanted "$name" || continue
       sliced=$(grep -o '[0-9]* in slices' "$logs/$name.err" | awk '{print $1}' | head -1)
       differed=$(grep -o '[0-9]* shapes unsliced' "$logs/$name.err" | awk '{print $1}' | head -1)
       note "$name.gemms_sliced" "${sliced:-none}"
@@ -311,7 +328,9 @@ if in_section plain; then
       note "$name.gemms_staged" "${staged:-none}"
     done
     staged=$(figure gemm_staged.gemms_staged)
-    if [ "${staged:-0}" != none ] && [ "${staged:-0}" -gt 0 ] && [ "$(figure gemm_zero_copy.gemms_staged)" = 0 ]; then
+    if ! wanted gemm_staged || ! wanted gemm_zero_copy; then
+      :  # GB_GPU_ONLY left one of them out: nothing to compare
+    elif [ "${staged:-0}" != none ] && [ "${staged:-0}" -gt 0 ] && [ "$(figure gemm_zero_copy.gemms_staged)" = 0 ]; then
       pass gemm.staging_used "the staged run copied the T2 weights of $staged products into VRAM; GREENBOOST_STAGING=off copied none"
     else
       fail gemm.staging_used "staged products: $staged with staging on, $(figure gemm_zero_copy.gemms_staged) with it off (want >0 and 0)"
@@ -332,7 +351,7 @@ if in_section plain; then
 fi
 
 # --- real VRAM pressure: a second process holds all but a few GiB --------------------------
-if in_section pressure; then
+if in_section pressure && { wanted pressure_plain || wanted pressure_rust || wanted pressure_torch; }; then
   balloon_log=$logs/balloon.out
   "$check" balloon --leave-gib "$leave_gib" >"$balloon_log" 2>&1 &
   balloon=$!
@@ -352,6 +371,7 @@ if in_section pressure; then
       # The shim's exit summary counts the T2 allocations made because of the balloon: sent
       # there by the device's real state (the headroom), or after the driver refused VRAM.
       for name in pressure_rust pressure_torch; do
+        wanted "$name" || continue
         line=$(grep 'summary:' "$logs/$name.err" | head -1)
         retried=$(grep -o '[0-9]* after a VRAM out-of-memory' <<<"$line" | awk '{s += $1} END {print s + 0}')
         spilled=$(grep -o '[0-9]* for the VRAM headroom' <<<"$line" | awk '{s += $1} END {print s + 0}')
@@ -425,6 +445,7 @@ summary_lines=$(grep -a -H 'summary:' $shim_logs /dev/null | sed -E "s#^$logs/##
 date_utc=$(date -u +%Y-%m-%d)
 # A run of some sections only (GB_GPU_SECTIONS) is named for them: two calls, two pages.
 sections_tag=${GB_GPU_SECTIONS:+-$(tr ' ,' '--' <<<"$GB_GPU_SECTIONS")}
+[ -n "${GB_GPU_ONLY:-}" ] && sections_tag=$sections_tag-only
 # GreenBoost settings given to the run (GREENBOOST_GIVE_BACK=on, say) name it too, so that
 # runs of one commit with and without a setting leave a page each.
 # (The shim's settings are the names policy/src/settings.rs reads; GREENBOOST_LOG aside.)
@@ -467,6 +488,7 @@ kvtable() {  # KV lines whose key starts with $1, as a two-column table
   echo "| kernel | $(uname -r) |"
   echo "| mode | $mode |"
   echo "| sections | ${GB_GPU_SECTIONS:-all} |"
+  [ -n "${GB_GPU_ONLY:-}" ] && echo "| tests | only $GB_GPU_ONLY |"
   echo "| settings given (environment) | ${settings:-none: the defaults} |"
   echo "| physical VRAM (cudaMemGetInfo without the shim) | $physical_total bytes, $physical_free free |"
   echo "| result | $passed passed, $failed failed, ${elapsed}s |"

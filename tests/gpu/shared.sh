@@ -11,6 +11,7 @@ run_test shared.measure -- "$python" "$shared_py" measure
 # start_foreign NAME LEAVE_GIB [GROW_GIB DELAY_S]: the balloon; sets foreign_pid.
 start_foreign() {
   local name=$1; shift
+  wanted "$name" || return 1
   "$python" -m gbgpu.foreign balloon "$@" >"$logs/$name.balloon" 2>&1 &
   foreign_pid=$!
   background+=("$foreign_pid")
