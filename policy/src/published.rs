@@ -134,6 +134,73 @@ mod tests {
         assert_eq!(start_time_from_stat(b"no parenthesis"), None);
     }
 
+    /// Every field's offset, by the name the other readers give it.
+    fn offsets() -> [(&'static str, usize); 20] {
+        use core::mem::offset_of;
+        [
+            ("magic", offset_of!(Published, magic)),
+            ("version", offset_of!(Published, version)),
+            ("size", offset_of!(Published, size)),
+            ("pid", offset_of!(Published, pid)),
+            ("reserved", offset_of!(Published, reserved)),
+            ("start_time", offset_of!(Published, start_time)),
+            ("seq", offset_of!(Published, seq)),
+            ("t1_used", offset_of!(Published, t1_used)),
+            ("t2_used", offset_of!(Published, t2_used)),
+            ("t2_peak", offset_of!(Published, t2_peak)),
+            ("movable_allocs", offset_of!(Published, movable_allocs)),
+            ("tier_vram", offset_of!(Published, tier_vram)),
+            ("promoted_bytes", offset_of!(Published, promoted_bytes)),
+            ("demoted_bytes", offset_of!(Published, demoted_bytes)),
+            ("promotions", offset_of!(Published, promotions)),
+            ("demotions", offset_of!(Published, demotions)),
+            ("swaps", offset_of!(Published, swaps)),
+            ("room_made_bytes", offset_of!(Published, room_made_bytes)),
+            ("kept_vram", offset_of!(Published, kept_vram)),
+            ("end", Published::SIZE),
+        ]
+    }
+
+    /// The record's other readers lay it out by hand: the fake CUDA's tests (a C struct,
+    /// tests/fakecuda/programs/shimstats.h) and the GPU suite's sampler
+    /// (python/gbgpu/free_vram.py). A field added or moved here must move there too.
+    #[test]
+    fn the_c_and_python_readers_lay_the_record_out_as_it_is() {
+        let header = include_str!("../../tests/fakecuda/programs/shimstats.h");
+        let body = header
+            .split("struct shim_published {")
+            .nth(1)
+            .and_then(|rest| rest.split("};").next())
+            .expect("shimstats.h declares struct shim_published");
+        // Its members in order, each `unsigned long long` (8 bytes) or `unsigned` (4).
+        let (mut at, mut count) = (0, 0);
+        let mut laid_out = [("", 0); 20];
+        for declaration in body.split(';').map(str::trim).filter(|d| !d.is_empty()) {
+            let (width, names) = match declaration.strip_prefix("unsigned long long") {
+                Some(names) => (8, names),
+                None => (4, declaration.strip_prefix("unsigned").expect("unsigned members only")),
+            };
+            for name in names.split(',').map(str::trim) {
+                assert!(count < 19, "more members in shimstats.h than in the record");
+                laid_out[count] = (name, at);
+                (at, count) = (at + width, count + 1);
+            }
+        }
+        laid_out[count] = ("end", at);
+        assert_eq!(laid_out, offsets(), "shimstats.h's struct shim_published");
+
+        let sampler = include_str!("../../python/gbgpu/free_vram.py");
+        let line =
+            sampler.lines().find(|l| l.starts_with("KEPT_AT, KEPT_SINCE_SIZE = ")).expect("free_vram.py's offsets");
+        let mut numbers = line.split('=').nth(1).unwrap_or("").split(',').map(|n| n.trim().parse::<usize>().ok());
+        let read = (numbers.next().flatten(), numbers.next().flatten(), numbers.next());
+        let kept_at = offsets()[18].1;
+        assert_eq!(read, (Some(kept_at), Some(kept_at + 8), None), "free_vram.py's KEPT_AT and KEPT_SINCE_SIZE");
+        for (field, at) in [("magic", 0), ("size", 12), ("seq", 32)] {
+            assert!(offsets().contains(&(field, at)), "free_vram.py reads {field} at {at}");
+        }
+    }
+
     #[test]
     fn the_layout_is_what_from_bytes_reads() {
         assert_eq!(Published::SIZE, 136);

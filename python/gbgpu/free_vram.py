@@ -41,7 +41,8 @@ MIB = 1 << 20
 INTERVAL_S = 0.05  # the sampler's period, and the spacing assumed for files without timestamps
 
 # The shim's published record (policy/src/published.rs): magic at 0, the writer's size at
-# 12, seq at 32 (odd while written), kept_vram at 128 (records of 136 bytes and more).
+# 12, seq at 32 (odd while written), kept_vram at 128 (records of 136 bytes and more);
+# that file's tests check these offsets.
 RECORDS = ("/dev/shm", "greenboost-shim.")
 RECORD_MAGIC = b"GBSHIM01"
 KEPT_AT, KEPT_SINCE_SIZE = 128, 136

@@ -71,8 +71,8 @@ static inline unsigned long long shim_t2_bytes(void *p, size_t n)
         (unsigned long long (*)(CUdeviceptr, unsigned long long))dlsym(RTLD_DEFAULT, "greenboost_shim_t2_bytes");
     return get ? get((CUdeviceptr)(uintptr_t)p, n) : 0;
 }
-/* The record the shim publishes for `greenboost status` (policy/src/published.rs),
- * read from /dev/shm/greenboost-shim.<pid>; 0 when there is none. */
+/* The record the shim publishes for `greenboost status` (policy/src/published.rs, whose
+ * tests check this layout), read from /dev/shm/greenboost-shim.<pid>; 0 when there is none. */
 struct shim_published {
     unsigned long long magic;
     unsigned version, size, pid, reserved;
