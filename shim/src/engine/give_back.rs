@@ -28,7 +28,15 @@
 //! Off by default (GREENBOOST_GIVE_BACK=on turns it on): on an H100 a give-back took
 //! 50-136 ms, and another process allocating in a loop meanwhile failed 4 times in 36006,
 //! the probe's other managed memory evicted by then, it seems for its earlier allocations
-//! (bench/results/give-back-probe-2026-12-05.md).
+//! (bench/results/give-back-probe-2026-12-05.md); an HF prefill with it on died of an
+//! illegal memory access after a give-back that held all free VRAM for 278 ms
+//! (bench/results/longctx-2026-12-05.md). What the driver's source (open-gpu-kernel-modules
+//! 595.45.04) says of that moment: the allocation takes every free page before it evicts
+//! anything (`pmaAllocatePages` evicts only the pages still missing), so no smaller request
+//! leaves free VRAM while it evicts; and a fault of a copy engine (not replayable) on
+//! managed memory that cannot be served for want of memory kills the faulting channel
+//! (`service_fault_once` in uvm_gpu_non_replayable_faults.c), where a kernel's fault would
+//! be retried. Whether that is what happened is not known.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
