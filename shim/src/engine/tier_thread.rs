@@ -176,13 +176,12 @@ fn tick(
         swap_limit: if gpu_has_read() { SWAP_BYTES } else { 0 },
         driver_keeps,
     };
-    if room.pressing() {
-        members.iter().for_each(|m| m.mark_maybe_evicted());
-    }
     if room.pressing() || room.drained() {
         // Allocations then take the chunks the driver keeps of moves out before any that
-        // hold data: those of this process's parts in T2 may be gone.
-        members.iter().for_each(|m| m.forget_kept_chunks());
+        // hold data: those of this process's parts in T2 may be gone; pressing, the driver
+        // may be evicting this process's parts in VRAM for someone too.
+        let evicting = room.pressing();
+        members.iter().for_each(|m| m.note_shortage(evicting));
     }
     // Runs of at most a quarter of the room promotions may fill: they fill it to within that.
     let most = (room.fillable() / 4).clamp(movable::RUN_LEAST, movable::RUN_MOST);

@@ -339,14 +339,17 @@ impl Movable {
         self.parts_in(address, address.saturating_add(bytes)).for_each(|(part, overlap)| part.note_read(overlap));
     }
 
-    /// The driver may have evicted some of it: free VRAM fell that low.
-    pub fn mark_maybe_evicted(&self) {
-        self.parts.iter().for_each(Part::mark_maybe_evicted);
-    }
-
-    /// Allocations may have taken the chunks its parts in T2 left (`Part::forget_kept_chunks`).
-    pub fn forget_kept_chunks(&self) {
-        self.parts.iter().for_each(Part::forget_kept_chunks);
+    /// Free VRAM fell so low that allocations may have taken the chunks its parts in T2
+    /// left (`Part::forget_kept_chunks`) and, where `evicting` (the driver may be evicting
+    /// for someone), some of its parts in VRAM (`Part::mark_maybe_evicted`). One walk of
+    /// its parts for both.
+    pub fn note_shortage(&self, evicting: bool) {
+        for part in &self.parts {
+            if evicting {
+                part.mark_maybe_evicted();
+            }
+            part.forget_kept_chunks();
+        }
     }
 
     /// Its entry in the address index, counted by the launches, copies and memsets
