@@ -48,28 +48,30 @@ if [ "$mode" = full ] && [ -f "$shim" ]; then
 
   # --- GEMM operand staging: bit-identical to zero-copy and to all-VRAM --------------------
   gemm_env=("${shim_env[@]}" GREENBOOST_VRAM_BUDGET=2G GREENBOOST_VRAM_RESERVE=2G)
+  # t2_run KIND NAME SETTINGS...: torch_check's KIND (gemm, train) with its weights in T2,
+  # as test NAME, under gemm_env and SETTINGS, its outputs into NAME.pt.
+  t2_run() {
+    local kind=$1 name=$2; shift 2
+    run_test "$name" "${gemm_env[@]}" "$@" -- "$python" "$torch_check" "$kind" --label "$name" --expect t2 \
+      --out "$logs/$name.pt"
+  }
   run_test gemm_plain -- "$python" "$torch_check" gemm --label gemm_plain --expect vram --out "$logs/gemm_plain.pt"
-  run_test gemm_zero_copy "${gemm_env[@]}" GREENBOOST_STAGING=off -- \
-    "$python" "$torch_check" gemm --label gemm_zero_copy --expect t2 --out "$logs/gemm_zero_copy.pt"
-  # Staged (the default: whole copies), and pipelined (GREENBOOST_STAGE_SLICES=4: each
-  # slice computed with the whole product's cuBLASLt algorithm).
-  run_test gemm_staged "${gemm_env[@]}" -- "$python" "$torch_check" gemm --label gemm_staged --expect t2 --out "$logs/gemm_staged.pt"
-  run_test gemm_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
-    "$python" "$torch_check" gemm --label gemm_sliced --expect t2 --out "$logs/gemm_sliced.pt"
-  # Streamed (a 16 MiB scratch for the 32 MiB weights: each through two 8 MiB halves; on by
-  # default, GREENBOOST_STAGE_SLICES as it is).
-  run_test gemm_streamed "${gemm_env[@]}" GREENBOOST_STAGE_MAX=16M -- \
-    "$python" "$torch_check" gemm --label gemm_streamed --expect t2 --out "$logs/gemm_streamed.pt"
+  t2_run gemm gemm_zero_copy GREENBOOST_STAGING=off
+  # Staged (the default: whole copies), pipelined (GREENBOOST_STAGE_SLICES=4: each slice
+  # computed with the whole product's cuBLASLt algorithm) and streamed (a 16 MiB scratch for
+  # the 32 MiB weights: each through two 8 MiB halves; on by default, GREENBOOST_STAGE_SLICES
+  # as it is).
+  t2_run gemm gemm_staged
+  t2_run gemm gemm_sliced GREENBOOST_STAGE_SLICES=4
+  t2_run gemm gemm_streamed GREENBOOST_STAGE_MAX=16M
   run_test gemm_compare -- "$python" "$torch_check" gemm-compare --label gemm_compare \
     --reference "$logs/gemm_plain.pt" --others "$logs/gemm_zero_copy.pt" "$logs/gemm_staged.pt" "$logs/gemm_sliced.pt" \
     "$logs/gemm_streamed.pt"
   # Training: the optimizer writes the T2 weights between the products that read them.
   run_test train_plain -- "$python" "$torch_check" train --label train_plain --expect vram --out "$logs/train_plain.pt"
-  run_test train_staged "${gemm_env[@]}" -- "$python" "$torch_check" train --label train_staged --expect t2 --out "$logs/train_staged.pt"
-  run_test train_sliced "${gemm_env[@]}" GREENBOOST_STAGE_SLICES=4 -- \
-    "$python" "$torch_check" train --label train_sliced --expect t2 --out "$logs/train_sliced.pt"
-  run_test train_streamed "${gemm_env[@]}" GREENBOOST_STAGE_MAX=16M -- \
-    "$python" "$torch_check" train --label train_streamed --expect t2 --out "$logs/train_streamed.pt"
+  t2_run train train_staged
+  t2_run train train_sliced GREENBOOST_STAGE_SLICES=4
+  t2_run train train_streamed GREENBOOST_STAGE_MAX=16M
   run_test train_compare -- "$python" "$torch_check" gemm-compare --label train_compare \
     --reference "$logs/train_plain.pt" --others "$logs/train_staged.pt" "$logs/train_sliced.pt" "$logs/train_streamed.pt"
   # Pipelined (GREENBOOST_STAGE_SLICES=4) and streamed staging: the products were computed
