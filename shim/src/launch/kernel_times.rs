@@ -184,6 +184,7 @@ fn start_sample(stream: Stream, number: usize) -> Option<Sampling> {
     let recorded = events_for(slot, context)
         && cuda::event_record(event(slot.start.load(Ordering::Relaxed)), stream) == CuResult::SUCCESS;
     if !recorded {
+        debug!("kernel {}: not timed (its events could not be made or its start recorded)", number);
         slot.state.store(FREE, Ordering::Release);
         return None;
     }
@@ -229,6 +230,17 @@ pub fn after_launch(sampling: Sampling, accepted: bool, stream: Stream, named: &
             == Some(CuResult::SUCCESS);
     if !ended {
         stats::bump(&STATS.samples_given_up);
+        debug!(
+            "kernel {}: sample given up at the launch ({})",
+            slot.number.load(Ordering::Relaxed),
+            if !accepted {
+                "the driver refused it"
+            } else if named.is_empty() {
+                "it named nothing the shim knows"
+            } else {
+                "its end event was not recorded"
+            }
+        );
         slot.state.store(FREE, Ordering::Release);
         return;
     }
@@ -257,12 +269,18 @@ fn collect() {
             }
             CuResult::SUCCESS => match cuda::event_elapsed_ms(start, end) {
                 Ok(ms) => calibrate(slot, f64::from(ms) / 1000.0),
-                Err(_) => stats::bump(&STATS.samples_unmeasured),
+                Err(error) => unmeasured(slot, "cuEventElapsedTime", error.0),
             },
-            _ => stats::bump(&STATS.samples_unmeasured),
+            status => unmeasured(slot, "cuEventQuery", status.0),
         }
         slot.state.store(FREE, Ordering::Release);
     }
+}
+
+/// A sample whose time could not be read: `call` answered `status`.
+fn unmeasured(slot: &Slot, call: &str, status: i32) {
+    stats::bump(&STATS.samples_unmeasured);
+    debug!("kernel {}: sample's time unread ({} answered {})", slot.number.load(Ordering::Relaxed), call, status);
 }
 
 /// Folds one sample's time (`seconds`) into its kernel's read share, where it bounds it
@@ -280,6 +298,14 @@ fn calibrate(slot: &Slot, seconds: f64) {
     let rates = Rates { link: config::get().link_bytes_per_s, vram: (vram != 0).then_some(vram) };
     let Some(share) = read_share::bound(sample, rates) else {
         stats::bump(&STATS.samples_silent);
+        debug!(
+            "kernel {}: {:.3} ms over {} bytes it named ({} in T2, device memory at {:?} bytes/s): bounds nothing",
+            number,
+            seconds * 1000.0,
+            sample.named,
+            sample.t2,
+            rates.vram
+        );
         return;
     };
     let measured = ((share * WHOLE_READ as f64) as u64).max(1);
