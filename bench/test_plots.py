@@ -137,17 +137,15 @@ def test_series():
                   "interval_s": 0.05, "timestamps": "assumed", "test_s": None,
                   "t_s": [0.0, 0.05, 0.1], "free_mib": [2048, 300, 3]}
         check("the one-column test's entry: 50 ms apart, no headroom, FAIL", b == want_b, f"{b} != {want_b}")
-        lowest = free_vram_cli("lowest", os.path.join(folder, "logs", "shared.a.free"))
-        check("gbgpu.free_vram lowest prints the lowest reading (shared.sh's floor check)",
-              lowest.returncode == 0 and lowest.stdout == "700\n", f"{lowest.returncode} {lowest.stdout!r}")
-        kept = free_vram_cli("kept", os.path.join(folder, "logs", "shared.d.free"))
-        check("gbgpu.free_vram kept prints the kept VRAM at the first lowest reading (the floor's message)",
-              kept.returncode == 0 and kept.stdout == "576\n", f"{kept.returncode} {kept.stdout!r}")
-        untold = free_vram_cli("kept", os.path.join(folder, "logs", "shared.a.free"))
-        check("gbgpu.free_vram kept of a file without the column prints nothing, exit status 1",
-              untold.returncode == 1 and untold.stdout == "", f"{untold.returncode} {untold.stdout!r}")
-        none = free_vram_cli("lowest", os.path.join(folder, "logs", "missing"))
-        check("gbgpu.free_vram lowest of no readings prints nothing, exit status 1",
+        kept = free_vram_cli("floor", os.path.join(folder, "logs", "shared.d.free"))
+        check("gbgpu.free_vram floor prints the lowest reading (free_floor.sh's check) and the kept VRAM at the "
+              "first of them (the floor's message)",
+              kept.returncode == 0 and kept.stdout == "448 576\n", f"{kept.returncode} {kept.stdout!r}")
+        untold = free_vram_cli("floor", os.path.join(folder, "logs", "shared.a.free"))
+        check("gbgpu.free_vram floor of a file without the kept column prints its lowest reading and ?",
+              untold.returncode == 0 and untold.stdout == "700 ?\n", f"{untold.returncode} {untold.stdout!r}")
+        none = free_vram_cli("floor", os.path.join(folder, "logs", "missing"))
+        check("gbgpu.free_vram floor of no readings prints nothing, exit status 1",
               none.returncode == 1 and none.stdout == "", f"{none.returncode} {none.stdout!r} {none.stderr[-300:]}")
 
         same_day = os.path.join(folder, "gpu-test-2026-12-08-ffffffffffff-free-vram.json")

@@ -4,11 +4,10 @@ bench/results/gpu-test-<date>-<commit>-free-vram.json, which bench/plots.py draw
 
   python3 -m gbgpu.free_vram sample FILE        readings into FILE until killed (shared_gpu.py's
                                                 `sampler` role)
-  python3 -m gbgpu.free_vram lowest FILE        prints the lowest reading of FILE (nothing, exit
-                                                status 1, when it has none)
-  python3 -m gbgpu.free_vram kept FILE          prints the VRAM kept for processes under the shim
-                                                at that reading (nothing, exit status 1, where the
-                                                file does not say)
+  python3 -m gbgpu.free_vram floor FILE         prints the lowest reading of FILE and the VRAM kept
+                                                for processes under the shim at that reading (`?`
+                                                where the file does not say); nothing, exit status
+                                                1, when it has no reading
   python3 -m gbgpu.free_vram series TESTS OUT   writes the series file OUT from the tests' list
 
 A sampler file has one reading a line, `UNIX_SECONDS FREE_MIB KEPT_MIB` (nvml's free memory
@@ -109,17 +108,11 @@ def read_readings(path, with_kept=False):
     return readings, timed is not False
 
 
-def lowest(path):
-    """The lowest free MiB of a sampler file, or None when it has none (or is missing)."""
-    readings, _ = read_readings(path)
-    return min((free for _, free in readings), default=None)
-
-
-def kept_at_lowest(path):
-    """The kept MiB of the first lowest free reading of a sampler file, or None where it
-    has no readings or the reading says none."""
+def lowest_reading(path):
+    """(free MiB, kept MiB or None) of the first lowest free reading of a sampler file, or
+    None when it has none (or is missing): the floor's check and its message, from one read."""
     readings, _ = read_readings(path, with_kept=True)
-    return min(readings, key=lambda reading: reading[1])[2] if readings else None
+    return min(readings, key=lambda reading: reading[1])[1:] if readings else None
 
 
 def kept(readings):
@@ -223,16 +216,12 @@ def main():
     role, args = sys.argv[1], sys.argv[2:]
     if role == "sample":
         sample(args[0])
-    elif role == "lowest":
-        low = lowest(args[0])
-        if low is None:
+    elif role == "floor":
+        reading = lowest_reading(args[0])
+        if reading is None:
             return 1
-        print(low)
-    elif role == "kept":
-        at_lowest = kept_at_lowest(args[0])
-        if at_lowest is None:
-            return 1
-        print(at_lowest)
+        free, kept_mib = reading
+        print(free, "?" if kept_mib is None else kept_mib)
     elif role == "series":
         document = series(args[0])
         with open(args[1], "w") as out:

@@ -24,10 +24,9 @@ with_free_floor() {
   ended=$(date +%s.%3N)
   stop_pid "$sampler"
   local lowest kept verdict=FAIL
-  lowest=$("$python" -m gbgpu.free_vram lowest "$logs/$name.free")
-  # What the driver kept then for what our processes moved to T2 (their records): used
-  # as nvml counts it, though any allocation gets it.
-  kept=$("$python" -m gbgpu.free_vram kept "$logs/$name.free")
+  # The lowest reading, and what the driver kept then for what our processes moved to T2
+  # (their records): used as nvml counts it, though any allocation gets it.
+  read -r lowest kept < <("$python" -m gbgpu.free_vram floor "$logs/$name.free")
   note "$name.min_free_mib" "${lowest:-?}"
   note "$name.kept_at_min_free_mib" "${kept:-?}"
   if [ -n "$lowest" ] && [ "$lowest" -ge "$min_free_mib" ]; then
