@@ -101,6 +101,15 @@ static void check_rise(struct balloon *extra, CUfunction f, void **working, int 
           lowest >> 20, risen >> 20, floor >> 20);
 }
 
+/* wait_for's `done`: the shim's kept VRAM is the device's, and its record (greenboost
+ * status) says so. It books a move once landed, a moment after the device shows it. */
+static int kept_booked(void *unused)
+{
+    struct shim_published rec;
+    return shim_stats().kept_vram == fakegpu_vram_kept() && shim_published(getpid(), &rec) &&
+           rec.kept_vram == shim_stats().kept_vram;
+}
+
 /* With BACK: once the swap has settled, launches name only the weights and the working
  * blocks go unread. The weights the swap moved out are the hotter now: as many as there are
  * working blocks in VRAM swap back, each into the VRAM chunks it left, which the device
@@ -124,17 +133,9 @@ static void check_back(CUfunction f, void **weights, void **working, int n, size
           "the VRAM chunks they left\n", back, in_vram_count(working, n), want);
     CHECK(lowest >= start, "free VRAM fell from %zu to %zu MiB: the weights moving back took fresh VRAM\n",
           start >> 20, lowest >> 20);
-    /* What the shim says the driver keeps for its parts in T2 is what the device keeps,
-     * and greenboost status reads it. The shim books a move once it has landed, a moment
-     * after the device shows it, and publishes at the end of the moves: wait for that
-     * (a move takes milliseconds), not for a tick that may never agree. */
     struct shim_published rec;
-    for (int ms = 0; ms < 2000; ms++) {
-        int published = shim_published(getpid(), &rec);
-        if (shim_stats().kept_vram == fakegpu_vram_kept() && published && rec.kept_vram == shim_stats().kept_vram)
-            break;
-        usleep(1000);
-    }
+    size_t unused = SIZE_MAX;
+    wait_for(kept_booked, NULL, 0, &unused);
     CHECK(shim_stats().kept_vram == fakegpu_vram_kept(), "the shim counts %llu MiB kept for its parts in T2, the "
           "device keeps %zu MiB\n", shim_stats().kept_vram >> 20, fakegpu_vram_kept() >> 20);
     CHECK(shim_published(getpid(), &rec) && rec.kept_vram == shim_stats().kept_vram, "the published record says "
