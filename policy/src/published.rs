@@ -194,7 +194,7 @@ mod tests {
             sampler.lines().find(|l| l.starts_with("KEPT_AT, KEPT_SINCE_SIZE = ")).expect("free_vram.py's offsets");
         let mut numbers = line.split('=').nth(1).unwrap_or("").split(',').map(|n| n.trim().parse::<usize>().ok());
         let read = (numbers.next().flatten(), numbers.next().flatten(), numbers.next());
-        let kept_at = offsets()[18].1;
+        let kept_at = core::mem::offset_of!(Published, kept_vram);
         assert_eq!(read, (Some(kept_at), Some(kept_at + 8), None), "free_vram.py's KEPT_AT and KEPT_SINCE_SIZE");
         for (field, at) in [("magic", 0), ("size", 12), ("seq", 32)] {
             assert!(offsets().contains(&(field, at)), "free_vram.py reads {field} at {at}");
